@@ -1,0 +1,216 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
+)
+
+// exitSlack is how long the host waits for the exit status beyond the cancel
+// grace period before it gives up on the stream.
+const exitSlack = 10 * time.Second
+
+// cancelSendTimeout bounds how long a Cancel may wait for the stream while
+// stdin is blocked by flow control; after it, the stream itself is cancelled,
+// which the server also treats as a cancel.
+const cancelSendTimeout = time.Second
+
+// Client is the gRPC client shim: a Provider backed by a remote one.
+type Client struct {
+	rpc pb.ProviderClient
+}
+
+// NewClient returns a Provider that calls the provider served on cc.
+func NewClient(cc grpc.ClientConnInterface) *Client {
+	return &Client{rpc: pb.NewProviderClient(cc)}
+}
+
+var _ Provider = (*Client)(nil)
+
+func (c *Client) Info(ctx context.Context) (Info, error) {
+	r, err := c.rpc.Info(ctx, &pb.InfoRequest{})
+	if err != nil {
+		return Info{}, fromStatus(err)
+	}
+	return infoFromPB(r), nil
+}
+
+func (c *Client) EnsureRunning(ctx context.Context, spec Spec) (Sandbox, error) {
+	r, err := c.rpc.EnsureRunning(ctx, specToPB(spec))
+	if err != nil {
+		return Sandbox{}, fromStatus(err)
+	}
+	return sandboxFromPB(r), nil
+}
+
+func (c *Client) Teardown(ctx context.Context, ref SandboxRef) error {
+	_, err := c.rpc.Teardown(ctx, &pb.TeardownRequest{Ref: refToPB(ref)})
+	return fromStatus(err)
+}
+
+func (c *Client) HealthCheck(ctx context.Context, ref SandboxRef) (Health, error) {
+	r, err := c.rpc.HealthCheck(ctx, &pb.HealthCheckRequest{Ref: refToPB(ref)})
+	if err != nil {
+		return Health{}, fromStatus(err)
+	}
+	return Health{State: HealthState(r.GetState()), Message: r.GetMessage()}, nil
+}
+
+// Exec runs req remotely. When ctx ends it sends Cancel and keeps reading, so
+// the provider can stop the process tree within the grace period and report
+// how it ended; the error is non-nil only when no exit status arrived.
+func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitStatus, error) {
+	if err := ctx.Err(); err != nil {
+		return ExitStatus{}, err
+	}
+	// The stream outlives ctx on purpose: cancelling is a message, so the
+	// exit status can still come back. abort is the hard stop.
+	sctx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
+	stream, err := c.rpc.Exec(sctx)
+	if err != nil {
+		return ExitStatus{}, fromStatus(err)
+	}
+	s := &execClientSender{stream: stream, lock: make(chan struct{}, 1)}
+	start := &pb.ExecRequest{Msg: &pb.ExecRequest_Start{Start: execStartToPB(req, eio.Stdin != nil)}}
+	if err := s.send(start); err != nil {
+		return ExitStatus{}, recvError(stream, err)
+	}
+
+	done := make(chan struct{})
+	defer close(done)
+	if eio.Stdin != nil {
+		go s.pumpStdin(eio.Stdin, done)
+	}
+	if eio.Resize != nil {
+		go s.pumpResize(eio.Resize, done)
+	}
+	go func() {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		}
+		if !s.trySend(&pb.ExecRequest{Msg: &pb.ExecRequest_Cancel{Cancel: &pb.Cancel{}}}, cancelSendTimeout) {
+			abort()
+			return
+		}
+		t := time.NewTimer(req.Grace() + exitSlack)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			abort()
+		}
+	}()
+
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = Errorf(ErrUnavailable, "exec stream ended without an exit status")
+			} else {
+				err = fromStatus(err)
+			}
+			if ctx.Err() != nil {
+				return ExitStatus{}, fmt.Errorf("%w: %w", ctx.Err(), err)
+			}
+			return ExitStatus{}, err
+		}
+		switch m := msg.GetMsg().(type) {
+		case *pb.ExecResponse_Output:
+			w, name := eio.Stdout, "stdout"
+			if m.Output.GetStream() == pb.Stream_STREAM_STDERR {
+				w, name = eio.Stderr, "stderr"
+			}
+			if w == nil {
+				continue
+			}
+			if _, err := w.Write(m.Output.GetData()); err != nil {
+				abort() // the server sees the stream end and stops the process
+				return ExitStatus{}, fmt.Errorf("write exec %s: %w", name, err)
+			}
+		case *pb.ExecResponse_Exit:
+			return exitFromPB(m.Exit), nil
+		}
+	}
+}
+
+// recvError explains a failed send: the stream's own status says why.
+func recvError(stream pb.Provider_ExecClient, sendErr error) error {
+	if _, err := stream.Recv(); err != nil && !errors.Is(err, io.EOF) {
+		return fromStatus(err)
+	}
+	return fromStatus(sendErr)
+}
+
+// execClientSender serialises sends: gRPC allows one sender at a time. lock is
+// a one-slot channel so a Cancel can give up waiting for it.
+type execClientSender struct {
+	stream pb.Provider_ExecClient
+	lock   chan struct{}
+}
+
+func (s *execClientSender) send(m *pb.ExecRequest) error {
+	s.lock <- struct{}{}
+	defer func() { <-s.lock }()
+	return s.stream.Send(m)
+}
+
+func (s *execClientSender) trySend(m *pb.ExecRequest, wait time.Duration) bool {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case s.lock <- struct{}{}:
+	case <-t.C:
+		return false
+	}
+	defer func() { <-s.lock }()
+	return s.stream.Send(m) == nil
+}
+
+// pumpStdin copies r to the stream and ends it with StdinEOF. A read error
+// other than EOF also ends stdin. If r blocks after the exec ends, this
+// goroutine waits with it until r returns.
+func (s *execClientSender) pumpStdin(r io.Reader, done <-chan struct{}) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if n > 0 {
+			if s.send(&pb.ExecRequest{Msg: &pb.ExecRequest_Stdin{Stdin: buf[:n]}}) != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = s.send(&pb.ExecRequest{Msg: &pb.ExecRequest_StdinEof{StdinEof: &pb.StdinEOF{}}})
+			return
+		}
+	}
+}
+
+func (s *execClientSender) pumpResize(ch <-chan TermSize, done <-chan struct{}) {
+	for {
+		select {
+		case <-done:
+			return
+		case size, ok := <-ch:
+			if !ok {
+				return
+			}
+			if s.send(&pb.ExecRequest{Msg: &pb.ExecRequest_Resize{Resize: &pb.TermSize{Rows: size.Rows, Cols: size.Cols}}}) != nil {
+				return
+			}
+		}
+	}
+}

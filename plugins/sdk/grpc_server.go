@@ -1,0 +1,279 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
+)
+
+// maxChunk bounds one output message; gRPC's default receive limit is 4 MiB.
+const maxChunk = 256 << 10
+
+// Causes of an exec's context ending, so the server can tell a cancel from a
+// timeout from a shutdown when it fills in ExitStatus.
+var (
+	errClientCancel = errors.New("exec cancelled by the host")
+	errExecTimeout  = errors.New("exec timed out")
+	errShutdown     = errors.New("provider plugin shutting down")
+	errExecDone     = errors.New("exec finished")
+)
+
+// Server is the gRPC server shim: it serves a Provider over the
+// amelia.provider.v1 contract. Serve uses it; a host embedding a provider in
+// tests (as sdktest does) can register it on its own grpc.Server.
+type Server struct {
+	pb.UnimplementedProviderServer
+	impl Provider
+
+	// base is cancelled by Shutdown; every exec's context ends with it.
+	base     context.Context
+	shutdown context.CancelCauseFunc
+	running  sync.WaitGroup
+}
+
+// NewServer returns the gRPC shim serving p.
+func NewServer(p Provider) *Server {
+	base, cancel := context.WithCancelCause(context.Background())
+	return &Server{impl: p, base: base, shutdown: cancel}
+}
+
+// Shutdown cancels every running exec (so providers kill their processes,
+// honouring each exec's grace period) and waits up to timeout for them to
+// return. Providers that implement io.Closer are closed afterwards.
+func (s *Server) Shutdown(timeout time.Duration) {
+	s.shutdown(errShutdown)
+	done := make(chan struct{})
+	go func() { s.running.Wait(); close(done) }()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	if c, ok := s.impl.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
+func (s *Server) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse, error) {
+	info, err := s.impl.Info(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	info.APIVersions = []int{APIVersion}
+	return infoToPB(info), nil
+}
+
+func (s *Server) EnsureRunning(ctx context.Context, r *pb.EnsureRunningRequest) (*pb.EnsureRunningResponse, error) {
+	spec := specFromPB(r)
+	if err := validateSpec(spec); err != nil {
+		return nil, toStatus(err)
+	}
+	sb, err := s.impl.EnsureRunning(ctx, spec)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if sb.Ref.Name == "" {
+		sb.Ref.Name = spec.Name
+	}
+	if sb.Ref.Config == nil {
+		sb.Ref.Config = spec.Config
+	}
+	return sandboxToPB(sb), nil
+}
+
+func (s *Server) Teardown(ctx context.Context, r *pb.TeardownRequest) (*pb.TeardownResponse, error) {
+	ref := refFromPB(r.GetRef())
+	if err := ValidateName(ref.Name); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.impl.Teardown(ctx, ref); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.TeardownResponse{}, nil
+}
+
+// HealthCheck answers within HealthCheckTimeout even when the provider does
+// not: a late answer is abandoned and reported as a timeout.
+func (s *Server) HealthCheck(ctx context.Context, r *pb.HealthCheckRequest) (*pb.HealthCheckResponse, error) {
+	ref := refFromPB(r.GetRef())
+	if err := ValidateName(ref.Name); err != nil {
+		return nil, toStatus(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, HealthCheckTimeout)
+	defer cancel()
+	type result struct {
+		h   Health
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		h, err := s.impl.HealthCheck(ctx, ref)
+		ch <- result{h, err}
+	}()
+	select {
+	case res := <-ch:
+		if res.err != nil {
+			return nil, toStatus(res.err)
+		}
+		return &pb.HealthCheckResponse{State: string(res.h.State), Message: res.h.Message}, nil
+	case <-ctx.Done():
+		return nil, status.Errorf(codes.DeadlineExceeded, "health check of sandbox %q took longer than %s", ref.Name, HealthCheckTimeout)
+	}
+}
+
+// Exec runs one exec stream: ExecStart, then stdin, cancel and resize from the
+// host while output flows back; ExitStatus goes last, after the provider has
+// returned, so all output has been sent before it.
+func (s *Server) Exec(stream pb.Provider_ExecServer) error {
+	s.running.Add(1)
+	defer s.running.Done()
+
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	start := first.GetStart()
+	if start == nil {
+		return status.Error(codes.InvalidArgument, "an exec stream must begin with ExecStart")
+	}
+	req := execStartFromPB(start)
+	if err := validateExec(req); err != nil {
+		return toStatus(err)
+	}
+
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(s.base, func() { cancel(errShutdown) })
+	defer stop()
+	if req.Timeout > 0 {
+		var cancelTimeout context.CancelFunc
+		ctx, cancelTimeout = context.WithTimeoutCause(ctx, req.Timeout, errExecTimeout)
+		defer cancelTimeout()
+	}
+
+	out := &outputSender{stream: stream}
+	eio := ExecIO{
+		Stdout: streamWriter{out, pb.Stream_STREAM_STDOUT},
+		Stderr: streamWriter{out, pb.Stream_STREAM_STDERR},
+	}
+	var stdinR *io.PipeReader
+	var stdinW *io.PipeWriter
+	if start.GetStdin() {
+		stdinR, stdinW = io.Pipe()
+		eio.Stdin = stdinR
+	}
+	resize := make(chan TermSize, 1)
+	eio.Resize = resize
+	go receiveExec(stream, stdinW, resize, cancel)
+
+	st, err := s.impl.Exec(ctx, req, eio)
+	if stdinR != nil {
+		// Unblocks a stdin write the provider never read.
+		stdinR.CloseWithError(errExecDone)
+	}
+	if err != nil {
+		out.close()
+		return toStatus(err)
+	}
+	switch context.Cause(ctx) {
+	case errClientCancel:
+		st.Canceled = true
+	case errExecTimeout:
+		st.TimedOut = true
+	}
+	return out.finish(&pb.ExecResponse{Msg: &pb.ExecResponse_Exit{Exit: exitToPB(st)}})
+}
+
+// receiveExec handles what the host sends after ExecStart. It ends when the
+// stream does (the handler returning ends it).
+func receiveExec(stream pb.Provider_ExecServer, stdin *io.PipeWriter, resize chan TermSize, cancel context.CancelCauseFunc) {
+	closeStdin := func() {
+		if stdin != nil {
+			_ = stdin.Close()
+		}
+	}
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			// io.EOF: the host closed its side, which also ends stdin. Any
+			// other error means the stream is gone and ctx ends with it.
+			closeStdin()
+			return
+		}
+		switch m := msg.GetMsg().(type) {
+		case *pb.ExecRequest_Stdin:
+			if stdin != nil {
+				// Blocks until the provider reads it: this is the stdin
+				// flow control. It fails once the exec has finished.
+				_, _ = stdin.Write(m.Stdin)
+			}
+		case *pb.ExecRequest_StdinEof:
+			closeStdin()
+		case *pb.ExecRequest_Cancel:
+			cancel(errClientCancel)
+		case *pb.ExecRequest_Resize:
+			size := TermSize{Rows: m.Resize.GetRows(), Cols: m.Resize.GetCols()}
+			select { // keep only the latest size
+			case <-resize:
+			default:
+			}
+			resize <- size
+		}
+	}
+}
+
+// outputSender serialises sends on the exec stream (gRPC allows one sender at
+// a time) and refuses output once the exit status is on its way.
+type outputSender struct {
+	mu     sync.Mutex
+	stream pb.Provider_ExecServer
+	done   bool
+}
+
+func (o *outputSender) send(kind pb.Stream, p []byte) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.done {
+		return errExecDone
+	}
+	return o.stream.Send(&pb.ExecResponse{Msg: &pb.ExecResponse_Output{Output: &pb.Output{Stream: kind, Data: p}}})
+}
+
+func (o *outputSender) close() {
+	o.mu.Lock()
+	o.done = true
+	o.mu.Unlock()
+}
+
+func (o *outputSender) finish(last *pb.ExecResponse) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.done = true
+	return o.stream.Send(last)
+}
+
+type streamWriter struct {
+	out  *outputSender
+	kind pb.Stream
+}
+
+func (w streamWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		chunk := p[:min(len(p), maxChunk)]
+		if err := w.out.send(w.kind, chunk); err != nil {
+			return n, err
+		}
+		n += len(chunk)
+		p = p[len(chunk):]
+	}
+	return n, nil
+}

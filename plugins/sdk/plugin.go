@@ -1,0 +1,237 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+
+	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
+)
+
+// Handshake is the go-plugin handshake between Amelia and provider plugins.
+// The cookie only keeps a plugin binary from being run by hand by mistake; it
+// is not a security measure.
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  APIVersion,
+	MagicCookieKey:   "AMELIA_PROVIDER_PLUGIN",
+	MagicCookieValue: "3c5d1a2e-amelia-sandbox-provider",
+}
+
+// pluginKey is the name the provider is dispensed under.
+const pluginKey = "provider"
+
+// shutdownWait is how long a stopping plugin gives running execs to end
+// (their processes get SIGTERM at once) before it closes the provider. It is
+// under go-plugin's 2 s allowance for a graceful exit.
+const shutdownWait = 1500 * time.Millisecond
+
+// hostWatchInterval is how often a plugin checks that its host is alive.
+const hostWatchInterval = 250 * time.Millisecond
+
+// grpcPlugin binds a Provider to go-plugin's gRPC transport.
+type grpcPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	server *Server
+}
+
+func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	RegisterServer(s, p.server)
+	return nil
+}
+
+func (p *grpcPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, cc *grpc.ClientConn) (any, error) {
+	return &dispensed{client: NewClient(cc), conn: cc}, nil
+}
+
+type dispensed struct {
+	client *Client
+	conn   *grpc.ClientConn
+}
+
+// ServeOption configures Serve.
+type ServeOption func(*serveConfig)
+
+type serveConfig struct {
+	logger *slog.Logger
+}
+
+// WithLogger sets the logger Serve reports on (default: NewLogger on stderr).
+func WithLogger(l *slog.Logger) ServeOption {
+	return func(c *serveConfig) { c.logger = l }
+}
+
+// Serve runs p as a plugin: call it from main and nothing else. It returns
+// when the host stops the plugin; if the host dies instead, it stops running
+// execs and exits.
+//
+// Before anything else it points file descriptor 1 at stderr and keeps the
+// real stdout for go-plugin's handshake line alone, so nothing the provider
+// or its child processes print can corrupt the handshake; such output ends
+// up in the host's log.
+func Serve(p Provider, opts ...ServeOption) {
+	if handshake, err := guardStdout(); err == nil {
+		os.Stdout = handshake
+	}
+	cfg := serveConfig{}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.logger == nil {
+		cfg.logger = NewLogger(os.Stderr, slog.LevelDebug)
+	}
+	srv := NewServer(p)
+	go watchHost(os.Getppid(), func() {
+		cfg.logger.Warn("host process is gone; stopping the provider plugin")
+		srv.Shutdown(shutdownWait)
+		os.Exit(0)
+	})
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig:  Handshake,
+		VersionedPlugins: map[int]plugin.PluginSet{APIVersion: {pluginKey: &grpcPlugin{server: srv}}},
+		GRPCServer:       plugin.DefaultGRPCServer,
+	})
+	srv.Shutdown(shutdownWait)
+}
+
+// watchHost calls stop once the process that started this one has gone
+// (the plugin is then re-parented, so its parent pid changes).
+func watchHost(ppid int, stop func()) {
+	if ppid <= 1 {
+		return
+	}
+	t := time.NewTicker(hostWatchInterval)
+	defer t.Stop()
+	for range t.C {
+		if os.Getppid() != ppid {
+			stop()
+			return
+		}
+	}
+}
+
+// RegisterServer registers the shim on a gRPC server.
+func RegisterServer(s grpc.ServiceRegistrar, srv *Server) {
+	pb.RegisterProviderServer(s, srv)
+}
+
+// LaunchOptions configure Launch.
+type LaunchOptions struct {
+	// Name is the plugin's name, used in logs and errors.
+	Name string
+	// Logger receives the plugin's log records and go-plugin's own.
+	Logger *slog.Logger
+	// StartTimeout bounds the handshake; zero means 30 s.
+	StartTimeout time.Duration
+}
+
+// Plugin is a running provider plugin: a Provider whose calls go over gRPC to
+// a subprocess. Close stops it.
+type Plugin struct {
+	name   string
+	client *plugin.Client
+	conn   *grpc.ClientConn
+	rpc    *Client
+	log    *hostLogger
+}
+
+// Launch starts the plugin binary cmd (not yet started) and connects to it
+// over go-plugin's gRPC transport with automatic mutual TLS. The plugin is
+// managed: plugin.CleanupClients stops it if Close is never called.
+func Launch(cmd *exec.Cmd, opts LaunchOptions) (*Plugin, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 30 * time.Second
+	}
+	logger := newHostLogger(opts.Logger.With("plugin", opts.Name))
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  Handshake,
+		VersionedPlugins: map[int]plugin.PluginSet{APIVersion: {pluginKey: &grpcPlugin{}}},
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		Managed:          true,
+		Logger:           logger,
+		StartTimeout:     opts.StartTimeout,
+		SyncStdout:       &lineLogger{log: logger, level: hclog.Debug},
+		SyncStderr:       &lineLogger{log: logger, level: hclog.Debug},
+	})
+	rpc, err := client.Client()
+	if err != nil {
+		client.Kill()
+		return nil, fmt.Errorf("start provider plugin %q: %w", opts.Name, err)
+	}
+	raw, err := rpc.Dispense(pluginKey)
+	if err != nil {
+		client.Kill()
+		return nil, fmt.Errorf("connect to provider plugin %q: %w", opts.Name, err)
+	}
+	d := raw.(*dispensed)
+	return &Plugin{name: opts.Name, client: client, conn: d.conn, rpc: d.client, log: logger}, nil
+}
+
+// Close stops the plugin process.
+func (p *Plugin) Close() { p.client.Kill() }
+
+// Exited reports whether the plugin process has exited.
+func (p *Plugin) Exited() bool { return p.client.Exited() }
+
+var _ Provider = (*Plugin)(nil)
+
+func (p *Plugin) Info(ctx context.Context) (Info, error) {
+	info, err := p.rpc.Info(ctx)
+	return info, p.explain(err)
+}
+
+func (p *Plugin) EnsureRunning(ctx context.Context, spec Spec) (Sandbox, error) {
+	sb, err := p.rpc.EnsureRunning(ctx, spec)
+	return sb, p.explain(err)
+}
+
+func (p *Plugin) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitStatus, error) {
+	st, err := p.rpc.Exec(ctx, req, eio)
+	return st, p.explain(err)
+}
+
+func (p *Plugin) Teardown(ctx context.Context, ref SandboxRef) error {
+	return p.explain(p.rpc.Teardown(ctx, ref))
+}
+
+func (p *Plugin) HealthCheck(ctx context.Context, ref SandboxRef) (Health, error) {
+	h, err := p.rpc.HealthCheck(ctx, ref)
+	return h, p.explain(err)
+}
+
+// exitWait bounds how long explain waits for a crashed plugin's process to be
+// reaped, which is when its last stderr lines have been read.
+const exitWait = 2 * time.Second
+
+// explain turns "the connection broke" into "the plugin crashed, and why",
+// using the plugin's last error lines (its panic message, typically).
+func (p *Plugin) explain(err error) error {
+	if err == nil || !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if p.conn.GetState() == connectivity.Ready && !p.client.Exited() {
+		return err // the provider itself said "unavailable"
+	}
+	deadline := time.Now().Add(exitWait)
+	for !p.client.Exited() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	msg := fmt.Sprintf("provider plugin %q stopped unexpectedly", p.name)
+	if reason := p.log.tail.reason(); reason != "" {
+		msg += ": " + reason
+	}
+	return &kindError{msg: msg, kind: ErrUnavailable}
+}

@@ -1,0 +1,229 @@
+// Package sdk is the public SDK for Amelia sandbox providers.
+//
+// A provider turns a profile into a running sandbox and runs processes in it.
+// It is a separate program that Amelia starts as a hashicorp/go-plugin
+// subprocess and talks to over gRPC; a plugin's main is one line:
+//
+//	func main() { sdk.Serve(myprovider.New()) }
+//
+// Providers only move bytes and manage lifecycles: files, git, tunnels and the
+// agent are built by Amelia on top of Exec, so they work on every provider.
+// The conformance kit in sdk/sdktest checks a provider against this contract.
+//
+// This package imports nothing else of Amelia's, so third parties can depend
+// on it alone.
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"time"
+)
+
+// APIVersion is the version of the provider contract (amelia.provider.v1)
+// that this SDK speaks. It is also the go-plugin protocol version.
+const APIVersion = 1
+
+// Provider is what a sandbox provider implements. Every method must honour
+// its context. Errors should wrap the sentinel errors of this package
+// (ErrNotFound, ErrInvalid...) so the host can tell the cases apart.
+type Provider interface {
+	// Info describes the provider. APIVersions is filled in by the SDK.
+	Info(ctx context.Context) (Info, error)
+	// EnsureRunning starts the sandbox spec names, or reuses it when it is
+	// already running. Calling it again with the same spec is harmless.
+	EnsureRunning(ctx context.Context, spec Spec) (Sandbox, error)
+	// Exec runs one process in a running sandbox and streams its I/O. It
+	// returns once the process has exited and all its output has been
+	// written to eio. A non-zero exit is reported in ExitStatus, not as an
+	// error. When ctx is done, the whole process tree in the sandbox gets
+	// SIGTERM, then SIGKILL after req.CancelGrace. A sandbox that does not
+	// exist gives ErrNotFound.
+	Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitStatus, error)
+	// Teardown removes the sandbox and everything running in it. Tearing
+	// down a sandbox that does not exist is not an error.
+	Teardown(ctx context.Context, ref SandboxRef) error
+	// HealthCheck reports on a sandbox within HealthCheckTimeout; a sandbox
+	// that does not exist gives ErrNotFound.
+	HealthCheck(ctx context.Context, ref SandboxRef) (Health, error)
+}
+
+// Info describes a provider.
+type Info struct {
+	Name        string
+	Version     string
+	APIVersions []int
+	Description string
+	Capabilities
+}
+
+// Capabilities are what a provider can enforce or do. The host checks a
+// profile against them before it starts anything (fail closed).
+type Capabilities struct {
+	// EgressModes lists the network modes the provider can enforce.
+	EgressModes []NetworkMode
+	// Isolated is false when commands run unisolated on the host.
+	Isolated bool
+	// ExecAsRoot reports whether ExecRequest.User may be "root".
+	ExecAsRoot bool
+	// ResourceLimits reports whether cpu/memory/pids limits are enforced.
+	ResourceLimits bool
+	// Snapshots reports whether the provider can snapshot sandboxes.
+	Snapshots bool
+	// TTY reports whether ExecRequest.TTY is supported.
+	TTY bool
+}
+
+// Supports reports whether the provider can enforce network mode m.
+func (c Capabilities) Supports(m NetworkMode) bool {
+	for _, e := range c.EgressModes {
+		if e == m {
+			return true
+		}
+	}
+	return false
+}
+
+// NetworkMode is a sandbox's egress policy.
+type NetworkMode string
+
+// The network modes of a profile's sandbox.network.
+const (
+	// NetworkOpen leaves the sandbox's own network as the provider has it.
+	NetworkOpen NetworkMode = "open"
+	// NetworkAllowlist removes the sandbox's own route out; only the host's
+	// tunnel remains, whose egress proxy allows the listed hosts.
+	NetworkAllowlist NetworkMode = "allowlist"
+	// NetworkNone removes the sandbox's own route out; only the tunnel to
+	// the host's LLM and git proxy remains.
+	NetworkNone NetworkMode = "none"
+)
+
+// NetworkPolicy is the egress policy a sandbox must be started with.
+type NetworkPolicy struct {
+	Mode         NetworkMode
+	AllowedHosts []string
+}
+
+// SandboxRef names a sandbox. Name is stable (derived from the profile) so a
+// new host process can find a sandbox it did not create; Config carries the
+// profile's provider settings (a JSON object) needed to reach it.
+type SandboxRef struct {
+	Name string
+	// ID is the provider's own id for the sandbox, when known.
+	ID string
+	// Config is the profile's settings block for this provider, as-is.
+	Config json.RawMessage
+}
+
+// DecodeConfig unmarshals the provider settings into v. Empty settings leave
+// v untouched.
+func (r SandboxRef) DecodeConfig(v any) error {
+	if len(r.Config) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(r.Config, v); err != nil {
+		return Errorf(ErrInvalid, "provider settings of sandbox %q: %v", r.Name, err)
+	}
+	return nil
+}
+
+// Spec is what EnsureRunning starts.
+type Spec struct {
+	SandboxRef
+	Network NetworkPolicy
+	// Labels to attach to the sandbox where the provider can (never secrets).
+	Labels map[string]string
+}
+
+// Sandbox is a running sandbox.
+type Sandbox struct {
+	Ref SandboxRef
+	// Created is true when EnsureRunning created the sandbox, false when it
+	// reused one.
+	Created bool
+	// Workdir is the absolute path inside the sandbox where work happens and
+	// the default working directory of Exec.
+	Workdir string
+	// Details are human-readable facts (container id, host, region...).
+	Details map[string]string
+}
+
+// ExecRequest is one process to run in a sandbox.
+type ExecRequest struct {
+	Sandbox SandboxRef
+	Argv    []string
+	Env     map[string]string
+	// Dir is the working directory; empty means the sandbox's workdir.
+	Dir string
+	// User to run as; empty means the provider's unprivileged default.
+	User string
+	TTY  bool
+	Size TermSize
+	// CancelGrace is how long the process tree has between SIGTERM and
+	// SIGKILL once the exec is cancelled; zero means DefaultCancelGrace.
+	CancelGrace time.Duration
+	// Timeout stops the process like a cancel once it passes; zero means none.
+	Timeout time.Duration
+}
+
+// DefaultCancelGrace is the grace period used when ExecRequest.CancelGrace is
+// zero.
+const DefaultCancelGrace = 5 * time.Second
+
+// Grace returns the request's cancel grace period, or DefaultCancelGrace.
+func (r ExecRequest) Grace() time.Duration {
+	if r.CancelGrace > 0 {
+		return r.CancelGrace
+	}
+	return DefaultCancelGrace
+}
+
+// TermSize is a terminal's size in character cells.
+type TermSize struct {
+	Rows, Cols uint32
+}
+
+// ExecIO carries an exec's streams. Nil Stdin means empty input; nil Stdout or
+// Stderr discard that stream. A provider may write Stdout and Stderr from
+// different goroutines; the SDK's gRPC client writes them from one.
+type ExecIO struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Resize delivers terminal size changes for TTY execs; may be nil.
+	Resize <-chan TermSize
+}
+
+// ExitStatus is how a process ended.
+type ExitStatus struct {
+	// Code is the exit code; 128+N when the process was killed by signal N.
+	Code int
+	// Signal is the signal that killed the process, without "SIG" ("KILL").
+	Signal string
+	// Canceled is true when the exec was stopped because it was cancelled.
+	Canceled bool
+	// TimedOut is true when the exec was stopped by ExecRequest.Timeout.
+	TimedOut bool
+}
+
+// HealthState is the state of a sandbox.
+type HealthState string
+
+// Sandbox states reported by HealthCheck.
+const (
+	HealthReady     HealthState = "ready"
+	HealthStopped   HealthState = "stopped"
+	HealthUnhealthy HealthState = "unhealthy"
+)
+
+// Health is the result of a health check.
+type Health struct {
+	State   HealthState
+	Message string
+}
+
+// HealthCheckTimeout bounds HealthCheck: the SDK answers DeadlineExceeded
+// (ErrTimeout) when a provider takes longer.
+const HealthCheckTimeout = 10 * time.Second

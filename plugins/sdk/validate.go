@@ -1,0 +1,57 @@
+package sdk
+
+import (
+	"regexp"
+	"strings"
+)
+
+var sandboxName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// ValidateName checks a sandbox name. Names become container names, directory
+// names and labels, so they are limited to lower-case letters, digits, '-'
+// and '_', start with a letter or digit, and are at most 63 characters.
+func ValidateName(name string) error {
+	if !sandboxName.MatchString(name) {
+		return Errorf(ErrInvalid, "sandbox name %q is not valid: use 1-63 lower-case letters, digits, '-' or '_', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+// validateExec checks what every provider relies on, so a provider never sees
+// a request that could not be run safely.
+func validateExec(r ExecRequest) error {
+	if err := ValidateName(r.Sandbox.Name); err != nil {
+		return err
+	}
+	if len(r.Argv) == 0 || r.Argv[0] == "" {
+		return Errorf(ErrInvalid, "exec needs a command: argv is empty")
+	}
+	for _, a := range r.Argv {
+		if strings.ContainsRune(a, 0) {
+			return Errorf(ErrInvalid, "exec argument %q contains a NUL byte", a)
+		}
+	}
+	for k, v := range r.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return Errorf(ErrInvalid, "exec environment variable %q is not valid: names are non-empty without '=' or NUL, values without NUL", k)
+		}
+	}
+	if strings.ContainsRune(r.Dir, 0) || strings.ContainsRune(r.User, 0) {
+		return Errorf(ErrInvalid, "exec dir or user contains a NUL byte")
+	}
+	if r.CancelGrace < 0 || r.Timeout < 0 {
+		return Errorf(ErrInvalid, "exec cancel grace and timeout must not be negative")
+	}
+	return nil
+}
+
+func validateSpec(s Spec) error {
+	if err := ValidateName(s.Name); err != nil {
+		return err
+	}
+	switch s.Network.Mode {
+	case NetworkOpen, NetworkAllowlist, NetworkNone:
+		return nil
+	}
+	return Errorf(ErrInvalid, "network mode %q is not one of open, allowlist, none", s.Network.Mode)
+}
