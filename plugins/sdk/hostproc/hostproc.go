@@ -1,0 +1,239 @@
+//go:build unix
+
+// Package hostproc runs an exec as a process on the machine the provider runs
+// on, keeping the Exec contract: the process leads its own process group;
+// stdin, stdout and stderr stream through sdk.ExecIO; when the context ends
+// the whole group gets SIGTERM, then SIGKILL after the grace period; the exit
+// status carries the killing signal's name.
+//
+// Providers whose exec is a local command build on it: Amelia's local
+// provider, or a third-party one wrapping lxc-attach or kubectl exec.
+package hostproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// orphanDrain is how long output may stay open after the process group was
+// killed; past it, descendants that escaped the group (setsid) and still hold
+// the pipes are cut off so Wait can return.
+const orphanDrain = time.Second
+
+// Process is a started exec.
+type Process struct {
+	cmd     *exec.Cmd
+	readers []*os.File
+	copies  sync.WaitGroup
+	copyErr error
+	errOnce sync.Once
+}
+
+// Start starts cmd as the leader of a new process group with eio's streams.
+// cmd's Stdin, Stdout and Stderr must be unset.
+func Start(cmd *exec.Cmd, eio sdk.ExecIO) (*Process, error) {
+	if cmd.Stdin != nil || cmd.Stdout != nil || cmd.Stderr != nil {
+		return nil, errors.New("hostproc: cmd must not have its own stdin, stdout or stderr")
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	if cmd.Dir != "" {
+		if fi, err := os.Stat(cmd.Dir); err != nil || !fi.IsDir() {
+			return nil, sdk.Errorf(sdk.ErrNotFound, "working directory %q does not exist", cmd.Dir)
+		}
+	}
+	p := &Process{cmd: cmd}
+
+	// The child's ends go to the child; ours are closed once it has them.
+	var childEnds []*os.File
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			_ = f.Close()
+		}
+	}
+	var stdinW *os.File
+	if eio.Stdin != nil {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("stdin pipe: %w", err)
+		}
+		cmd.Stdin, stdinW = r, w
+		childEnds = append(childEnds, r)
+	}
+	outputs := []struct {
+		dst  io.Writer
+		slot *io.Writer
+	}{{eio.Stdout, &cmd.Stdout}, {eio.Stderr, &cmd.Stderr}}
+	for _, o := range outputs {
+		if o.dst == nil {
+			continue // os/exec connects /dev/null
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(childEnds)
+			closeAll(p.readers)
+			return nil, fmt.Errorf("output pipe: %w", err)
+		}
+		*o.slot = w
+		childEnds = append(childEnds, w)
+		p.readers = append(p.readers, r)
+	}
+	if err := cmd.Start(); err != nil {
+		closeAll(childEnds)
+		closeAll(p.readers)
+		if stdinW != nil {
+			_ = stdinW.Close()
+		}
+		return nil, err
+	}
+	closeAll(childEnds)
+
+	if stdinW != nil {
+		go func() {
+			_, _ = io.Copy(stdinW, eio.Stdin)
+			_ = stdinW.Close()
+		}()
+	}
+	i := 0
+	for _, o := range outputs {
+		if o.dst == nil {
+			continue
+		}
+		r := p.readers[i]
+		i++
+		p.copies.Add(1)
+		go func(dst io.Writer) {
+			defer p.copies.Done()
+			buf := make([]byte, 128<<10)
+			if _, err := io.CopyBuffer(dst, r, buf); err != nil && !errors.Is(err, os.ErrClosed) {
+				p.errOnce.Do(func() { p.copyErr = err })
+				_ = r.Close() // the process gets EPIPE rather than blocking
+			}
+		}(o.dst)
+	}
+	return p, nil
+}
+
+// Pgid is the process group of the exec.
+func (p *Process) Pgid() int { return p.cmd.Process.Pid }
+
+// Kill sends SIGKILL to the whole process group.
+func (p *Process) Kill() { _ = unix.Kill(-p.Pgid(), unix.SIGKILL) }
+
+// Wait waits for the process to exit and for its output to be drained. When
+// ctx ends first, the process group gets SIGTERM and, after grace, SIGKILL.
+func (p *Process) Wait(ctx context.Context, grace time.Duration) (sdk.ExitStatus, error) {
+	exited := make(chan error, 1)
+	go func() { exited <- p.cmd.Wait() }()
+	drained := make(chan struct{})
+	go func() { p.copies.Wait(); close(drained) }()
+	defer func() {
+		for _, r := range p.readers {
+			_ = r.Close()
+		}
+	}()
+
+	var (
+		waitErr   error
+		isExited  bool
+		isDrained bool
+		killTimer <-chan time.Time // SIGKILL due
+		cutTimer  <-chan time.Time // stop waiting for escaped descendants
+		done      = ctx.Done()
+	)
+	for !isExited || !isDrained {
+		select {
+		case waitErr = <-exited:
+			isExited = true
+		case <-drained:
+			isDrained = true
+			drained = nil
+		case <-done:
+			done = nil
+			_ = unix.Kill(-p.Pgid(), unix.SIGTERM)
+			killTimer = time.After(grace)
+		case <-killTimer:
+			killTimer = nil
+			p.Kill()
+			cutTimer = time.After(orphanDrain)
+		case <-cutTimer:
+			cutTimer = nil
+			for _, r := range p.readers {
+				_ = r.Close()
+			}
+		}
+	}
+	if waitErr != nil {
+		var ee *exec.ExitError
+		if !errors.As(waitErr, &ee) {
+			return sdk.ExitStatus{}, fmt.Errorf("wait for %s: %w", p.cmd.Path, waitErr)
+		}
+	}
+	if p.copyErr != nil {
+		return sdk.ExitStatus{}, fmt.Errorf("stream output of %s: %w", p.cmd.Path, p.copyErr)
+	}
+	return exitStatus(p.cmd.ProcessState), nil
+}
+
+// Run starts cmd and waits for it: Start, StartFailed on error, then Wait.
+func Run(ctx context.Context, cmd *exec.Cmd, eio sdk.ExecIO, grace time.Duration) (sdk.ExitStatus, error) {
+	p, err := Start(cmd, eio)
+	if err != nil {
+		return StartFailed(cmd, err, eio.Stderr)
+	}
+	return p.Wait(ctx, grace)
+}
+
+// StartFailed turns an error from Start into the result of the exec: a
+// command that cannot be found or run ends as it would in a shell, with exit
+// code 127 or 126 and a message on stderr, so every transport reports it the
+// same way. Other errors are returned as they are.
+func StartFailed(cmd *exec.Cmd, err error, stderr io.Writer) (sdk.ExitStatus, error) {
+	code := 0
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
+		code = 127
+	case errors.Is(err, os.ErrPermission), errors.Is(err, unix.ENOEXEC):
+		code = 126
+	default:
+		return sdk.ExitStatus{}, err
+	}
+	if stderr != nil {
+		name := cmd.Path
+		if len(cmd.Args) > 0 {
+			name = cmd.Args[0]
+		}
+		reason := "command not found"
+		if code == 126 {
+			reason = "permission denied"
+		}
+		fmt.Fprintf(stderr, "%s: %s\n", name, reason)
+	}
+	return sdk.ExitStatus{Code: code}, nil
+}
+
+func exitStatus(ps *os.ProcessState) sdk.ExitStatus {
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	if !ok {
+		return sdk.ExitStatus{Code: ps.ExitCode()}
+	}
+	if ws.Signaled() {
+		sig := ws.Signal()
+		return sdk.ExitStatus{Code: 128 + int(sig), Signal: strings.TrimPrefix(unix.SignalName(sig), "SIG")}
+	}
+	return sdk.ExitStatus{Code: ws.ExitStatus()}
+}
