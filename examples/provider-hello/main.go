@@ -1,0 +1,107 @@
+// Command amelia-provider-hello is an example third-party sandbox provider
+// for Amelia. It imports nothing of Amelia's but the public SDK, and shows
+// the whole extension story: build it as amelia-provider-hello, put it on
+// $AMELIA_PLUGIN_PATH, and `amelia plugin ls` lists it; profiles can then say
+// `sandbox: {provider: hello}`.
+//
+// Its sandboxes are directories, and commands run as host processes in them:
+// like Amelia's local provider it isolates nothing. A real provider would
+// start a VM or a container in EnsureRunning and exec into it.
+package main
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/hostproc"
+)
+
+func main() {
+	sdk.Serve(&hello{defaultRoot: filepath.Join(os.TempDir(), "amelia-hello")})
+}
+
+type hello struct {
+	defaultRoot string
+}
+
+// settings is the profile's `hello:` block.
+type settings struct {
+	Root string `json:"root"`
+}
+
+// dir is where the sandbox named by ref lives.
+func (h *hello) dir(ref sdk.SandboxRef) (string, error) {
+	s := settings{Root: h.defaultRoot}
+	if err := ref.DecodeConfig(&s); err != nil {
+		return "", err
+	}
+	return filepath.Join(s.Root, ref.Name), nil
+}
+
+func (h *hello) Info(context.Context) (sdk.Info, error) {
+	return sdk.Info{
+		Name:         "hello",
+		Version:      "0.1.0",
+		Description:  "example third-party provider: a directory per sandbox, no isolation",
+		Capabilities: sdk.Capabilities{EgressModes: []sdk.NetworkMode{sdk.NetworkOpen}},
+	}, nil
+}
+
+func (h *hello) EnsureRunning(_ context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
+	if spec.Network.Mode != sdk.NetworkOpen {
+		return sdk.Sandbox{}, sdk.Errorf(sdk.ErrUnsupported, "hello cannot enforce network %q", spec.Network.Mode)
+	}
+	dir, err := h.dir(spec.SandboxRef)
+	if err != nil {
+		return sdk.Sandbox{}, err
+	}
+	_, statErr := os.Stat(dir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return sdk.Sandbox{}, err
+	}
+	return sdk.Sandbox{Ref: spec.SandboxRef, Created: statErr != nil, Workdir: dir}, nil
+}
+
+func (h *hello) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	dir, err := h.dir(req.Sandbox)
+	if err != nil {
+		return sdk.ExitStatus{}, err
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrNotFound, "hello sandbox %q does not exist", req.Sandbox.Name)
+	}
+	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
+	cmd.Dir = req.Dir
+	if !filepath.IsAbs(cmd.Dir) {
+		cmd.Dir = filepath.Join(dir, req.Dir)
+	}
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir}
+	for k, v := range req.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	return hostproc.Run(ctx, cmd, eio, req.Grace())
+}
+
+func (h *hello) Teardown(_ context.Context, ref sdk.SandboxRef) error {
+	dir, err := h.dir(ref)
+	if err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+func (h *hello) HealthCheck(_ context.Context, ref sdk.SandboxRef) (sdk.Health, error) {
+	dir, err := h.dir(ref)
+	if err != nil {
+		return sdk.Health{}, err
+	}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return sdk.Health{}, sdk.Errorf(sdk.ErrNotFound, "hello sandbox %q does not exist", ref.Name)
+	}
+	return sdk.Health{State: sdk.HealthReady}, nil
+}
