@@ -1,0 +1,154 @@
+// Package config loads Amelia's profiles: a YAML file (by default
+// ~/.config/amelia/config.yaml) read with koanf, overridden by AMELIA_*
+// environment variables, with ${VAR} interpolation, and validated so that
+// every problem is reported with the file, the key and the allowed values.
+//
+// A profile selects where the agent runs (the sandbox provider and its
+// settings), the model and LLM upstream, and the network policy:
+//
+//	default_profile: dev
+//	profiles:
+//	  dev:
+//	    model: gpt-4.1-mini
+//	    llm: {base_url: https://api.openai.com/v1, api_key_env: OPENAI_API_KEY}
+//	    sandbox:
+//	      provider: docker
+//	      network: allowlist
+//	      allowed_hosts: [github.com, "*.pypi.org"]
+//	      docker: {image: amelia-sandbox:latest}
+//
+// See configs/example.yaml for every key. Adding a key means adding a
+// struct field and one entry in the schema tables in schema.go, which
+// drive decoding, validation, defaults, unknown-key detection and ShowYAML.
+package config
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Defaults applied to profiles that do not set these keys.
+const (
+	DefaultModel     = "gpt-4.1-mini"
+	DefaultBaseURL   = "https://api.openai.com/v1"
+	DefaultAPIKeyEnv = "OPENAI_API_KEY"
+)
+
+// ProviderLocal is the provider that runs on the host itself; "none" is
+// accepted as an alias and normalized to it.
+const ProviderLocal = "local"
+
+// Options says where to find the configuration. Nothing is read from the
+// process environment except through these fields.
+type Options struct {
+	// Path is the file named by --config. "~/" is expanded with HomeDir.
+	Path string
+	// LookupEnv reads the environment (os.LookupEnv in production) for
+	// AMELIA_CONFIG, XDG_CONFIG_HOME, ${VAR} interpolation and ShowYAML's
+	// "is the key's variable set" comment. If nil, Environ is used.
+	LookupEnv func(string) (string, bool)
+	// Environ is the environment (os.Environ()) scanned for
+	// AMELIA_DEFAULT_PROFILE and AMELIA_PROFILES__... overrides.
+	Environ []string
+	// HomeDir is the user's home directory, for "~" and the default path.
+	HomeDir string
+}
+
+// Config is a loaded, validated configuration.
+type Config struct {
+	// Source is the file loaded, or "" for the built-in default.
+	Source         string
+	DefaultProfile string
+	Profiles       map[string]*Profile
+}
+
+// Profile returns the named profile; "" means the default profile.
+func (c *Config) Profile(name string) (*Profile, error) {
+	if name == "" {
+		name = c.DefaultProfile
+	}
+	if p, ok := c.Profiles[name]; ok {
+		return p, nil
+	}
+	names := c.ProfileNames()
+	if len(names) == 0 {
+		return nil, fmt.Errorf("profile %q not found: %s defines no profiles", name, sourceName(c.Source))
+	}
+	return nil, fmt.Errorf("profile %q not found in %s (available: %s)", name, sourceName(c.Source), strings.Join(names, ", "))
+}
+
+// ProfileNames returns the profile names, sorted.
+func (c *Config) ProfileNames() []string {
+	names := make([]string, 0, len(c.Profiles))
+	for n := range c.Profiles {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Profile is one resolved profile: defaults filled, ${VAR}s expanded,
+// environment overrides applied.
+type Profile struct {
+	Name    string
+	Model   string
+	LLM     LLM
+	Sandbox Sandbox
+
+	source    string                      // file it came from, "" for the built-in default
+	lookupEnv func(string) (string, bool) // for ShowYAML's "# set" comments; may be nil
+}
+
+// LLM is the upstream the host-side proxy forwards model calls to. At most
+// one of APIKeyEnv and APIKey is set; the key itself never enters the
+// sandbox.
+type LLM struct {
+	BaseURL   string
+	APIKeyEnv string // name of the host environment variable holding the key
+	APIKey    string // the key itself (usually written as ${VAR} in the file)
+}
+
+// NetworkMode is a sandbox's egress policy.
+type NetworkMode string
+
+// Network modes.
+const (
+	NetworkOpen      NetworkMode = "open"      // no restriction
+	NetworkAllowlist NetworkMode = "allowlist" // only AllowedHosts, through the egress proxy
+	NetworkNone      NetworkMode = "none"      // no egress except the tunnel to the host proxy
+)
+
+// networkModes lists the valid modes in the order they are documented.
+func networkModes() []NetworkMode {
+	return []NetworkMode{NetworkOpen, NetworkAllowlist, NetworkNone}
+}
+
+// Sandbox selects the provider and its network policy.
+type Sandbox struct {
+	// Provider is local, docker, ssh, daytona or a plugin's name.
+	Provider string
+	Network  NetworkMode
+	// AllowedHosts are lowercased hostnames, "*.domain" wildcards or IP
+	// literals; they are enforced when Network is allowlist.
+	AllowedHosts []string
+	// Settings maps a provider name to its settings block, as written
+	// (after ${VAR} expansion). Blocks for providers other than Provider
+	// are kept so that overriding the provider keeps working.
+	Settings map[string]map[string]any
+}
+
+// ProviderSettings returns the settings block of the selected provider, or
+// nil if there is none. For the local provider a block named "none" (its
+// alias) is accepted too.
+func (s Sandbox) ProviderSettings() map[string]any {
+	if m, ok := s.Settings[s.Provider]; ok {
+		return m
+	}
+	if s.Provider == ProviderLocal {
+		if m, ok := s.Settings["none"]; ok {
+			return m
+		}
+	}
+	return nil
+}

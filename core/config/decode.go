@@ -1,0 +1,278 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// decoder walks the merged configuration tree, expanding ${VAR}s,
+// converting values and collecting every problem.
+type decoder struct {
+	lookup   func(string) (string, bool)
+	envKeys  map[string]string // lowercased key path → env variable that set it
+	problems []Problem
+	bad      map[string]bool // paths with a problem
+}
+
+// problemf records a problem at a path, naming the environment variables
+// that set the value (or something below it) when there are any.
+func (d *decoder) problemf(at path, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if vars := d.envVarsFor(at); len(vars) > 0 {
+		msg += " (set by " + strings.Join(vars, ", ") + ")"
+	}
+	key := at.String()
+	d.problems = append(d.problems, Problem{Key: key, Message: msg})
+	if d.bad == nil {
+		d.bad = map[string]bool{}
+	}
+	d.bad[key] = true
+}
+
+// failed reports whether a problem was recorded at the path.
+func (d *decoder) failed(at path) bool { return d.bad[at.String()] }
+
+func (d *decoder) envVarsFor(at path) []string {
+	key := at.envKey()
+	var vars []string
+	for k, v := range d.envKeys {
+		if k == key || strings.HasPrefix(k, key+keyDelim) {
+			vars = append(vars, v)
+		}
+	}
+	slices.Sort(vars)
+	return vars
+}
+
+func (d *decoder) fromEnv(at path) bool {
+	_, ok := d.envKeys[at.envKey()]
+	return ok
+}
+
+// sval is a string value after ${VAR} expansion, with what was written.
+type sval struct {
+	val, raw string
+}
+
+func (s sval) expanded() bool { return s.val != s.raw }
+
+// quote renders the value for a message: the value, and what it was
+// expanded from if it was.
+func (s sval) quote() string {
+	if s.expanded() {
+		return fmt.Sprintf("%q (from %q)", s.val, s.raw)
+	}
+	return fmt.Sprintf("%q", s.val)
+}
+
+// quoteRaw renders what was written but not what it expanded to, for
+// values that may hold a secret when misused.
+func (s sval) quoteRaw() string {
+	if s.expanded() {
+		return fmt.Sprintf("%q (as expanded)", s.raw)
+	}
+	return fmt.Sprintf("%q", s.val)
+}
+
+// str converts a non-nil value to a string, expanding ${VAR}s.
+func (d *decoder) str(at path, v any) (sval, bool) {
+	s, ok := v.(string)
+	if !ok {
+		d.problemf(at, "must be a string, got %s", typeName(v))
+		return sval{}, false
+	}
+	return d.expand(at, s)
+}
+
+func (d *decoder) expand(at path, s string) (sval, bool) {
+	x, err := expand(s, d.lookup)
+	if err != nil {
+		d.problemf(at, "%v", err)
+		return sval{}, false
+	}
+	for _, name := range x.unset {
+		d.problemf(at, "environment variable %s is not set (write ${%s:-default} to give a default)", name, name)
+	}
+	if len(x.unset) > 0 {
+		return sval{}, false
+	}
+	return sval{val: x.value, raw: s}, true
+}
+
+// strList converts a non-nil list of strings, expanding ${VAR}s in each
+// item. A string that came from an environment variable is a
+// comma-separated list.
+func (d *decoder) strList(at path, v any, item func(at path, s sval) (string, bool)) ([]string, bool) {
+	if s, ok := v.(string); ok && d.fromEnv(at) {
+		var items []any
+		for _, f := range strings.Split(s, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				items = append(items, f)
+			}
+		}
+		v = items
+	}
+	list, ok := v.([]any)
+	if !ok {
+		d.problemf(at, "must be a list, got %s", typeName(v))
+		return nil, false
+	}
+	out := make([]string, 0, len(list))
+	good := true
+	for i, it := range list {
+		s, ok := d.str(at.index(i), it)
+		if ok {
+			var val string
+			if val, ok = item(at.index(i), s); ok {
+				out = append(out, val)
+			}
+		}
+		good = good && ok
+	}
+	return out, good
+}
+
+// mapping converts a value to a map; nil (absent or null) is an empty map.
+func (d *decoder) mapping(at path, v any) (map[string]any, bool) {
+	switch m := v.(type) {
+	case nil:
+		return map[string]any{}, true
+	case map[string]any:
+		return m, true
+	}
+	d.problemf(at, "must be a map, got %s", typeName(v))
+	return nil, false
+}
+
+// tree copies an arbitrary value (a provider's settings), expanding
+// ${VAR}s in every string at any depth. Keys are not expanded.
+func (d *decoder) tree(at path, v any) any {
+	switch t := v.(type) {
+	case string:
+		s, _ := d.expand(at, t)
+		return s.val
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for _, k := range slices.Sorted(maps.Keys(t)) {
+			out[k] = d.tree(at.key(k), t[k])
+		}
+		return out
+	case map[any]any:
+		out := make(map[string]any, len(t))
+		for k, val := range t {
+			out[fmt.Sprint(k)] = val
+		}
+		return d.tree(at, out)
+	case []any:
+		out := make([]any, len(t))
+		for i, val := range t {
+			out[i] = d.tree(at.index(i), val)
+		}
+		return out
+	}
+	return v
+}
+
+// typeName names a decoded YAML value's type for messages.
+func typeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case int, int64, uint64, float64:
+		return "a number"
+	case []any:
+		return "a list"
+	case map[string]any, map[any]any:
+		return "a map"
+	case time.Time:
+		return "a timestamp"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+// A field is one known key of a section: how to decode it into T and how
+// to show it. decode gets nil when the key is absent or null and is
+// responsible for the default (or the "required" problem).
+type field[T any] struct {
+	key    string
+	decode func(d *decoder, at path, v any, dst *T)
+	show   func(s *shower, at path, src *T) any // nil: omit the key
+}
+
+// A section is a map of known keys, in schema order.
+type section[T any] struct {
+	fields []field[T]
+	// extra handles a key that is not a field and reports whether it is
+	// acceptable; nil means every other key is unknown.
+	extra func(d *decoder, at path, key string, v any, dst *T) bool
+	// extraHint ends the "known:" list in unknown-key problems.
+	extraHint string
+	// check runs after the fields: cross-key rules and defaults. set holds
+	// the field keys that were present and not null.
+	check func(d *decoder, at path, set map[string]bool, dst *T)
+	// showExtra returns key/value pairs shown after the fields.
+	showExtra func(s *shower, at path, src *T) []keyValue
+}
+
+type keyValue struct {
+	key string
+	val any
+}
+
+func (sec section[T]) keys() []string {
+	keys := make([]string, len(sec.fields))
+	for i, f := range sec.fields {
+		keys[i] = f.key
+	}
+	return keys
+}
+
+// decodeSection decodes the map v into dst: every field in order, then
+// the other keys (sorted) through extra, then check.
+func decodeSection[T any](d *decoder, at path, v any, sec section[T], dst *T) bool {
+	m, ok := d.mapping(at, v)
+	if !ok {
+		return false
+	}
+	set := map[string]bool{}
+	for _, f := range sec.fields {
+		fv := m[f.key]
+		if fv != nil {
+			set[f.key] = true
+		}
+		f.decode(d, at.key(f.key), fv, dst)
+	}
+	known := sec.keys()
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if slices.Contains(known, k) {
+			continue
+		}
+		if sec.extra != nil && sec.extra(d, at.key(k), k, m[k], dst) {
+			continue
+		}
+		d.unknownKey(at.key(k), k, known, sec.extraHint)
+	}
+	if sec.check != nil {
+		sec.check(d, at, set, dst)
+	}
+	return true
+}
+
+func (d *decoder) unknownKey(at path, key string, known []string, hint string) {
+	list := strings.Join(known, ", ")
+	if hint != "" {
+		list += ", " + hint
+	}
+	if c := closest(key, known); c != "" {
+		d.problemf(at, "unknown key, did you mean %s? (known: %s)", c, list)
+		return
+	}
+	d.problemf(at, "unknown key (known: %s)", list)
+}

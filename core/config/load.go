@@ -1,0 +1,281 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+
+	kyaml "github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+	"go.yaml.in/yaml/v3"
+)
+
+// keyDelim is koanf's key-path delimiter. Keys are user data (provider
+// settings such as labels: {"com.example.team": x} contain dots), so it is
+// the ASCII unit separator, which cannot appear in a YAML key unless
+// written as an escape, nor in an environment variable's name in practice.
+const keyDelim = "\x1f"
+
+// Environment variables that are configuration keys. Every other AMELIA_*
+// variable (AMELIA_CONFIG, AMELIA_PLUGIN_PATH, ...) is not.
+const (
+	envPrefix         = "AMELIA_"
+	envDefaultProfile = "AMELIA_DEFAULT_PROFILE"
+	envProfilesPrefix = "AMELIA_PROFILES__"
+	envNestSep        = "__"
+)
+
+// builtinConfig is used when there is no --config, no AMELIA_CONFIG and no
+// file at the default path.
+const builtinConfig = `
+default_profile: local
+profiles:
+  local:
+    model: ` + DefaultModel + `
+    llm:
+      base_url: ` + DefaultBaseURL + `
+      api_key_env: ` + DefaultAPIKeyEnv + `
+    sandbox:
+      provider: local
+      network: open
+`
+
+// Load finds, reads and validates the configuration. Problems in the
+// configuration are returned as a *ValidationError listing all of them;
+// a missing explicitly named file, an unreadable file or malformed YAML is
+// a plain error naming the file.
+//
+// The file is Options.Path, else $AMELIA_CONFIG, else
+// $XDG_CONFIG_HOME/amelia/config.yaml or ~/.config/amelia/config.yaml; if
+// that default file does not exist the built-in default is used (a single
+// profile "local"). Environment overrides are applied on top:
+// AMELIA_DEFAULT_PROFILE and AMELIA_PROFILES__<NAME>__<KEY>[__<SUBKEY>...]
+// (lowercased; matched case-insensitively to keys already in the file; an
+// empty value unsets the key; lists are comma-separated).
+func Load(opts Options) (*Config, error) {
+	lookup := opts.lookup()
+	name, origin, err := configPath(opts, lookup)
+	if err != nil {
+		return nil, err
+	}
+	if name != "" {
+		name = filepath.Clean(name)
+	}
+
+	k := koanf.NewWithConf(koanf.Conf{Delim: keyDelim})
+	source := ""
+	if name != "" {
+		err := k.Load(file.Provider(name), yamlParser{})
+		var perr *parseError
+		switch {
+		case err == nil:
+			source = name
+		case errors.As(err, &perr):
+			return nil, fmt.Errorf("%s: %s", name, perr.msg)
+		case origin == "" && errors.Is(err, fs.ErrNotExist):
+			// The default file is optional.
+		case origin == "":
+			return nil, fmt.Errorf("read config: %w", err)
+		default:
+			return nil, fmt.Errorf("read config named by %s: %w", origin, err)
+		}
+	}
+	if source == "" {
+		if err := k.Load(bytesProvider(builtinConfig), yamlParser{}); err != nil {
+			return nil, fmt.Errorf("built-in default config: %w", err)
+		}
+	}
+
+	envKeys := map[string]string{} // lowercased key path → variable that set it
+	ep := env.Provider(keyDelim, env.Opt{
+		Prefix:        envPrefix,
+		EnvironFunc:   func() []string { return opts.Environ },
+		TransformFunc: envTransform(envKeys),
+	})
+	if err := k.Load(ep, nil, koanf.WithMergeFunc(mergeFold)); err != nil {
+		return nil, fmt.Errorf("environment overrides: %w", err)
+	}
+
+	d := &decoder{lookup: lookup, envKeys: envKeys}
+	var r root
+	decodeSection(d, nil, k.Raw(), rootSection(), &r)
+	if len(d.problems) > 0 {
+		return nil, &ValidationError{File: source, Problems: d.problems}
+	}
+	for _, p := range r.profiles {
+		p.source = source
+		p.lookupEnv = lookup
+	}
+	return &Config{Source: source, DefaultProfile: r.defaultProfile, Profiles: r.profiles}, nil
+}
+
+// lookup returns the environment lookup function: LookupEnv, else a
+// lookup in Environ.
+func (o Options) lookup() func(string) (string, bool) {
+	if o.LookupEnv != nil {
+		return o.LookupEnv
+	}
+	environ := o.Environ
+	return func(name string) (string, bool) {
+		for i := len(environ) - 1; i >= 0; i-- {
+			if k, v, ok := strings.Cut(environ[i], "="); ok && k == name {
+				return v, true
+			}
+		}
+		return "", false
+	}
+}
+
+// configPath returns the file to load and what named it ("--config" or
+// "AMELIA_CONFIG"; "" for the default path, which may be missing). An
+// empty name means there is no default path (no home directory).
+func configPath(opts Options, lookup func(string) (string, bool)) (name, origin string, err error) {
+	switch v, _ := lookup("AMELIA_CONFIG"); {
+	case opts.Path != "":
+		name, origin = opts.Path, "--config"
+	case v != "":
+		name, origin = v, "AMELIA_CONFIG"
+	default:
+		if xdg, _ := lookup("XDG_CONFIG_HOME"); filepath.IsAbs(xdg) {
+			return filepath.Join(xdg, "amelia", "config.yaml"), "", nil
+		}
+		if opts.HomeDir == "" {
+			return "", "", nil
+		}
+		return filepath.Join(opts.HomeDir, ".config", "amelia", "config.yaml"), "", nil
+	}
+	if name == "~" || strings.HasPrefix(name, "~/") {
+		if opts.HomeDir == "" {
+			return "", "", fmt.Errorf("config file %s (from %s): no home directory to expand ~", name, origin)
+		}
+		name = filepath.Join(opts.HomeDir, name[1:])
+	}
+	return name, origin, nil
+}
+
+// envTransform maps AMELIA_DEFAULT_PROFILE and AMELIA_PROFILES__A__B=v to
+// koanf keys, recording in seen which variable set which key; all other
+// variables are dropped. An empty value becomes nil, which unsets the key.
+func envTransform(seen map[string]string) func(k, v string) (string, any) {
+	return func(k, v string) (string, any) {
+		var parts []string
+		switch {
+		case k == envDefaultProfile:
+			parts = []string{"default_profile"}
+		case strings.HasPrefix(k, envProfilesPrefix):
+			parts = append([]string{"profiles"}, strings.Split(strings.ToLower(k[len(envProfilesPrefix):]), envNestSep)...)
+			for _, p := range parts {
+				if p == "" {
+					return "", nil
+				}
+			}
+		default:
+			return "", nil
+		}
+		key := strings.Join(parts, keyDelim)
+		seen[key] = k
+		if v == "" {
+			return key, nil
+		}
+		return key, v
+	}
+}
+
+// mergeFold merges src into dest like koanf's default merge, except that a
+// key matches an existing key that differs only in case (environment
+// variable names are upper case; the file's keys may be camelCase).
+func mergeFold(src, dest map[string]any) error {
+	for k, v := range src {
+		dk := k
+		if _, ok := dest[k]; !ok {
+			var match []string
+			for existing := range dest {
+				if strings.EqualFold(existing, k) {
+					match = append(match, existing)
+				}
+			}
+			if len(match) == 1 {
+				dk = match[0]
+			}
+		}
+		sm, sIsMap := v.(map[string]any)
+		dm, dIsMap := dest[dk].(map[string]any)
+		if sIsMap && dIsMap {
+			if err := mergeFold(sm, dm); err != nil {
+				return err
+			}
+			continue
+		}
+		dest[dk] = v
+	}
+	return nil
+}
+
+// parseError is a YAML syntax or structure error, already carrying the
+// line.
+type parseError struct{ msg string }
+
+func (e *parseError) Error() string { return e.msg }
+
+// yamlParser is koanf's YAML parser, with errors that give the line and a
+// clear message when the document is not a map.
+type yamlParser struct{}
+
+func (yamlParser) Unmarshal(b []byte) (map[string]any, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, yamlError(err)
+	}
+	if len(doc.Content) == 0 {
+		return map[string]any{}, nil // empty or only comments
+	}
+	if top := doc.Content[0]; top.Kind != yaml.MappingNode {
+		return nil, &parseError{msg: fmt.Sprintf("invalid config: line %d: the top level must be a map (default_profile, profiles), got %s", top.Line, nodeKind(top))}
+	}
+	m, err := kyaml.Parser().Unmarshal(b)
+	if err != nil {
+		return nil, yamlError(err)
+	}
+	return m, nil
+}
+
+// yamlError turns a YAML error into one line starting with the line number.
+func yamlError(err error) *parseError {
+	msg := err.Error()
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msg = strings.Join(te.Errors, "; ")
+	}
+	return &parseError{msg: "invalid YAML: " + oneLine(strings.TrimPrefix(msg, "yaml: "))}
+}
+
+func (yamlParser) Marshal(m map[string]any) ([]byte, error) { return kyaml.Parser().Marshal(m) }
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func nodeKind(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "null"
+		}
+		return "a scalar"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return "something else"
+}
+
+// bytesProvider is a koanf provider for a document in memory.
+type bytesProvider string
+
+func (b bytesProvider) ReadBytes() ([]byte, error) { return []byte(b), nil }
+func (b bytesProvider) Read() (map[string]any, error) {
+	return nil, errors.New("bytesProvider: use ReadBytes")
+}

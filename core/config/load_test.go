@@ -1,0 +1,631 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLoadFindsTheFile(t *testing.T) {
+	const one = "profiles: {one: {sandbox: {provider: local}}}\n"
+	tests := []struct {
+		name string
+		// files to create, relative to the home directory ("~") or to the
+		// XDG directory ("xdg/") or elsewhere ("other/").
+		files      []string
+		path       string // Options.Path; "~/" and "HOME/" are expanded
+		env        testEnv
+		noHome     bool
+		wantSource string // "" for the built-in default; "HOME/" expanded
+		wantErr    []string
+	}{
+		{
+			name:       "default path missing uses the built-in default",
+			wantSource: "",
+		},
+		{
+			name:       "no home directory and no XDG uses the built-in default",
+			noHome:     true,
+			wantSource: "",
+		},
+		{
+			name:       "default path under the home directory",
+			files:      []string{".config/amelia/config.yaml"},
+			wantSource: "HOME/.config/amelia/config.yaml",
+		},
+		{
+			name:       "XDG_CONFIG_HOME wins over ~/.config",
+			files:      []string{".config/amelia/config.yaml", "xdg/amelia/config.yaml"},
+			env:        testEnv{"XDG_CONFIG_HOME": "HOME/xdg"},
+			wantSource: "HOME/xdg/amelia/config.yaml",
+		},
+		{
+			name:       "XDG_CONFIG_HOME without the file uses the built-in default",
+			files:      []string{".config/amelia/config.yaml"},
+			env:        testEnv{"XDG_CONFIG_HOME": "HOME/xdg"},
+			wantSource: "",
+		},
+		{
+			name:       "a relative XDG_CONFIG_HOME is ignored",
+			files:      []string{".config/amelia/config.yaml"},
+			env:        testEnv{"XDG_CONFIG_HOME": "xdg"},
+			wantSource: "HOME/.config/amelia/config.yaml",
+		},
+		{
+			name:       "AMELIA_CONFIG wins over the default path",
+			files:      []string{".config/amelia/config.yaml", "other/a.yaml"},
+			env:        testEnv{"AMELIA_CONFIG": "HOME/other/a.yaml"},
+			wantSource: "HOME/other/a.yaml",
+		},
+		{
+			name:       "--config wins over AMELIA_CONFIG",
+			files:      []string{"other/a.yaml", "other/b.yaml"},
+			env:        testEnv{"AMELIA_CONFIG": "HOME/other/a.yaml"},
+			path:       "HOME/other/b.yaml",
+			wantSource: "HOME/other/b.yaml",
+		},
+		{
+			name:       "--config expands ~",
+			files:      []string{"other/b.yaml"},
+			path:       "~/other/b.yaml",
+			wantSource: "HOME/other/b.yaml",
+		},
+		{
+			name:       "AMELIA_CONFIG expands ~",
+			files:      []string{"other/a.yaml"},
+			env:        testEnv{"AMELIA_CONFIG": "~/other/a.yaml"},
+			wantSource: "HOME/other/a.yaml",
+		},
+		{
+			name:    "--config naming a missing file is an error",
+			files:   []string{".config/amelia/config.yaml"},
+			path:    "HOME/missing.yaml",
+			wantErr: []string{"--config", "HOME/missing.yaml", "no such file"},
+		},
+		{
+			name:    "AMELIA_CONFIG naming a missing file is an error",
+			files:   []string{".config/amelia/config.yaml"},
+			env:     testEnv{"AMELIA_CONFIG": "HOME/missing.yaml"},
+			wantErr: []string{"AMELIA_CONFIG", "HOME/missing.yaml", "no such file"},
+		},
+		{
+			name:    "~ without a home directory is an error",
+			path:    "~/x.yaml",
+			noHome:  true,
+			wantErr: []string{"--config", "no home directory"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			home := t.TempDir()
+			expand := func(s string) string { return strings.ReplaceAll(s, "HOME", home) }
+			for _, f := range tt.files {
+				writeFile(t, home, f, one)
+			}
+			env := testEnv{}
+			for k, v := range tt.env {
+				env[k] = expand(v)
+			}
+			opts := env.options(expand(tt.path), home)
+			if tt.noHome {
+				opts.HomeDir = ""
+			}
+			c, err := Load(opts)
+			if tt.wantErr != nil {
+				if err == nil {
+					t.Fatalf("Load succeeded with source %q, want an error", c.Source)
+				}
+				for _, w := range tt.wantErr {
+					if w = expand(w); !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not contain %q", err, w)
+					}
+				}
+				if !errors.Is(err, fs.ErrNotExist) && strings.Contains(err.Error(), "no such file") {
+					t.Errorf("error %v does not wrap fs.ErrNotExist", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := expand(tt.wantSource)
+			if want != "" {
+				want = filepath.Clean(want)
+			}
+			equal(t, "Source", c.Source, want)
+			if want == "" {
+				equal(t, "profiles of the built-in default", c.ProfileNames(), []string{"local"})
+			} else {
+				equal(t, "profiles", c.ProfileNames(), []string{"one"})
+			}
+		})
+	}
+}
+
+func TestBuiltinDefault(t *testing.T) {
+	c, err := Load(testEnv{}.options("", t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := &Profile{
+		Name:  "local",
+		Model: "gpt-4.1-mini",
+		LLM:   LLM{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"},
+		Sandbox: Sandbox{
+			Provider: "local",
+			Network:  NetworkOpen,
+		},
+	}
+	equal(t, "Source", c.Source, "")
+	equal(t, "DefaultProfile", c.DefaultProfile, "local")
+	got := mustProfile(t, c, "")
+	got.lookupEnv = nil // functions are not comparable
+	equal(t, "default profile", got, local)
+
+	// Environment overrides apply to the built-in default too.
+	env := testEnv{"AMELIA_PROFILES__LOCAL__MODEL": "o3"}
+	c, err = Load(env.options("", t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "overridden model", mustProfile(t, c, "").Model, "o3")
+
+	// And problems they cause name the built-in default.
+	env = testEnv{"AMELIA_PROFILES__LOCAL__SANDBOX__NETWORK": "nope"}
+	_, err = Load(env.options("", t.TempDir()))
+	equal(t, "error", errString(err), `built-in default config: profiles.local.sandbox.network: "nope" is not one of open, allowlist, none (set by AMELIA_PROFILES__LOCAL__SANDBOX__NETWORK)`)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+func TestDefaultsFilled(t *testing.T) {
+	tests := []struct {
+		name    string
+		profile string
+		want    Profile
+	}{
+		{
+			name:    "only the provider",
+			profile: `{sandbox: {provider: docker}}`,
+			want: Profile{Model: DefaultModel, LLM: LLM{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv},
+				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
+		},
+		{
+			name:    "api_key set: no default api_key_env",
+			profile: `{llm: {api_key: sk-1}, sandbox: {provider: docker}}`,
+			want: Profile{Model: DefaultModel, LLM: LLM{BaseURL: DefaultBaseURL, APIKey: "sk-1"},
+				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
+		},
+		{
+			name:    "base_url set: the key variable still defaults",
+			profile: `{llm: {base_url: "http://localhost:11434/v1"}, sandbox: {provider: docker}}`,
+			want: Profile{Model: DefaultModel, LLM: LLM{BaseURL: "http://localhost:11434/v1", APIKeyEnv: DefaultAPIKeyEnv},
+				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
+		},
+		{
+			name:    "null values count as absent",
+			profile: `{model: null, llm: null, sandbox: {provider: docker, network: null}}`,
+			want: Profile{Model: DefaultModel, LLM: LLM{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv},
+				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
+		},
+		{
+			name:    "provider none is local",
+			profile: `{sandbox: {provider: none}}`,
+			want: Profile{Model: DefaultModel, LLM: LLM{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv},
+				Sandbox: Sandbox{Provider: "local", Network: NetworkOpen}},
+		},
+		{
+			name:    "everything set",
+			profile: `{model: o3, llm: {base_url: "https://llm.example.com/v1", api_key_env: K}, sandbox: {provider: ssh, network: allowlist, allowed_hosts: [Example.COM]}}`,
+			want: Profile{Model: "o3", LLM: LLM{BaseURL: "https://llm.example.com/v1", APIKeyEnv: "K"},
+				Sandbox: Sandbox{Provider: "ssh", Network: NetworkAllowlist, AllowedHosts: []string{"example.com"}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustLoad(t, "profiles:\n  p: "+tt.profile+"\n", nil)
+			equal(t, "DefaultProfile (the only profile)", c.DefaultProfile, "p")
+			got := *mustProfile(t, c, "")
+			got.lookupEnv, got.source = nil, ""
+			tt.want.Name = "p"
+			equal(t, "profile", got, tt.want)
+		})
+	}
+}
+
+func TestEnvOverrides(t *testing.T) {
+	const file = `
+default_profile: dev
+profiles:
+  dev:
+    llm: {api_key_env: FILE_KEY}
+    sandbox:
+      provider: docker
+      docker: {image: "img:1", cpus: 2}
+      daytona: {autoStopInterval: 10}
+  prod:
+    sandbox: {provider: daytona, network: none}
+`
+	tests := []struct {
+		name  string
+		env   testEnv
+		check func(t *testing.T, c *Config)
+	}{
+		{
+			name: "default profile",
+			env:  testEnv{"AMELIA_DEFAULT_PROFILE": "prod"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "DefaultProfile", c.DefaultProfile, "prod")
+			},
+		},
+		{
+			name: "nested scalar",
+			env:  testEnv{"AMELIA_PROFILES__DEV__SANDBOX__NETWORK": "none"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "network", c.Profiles["dev"].Sandbox.Network, NetworkNone)
+				equal(t, "prod untouched", c.Profiles["prod"].Sandbox.Network, NetworkNone)
+			},
+		},
+		{
+			name: "key with underscores",
+			env:  testEnv{"AMELIA_PROFILES__DEV__LLM__API_KEY_ENV": "MY_KEY"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "api_key_env", c.Profiles["dev"].LLM.APIKeyEnv, "MY_KEY")
+			},
+		},
+		{
+			name: "comma-separated list",
+			env: testEnv{
+				"AMELIA_PROFILES__DEV__SANDBOX__NETWORK":       "allowlist",
+				"AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS": "github.com, *.PyPI.org,,10.0.0.1",
+			},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "allowed_hosts", c.Profiles["dev"].Sandbox.AllowedHosts, []string{"github.com", "*.pypi.org", "10.0.0.1"})
+			},
+		},
+		{
+			name: "provider settings merge into the block",
+			env:  testEnv{"AMELIA_PROFILES__DEV__SANDBOX__DOCKER__IMAGE": "img:2"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "docker block", c.Profiles["dev"].Sandbox.Settings["docker"], map[string]any{"image": "img:2", "cpus": 2})
+			},
+		},
+		{
+			name: "keys match the file's case-insensitively",
+			env:  testEnv{"AMELIA_PROFILES__DEV__SANDBOX__DAYTONA__AUTOSTOPINTERVAL": "30"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "daytona block", c.Profiles["dev"].Sandbox.Settings["daytona"], map[string]any{"autoStopInterval": "30"})
+			},
+		},
+		{
+			name: "a new profile",
+			env:  testEnv{"AMELIA_PROFILES__CI__SANDBOX__PROVIDER": "local", "AMELIA_PROFILES__CI__MODEL": "o3"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "names", c.ProfileNames(), []string{"ci", "dev", "prod"})
+				equal(t, "ci", c.Profiles["ci"].Sandbox.Provider, "local")
+				equal(t, "ci", c.Profiles["ci"].Model, "o3")
+			},
+		},
+		{
+			name: "an empty value unsets the key",
+			env:  testEnv{"AMELIA_PROFILES__DEV__LLM__API_KEY_ENV": "", "AMELIA_PROFILES__DEV__LLM__API_KEY": "sk-env"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "llm", c.Profiles["dev"].LLM, LLM{BaseURL: DefaultBaseURL, APIKey: "sk-env"})
+			},
+		},
+		{
+			name: "values are interpolated",
+			env:  testEnv{"AMELIA_PROFILES__DEV__MODEL": "${M:-o3}"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "model", c.Profiles["dev"].Model, "o3")
+			},
+		},
+		{
+			name: "other AMELIA_ variables are not config keys",
+			env: testEnv{
+				"AMELIA_CONFIG_DIR":             "/x",
+				"AMELIA_PLUGIN_PATH":            "/usr/lib/amelia",
+				"AMELIA_WORKER_DIR":             "/tmp/w",
+				"AMELIA_PROXY_URL":              "http://127.0.0.1:1",
+				"AMELIA_PROFILE":                "prod",
+				"AMELIA_PROFILES":               "x",
+				"AMELIA_PROFILES_DEV":           "x",
+				"AMELIA_DEFAULT_PROFILE_":       "prod",
+				"AMELIA_PROFILES__DEV____MODEL": "x",
+				"PROFILES__DEV__MODEL":          "x",
+				"amelia_profiles__dev__model":   "x",
+			},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "DefaultProfile", c.DefaultProfile, "dev")
+				equal(t, "dev model", c.Profiles["dev"].Model, DefaultModel)
+				equal(t, "names", c.ProfileNames(), []string{"dev", "prod"})
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.check(t, mustLoad(t, file, tt.env))
+		})
+	}
+}
+
+func TestEnvOverrideProblemsNameTheVariable(t *testing.T) {
+	env := testEnv{
+		"AMELIA_PROFILES__DEV__SANDBOX__NETWORK":       "opn",
+		"AMELIA_PROFILES__DEV__MODLE":                  "o3",
+		"AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS": "ok.com,bad host",
+		"AMELIA_DEFAULT_PROFILE":                       "nope",
+	}
+	got := problems(t, minimal, env)
+	equal(t, "problems", got, []string{
+		`profiles.dev.sandbox.network: "opn" is not one of open, allowlist, none (set by AMELIA_PROFILES__DEV__SANDBOX__NETWORK)`,
+		`profiles.dev.sandbox.allowed_hosts[1]: "bad host" is not a hostname, *.wildcard or IP address (no scheme, port or path) (set by AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS)`,
+		`profiles.dev.modle: unknown key, did you mean model? (known: model, llm, sandbox) (set by AMELIA_PROFILES__DEV__MODLE)`,
+		`default_profile: "nope" is not a profile (profiles: dev) (set by AMELIA_DEFAULT_PROFILE)`,
+	})
+}
+
+func TestInterpolation(t *testing.T) {
+	const file = `
+profiles:
+  dev:
+    model: ${MODEL}
+    llm:
+      base_url: ${BASE:-https://llm.example.com/v1}
+      api_key: "${KEY_PREFIX:-sk}-${KEY}"
+    sandbox:
+      provider: ${PROVIDER:-docker}
+      network: ${NET:-allowlist}
+      allowed_hosts: ["${HOST}", "${OTHER:-pypi.org}"]
+      docker:
+        image: "${REGISTRY:-docker.io}/amelia:${TAG:-latest}"
+        price: "cost $5, pa$$word, $HOME, $${LITERAL}, trailing $"
+        nested:
+          - {name: "${NAME}", n: 3}
+          - plain
+        ${KEY_NOT_EXPANDED}: kept
+`
+	env := testEnv{"MODEL": "o3", "KEY": "secret", "HOST": "github.com", "TAG": "", "NAME": "n1", "NET": ""}
+	c := mustLoad(t, file, env)
+	p := mustProfile(t, c, "dev")
+	equal(t, "model", p.Model, "o3")
+	equal(t, "base_url", p.LLM.BaseURL, "https://llm.example.com/v1")
+	equal(t, "api_key", p.LLM.APIKey, "sk-secret")
+	equal(t, "provider", p.Sandbox.Provider, "docker")
+	equal(t, "network (set but empty uses the default)", p.Sandbox.Network, NetworkAllowlist)
+	equal(t, "allowed_hosts", p.Sandbox.AllowedHosts, []string{"github.com", "pypi.org"})
+	equal(t, "docker settings", p.Sandbox.ProviderSettings(), map[string]any{
+		"image":               "docker.io/amelia:latest",
+		"price":               "cost $5, pa$$word, $HOME, ${LITERAL}, trailing $",
+		"nested":              []any{map[string]any{"name": "n1", "n": 3}, "plain"},
+		"${KEY_NOT_EXPANDED}": "kept",
+	})
+}
+
+func TestInterpolationProblems(t *testing.T) {
+	const file = `
+profiles:
+  dev:
+    model: ${MODEL}
+    llm: {api_key: "${A}${B:-${C}}"}
+    sandbox:
+      provider: docker
+      network: allowlist
+      allowed_hosts: [ok.com, "${HOST}"]
+      docker:
+        env: [{X: "${DEEP}"}]
+        bad: "${unterminated"
+        name: "${1X}"
+`
+	got := problems(t, file, testEnv{})
+	equal(t, "problems", got, []string{
+		`profiles.dev.model: environment variable MODEL is not set (write ${MODEL:-default} to give a default)`,
+		`profiles.dev.llm.api_key: environment variable A is not set (write ${A:-default} to give a default)`,
+		`profiles.dev.llm.api_key: environment variable C is not set (write ${C:-default} to give a default)`,
+		`profiles.dev.sandbox.allowed_hosts[1]: environment variable HOST is not set (write ${HOST:-default} to give a default)`,
+		`profiles.dev.sandbox.docker.bad: unterminated reference "${unterminated" (want ${NAME} or ${NAME:-default})`,
+		`profiles.dev.sandbox.docker.env[0].X: environment variable DEEP is not set (write ${DEEP:-default} to give a default)`,
+		`profiles.dev.sandbox.docker.name: invalid reference "${1X}" (want ${NAME} or ${NAME:-default}; write $${ for a literal ${)`,
+	})
+}
+
+func TestExpand(t *testing.T) {
+	env := testEnv{"A": "a", "E": "", "N": "${A}"}
+	lookup := env.options("", "").LookupEnv
+	tests := []struct {
+		in, want string
+		unset    []string
+		err      string
+	}{
+		{in: "plain", want: "plain"},
+		{in: "${A}", want: "a"},
+		{in: "x${A}y${A}z", want: "xayaz"},
+		{in: "${E}", want: ""},
+		{in: "${E:-d}", want: "d"},
+		{in: "${U:-d}", want: "d"},
+		{in: "${U:-}", want: ""},
+		{in: "${U:-a:-b}", want: "a:-b"},
+		{in: "${U:-${A}}", want: "a"},
+		{in: "${U:-${V:-deep}}", want: "deep"},
+		{in: "${N}", want: "${A}"}, // values are not expanded again
+		{in: "${U}", want: "", unset: []string{"U"}},
+		{in: "${U}${V}", want: "", unset: []string{"U", "V"}},
+		{in: "$", want: "$"},
+		{in: "$A", want: "$A"},
+		{in: "$$", want: "$$"},
+		{in: "a$", want: "a$"},
+		{in: "$${A}", want: "${A}"},
+		{in: "$$${A}", want: "$${A}"}, // "$" then the literal "${"
+		{in: "${", err: "unterminated"},
+		{in: "${A", err: "unterminated"},
+		{in: "${}", err: "invalid reference"},
+		{in: "${A B}", err: "invalid reference"},
+		{in: "${A:}", err: "invalid reference"},
+	}
+	for _, tt := range tests {
+		got, err := expand(tt.in, lookup)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("expand(%q): error %v, want one containing %q", tt.in, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("expand(%q): %v", tt.in, err)
+			continue
+		}
+		if got.value != tt.want || strings.Join(got.unset, ",") != strings.Join(tt.unset, ",") {
+			t.Errorf("expand(%q) = %q unset %v, want %q unset %v", tt.in, got.value, got.unset, tt.want, tt.unset)
+		}
+	}
+}
+
+func TestDottedKeysSurvive(t *testing.T) {
+	const file = `
+profiles:
+  dev:
+    sandbox:
+      provider: docker
+      docker:
+        labels:
+          com.example.team: platform
+          com.example.owner: amelia
+        a.b: {c.d: 1}
+`
+	env := testEnv{"AMELIA_PROFILES__DEV__SANDBOX__DOCKER__LABELS__COM.EXAMPLE.TEAM": "infra"}
+	c := mustLoad(t, file, env)
+	equal(t, "docker settings", c.Profiles["dev"].Sandbox.ProviderSettings(), map[string]any{
+		"labels": map[string]any{"com.example.team": "infra", "com.example.owner": "amelia"},
+		"a.b":    map[string]any{"c.d": 1},
+	})
+
+	// And problems under such keys quote them.
+	got := problems(t, `
+profiles:
+  dev:
+    sandbox:
+      provider: docker
+      docker: {labels: {"com.example.team": "${TEAM}"}}
+`, nil)
+	equal(t, "problems", got, []string{
+		`profiles.dev.sandbox.docker.labels."com.example.team": environment variable TEAM is not set (write ${TEAM:-default} to give a default)`,
+	})
+}
+
+func TestMalformedYAML(t *testing.T) {
+	tests := []struct {
+		name, content string
+		want          string // after "<file>: "
+	}{
+		{
+			name:    "tab indentation",
+			content: "profiles:\n  dev:\n\tmodel: x\n",
+			want:    "invalid YAML: line 3: found character that cannot start any token",
+		},
+		{
+			name:    "mapping in a scalar",
+			content: "profiles:\n  dev: a: b\n",
+			want:    "invalid YAML: line 2: mapping values are not allowed in this context",
+		},
+		{
+			name:    "duplicate key",
+			content: "profiles: {}\nprofiles: {}\n",
+			want:    `invalid YAML: line 2: mapping key "profiles" already defined at line 1`,
+		},
+		{
+			name:    "top level is a list",
+			content: "# comment\n- a\n- b\n",
+			want:    "invalid config: line 2: the top level must be a map (default_profile, profiles), got a list",
+		},
+		{
+			name:    "top level is a scalar",
+			content: "hello\n",
+			want:    "invalid config: line 1: the top level must be a map (default_profile, profiles), got a scalar",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, path, err := loadString(t, tt.content, nil)
+			equal(t, "error", errString(err), path+": "+tt.want)
+			var ve *ValidationError
+			if errors.As(err, &ve) {
+				t.Errorf("malformed YAML gave a *ValidationError")
+			}
+		})
+	}
+}
+
+func TestEmptyFile(t *testing.T) {
+	for _, content := range []string{"", "# only a comment\n", "profiles:\n", "profiles: {}\n"} {
+		got := problems(t, content, nil)
+		equal(t, "problems of "+strings.TrimSpace(content), got, []string{"profiles: no profiles defined"})
+	}
+}
+
+func TestExampleConfig(t *testing.T) {
+	path := filepath.Join("..", "..", "configs", "example.yaml")
+	c, err := Load(testEnv{"HOME": "/home/u"}.options(path, "/home/u"))
+	if err != nil {
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			t.Fatalf("%v\n%s", err, problemLines(ve))
+		}
+		t.Fatal(err)
+	}
+	equal(t, "profiles", c.ProfileNames(), []string{"daytona", "docker", "local", "ssh"})
+	equal(t, "default", c.DefaultProfile, "docker")
+	for _, name := range c.ProfileNames() {
+		p := c.Profiles[name]
+		equal(t, name+" provider", p.Sandbox.Provider, name)
+		if p.Sandbox.ProviderSettings() == nil {
+			t.Errorf("profile %s has no settings for its provider", name)
+		}
+	}
+	equal(t, "local root", c.Profiles["local"].Sandbox.ProviderSettings()["root"], "/home/u/.local/state/amelia/local")
+	docker := c.Profiles["docker"]
+	equal(t, "docker labels", docker.Sandbox.Settings["docker"]["labels"], map[string]any{"com.example.team": "platform"})
+	equal(t, "docker model", docker.Model, "gpt-4.1")
+	equal(t, "ssh llm", c.Profiles["ssh"].LLM, LLM{BaseURL: "http://gpu-box.internal:8000/v1", APIKey: "not-needed"})
+}
+
+// The shape the foundation issue pins, verbatim: it must load as written
+// (allowed_hosts is kept with network open, ready for a switch to allowlist).
+func TestPinnedShape(t *testing.T) {
+	c := mustLoad(t, `default_profile: dev
+profiles:
+  dev:
+    model: gpt-4.1-mini
+    llm: {base_url: https://api.openai.com/v1, api_key_env: OPENAI_API_KEY}
+    sandbox:
+      provider: docker          # local | docker | ssh | daytona | any installed plugin name
+      network: open             # open | allowlist | none
+      allowed_hosts: [github.com, pypi.org]
+      # provider-specific settings live under the provider's name, passed to the plugin as-is:
+      docker: {image: amelia-sandbox:latest}
+`, nil)
+	p, err := c.Profile("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := *p
+	got.lookupEnv = nil // funcs never compare equal
+	equal(t, "profile", got, Profile{
+		Name:  "dev",
+		Model: "gpt-4.1-mini",
+		LLM:   LLM{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"},
+		Sandbox: Sandbox{
+			Provider:     "docker",
+			Network:      NetworkOpen,
+			AllowedHosts: []string{"github.com", "pypi.org"},
+			Settings:     map[string]map[string]any{"docker": {"image": "amelia-sandbox:latest"}},
+		},
+		source: p.source,
+	})
+}

@@ -1,0 +1,153 @@
+package config
+
+import (
+	"net/netip"
+	"strings"
+	"unicode"
+)
+
+// nameRule describes validName for messages.
+const nameRule = `lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters`
+
+// validName reports whether s matches ^[a-z0-9][a-z0-9_-]{0,62}$, the rule
+// for profile names (they become sandbox names) and provider names.
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case (c == '-' || c == '_') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validEnvName reports whether s is a portable environment variable name:
+// ^[A-Za-z_][A-Za-z0-9_]*$.
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHost reports whether s (already lowercased) is a hostname, a
+// "*."-wildcard of one, or an IP address literal (without zone).
+func validHost(s string) bool {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Zone() == ""
+	}
+	return validHostname(strings.TrimPrefix(s, "*."))
+}
+
+// validHostname checks DNS syntax: dot-separated labels of 1-63 letters,
+// digits, "-" (not at either end) and "_", at most 253 characters, and a
+// last label that is not all digits (which would be a malformed IP).
+func validHostname(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	labels := strings.Split(s, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	last := labels[len(labels)-1]
+	return strings.Trim(last, "0123456789") != ""
+}
+
+// isSecretKey reports whether a value stored under key must be masked when
+// shown: api_key, apikey, token, secret, password, passphrase, private_key,
+// or a key ending in _token, _secret, _password or _key, compared
+// case-insensitively with "-" and camelCase read as "_" (so apiKey and
+// access-token count). Keys ending in _env name a variable, not a secret.
+func isSecretKey(key string) bool {
+	k := snakeCase(key)
+	if strings.HasSuffix(k, "_env") {
+		return false
+	}
+	switch k {
+	case "api_key", "apikey", "token", "secret", "password", "passphrase", "private_key":
+		return true
+	}
+	for _, suf := range []string{"_token", "_secret", "_password", "_key"} {
+		if strings.HasSuffix(k, suf) {
+			return true
+		}
+	}
+	return false
+}
+
+// snakeCase lowercases key, turning "-" and camelCase humps into "_".
+func snakeCase(key string) string {
+	var b strings.Builder
+	rs := []rune(key)
+	for i, r := range rs {
+		switch {
+		case r == '-':
+			b.WriteByte('_')
+		case unicode.IsUpper(r):
+			if i > 0 && (unicode.IsLower(rs[i-1]) || unicode.IsDigit(rs[i-1])) {
+				b.WriteByte('_')
+			}
+			b.WriteRune(unicode.ToLower(r))
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// closest returns the candidate nearest to s by edit distance if it is
+// close enough to be a likely typo, or "".
+func closest(s string, candidates []string) string {
+	best, bestDist := "", 3
+	for _, c := range candidates {
+		d := editDistance(strings.ToLower(s), c)
+		if d < bestDist && d <= len(c)/2 {
+			best, bestDist = c, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

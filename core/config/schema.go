@@ -1,0 +1,323 @@
+package config
+
+import (
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// The schema: one table per section. To add a key, add a field to the
+// struct and an entry here; decoding, defaults, unknown-key detection and
+// ShowYAML (in table order, secrets masked by key name) follow from it.
+
+// root is the top level of the file.
+type root struct {
+	defaultProfile string
+	defaultSet     bool
+	profiles       map[string]*Profile
+	names          []string // every profile name, valid or not, sorted
+	profilesBad    bool
+}
+
+func rootSection() section[root] {
+	return section[root]{
+		fields: []field[root]{
+			{
+				key: "default_profile",
+				decode: func(d *decoder, at path, v any, r *root) {
+					if v == nil {
+						return
+					}
+					if s, ok := d.str(at, v); ok && s.val != "" {
+						r.defaultProfile, r.defaultSet = s.val, true
+					}
+				},
+			},
+			{
+				key: "profiles",
+				decode: func(d *decoder, at path, v any, r *root) {
+					m, ok := d.mapping(at, v)
+					if !ok {
+						r.profilesBad = true
+						return
+					}
+					r.profiles = make(map[string]*Profile, len(m))
+					for _, name := range sortedKeys(m) {
+						pat := at.key(name)
+						r.names = append(r.names, name)
+						if !validName(name) {
+							d.problemf(pat, "invalid profile name: profile names become sandbox names, so use %s", nameRule)
+						}
+						p := &Profile{Name: name}
+						if decodeSection(d, pat, m[name], profileSection(), p) {
+							r.profiles[name] = p
+						}
+					}
+				},
+			},
+		},
+		check: func(d *decoder, at path, _ map[string]bool, r *root) {
+			if r.profilesBad {
+				return
+			}
+			dp := at.key("default_profile")
+			if len(r.names) == 0 {
+				d.problemf(at.key("profiles"), "no profiles defined")
+				return
+			}
+			list := strings.Join(r.names, ", ")
+			switch {
+			case r.defaultSet:
+				if !slices.Contains(r.names, r.defaultProfile) {
+					d.problemf(dp, "%q is not a profile (profiles: %s)", r.defaultProfile, list)
+				}
+			case d.failed(dp):
+			case len(r.names) == 1:
+				r.defaultProfile = r.names[0]
+			default:
+				d.problemf(dp, "required when there are several profiles (profiles: %s)", list)
+			}
+		},
+	}
+}
+
+func profileSection() section[Profile] {
+	return section[Profile]{
+		fields: []field[Profile]{
+			{
+				key: "model",
+				decode: func(d *decoder, at path, v any, p *Profile) {
+					if v == nil {
+						p.Model = DefaultModel
+						return
+					}
+					if s, ok := d.str(at, v); ok {
+						if strings.TrimSpace(s.val) == "" {
+							d.problemf(at, "must not be empty")
+						}
+						p.Model = s.val
+					}
+				},
+				show: func(_ *shower, _ path, p *Profile) any { return p.Model },
+			},
+			{
+				key: "llm",
+				decode: func(d *decoder, at path, v any, p *Profile) {
+					decodeSection(d, at, v, llmSection(), &p.LLM)
+				},
+				show: func(s *shower, at path, p *Profile) any { return showSection(s, at, llmSection(), &p.LLM) },
+			},
+			{
+				key: "sandbox",
+				decode: func(d *decoder, at path, v any, p *Profile) {
+					decodeSection(d, at, v, sandboxSection(), &p.Sandbox)
+				},
+				show: func(s *shower, at path, p *Profile) any { return showSection(s, at, sandboxSection(), &p.Sandbox) },
+			},
+		},
+	}
+}
+
+func llmSection() section[LLM] {
+	return section[LLM]{
+		fields: []field[LLM]{
+			{
+				key: "base_url",
+				decode: func(d *decoder, at path, v any, l *LLM) {
+					if v == nil {
+						l.BaseURL = DefaultBaseURL
+						return
+					}
+					s, ok := d.str(at, v)
+					if !ok {
+						return
+					}
+					if u, err := url.Parse(s.val); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+						s.val, s.raw = redactURL(s.val), redactURL(s.raw)
+						d.problemf(at, "%s is not an absolute http(s) URL", s.quoteRaw())
+						return
+					}
+					l.BaseURL = s.val
+				},
+				show: func(_ *shower, _ path, l *LLM) any { return l.BaseURL },
+			},
+			{
+				key: "api_key_env",
+				decode: func(d *decoder, at path, v any, l *LLM) {
+					if v == nil {
+						return
+					}
+					s, ok := d.str(at, v)
+					switch {
+					case !ok:
+					case !validEnvName(s.val) && s.expanded():
+						// Never echo what it expanded to: probably the key.
+						d.problemf(at, "%s is not a valid environment variable name: api_key_env takes the variable's name (like %s), not its value", s.quoteRaw(), DefaultAPIKeyEnv)
+					case !validEnvName(s.val):
+						d.problemf(at, "%q is not a valid environment variable name (letters, digits and _, not starting with a digit)", s.val)
+					default:
+						l.APIKeyEnv = s.val
+					}
+				},
+				show: func(s *shower, _ path, l *LLM) any {
+					if l.APIKeyEnv == "" {
+						return nil
+					}
+					return s.envNameNode(l.APIKeyEnv)
+				},
+			},
+			{
+				key: "api_key",
+				decode: func(d *decoder, at path, v any, l *LLM) {
+					if v == nil {
+						return
+					}
+					if s, ok := d.str(at, v); ok {
+						l.APIKey = s.val
+					}
+				},
+				show: func(_ *shower, _ path, l *LLM) any {
+					if l.APIKey == "" && l.APIKeyEnv != "" {
+						return nil
+					}
+					return l.APIKey
+				},
+			},
+		},
+		check: func(d *decoder, at path, set map[string]bool, l *LLM) {
+			switch {
+			case set["api_key"] && set["api_key_env"]:
+				d.problemf(at, "api_key and api_key_env are both set; use one")
+			case !set["api_key"] && !set["api_key_env"]:
+				l.APIKeyEnv = DefaultAPIKeyEnv
+			}
+		},
+	}
+}
+
+// builtinProviders are the providers that ship with amelia, for messages.
+const builtinProviders = "local, docker, ssh, daytona"
+
+func sandboxSection() section[Sandbox] {
+	return section[Sandbox]{
+		fields: []field[Sandbox]{
+			{
+				key: "provider",
+				decode: func(d *decoder, at path, v any, sb *Sandbox) {
+					if v == nil {
+						d.problemf(at, "required: where the profile runs (%s, or an installed plugin's name)", builtinProviders)
+						return
+					}
+					s, ok := d.str(at, v)
+					switch {
+					case !ok:
+					case s.val == "":
+						d.problemf(at, "must not be empty: where the profile runs (%s, or an installed plugin's name)", builtinProviders)
+					case s.val == "none":
+						sb.Provider = ProviderLocal
+					case !validName(s.val):
+						d.problemf(at, "%s is not a valid provider name (built in: %s; a plugin's name uses %s)", s.quote(), builtinProviders, nameRule)
+					default:
+						sb.Provider = s.val
+					}
+				},
+				show: func(_ *shower, _ path, sb *Sandbox) any { return sb.Provider },
+			},
+			{
+				key: "network",
+				decode: func(d *decoder, at path, v any, sb *Sandbox) {
+					if v == nil {
+						sb.Network = NetworkOpen
+						return
+					}
+					s, ok := d.str(at, v)
+					if !ok {
+						return
+					}
+					if !slices.Contains(networkModes(), NetworkMode(s.val)) {
+						d.problemf(at, "%s is not one of %s", s.quote(), joinModes(networkModes()))
+						return
+					}
+					sb.Network = NetworkMode(s.val)
+				},
+				show: func(_ *shower, _ path, sb *Sandbox) any { return string(sb.Network) },
+			},
+			{
+				key: "allowed_hosts",
+				decode: func(d *decoder, at path, v any, sb *Sandbox) {
+					if v == nil {
+						return
+					}
+					sb.AllowedHosts, _ = d.strList(at, v, func(at path, s sval) (string, bool) {
+						h := strings.ToLower(strings.TrimSpace(s.val))
+						if !validHost(h) {
+							d.problemf(at, "%s is not a hostname, *.wildcard or IP address (no scheme, port or path)", s.quote())
+							return "", false
+						}
+						return h, true
+					})
+				},
+				show: func(_ *shower, _ path, sb *Sandbox) any {
+					if len(sb.AllowedHosts) == 0 && sb.Network != NetworkAllowlist {
+						return nil
+					}
+					return append([]string{}, sb.AllowedHosts...)
+				},
+			},
+		},
+		// Any other key holding a map is a provider's settings block, kept
+		// as written for the plugin.
+		extra: func(d *decoder, at path, key string, v any, sb *Sandbox) bool {
+			switch v.(type) {
+			case nil, map[string]any:
+			default:
+				return false
+			}
+			if !validName(key) {
+				d.problemf(at, "invalid provider settings block name: a block is named after its provider (%s)", nameRule)
+				return true
+			}
+			if sb.Settings == nil {
+				sb.Settings = map[string]map[string]any{}
+			}
+			block, _ := d.tree(at, v).(map[string]any)
+			if block == nil {
+				block = map[string]any{}
+			}
+			sb.Settings[key] = block
+			return true
+		},
+		extraHint: "or a map of provider settings",
+		check: func(d *decoder, at path, _ map[string]bool, sb *Sandbox) {
+			_, hasLocal := sb.Settings[ProviderLocal]
+			_, hasNone := sb.Settings["none"]
+			if hasLocal && hasNone {
+				d.problemf(at.key("none"), `"none" is an alias of "local": keep a single settings block`)
+			}
+		},
+		showExtra: func(_ *shower, _ path, sb *Sandbox) []keyValue {
+			var kvs []keyValue
+			for _, name := range sortedKeys(sb.Settings) {
+				kvs = append(kvs, keyValue{name, sb.Settings[name]})
+			}
+			return kvs
+		},
+	}
+}
+
+func joinModes(modes []NetworkMode) string {
+	s := make([]string, len(modes))
+	for i, m := range modes {
+		s[i] = string(m)
+	}
+	return strings.Join(s, ", ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

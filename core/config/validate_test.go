@@ -1,0 +1,375 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// profileWith is a config with one profile "dev" whose body is given.
+func profileWith(body string) string {
+	return "profiles:\n  dev:\n" + indent(body, "    ")
+}
+
+func indent(s, prefix string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = prefix + l
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+func TestValidationRules(t *testing.T) {
+	const sandbox = "sandbox: {provider: docker}\n"
+	tests := []struct {
+		name    string
+		content string
+		env     testEnv
+		want    []string
+	}{
+		// Profile names.
+		{
+			name:    "profile name with capitals",
+			content: "profiles:\n  Dev: {sandbox: {provider: docker}}\n",
+			want:    []string{`profiles.Dev: invalid profile name: profile names become sandbox names, so use lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters`},
+		},
+		{
+			name:    "profile name starting with a dash, and one with a dot",
+			content: "default_profile: ok\nprofiles:\n  -x: {sandbox: {provider: docker}}\n  a.b: {sandbox: {provider: docker}}\n  ok: {sandbox: {provider: docker}}\n",
+			want: []string{
+				`profiles.-x: invalid profile name: profile names become sandbox names, so use lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters`,
+				`profiles."a.b": invalid profile name: profile names become sandbox names, so use lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters`,
+			},
+		},
+		{
+			name:    "profile name of 64 characters",
+			content: "profiles:\n  " + strings.Repeat("a", 64) + ": {sandbox: {provider: docker}}\n",
+			want:    []string{"profiles." + strings.Repeat("a", 64) + `: invalid profile name: profile names become sandbox names, so use lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters`},
+		},
+		// default_profile.
+		{
+			name:    "default_profile names no profile",
+			content: "default_profile: prod\nprofiles:\n  dev: {sandbox: {provider: docker}}\n  ci: {sandbox: {provider: local}}\n",
+			want:    []string{`default_profile: "prod" is not a profile (profiles: ci, dev)`},
+		},
+		{
+			name:    "several profiles and no default_profile",
+			content: "profiles:\n  dev: {sandbox: {provider: docker}}\n  ci: {sandbox: {provider: local}}\n",
+			want:    []string{`default_profile: required when there are several profiles (profiles: ci, dev)`},
+		},
+		{
+			name:    "default_profile is not a string",
+			content: "default_profile: [dev]\n" + profileWith(sandbox),
+			want:    []string{`default_profile: must be a string, got a list`},
+		},
+		// model.
+		{
+			name:    "empty model",
+			content: profileWith("model: ' '\n" + sandbox),
+			want:    []string{`profiles.dev.model: must not be empty`},
+		},
+		{
+			name:    "model is not a string",
+			content: profileWith("model: [a, b]\n" + sandbox),
+			want:    []string{`profiles.dev.model: must be a string, got a list`},
+		},
+		{
+			name:    "model is a number",
+			content: profileWith("model: 4.1\n" + sandbox),
+			want:    []string{`profiles.dev.model: must be a string, got a number`},
+		},
+		// llm.
+		{
+			name:    "base_url without scheme",
+			content: profileWith("llm: {base_url: api.openai.com/v1}\n" + sandbox),
+			want:    []string{`profiles.dev.llm.base_url: "api.openai.com/v1" is not an absolute http(s) URL`},
+		},
+		{
+			name:    "base_url with another scheme hides its password",
+			content: profileWith("llm: {base_url: 'ftp://me:hunter2@host/v1'}\n" + sandbox),
+			want:    []string{`profiles.dev.llm.base_url: "ftp://me:********@host/v1" is not an absolute http(s) URL`},
+		},
+		{
+			name:    "base_url without host",
+			content: profileWith("llm: {base_url: 'https:///v1'}\n" + sandbox),
+			want:    []string{`profiles.dev.llm.base_url: "https:///v1" is not an absolute http(s) URL`},
+		},
+		{
+			name:    "api_key_env is not a variable name",
+			content: profileWith("llm: {api_key_env: MY-KEY}\n" + sandbox),
+			want:    []string{`profiles.dev.llm.api_key_env: "MY-KEY" is not a valid environment variable name (letters, digits and _, not starting with a digit)`},
+		},
+		{
+			name:    "api_key_env starting with a digit",
+			content: profileWith("llm: {api_key_env: 1KEY}\n" + sandbox),
+			want:    []string{`profiles.dev.llm.api_key_env: "1KEY" is not a valid environment variable name (letters, digits and _, not starting with a digit)`},
+		},
+		{
+			name:    "api_key_env given the key's value never echoes it",
+			content: profileWith("llm: {api_key_env: '${OPENAI_API_KEY}'}\n" + sandbox),
+			env:     testEnv{"OPENAI_API_KEY": "sk-live-0123"},
+			want:    []string{`profiles.dev.llm.api_key_env: "${OPENAI_API_KEY}" (as expanded) is not a valid environment variable name: api_key_env takes the variable's name (like OPENAI_API_KEY), not its value`},
+		},
+		{
+			name:    "api_key and api_key_env",
+			content: profileWith("llm: {api_key: sk-1, api_key_env: K}\n" + sandbox),
+			want:    []string{`profiles.dev.llm: api_key and api_key_env are both set; use one`},
+		},
+		// sandbox.provider.
+		{
+			name:    "provider missing",
+			content: profileWith("model: o3\n"),
+			want:    []string{`profiles.dev.sandbox.provider: required: where the profile runs (local, docker, ssh, daytona, or an installed plugin's name)`},
+		},
+		{
+			name:    "provider missing in an empty profile",
+			content: "profiles:\n  dev:\n",
+			want:    []string{`profiles.dev.sandbox.provider: required: where the profile runs (local, docker, ssh, daytona, or an installed plugin's name)`},
+		},
+		{
+			name:    "provider empty",
+			content: profileWith("sandbox: {provider: ''}\n"),
+			want:    []string{`profiles.dev.sandbox.provider: must not be empty: where the profile runs (local, docker, ssh, daytona, or an installed plugin's name)`},
+		},
+		{
+			name:    "provider not a name",
+			content: profileWith("sandbox: {provider: My.Plugin}\n"),
+			want:    []string{`profiles.dev.sandbox.provider: "My.Plugin" is not a valid provider name (built in: local, docker, ssh, daytona; a plugin's name uses lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters)`},
+		},
+		{
+			name:    "provider not a string",
+			content: profileWith("sandbox: {provider: true}\n"),
+			want:    []string{`profiles.dev.sandbox.provider: must be a string, got a boolean`},
+		},
+		// sandbox.network.
+		{
+			name:    "network misspelled",
+			content: profileWith("sandbox: {provider: docker, network: opn}\n"),
+			want:    []string{`profiles.dev.sandbox.network: "opn" is not one of open, allowlist, none`},
+		},
+		{
+			name:    "network is case-sensitive",
+			content: profileWith("sandbox: {provider: docker, network: Open}\n"),
+			want:    []string{`profiles.dev.sandbox.network: "Open" is not one of open, allowlist, none`},
+		},
+		{
+			name:    "network from a variable",
+			content: profileWith("sandbox: {provider: docker, network: '${NET}'}\n"),
+			env:     testEnv{"NET": "closed"},
+			want:    []string{`profiles.dev.sandbox.network: "closed" (from "${NET}") is not one of open, allowlist, none`},
+		},
+		// sandbox.allowed_hosts.
+		{
+			name: "allowed_hosts entries",
+			content: profileWith(`sandbox:
+  provider: docker
+  network: allowlist
+  allowed_hosts:
+    - github.com
+    - "*.example.com"
+    - a_b.example.com
+    - 10.0.0.1
+    - "::1"
+    - https://github.com
+    - github.com:443
+    - github.com/path
+    - "*"
+    - "*.*.example.com"
+    - foo.*.example.com
+    - -a.example.com
+    - 999.1.1.1
+    - "fe80::1%eth0"
+    - ""
+    - 42
+`),
+			want: []string{
+				`profiles.dev.sandbox.allowed_hosts[5]: "https://github.com" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[6]: "github.com:443" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[7]: "github.com/path" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[8]: "*" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[9]: "*.*.example.com" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[10]: "foo.*.example.com" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[11]: "-a.example.com" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[12]: "999.1.1.1" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[13]: "fe80::1%eth0" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[14]: "" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[15]: must be a string, got a number`,
+			},
+		},
+		{
+			name:    "allowed_hosts is not a list",
+			content: profileWith("sandbox: {provider: docker, network: allowlist, allowed_hosts: github.com}\n"),
+			want:    []string{`profiles.dev.sandbox.allowed_hosts: must be a list, got a string`},
+		},
+		// Unknown keys.
+		{
+			name:    "unknown top-level key",
+			content: "defaults: {}\nprofile: x\n" + profileWith(sandbox),
+			want: []string{
+				`defaults: unknown key (known: default_profile, profiles)`,
+				`profile: unknown key, did you mean profiles? (known: default_profile, profiles)`,
+			},
+		},
+		{
+			name:    "unknown profile key",
+			content: profileWith("sandbx: {provider: docker}\n" + sandbox + "image: x\n"),
+			want: []string{
+				`profiles.dev.image: unknown key (known: model, llm, sandbox)`,
+				`profiles.dev.sandbx: unknown key, did you mean sandbox? (known: model, llm, sandbox)`,
+			},
+		},
+		{
+			name:    "unknown llm key",
+			content: profileWith("llm: {apikey: x, url: y}\n" + sandbox),
+			want: []string{
+				`profiles.dev.llm.apikey: unknown key, did you mean api_key? (known: base_url, api_key_env, api_key)`,
+				`profiles.dev.llm.url: unknown key (known: base_url, api_key_env, api_key)`,
+			},
+		},
+		{
+			name:    "unknown scalar or list under sandbox",
+			content: profileWith("sandbox: {provider: docker, netwrok: none, image: x, hosts: [a]}\n"),
+			want: []string{
+				`profiles.dev.sandbox.hosts: unknown key (known: provider, network, allowed_hosts, or a map of provider settings)`,
+				`profiles.dev.sandbox.image: unknown key (known: provider, network, allowed_hosts, or a map of provider settings)`,
+				`profiles.dev.sandbox.netwrok: unknown key, did you mean network? (known: provider, network, allowed_hosts, or a map of provider settings)`,
+			},
+		},
+		// Provider settings blocks.
+		{
+			name:    "settings block not named like a provider",
+			content: profileWith("sandbox: {provider: docker, My.Plugin: {a: 1}}\n"),
+			want:    []string{`profiles.dev.sandbox."My.Plugin": invalid provider settings block name: a block is named after its provider (lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters)`},
+		},
+		{
+			name:    "both local and none blocks",
+			content: profileWith("sandbox: {provider: local, local: {a: 1}, none: {b: 2}}\n"),
+			want:    []string{`profiles.dev.sandbox.none: "none" is an alias of "local": keep a single settings block`},
+		},
+		// Wrong types of sections.
+		{
+			name:    "profiles is a list",
+			content: "profiles: [dev]\n",
+			want:    []string{`profiles: must be a map, got a list`},
+		},
+		{
+			name:    "profile is a string",
+			content: "profiles:\n  dev: docker\n",
+			want:    []string{`profiles.dev: must be a map, got a string`},
+		},
+		{
+			name:    "llm and sandbox are not maps",
+			content: profileWith("llm: openai\nsandbox: [docker]\n"),
+			want: []string{
+				`profiles.dev.llm: must be a map, got a string`,
+				`profiles.dev.sandbox: must be a map, got a list`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := problems(t, tt.content, tt.env)
+			equal(t, "problems", got, tt.want)
+			for _, p := range got {
+				if strings.Contains(p, "sk-live-0123") || strings.Contains(p, "hunter2") {
+					t.Errorf("problem reveals a secret: %s", p)
+				}
+			}
+		})
+	}
+}
+
+func TestValidationListsEveryProblem(t *testing.T) {
+	const content = `
+default_profile: prod
+profiles:
+  dev:
+    model: ""
+    llm: {base_url: "ftp://x", api_key: k, api_key_env: K}
+    sandbox: {provider: docker, network: opn}
+  Bad:
+    sandbx: {}
+`
+	_, path, err := loadString(t, content, nil)
+	want := []string{
+		`profiles.Bad: invalid profile name: profile names become sandbox names, so use lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters`,
+		`profiles.Bad.sandbox.provider: required: where the profile runs (local, docker, ssh, daytona, or an installed plugin's name)`,
+		`profiles.Bad.sandbx: unknown key, did you mean sandbox? (known: model, llm, sandbox)`,
+		`profiles.dev.model: must not be empty`,
+		`profiles.dev.llm.base_url: "ftp://x" is not an absolute http(s) URL`,
+		`profiles.dev.llm: api_key and api_key_env are both set; use one`,
+		`profiles.dev.sandbox.network: "opn" is not one of open, allowlist, none`,
+		`default_profile: "prod" is not a profile (profiles: Bad, dev)`,
+	}
+	equal(t, "problems", problemsOf(t, err), want)
+	equal(t, "Error()", errString(err), fmt.Sprintf("%s: %s (and %d more; run `amelia config validate`)", path, want[0], len(want)-1))
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("Error() is not one line: %q", err)
+	}
+}
+
+func problemsOf(t *testing.T, err error) []string {
+	t.Helper()
+	ve, ok := err.(*ValidationError)
+	if !ok {
+		t.Fatalf("error %v (%T) is not a *ValidationError", err, err)
+	}
+	var out []string
+	for _, p := range ve.Problems {
+		out = append(out, p.String())
+	}
+	return out
+}
+
+func TestValidationErrorFormat(t *testing.T) {
+	tests := []struct {
+		err  *ValidationError
+		want string
+	}{
+		{
+			err:  &ValidationError{File: "/home/u/.config/amelia/config.yaml", Problems: []Problem{{Key: "profiles.dev.sandbox.network", Message: `"opn" is not one of open, allowlist, none`}}},
+			want: `/home/u/.config/amelia/config.yaml: profiles.dev.sandbox.network: "opn" is not one of open, allowlist, none`,
+		},
+		{
+			err:  &ValidationError{File: "c.yaml", Problems: []Problem{{Key: "a", Message: "x"}, {Key: "b", Message: "y"}, {Key: "c", Message: "z"}}},
+			want: "c.yaml: a: x (and 2 more; run `amelia config validate`)",
+		},
+		{
+			err:  &ValidationError{Problems: []Problem{{Key: "a", Message: "x"}}},
+			want: "built-in default config: a: x",
+		},
+		{
+			err:  &ValidationError{File: "c.yaml"},
+			want: "c.yaml: invalid configuration",
+		},
+	}
+	for _, tt := range tests {
+		equal(t, "Error()", tt.err.Error(), tt.want)
+	}
+}
+
+func TestValidNames(t *testing.T) {
+	for _, tt := range []struct {
+		s    string
+		want bool
+	}{
+		{"a", true}, {"0", true}, {"dev-1_x", true}, {strings.Repeat("a", 63), true},
+		{"", false}, {"-a", false}, {"_a", false}, {"A", false}, {"a.b", false}, {"a b", false},
+		{strings.Repeat("a", 64), false}, {"é", false},
+	} {
+		if got := validName(tt.s); got != tt.want {
+			t.Errorf("validName(%q) = %v, want %v", tt.s, got, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		s    string
+		want bool
+	}{
+		{"OPENAI_API_KEY", true}, {"_x", true}, {"a1", true},
+		{"", false}, {"1A", false}, {"A-B", false}, {"A B", false}, {"A=B", false},
+	} {
+		if got := validEnvName(tt.s); got != tt.want {
+			t.Errorf("validEnvName(%q) = %v, want %v", tt.s, got, tt.want)
+		}
+	}
+}
