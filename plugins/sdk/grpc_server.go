@@ -32,6 +32,9 @@ type Server struct {
 	pb.UnimplementedProviderServer
 	impl Provider
 
+	// healthTimeout bounds HealthCheck (HealthCheckTimeout).
+	healthTimeout time.Duration
+
 	// base is cancelled by Shutdown; every exec's context ends with it.
 	base     context.Context
 	shutdown context.CancelCauseFunc
@@ -41,7 +44,7 @@ type Server struct {
 // NewServer returns the gRPC shim serving p.
 func NewServer(p Provider) *Server {
 	base, cancel := context.WithCancelCause(context.Background())
-	return &Server{impl: p, base: base, shutdown: cancel}
+	return &Server{impl: p, healthTimeout: HealthCheckTimeout, base: base, shutdown: cancel}
 }
 
 // Shutdown cancels every running exec (so providers kill their processes,
@@ -107,7 +110,7 @@ func (s *Server) HealthCheck(ctx context.Context, r *pb.HealthCheckRequest) (*pb
 	if err := ValidateName(ref.Name); err != nil {
 		return nil, toStatus(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, HealthCheckTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.healthTimeout)
 	defer cancel()
 	type result struct {
 		h   Health
@@ -125,7 +128,7 @@ func (s *Server) HealthCheck(ctx context.Context, r *pb.HealthCheckRequest) (*pb
 		}
 		return &pb.HealthCheckResponse{State: string(res.h.State), Message: res.h.Message}, nil
 	case <-ctx.Done():
-		return nil, status.Errorf(codes.DeadlineExceeded, "health check of sandbox %q took longer than %s", ref.Name, HealthCheckTimeout)
+		return nil, status.Errorf(codes.DeadlineExceeded, "health check of sandbox %q took longer than %s", ref.Name, s.healthTimeout)
 	}
 }
 

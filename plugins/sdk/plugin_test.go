@@ -1,0 +1,226 @@
+package sdk_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/hostproc"
+)
+
+// The test binary plays three parts, chosen by environment:
+//   - launched by go-plugin (handshake cookie set): a test provider plugin
+//     whose behaviour testMode selects;
+//   - hostModeEnv set: a host that launches the plugin and runs one exec,
+//     for the test that kills a host;
+//   - otherwise: the tests.
+const (
+	testModeEnv = "AMELIA_SDK_TEST_MODE"
+	hostModeEnv = "AMELIA_SDK_TEST_HOST_PIDFILE"
+)
+
+func TestMain(m *testing.M) {
+	switch {
+	case os.Getenv(sdk.Handshake.MagicCookieKey) != "":
+		logger := sdk.NewLogger(os.Stderr, slog.LevelDebug)
+		sdk.Serve(&testProvider{mode: os.Getenv(testModeEnv), log: logger}, sdk.WithLogger(logger))
+	case os.Getenv(hostModeEnv) != "":
+		os.Exit(runHost(os.Getenv(hostModeEnv)))
+	default:
+		os.Exit(m.Run())
+	}
+}
+
+// testProvider runs execs as host processes in the current directory and
+// misbehaves on request.
+type testProvider struct {
+	mode string
+	log  *slog.Logger
+}
+
+func (p *testProvider) Info(context.Context) (sdk.Info, error) {
+	if p.mode == "noisy" {
+		// A library or child process writing to fd 1 after the handshake,
+		// and a structured log record.
+		cmd := exec.Command("sh", "-c", "echo stray-fd1-output")
+		cmd.Stdout = os.NewFile(1, "fd1")
+		_ = cmd.Run()
+		p.log.Info("noisy says hello", "answer", 42)
+	}
+	return sdk.Info{Name: "test", Capabilities: sdk.Capabilities{EgressModes: []sdk.NetworkMode{sdk.NetworkOpen}}}, nil
+}
+
+func (p *testProvider) EnsureRunning(_ context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
+	return sdk.Sandbox{Ref: spec.SandboxRef, Workdir: "/"}, nil
+}
+
+func (p *testProvider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	if p.mode == "crashy" {
+		_, _ = fmt.Fprintln(eio.Stdout, "partial output")
+		panic("test provider exploded")
+	}
+	return hostproc.Run(ctx, exec.Command(req.Argv[0], req.Argv[1:]...), eio, req.Grace())
+}
+
+func (p *testProvider) Teardown(context.Context, sdk.SandboxRef) error { return nil }
+
+func (p *testProvider) HealthCheck(context.Context, sdk.SandboxRef) (sdk.Health, error) {
+	return sdk.Health{State: sdk.HealthReady}, nil
+}
+
+// launch starts the test binary as a plugin in mode, logging to logs.
+func launch(t *testing.T, mode string, logs *syncBuffer) *sdk.Plugin {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), testModeEnv+"="+mode)
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p, err := sdk.Launch(cmd, sdk.LaunchOptions{Name: "test-" + mode, Logger: logger})
+	if err != nil {
+		t.Fatalf("launch: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+var ref = sdk.SandboxRef{Name: "t"}
+
+func TestCrashMidExecIsAClearError(t *testing.T) {
+	p := launch(t, "crashy", &syncBuffer{})
+	_, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: ref, Argv: []string{"true"}}, sdk.ExecIO{Stdout: &bytes.Buffer{}})
+	if err == nil {
+		t.Fatal("Exec on a plugin that panics returned no error")
+	}
+	want := `provider plugin "test-crashy" stopped unexpectedly: panic: test provider exploded`
+	if err.Error() != want || !errors.Is(err, sdk.ErrUnavailable) {
+		t.Errorf("err = %q, want %q matching ErrUnavailable", err, want)
+	}
+}
+
+func TestPluginOutputReachesTheHostLog(t *testing.T) {
+	logs := &syncBuffer{}
+	p := launch(t, "noisy", logs)
+	for range 2 { // the stray output must not break later calls either
+		if _, err := p.Info(t.Context()); err != nil {
+			t.Fatalf("Info: %v", err)
+		}
+	}
+	p.Close() // flushes the plugin's stderr into the log
+	got := logs.String()
+	for _, want := range []string{
+		// The structured record keeps its level, message and attributes.
+		`level=INFO msg="noisy says hello" plugin=test-noisy answer=42`,
+		// A child writing to fd 1 went to stderr, not into the handshake.
+		`msg=stray-fd1-output plugin=test-noisy`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("host log lacks %s\nlog:\n%s", want, got)
+		}
+	}
+}
+
+// runHost is the host in TestPluginExitsWhenItsHostDies: it launches the
+// plugin, starts a long exec that records its pid, and blocks.
+func runHost(pidfile string) int {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), hostModeEnv+"=")
+	p, err := sdk.Launch(cmd, sdk.LaunchOptions{Name: "test"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	_, err = p.Exec(context.Background(), sdk.ExecRequest{Sandbox: ref, Argv: []string{"sh", "-c", "echo $$ > " + pidfile + "; exec sleep 600"}}, sdk.ExecIO{})
+	fmt.Fprintln(os.Stderr, "exec ended:", err)
+	return 1
+}
+
+func TestPluginExitsWhenItsHostDies(t *testing.T) {
+	pidfile := filepath.Join(t.TempDir(), "pid")
+	host := exec.Command(os.Args[0])
+	host.Env = append(os.Environ(), hostModeEnv+"="+pidfile)
+	var hostErr bytes.Buffer
+	host.Stderr = &hostErr
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = host.Process.Kill(); _ = host.Wait() })
+
+	sleeper := waitFor(t, "the exec to start", func() (int, bool) {
+		b, err := os.ReadFile(pidfile)
+		pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+		return pid, err == nil && perr == nil
+	})
+	plugin := parentOf(t, sleeper)
+	if err := host.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = host.Wait()
+	waitFor(t, "the plugin to exit after its host died", func() (int, bool) { return 0, !alive(plugin) })
+	waitFor(t, "the exec's process to be killed", func() (int, bool) { return 0, !alive(sleeper) })
+}
+
+// waitFor polls cond until it holds, failing the test after 15 s.
+func waitFor(t *testing.T, what string, cond func() (int, bool)) int {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if v, ok := cond(); ok {
+			return v
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+	return 0
+}
+
+// alive reports whether pid runs (a zombie has stopped running).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(rest, "Z")
+}
+
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	fields := strings.Fields(rest)
+	ppid, err := strconv.Atoi(fields[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ppid
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

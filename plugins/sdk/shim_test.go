@@ -1,0 +1,161 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+func TestErrorsCrossTheBoundary(t *testing.T) {
+	for _, kind := range []error{ErrNotFound, ErrInvalid, ErrUnavailable, ErrUnsupported, ErrPermission, ErrConflict, ErrTimeout, context.Canceled} {
+		sent := fmt.Errorf("sandbox x: %w", kind)
+		got := fromStatus(toStatus(sent))
+		if !errors.Is(got, kind) || got.Error() != sent.Error() {
+			t.Errorf("%v: came back as %q (matches: %v), want %q matching it", kind, got, errors.Is(got, kind), sent)
+		}
+	}
+	plain := fromStatus(toStatus(errors.New("disk on fire")))
+	if plain.Error() != "disk on fire" || errors.Is(plain, ErrUnavailable) {
+		t.Errorf("an unclassified error came back as %q", plain)
+	}
+	if e := Errorf(ErrNotFound, "no sandbox %q", "a"); !errors.Is(fromStatus(toStatus(e)), ErrNotFound) || e.Error() != `no sandbox "a"` {
+		t.Errorf("Errorf: %v", e)
+	}
+}
+
+// stubProvider answers every call; its health check can hang.
+type stubProvider struct {
+	hang chan struct{}
+	seen []ExecRequest
+}
+
+func (s *stubProvider) Info(context.Context) (Info, error) { return Info{Name: "stub"}, nil }
+func (s *stubProvider) EnsureRunning(_ context.Context, spec Spec) (Sandbox, error) {
+	return Sandbox{}, nil
+}
+func (s *stubProvider) Exec(_ context.Context, req ExecRequest, _ ExecIO) (ExitStatus, error) {
+	s.seen = append(s.seen, req)
+	return ExitStatus{}, nil
+}
+func (s *stubProvider) Teardown(context.Context, SandboxRef) error { return nil }
+func (s *stubProvider) HealthCheck(ctx context.Context, _ SandboxRef) (Health, error) {
+	<-s.hang // ignores ctx, as a broken provider would
+	return Health{State: HealthReady}, nil
+}
+
+// serve puts p behind the gRPC shim on a unix socket.
+func serve(t *testing.T, p Provider, configure func(*Server)) *Client {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "s")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(p)
+	if configure != nil {
+		configure(srv)
+	}
+	gs := grpc.NewServer()
+	RegisterServer(gs, srv)
+	go func() { _ = gs.Serve(lis) }()
+	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close(); gs.Stop() })
+	return NewClient(cc)
+}
+
+func TestHealthCheckIsBoundedEvenWhenTheProviderHangs(t *testing.T) {
+	stub := &stubProvider{hang: make(chan struct{})}
+	defer close(stub.hang)
+	c := serve(t, stub, func(s *Server) { s.healthTimeout = 100 * time.Millisecond })
+	_, err := c.HealthCheck(t.Context(), SandboxRef{Name: "a"})
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "took longer than 100ms") {
+		t.Errorf("err = %v, want ErrTimeout saying the bound", err)
+	}
+}
+
+func TestInvalidRequestsNeverReachTheProvider(t *testing.T) {
+	stub := &stubProvider{}
+	c := serve(t, stub, nil)
+	ctx := t.Context()
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"name with a path", func() error { return c.Teardown(ctx, SandboxRef{Name: "../etc"}) }},
+		{"upper-case name", func() error { _, err := c.HealthCheck(ctx, SandboxRef{Name: "Dev"}); return err }},
+		{"empty name", func() error {
+			_, err := c.EnsureRunning(ctx, Spec{Network: NetworkPolicy{Mode: NetworkOpen}})
+			return err
+		}},
+		{"unknown network mode", func() error {
+			_, err := c.EnsureRunning(ctx, Spec{SandboxRef: SandboxRef{Name: "a"}, Network: NetworkPolicy{Mode: "opn"}})
+			return err
+		}},
+		{"empty argv", func() error {
+			_, err := c.Exec(ctx, ExecRequest{Sandbox: SandboxRef{Name: "a"}}, ExecIO{})
+			return err
+		}},
+		{"env name with =", func() error {
+			_, err := c.Exec(ctx, ExecRequest{Sandbox: SandboxRef{Name: "a"}, Argv: []string{"true"}, Env: map[string]string{"A=B": "c"}}, ExecIO{})
+			return err
+		}},
+		{"NUL in an argument", func() error {
+			_, err := c.Exec(ctx, ExecRequest{Sandbox: SandboxRef{Name: "a"}, Argv: []string{"echo", "a\x00b"}}, ExecIO{})
+			return err
+		}},
+	} {
+		if err := tc.call(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", tc.name, err)
+		}
+	}
+	if len(stub.seen) != 0 {
+		t.Errorf("the provider saw invalid execs: %+v", stub.seen)
+	}
+}
+
+func TestExecRequestCrossesIntact(t *testing.T) {
+	stub := &stubProvider{}
+	c := serve(t, stub, nil)
+	req := ExecRequest{
+		Sandbox:     SandboxRef{Name: "a", ID: "id-1", Config: []byte(`{"root":"/x"}`)},
+		Argv:        []string{"sh", "-c", "echo 'a b'"},
+		Env:         map[string]string{"K": "v w"},
+		Dir:         "sub",
+		User:        "amelia",
+		Size:        TermSize{Rows: 24, Cols: 80},
+		CancelGrace: 1500 * time.Millisecond,
+		Timeout:     time.Minute,
+	}
+	if _, err := c.Exec(t.Context(), req, ExecIO{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(stub.seen) != 1 || fmt.Sprint(stub.seen[0]) != fmt.Sprint(req) {
+		t.Errorf("provider saw %+v, want %+v", stub.seen, req)
+	}
+}
+
+// The SDK is what third parties import: it must not pull in the rest of
+// Amelia.
+func TestSDKImportsNothingElseOfAmelia(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "github.com/amelia-sandbox/amelia/plugins/sdk/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.HasPrefix(pkg, "github.com/amelia-sandbox/amelia/") && !strings.HasPrefix(pkg, "github.com/amelia-sandbox/amelia/plugins/sdk") {
+			t.Errorf("the SDK depends on %s", pkg)
+		}
+	}
+}
