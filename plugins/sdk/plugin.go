@@ -190,44 +190,54 @@ var _ Provider = (*Plugin)(nil)
 
 func (p *Plugin) Info(ctx context.Context) (Info, error) {
 	info, err := p.rpc.Info(ctx)
-	return info, p.explain(err)
+	return info, p.explain(ctx, err)
 }
 
 func (p *Plugin) EnsureRunning(ctx context.Context, spec Spec) (Sandbox, error) {
 	sb, err := p.rpc.EnsureRunning(ctx, spec)
-	return sb, p.explain(err)
+	return sb, p.explain(ctx, err)
 }
 
 func (p *Plugin) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitStatus, error) {
 	st, err := p.rpc.Exec(ctx, req, eio)
-	return st, p.explain(err)
+	return st, p.explain(ctx, err)
 }
 
 func (p *Plugin) Teardown(ctx context.Context, ref SandboxRef) error {
-	return p.explain(p.rpc.Teardown(ctx, ref))
+	return p.explain(ctx, p.rpc.Teardown(ctx, ref))
 }
 
 func (p *Plugin) HealthCheck(ctx context.Context, ref SandboxRef) (Health, error) {
 	h, err := p.rpc.HealthCheck(ctx, ref)
-	return h, p.explain(err)
+	return h, p.explain(ctx, err)
 }
 
-// exitWait bounds how long explain waits for a crashed plugin's process to be
-// reaped, which is when its last stderr lines have been read.
-const exitWait = 2 * time.Second
+// Bounds for explain: how long a failed call waits to see whether the
+// connection is going down, and then for the process to be reaped (which is
+// when all of its stderr has been read).
+const (
+	connLossWait = 500 * time.Millisecond
+	exitWait     = 2 * time.Second
+)
 
 // explain turns "the connection broke" into "the plugin crashed, and why",
-// using the plugin's last error lines (its panic message, typically).
-func (p *Plugin) explain(err error) error {
-	if err == nil || !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.Canceled) {
+// using the plugin's last error lines (its panic message, typically). Only
+// ErrUnavailable can mean a lost plugin; it costs up to connLossWait when a
+// live provider returns it itself.
+func (p *Plugin) explain(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil || !errors.Is(err, ErrUnavailable) {
 		return err
 	}
-	if p.conn.GetState() == connectivity.Ready && !p.client.Exited() {
-		return err // the provider itself said "unavailable"
+	wait, cancel := context.WithTimeout(context.Background(), connLossWait)
+	defer cancel()
+	for p.conn.GetState() == connectivity.Ready && !p.client.Exited() {
+		if !p.conn.WaitForStateChange(wait, connectivity.Ready) {
+			return err // still connected: the provider itself said "unavailable"
+		}
 	}
 	deadline := time.Now().Add(exitWait)
 	for !p.client.Exited() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // go-plugin offers no exit notification
 	}
 	msg := fmt.Sprintf("provider plugin %q stopped unexpectedly", p.name)
 	if reason := p.log.tail.reason(); reason != "" {
