@@ -1,0 +1,30 @@
+package cli
+
+import (
+	"path/filepath"
+
+	"github.com/amelia-sandbox/amelia/core/buildinfo"
+	"github.com/amelia-sandbox/amelia/plugins/local"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// The providers amelia serves itself (`amelia plugin serve NAME`).
+
+func builtinNames() []string { return []string{local.Name} }
+
+func builtinAliases() map[string]string { return map[string]string{local.Alias: local.Name} }
+
+// builtinProvider builds the built-in provider called name, for a plugin
+// process whose logs go to logger.
+func (a *app) builtinProvider(name string) (sdk.Provider, bool) {
+	switch name {
+	case local.Name:
+		return local.New(local.Options{
+			Version:     buildinfo.Version(),
+			DefaultRoot: filepath.Join(a.stateDir(), "amelia", "local"),
+			HostEnv:     a.environ,
+			Logger:      a.pluginLogger(),
+		}), true
+	}
+	return nil, false
+}

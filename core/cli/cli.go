@@ -1,0 +1,207 @@
+// Package cli is the amelia command line. Run is the whole program; main
+// only hands it the process's arguments, streams and signals, so every
+// command can be tested in-process.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hashicorp/go-plugin"
+	"github.com/spf13/cobra"
+
+	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/pluginhost"
+	"github.com/amelia-sandbox/amelia/core/sandbox"
+)
+
+// Run runs amelia with args (without the program name) and returns the
+// process exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return newApp(os.Stdin, stdout, stderr).run(ctx, args)
+}
+
+// newApp is an invocation with the process's environment.
+func newApp(stdin io.Reader, stdout, stderr io.Writer) *app {
+	self, _ := os.Executable()
+	home, _ := os.UserHomeDir()
+	return &app{
+		stdin:   stdin,
+		stdout:  stdout,
+		stderr:  stderr,
+		lookup:  os.LookupEnv,
+		environ: os.Environ(),
+		home:    home,
+		self:    self,
+	}
+}
+
+// app is one invocation: its streams, environment and global flags.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	lookup         func(string) (string, bool)
+	environ        []string
+	home           string
+	self           string // the amelia executable
+
+	configPath string
+	profile    string
+	debug      bool
+	logger     *slog.Logger
+}
+
+// exitError ends the program with a specific code after printing nothing
+// more (the exec's own output said it all).
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// usageError is a command-line mistake: exit code 2.
+type usageError struct{ error }
+
+func (a *app) run(ctx context.Context, args []string) int {
+	// Stop every plugin this run started, whatever happened.
+	defer plugin.CleanupClients()
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	if ee := (exitError{}); errors.As(err, &ee) {
+		return ee.code
+	}
+	msg := oneLine(err.Error())
+	if strings.HasPrefix(err.Error(), "unknown command") {
+		// cobra's own usage error; keep its "Did you mean" hint on the line.
+		msg = strings.Join(strings.Fields(err.Error()), " ")
+		err = usageError{err}
+	}
+	fmt.Fprintf(a.stderr, "amelia: %s\n", msg)
+	if ve := (*config.ValidationError)(nil); errors.As(err, &ve) && a.debug {
+		for _, p := range ve.Problems {
+			fmt.Fprintf(a.stderr, "  %s: %s\n", ve.File, p)
+		}
+	}
+	if ue := (usageError{}); errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+// oneLine keeps an error to the one line the user sees; --debug shows the
+// rest in the log.
+func oneLine(s string) string {
+	first, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return first
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "amelia",
+		Short: "Run coding agents in isolated sandboxes",
+		Long: `Amelia runs a coding agent inside an isolated sandbox (a local process, a
+Docker container, a remote machine over SSH, or a Daytona cloud sandbox) and
+streams what it does back to you. Sandbox providers are plugins.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			a.logger = newLogger(a.stderr, a.debug)
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	f := root.PersistentFlags()
+	f.StringVar(&a.configPath, "config", "", "config file (default $AMELIA_CONFIG, else ~/.config/amelia/config.yaml)")
+	f.StringVarP(&a.profile, "profile", "p", "", "profile to use (default: the config's default_profile)")
+	f.BoolVar(&a.debug, "debug", false, "log details, including the plugins' logs, to stderr")
+	root.AddCommand(
+		a.versionCommand(),
+		a.configCommand(),
+		a.pluginCommand(),
+		a.sandboxCommand(),
+		a.stopCommand(),
+	)
+	return root
+}
+
+// noArgs rejects arguments as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args)}
+	}
+	return nil
+}
+
+func (a *app) getenv(k string) string {
+	v, _ := a.lookup(k)
+	return v
+}
+
+// configDir is $XDG_CONFIG_HOME or ~/.config.
+func (a *app) configDir() string {
+	if d := a.getenv("XDG_CONFIG_HOME"); filepath.IsAbs(d) {
+		return d
+	}
+	if a.home == "" {
+		return ""
+	}
+	return filepath.Join(a.home, ".config")
+}
+
+// stateDir is $XDG_STATE_HOME or ~/.local/state.
+func (a *app) stateDir() string {
+	if d := a.getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return d
+	}
+	if a.home == "" {
+		return os.TempDir()
+	}
+	return filepath.Join(a.home, ".local", "state")
+}
+
+func (a *app) loadConfig() (*config.Config, error) {
+	return config.Load(config.Options{
+		Path:      a.configPath,
+		LookupEnv: a.lookup,
+		Environ:   a.environ,
+		HomeDir:   a.home,
+	})
+}
+
+// loadProfile loads the config and picks --profile or the default.
+func (a *app) loadProfile() (*config.Profile, error) {
+	c, err := a.loadConfig()
+	if err != nil {
+		return nil, err
+	}
+	return c.Profile(a.profile)
+}
+
+func (a *app) pluginHost() *pluginhost.Host {
+	return pluginhost.New(pluginhost.Options{
+		Self:     a.self,
+		Builtins: builtinNames(),
+		Aliases:  builtinAliases(),
+		Dirs:     pluginhost.SearchPath(a.getenv("AMELIA_PLUGIN_PATH"), a.configDir(), a.self),
+		Logger:   a.logger,
+	})
+}
+
+// openSandbox starts the provider of the selected profile.
+func (a *app) openSandbox(ctx context.Context) (*sandbox.Sandbox, error) {
+	p, err := a.loadProfile()
+	if err != nil {
+		return nil, err
+	}
+	return sandbox.Open(ctx, a.pluginHost(), p, a.logger)
+}

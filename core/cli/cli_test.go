@@ -1,0 +1,344 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/amelia-sandbox/amelia/core/buildinfo"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// startEnv is the environment the tests started with: tests change HOME,
+// and go build needs the real one to find its caches.
+var startEnv = os.Environ()
+
+// Launched by go-plugin as `<test binary> plugin serve NAME`, the test binary
+// is amelia serving a built-in provider.
+func TestMain(m *testing.M) {
+	if os.Getenv(sdk.Handshake.MagicCookieKey) != "" {
+		os.Exit(Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// env is a test's own home and environment.
+type env struct {
+	home string
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "AMELIA_") || strings.HasPrefix(k, "XDG_") {
+			t.Setenv(k, "") // restored after the test
+			os.Unsetenv(k)
+		}
+	}
+	return env{home: home}
+}
+
+// writeConfig writes the default config file.
+func (e env) writeConfig(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(e.home, ".config", "amelia", "config.yaml")
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func amelia(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := newApp(strings.NewReader(stdin), &out, &errb).run(t.Context(), args)
+	return result{code, out.String(), errb.String()}
+}
+
+// normalize replaces the paths that change between runs.
+func (e env) normalize(s string) string {
+	return strings.NewReplacer(e.home, "$HOME", filepath.Dir(os.Args[0]), "$BINDIR").Replace(s)
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from %s:\n--- got\n%s--- want\n%s", name, path, got, want)
+	}
+}
+
+const localWarning = "amelia: warning: provider local isolates nothing: commands run directly on this machine as the current user\n"
+
+func TestVersion(t *testing.T) {
+	e := newEnv(t)
+	r := amelia(t, "", "version")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	first, rest, _ := strings.Cut(r.stdout, "\n")
+	if want := fmt.Sprintf("amelia %s (%s/%s, %s)", buildinfo.Version(), runtime.GOOS, runtime.GOARCH, runtime.Version()); first != want {
+		t.Errorf("first line %q, want %q", first, want)
+	}
+	golden(t, "version", e.normalize(rest))
+}
+
+func TestVersionFindsWorkersInAmeliaWorkerDir(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "amelia-worker-linux-arm64"), []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AMELIA_WORKER_DIR", dir)
+	r := amelia(t, "", "version")
+	want := "worker linux/amd64: not found\nworker linux/arm64: " + filepath.Join(dir, "amelia-worker-linux-arm64") + "\n"
+	if !strings.HasSuffix(r.stdout, want) {
+		t.Errorf("stdout:\n%s\nwant it to end with:\n%s", e.normalize(r.stdout), want)
+	}
+}
+
+// The command the README's quick start runs, on the embedded default.
+func TestExecKeepsStreamsAndExitCode(t *testing.T) {
+	newEnv(t)
+	r := amelia(t, "", "sandbox", "exec", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+	if r.code != 3 || r.stdout != "out\n" || r.stderr != localWarning+"err\n" {
+		t.Errorf("got exit %d stdout %q stderr %q; want 3, %q, %q", r.code, r.stdout, r.stderr, "out\n", localWarning+"err\n")
+	}
+}
+
+func TestExecFlags(t *testing.T) {
+	newEnv(t)
+	amelia(t, "", "sandbox", "exec", "--", "mkdir", "sub")
+	r := amelia(t, "piped in", "sandbox", "exec", "-i", "-e", "GREETING=hi there", "-w", "sub", "--", "sh", "-c", `printf '%s|%s|' "$GREETING" "$(basename "$(pwd)")"; cat`)
+	if r.code != 0 || r.stdout != "hi there|sub|piped in" {
+		t.Errorf("exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// Without -i the command's stdin is empty, not amelia's.
+	if r := amelia(t, "not passed", "sandbox", "exec", "--", "cat"); r.stdout != "" || r.code != 0 {
+		t.Errorf("without -i: exit %d stdout %q", r.code, r.stdout)
+	}
+	// Flags after the command are the command's.
+	if r := amelia(t, "", "sandbox", "exec", "sh", "-c", "echo -n flag-passed"); r.stdout != "flag-passed" {
+		t.Errorf("stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	if r := amelia(t, "", "sandbox", "exec", "--timeout", "200ms", "--", "sleep", "60"); r.code != 128+15 || !strings.Contains(r.stderr, `"sleep" timed out after 200ms`) {
+		t.Errorf("timeout: exit %d stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestSandboxLifecycle(t *testing.T) {
+	e := newEnv(t)
+	steps := []struct {
+		args []string
+		code int
+	}{
+		{[]string{"sandbox", "ls"}, 0},
+		{[]string{"sandbox", "health"}, 1},
+		{[]string{"sandbox", "up"}, 0},
+		{[]string{"sandbox", "up"}, 0},
+		{[]string{"sandbox", "health"}, 0},
+		{[]string{"sandbox", "ls"}, 0},
+		{[]string{"sandbox", "ls", "--json"}, 0},
+		{[]string{"sandbox", "down"}, 0},
+		{[]string{"sandbox", "down"}, 0},
+		{[]string{"sandbox", "health"}, 1},
+	}
+	var transcript strings.Builder
+	for _, s := range steps {
+		r := amelia(t, "", s.args...)
+		if r.code != s.code {
+			t.Errorf("amelia %s: exit %d, want %d (stderr %q)", strings.Join(s.args, " "), r.code, s.code, r.stderr)
+		}
+		transcript.WriteString("$ amelia " + strings.Join(s.args, " ") + "\n" + r.stdout + r.stderr)
+	}
+	golden(t, "lifecycle", e.normalize(transcript.String()))
+	if _, err := os.Stat(filepath.Join(e.home, ".local", "state", "amelia", "local", "local")); !os.IsNotExist(err) {
+		t.Errorf("the sandbox directory is still there after down: %v", err)
+	}
+}
+
+const twoProfiles = `default_profile: a
+profiles:
+  a:
+    sandbox: {provider: local}
+  b:
+    sandbox: {provider: none}
+`
+
+func TestStopTearsDownEveryProfile(t *testing.T) {
+	e := newEnv(t)
+	e.writeConfig(t, twoProfiles)
+	for _, p := range []string{"a", "b"} {
+		if r := amelia(t, "", "--profile", p, "sandbox", "up"); r.code != 0 {
+			t.Fatalf("up %s: %s", p, r.stderr)
+		}
+	}
+	r := amelia(t, "", "stop")
+	if r.code != 0 || r.stdout != "sandbox a removed (provider local)\nsandbox b removed (provider local)\n" {
+		t.Errorf("stop: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := amelia(t, "", "sandbox", "ls"); r.stdout != "PROFILE  PROVIDER  STATE   DETAIL\na        local     absent  \nb        local     absent  \n" {
+		t.Errorf("ls after stop:\n%s", r.stdout)
+	}
+}
+
+func TestNetworkPolicyFailsClosed(t *testing.T) {
+	e := newEnv(t)
+	e.writeConfig(t, "profiles:\n  dev:\n    sandbox: {provider: local, network: none}\n")
+	r := amelia(t, "", "sandbox", "exec", "--", "echo", "should not run")
+	want := `amelia: profile dev: provider local cannot enforce network "none" (it can enforce: open); pick another provider or network mode` + "\n"
+	if r.code != 1 || r.stdout != "" || r.stderr != want {
+		t.Errorf("exit %d stdout %q stderr %q; want 1 and %q", r.code, r.stdout, r.stderr, want)
+	}
+	if _, err := os.Stat(filepath.Join(e.home, ".local", "state", "amelia", "local", "dev")); !os.IsNotExist(err) {
+		t.Errorf("a sandbox was created for a policy the provider cannot enforce: %v", err)
+	}
+}
+
+func TestConfigShow(t *testing.T) {
+	e := newEnv(t)
+	golden(t, "config-show-builtin", e.normalize(amelia(t, "", "config", "show").stdout))
+	e.writeConfig(t, twoProfiles+`  c:
+    llm: {base_url: "https://openrouter.ai/api/v1", api_key: sk-or-very-secret}
+    sandbox: {provider: local, local: {root: /tmp/x, token: hush}}
+`)
+	r := amelia(t, "", "--profile", "c", "config", "show")
+	if strings.Contains(r.stdout, "very-secret") || strings.Contains(r.stdout, "hush") {
+		t.Errorf("config show printed a secret:\n%s", r.stdout)
+	}
+	golden(t, "config-show-profile", e.normalize(r.stdout))
+}
+
+func TestConfigErrors(t *testing.T) {
+	e := newEnv(t)
+	e.writeConfig(t, `default_profile: dev
+profiles:
+  dev:
+    model: ""
+    sandbox:
+      provider: local
+      network: opn
+      allowed_hosts: ["https://github.com"]
+  other:
+    sandbox: {provider: no-such-provider}
+`)
+	var transcript strings.Builder
+	for _, args := range [][]string{
+		{"config", "validate"},
+		{"sandbox", "exec", "--", "true"},
+	} {
+		r := amelia(t, "", args...)
+		if r.code != 1 {
+			t.Errorf("amelia %s: exit %d, want 1", strings.Join(args, " "), r.code)
+		}
+		transcript.WriteString("$ amelia " + strings.Join(args, " ") + "\n" + r.stdout + r.stderr)
+	}
+	e.writeConfig(t, "profiles:\n  dev:\n    sandbox: {provider: no-such-provider}\n")
+	r := amelia(t, "", "config", "validate")
+	transcript.WriteString("$ amelia config validate\n" + r.stdout + r.stderr)
+	e.writeConfig(t, "profiles: [\n")
+	r = amelia(t, "", "config", "show")
+	transcript.WriteString("$ amelia config show\n" + r.stdout + r.stderr)
+	golden(t, "config-errors", e.normalize(transcript.String()))
+}
+
+func TestUsageErrors(t *testing.T) {
+	newEnv(t)
+	for _, args := range [][]string{
+		{"vesion"},
+		{"sandbox", "exec"},
+		{"sandbox", "exec", "--no-such-flag", "--", "true"},
+		{"sandbox", "exec", "-e", "NOEQUALS", "--", "true"},
+		{"version", "extra"},
+		{"plugin", "serve", "no-such"},
+	} {
+		r := amelia(t, "", args...)
+		if r.code != 2 || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "amelia: ") {
+			t.Errorf("amelia %s: exit %d stderr %q; want 2 and one line", strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+}
+
+func TestDebugShowsPluginLogs(t *testing.T) {
+	newEnv(t)
+	r := amelia(t, "", "--debug", "sandbox", "up")
+	for _, want := range []string{`msg="starting provider plugin" plugin=local`, `msg="created local sandbox" plugin=local sandbox=local`} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("--debug log lacks %s:\n%s", want, r.stderr)
+		}
+	}
+}
+
+// buildHello builds the example third-party provider into a directory of its
+// own and returns the directory.
+func buildHello(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "amelia-provider-hello"), ".")
+	cmd.Dir = filepath.Join("..", "..", "examples", "provider-hello")
+	cmd.Env = startEnv
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build examples/provider-hello: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// The extension story end to end: a third-party binary on the plugin path
+// is listed, validated and used like a built-in provider.
+func TestThirdPartyProvider(t *testing.T) {
+	e := newEnv(t)
+	dir := buildHello(t)
+	t.Setenv("AMELIA_PLUGIN_PATH", dir)
+	shadow := filepath.Join(t.TempDir(), "amelia-provider-local")
+	if err := os.WriteFile(shadow, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AMELIA_PLUGIN_PATH", dir+string(os.PathListSeparator)+filepath.Dir(shadow))
+
+	r := amelia(t, "", "plugin", "ls")
+	if r.code != 0 {
+		t.Fatalf("plugin ls: exit %d: %s", r.code, r.stderr)
+	}
+	golden(t, "plugin-ls", strings.NewReplacer(dir, "$HELLODIR", filepath.Dir(shadow), "$SHADOWDIR").Replace(e.normalize(r.stdout+r.stderr)))
+
+	e.writeConfig(t, "profiles:\n  hi:\n    sandbox:\n      provider: hello\n      hello: {root: "+t.TempDir()+"}\n")
+	if r := amelia(t, "", "config", "validate"); r.code != 0 {
+		t.Errorf("validate: %s", r.stderr)
+	}
+	r = amelia(t, "", "sandbox", "exec", "--", "sh", "-c", "echo from hello; exit 7")
+	if r.code != 7 || r.stdout != "from hello\n" {
+		t.Errorf("exec through hello: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+}

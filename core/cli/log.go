@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// newLogger is the CLI's logger on stderr: warnings and errors as short
+// "amelia: warning: ..." lines, or with --debug everything, plugins' logs
+// included, as slog text records.
+func newLogger(w io.Writer, debug bool) *slog.Logger {
+	if debug {
+		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(&briefHandler{w: w, mu: &sync.Mutex{}})
+}
+
+// briefHandler writes records at warning level and above as one line each.
+type briefHandler struct {
+	w     io.Writer
+	mu    *sync.Mutex
+	attrs []slog.Attr
+	group string
+}
+
+func (h *briefHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (h *briefHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString("amelia: ")
+	if r.Level >= slog.LevelError {
+		b.WriteString("error: ")
+	} else {
+		b.WriteString("warning: ")
+	}
+	b.WriteString(r.Message)
+	write := func(a slog.Attr) bool {
+		v := a.Value.Resolve().String()
+		if strings.ContainsAny(v, " \t\n\"=") || v == "" {
+			v = strconv.Quote(v)
+		}
+		b.WriteString(" " + a.Key + "=" + v)
+		return true
+	}
+	for _, a := range h.attrs {
+		write(a)
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if h.group != "" {
+			a.Key = h.group + "." + a.Key
+		}
+		return write(a)
+	})
+	b.WriteByte('\n')
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, err := io.WriteString(h.w, b.String())
+	return err
+}
+
+func (h *briefHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	c := *h
+	c.attrs = append([]slog.Attr(nil), h.attrs...)
+	for _, a := range attrs {
+		if h.group != "" {
+			a.Key = h.group + "." + a.Key
+		}
+		c.attrs = append(c.attrs, a)
+	}
+	return &c
+}
+
+func (h *briefHandler) WithGroup(name string) slog.Handler {
+	c := *h
+	if c.group != "" {
+		name = c.group + "." + name
+	}
+	c.group = name
+	return &c
+}

@@ -1,0 +1,197 @@
+// Package pluginhost finds and starts sandbox provider plugins.
+//
+// Built-in providers are served by the amelia binary itself, re-executed as
+// `amelia plugin serve NAME`; third-party providers are executables named
+// amelia-provider-NAME on the plugin search path. Either way the host talks to
+// them over go-plugin gRPC (sdk.Launch), never in-process.
+package pluginhost
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// BinaryPrefix starts the file name of a third-party provider plugin.
+const BinaryPrefix = "amelia-provider-"
+
+var pluginName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Plugin is a provider plugin that can be started.
+type Plugin struct {
+	Name string
+	// Path is the executable: the plugin binary, or amelia for built-ins.
+	Path string
+	// Args follow Path on the command line.
+	Args []string
+	// Builtin is true for providers served by amelia itself.
+	Builtin bool
+}
+
+// Source says where the plugin comes from, for listings.
+func (p Plugin) Source() string {
+	if p.Builtin {
+		return "built-in"
+	}
+	return p.Path
+}
+
+// Options configure a Host.
+type Options struct {
+	// Self is the amelia executable, re-executed to serve built-ins.
+	Self string
+	// Builtins are the provider names Self serves.
+	Builtins []string
+	// Aliases map alternative names to canonical ones ("none" → "local").
+	Aliases map[string]string
+	// Dirs is the search path for amelia-provider-NAME binaries, in order.
+	Dirs   []string
+	Logger *slog.Logger
+}
+
+// Host finds and starts provider plugins.
+type Host struct {
+	opts Options
+}
+
+// New returns a Host.
+func New(opts Options) *Host {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Host{opts: opts}
+}
+
+// SearchPath is the plugin search path: the directories of pluginPath
+// (AMELIA_PLUGIN_PATH, colon-separated), then configDir/amelia/plugins, then
+// the directory holding the amelia executable self.
+func SearchPath(pluginPath, configDir, self string) []string {
+	var dirs []string
+	for _, d := range filepath.SplitList(pluginPath) {
+		if d != "" {
+			dirs = append(dirs, d)
+		}
+	}
+	if configDir != "" {
+		dirs = append(dirs, filepath.Join(configDir, "amelia", "plugins"))
+	}
+	if self != "" {
+		dirs = append(dirs, filepath.Dir(self))
+	}
+	return dirs
+}
+
+// Canonical resolves an alias to the provider's own name.
+func (h *Host) Canonical(name string) string {
+	if c, ok := h.opts.Aliases[name]; ok {
+		return c
+	}
+	return name
+}
+
+// Find returns the plugin called name. Built-ins come first and cannot be
+// shadowed; among binaries the first on the search path wins.
+func (h *Host) Find(name string) (Plugin, error) {
+	name = h.Canonical(name)
+	if slices.Contains(h.opts.Builtins, name) {
+		return h.builtin(name), nil
+	}
+	if !pluginName.MatchString(name) {
+		return Plugin{}, fmt.Errorf("%q is not a valid provider name (lower-case letters, digits, '-' and '_')", name)
+	}
+	for _, dir := range h.opts.Dirs {
+		path := filepath.Join(dir, BinaryPrefix+name)
+		if isExecutable(path) {
+			return Plugin{Name: name, Path: path}, nil
+		}
+	}
+	return Plugin{}, fmt.Errorf("no provider named %q: built in are %s, and no %s%s was found in %s",
+		name, strings.Join(h.opts.Builtins, ", "), BinaryPrefix, name, h.describeDirs())
+}
+
+func (h *Host) describeDirs() string {
+	if len(h.opts.Dirs) == 0 {
+		return "the plugin path (set AMELIA_PLUGIN_PATH)"
+	}
+	return strings.Join(h.opts.Dirs, ", ") + " (set AMELIA_PLUGIN_PATH to add directories)"
+}
+
+func (h *Host) builtin(name string) Plugin {
+	return Plugin{Name: name, Path: h.opts.Self, Args: []string{"plugin", "serve", name}, Builtin: true}
+}
+
+// Ignored is a plugin binary that List skipped, and why.
+type Ignored struct {
+	Path   string
+	Reason string
+}
+
+// List returns every plugin that Find would start, built-ins first, then the
+// others by name, and the binaries it skipped (shadowed or misnamed).
+func (h *Host) List() ([]Plugin, []Ignored) {
+	var plugins []Plugin
+	for _, name := range h.opts.Builtins {
+		plugins = append(plugins, h.builtin(name))
+	}
+	seen := map[string]string{}
+	var ignored []Ignored
+	var found []Plugin
+	for _, dir := range h.opts.Dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				ignored = append(ignored, Ignored{Path: dir, Reason: err.Error()})
+			}
+			continue
+		}
+		for _, e := range entries {
+			name, ok := strings.CutPrefix(e.Name(), BinaryPrefix)
+			path := filepath.Join(dir, e.Name())
+			switch {
+			case !ok || !isExecutable(path):
+				continue
+			case !pluginName.MatchString(name):
+				ignored = append(ignored, Ignored{path, fmt.Sprintf("%q is not a valid provider name", name)})
+			case slices.Contains(h.opts.Builtins, h.Canonical(name)):
+				ignored = append(ignored, Ignored{path, fmt.Sprintf("%q is a built-in provider", name)})
+			case seen[name] != "":
+				ignored = append(ignored, Ignored{path, "shadowed by " + seen[name]})
+			default:
+				seen[name] = path
+				found = append(found, Plugin{Name: name, Path: path})
+			}
+		}
+	}
+	slices.SortFunc(found, func(a, b Plugin) int { return strings.Compare(a.Name, b.Name) })
+	return append(plugins, found...), ignored
+}
+
+// Start launches the plugin. The caller closes it.
+func (h *Host) Start(p Plugin) (*sdk.Plugin, error) {
+	cmd := exec.Command(p.Path, p.Args...)
+	h.opts.Logger.Debug("starting provider plugin", "plugin", p.Name, "path", p.Path, "args", p.Args)
+	return sdk.Launch(cmd, sdk.LaunchOptions{Name: p.Name, Logger: h.opts.Logger})
+}
+
+// Open finds the provider called name and starts it.
+func (h *Host) Open(name string) (*sdk.Plugin, error) {
+	p, err := h.Find(name)
+	if err != nil {
+		return nil, err
+	}
+	return h.Start(p)
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}

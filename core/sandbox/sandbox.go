@@ -1,0 +1,134 @@
+// Package sandbox is a profile's sandbox as the host sees it: the profile's
+// provider plugin, started through the plugin host, and the sandbox it names.
+// It checks the profile against what the provider can enforce before
+// anything starts (fail closed).
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/pluginhost"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// Sandbox is a profile's sandbox behind its provider plugin. Close stops the
+// plugin (not the sandbox).
+type Sandbox struct {
+	Profile  *config.Profile
+	Provider sdk.Provider
+	Info     sdk.Info
+	Ref      sdk.SandboxRef
+
+	plugin *sdk.Plugin
+	logger *slog.Logger
+}
+
+// Open starts the profile's provider plugin.
+func Open(ctx context.Context, host *pluginhost.Host, p *config.Profile, logger *slog.Logger) (*Sandbox, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	settings, err := json.Marshal(p.Sandbox.ProviderSettings())
+	if err != nil {
+		return nil, fmt.Errorf("profile %s: encode %s settings: %w", p.Name, p.Sandbox.Provider, err)
+	}
+	if string(settings) == "null" {
+		settings = nil
+	}
+	pl, err := host.Open(p.Sandbox.Provider)
+	if err != nil {
+		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
+	}
+	info, err := pl.Info(ctx)
+	if err != nil {
+		pl.Close()
+		return nil, fmt.Errorf("profile %s: describe provider %s: %w", p.Name, p.Sandbox.Provider, err)
+	}
+	return &Sandbox{
+		Profile:  p,
+		Provider: pl,
+		Info:     info,
+		Ref:      sdk.SandboxRef{Name: p.Name, Config: settings},
+		plugin:   pl,
+		logger:   logger,
+	}, nil
+}
+
+// Close stops the provider plugin.
+func (s *Sandbox) Close() { s.plugin.Close() }
+
+// Spec is what the sandbox is started with.
+func (s *Sandbox) Spec() sdk.Spec {
+	return sdk.Spec{
+		SandboxRef: s.Ref,
+		Network: sdk.NetworkPolicy{
+			Mode:         sdk.NetworkMode(s.Profile.Sandbox.Network),
+			AllowedHosts: s.Profile.Sandbox.AllowedHosts,
+		},
+		Labels: map[string]string{"amelia.profile": s.Profile.Name},
+	}
+}
+
+// CheckPolicy refuses a profile whose network policy the provider cannot
+// enforce.
+func (s *Sandbox) CheckPolicy() error {
+	mode := sdk.NetworkMode(s.Profile.Sandbox.Network)
+	if s.Info.Supports(mode) {
+		return nil
+	}
+	can := make([]string, len(s.Info.EgressModes))
+	for i, m := range s.Info.EgressModes {
+		can[i] = string(m)
+	}
+	return fmt.Errorf("profile %s: provider %s cannot enforce network %q (it can enforce: %s); pick another provider or network mode",
+		s.Profile.Name, s.Info.Name, mode, strings.Join(can, ", "))
+}
+
+// Up starts the sandbox or reuses it, after checking the policy. Using an
+// unisolated provider is logged as a warning.
+func (s *Sandbox) Up(ctx context.Context) (sdk.Sandbox, error) {
+	if err := s.CheckPolicy(); err != nil {
+		return sdk.Sandbox{}, err
+	}
+	if !s.Info.Isolated {
+		s.logger.Warn(fmt.Sprintf("provider %s isolates nothing: commands run directly on this machine as the current user", s.Info.Name))
+	}
+	sb, err := s.Provider.EnsureRunning(ctx, s.Spec())
+	if err != nil {
+		return sdk.Sandbox{}, fmt.Errorf("start sandbox %s (provider %s): %w", s.Ref.Name, s.Info.Name, err)
+	}
+	s.Ref = sb.Ref
+	return sb, nil
+}
+
+// Exec runs req in the sandbox.
+func (s *Sandbox) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	req.Sandbox = s.Ref
+	st, err := s.Provider.Exec(ctx, req, eio)
+	if err != nil {
+		return st, fmt.Errorf("exec in sandbox %s: %w", s.Ref.Name, err)
+	}
+	return st, nil
+}
+
+// Down tears the sandbox down; a sandbox that is not there is fine.
+func (s *Sandbox) Down(ctx context.Context) error {
+	if err := s.Provider.Teardown(ctx, s.Ref); err != nil {
+		return fmt.Errorf("tear down sandbox %s (provider %s): %w", s.Ref.Name, s.Info.Name, err)
+	}
+	return nil
+}
+
+// Health reports on the sandbox; a missing one matches sdk.ErrNotFound.
+func (s *Sandbox) Health(ctx context.Context) (sdk.Health, error) {
+	h, err := s.Provider.HealthCheck(ctx, s.Ref)
+	if err != nil {
+		return sdk.Health{}, fmt.Errorf("check sandbox %s (provider %s): %w", s.Ref.Name, s.Info.Name, err)
+	}
+	return h, nil
+}
