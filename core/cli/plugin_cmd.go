@@ -62,18 +62,18 @@ func (a *app) pluginLogger() *slog.Logger {
 
 // pluginRow is one line of `plugin ls`.
 type pluginRow struct {
-	Name         string   `json:"name"`
-	Version      string   `json:"version,omitempty"`
-	Source       string   `json:"source"`
-	APIVersions  []int    `json:"api_versions,omitempty"`
-	Description  string   `json:"description,omitempty"`
-	Isolated     bool     `json:"isolated"`
-	EgressModes  []string `json:"egress_modes"`
-	ExecAsRoot   bool     `json:"exec_as_root"`
-	ResourceLim  bool     `json:"resource_limits"`
-	Snapshots    bool     `json:"snapshots"`
-	TTY          bool     `json:"tty"`
-	Error        string   `json:"error,omitempty"`
+	Name        string   `json:"name"`
+	Version     string   `json:"version,omitempty"`
+	Source      string   `json:"source"`
+	APIVersions []int    `json:"api_versions,omitempty"`
+	Description string   `json:"description,omitempty"`
+	Isolated    bool     `json:"isolated"`
+	EgressModes []string `json:"egress_modes"`
+	ExecAsRoot  bool     `json:"exec_as_root"`
+	ResourceLim bool     `json:"resource_limits"`
+	Snapshots   bool     `json:"snapshots"`
+	TTY         bool     `json:"tty"`
+	Error       string   `json:"error,omitempty"`
 }
 
 func (a *app) listPlugins(cmd *cobra.Command, asJSON bool) error {
