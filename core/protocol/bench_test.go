@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Run the decoding benchmarks on one core to get the single-core figure
@@ -119,4 +120,37 @@ func BenchmarkEncode(b *testing.B) {
 		i = (i + 1) % len(msgs)
 	}
 	reportLines(b)
+}
+
+// BenchmarkDecodeSideBySide decodes the same mix with this package and with
+// encoding/json, in alternating batches, and reports both rates and their
+// ratio in one line (run it with -cpu=1 for the single-core figure).
+func BenchmarkDecodeSideBySide(b *testing.B) {
+	const batch = 1000
+	data := benchInput(benchLines)
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	lines = lines[:len(lines)-1]
+	dec := NewDecoder(&loopReader{data: data})
+	var ours, std time.Duration
+	for b.Loop() {
+		start := time.Now()
+		for range batch {
+			if _, err := dec.Decode(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		mid := time.Now()
+		for i := range batch {
+			var m stdMessage
+			if err := json.Unmarshal(lines[i%len(lines)], &m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		ours, std = ours+mid.Sub(start), std+time.Since(mid)
+	}
+	n := float64(b.N * batch)
+	b.ReportMetric(n/ours.Seconds(), "lines/s")
+	b.ReportMetric(n/std.Seconds(), "stdlib-lines/s")
+	b.ReportMetric(std.Seconds()/ours.Seconds(), "x-stdlib")
+	b.ReportMetric(0, "ns/op") // per batch pair: meaningless here
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/experimental"
 
 	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
 )
@@ -97,7 +98,9 @@ func Serve(p Provider, opts ...ServeOption) {
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: map[int]plugin.PluginSet{APIVersion: {pluginKey: &grpcPlugin{server: srv}}},
-		GRPCServer:       plugin.DefaultGRPCServer,
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			return grpc.NewServer(append(opts, serverTuning()...)...)
+		},
 	})
 	srv.Shutdown(shutdownWait)
 }
@@ -115,6 +118,40 @@ func watchHost(ppid int, stop func()) {
 			stop()
 			return
 		}
+	}
+}
+
+// Flow control for a local socket: gRPC's defaults (a 64 KiB window grown by
+// bandwidth probing, 32 KiB socket buffers) are made for networks and halve
+// exec output throughput here. Windows bound what a slow reader leaves
+// buffered: streamWindow per exec, connWindow for all of a plugin's execs.
+const (
+	streamWindow = 4 << 20
+	connWindow   = 16 << 20
+	socketBuffer = 512 << 10
+)
+
+func serverTuning() []grpc.ServerOption {
+	pool := newBufferPool()
+	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(codec{pool}),
+		experimental.BufferPool(pool),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
+		grpc.ReadBufferSize(socketBuffer),
+		grpc.WriteBufferSize(socketBuffer),
+	}
+}
+
+func dialTuning() []grpc.DialOption {
+	pool := newBufferPool()
+	return []grpc.DialOption{
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec{pool})),
+		experimental.WithBufferPool(pool),
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(connWindow),
+		grpc.WithReadBufferSize(socketBuffer),
+		grpc.WithWriteBufferSize(socketBuffer),
 	}
 }
 
@@ -163,6 +200,7 @@ func Launch(cmd *exec.Cmd, opts LaunchOptions) (*Plugin, error) {
 		Managed:          true,
 		Logger:           logger,
 		StartTimeout:     opts.StartTimeout,
+		GRPCDialOptions:  dialTuning(),
 		SyncStdout:       &lineLogger{log: logger, level: hclog.Debug},
 		SyncStderr:       &lineLogger{log: logger, level: hclog.Debug},
 	})

@@ -32,6 +32,9 @@ import (
 // the pipes are cut off so Wait can return.
 const orphanDrain = time.Second
 
+// copyBuffer is the most one read of an exec's output takes; see growPipe.
+const copyBuffer = 256 << 10
+
 // Process is a started exec.
 type Process struct {
 	cmd     *exec.Cmd
@@ -88,6 +91,7 @@ func Start(cmd *exec.Cmd, eio sdk.ExecIO) (*Process, error) {
 			closeAll(p.readers)
 			return nil, fmt.Errorf("output pipe: %w", err)
 		}
+		growPipe(w)
 		*o.slot = w
 		childEnds = append(childEnds, w)
 		p.readers = append(p.readers, r)
@@ -118,8 +122,10 @@ func Start(cmd *exec.Cmd, eio sdk.ExecIO) (*Process, error) {
 		p.copies.Add(1)
 		go func(dst io.Writer) {
 			defer p.copies.Done()
-			buf := make([]byte, 128<<10)
-			if _, err := io.CopyBuffer(dst, r, buf); err != nil && !errors.Is(err, os.ErrClosed) {
+			buf := make([]byte, copyBuffer)
+			// readerOnly hides (*os.File).WriteTo, which would copy in
+			// 32 KiB steps and ignore buf.
+			if _, err := io.CopyBuffer(dst, readerOnly{r}, buf); err != nil && !errors.Is(err, os.ErrClosed) {
 				p.errOnce.Do(func() { p.copyErr = err })
 				_ = r.Close() // the process gets EPIPE rather than blocking
 			}
@@ -127,6 +133,8 @@ func Start(cmd *exec.Cmd, eio sdk.ExecIO) (*Process, error) {
 	}
 	return p, nil
 }
+
+type readerOnly struct{ io.Reader }
 
 // Pgid is the process group of the exec.
 func (p *Process) Pgid() int { return p.cmd.Process.Pid }

@@ -1,0 +1,117 @@
+package local_test
+
+import (
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// Side-by-side harnesses: each reports our figure (through the full plugin
+// path: host → gRPC over go-plugin's mTLS socket → local provider in its own
+// process → the command → Exit), the baseline's (os/exec in the benchmark
+// process), and the ratio, in one line.
+//
+//	go test -run='^$' -bench=. -benchtime=300x ./plugins/local/
+
+// benchSandbox launches the local provider as a plugin subprocess and starts
+// a sandbox in it.
+func benchSandbox(b *testing.B) (*sdk.Plugin, sdk.SandboxRef) {
+	b.Helper()
+	p, err := sdk.Launch(exec.Command(os.Args[0]), sdk.LaunchOptions{Name: "local"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(p.Close)
+	ref := sdk.SandboxRef{Name: "bench", Config: []byte(`{"root":"` + b.TempDir() + `"}`)}
+	sb, err := p.EnsureRunning(b.Context(), sdk.Spec{SandboxRef: ref, Network: sdk.NetworkPolicy{Mode: sdk.NetworkOpen}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p, sb.Ref
+}
+
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+// BenchmarkExecTrue: the round trip of `true`, p50 through the plugin and
+// directly; overhead-ms is the difference (target: under 2 ms).
+func BenchmarkExecTrue(b *testing.B) {
+	p, ref := benchSandbox(b)
+	truePath, err := exec.LookPath("true")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var viaPlugin, direct []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		st, err := p.Exec(b.Context(), sdk.ExecRequest{Sandbox: ref, Argv: []string{"true"}}, sdk.ExecIO{})
+		if err != nil || st.Code != 0 {
+			b.Fatalf("exec true: %+v %v", st, err)
+		}
+		mid := time.Now()
+		if err := exec.Command(truePath).Run(); err != nil {
+			b.Fatal(err)
+		}
+		viaPlugin, direct = append(viaPlugin, mid.Sub(start)), append(direct, time.Since(mid))
+	}
+	pp, dp := median(viaPlugin), median(direct)
+	b.ReportMetric(float64(pp.Microseconds())/1000, "plugin-p50-ms")
+	b.ReportMetric(float64(dp.Microseconds())/1000, "direct-p50-ms")
+	b.ReportMetric(float64((pp-dp).Microseconds())/1000, "overhead-ms")
+	b.ReportMetric(float64(pp)/float64(dp), "x-direct")
+	b.ReportMetric(0, "ns/op")
+}
+
+// streamBytes is what BenchmarkStream moves per run: 1 GiB of `yes` output.
+const streamBytes = 1 << 30
+
+var yesScript = []string{"sh", "-c", "yes | head -c 1073741824"}
+
+// countingWriter discards what it is given and counts it.
+type countingWriter struct{ n int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
+
+// BenchmarkStream: 1 GiB of `yes` output through the plugin and through a
+// direct pipe, in MB/s (target: the plugin at least 50 % of the pipe).
+func BenchmarkStream(b *testing.B) {
+	p, ref := benchSandbox(b)
+	var viaPlugin, direct time.Duration
+	for b.Loop() {
+		var out countingWriter
+		start := time.Now()
+		st, err := p.Exec(b.Context(), sdk.ExecRequest{Sandbox: ref, Argv: yesScript}, sdk.ExecIO{Stdout: &out})
+		if err != nil || st.Code != 0 || out.n != streamBytes {
+			b.Fatalf("exec: %+v %v, %d bytes", st, err, out.n)
+		}
+		mid := time.Now()
+		cmd := exec.Command(yesScript[0], yesScript[1:]...)
+		pipe, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		n, err := io.CopyBuffer(io.Discard, pipe, make([]byte, 128<<10))
+		if err != nil || n != streamBytes {
+			b.Fatalf("direct: %d bytes, %v", n, err)
+		}
+		if err := cmd.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		viaPlugin, direct = viaPlugin+mid.Sub(start), direct+time.Since(mid)
+	}
+	mb := float64(b.N) * streamBytes / 1e6
+	b.ReportMetric(mb/viaPlugin.Seconds(), "plugin-MB/s")
+	b.ReportMetric(mb/direct.Seconds(), "pipe-MB/s")
+	b.ReportMetric(direct.Seconds()/viaPlugin.Seconds(), "x-pipe")
+	b.ReportMetric(0, "ns/op")
+}
