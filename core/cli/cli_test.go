@@ -294,9 +294,21 @@ func TestUsageErrors(t *testing.T) {
 func TestDebugShowsPluginLogs(t *testing.T) {
 	newEnv(t)
 	r := amelia(t, "", "--debug", "sandbox", "up")
-	for _, want := range []string{`msg="starting provider plugin" plugin=local`, `msg="created local sandbox" plugin=local sandbox=local`} {
-		if !strings.Contains(r.stderr, want) {
-			t.Errorf("--debug log lacks %s:\n%s", want, r.stderr)
+	// Attributes parsed back from a plugin's JSON log come in any order.
+	for _, want := range [][]string{
+		{`msg="starting provider plugin"`, "plugin=local"},
+		{`msg="created local sandbox"`, "plugin=local", "sandbox=local", "level=INFO"},
+	} {
+		found := false
+		for line := range strings.Lines(r.stderr) {
+			all := true
+			for _, w := range want {
+				all = all && strings.Contains(line, w)
+			}
+			found = found || all
+		}
+		if !found {
+			t.Errorf("--debug log has no line with all of %q:\n%s", want, r.stderr)
 		}
 	}
 }
