@@ -88,9 +88,14 @@ func (a *app) run(ctx context.Context, args []string) int {
 		err = usageError{err}
 	}
 	fmt.Fprintf(a.stderr, "amelia: %s\n", msg)
-	if ve := (*config.ValidationError)(nil); errors.As(err, &ve) && a.debug {
-		for _, p := range ve.Problems {
-			fmt.Fprintf(a.stderr, "  %s: %s\n", ve.File, p)
+	if a.debug {
+		if full := strings.TrimSpace(err.Error()); full != msg {
+			fmt.Fprintf(a.stderr, "%s\n", full)
+		}
+		if ve := (*config.ValidationError)(nil); errors.As(err, &ve) {
+			for _, p := range ve.Problems {
+				fmt.Fprintf(a.stderr, "  %s: %s\n", ve.File, p)
+			}
 		}
 	}
 	if ue := (usageError{}); errors.As(err, &ue) {
@@ -99,8 +104,8 @@ func (a *app) run(ctx context.Context, args []string) int {
 	return 1
 }
 
-// oneLine keeps an error to the one line the user sees; --debug shows the
-// rest in the log.
+// oneLine keeps an error to the one line the user sees; --debug prints the
+// whole of it.
 func oneLine(s string) string {
 	first, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
 	return first

@@ -241,9 +241,9 @@ func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool) error {
 	return tw.Flush()
 }
 
-// eachProfile opens the sandbox of every configured profile in name order,
-// starting each provider plugin once, and calls fn with it (or with the
-// error that kept it from opening).
+// eachProfile opens the sandbox of every configured profile in name order
+// (one plugin process at a time) and calls fn with it, or with the error that
+// kept it from opening.
 func (a *app) eachProfile(ctx context.Context, fn func(*config.Profile, *sandbox.Sandbox, error)) error {
 	c, err := a.loadConfig()
 	if err != nil {

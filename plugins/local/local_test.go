@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/plugins/local"
@@ -119,6 +121,11 @@ func TestTeardownKillsBackgroundProcesses(t *testing.T) {
 		t.Fatalf("exit %+v: %s", st, out)
 	}
 	pid := strings.TrimSpace(out)
+	t.Cleanup(func() { // in case Teardown failed to
+		if n, err := strconv.Atoi(pid); err == nil {
+			_ = syscall.Kill(n, syscall.SIGKILL)
+		}
+	})
 	if err := p.Teardown(t.Context(), sb.Ref); err != nil {
 		t.Fatal(err)
 	}

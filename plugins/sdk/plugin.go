@@ -121,10 +121,11 @@ func watchHost(ppid int, stop func()) {
 	}
 }
 
-// Flow control for a local socket: gRPC's defaults (a 64 KiB window grown by
-// bandwidth probing, 32 KiB socket buffers) are made for networks and halve
-// exec output throughput here. Windows bound what a slow reader leaves
-// buffered: streamWindow per exec, connWindow for all of a plugin's execs.
+// gRPC's defaults (a 64 KiB window grown by bandwidth probing, 32 KiB socket
+// buffers) are made for networks; on the plugin's local socket fixed large
+// windows and buffers stream exec output about 5% faster (make bench).
+// Windows bound what a slow reader leaves buffered: streamWindow per exec,
+// connWindow for all of a plugin's execs.
 const (
 	streamWindow = 4 << 20
 	connWindow   = 16 << 20

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -160,6 +161,7 @@ func TestPluginExitsWhenItsHostDies(t *testing.T) {
 		pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
 		return pid, err == nil && perr == nil
 	})
+	t.Cleanup(func() { _ = syscall.Kill(sleeper, syscall.SIGKILL) }) // in case the plugin did not
 	plugin := parentOf(t, sleeper)
 	if err := host.Process.Kill(); err != nil {
 		t.Fatal(err)

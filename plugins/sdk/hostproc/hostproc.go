@@ -56,7 +56,7 @@ func Start(cmd *exec.Cmd, eio sdk.ExecIO) (*Process, error) {
 	cmd.SysProcAttr.Setpgid = true
 	if cmd.Dir != "" {
 		if fi, err := os.Stat(cmd.Dir); err != nil || !fi.IsDir() {
-			return nil, sdk.Errorf(sdk.ErrNotFound, "working directory %q does not exist", cmd.Dir)
+			return nil, sdk.Errorf(sdk.ErrInvalid, "working directory %q does not exist in the sandbox", cmd.Dir)
 		}
 	}
 	p := &Process{cmd: cmd}
