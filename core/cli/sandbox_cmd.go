@@ -125,6 +125,9 @@ command's exit code (128+N when a signal N killed it, 130 on Ctrl-C).`,
 					return err
 				}
 				st, err := sb.Exec(cmd.Context(), req, eio)
+				if err != nil && cmd.Context().Err() != nil && errors.Is(err, cmd.Context().Err()) {
+					return exitError{130} // interrupted: the command was stopped
+				}
 				if err != nil {
 					return err
 				}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -64,7 +65,11 @@ func (c *Client) HealthCheck(ctx context.Context, ref SandboxRef) (Health, error
 
 // Exec runs req remotely. When ctx ends it sends Cancel and keeps reading, so
 // the provider can stop the process tree within the grace period and report
-// how it ended; the error is non-nil only when no exit status arrived.
+// how it ended; the error is non-nil only when no exit status arrived. Stdin
+// is sent within the server's credit, so a Cancel is never stuck behind
+// input the process does not read; if it still cannot be sent in time, the
+// stream is cancelled, which stops the process just the same, and the error
+// matches ctx.Err().
 func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitStatus, error) {
 	if err := ctx.Err(); err != nil {
 		return ExitStatus{}, err
@@ -85,8 +90,10 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitSta
 
 	done := make(chan struct{})
 	defer close(done)
+	credit := newStdinCredit()
+	defer credit.close()
 	if eio.Stdin != nil {
-		go s.pumpStdin(eio.Stdin, done)
+		go s.pumpStdin(eio.Stdin, credit, done)
 	}
 	if eio.Resize != nil {
 		go s.pumpResize(eio.Resize, done)
@@ -119,7 +126,11 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitSta
 				err = fromStatus(err)
 			}
 			if ctx.Err() != nil {
-				return ExitStatus{}, fmt.Errorf("%w: %w", ctx.Err(), err)
+				// Cancel could not be delivered (stdin was blocked by flow
+				// control), so the stream itself was cancelled: the server
+				// stops the process the same way but cannot report how it
+				// ended.
+				return ExitStatus{}, fmt.Errorf("exec cancelled before the provider reported an exit status: %w", ctx.Err())
 			}
 			return ExitStatus{}, err
 		}
@@ -136,6 +147,8 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitSta
 				abort() // the server sees the stream end and stops the process
 				return ExitStatus{}, fmt.Errorf("write exec %s: %w", name, err)
 			}
+		case *pb.ExecResponse_StdinAck:
+			credit.give(int(m.StdinAck.GetBytes()))
 		case *pb.ExecResponse_Exit:
 			return exitFromPB(m.Exit), nil
 		}
@@ -175,10 +188,11 @@ func (s *execClientSender) trySend(m *pb.ExecRequest, wait time.Duration) bool {
 	return s.stream.Send(m) == nil
 }
 
-// pumpStdin copies r to the stream and ends it with StdinEOF. A read error
-// other than EOF also ends stdin. If r blocks after the exec ends, this
-// goroutine waits with it until r returns.
-func (s *execClientSender) pumpStdin(r io.Reader, done <-chan struct{}) {
+// pumpStdin copies r to the stream, within the credit the server gives back
+// as the process reads, and ends it with StdinEOF. A read error other than EOF
+// also ends stdin. If r blocks after the exec ends, this goroutine waits with
+// it until r returns.
+func (s *execClientSender) pumpStdin(r io.Reader, credit *stdinCredit, done <-chan struct{}) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := r.Read(buf)
@@ -188,6 +202,9 @@ func (s *execClientSender) pumpStdin(r io.Reader, done <-chan struct{}) {
 		default:
 		}
 		if n > 0 {
+			if !credit.take(n) {
+				return
+			}
 			if s.send(&pb.ExecRequest{Msg: &pb.ExecRequest_Stdin{Stdin: buf[:n]}}) != nil {
 				return
 			}
@@ -213,4 +230,43 @@ func (s *execClientSender) pumpResize(ch <-chan TermSize, done <-chan struct{}) 
 			}
 		}
 	}
+}
+
+// stdinCredit is how much stdin the client may still send unacknowledged.
+type stdinCredit struct {
+	mu     sync.Mutex
+	more   *sync.Cond
+	avail  int
+	closed bool
+}
+
+func newStdinCredit() *stdinCredit {
+	c := &stdinCredit{avail: StdinWindow}
+	c.more = sync.NewCond(&c.mu)
+	return c
+}
+
+// take waits for n bytes of credit; false means the exec is over.
+func (c *stdinCredit) take(n int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.avail < n && !c.closed {
+		c.more.Wait()
+	}
+	c.avail -= n
+	return !c.closed
+}
+
+func (c *stdinCredit) give(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.avail += n
+	c.more.Broadcast()
+}
+
+func (c *stdinCredit) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.more.Broadcast()
 }

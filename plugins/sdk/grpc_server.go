@@ -19,10 +19,11 @@ const maxChunk = 256 << 10
 // Causes of an exec's context ending, so the server can tell a cancel from a
 // timeout from a shutdown when it fills in ExitStatus.
 var (
-	errClientCancel = errors.New("exec cancelled by the host")
-	errExecTimeout  = errors.New("exec timed out")
-	errShutdown     = errors.New("provider plugin shutting down")
-	errExecDone     = errors.New("exec finished")
+	errClientCancel  = errors.New("exec cancelled by the host")
+	errExecTimeout   = errors.New("exec timed out")
+	errShutdown      = errors.New("provider plugin shutting down")
+	errExecDone      = errors.New("exec finished")
+	errStdinOverflow = errors.New("the host sent more stdin than its credit allows")
 )
 
 // Server is the gRPC server shim: it serves a Provider over the
@@ -167,26 +168,32 @@ func (s *Server) Exec(stream pb.Provider_ExecServer) error {
 		Stdout: streamWriter{out, pb.Stream_STREAM_STDOUT},
 		Stderr: streamWriter{out, pb.Stream_STREAM_STDERR},
 	}
-	var stdinR *io.PipeReader
-	var stdinW *io.PipeWriter
+	var stdin *stdinQueue
 	if start.GetStdin() {
-		stdinR, stdinW = io.Pipe()
-		eio.Stdin = stdinR
+		stdin = newStdinQueue()
+		r, w := io.Pipe()
+		eio.Stdin = r
+		go stdin.feed(w, out)
+		defer func() {
+			stdin.stop()
+			r.CloseWithError(errExecDone) // unblocks a write the provider never read
+		}()
 	}
 	resize := make(chan TermSize, 1)
 	eio.Resize = resize
-	go receiveExec(stream, stdinW, resize, cancel)
+	go receiveExec(stream, stdin, resize, cancel)
 
 	st, err := s.impl.Exec(ctx, req, eio)
-	if stdinR != nil {
-		// Unblocks a stdin write the provider never read.
-		stdinR.CloseWithError(errExecDone)
+	cause := context.Cause(ctx)
+	if cause == errStdinOverflow {
+		out.close()
+		return status.Error(codes.InvalidArgument, errStdinOverflow.Error())
 	}
 	if err != nil {
 		out.close()
 		return toStatus(err)
 	}
-	switch context.Cause(ctx) {
+	switch cause {
 	case errClientCancel:
 		st.Canceled = true
 	case errExecTimeout:
@@ -195,31 +202,26 @@ func (s *Server) Exec(stream pb.Provider_ExecServer) error {
 	return out.finish(&pb.ExecResponse{Msg: &pb.ExecResponse_Exit{Exit: exitToPB(st)}})
 }
 
-// receiveExec handles what the host sends after ExecStart. It ends when the
-// stream does (the handler returning ends it).
-func receiveExec(stream pb.Provider_ExecServer, stdin *io.PipeWriter, resize chan TermSize, cancel context.CancelCauseFunc) {
-	closeStdin := func() {
-		if stdin != nil {
-			_ = stdin.Close()
-		}
-	}
+// receiveExec handles what the host sends after ExecStart. It never blocks
+// on the process: stdin goes into a queue the host's credit bounds, so a
+// Cancel is always seen. It ends when the stream does.
+func receiveExec(stream pb.Provider_ExecServer, stdin *stdinQueue, resize chan TermSize, cancel context.CancelCauseFunc) {
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
 			// io.EOF: the host closed its side, which also ends stdin. Any
 			// other error means the stream is gone and ctx ends with it.
-			closeStdin()
+			stdin.close()
 			return
 		}
 		switch m := msg.GetMsg().(type) {
 		case *pb.ExecRequest_Stdin:
-			if stdin != nil {
-				// Blocks until the provider reads it: this is the stdin
-				// flow control. It fails once the exec has finished.
-				_, _ = stdin.Write(m.Stdin)
+			if !stdin.push(m.Stdin) {
+				cancel(errStdinOverflow)
+				return
 			}
 		case *pb.ExecRequest_StdinEof:
-			closeStdin()
+			stdin.close()
 		case *pb.ExecRequest_Cancel:
 			cancel(errClientCancel)
 		case *pb.ExecRequest_Resize:
@@ -233,6 +235,103 @@ func receiveExec(stream pb.Provider_ExecServer, stdin *io.PipeWriter, resize cha
 	}
 }
 
+// StdinWindow is the most stdin a host keeps unacknowledged (see the Exec
+// RPC in provider.proto).
+const StdinWindow = 1 << 20
+
+// stdinQueue holds the stdin the host sent and the process has not read yet;
+// size counts it until the process has read it, as the host's credit does,
+// which bounds it to StdinWindow bytes. A nil queue (an exec
+// without stdin) ignores everything.
+type stdinQueue struct {
+	mu      sync.Mutex
+	ready   *sync.Cond
+	chunks  [][]byte
+	size    int
+	eof     bool // the host sent StdinEOF (or went away)
+	stopped bool // the exec is over
+}
+
+func newStdinQueue() *stdinQueue {
+	q := &stdinQueue{}
+	q.ready = sync.NewCond(&q.mu)
+	return q
+}
+
+// push queues a chunk; false means the host exceeded its credit.
+func (q *stdinQueue) push(b []byte) bool {
+	if q == nil {
+		return true
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.size+len(b) > StdinWindow {
+		return false
+	}
+	q.chunks = append(q.chunks, b)
+	q.size += len(b)
+	q.ready.Signal()
+	return true
+}
+
+// close marks the end of stdin: what is queued is still delivered.
+func (q *stdinQueue) close() {
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.eof = true
+	q.ready.Signal()
+}
+
+// stop ends delivery: the exec is over.
+func (q *stdinQueue) stop() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.stopped = true
+	q.ready.Signal()
+}
+
+// next waits for the next chunk; false means stdin ended or the exec did.
+func (q *stdinQueue) next() ([]byte, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.chunks) == 0 && !q.eof && !q.stopped {
+		q.ready.Wait()
+	}
+	if len(q.chunks) == 0 || q.stopped {
+		return nil, false
+	}
+	b := q.chunks[0]
+	q.chunks = q.chunks[1:]
+	return b, true
+}
+
+// consumed returns the credit of a chunk the process has read.
+func (q *stdinQueue) consumed(n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.size -= n
+}
+
+// feed writes the queue to the provider's stdin as the process reads it and
+// gives the host credit back for each chunk consumed.
+func (q *stdinQueue) feed(w *io.PipeWriter, out *outputSender) {
+	for {
+		b, ok := q.next()
+		if !ok {
+			_ = w.Close()
+			return
+		}
+		if _, err := w.Write(b); err != nil {
+			return // the exec is over
+		}
+		q.consumed(len(b))
+		_ = out.sendMsg(&pb.ExecResponse{Msg: &pb.ExecResponse_StdinAck{StdinAck: &pb.StdinAck{Bytes: uint64(len(b))}}})
+	}
+}
+
 // outputSender serialises sends on the exec stream (gRPC allows one sender at
 // a time) and refuses output once the exit status is on its way.
 type outputSender struct {
@@ -242,12 +341,16 @@ type outputSender struct {
 }
 
 func (o *outputSender) send(kind pb.Stream, p []byte) error {
+	return o.sendMsg(&pb.ExecResponse{Msg: &pb.ExecResponse_Output{Output: &pb.Output{Stream: kind, Data: p}}})
+}
+
+func (o *outputSender) sendMsg(m *pb.ExecResponse) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.done {
 		return errExecDone
 	}
-	return o.stream.Send(&pb.ExecResponse{Msg: &pb.ExecResponse_Output{Output: &pb.Output{Stream: kind, Data: p}}})
+	return o.stream.Send(m)
 }
 
 func (o *outputSender) close() {

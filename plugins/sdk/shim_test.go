@@ -13,6 +13,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
 )
 
 func TestErrorsCrossTheBoundary(t *testing.T) {
@@ -156,6 +158,57 @@ func TestSDKImportsNothingElseOfAmelia(t *testing.T) {
 	for _, pkg := range strings.Fields(string(out)) {
 		if strings.HasPrefix(pkg, "github.com/amelia-sandbox/amelia/") && !strings.HasPrefix(pkg, "github.com/amelia-sandbox/amelia/plugins/sdk") {
 			t.Errorf("the SDK depends on %s", pkg)
+		}
+	}
+}
+
+// stdinIgnorer runs execs that never read stdin and end when cancelled.
+type stdinIgnorer struct{ *stubProvider }
+
+func (stdinIgnorer) Exec(ctx context.Context, _ ExecRequest, _ ExecIO) (ExitStatus, error) {
+	<-ctx.Done()
+	return ExitStatus{Code: 143, Signal: "TERM"}, nil
+}
+
+// A host that ignores its stdin credit is refused rather than buffered.
+func TestStdinBeyondCreditIsRefused(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	RegisterServer(gs, NewServer(stdinIgnorer{&stubProvider{}}))
+	go func() { _ = gs.Serve(lis) }()
+	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close(); gs.Stop() })
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // fail, never hang
+	defer cancel()
+	stream, err := pb.NewProviderClient(cc).Exec(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := &pb.ExecStart{Sandbox: &pb.SandboxRef{Name: "a"}, Argv: []string{"cat"}, Stdin: true}
+	if err := stream.Send(&pb.ExecRequest{Msg: &pb.ExecRequest_Start{Start: start}}); err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	for range StdinWindow/len(chunk) + 1 {
+		if err := stream.Send(&pb.ExecRequest{Msg: &pb.ExecRequest_Stdin{Stdin: chunk}}); err != nil {
+			break // the server already gave up
+		}
+	}
+	for {
+		_, err := stream.Recv()
+		if err != nil {
+			if !errors.Is(fromStatus(err), ErrInvalid) || !strings.Contains(err.Error(), "credit") {
+				t.Errorf("err = %v, want InvalidArgument about the stdin credit", err)
+			}
+			return
 		}
 	}
 }

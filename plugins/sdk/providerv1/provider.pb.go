@@ -915,6 +915,7 @@ type ExecResponse struct {
 	//
 	//	*ExecResponse_Output
 	//	*ExecResponse_Exit
+	//	*ExecResponse_StdinAck
 	Msg           isExecResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -975,6 +976,15 @@ func (x *ExecResponse) GetExit() *ExitStatus {
 	return nil
 }
 
+func (x *ExecResponse) GetStdinAck() *StdinAck {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecResponse_StdinAck); ok {
+			return x.StdinAck
+		}
+	}
+	return nil
+}
+
 type isExecResponse_Msg interface {
 	isExecResponse_Msg()
 }
@@ -987,9 +997,61 @@ type ExecResponse_Exit struct {
 	Exit *ExitStatus `protobuf:"bytes,2,opt,name=exit,proto3,oneof"`
 }
 
+type ExecResponse_StdinAck struct {
+	StdinAck *StdinAck `protobuf:"bytes,3,opt,name=stdin_ack,json=stdinAck,proto3,oneof"`
+}
+
 func (*ExecResponse_Output) isExecResponse_Msg() {}
 
 func (*ExecResponse_Exit) isExecResponse_Msg() {}
+
+func (*ExecResponse_StdinAck) isExecResponse_Msg() {}
+
+// StdinAck returns stdin credit: the process has consumed this many more
+// bytes of stdin.
+type StdinAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bytes         uint64                 `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StdinAck) Reset() {
+	*x = StdinAck{}
+	mi := &file_provider_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StdinAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StdinAck) ProtoMessage() {}
+
+func (x *StdinAck) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StdinAck.ProtoReflect.Descriptor instead.
+func (*StdinAck) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *StdinAck) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
 
 type Output struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1001,7 +1063,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_provider_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1075,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_provider_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1088,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{13}
+	return file_provider_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Output) GetStream() Stream {
@@ -1059,7 +1121,7 @@ type ExitStatus struct {
 
 func (x *ExitStatus) Reset() {
 	*x = ExitStatus{}
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1133,7 @@ func (x *ExitStatus) String() string {
 func (*ExitStatus) ProtoMessage() {}
 
 func (x *ExitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1146,7 @@ func (x *ExitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitStatus.ProtoReflect.Descriptor instead.
 func (*ExitStatus) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{14}
+	return file_provider_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExitStatus) GetCode() int32 {
@@ -1124,7 +1186,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1198,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1211,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{15}
+	return file_provider_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TeardownRequest) GetRef() *SandboxRef {
@@ -1167,7 +1229,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1241,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1254,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{16}
+	return file_provider_proto_rawDescGZIP(), []int{17}
 }
 
 type HealthCheckRequest struct {
@@ -1204,7 +1266,7 @@ type HealthCheckRequest struct {
 
 func (x *HealthCheckRequest) Reset() {
 	*x = HealthCheckRequest{}
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1278,7 @@ func (x *HealthCheckRequest) String() string {
 func (*HealthCheckRequest) ProtoMessage() {}
 
 func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1291,7 @@ func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckRequest.ProtoReflect.Descriptor instead.
 func (*HealthCheckRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{17}
+	return file_provider_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HealthCheckRequest) GetRef() *SandboxRef {
@@ -1250,7 +1312,7 @@ type HealthCheckResponse struct {
 
 func (x *HealthCheckResponse) Reset() {
 	*x = HealthCheckResponse{}
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1324,7 @@ func (x *HealthCheckResponse) String() string {
 func (*HealthCheckResponse) ProtoMessage() {}
 
 func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1337,7 @@ func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckResponse.ProtoReflect.Descriptor instead.
 func (*HealthCheckResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{18}
+	return file_provider_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HealthCheckResponse) GetState() string {
@@ -1362,11 +1424,14 @@ const file_provider_proto_rawDesc = "" +
 	"\x06Cancel\"2\n" +
 	"\bTermSize\x12\x12\n" +
 	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
-	"\x04cols\x18\x02 \x01(\rR\x04cols\"\x81\x01\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"\xbe\x01\n" +
 	"\fExecResponse\x124\n" +
 	"\x06output\x18\x01 \x01(\v2\x1a.amelia.provider.v1.OutputH\x00R\x06output\x124\n" +
-	"\x04exit\x18\x02 \x01(\v2\x1e.amelia.provider.v1.ExitStatusH\x00R\x04exitB\x05\n" +
-	"\x03msg\"P\n" +
+	"\x04exit\x18\x02 \x01(\v2\x1e.amelia.provider.v1.ExitStatusH\x00R\x04exit\x12;\n" +
+	"\tstdin_ack\x18\x03 \x01(\v2\x1c.amelia.provider.v1.StdinAckH\x00R\bstdinAckB\x05\n" +
+	"\x03msg\" \n" +
+	"\bStdinAck\x12\x14\n" +
+	"\x05bytes\x18\x01 \x01(\x04R\x05bytes\"P\n" +
 	"\x06Output\x122\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x1a.amelia.provider.v1.StreamR\x06stream\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"q\n" +
@@ -1408,7 +1473,7 @@ func file_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_provider_proto_goTypes = []any{
 	(Stream)(0),                   // 0: amelia.provider.v1.Stream
 	(*InfoRequest)(nil),           // 1: amelia.provider.v1.InfoRequest
@@ -1424,53 +1489,55 @@ var file_provider_proto_goTypes = []any{
 	(*Cancel)(nil),                // 11: amelia.provider.v1.Cancel
 	(*TermSize)(nil),              // 12: amelia.provider.v1.TermSize
 	(*ExecResponse)(nil),          // 13: amelia.provider.v1.ExecResponse
-	(*Output)(nil),                // 14: amelia.provider.v1.Output
-	(*ExitStatus)(nil),            // 15: amelia.provider.v1.ExitStatus
-	(*TeardownRequest)(nil),       // 16: amelia.provider.v1.TeardownRequest
-	(*TeardownResponse)(nil),      // 17: amelia.provider.v1.TeardownResponse
-	(*HealthCheckRequest)(nil),    // 18: amelia.provider.v1.HealthCheckRequest
-	(*HealthCheckResponse)(nil),   // 19: amelia.provider.v1.HealthCheckResponse
-	nil,                           // 20: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	nil,                           // 21: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	nil,                           // 22: amelia.provider.v1.ExecStart.EnvEntry
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(*StdinAck)(nil),              // 14: amelia.provider.v1.StdinAck
+	(*Output)(nil),                // 15: amelia.provider.v1.Output
+	(*ExitStatus)(nil),            // 16: amelia.provider.v1.ExitStatus
+	(*TeardownRequest)(nil),       // 17: amelia.provider.v1.TeardownRequest
+	(*TeardownResponse)(nil),      // 18: amelia.provider.v1.TeardownResponse
+	(*HealthCheckRequest)(nil),    // 19: amelia.provider.v1.HealthCheckRequest
+	(*HealthCheckResponse)(nil),   // 20: amelia.provider.v1.HealthCheckResponse
+	nil,                           // 21: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	nil,                           // 22: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	nil,                           // 23: amelia.provider.v1.ExecStart.EnvEntry
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
 }
 var file_provider_proto_depIdxs = []int32{
 	3,  // 0: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
 	4,  // 1: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
 	5,  // 2: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	20, // 3: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	21, // 3: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
 	4,  // 4: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
-	21, // 5: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	22, // 5: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
 	9,  // 6: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
 	10, // 7: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
 	11, // 8: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
 	12, // 9: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
 	4,  // 10: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	22, // 11: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
+	23, // 11: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
 	12, // 12: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
-	23, // 13: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
-	23, // 14: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
-	14, // 15: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
-	15, // 16: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
-	0,  // 17: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
-	4,  // 18: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	4,  // 19: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	1,  // 20: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
-	6,  // 21: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
-	8,  // 22: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
-	16, // 23: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
-	18, // 24: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
-	2,  // 25: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
-	7,  // 26: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
-	13, // 27: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
-	17, // 28: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
-	19, // 29: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
-	25, // [25:30] is the sub-list for method output_type
-	20, // [20:25] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	24, // 13: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
+	24, // 14: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	15, // 15: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
+	16, // 16: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
+	14, // 17: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
+	0,  // 18: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
+	4,  // 19: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	4,  // 20: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	1,  // 21: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
+	6,  // 22: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
+	8,  // 23: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
+	17, // 24: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
+	19, // 25: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
+	2,  // 26: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
+	7,  // 27: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
+	13, // 28: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
+	18, // 29: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
+	20, // 30: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
+	26, // [26:31] is the sub-list for method output_type
+	21, // [21:26] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -1488,6 +1555,7 @@ func file_provider_proto_init() {
 	file_provider_proto_msgTypes[12].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Exit)(nil),
+		(*ExecResponse_StdinAck)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1495,7 +1563,7 @@ func file_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -50,6 +50,11 @@ type ProviderClient interface {
 	// come at any time. The server sends output chunks and, once all output is
 	// drained, exactly one ExitStatus, which is the last message of the stream.
 	// A non-zero exit is data (an ExitStatus), not an RPC error.
+	//
+	// Stdin is credit-based so that the server can always read the stream (and
+	// see a Cancel) even when the process does not read its input: the client
+	// keeps at most 1 MiB (1048576 bytes) of stdin unacknowledged, and the
+	// server sends StdinAck for the bytes the process has consumed.
 	Exec(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecRequest, ExecResponse], error)
 	// Teardown removes the sandbox and everything running in it. Idempotent.
 	Teardown(ctx context.Context, in *TeardownRequest, opts ...grpc.CallOption) (*TeardownResponse, error)
@@ -131,6 +136,11 @@ type ProviderServer interface {
 	// come at any time. The server sends output chunks and, once all output is
 	// drained, exactly one ExitStatus, which is the last message of the stream.
 	// A non-zero exit is data (an ExitStatus), not an RPC error.
+	//
+	// Stdin is credit-based so that the server can always read the stream (and
+	// see a Cancel) even when the process does not read its input: the client
+	// keeps at most 1 MiB (1048576 bytes) of stdin unacknowledged, and the
+	// server sends StdinAck for the bytes the process has consumed.
 	Exec(grpc.BidiStreamingServer[ExecRequest, ExecResponse]) error
 	// Teardown removes the sandbox and everything running in it. Idempotent.
 	Teardown(context.Context, *TeardownRequest) (*TeardownResponse, error)

@@ -85,6 +85,7 @@ func Run(t *testing.T, cfg Config) {
 		{"CancelKillsProcessTree", k.cancelKillsTree},
 		{"CancelSendsTermFirst", k.cancelTermFirst},
 		{"CancelGraceThenKill", k.cancelGraceThenKill},
+		{"CancelWhileStdinIsBlocked", k.cancelStdinBlocked},
 		{"Timeout", k.timeout},
 		{"ConcurrentExecs", k.concurrent},
 		{"HealthCheckBounded", k.health},
@@ -433,6 +434,47 @@ func (k *kit) cancelGraceThenKill(t *testing.T) {
 	}
 	if !r.st.Canceled || r.st.Signal != "KILL" && r.st.Code != 137 {
 		t.Errorf("exit = %+v, want Canceled and killed by KILL", r.st)
+	}
+}
+
+// endless is stdin that never ends.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'y'
+	}
+	return len(p), nil
+}
+
+// A process that never reads its endless stdin fills every buffer on the way
+// and the stream's flow-control window; cancelling must still stop it.
+func (k *kit) cancelStdinBlocked(t *testing.T) {
+	ctx, cancel := context.WithCancel(k.ctx(t))
+	defer cancel()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := k.p.Exec(ctx, sdk.ExecRequest{Sandbox: k.sb.Ref, Argv: []string{"sh", "-c", "echo $$; exec sleep 600"}, CancelGrace: time.Second},
+			sdk.ExecIO{Stdin: endless{}, Stdout: outW})
+		_ = outW.Close()
+		done <- err
+	}()
+	pid, err := newLineReader(outR).next(ctx)
+	if err != nil {
+		t.Fatalf("read pid: %v", err)
+	}
+	cancel()
+	// An exit status (Canceled) or an error matching context.Canceled are
+	// both fine; the process must be gone either way.
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("Exec after cancel: %v", err)
+	}
+	check := `p=` + pid + `; while kill -0 $p 2>/dev/null && ! grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; do sleep 0.05; done; echo gone`
+	ctx2, cancel2 := context.WithTimeout(k.ctx(t), 15*time.Second)
+	defer cancel2()
+	if r := k.run(ctx2, t, sh(check), nil); string(r.stdout) != "gone\n" {
+		t.Errorf("the process that ignored its stdin is still running after cancel: %q", r.stdout)
 	}
 }
 
