@@ -6,26 +6,8 @@ import (
 	"unicode"
 )
 
-// nameRule describes validName for messages.
+// nameRule describes sdk.ValidName for messages.
 const nameRule = `lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters`
-
-// validName reports whether s matches ^[a-z0-9][a-z0-9_-]{0,62}$, the rule
-// for profile names (they become sandbox names) and provider names.
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 63 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case (c == '-' || c == '_') && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
 
 // validEnvName reports whether s is a portable environment variable name:
 // ^[A-Za-z_][A-Za-z0-9_]*$.

@@ -4,6 +4,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // The schema: one table per section. To add a key, add a field to the
@@ -45,7 +47,7 @@ func rootSection() section[root] {
 					for _, name := range sortedKeys(m) {
 						pat := at.key(name)
 						r.names = append(r.names, name)
-						if !validName(name) {
+						if !sdk.ValidName(name) {
 							d.problemf(pat, "invalid profile name: profile names become sandbox names, so use %s", nameRule)
 						}
 						p := &Profile{Name: name}
@@ -215,7 +217,7 @@ func sandboxSection() section[Sandbox] {
 						d.problemf(at, "must not be empty: where the profile runs (%s, or an installed plugin's name)", builtinProviders)
 					case s.val == "none":
 						sb.Provider = ProviderLocal
-					case !validName(s.val):
+					case !sdk.ValidName(s.val):
 						d.problemf(at, "%s is not a valid provider name (built in: %s; a plugin's name uses %s)", s.quote(), builtinProviders, nameRule)
 					default:
 						sb.Provider = s.val
@@ -273,7 +275,7 @@ func sandboxSection() section[Sandbox] {
 			default:
 				return false
 			}
-			if !validName(key) {
+			if !sdk.ValidName(key) {
 				d.problemf(at, "invalid provider settings block name: a block is named after its provider (%s)", nameRule)
 				return true
 			}

@@ -348,19 +348,7 @@ func TestValidationErrorFormat(t *testing.T) {
 	}
 }
 
-func TestValidNames(t *testing.T) {
-	for _, tt := range []struct {
-		s    string
-		want bool
-	}{
-		{"a", true}, {"0", true}, {"dev-1_x", true}, {strings.Repeat("a", 63), true},
-		{"", false}, {"-a", false}, {"_a", false}, {"A", false}, {"a.b", false}, {"a b", false},
-		{strings.Repeat("a", 64), false}, {"é", false},
-	} {
-		if got := validName(tt.s); got != tt.want {
-			t.Errorf("validName(%q) = %v, want %v", tt.s, got, tt.want)
-		}
-	}
+func TestValidEnvNames(t *testing.T) {
 	for _, tt := range []struct {
 		s    string
 		want bool

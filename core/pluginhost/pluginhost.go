@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -23,8 +22,6 @@ import (
 
 // BinaryPrefix starts the file name of a third-party provider plugin.
 const BinaryPrefix = "amelia-provider-"
-
-var pluginName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // Plugin is a provider plugin that can be started.
 type Plugin struct {
@@ -105,7 +102,7 @@ func (h *Host) Find(name string) (Plugin, error) {
 	if slices.Contains(h.opts.Builtins, name) {
 		return h.builtin(name), nil
 	}
-	if !pluginName.MatchString(name) {
+	if !sdk.ValidName(name) {
 		return Plugin{}, fmt.Errorf("%q is not a valid provider name (lower-case letters, digits, '-' and '_')", name)
 	}
 	for _, dir := range h.opts.Dirs {
@@ -159,7 +156,7 @@ func (h *Host) List() ([]Plugin, []Ignored) {
 			switch {
 			case !ok || !isExecutable(path):
 				continue
-			case !pluginName.MatchString(name):
+			case !sdk.ValidName(name):
 				ignored = append(ignored, Ignored{path, fmt.Sprintf("%q is not a valid provider name", name)})
 			case slices.Contains(h.opts.Builtins, h.Canonical(name)):
 				ignored = append(ignored, Ignored{path, fmt.Sprintf("%q is a built-in provider", name)})

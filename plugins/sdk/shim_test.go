@@ -212,3 +212,18 @@ func TestStdinBeyondCreditIsRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestValidName(t *testing.T) {
+	for _, tt := range []struct {
+		s    string
+		want bool
+	}{
+		{"a", true}, {"0", true}, {"dev-1_x", true}, {strings.Repeat("a", 63), true},
+		{"", false}, {"-a", false}, {"_a", false}, {"A", false}, {"a.b", false}, {"a b", false},
+		{strings.Repeat("a", 64), false}, {"é", false},
+	} {
+		if got := ValidName(tt.s); got != tt.want {
+			t.Errorf("ValidName(%q) = %v, want %v", tt.s, got, tt.want)
+		}
+	}
+}

@@ -5,13 +5,18 @@ import (
 	"strings"
 )
 
-var sandboxName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+var nameRule = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
-// ValidateName checks a sandbox name. Names become container names, directory
-// names and labels, so they are limited to lower-case letters, digits, '-'
-// and '_', start with a letter or digit, and are at most 63 characters.
+// ValidName reports whether s is a valid sandbox or provider name. Names
+// become container names, directory names, labels and binary names, so they
+// are limited to lower-case letters, digits, '-' and '_', start with a letter
+// or digit, and are at most 63 characters. Profile names follow the same
+// rule, since they become sandbox names.
+func ValidName(s string) bool { return nameRule.MatchString(s) }
+
+// ValidateName checks a sandbox name (see ValidName).
 func ValidateName(name string) error {
-	if !sandboxName.MatchString(name) {
+	if !ValidName(name) {
 		return Errorf(ErrInvalid, "sandbox name %q is not valid: use 1-63 lower-case letters, digits, '-' or '_', starting with a letter or digit", name)
 	}
 	return nil
