@@ -332,7 +332,6 @@ func buildHello(t *testing.T) string {
 func TestThirdPartyProvider(t *testing.T) {
 	e := newEnv(t)
 	dir := buildHello(t)
-	t.Setenv("AMELIA_PLUGIN_PATH", dir)
 	shadow := filepath.Join(t.TempDir(), "amelia-provider-local")
 	if err := os.WriteFile(shadow, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)

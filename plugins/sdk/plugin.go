@@ -222,9 +222,6 @@ func Launch(cmd *exec.Cmd, opts LaunchOptions) (*Plugin, error) {
 // Close stops the plugin process.
 func (p *Plugin) Close() { p.client.Kill() }
 
-// Exited reports whether the plugin process has exited.
-func (p *Plugin) Exited() bool { return p.client.Exited() }
-
 var _ Provider = (*Plugin)(nil)
 
 func (p *Plugin) Info(ctx context.Context) (Info, error) {

@@ -362,10 +362,10 @@ func (k *kit) startBlocking(t *testing.T, req sdk.ExecRequest) (*lineReader, con
 		var errb bytes.Buffer
 		st, err := k.p.Exec(ctx, req, sdk.ExecIO{Stdout: outW, Stderr: &errb})
 		if err != nil {
-			t.Errorf("Exec(%q) after cancel: %v (want an exit status, not an error)", req.Argv, err)
+			t.Errorf("Exec(%q) after cancel: %v (want an exit status, not an error; stderr %q)", req.Argv, err, errb.String())
 		}
 		_ = outW.Close()
-		done <- result{st: st, stderr: errb.Bytes()}
+		done <- result{st: st}
 	}()
 	return newLineReader(outR), cancel, done
 }
