@@ -82,11 +82,6 @@ func (a *app) run(ctx context.Context, args []string) int {
 		return ee.code
 	}
 	msg := oneLine(err.Error())
-	if strings.HasPrefix(err.Error(), "unknown command") {
-		// cobra's own usage error; keep its "Did you mean" hint on the line.
-		msg = strings.Join(strings.Fields(err.Error()), " ")
-		err = usageError{err}
-	}
 	fmt.Fprintf(a.stderr, "amelia: %s\n", msg)
 	if a.debug {
 		if full := strings.TrimSpace(err.Error()); full != msg {
@@ -112,7 +107,7 @@ func oneLine(s string) string {
 }
 
 func (a *app) rootCommand() *cobra.Command {
-	root := &cobra.Command{
+	root := group(&cobra.Command{
 		Use:   "amelia",
 		Short: "Run coding agents in isolated sandboxes",
 		Long: `Amelia runs a coding agent inside an isolated sandbox (a local process, a
@@ -123,7 +118,7 @@ streams what it does back to you. Sandbox providers are plugins.`,
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
 			a.logger = newLogger(a.stderr, a.debug)
 		},
-	}
+	})
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	f := root.PersistentFlags()
 	f.StringVar(&a.configPath, "config", "", "config file (default $AMELIA_CONFIG, else ~/.config/amelia/config.yaml)")
@@ -137,6 +132,25 @@ streams what it does back to you. Sandbox providers are plugins.`,
 		a.stopCommand(),
 	)
 	return root
+}
+
+// group makes cmd a command group: without a subcommand it prints its help,
+// and an unknown subcommand is a usage error (cobra would print the help and
+// exit 0, so a typo in a script would pass).
+func group(cmd *cobra.Command) *cobra.Command {
+	cmd.SuggestionsMinimumDistance = 2 // cobra's own default, applied only on its error path
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, ", "))
+		}
+		return usageError{errors.New(msg)}
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	return cmd
 }
 
 // noArgs rejects arguments as a usage error.

@@ -278,6 +278,8 @@ func TestUsageErrors(t *testing.T) {
 	newEnv(t)
 	for _, args := range [][]string{
 		{"vesion"},
+		{"sandbox", "bogus"},
+		{"config", "shw"},
 		{"sandbox", "exec"},
 		{"sandbox", "exec", "--no-such-flag", "--", "true"},
 		{"sandbox", "exec", "-e", "NOEQUALS", "--", "true"},
@@ -287,6 +289,21 @@ func TestUsageErrors(t *testing.T) {
 		r := amelia(t, "", args...)
 		if r.code != 2 || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "amelia: ") {
 			t.Errorf("amelia %s: exit %d stderr %q; want 2 and one line", strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+}
+
+func TestUnknownCommandSuggests(t *testing.T) {
+	newEnv(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"vesion"}, `amelia: unknown command "vesion" for "amelia" (did you mean version?)` + "\n"},
+		{[]string{"sandbox", "exce"}, `amelia: unknown command "exce" for "amelia sandbox" (did you mean exec?)` + "\n"},
+	} {
+		if r := amelia(t, "", tc.args...); r.code != 2 || r.stderr != tc.want {
+			t.Errorf("amelia %s: exit %d stderr %q, want 2 and %q", strings.Join(tc.args, " "), r.code, r.stderr, tc.want)
 		}
 	}
 }

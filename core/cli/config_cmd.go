@@ -10,10 +10,10 @@ import (
 )
 
 func (a *app) configCommand() *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "config",
 		Short: "Show and check profiles",
-	}
+	})
 	cmd.AddCommand(&cobra.Command{
 		Use:   "show",
 		Short: "Print the resolved profile (defaults, ${VAR}s and overrides applied) with secrets masked",

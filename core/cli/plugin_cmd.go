@@ -19,10 +19,10 @@ import (
 const infoTimeout = 30 * time.Second
 
 func (a *app) pluginCommand() *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "plugin",
 		Short: "List and serve sandbox provider plugins",
-	}
+	})
 	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",

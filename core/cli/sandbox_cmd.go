@@ -20,10 +20,10 @@ import (
 )
 
 func (a *app) sandboxCommand() *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "sandbox",
 		Short: "Start, use, check and remove a profile's sandbox",
-	}
+	})
 	cmd.AddCommand(a.sandboxUpCommand(), a.sandboxDownCommand(), a.sandboxExecCommand(), a.sandboxHealthCommand(), a.sandboxLsCommand())
 	return cmd
 }
