@@ -44,3 +44,7 @@
 // produce pydantic's bytes; use [Encoder], [AppendJSON] or the MarshalJSON
 // methods directly for that.
 package protocol
+
+// Version is the protocol's version. It changes only when a change would
+// break a reader of the other side; `amelia-worker version` reports it.
+const Version = 1
