@@ -1,0 +1,210 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// LLM is an OpenAI-compatible chat completions endpoint, reached through the
+// host proxy: the worker holds only the run's token, never an API key.
+type LLM struct {
+	client  *openai.Client
+	baseURL string
+	// Retries is how many times a request that failed before any answer
+	// arrived (connection refused, 429, 5xx) is tried again.
+	Retries int
+	// Backoff is the wait before the first retry; it doubles after each.
+	Backoff time.Duration
+	Logger  *slog.Logger
+}
+
+// NewLLM returns a client for the chat API at baseURL (ending in /v1) that
+// authenticates with token. A nil httpClient means a default one.
+func NewLLM(baseURL, token string, httpClient *http.Client, logger *slog.Logger) *LLM {
+	cfg := openai.DefaultConfig(token)
+	cfg.BaseURL = strings.TrimSuffix(baseURL, "/")
+	if httpClient == nil {
+		httpClient = &http.Client{}
+	}
+	cfg.HTTPClient = bodyDoer{httpClient}
+	// Keepalive comments (": PROCESSING") are counted as empty messages;
+	// a slow upstream may send many.
+	cfg.EmptyMessagesLimit = 10000
+	return &LLM{client: openai.NewClientWithConfig(cfg), baseURL: cfg.BaseURL, Retries: 2, Backoff: time.Second, Logger: logger}
+}
+
+// reply is one assistant answer, reassembled from the stream.
+type reply struct {
+	Text         string
+	ToolCalls    []openai.ToolCall
+	FinishReason openai.FinishReason
+	Usage        *wireUsage
+}
+
+// wireUsage is the usage object of a chat completion, with the fields
+// upstreams add to OpenAI's: OpenRouter's cost and cache_write_tokens, and
+// the Anthropic-style cache counts some gateways report.
+type wireUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	Details          *struct {
+		CachedTokens     *int64 `json:"cached_tokens"`
+		CacheWriteTokens *int64 `json:"cache_write_tokens"`
+	} `json:"prompt_tokens_details"`
+	CacheReadInputTokens     *int64   `json:"cache_read_input_tokens"`
+	CacheCreationInputTokens *int64   `json:"cache_creation_input_tokens"`
+	Cost                     *float64 `json:"cost"`
+}
+
+// chunk is one event of a streamed chat completion: the fields the worker
+// reads and no more, which makes decoding the many small events cheaper.
+type chunk struct {
+	Choices []struct {
+		Index int `json:"index"`
+		Delta struct {
+			Content   string            `json:"content"`
+			ToolCalls []openai.ToolCall `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason openai.FinishReason `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *wireUsage `json:"usage"`
+}
+
+// complete sends req as a streaming request and reassembles the answer.
+// Requests that fail before the stream starts are retried as Retries says.
+func (l *LLM) complete(ctx context.Context, req *chatRequest) (*reply, error) {
+	// go-openai gets the model alone; the body is assembled (see request.go).
+	ctx = withBody(ctx, req.body())
+	backoff := l.Backoff
+	for attempt := 0; ; attempt++ {
+		stream, err := l.client.CreateChatCompletionStream(ctx, openai.ChatCompletionRequest{Model: req.model})
+		if err == nil {
+			defer stream.Close()
+			r, err := readStream(stream)
+			if err != nil && ctx.Err() != nil {
+				return nil, errInterrupted
+			}
+			return r, err
+		}
+		if !retryable(err) || attempt >= l.Retries || ctx.Err() != nil {
+			return nil, l.describe(err)
+		}
+		l.Logger.Warn("LLM request failed; retrying", "err", err, "in", backoff)
+		t := time.NewTimer(backoff)
+		backoff *= 2
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, l.describe(ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func readStream(stream *openai.ChatCompletionStream) (*reply, error) {
+	r := &reply{}
+	var text strings.Builder
+	for {
+		raw, err := stream.RecvRaw()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("LLM stream broke off: %w", err)
+		}
+		var c chunk
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, fmt.Errorf("LLM stream sent an event that is not a chat completion chunk (%v): %.200s", err, raw)
+		}
+		if c.Usage != nil {
+			r.Usage = c.Usage
+		}
+		for _, ch := range c.Choices {
+			if ch.Index != 0 {
+				continue
+			}
+			text.WriteString(ch.Delta.Content)
+			for i, tc := range ch.Delta.ToolCalls {
+				r.addToolDelta(i, tc)
+			}
+			if ch.FinishReason != "" {
+				r.FinishReason = ch.FinishReason
+			}
+		}
+	}
+	if r.FinishReason == "" {
+		return nil, errors.New("LLM stream ended before the answer was complete (no finish_reason)")
+	}
+	r.Text = text.String()
+	return r, nil
+}
+
+// addToolDelta folds one streamed tool-call fragment into the answer: the
+// first fragment of a call brings its id and name, later ones pieces of its
+// arguments, matched by index.
+func (r *reply) addToolDelta(pos int, d openai.ToolCall) {
+	idx := pos
+	if d.Index != nil {
+		idx = *d.Index
+	}
+	for len(r.ToolCalls) <= idx {
+		r.ToolCalls = append(r.ToolCalls, openai.ToolCall{Type: openai.ToolTypeFunction})
+	}
+	tc := &r.ToolCalls[idx]
+	if d.ID != "" {
+		tc.ID = d.ID
+	}
+	tc.Function.Name += d.Function.Name
+	tc.Function.Arguments += d.Function.Arguments
+}
+
+// retryable says whether err is worth another attempt: a rate limit, a
+// server or gateway error, or no connection at all.
+func retryable(err error) bool {
+	if apiErr, ok := errors.AsType[*openai.APIError](err); ok {
+		return transientStatus(apiErr.HTTPStatusCode)
+	}
+	if reqErr, ok := errors.AsType[*openai.RequestError](err); ok {
+		return transientStatus(reqErr.HTTPStatusCode)
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+func transientStatus(code int) bool {
+	switch code {
+	case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// describe turns a client error into one line that says what failed.
+func (l *LLM) describe(err error) error {
+	if apiErr, ok := errors.AsType[*openai.APIError](err); ok {
+		return fmt.Errorf("LLM request to %s failed: HTTP %d: %s", l.baseURL, apiErr.HTTPStatusCode, apiErr.Message)
+	}
+	if reqErr, ok := errors.AsType[*openai.RequestError](err); ok {
+		msg := http.StatusText(reqErr.HTTPStatusCode)
+		if len(reqErr.Body) > 0 {
+			msg = strings.TrimSpace(string(reqErr.Body))
+		}
+		return fmt.Errorf("LLM request to %s failed: HTTP %d: %.300s", l.baseURL, reqErr.HTTPStatusCode, msg)
+	}
+	if errors.Is(err, context.Canceled) {
+		return errInterrupted
+	}
+	return fmt.Errorf("LLM request to %s failed: %w", l.baseURL, err)
+}
+
+// errInterrupted is the failure of a run stopped by a signal.
+var errInterrupted = errors.New("interrupted")

@@ -1,0 +1,358 @@
+// Package worker is amelia-worker, the one program that runs inside every
+// sandbox: the agent (agentic, generate), the sandbox end of the tunnel and
+// git's credential helper. Its stdout carries only protocol lines (or, for
+// tunnel, the tunnel session, and for git-credential, git's answer); logs go
+// to stderr.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/amelia-sandbox/amelia/core/buildinfo"
+	"github.com/amelia-sandbox/amelia/core/protocol"
+	"github.com/amelia-sandbox/amelia/core/tunnel"
+	"github.com/amelia-sandbox/amelia/internal/worker/agent"
+	"github.com/amelia-sandbox/amelia/internal/worker/gitcred"
+	"github.com/amelia-sandbox/amelia/internal/worker/tools"
+)
+
+// Environment variables the worker reads.
+const (
+	EnvProxyURL   = "AMELIA_PROXY_URL"   // the proxy's root URL, through the tunnel
+	EnvProxyToken = "AMELIA_PROXY_TOKEN" // the run's token
+	EnvLogFormat  = "AMELIA_LOG_FORMAT"  // "json" for JSON logs on stderr
+	EnvLogLevel   = "AMELIA_LOG_LEVEL"   // debug, info (default), warn, error
+)
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailed      = 1
+	exitUsage       = 2
+	exitInterrupted = 130
+)
+
+// Process is what the worker gets from the process that runs it.
+type Process struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
+}
+
+// Run runs the worker with the command-line arguments args (without the
+// program name) and returns its exit code.
+func Run(ctx context.Context, args []string, p Process) int {
+	w := &worker{p: p, log: newLogger(p.Stderr, p.Getenv)}
+	root := w.commands()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	var code exitCode
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &code):
+		return int(code)
+	default:
+		fmt.Fprintf(p.Stderr, "amelia-worker: %v\n", err)
+		return exitUsage
+	}
+}
+
+// exitCode ends the program with a code, its message already shown.
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit %d", int(c)) }
+
+type worker struct {
+	p   Process
+	log *slog.Logger
+}
+
+func (w *worker) commands() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "amelia-worker",
+		Short:         "The amelia agent inside a sandbox",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return errors.New("no command given: see amelia-worker --help")
+		},
+	}
+	root.SetIn(w.p.Stdin)
+	root.SetOut(w.p.Stderr) // help and usage never go to stdout, which is the protocol's
+	root.SetErr(w.p.Stderr)
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(w.agenticCmd(), w.generateCmd(), w.tunnelCmd(), w.gitCredentialCmd(), w.versionCmd())
+	return root
+}
+
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+	}
+	return nil
+}
+
+func (w *worker) agenticCmd() *cobra.Command {
+	var promptFile, cwd, model, instructions, instructionsFile string
+	var maxTurns int
+	cmd := &cobra.Command{
+		Use:   "agentic --prompt-file F --cwd D --model M",
+		Short: "Work on a task with tools until the model answers",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := protocol.NewEncoder(w.p.Stdout)
+			run := func() error {
+				prompt, err := readFile("prompt", promptFile)
+				if err != nil {
+					return err
+				}
+				if instructionsFile != "" {
+					if instructions, err = readFile("instructions", instructionsFile); err != nil {
+						return err
+					}
+				}
+				llm, err := w.llm()
+				if err != nil {
+					return err
+				}
+				set, err := tools.New(cwd, tools.Options{Logger: w.log})
+				if err != nil {
+					return setupError{err}
+				}
+				defer set.Close()
+				w.log.Info("agentic run", "model", model, "cwd", cwd, "max_turns", maxTurns)
+				a := &agent.Agentic{
+					LLM: llm, Tools: set, Model: model, MaxTurns: maxTurns, Out: out, Logger: w.log,
+					System: agent.SystemPrompt(cwd, instructions),
+				}
+				return a.Run(cmd.Context(), prompt)
+			}
+			return w.runAgent(out, model, run)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&promptFile, "prompt-file", "", "file holding the task (required)")
+	f.StringVar(&cwd, "cwd", "", "directory the tools act in (required)")
+	f.StringVar(&model, "model", "", "model name, as the upstream knows it (required)")
+	f.StringVar(&instructions, "instructions", "", "extra system instructions")
+	f.StringVar(&instructionsFile, "instructions-file", "", "file holding extra system instructions")
+	f.IntVar(&maxTurns, "max-turns", agent.DefaultMaxTurns, "most LLM calls before giving up")
+	for _, name := range []string{"prompt-file", "cwd", "model"} {
+		cmd.MarkFlagRequired(name)
+	}
+	cmd.MarkFlagsMutuallyExclusive("instructions", "instructions-file")
+	return cmd
+}
+
+func (w *worker) generateCmd() *cobra.Command {
+	var promptFile, model, schemaFile, systemFile string
+	cmd := &cobra.Command{
+		Use:   "generate --prompt-file F --model M [--schema FILE.json]",
+		Short: "One answer from the model, optionally JSON that matches a schema",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := protocol.NewEncoder(w.p.Stdout)
+			run := func() error {
+				prompt, err := readFile("prompt", promptFile)
+				if err != nil {
+					return err
+				}
+				g := &agent.Generate{Model: model, Out: out, Logger: w.log}
+				if systemFile != "" {
+					if g.System, err = readFile("system prompt", systemFile); err != nil {
+						return err
+					}
+				}
+				if schemaFile != "" {
+					data, err := os.ReadFile(schemaFile)
+					if err != nil {
+						return setupError{fmt.Errorf("read schema: %w", err)}
+					}
+					if g.Schema, err = agent.CompileSchema(schemaFile, data); err != nil {
+						return setupError{err}
+					}
+				}
+				if g.LLM, err = w.llm(); err != nil {
+					return err
+				}
+				return g.Run(cmd.Context(), prompt)
+			}
+			return w.runAgent(out, model, run)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&promptFile, "prompt-file", "", "file holding the prompt (required)")
+	f.StringVar(&model, "model", "", "model name, as the upstream knows it (required)")
+	f.StringVar(&schemaFile, "schema", "", "JSON Schema file the answer must match")
+	f.StringVar(&systemFile, "system-prompt-file", "", "file holding the system prompt")
+	cmd.MarkFlagRequired("prompt-file")
+	cmd.MarkFlagRequired("model")
+	return cmd
+}
+
+// runAgent runs an agentic or generate run. A failure before the run wrote
+// anything still ends with a result line with is_error and a usage line, so
+// the host always gets both.
+func (w *worker) runAgent(out *protocol.Encoder, model string, run func() error) error {
+	err := run()
+	if err == nil {
+		return nil
+	}
+	if se, ok := errors.AsType[setupError](err); ok {
+		err = agent.WriteFailure(out, model, se.error)
+	}
+	w.log.Error("run failed", "err", err)
+	if agent.Interrupted(err) {
+		return exitCode(exitInterrupted)
+	}
+	return exitCode(exitFailed)
+}
+
+// setupError is a failure before the run started, which has not been
+// written to stdout yet.
+type setupError struct{ error }
+
+func readFile(what, path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", setupError{fmt.Errorf("read %s: %w", what, err)}
+	}
+	return string(b), nil
+}
+
+// llm is the client for the LLM API: $AMELIA_PROXY_URL/v1, unless
+// LLM_PROXY_URL or OPENAI_BASE_URL name another base URL, with the run token.
+func (w *worker) llm() (*agent.LLM, error) {
+	base := firstSet(w.p.Getenv, "LLM_PROXY_URL", "OPENAI_BASE_URL")
+	if base == "" {
+		root := w.p.Getenv(EnvProxyURL)
+		if root == "" {
+			return nil, setupError{fmt.Errorf("%s is not set: the worker reaches the LLM through the amelia proxy (or set LLM_PROXY_URL to an OpenAI-compatible base URL)", EnvProxyURL)}
+		}
+		base = strings.TrimSuffix(root, "/") + "/v1"
+	}
+	return agent.NewLLM(base, w.p.Getenv(EnvProxyToken), nil, w.log), nil
+}
+
+func firstSet(getenv func(string) string, names ...string) string {
+	for _, n := range names {
+		if v := getenv(n); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func (w *worker) tunnelCmd() *cobra.Command {
+	var listen string
+	cmd := &cobra.Command{
+		Use:   "tunnel --listen 127.0.0.1:PORT",
+		Short: "The sandbox end of the host tunnel, over stdin and stdout",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkLoopback(listen); err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("tunnel: %w", err)
+			}
+			conn := stdio{Reader: w.p.Stdin, Writer: w.p.Stdout}
+			if err := tunnel.Serve(cmd.Context(), ln, conn, buildinfo.Version(), w.log); err != nil {
+				w.log.Error("tunnel failed", "err", err)
+				return exitCode(exitFailed)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "", "loopback address to accept connections on, e.g. 127.0.0.1:8430 (port 0: any) (required)")
+	cmd.MarkFlagRequired("listen")
+	return cmd
+}
+
+// checkLoopback refuses listen addresses other than loopback ones: the
+// tunnel leads to the host proxy and must not be offered to the network.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--listen %q: want HOST:PORT, e.g. 127.0.0.1:8430", addr)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || !ip.IsLoopback() {
+		return fmt.Errorf("--listen %q: the tunnel listens on loopback only; use 127.0.0.1 or [::1]", addr)
+	}
+	return nil
+}
+
+// stdio is the worker's stdin and stdout as one connection.
+type stdio struct {
+	io.Reader
+	io.Writer
+}
+
+func (s stdio) Close() error {
+	var errs []error
+	for _, v := range []any{s.Reader, s.Writer} {
+		if c, ok := v.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (w *worker) gitCredentialCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "git-credential get|store|erase",
+		Short: "git's credential helper, answered by the host proxy",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			h := &gitcred.Helper{ProxyURL: w.p.Getenv(EnvProxyURL), Token: w.p.Getenv(EnvProxyToken)}
+			if err := h.Run(cmd.Context(), args[0], w.p.Stdin, w.p.Stdout); err != nil {
+				fmt.Fprintf(w.p.Stderr, "amelia-worker git-credential: %v\n", err)
+				return exitCode(exitFailed)
+			}
+			return nil
+		},
+	}
+}
+
+func (w *worker) versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version and the protocol version",
+		Args:  noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			_, err := fmt.Fprintf(w.p.Stdout, "amelia-worker %s protocol %d\n", buildinfo.Version(), protocol.Version)
+			return err
+		},
+	}
+}
+
+// newLogger logs to stderr: text records, or JSON when AMELIA_LOG_FORMAT is
+// "json", at the level AMELIA_LOG_LEVEL names (info by default).
+func newLogger(w io.Writer, getenv func(string) string) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(getenv(EnvLogLevel))); err != nil {
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if getenv(EnvLogFormat) == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
