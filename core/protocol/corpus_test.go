@@ -94,11 +94,11 @@ func rndObject(r *rand.Rand, dst []byte, depth int) []byte {
 }
 
 // TestWriteCorpus writes random messages, encoded by this package, to the
-// file named by $PROTOCOL_CORPUS, for testdata/gen_golden.py to check that
+// file named by $PROTOCOL_CORPUS, for testdata/check_lines.py to check that
 // pydantic reads every line and writes it back byte for byte:
 //
 //	PROTOCOL_CORPUS=/tmp/corpus.jsonl go test -tags corpus -run TestWriteCorpus ./core/protocol/
-//	python3 core/protocol/testdata/gen_golden.py check /tmp/corpus.jsonl
+//	python3 core/protocol/testdata/check_lines.py /tmp/corpus.jsonl
 //
 // The tool_input objects are built the way pydantic writes them (floats
 // with appendFloat, strings with appendString, no repeated keys), so that

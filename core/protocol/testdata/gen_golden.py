@@ -12,12 +12,11 @@ need Python; run this only to regenerate, from core/protocol/testdata:
 floats.txt holds, per line, a float's Python repr and, after a tab, what
 pydantic writes for it: boundaries of its layout and a fixed random sample.
 
-"check FILE" is the other direction: it reads lines written by the Go
+check_lines.py is the other direction: it reads lines written by the Go
 package (see TestWriteCorpus in corpus_test.go) and checks that pydantic
 reads every one and writes it back byte for byte.
 """
 
-from enum import StrEnum
 from typing import Any
 
 import math
@@ -29,36 +28,7 @@ import pydantic
 from pydantic import BaseModel
 
 
-class AgenticMessageType(StrEnum):
-    THINKING = "thinking"
-    TOOL_CALL = "tool_call"
-    TOOL_RESULT = "tool_result"
-    RESULT = "result"
-    USAGE = "usage"
-
-
-class DriverUsage(BaseModel):
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read_tokens: int | None = None
-    cache_creation_tokens: int | None = None
-    cost_usd: float | None = None
-    duration_ms: int | None = None
-    num_turns: int | None = None
-    model: str | None = None
-
-
-class AgenticMessage(BaseModel):
-    type: AgenticMessageType
-    content: str | None = None
-    tool_name: str | None = None
-    tool_input: dict[str, Any] | None = None
-    tool_output: str | None = None
-    tool_call_id: str | None = None
-    session_id: str | None = None
-    is_error: bool = False
-    model: str | None = None
-    usage: DriverUsage | None = None
+from amelia_models import AgenticMessage, AgenticMessageType, DriverUsage
 
 
 T = AgenticMessageType
@@ -183,21 +153,6 @@ def float_samples() -> list[float]:
 
 def main() -> None:
     assert pydantic.VERSION.startswith("2."), pydantic.VERSION
-    if len(sys.argv) == 3 and sys.argv[1] == "check":
-        bad = n = 0
-        with open(sys.argv[2], "rb") as f:
-            for n, line in enumerate(f, 1):
-                line = line.rstrip(b"\n")
-                try:
-                    out = AgenticMessage.model_validate_json(line).model_dump_json().encode()
-                except pydantic.ValidationError as e:
-                    out = str(e).encode()
-                if out != line:
-                    bad += 1
-                    if bad <= 5:
-                        print(f"line {n}:\n  go:       {line[:300]!r}\n  pydantic: {out[:300]!r}")
-        print(f"{n} lines, {bad} differ")
-        sys.exit(1 if bad else 0)
     if sys.argv[1:] == ["floats"]:
         vals = float_samples()
         out = Floats(v=vals).model_dump_json()

@@ -1,0 +1,42 @@
+"""The Python Amelia's protocol models, AgenticMessage and DriverUsage, as
+DESIGN.md lists them (keys in this order, absent values None).
+
+Shared by gen_golden.py and check_lines.py.
+"""
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class AgenticMessageType(StrEnum):
+    THINKING = "thinking"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+    RESULT = "result"
+    USAGE = "usage"
+
+
+class DriverUsage(BaseModel):
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+    cost_usd: float | None = None
+    duration_ms: int | None = None
+    num_turns: int | None = None
+    model: str | None = None
+
+
+class AgenticMessage(BaseModel):
+    type: AgenticMessageType
+    content: str | None = None
+    tool_name: str | None = None
+    tool_input: dict[str, Any] | None = None
+    tool_output: str | None = None
+    tool_call_id: str | None = None
+    session_id: str | None = None
+    is_error: bool = False
+    model: str | None = None
+    usage: DriverUsage | None = None
