@@ -9,13 +9,20 @@ EXAMPLES := examples/provider-hello
 # plugin processes.
 export GORACE = atexit_sleep_ms=0
 
-.PHONY: all build run test fmt-check vet proto proto-check bench fuzz clean
+.PHONY: all build worker run test fmt-check vet proto proto-check bench fuzz clean
 
 all: build
 
-## build: bin/amelia (the workers arrive with cmd/worker)
-build:
+## build: bin/amelia and, beside it, the workers it puts into sandboxes
+build: worker
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/amelia ./cmd/amelia
+
+## worker: the static in-sandbox worker, bin/amelia-worker-linux-{amd64,arm64}
+worker:
+	for arch in amd64 arm64; do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' \
+			-o bin/amelia-worker-linux-$$arch ./cmd/worker || exit 1; \
+	done
 
 ## run: build, then run a command in the default profile's sandbox
 run: build
@@ -23,6 +30,8 @@ run: build
 
 ## test: gofmt, go vet and all tests with the race detector, examples included
 test: fmt-check vet
+	@python3 -c 'import pydantic, sys; sys.exit(not pydantic.VERSION.startswith("2."))' 2>/dev/null || \
+		echo "make test: SKIPPING the check of the worker's output with the Python models: python3 with pydantic v2 not found"
 	$(GO) test -race -count=1 ./...
 	cd $(EXAMPLES) && $(GO) test -race -count=1 ./...
 
@@ -57,6 +66,8 @@ bench:
 	$(GO) test -run='^$$' -bench=ExecTrue -benchtime=500x ./plugins/local/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=3x ./plugins/local/
 	$(GO) test -run='^$$' -bench=DecodeSideBySide -benchtime=3000x -cpu=1 ./core/protocol/
+	$(GO) test -run='^$$' -bench=StartToFirstLine -benchtime=100x ./internal/worker/
+	$(GO) test -run='^$$' -bench=ToolRoundTrip -benchtime=1x ./internal/worker/agent/
 
 ## fuzz: fuzz the protocol decoder (FUZZTIME=60s by default)
 fuzz:
