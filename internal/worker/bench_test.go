@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"bufio"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,16 +58,12 @@ func firstLine(b *testing.B, env []string, args ...string) time.Duration {
 		b.Fatalf("%v: no first line: %v", args, err)
 	}
 	d := time.Since(start)
-	r.WriteTo(discard{})
+	r.WriteTo(io.Discard)
 	if err := cmd.Wait(); err != nil {
 		b.Fatalf("%v: %v", args, err)
 	}
 	return d
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 func p50(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)

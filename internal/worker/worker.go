@@ -176,11 +176,11 @@ func (w *worker) generateCmd() *cobra.Command {
 					}
 				}
 				if schemaFile != "" {
-					data, err := os.ReadFile(schemaFile)
+					data, err := readFile("schema", schemaFile)
 					if err != nil {
-						return setupError{fmt.Errorf("read schema: %w", err)}
+						return err
 					}
-					if g.Schema, err = agent.CompileSchema(schemaFile, data); err != nil {
+					if g.Schema, err = agent.CompileSchema(schemaFile, []byte(data)); err != nil {
 						return setupError{err}
 					}
 				}
@@ -243,7 +243,7 @@ func (w *worker) llm() (*agent.LLM, error) {
 		}
 		base = strings.TrimSuffix(root, "/") + "/v1"
 	}
-	return agent.NewLLM(base, w.p.Getenv(EnvProxyToken), nil, w.log), nil
+	return agent.NewLLM(base, w.p.Getenv(EnvProxyToken), w.log), nil
 }
 
 func firstSet(getenv func(string) string, names ...string) string {

@@ -65,7 +65,7 @@ func (a *Agentic) loop(ctx context.Context, prompt string, usage *tally) (string
 	}
 
 	for turn := 1; turn <= maxTurns; turn++ {
-		a.Logger.Debug("llm call", "turn", turn, "messages", req.conv.count)
+		a.Logger.Debug("llm call", "turn", turn, "history_bytes", len(req.conv.json))
 		r, err := a.LLM.complete(ctx, req)
 		if err != nil {
 			return "", err

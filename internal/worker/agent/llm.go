@@ -19,27 +19,24 @@ import (
 type LLM struct {
 	client  *openai.Client
 	baseURL string
-	// Retries is how many times a request that failed before any answer
+	// retries is how many times a request that failed before any answer
 	// arrived (connection refused, 429, 5xx) is tried again.
-	Retries int
-	// Backoff is the wait before the first retry; it doubles after each.
-	Backoff time.Duration
-	Logger  *slog.Logger
+	retries int
+	// backoff is the wait before the first retry; it doubles after each.
+	backoff time.Duration
+	logger  *slog.Logger
 }
 
 // NewLLM returns a client for the chat API at baseURL (ending in /v1) that
-// authenticates with token. A nil httpClient means a default one.
-func NewLLM(baseURL, token string, httpClient *http.Client, logger *slog.Logger) *LLM {
+// authenticates with token.
+func NewLLM(baseURL, token string, logger *slog.Logger) *LLM {
 	cfg := openai.DefaultConfig(token)
 	cfg.BaseURL = strings.TrimSuffix(baseURL, "/")
-	if httpClient == nil {
-		httpClient = &http.Client{}
-	}
-	cfg.HTTPClient = bodyDoer{httpClient}
+	cfg.HTTPClient = bodyDoer{&http.Client{}}
 	// Keepalive comments (": PROCESSING") are counted as empty messages;
 	// a slow upstream may send many.
 	cfg.EmptyMessagesLimit = 10000
-	return &LLM{client: openai.NewClientWithConfig(cfg), baseURL: cfg.BaseURL, Retries: 2, Backoff: time.Second, Logger: logger}
+	return &LLM{client: openai.NewClientWithConfig(cfg), baseURL: cfg.BaseURL, retries: 2, backoff: time.Second, logger: logger}
 }
 
 // reply is one assistant answer, reassembled from the stream.
@@ -84,7 +81,7 @@ type chunk struct {
 func (l *LLM) complete(ctx context.Context, req *chatRequest) (*reply, error) {
 	// go-openai gets the model alone; the body is assembled (see request.go).
 	ctx = withBody(ctx, req.body())
-	backoff := l.Backoff
+	backoff := l.backoff
 	for attempt := 0; ; attempt++ {
 		stream, err := l.client.CreateChatCompletionStream(ctx, openai.ChatCompletionRequest{Model: req.model})
 		if err == nil {
@@ -95,10 +92,10 @@ func (l *LLM) complete(ctx context.Context, req *chatRequest) (*reply, error) {
 			}
 			return r, err
 		}
-		if !retryable(err) || attempt >= l.Retries || ctx.Err() != nil {
+		if !retryable(err) || attempt >= l.retries || ctx.Err() != nil {
 			return nil, l.describe(err)
 		}
-		l.Logger.Warn("LLM request failed; retrying", "err", err, "in", backoff)
+		l.logger.Warn("LLM request failed; retrying", "err", err, "in", backoff)
 		t := time.NewTimer(backoff)
 		backoff *= 2
 		select {

@@ -22,8 +22,7 @@ import (
 
 // conversation is the messages of a chat so far, kept as their JSON.
 type conversation struct {
-	json  []byte // the messages, comma-separated, without the brackets
-	count int
+	json []byte // the messages, comma-separated, without the brackets
 }
 
 // add appends m to the conversation.
@@ -32,11 +31,10 @@ func (c *conversation) add(m openai.ChatCompletionMessage) error {
 	if err != nil {
 		return fmt.Errorf("encode %s message: %w", m.Role, err)
 	}
-	if c.count > 0 {
+	if len(c.json) > 0 {
 		c.json = append(c.json, ',')
 	}
 	c.json = append(c.json, b...)
-	c.count++
 	return nil
 }
 
