@@ -285,17 +285,18 @@ func TestAgenticFailures(t *testing.T) {
 		turns []llmtest.Turn
 		args  []string
 		want  string
+		calls string // num_turns: the LLM calls that completed
 	}{
 		{"malformed stream", []llmtest.Turn{{RawSSE: "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"hi\"\n\n"}},
-			nil, "not a chat completion chunk"},
+			nil, "not a chat completion chunk", "0"},
 		{"stream cut short", []llmtest.Turn{{RawSSE: "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n\n"}},
-			nil, "ended before the answer was complete"},
+			nil, "ended before the answer was complete", "0"},
 		{"upstream refuses", []llmtest.Turn{{Status: 401, Error: "invalid run token"}},
-			nil, "HTTP 401: invalid run token"},
+			nil, "HTTP 401: invalid run token", "0"},
 		{"turn limit", []llmtest.Turn{
 			{ToolCalls: []llmtest.ToolCall{call("ls", `{}`)}},
 			{ToolCalls: []llmtest.ToolCall{call("ls", `{}`)}},
-		}, []string{"--max-turns", "2"}, "stopped after 2 turns without a final answer"},
+		}, []string{"--max-turns", "2"}, "stopped after 2 turns without a final answer", "2"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -306,8 +307,8 @@ func TestAgenticFailures(t *testing.T) {
 			}
 			res, u := r.ending(t, true)
 			contains(t, "result", str(res.Content), c.want)
-			if num(u.Usage.NumTurns) != "2" && c.name == "turn limit" {
-				t.Errorf("num_turns = %s, want 2", num(u.Usage.NumTurns))
+			if got := num(u.Usage.NumTurns); got != c.calls {
+				t.Errorf("num_turns = %s, want %s", got, c.calls)
 			}
 		})
 	}

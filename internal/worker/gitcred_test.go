@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +46,13 @@ func newCredProxy(t *testing.T) *credProxy {
 	return p
 }
 
+// got is the credential requests the proxy received.
+func (p *credProxy) got() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.requests)
+}
+
 func TestGitCredentialHelper(t *testing.T) {
 	proxy := newCredProxy(t)
 	env := []string{"AMELIA_PROXY_URL=" + proxy.URL, "AMELIA_PROXY_TOKEN=" + runToken}
@@ -56,7 +64,7 @@ func TestGitCredentialHelper(t *testing.T) {
 	if want := "protocol=https\nhost=github.com\nusername=x-access-token\npassword=ghs_secret\n"; string(r.stdout) != want {
 		t.Errorf("get answered %q, want %q", r.stdout, want)
 	}
-	if got := proxy.requests[0]; got != "protocol=https\nhost=github.com\npath=org/repo.git\n" {
+	if got := proxy.got()[0]; got != "protocol=https\nhost=github.com\npath=org/repo.git\n" {
 		t.Errorf("the proxy got %q", got)
 	}
 
@@ -72,8 +80,8 @@ func TestGitCredentialHelper(t *testing.T) {
 			t.Errorf("%s: exit %d, stdout %q; want 0 and nothing", op, r.code, r.stdout)
 		}
 	}
-	if len(proxy.requests) != 2 {
-		t.Errorf("the proxy got %d requests, want 2 (store and erase stay local)", len(proxy.requests))
+	if n := len(proxy.got()); n != 2 {
+		t.Errorf("the proxy got %d requests, want 2 (store and erase stay local)", n)
 	}
 
 	r = runWorker(t, nil, strings.NewReader("host=github.com\n\n"), "git-credential", "get")
