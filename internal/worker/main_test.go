@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/protocol"
+	"github.com/amelia-sandbox/amelia/internal/testbin"
 )
 
 // workerBin is the amelia-worker binary the tests run, built once by
@@ -26,15 +27,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	workerBin = filepath.Join(dir, "amelia-worker")
-	args := []string{"build", "-o", workerBin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	build := exec.Command("go", append(args, "../../cmd/worker")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build amelia-worker:", err)
+	if workerBin, err = testbin.BuildWorker(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}

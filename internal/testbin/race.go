@@ -1,5 +1,5 @@
 //go:build race
 
-package worker_test
+package testbin
 
 const raceEnabled = true
