@@ -6,7 +6,6 @@
 package gitcred
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -15,13 +14,9 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/amelia-sandbox/amelia/core/gitcredential"
 )
-
-// Route is the proxy's credential route, relative to its root URL.
-const Route = "/git/credentials"
-
-// maxMessage bounds a credential request or answer.
-const maxMessage = 64 << 10
 
 // Helper forwards git credential requests to the proxy.
 type Helper struct {
@@ -36,7 +31,7 @@ type Helper struct {
 func (h *Helper) Run(ctx context.Context, op string, in io.Reader, out io.Writer) error {
 	switch op {
 	case "store", "erase":
-		_, err := io.Copy(io.Discard, io.LimitReader(in, maxMessage))
+		_, err := io.Copy(io.Discard, io.LimitReader(in, gitcredential.MaxMessage))
 		return err
 	case "get":
 	default:
@@ -45,7 +40,7 @@ func (h *Helper) Run(ctx context.Context, op string, in io.Reader, out io.Writer
 	if h.ProxyURL == "" || h.Token == "" {
 		return errors.New("AMELIA_PROXY_URL and AMELIA_PROXY_TOKEN must be set: this helper works only inside an amelia sandbox")
 	}
-	req, err := readMessage(in)
+	req, err := gitcredential.Read(in)
 	if err != nil {
 		return fmt.Errorf("read git's request: %w", err)
 	}
@@ -53,14 +48,14 @@ func (h *Helper) Run(ctx context.Context, op string, in io.Reader, out io.Writer
 	if err != nil {
 		return err
 	}
-	_, err = out.Write(answer)
+	_, err = out.Write(answer.Bytes())
 	return err
 }
 
-func (h *Helper) fill(ctx context.Context, req []byte) ([]byte, error) {
+func (h *Helper) fill(ctx context.Context, req gitcredential.Message) (gitcredential.Message, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(h.ProxyURL, "/")+Route, bytes.NewReader(req))
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(h.ProxyURL, "/")+gitcredential.ProxyRoute, bytes.NewReader(req.Bytes()))
 	if err != nil {
 		return nil, fmt.Errorf("ask the proxy for credentials: %w", err)
 	}
@@ -75,55 +70,24 @@ func (h *Helper) fill(ctx context.Context, req []byte) ([]byte, error) {
 		return nil, fmt.Errorf("ask the proxy for credentials: %w", err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxMessage+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, gitcredential.MaxMessage+1))
 	if err != nil {
 		return nil, fmt.Errorf("read the proxy's answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("the proxy refused credentials for %s: %s: %s", hostOf(req), resp.Status, firstLine(body))
 	}
-	answer, err := readMessage(bytes.NewReader(body))
+	answer, err := gitcredential.Read(bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("the proxy's answer: %w", err)
 	}
 	return answer, nil
 }
 
-// readMessage reads one credential message, attribute lines "key=value"
-// ended by a blank line or EOF, and returns it normalised: each line ended by
-// "\n", no blank line. A line without "=", a NUL byte or an oversized message
-// is an error.
-func readMessage(r io.Reader) ([]byte, error) {
-	sc := bufio.NewScanner(io.LimitReader(r, maxMessage+1))
-	sc.Buffer(make([]byte, 0, 4096), maxMessage+1)
-	var out bytes.Buffer
-	for sc.Scan() {
-		line := strings.TrimSuffix(sc.Text(), "\r")
-		if line == "" {
-			break
-		}
-		key, _, ok := strings.Cut(line, "=")
-		if !ok || key == "" || strings.ContainsRune(line, 0) {
-			return nil, fmt.Errorf("malformed credential line %q: want key=value", truncate(line, 40))
-		}
-		out.WriteString(line)
-		out.WriteByte('\n')
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if out.Len() > maxMessage {
-		return nil, fmt.Errorf("credential message longer than %d bytes", maxMessage)
-	}
-	return out.Bytes(), nil
-}
-
-// hostOf is the host attribute of a credential request, for messages.
-func hostOf(req []byte) string {
-	for line := range strings.SplitSeq(string(req), "\n") {
-		if v, ok := strings.CutPrefix(line, "host="); ok {
-			return v
-		}
+// hostOf is the host of a credential request, for messages.
+func hostOf(req gitcredential.Message) string {
+	if _, host := req.Target(); host != "" {
+		return host
 	}
 	return "this repository"
 }
