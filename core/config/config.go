@@ -100,10 +100,17 @@ type Profile struct {
 	lookupEnv func(string) (string, bool) // for ShowYAML's "# set" comments; may be nil
 }
 
-// LLM is the upstream the host-side proxy forwards model calls to. At most
-// one of APIKeyEnv and APIKey is set; the key itself never enters the
-// sandbox.
+// LLM is the upstream the host-side proxy forwards model calls to. The key
+// itself never enters the sandbox.
 type LLM struct {
+	// Upstream is the OpenAI-compatible API of the proxy's /v1/* route.
+	Upstream
+}
+
+// Upstream is an LLM API and where its key comes from. At most one of
+// APIKeyEnv and APIKey is set; with neither, there is no key (a keyless
+// local server).
+type Upstream struct {
 	BaseURL   string
 	APIKeyEnv string // name of the host environment variable holding the key
 	APIKey    string // the key itself (usually written as ${VAR} in the file)

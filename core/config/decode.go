@@ -77,6 +77,23 @@ func (s sval) quoteRaw() string {
 	return fmt.Sprintf("%q", s.val)
 }
 
+// envName converts a non-nil value to the name of an environment variable
+// for the key named key (like example). What it expanded to is never
+// echoed: when it is not a name, it is probably the secret itself.
+func (d *decoder) envName(at path, v any, key, example string) (string, bool) {
+	s, ok := d.str(at, v)
+	switch {
+	case !ok:
+	case !validEnvName(s.val) && s.expanded():
+		d.problemf(at, "%s is not a valid environment variable name: %s takes the variable's name (like %s), not its value", s.quoteRaw(), key, example)
+	case !validEnvName(s.val):
+		d.problemf(at, "%q is not a valid environment variable name (letters, digits and _, not starting with a digit)", s.val)
+	default:
+		return s.val, true
+	}
+	return "", false
+}
+
 // str converts a non-nil value to a string, expanding ${VAR}s.
 func (d *decoder) str(at path, v any) (sval, bool) {
 	s, ok := v.(string)
@@ -224,6 +241,23 @@ type section[T any] struct {
 type keyValue struct {
 	key string
 	val any
+}
+
+// liftFields turns fields of an inner struct into fields of the struct
+// that holds it, so that one set of decoders serves both (llm and
+// llm.anthropic are both Upstreams).
+func liftFields[O, I any](fields []field[I], inner func(*O) *I) []field[O] {
+	out := make([]field[O], len(fields))
+	for i, f := range fields {
+		out[i] = field[O]{
+			key:    f.key,
+			decode: func(d *decoder, at path, v any, o *O) { f.decode(d, at, v, inner(o)) },
+		}
+		if f.show != nil {
+			out[i].show = func(s *shower, at path, o *O) any { return f.show(s, at, inner(o)) }
+		}
+	}
+	return out
 }
 
 func (sec section[T]) keys() []string {

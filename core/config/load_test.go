@@ -152,7 +152,7 @@ func TestBuiltinDefault(t *testing.T) {
 	local := &Profile{
 		Name:  "local",
 		Model: "gpt-4.1-mini",
-		LLM:   LLM{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"},
+		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}},
 		Sandbox: Sandbox{
 			Provider: "local",
 			Network:  NetworkOpen,
@@ -194,37 +194,37 @@ func TestDefaultsFilled(t *testing.T) {
 		{
 			name:    "only the provider",
 			profile: `{sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv},
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}},
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "api_key set: no default api_key_env",
 			profile: `{llm: {api_key: sk-1}, sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{BaseURL: DefaultBaseURL, APIKey: "sk-1"},
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKey: "sk-1"}},
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "base_url set: the key variable still defaults",
 			profile: `{llm: {base_url: "http://localhost:11434/v1"}, sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{BaseURL: "http://localhost:11434/v1", APIKeyEnv: DefaultAPIKeyEnv},
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: "http://localhost:11434/v1", APIKeyEnv: DefaultAPIKeyEnv}},
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "null values count as absent",
 			profile: `{model: null, llm: null, sandbox: {provider: docker, network: null}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv},
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}},
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "provider none is local",
 			profile: `{sandbox: {provider: none}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv},
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}},
 				Sandbox: Sandbox{Provider: "local", Network: NetworkOpen}},
 		},
 		{
 			name:    "everything set",
 			profile: `{model: o3, llm: {base_url: "https://llm.example.com/v1", api_key_env: K}, sandbox: {provider: ssh, network: allowlist, allowed_hosts: [Example.COM]}}`,
-			want: Profile{Model: "o3", LLM: LLM{BaseURL: "https://llm.example.com/v1", APIKeyEnv: "K"},
+			want: Profile{Model: "o3", LLM: LLM{Upstream: Upstream{BaseURL: "https://llm.example.com/v1", APIKeyEnv: "K"}},
 				Sandbox: Sandbox{Provider: "ssh", Network: NetworkAllowlist, AllowedHosts: []string{"example.com"}}},
 		},
 	}
@@ -317,7 +317,7 @@ profiles:
 			name: "an empty value unsets the key",
 			env:  testEnv{"AMELIA_PROFILES__DEV__LLM__API_KEY_ENV": "", "AMELIA_PROFILES__DEV__LLM__API_KEY": "sk-env"},
 			check: func(t *testing.T, c *Config) {
-				equal(t, "llm", c.Profiles["dev"].LLM, LLM{BaseURL: DefaultBaseURL, APIKey: "sk-env"})
+				equal(t, "llm", c.Profiles["dev"].LLM, LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKey: "sk-env"}})
 			},
 		},
 		{
@@ -592,7 +592,7 @@ func TestExampleConfig(t *testing.T) {
 	docker := c.Profiles["docker"]
 	equal(t, "docker labels", docker.Sandbox.Settings["docker"]["labels"], map[string]any{"com.example.team": "platform"})
 	equal(t, "docker model", docker.Model, "gpt-4.1")
-	equal(t, "ssh llm", c.Profiles["ssh"].LLM, LLM{BaseURL: "http://gpu-box.internal:8000/v1", APIKey: "not-needed"})
+	equal(t, "ssh llm", c.Profiles["ssh"].LLM, LLM{Upstream: Upstream{BaseURL: "http://gpu-box.internal:8000/v1", APIKey: "not-needed"}})
 }
 
 // The shape the foundation issue pins, verbatim: it must load as written
@@ -619,7 +619,7 @@ profiles:
 	equal(t, "profile", got, Profile{
 		Name:  "dev",
 		Model: "gpt-4.1-mini",
-		LLM:   LLM{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"},
+		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}},
 		Sandbox: Sandbox{
 			Provider:     "docker",
 			Network:      NetworkOpen,

@@ -121,77 +121,82 @@ func profileSection() section[Profile] {
 }
 
 func llmSection() section[LLM] {
+	up := upstreamSection(DefaultBaseURL, DefaultAPIKeyEnv)
+	openai := func(l *LLM) *Upstream { return &l.Upstream }
 	return section[LLM]{
-		fields: []field[LLM]{
+		fields: liftFields(up.fields, openai),
+		check: func(d *decoder, at path, set map[string]bool, l *LLM) {
+			up.check(d, at, set, openai(l))
+		},
+	}
+}
+
+// upstreamSection is an LLM API: its URL and its key, given literally or
+// by the name of a variable (defKeyEnv when neither is set).
+func upstreamSection(defBaseURL, defKeyEnv string) section[Upstream] {
+	return section[Upstream]{
+		fields: []field[Upstream]{
 			{
 				key: "base_url",
-				decode: func(d *decoder, at path, v any, l *LLM) {
+				decode: func(d *decoder, at path, v any, u *Upstream) {
 					if v == nil {
-						l.BaseURL = DefaultBaseURL
+						u.BaseURL = defBaseURL
 						return
 					}
 					s, ok := d.str(at, v)
 					if !ok {
 						return
 					}
-					if u, err := url.Parse(s.val); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					if pu, err := url.Parse(s.val); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
 						s.val, s.raw = redactURL(s.val), redactURL(s.raw)
 						d.problemf(at, "%s is not an absolute http(s) URL", s.quoteRaw())
 						return
 					}
-					l.BaseURL = s.val
+					u.BaseURL = s.val
 				},
-				show: func(_ *shower, _ path, l *LLM) any { return l.BaseURL },
+				show: func(_ *shower, _ path, u *Upstream) any { return u.BaseURL },
 			},
 			{
 				key: "api_key_env",
-				decode: func(d *decoder, at path, v any, l *LLM) {
+				decode: func(d *decoder, at path, v any, u *Upstream) {
 					if v == nil {
 						return
 					}
-					s, ok := d.str(at, v)
-					switch {
-					case !ok:
-					case !validEnvName(s.val) && s.expanded():
-						// Never echo what it expanded to: probably the key.
-						d.problemf(at, "%s is not a valid environment variable name: api_key_env takes the variable's name (like %s), not its value", s.quoteRaw(), DefaultAPIKeyEnv)
-					case !validEnvName(s.val):
-						d.problemf(at, "%q is not a valid environment variable name (letters, digits and _, not starting with a digit)", s.val)
-					default:
-						l.APIKeyEnv = s.val
+					if name, ok := d.envName(at, v, "api_key_env", defKeyEnv); ok {
+						u.APIKeyEnv = name
 					}
 				},
-				show: func(s *shower, _ path, l *LLM) any {
-					if l.APIKeyEnv == "" {
+				show: func(s *shower, _ path, u *Upstream) any {
+					if u.APIKeyEnv == "" {
 						return nil
 					}
-					return s.envNameNode(l.APIKeyEnv)
+					return s.envNameNode(u.APIKeyEnv)
 				},
 			},
 			{
 				key: "api_key",
-				decode: func(d *decoder, at path, v any, l *LLM) {
+				decode: func(d *decoder, at path, v any, u *Upstream) {
 					if v == nil {
 						return
 					}
 					if s, ok := d.str(at, v); ok {
-						l.APIKey = s.val
+						u.APIKey = s.val
 					}
 				},
-				show: func(_ *shower, _ path, l *LLM) any {
-					if l.APIKey == "" && l.APIKeyEnv != "" {
+				show: func(_ *shower, _ path, u *Upstream) any {
+					if u.APIKey == "" && u.APIKeyEnv != "" {
 						return nil
 					}
-					return l.APIKey
+					return u.APIKey
 				},
 			},
 		},
-		check: func(d *decoder, at path, set map[string]bool, l *LLM) {
+		check: func(d *decoder, at path, set map[string]bool, u *Upstream) {
 			switch {
 			case set["api_key"] && set["api_key_env"]:
 				d.problemf(at, "api_key and api_key_env are both set; use one")
 			case !set["api_key"] && !set["api_key_env"]:
-				l.APIKeyEnv = DefaultAPIKeyEnv
+				u.APIKeyEnv = defKeyEnv
 			}
 		},
 	}
