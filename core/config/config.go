@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Defaults applied to profiles that do not set these keys.
@@ -33,6 +34,13 @@ const (
 	DefaultModel     = "gpt-4.1-mini"
 	DefaultBaseURL   = "https://api.openai.com/v1"
 	DefaultAPIKeyEnv = "OPENAI_API_KEY"
+	// DefaultLLMTimeout is llm.timeout: how long the proxy waits for an
+	// upstream's response headers.
+	DefaultLLMTimeout = 10 * time.Minute
+	// DefaultAnthropicBaseURL and DefaultAnthropicKeyEnv apply inside an
+	// llm.anthropic block.
+	DefaultAnthropicBaseURL = "https://api.anthropic.com/v1"
+	DefaultAnthropicKeyEnv  = "ANTHROPIC_API_KEY"
 )
 
 // ProviderLocal is the provider that runs on the host itself; "none" is
@@ -105,6 +113,12 @@ type Profile struct {
 type LLM struct {
 	// Upstream is the OpenAI-compatible API of the proxy's /v1/* route.
 	Upstream
+	// Timeout is how long the proxy waits for an upstream's response
+	// headers before answering 504; always > 0.
+	Timeout time.Duration
+	// Anthropic is the upstream of the proxy's /anthropic/v1/* route; nil
+	// when the profile has no llm.anthropic block (the route is disabled).
+	Anthropic *Upstream
 }
 
 // Upstream is an LLM API and where its key comes from. At most one of

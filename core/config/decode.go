@@ -94,6 +94,32 @@ func (d *decoder) envName(at path, v any, key, example string) (string, bool) {
 	return "", false
 }
 
+// durationHint says what a duration looks like, for messages.
+const durationHint = "like 90s, 10m"
+
+// duration converts a non-nil value to a positive duration, written as Go
+// writes them (90s, 10m, 1h30m).
+func (d *decoder) duration(at path, v any) (time.Duration, bool) {
+	if _, ok := v.(string); !ok {
+		d.problemf(at, "must be a duration (%s), got %s", durationHint, typeName(v))
+		return 0, false
+	}
+	s, ok := d.str(at, v)
+	if !ok {
+		return 0, false
+	}
+	t, err := time.ParseDuration(strings.TrimSpace(s.val))
+	switch {
+	case err != nil:
+		d.problemf(at, "%s is not a duration (%s)", s.quote(), durationHint)
+		return 0, false
+	case t <= 0:
+		d.problemf(at, "%s is not a positive duration (%s)", s.quote(), durationHint)
+		return 0, false
+	}
+	return t, true
+}
+
 // str converts a non-nil value to a string, expanding ${VAR}s.
 func (d *decoder) str(at path, v any) (sval, bool) {
 	s, ok := v.(string)
@@ -221,6 +247,11 @@ type field[T any] struct {
 	key    string
 	decode func(d *decoder, at path, v any, dst *T)
 	show   func(s *shower, at path, src *T) any // nil: omit the key
+	// block marks an optional map whose presence matters: written with
+	// nothing under it ("anthropic:", a YAML null), it is an empty map,
+	// as a provider settings block is; absent, or unset by an empty
+	// environment variable, it is nil.
+	block bool
 }
 
 // A section is a map of known keys, in schema order.
@@ -251,6 +282,7 @@ func liftFields[O, I any](fields []field[I], inner func(*O) *I) []field[O] {
 	for i, f := range fields {
 		out[i] = field[O]{
 			key:    f.key,
+			block:  f.block,
 			decode: func(d *decoder, at path, v any, o *O) { f.decode(d, at, v, inner(o)) },
 		}
 		if f.show != nil {
@@ -277,7 +309,10 @@ func decodeSection[T any](d *decoder, at path, v any, sec section[T], dst *T) bo
 	}
 	set := map[string]bool{}
 	for _, f := range sec.fields {
-		fv := m[f.key]
+		fv, present := m[f.key]
+		if f.block && present && fv == nil && !d.fromEnv(at.key(f.key)) {
+			fv = map[string]any{}
+		}
 		if fv != nil {
 			set[f.key] = true
 		}

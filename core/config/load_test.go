@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLoadFindsTheFile(t *testing.T) {
@@ -152,7 +153,7 @@ func TestBuiltinDefault(t *testing.T) {
 	local := &Profile{
 		Name:  "local",
 		Model: "gpt-4.1-mini",
-		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}},
+		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout},
 		Sandbox: Sandbox{
 			Provider: "local",
 			Network:  NetworkOpen,
@@ -194,37 +195,37 @@ func TestDefaultsFilled(t *testing.T) {
 		{
 			name:    "only the provider",
 			profile: `{sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}},
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout},
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "api_key set: no default api_key_env",
 			profile: `{llm: {api_key: sk-1}, sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKey: "sk-1"}},
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKey: "sk-1"}, Timeout: DefaultLLMTimeout},
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "base_url set: the key variable still defaults",
 			profile: `{llm: {base_url: "http://localhost:11434/v1"}, sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: "http://localhost:11434/v1", APIKeyEnv: DefaultAPIKeyEnv}},
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: "http://localhost:11434/v1", APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout},
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "null values count as absent",
 			profile: `{model: null, llm: null, sandbox: {provider: docker, network: null}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}},
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout},
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "provider none is local",
 			profile: `{sandbox: {provider: none}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}},
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout},
 				Sandbox: Sandbox{Provider: "local", Network: NetworkOpen}},
 		},
 		{
 			name:    "everything set",
 			profile: `{model: o3, llm: {base_url: "https://llm.example.com/v1", api_key_env: K}, sandbox: {provider: ssh, network: allowlist, allowed_hosts: [Example.COM]}}`,
-			want: Profile{Model: "o3", LLM: LLM{Upstream: Upstream{BaseURL: "https://llm.example.com/v1", APIKeyEnv: "K"}},
+			want: Profile{Model: "o3", LLM: LLM{Upstream: Upstream{BaseURL: "https://llm.example.com/v1", APIKeyEnv: "K"}, Timeout: DefaultLLMTimeout},
 				Sandbox: Sandbox{Provider: "ssh", Network: NetworkAllowlist, AllowedHosts: []string{"example.com"}}},
 		},
 	}
@@ -240,6 +241,72 @@ func TestDefaultsFilled(t *testing.T) {
 	}
 }
 
+func TestLLMTimeoutAndAnthropic(t *testing.T) {
+	tests := []struct {
+		name          string
+		llm           string
+		env           testEnv
+		wantTimeout   time.Duration
+		wantAnthropic *Upstream
+	}{
+		{
+			name:        "no anthropic block: the route is disabled",
+			llm:         `{}`,
+			wantTimeout: DefaultLLMTimeout,
+		},
+		{
+			name:          "an empty block gets Anthropic's URL and key variable",
+			llm:           `{anthropic: {}}`,
+			wantTimeout:   DefaultLLMTimeout,
+			wantAnthropic: &Upstream{BaseURL: DefaultAnthropicBaseURL, APIKeyEnv: DefaultAnthropicKeyEnv},
+		},
+		{
+			name:          "a block with nothing under it is an empty block",
+			llm:           "\n  anthropic:\n  timeout: 90s",
+			wantTimeout:   90 * time.Second,
+			wantAnthropic: &Upstream{BaseURL: DefaultAnthropicBaseURL, APIKeyEnv: DefaultAnthropicKeyEnv},
+		},
+		{
+			name:          "the block inherits nothing from llm",
+			llm:           `{base_url: "http://localhost:1/v1", api_key: k, anthropic: {base_url: "http://localhost:2/v1"}}`,
+			wantTimeout:   DefaultLLMTimeout,
+			wantAnthropic: &Upstream{BaseURL: "http://localhost:2/v1", APIKeyEnv: DefaultAnthropicKeyEnv},
+		},
+		{
+			name:          "a literal key",
+			llm:           `{anthropic: {api_key: "${AK}"}}`,
+			env:           testEnv{"AK": "sk-ant-1"},
+			wantTimeout:   DefaultLLMTimeout,
+			wantAnthropic: &Upstream{BaseURL: DefaultAnthropicBaseURL, APIKey: "sk-ant-1"},
+		},
+		{
+			name:          "an explicitly empty key: no key",
+			llm:           `{anthropic: {api_key: ""}}`,
+			wantTimeout:   DefaultLLMTimeout,
+			wantAnthropic: &Upstream{BaseURL: DefaultAnthropicBaseURL},
+		},
+		{
+			name:          "every key",
+			llm:           `{timeout: 1h30m, anthropic: {base_url: "https://llm.example.com/anthropic/v1", api_key_env: MY_ANTHROPIC_KEY}}`,
+			wantTimeout:   90 * time.Minute,
+			wantAnthropic: &Upstream{BaseURL: "https://llm.example.com/anthropic/v1", APIKeyEnv: "MY_ANTHROPIC_KEY"},
+		},
+		{
+			name:        "timeout with spaces and fractions",
+			llm:         `{timeout: " 1.5s "}`,
+			wantTimeout: 1500 * time.Millisecond,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustLoad(t, profileWith("llm: "+tt.llm+"\nsandbox: {provider: docker}\n"), tt.env)
+			l := mustProfile(t, c, "dev").LLM
+			equal(t, "timeout", l.Timeout, tt.wantTimeout)
+			equal(t, "anthropic", l.Anthropic, tt.wantAnthropic)
+		})
+	}
+}
+
 func TestEnvOverrides(t *testing.T) {
 	const file = `
 default_profile: dev
@@ -251,6 +318,7 @@ profiles:
       docker: {image: "img:1", cpus: 2}
       daytona: {autoStopInterval: 10}
   prod:
+    llm: {anthropic: {api_key_env: FILE_ANTHROPIC_KEY}}
     sandbox: {provider: daytona, network: none}
 `
 	tests := []struct {
@@ -258,6 +326,35 @@ profiles:
 		env   testEnv
 		check func(t *testing.T, c *Config)
 	}{
+		{
+			name: "llm timeout",
+			env:  testEnv{"AMELIA_PROFILES__DEV__LLM__TIMEOUT": "30s"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "timeout", c.Profiles["dev"].LLM.Timeout, 30*time.Second)
+				equal(t, "prod untouched", c.Profiles["prod"].LLM.Timeout, DefaultLLMTimeout)
+			},
+		},
+		{
+			name: "a key of a new anthropic block",
+			env:  testEnv{"AMELIA_PROFILES__DEV__LLM__ANTHROPIC__API_KEY_ENV": "X"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "anthropic", c.Profiles["dev"].LLM.Anthropic, &Upstream{BaseURL: DefaultAnthropicBaseURL, APIKeyEnv: "X"})
+			},
+		},
+		{
+			name: "a key of the file's anthropic block",
+			env:  testEnv{"AMELIA_PROFILES__PROD__LLM__ANTHROPIC__BASE_URL": "http://127.0.0.1:9/v1"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "anthropic", c.Profiles["prod"].LLM.Anthropic, &Upstream{BaseURL: "http://127.0.0.1:9/v1", APIKeyEnv: "FILE_ANTHROPIC_KEY"})
+			},
+		},
+		{
+			name: "an empty value removes the anthropic block",
+			env:  testEnv{"AMELIA_PROFILES__PROD__LLM__ANTHROPIC": ""},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "anthropic", c.Profiles["prod"].LLM.Anthropic, (*Upstream)(nil))
+			},
+		},
 		{
 			name: "default profile",
 			env:  testEnv{"AMELIA_DEFAULT_PROFILE": "prod"},
@@ -317,7 +414,7 @@ profiles:
 			name: "an empty value unsets the key",
 			env:  testEnv{"AMELIA_PROFILES__DEV__LLM__API_KEY_ENV": "", "AMELIA_PROFILES__DEV__LLM__API_KEY": "sk-env"},
 			check: func(t *testing.T, c *Config) {
-				equal(t, "llm", c.Profiles["dev"].LLM, LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKey: "sk-env"}})
+				equal(t, "llm", c.Profiles["dev"].LLM, LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKey: "sk-env"}, Timeout: DefaultLLMTimeout})
 			},
 		},
 		{
@@ -358,6 +455,7 @@ profiles:
 
 func TestEnvOverrideProblemsNameTheVariable(t *testing.T) {
 	env := testEnv{
+		"AMELIA_PROFILES__DEV__LLM__TIMEOUT":           "soon",
 		"AMELIA_PROFILES__DEV__SANDBOX__NETWORK":       "opn",
 		"AMELIA_PROFILES__DEV__MODLE":                  "o3",
 		"AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS": "ok.com,bad host",
@@ -365,6 +463,7 @@ func TestEnvOverrideProblemsNameTheVariable(t *testing.T) {
 	}
 	got := problems(t, minimal, env)
 	equal(t, "problems", got, []string{
+		`profiles.dev.llm.timeout: "soon" is not a duration (like 90s, 10m) (set by AMELIA_PROFILES__DEV__LLM__TIMEOUT)`,
 		`profiles.dev.sandbox.network: "opn" is not one of open, allowlist, none (set by AMELIA_PROFILES__DEV__SANDBOX__NETWORK)`,
 		`profiles.dev.sandbox.allowed_hosts[1]: "bad host" is not a hostname, *.wildcard or IP address (no scheme, port or path) (set by AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS)`,
 		`profiles.dev.modle: unknown key, did you mean model? (known: model, llm, sandbox) (set by AMELIA_PROFILES__DEV__MODLE)`,
@@ -592,7 +691,7 @@ func TestExampleConfig(t *testing.T) {
 	docker := c.Profiles["docker"]
 	equal(t, "docker labels", docker.Sandbox.Settings["docker"]["labels"], map[string]any{"com.example.team": "platform"})
 	equal(t, "docker model", docker.Model, "gpt-4.1")
-	equal(t, "ssh llm", c.Profiles["ssh"].LLM, LLM{Upstream: Upstream{BaseURL: "http://gpu-box.internal:8000/v1", APIKey: "not-needed"}})
+	equal(t, "ssh llm", c.Profiles["ssh"].LLM, LLM{Upstream: Upstream{BaseURL: "http://gpu-box.internal:8000/v1", APIKey: "not-needed"}, Timeout: DefaultLLMTimeout})
 }
 
 // The shape the foundation issue pins, verbatim: it must load as written
@@ -619,7 +718,7 @@ profiles:
 	equal(t, "profile", got, Profile{
 		Name:  "dev",
 		Model: "gpt-4.1-mini",
-		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}},
+		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout},
 		Sandbox: Sandbox{
 			Provider:     "docker",
 			Network:      NetworkOpen,

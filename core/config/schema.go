@@ -124,11 +124,48 @@ func llmSection() section[LLM] {
 	up := upstreamSection(DefaultBaseURL, DefaultAPIKeyEnv)
 	openai := func(l *LLM) *Upstream { return &l.Upstream }
 	return section[LLM]{
-		fields: liftFields(up.fields, openai),
+		fields: append(liftFields(up.fields, openai),
+			field[LLM]{
+				key: "timeout",
+				decode: func(d *decoder, at path, v any, l *LLM) {
+					if v == nil {
+						l.Timeout = DefaultLLMTimeout
+						return
+					}
+					l.Timeout, _ = d.duration(at, v)
+				},
+				show: func(_ *shower, _ path, l *LLM) any { return formatDuration(l.Timeout) },
+			},
+			field[LLM]{
+				key:   "anthropic",
+				block: true,
+				decode: func(d *decoder, at path, v any, l *LLM) {
+					if v == nil {
+						return // no block: the route is disabled
+					}
+					a := &Upstream{}
+					if decodeSection(d, at, v, anthropicSection(), a) {
+						l.Anthropic = a
+					}
+				},
+				show: func(s *shower, at path, l *LLM) any {
+					if l.Anthropic == nil {
+						return nil
+					}
+					return showSection(s, at, anthropicSection(), l.Anthropic)
+				},
+			},
+		),
 		check: func(d *decoder, at path, set map[string]bool, l *LLM) {
 			up.check(d, at, set, openai(l))
 		},
 	}
+}
+
+// anthropicSection is llm.anthropic: an Anthropic-compatible upstream,
+// with Anthropic's URL and key variable as defaults.
+func anthropicSection() section[Upstream] {
+	return upstreamSection(DefaultAnthropicBaseURL, DefaultAnthropicKeyEnv)
 }
 
 // upstreamSection is an LLM API: its URL and its key, given literally or

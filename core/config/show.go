@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -118,6 +119,19 @@ func (s *shower) envNameNode(name string) *yaml.Node {
 		}
 	}
 	return n
+}
+
+// formatDuration writes d as a person would: 10m, 1h, 1h30m, 90s → 1m30s
+// (time.Duration.String without the trailing zero units).
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func strNode(s string) *yaml.Node {

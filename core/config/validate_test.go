@@ -115,6 +115,73 @@ func TestValidationRules(t *testing.T) {
 			content: profileWith("llm: {api_key: sk-1, api_key_env: K}\n" + sandbox),
 			want:    []string{`profiles.dev.llm: api_key and api_key_env are both set; use one`},
 		},
+		// llm.timeout.
+		{
+			name:    "timeout in words",
+			content: profileWith("llm: {timeout: 10 minutes}\n" + sandbox),
+			want:    []string{`profiles.dev.llm.timeout: "10 minutes" is not a duration (like 90s, 10m)`},
+		},
+		{
+			name:    "timeout without a unit",
+			content: profileWith("llm: {timeout: '600'}\n" + sandbox),
+			want:    []string{`profiles.dev.llm.timeout: "600" is not a duration (like 90s, 10m)`},
+		},
+		{
+			name:    "timeout is a number",
+			content: profileWith("llm: {timeout: 600}\n" + sandbox),
+			want:    []string{`profiles.dev.llm.timeout: must be a duration (like 90s, 10m), got a number`},
+		},
+		{
+			name:    "timeout of zero",
+			content: profileWith("llm: {timeout: 0s}\n" + sandbox),
+			want:    []string{`profiles.dev.llm.timeout: "0s" is not a positive duration (like 90s, 10m)`},
+		},
+		{
+			name:    "negative timeout",
+			content: profileWith("llm: {timeout: -1m}\n" + sandbox),
+			want:    []string{`profiles.dev.llm.timeout: "-1m" is not a positive duration (like 90s, 10m)`},
+		},
+		{
+			name:    "timeout from a variable",
+			content: profileWith("llm: {timeout: '${T}'}\n" + sandbox),
+			env:     testEnv{"T": "soon"},
+			want:    []string{`profiles.dev.llm.timeout: "soon" (from "${T}") is not a duration (like 90s, 10m)`},
+		},
+		// llm.anthropic: the same rules as llm, under its own path.
+		{
+			name:    "anthropic base_url without scheme",
+			content: profileWith("llm: {anthropic: {base_url: api.anthropic.com/v1}}\n" + sandbox),
+			want:    []string{`profiles.dev.llm.anthropic.base_url: "api.anthropic.com/v1" is not an absolute http(s) URL`},
+		},
+		{
+			name:    "anthropic api_key_env is not a variable name",
+			content: profileWith("llm: {anthropic: {api_key_env: MY-KEY}}\n" + sandbox),
+			want:    []string{`profiles.dev.llm.anthropic.api_key_env: "MY-KEY" is not a valid environment variable name (letters, digits and _, not starting with a digit)`},
+		},
+		{
+			name:    "anthropic api_key_env given the key's value never echoes it",
+			content: profileWith("llm: {anthropic: {api_key_env: '${ANTHROPIC_API_KEY}'}}\n" + sandbox),
+			env:     testEnv{"ANTHROPIC_API_KEY": "sk-live-0123"},
+			want:    []string{`profiles.dev.llm.anthropic.api_key_env: "${ANTHROPIC_API_KEY}" (as expanded) is not a valid environment variable name: api_key_env takes the variable's name (like ANTHROPIC_API_KEY), not its value`},
+		},
+		{
+			name:    "anthropic api_key and api_key_env",
+			content: profileWith("llm: {anthropic: {api_key: sk-1, api_key_env: K}}\n" + sandbox),
+			want:    []string{`profiles.dev.llm.anthropic: api_key and api_key_env are both set; use one`},
+		},
+		{
+			name:    "anthropic is not a map",
+			content: profileWith("llm: {anthropic: true}\n" + sandbox),
+			want:    []string{`profiles.dev.llm.anthropic: must be a map, got a boolean`},
+		},
+		{
+			name:    "unknown anthropic keys",
+			content: profileWith("llm: {anthropic: {apikey: x, timeout: 1m}}\n" + sandbox),
+			want: []string{
+				`profiles.dev.llm.anthropic.apikey: unknown key, did you mean api_key? (known: base_url, api_key_env, api_key)`,
+				`profiles.dev.llm.anthropic.timeout: unknown key (known: base_url, api_key_env, api_key)`,
+			},
+		},
 		// sandbox.provider.
 		{
 			name:    "provider missing",
@@ -222,8 +289,8 @@ func TestValidationRules(t *testing.T) {
 			name:    "unknown llm key",
 			content: profileWith("llm: {apikey: x, url: y}\n" + sandbox),
 			want: []string{
-				`profiles.dev.llm.apikey: unknown key, did you mean api_key? (known: base_url, api_key_env, api_key)`,
-				`profiles.dev.llm.url: unknown key (known: base_url, api_key_env, api_key)`,
+				`profiles.dev.llm.apikey: unknown key, did you mean api_key? (known: base_url, api_key_env, api_key, timeout, anthropic)`,
+				`profiles.dev.llm.url: unknown key (known: base_url, api_key_env, api_key, timeout, anthropic)`,
 			},
 		},
 		{
