@@ -41,6 +41,9 @@ const (
 	// llm.anthropic block.
 	DefaultAnthropicBaseURL = "https://api.anthropic.com/v1"
 	DefaultAnthropicKeyEnv  = "ANTHROPIC_API_KEY"
+	// DefaultGitUsername is git.username, the username sent with a token
+	// (GitHub's convention for tokens; GitLab and Gitea accept any).
+	DefaultGitUsername = "x-access-token"
 )
 
 // ProviderLocal is the provider that runs on the host itself; "none" is
@@ -102,6 +105,7 @@ type Profile struct {
 	Name    string
 	Model   string
 	LLM     LLM
+	Git     Git
 	Sandbox Sandbox
 
 	source    string                      // file it came from, "" for the built-in default
@@ -128,6 +132,16 @@ type Upstream struct {
 	BaseURL   string
 	APIKeyEnv string // name of the host environment variable holding the key
 	APIKey    string // the key itself (usually written as ${VAR} in the file)
+}
+
+// Git is where the proxy gets the credentials it gives git inside the
+// sandbox (only for the run's repository hosts). At most one of TokenEnv
+// and Token is set; with neither, the host's own credential store answers
+// (git credential fill).
+type Git struct {
+	TokenEnv string // name of the host environment variable holding a token
+	Token    string // the token itself (usually written as ${VAR} in the file)
+	Username string // sent with the token; DefaultGitUsername unless set
 }
 
 // NetworkMode is a sandbox's egress policy.

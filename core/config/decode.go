@@ -84,6 +84,11 @@ func (d *decoder) envName(at path, v any, key, example string) (string, bool) {
 	s, ok := d.str(at, v)
 	switch {
 	case !ok:
+	case looksLikeSecret(s.val) && s.expanded():
+		d.problemf(at, "%s looks like a secret, not a variable name: %s takes the variable's name (like %s), not its value", s.quoteRaw(), key, example)
+	case looksLikeSecret(s.val):
+		// Not echoed, even as written: it would end up in logs.
+		d.problemf(at, "this looks like a secret, not a variable name: %s takes the variable's name (like %s), not its value", key, example)
 	case !validEnvName(s.val) && s.expanded():
 		d.problemf(at, "%s is not a valid environment variable name: %s takes the variable's name (like %s), not its value", s.quoteRaw(), key, example)
 	case !validEnvName(s.val):

@@ -115,3 +115,6 @@ profiles:
   dev:
     sandbox: {provider: docker}
 `
+
+// defaultGit is a profile's git block when the file has none.
+var defaultGit = Git{Username: DefaultGitUsername}

@@ -153,7 +153,7 @@ func TestBuiltinDefault(t *testing.T) {
 	local := &Profile{
 		Name:  "local",
 		Model: "gpt-4.1-mini",
-		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout},
+		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
 		Sandbox: Sandbox{
 			Provider: "local",
 			Network:  NetworkOpen,
@@ -195,37 +195,37 @@ func TestDefaultsFilled(t *testing.T) {
 		{
 			name:    "only the provider",
 			profile: `{sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout},
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "api_key set: no default api_key_env",
 			profile: `{llm: {api_key: sk-1}, sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKey: "sk-1"}, Timeout: DefaultLLMTimeout},
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKey: "sk-1"}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "base_url set: the key variable still defaults",
 			profile: `{llm: {base_url: "http://localhost:11434/v1"}, sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: "http://localhost:11434/v1", APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout},
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: "http://localhost:11434/v1", APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "null values count as absent",
 			profile: `{model: null, llm: null, sandbox: {provider: docker, network: null}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout},
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "provider none is local",
 			profile: `{sandbox: {provider: none}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout},
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
 				Sandbox: Sandbox{Provider: "local", Network: NetworkOpen}},
 		},
 		{
 			name:    "everything set",
 			profile: `{model: o3, llm: {base_url: "https://llm.example.com/v1", api_key_env: K}, sandbox: {provider: ssh, network: allowlist, allowed_hosts: [Example.COM]}}`,
-			want: Profile{Model: "o3", LLM: LLM{Upstream: Upstream{BaseURL: "https://llm.example.com/v1", APIKeyEnv: "K"}, Timeout: DefaultLLMTimeout},
+			want: Profile{Model: "o3", LLM: LLM{Upstream: Upstream{BaseURL: "https://llm.example.com/v1", APIKeyEnv: "K"}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
 				Sandbox: Sandbox{Provider: "ssh", Network: NetworkAllowlist, AllowedHosts: []string{"example.com"}}},
 		},
 	}
@@ -307,6 +307,48 @@ func TestLLMTimeoutAndAnthropic(t *testing.T) {
 	}
 }
 
+func TestGit(t *testing.T) {
+	tests := []struct {
+		name string
+		git  string
+		env  testEnv
+		want Git
+	}{
+		{
+			name: "no block: the host's credential store, and the default username",
+			git:  `{}`,
+			want: Git{Username: DefaultGitUsername},
+		},
+		{
+			name: "null block",
+			git:  `null`,
+			want: Git{Username: DefaultGitUsername},
+		},
+		{
+			name: "a variable",
+			git:  `{token_env: GH_TOKEN}`,
+			want: Git{TokenEnv: "GH_TOKEN", Username: DefaultGitUsername},
+		},
+		{
+			name: "a literal token from the environment",
+			git:  `{token: "${GH}", username: oauth2}`,
+			env:  testEnv{"GH": "glpat-1"},
+			want: Git{Token: "glpat-1", Username: "oauth2"},
+		},
+		{
+			name: "an empty token is no token",
+			git:  `{token: ""}`,
+			want: Git{Username: DefaultGitUsername},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustLoad(t, profileWith("git: "+tt.git+"\nsandbox: {provider: docker}\n"), tt.env)
+			equal(t, "git", mustProfile(t, c, "dev").Git, tt.want)
+		})
+	}
+}
+
 func TestEnvOverrides(t *testing.T) {
 	const file = `
 default_profile: dev
@@ -346,6 +388,13 @@ profiles:
 			env:  testEnv{"AMELIA_PROFILES__PROD__LLM__ANTHROPIC__BASE_URL": "http://127.0.0.1:9/v1"},
 			check: func(t *testing.T, c *Config) {
 				equal(t, "anthropic", c.Profiles["prod"].LLM.Anthropic, &Upstream{BaseURL: "http://127.0.0.1:9/v1", APIKeyEnv: "FILE_ANTHROPIC_KEY"})
+			},
+		},
+		{
+			name: "git",
+			env:  testEnv{"AMELIA_PROFILES__DEV__GIT__TOKEN_ENV": "GH_TOKEN", "AMELIA_PROFILES__DEV__GIT__USERNAME": "oauth2"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "git", c.Profiles["dev"].Git, Git{TokenEnv: "GH_TOKEN", Username: "oauth2"})
 			},
 		},
 		{
@@ -466,7 +515,7 @@ func TestEnvOverrideProblemsNameTheVariable(t *testing.T) {
 		`profiles.dev.llm.timeout: "soon" is not a duration (like 90s, 10m) (set by AMELIA_PROFILES__DEV__LLM__TIMEOUT)`,
 		`profiles.dev.sandbox.network: "opn" is not one of open, allowlist, none (set by AMELIA_PROFILES__DEV__SANDBOX__NETWORK)`,
 		`profiles.dev.sandbox.allowed_hosts[1]: "bad host" is not a hostname, *.wildcard or IP address (no scheme, port or path) (set by AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS)`,
-		`profiles.dev.modle: unknown key, did you mean model? (known: model, llm, sandbox) (set by AMELIA_PROFILES__DEV__MODLE)`,
+		`profiles.dev.modle: unknown key, did you mean model? (known: model, llm, git, sandbox) (set by AMELIA_PROFILES__DEV__MODLE)`,
 		`default_profile: "nope" is not a profile (profiles: dev) (set by AMELIA_DEFAULT_PROFILE)`,
 	})
 }
@@ -718,7 +767,7 @@ profiles:
 	equal(t, "profile", got, Profile{
 		Name:  "dev",
 		Model: "gpt-4.1-mini",
-		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout},
+		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
 		Sandbox: Sandbox{
 			Provider:     "docker",
 			Network:      NetworkOpen,

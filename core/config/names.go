@@ -27,6 +27,33 @@ func validEnvName(s string) bool {
 	return true
 }
 
+// looksLikeSecret reports whether s, given where a variable's name is
+// expected, is more likely a token or key: GitHub's token prefixes (whose
+// tokens are valid variable names), or 32 or more characters mixing
+// lower case, upper case and digits, which names do not.
+func looksLikeSecret(s string) bool {
+	for _, p := range []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"} {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	if len(s) < 32 {
+		return false
+	}
+	var lower, upper, digit bool
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'z':
+			lower = true
+		case c >= 'A' && c <= 'Z':
+			upper = true
+		case c >= '0' && c <= '9':
+			digit = true
+		}
+	}
+	return lower && upper && digit
+}
+
 // validHost reports whether s (already lowercased) is a hostname, a
 // "*."-wildcard of one, or an IP address literal (without zone).
 func validHost(s string) bool {

@@ -110,6 +110,18 @@ func profileSection() section[Profile] {
 				show: func(s *shower, at path, p *Profile) any { return showSection(s, at, llmSection(), &p.LLM) },
 			},
 			{
+				key: "git",
+				decode: func(d *decoder, at path, v any, p *Profile) {
+					decodeSection(d, at, v, gitSection(), &p.Git)
+				},
+				show: func(s *shower, at path, p *Profile) any {
+					if p.Git == (Git{Username: DefaultGitUsername}) {
+						return nil // the host's credential store answers
+					}
+					return showSection(s, at, gitSection(), &p.Git)
+				},
+			},
+			{
 				key: "sandbox",
 				decode: func(d *decoder, at path, v any, p *Profile) {
 					decodeSection(d, at, v, sandboxSection(), &p.Sandbox)
@@ -238,6 +250,85 @@ func upstreamSection(defBaseURL, defKeyEnv string) section[Upstream] {
 		},
 	}
 }
+
+// gitTokenEnvExample is the variable named in token_env messages.
+const gitTokenEnvExample = "GITHUB_TOKEN"
+
+func gitSection() section[Git] {
+	return section[Git]{
+		fields: []field[Git]{
+			{
+				key: "token_env",
+				decode: func(d *decoder, at path, v any, g *Git) {
+					if v == nil {
+						return
+					}
+					if name, ok := d.envName(at, v, "token_env", gitTokenEnvExample); ok {
+						g.TokenEnv = name
+					}
+				},
+				show: func(s *shower, _ path, g *Git) any {
+					if g.TokenEnv == "" {
+						return nil
+					}
+					return s.envNameNode(g.TokenEnv)
+				},
+			},
+			{
+				key: "token",
+				decode: func(d *decoder, at path, v any, g *Git) {
+					if v == nil {
+						return
+					}
+					s, ok := d.str(at, v)
+					switch {
+					case !ok:
+					case hasLineBreak(s.val):
+						// Not echoed: it is a secret.
+						d.problemf(at, "contains a line break or NUL, which git's credential protocol cannot carry")
+					default:
+						g.Token = s.val
+					}
+				},
+				show: func(_ *shower, _ path, g *Git) any {
+					if g.Token == "" {
+						return nil
+					}
+					return g.Token
+				},
+			},
+			{
+				key: "username",
+				decode: func(d *decoder, at path, v any, g *Git) {
+					if v == nil {
+						g.Username = DefaultGitUsername
+						return
+					}
+					s, ok := d.str(at, v)
+					switch {
+					case !ok:
+					case s.val == "":
+						d.problemf(at, "must not be empty (default %s)", DefaultGitUsername)
+					case hasLineBreak(s.val):
+						d.problemf(at, "%s contains a line break or NUL, which git's credential protocol cannot carry", s.quote())
+					default:
+						g.Username = s.val
+					}
+				},
+				show: func(_ *shower, _ path, g *Git) any { return g.Username },
+			},
+		},
+		check: func(d *decoder, at path, set map[string]bool, _ *Git) {
+			if set["token"] && set["token_env"] {
+				d.problemf(at, "token and token_env are both set; use one")
+			}
+		},
+	}
+}
+
+// hasLineBreak reports whether s holds a byte that cannot be sent in a
+// line-based protocol or an HTTP header: newline, carriage return or NUL.
+func hasLineBreak(s string) bool { return strings.ContainsAny(s, "\n\r\x00") }
 
 // builtinProviders are the providers that ship with amelia, for messages.
 const builtinProviders = "local, docker, ssh, daytona"

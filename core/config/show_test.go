@@ -133,22 +133,28 @@ profiles:
 }
 
 func TestShowYAMLKeyVariableComment(t *testing.T) {
-	tests := []struct {
-		env  testEnv
-		want string
-	}{
-		{testEnv{"K": "v-SECRET"}, "api_key_env: K # set\n"},
-		{testEnv{"K": ""}, "api_key_env: K # set but empty\n"},
-		{testEnv{}, "api_key_env: K # not set\n"},
-	}
-	for _, tt := range tests {
-		c := mustLoad(t, profileWith("llm: {api_key_env: K}\nsandbox: {provider: docker}\n"), tt.env)
-		out, err := mustProfile(t, c, "dev").ShowYAML()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(string(out), tt.want) || strings.Contains(string(out), "SECRET") {
-			t.Errorf("env %v: output lacks %q or reveals the value:\n%s", tt.env, tt.want, out)
+	for _, key := range []struct{ body, line string }{
+		{"llm: {api_key_env: K}", "  api_key_env: K"},
+		{"llm: {anthropic: {api_key_env: K}}", "    api_key_env: K"},
+		{"git: {token_env: K}", "  token_env: K"},
+	} {
+		for _, tt := range []struct {
+			env  testEnv
+			want string
+		}{
+			{testEnv{"K": "v-SECRET"}, " # set\n"},
+			{testEnv{"K": ""}, " # set but empty\n"},
+			{testEnv{}, " # not set\n"},
+		} {
+			c := mustLoad(t, profileWith(key.body+"\nsandbox: {provider: docker}\n"), tt.env)
+			out, err := mustProfile(t, c, "dev").ShowYAML()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "\n" + key.line + tt.want
+			if !strings.Contains(string(out), want) || strings.Contains(string(out), "SECRET") {
+				t.Errorf("%s, env %v: output lacks %q or reveals the value:\n%s", key.body, tt.env, want, out)
+			}
 		}
 	}
 }

@@ -182,6 +182,74 @@ func TestValidationRules(t *testing.T) {
 				`profiles.dev.llm.anthropic.timeout: unknown key (known: base_url, api_key_env, api_key)`,
 			},
 		},
+		// Variable names that look like the secret itself are never echoed.
+		{
+			name:    "api_key_env written as a long key",
+			content: profileWith("llm: {api_key_env: sk_proj_hunter2Hunter2abcdefghijklmnop0123}\n" + sandbox),
+			want:    []string{`profiles.dev.llm.api_key_env: this looks like a secret, not a variable name: api_key_env takes the variable's name (like OPENAI_API_KEY), not its value`},
+		},
+		// git.
+		{
+			name:    "git token_env is not a variable name",
+			content: profileWith("git: {token_env: GH-TOKEN}\n" + sandbox),
+			want:    []string{`profiles.dev.git.token_env: "GH-TOKEN" is not a valid environment variable name (letters, digits and _, not starting with a digit)`},
+		},
+		{
+			name:    "git token_env given a value that is not a name never echoes it",
+			content: profileWith("git: {token_env: '${GH_TOKEN}'}\n" + sandbox),
+			env:     testEnv{"GH_TOKEN": "sk-live-0123"},
+			want:    []string{`profiles.dev.git.token_env: "${GH_TOKEN}" (as expanded) is not a valid environment variable name: token_env takes the variable's name (like GITHUB_TOKEN), not its value`},
+		},
+		{
+			name:    "git token_env given a GitHub token, which is a valid name, never echoes it",
+			content: profileWith("git: {token_env: '${GH_TOKEN}'}\n" + sandbox),
+			env:     testEnv{"GH_TOKEN": "ghp_hunter2"},
+			want:    []string{`profiles.dev.git.token_env: "${GH_TOKEN}" (as expanded) looks like a secret, not a variable name: token_env takes the variable's name (like GITHUB_TOKEN), not its value`},
+		},
+		{
+			name:    "git token_env written as a GitHub token",
+			content: profileWith("git: {token_env: github_pat_hunter2}\n" + sandbox),
+			want:    []string{`profiles.dev.git.token_env: this looks like a secret, not a variable name: token_env takes the variable's name (like GITHUB_TOKEN), not its value`},
+		},
+		{
+			name:    "git token and token_env",
+			content: profileWith("git: {token: ghp_x, token_env: GH_TOKEN}\n" + sandbox),
+			want:    []string{`profiles.dev.git: token and token_env are both set; use one`},
+		},
+		{
+			name:    "git token with a line break is not echoed",
+			content: profileWith("git: {token: '${GH_TOKEN}'}\n" + sandbox),
+			env:     testEnv{"GH_TOKEN": "hunter2\nhost=evil.example.com"},
+			want:    []string{`profiles.dev.git.token: contains a line break or NUL, which git's credential protocol cannot carry`},
+		},
+		{
+			name:    "git token is not a string",
+			content: profileWith("git: {token: [a]}\n" + sandbox),
+			want:    []string{`profiles.dev.git.token: must be a string, got a list`},
+		},
+		{
+			name:    "git username empty",
+			content: profileWith("git: {username: ''}\n" + sandbox),
+			want:    []string{`profiles.dev.git.username: must not be empty (default x-access-token)`},
+		},
+		{
+			name:    "git username with a line break",
+			content: profileWith("git: {username: \"bot\\nhost=evil\"}\n" + sandbox),
+			want:    []string{`profiles.dev.git.username: "bot\nhost=evil" contains a line break or NUL, which git's credential protocol cannot carry`},
+		},
+		{
+			name:    "git is not a map",
+			content: profileWith("git: ghp_x\n" + sandbox),
+			want:    []string{`profiles.dev.git: must be a map, got a string`},
+		},
+		{
+			name:    "unknown git keys",
+			content: profileWith("git: {tokenenv: X, password: y}\n" + sandbox),
+			want: []string{
+				`profiles.dev.git.password: unknown key (known: token_env, token, username)`,
+				`profiles.dev.git.tokenenv: unknown key, did you mean token_env? (known: token_env, token, username)`,
+			},
+		},
 		// sandbox.provider.
 		{
 			name:    "provider missing",
@@ -281,8 +349,8 @@ func TestValidationRules(t *testing.T) {
 			name:    "unknown profile key",
 			content: profileWith("sandbx: {provider: docker}\n" + sandbox + "image: x\n"),
 			want: []string{
-				`profiles.dev.image: unknown key (known: model, llm, sandbox)`,
-				`profiles.dev.sandbx: unknown key, did you mean sandbox? (known: model, llm, sandbox)`,
+				`profiles.dev.image: unknown key (known: model, llm, git, sandbox)`,
+				`profiles.dev.sandbx: unknown key, did you mean sandbox? (known: model, llm, git, sandbox)`,
 			},
 		},
 		{
@@ -361,7 +429,7 @@ profiles:
 	want := []string{
 		`profiles.Bad: invalid profile name: profile names become sandbox names, so use lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters`,
 		`profiles.Bad.sandbox.provider: required: where the profile runs (local, docker, ssh, daytona, or an installed plugin's name)`,
-		`profiles.Bad.sandbx: unknown key, did you mean sandbox? (known: model, llm, sandbox)`,
+		`profiles.Bad.sandbx: unknown key, did you mean sandbox? (known: model, llm, git, sandbox)`,
 		`profiles.dev.model: must not be empty`,
 		`profiles.dev.llm.base_url: "ftp://x" is not an absolute http(s) URL`,
 		`profiles.dev.llm: api_key and api_key_env are both set; use one`,
