@@ -44,6 +44,14 @@ const (
 	// DefaultGitUsername is git.username, the username sent with a token
 	// (GitHub's convention for tokens; GitLab and Gitea accept any).
 	DefaultGitUsername = "x-access-token"
+	// DefaultMaxRequestBytes is proxy.max_request_bytes: 10 MiB.
+	DefaultMaxRequestBytes = 10 << 20
+)
+
+// Bounds of proxy.max_request_bytes.
+const (
+	minRequestBytes = 1 << 10 // 1 KiB
+	maxRequestBytes = 1 << 30 // 1 GiB
 )
 
 // ProviderLocal is the provider that runs on the host itself; "none" is
@@ -106,6 +114,7 @@ type Profile struct {
 	Model   string
 	LLM     LLM
 	Git     Git
+	Proxy   Proxy
 	Sandbox Sandbox
 
 	source    string                      // file it came from, "" for the built-in default
@@ -142,6 +151,17 @@ type Git struct {
 	TokenEnv string // name of the host environment variable holding a token
 	Token    string // the token itself (usually written as ${VAR} in the file)
 	Username string // sent with the token; DefaultGitUsername unless set
+}
+
+// Proxy holds the host-side proxy's own settings for the profile's runs.
+type Proxy struct {
+	// AuditDir is where per-run audit logs go: an absolute, cleaned path
+	// ("~/" already expanded), or "" for the caller's default
+	// ($XDG_STATE_HOME/amelia/audit).
+	AuditDir string
+	// MaxRequestBytes is the largest request body the proxy forwards,
+	// between 1 KiB and 1 GiB; DefaultMaxRequestBytes unless set.
+	MaxRequestBytes int64
 }
 
 // NetworkMode is a sandbox's egress policy.

@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"maps"
+	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -12,6 +14,7 @@ import (
 // converting values and collecting every problem.
 type decoder struct {
 	lookup   func(string) (string, bool)
+	home     string            // for "~/" in paths; "" if there is none
 	envKeys  map[string]string // lowercased key path → env variable that set it
 	problems []Problem
 	bad      map[string]bool // paths with a problem
@@ -123,6 +126,72 @@ func (d *decoder) duration(at path, v any) (time.Duration, bool) {
 		return 0, false
 	}
 	return t, true
+}
+
+// sizeHint says what a size looks like, for messages.
+const sizeHint = "an integer of bytes, or like 512KiB, 10MiB"
+
+// size converts a non-nil value to a number of bytes between lo and hi: a
+// YAML integer, or a string (as environment variables always are) holding
+// an integer with an optional unit (see parseSize).
+func (d *decoder) size(at path, v any, lo, hi int64) (int64, bool) {
+	var n int64
+	var shown string
+	switch t := v.(type) {
+	case int:
+		n, shown = int64(t), fmt.Sprint(t)
+	case int64:
+		n, shown = t, fmt.Sprint(t)
+	case uint64:
+		n, shown = int64(min(t, math.MaxInt64)), fmt.Sprint(t)
+	case float64:
+		shown = fmt.Sprint(t)
+		if t != math.Trunc(t) || math.Abs(t) > 1<<53 {
+			d.problemf(at, "%s is not a size (%s)", shown, sizeHint)
+			return 0, false
+		}
+		n = int64(t)
+	case string:
+		s, ok := d.str(at, v)
+		if !ok {
+			return 0, false
+		}
+		if n, ok = parseSize(s.val); !ok {
+			d.problemf(at, "%s is not a size (%s)", s.quote(), sizeHint)
+			return 0, false
+		}
+		shown = s.quote()
+	default:
+		d.problemf(at, "must be a size (%s), got %s", sizeHint, typeName(v))
+		return 0, false
+	}
+	switch {
+	case n < lo:
+		d.problemf(at, "%s is too small (at least %s)", shown, formatSize(lo))
+		return 0, false
+	case n > hi:
+		d.problemf(at, "%s is too large (at most %s)", shown, formatSize(hi))
+		return 0, false
+	}
+	return n, true
+}
+
+// absPath checks that s is an absolute path, or one starting with "~/"
+// (expanded with the home directory), and returns it cleaned.
+func (d *decoder) absPath(at path, s sval) (string, bool) {
+	p := s.val
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		if d.home == "" {
+			d.problemf(at, "%s starts with ~ but there is no home directory; write an absolute path", s.quote())
+			return "", false
+		}
+		p = filepath.Join(d.home, p[1:])
+	}
+	if !filepath.IsAbs(p) {
+		d.problemf(at, "%s is not an absolute path (write /dir or ~/dir)", s.quote())
+		return "", false
+	}
+	return filepath.Clean(p), true
 }
 
 // str converts a non-nil value to a string, expanding ${VAR}s.

@@ -118,3 +118,6 @@ profiles:
 
 // defaultGit is a profile's git block when the file has none.
 var defaultGit = Git{Username: DefaultGitUsername}
+
+// defaultProxy is a profile's proxy block when the file has none.
+var defaultProxy = Proxy{MaxRequestBytes: DefaultMaxRequestBytes}

@@ -100,7 +100,7 @@ func Load(opts Options) (*Config, error) {
 		return nil, fmt.Errorf("environment overrides: %w", err)
 	}
 
-	d := &decoder{lookup: lookup, envKeys: envKeys}
+	d := &decoder{lookup: lookup, home: opts.HomeDir, envKeys: envKeys}
 	var r root
 	decodeSection(d, nil, k.Raw(), rootSection(), &r)
 	if len(d.problems) > 0 {

@@ -153,7 +153,7 @@ func TestBuiltinDefault(t *testing.T) {
 	local := &Profile{
 		Name:  "local",
 		Model: "gpt-4.1-mini",
-		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
+		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 		Sandbox: Sandbox{
 			Provider: "local",
 			Network:  NetworkOpen,
@@ -195,37 +195,37 @@ func TestDefaultsFilled(t *testing.T) {
 		{
 			name:    "only the provider",
 			profile: `{sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "api_key set: no default api_key_env",
 			profile: `{llm: {api_key: sk-1}, sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKey: "sk-1"}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKey: "sk-1"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "base_url set: the key variable still defaults",
 			profile: `{llm: {base_url: "http://localhost:11434/v1"}, sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: "http://localhost:11434/v1", APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: "http://localhost:11434/v1", APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "null values count as absent",
 			profile: `{model: null, llm: null, sandbox: {provider: docker, network: null}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
 		},
 		{
 			name:    "provider none is local",
 			profile: `{sandbox: {provider: none}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
+			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "local", Network: NetworkOpen}},
 		},
 		{
 			name:    "everything set",
 			profile: `{model: o3, llm: {base_url: "https://llm.example.com/v1", api_key_env: K}, sandbox: {provider: ssh, network: allowlist, allowed_hosts: [Example.COM]}}`,
-			want: Profile{Model: "o3", LLM: LLM{Upstream: Upstream{BaseURL: "https://llm.example.com/v1", APIKeyEnv: "K"}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
+			want: Profile{Model: "o3", LLM: LLM{Upstream: Upstream{BaseURL: "https://llm.example.com/v1", APIKeyEnv: "K"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "ssh", Network: NetworkAllowlist, AllowedHosts: []string{"example.com"}}},
 		},
 	}
@@ -349,12 +349,71 @@ func TestGit(t *testing.T) {
 	}
 }
 
+func TestProxy(t *testing.T) {
+	tests := []struct {
+		name  string
+		proxy string
+		env   testEnv
+		want  Proxy
+	}{
+		{name: "no block", proxy: `{}`, want: Proxy{MaxRequestBytes: DefaultMaxRequestBytes}},
+		{name: "null block", proxy: `null`, want: Proxy{MaxRequestBytes: DefaultMaxRequestBytes}},
+		{name: "bytes as a number", proxy: `{max_request_bytes: 1048576}`, want: Proxy{MaxRequestBytes: 1 << 20}},
+		{name: "the minimum", proxy: `{max_request_bytes: 1024}`, want: Proxy{MaxRequestBytes: 1 << 10}},
+		{name: "the maximum", proxy: `{max_request_bytes: 1GiB}`, want: Proxy{MaxRequestBytes: 1 << 30}},
+		{name: "bytes as a string", proxy: `{max_request_bytes: "2048"}`, want: Proxy{MaxRequestBytes: 2048}},
+		{name: "KiB", proxy: `{max_request_bytes: 512KiB}`, want: Proxy{MaxRequestBytes: 512 << 10}},
+		{name: "a space and any case", proxy: `{max_request_bytes: 10 mib}`, want: Proxy{MaxRequestBytes: 10 << 20}},
+		{name: "decimal units", proxy: `{max_request_bytes: 10MB}`, want: Proxy{MaxRequestBytes: 10e6}},
+		{name: "B", proxy: `{max_request_bytes: 4096B}`, want: Proxy{MaxRequestBytes: 4096}},
+		{name: "YAML exponent", proxy: `{max_request_bytes: 1e6}`, want: Proxy{MaxRequestBytes: 1e6}},
+		{name: "from a variable", proxy: `{max_request_bytes: "${MAXB:-1MiB}"}`, want: Proxy{MaxRequestBytes: 1 << 20}},
+		{
+			name:  "absolute audit_dir, cleaned",
+			proxy: `{audit_dir: /var/log/amelia/../audit/}`,
+			want:  Proxy{AuditDir: "/var/log/audit", MaxRequestBytes: DefaultMaxRequestBytes},
+		},
+		{
+			name:  "audit_dir under ~",
+			proxy: `{audit_dir: ~/.local/state/amelia/audit}`,
+			want:  Proxy{AuditDir: "/home/u/.local/state/amelia/audit", MaxRequestBytes: DefaultMaxRequestBytes},
+		},
+		{
+			name:  "audit_dir ~",
+			proxy: `{audit_dir: "~"}`,
+			want:  Proxy{AuditDir: "/home/u", MaxRequestBytes: DefaultMaxRequestBytes},
+		},
+		{
+			name:  "audit_dir from a variable",
+			proxy: `{audit_dir: "${XDG_STATE_HOME}/amelia/audit"}`,
+			env:   testEnv{"XDG_STATE_HOME": "/state"},
+			want:  Proxy{AuditDir: "/state/amelia/audit", MaxRequestBytes: DefaultMaxRequestBytes},
+		},
+		{
+			name:  "empty audit_dir: the caller's default",
+			proxy: `{audit_dir: ""}`,
+			want:  Proxy{MaxRequestBytes: DefaultMaxRequestBytes},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := writeFile(t, t.TempDir(), "config.yaml", profileWith("proxy: "+tt.proxy+"\nsandbox: {provider: docker}\n"))
+			c, err := Load(tt.env.options(p, "/home/u"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			equal(t, "proxy", mustProfile(t, c, "dev").Proxy, tt.want)
+		})
+	}
+}
+
 func TestEnvOverrides(t *testing.T) {
 	const file = `
 default_profile: dev
 profiles:
   dev:
     llm: {api_key_env: FILE_KEY}
+    proxy: {max_request_bytes: 2097152}
     sandbox:
       provider: docker
       docker: {image: "img:1", cpus: 2}
@@ -395,6 +454,35 @@ profiles:
 			env:  testEnv{"AMELIA_PROFILES__DEV__GIT__TOKEN_ENV": "GH_TOKEN", "AMELIA_PROFILES__DEV__GIT__USERNAME": "oauth2"},
 			check: func(t *testing.T, c *Config) {
 				equal(t, "git", c.Profiles["dev"].Git, Git{TokenEnv: "GH_TOKEN", Username: "oauth2"})
+			},
+		},
+		{
+			name: "max_request_bytes with a unit over the file's number",
+			env:  testEnv{"AMELIA_PROFILES__DEV__PROXY__MAX_REQUEST_BYTES": "1MiB"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "max_request_bytes", c.Profiles["dev"].Proxy.MaxRequestBytes, int64(1<<20))
+			},
+		},
+		{
+			name: "max_request_bytes as digits, which arrive as a string",
+			env:  testEnv{"AMELIA_PROFILES__PROD__PROXY__MAX_REQUEST_BYTES": "4096"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "max_request_bytes", c.Profiles["prod"].Proxy.MaxRequestBytes, int64(4096))
+				equal(t, "dev untouched", c.Profiles["dev"].Proxy.MaxRequestBytes, int64(2<<20))
+			},
+		},
+		{
+			name: "an empty max_request_bytes restores the default",
+			env:  testEnv{"AMELIA_PROFILES__DEV__PROXY__MAX_REQUEST_BYTES": ""},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "max_request_bytes", c.Profiles["dev"].Proxy.MaxRequestBytes, int64(DefaultMaxRequestBytes))
+			},
+		},
+		{
+			name: "audit_dir",
+			env:  testEnv{"AMELIA_PROFILES__DEV__PROXY__AUDIT_DIR": "/tmp/audit"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "proxy", c.Profiles["dev"].Proxy, Proxy{AuditDir: "/tmp/audit", MaxRequestBytes: 2 << 20})
 			},
 		},
 		{
@@ -504,18 +592,20 @@ profiles:
 
 func TestEnvOverrideProblemsNameTheVariable(t *testing.T) {
 	env := testEnv{
-		"AMELIA_PROFILES__DEV__LLM__TIMEOUT":           "soon",
-		"AMELIA_PROFILES__DEV__SANDBOX__NETWORK":       "opn",
-		"AMELIA_PROFILES__DEV__MODLE":                  "o3",
-		"AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS": "ok.com,bad host",
-		"AMELIA_DEFAULT_PROFILE":                       "nope",
+		"AMELIA_PROFILES__DEV__LLM__TIMEOUT":             "soon",
+		"AMELIA_PROFILES__DEV__PROXY__MAX_REQUEST_BYTES": "10 furlongs",
+		"AMELIA_PROFILES__DEV__SANDBOX__NETWORK":         "opn",
+		"AMELIA_PROFILES__DEV__MODLE":                    "o3",
+		"AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS":   "ok.com,bad host",
+		"AMELIA_DEFAULT_PROFILE":                         "nope",
 	}
 	got := problems(t, minimal, env)
 	equal(t, "problems", got, []string{
 		`profiles.dev.llm.timeout: "soon" is not a duration (like 90s, 10m) (set by AMELIA_PROFILES__DEV__LLM__TIMEOUT)`,
+		`profiles.dev.proxy.max_request_bytes: "10 furlongs" is not a size (an integer of bytes, or like 512KiB, 10MiB) (set by AMELIA_PROFILES__DEV__PROXY__MAX_REQUEST_BYTES)`,
 		`profiles.dev.sandbox.network: "opn" is not one of open, allowlist, none (set by AMELIA_PROFILES__DEV__SANDBOX__NETWORK)`,
 		`profiles.dev.sandbox.allowed_hosts[1]: "bad host" is not a hostname, *.wildcard or IP address (no scheme, port or path) (set by AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS)`,
-		`profiles.dev.modle: unknown key, did you mean model? (known: model, llm, git, sandbox) (set by AMELIA_PROFILES__DEV__MODLE)`,
+		`profiles.dev.modle: unknown key, did you mean model? (known: model, llm, git, proxy, sandbox) (set by AMELIA_PROFILES__DEV__MODLE)`,
 		`default_profile: "nope" is not a profile (profiles: dev) (set by AMELIA_DEFAULT_PROFILE)`,
 	})
 }
@@ -767,7 +857,7 @@ profiles:
 	equal(t, "profile", got, Profile{
 		Name:  "dev",
 		Model: "gpt-4.1-mini",
-		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit,
+		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 		Sandbox: Sandbox{
 			Provider:     "docker",
 			Network:      NetworkOpen,

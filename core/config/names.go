@@ -1,7 +1,9 @@
 package config
 
 import (
+	"math"
 	"net/netip"
+	"strconv"
 	"strings"
 	"unicode"
 )
@@ -52,6 +54,65 @@ func looksLikeSecret(s string) bool {
 		}
 	}
 	return lower && upper && digit
+}
+
+// sizeUnit returns the bytes in a unit parseSize accepts (lowercased).
+func sizeUnit(u string) (int64, bool) {
+	switch u {
+	case "", "b":
+		return 1, true
+	case "kb":
+		return 1e3, true
+	case "mb":
+		return 1e6, true
+	case "gb":
+		return 1e9, true
+	case "kib":
+		return 1 << 10, true
+	case "mib":
+		return 1 << 20, true
+	case "gib":
+		return 1 << 30, true
+	}
+	return 0, false
+}
+
+// parseSize reads a number of bytes: digits, then optionally spaces and a
+// unit B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024),
+// in any case. A size that does not fit in an int64 is math.MaxInt64.
+func parseSize(s string) (int64, bool) {
+	s = strings.TrimSpace(s)
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == 0 {
+		return 0, false
+	}
+	unit, ok := sizeUnit(strings.ToLower(strings.TrimLeft(s[i:], " ")))
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s[:i], 10, 64)
+	if err != nil || n > math.MaxInt64/unit {
+		return math.MaxInt64, true // only digits: the number is too large
+	}
+	return n * unit, true
+}
+
+// formatSize writes n bytes with the unit that divides it exactly into
+// the smallest number (10MiB, 2GB, 1500), which parseSize reads back.
+func formatSize(n int64) string {
+	best, unit := n, ""
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}} {
+		if n != 0 && n%u.size == 0 && n/u.size < best {
+			best, unit = n/u.size, u.name
+		}
+	}
+	return strconv.FormatInt(best, 10) + unit
 }
 
 // validHost reports whether s (already lowercased) is a hostname, a

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -120,6 +122,13 @@ func profileSection() section[Profile] {
 					}
 					return showSection(s, at, gitSection(), &p.Git)
 				},
+			},
+			{
+				key: "proxy",
+				decode: func(d *decoder, at path, v any, p *Profile) {
+					decodeSection(d, at, v, proxySection(), &p.Proxy)
+				},
+				show: func(s *shower, at path, p *Profile) any { return showSection(s, at, proxySection(), &p.Proxy) },
 			},
 			{
 				key: "sandbox",
@@ -322,6 +331,57 @@ func gitSection() section[Git] {
 			if set["token"] && set["token_env"] {
 				d.problemf(at, "token and token_env are both set; use one")
 			}
+		},
+	}
+}
+
+// defaultAuditDir is where the CLI puts audit logs when proxy.audit_dir
+// is not set, for config show.
+const defaultAuditDir = "$XDG_STATE_HOME/amelia/audit"
+
+func proxySection() section[Proxy] {
+	return section[Proxy]{
+		fields: []field[Proxy]{
+			{
+				key: "audit_dir",
+				decode: func(d *decoder, at path, v any, p *Proxy) {
+					if v == nil {
+						return
+					}
+					s, ok := d.str(at, v)
+					if !ok || s.val == "" {
+						return
+					}
+					if dir, ok := d.absPath(at, s); ok {
+						p.AuditDir = dir
+					}
+				},
+				show: func(_ *shower, _ path, p *Proxy) any {
+					if p.AuditDir == "" {
+						n := strNode("")
+						n.Style = yaml.DoubleQuotedStyle
+						n.LineComment = "default: " + defaultAuditDir
+						return n
+					}
+					return p.AuditDir
+				},
+			},
+			{
+				key: "max_request_bytes",
+				decode: func(d *decoder, at path, v any, p *Proxy) {
+					if v == nil {
+						p.MaxRequestBytes = DefaultMaxRequestBytes
+						return
+					}
+					p.MaxRequestBytes, _ = d.size(at, v, minRequestBytes, maxRequestBytes)
+				},
+				show: func(_ *shower, _ path, p *Proxy) any {
+					if s := formatSize(p.MaxRequestBytes); strings.Trim(s, "0123456789") != "" {
+						return s // with a unit
+					}
+					return p.MaxRequestBytes // a YAML integer, not "1500"
+				},
+			},
 		},
 	}
 }

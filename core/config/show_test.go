@@ -38,7 +38,7 @@ func TestShowYAMLGolden(t *testing.T) {
 		"REGISTRY_PASSWORD": "reg-SECRET",
 		"DAYTONA_API_KEY":   "",
 	}
-	c, err := Load(showEnv.options(filepath.Join("testdata", "show", "config.yaml"), t.TempDir()))
+	c, err := Load(showEnv.options(filepath.Join("testdata", "show", "config.yaml"), "/home/u"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 )
@@ -250,6 +251,114 @@ func TestValidationRules(t *testing.T) {
 				`profiles.dev.git.tokenenv: unknown key, did you mean token_env? (known: token_env, token, username)`,
 			},
 		},
+		// proxy.audit_dir.
+		{
+			name:    "audit_dir relative",
+			content: profileWith("proxy: {audit_dir: audit}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.audit_dir: "audit" is not an absolute path (write /dir or ~/dir)`},
+		},
+		{
+			name:    "audit_dir with another user's home",
+			content: profileWith("proxy: {audit_dir: ~amelia/audit}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.audit_dir: "~amelia/audit" is not an absolute path (write /dir or ~/dir)`},
+		},
+		{
+			name:    "audit_dir relative from a variable",
+			content: profileWith("proxy: {audit_dir: '${D}/audit'}\n" + sandbox),
+			env:     testEnv{"D": "state"},
+			want:    []string{`profiles.dev.proxy.audit_dir: "state/audit" (from "${D}/audit") is not an absolute path (write /dir or ~/dir)`},
+		},
+		{
+			name:    "audit_dir is not a string",
+			content: profileWith("proxy: {audit_dir: [/a]}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.audit_dir: must be a string, got a list`},
+		},
+		// proxy.max_request_bytes.
+		{
+			name:    "max_request_bytes in furlongs",
+			content: profileWith("proxy: {max_request_bytes: 10 furlongs}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.max_request_bytes: "10 furlongs" is not a size (an integer of bytes, or like 512KiB, 10MiB)`},
+		},
+		{
+			name:    "max_request_bytes with a fraction",
+			content: profileWith("proxy: {max_request_bytes: 1.5MiB}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.max_request_bytes: "1.5MiB" is not a size (an integer of bytes, or like 512KiB, 10MiB)`},
+		},
+		{
+			name:    "max_request_bytes as a fractional number",
+			content: profileWith("proxy: {max_request_bytes: 1024.5}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.max_request_bytes: 1024.5 is not a size (an integer of bytes, or like 512KiB, 10MiB)`},
+		},
+		{
+			name:    "max_request_bytes with a sign",
+			content: profileWith("proxy: {max_request_bytes: '+2048'}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.max_request_bytes: "+2048" is not a size (an integer of bytes, or like 512KiB, 10MiB)`},
+		},
+		{
+			name:    "max_request_bytes unit only",
+			content: profileWith("proxy: {max_request_bytes: MiB}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.max_request_bytes: "MiB" is not a size (an integer of bytes, or like 512KiB, 10MiB)`},
+		},
+		{
+			name:    "max_request_bytes below 1 KiB",
+			content: profileWith("proxy: {max_request_bytes: 1023}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.max_request_bytes: 1023 is too small (at least 1KiB)`},
+		},
+		{
+			name:    "max_request_bytes of 1KB is below 1 KiB",
+			content: profileWith("proxy: {max_request_bytes: 1KB}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.max_request_bytes: "1KB" is too small (at least 1KiB)`},
+		},
+		{
+			name:    "max_request_bytes zero",
+			content: profileWith("proxy: {max_request_bytes: 0}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.max_request_bytes: 0 is too small (at least 1KiB)`},
+		},
+		{
+			name:    "max_request_bytes negative",
+			content: profileWith("proxy: {max_request_bytes: -1}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.max_request_bytes: -1 is too small (at least 1KiB)`},
+		},
+		{
+			name:    "max_request_bytes above 1 GiB",
+			content: profileWith("proxy: {max_request_bytes: 2GiB}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.max_request_bytes: "2GiB" is too large (at most 1GiB)`},
+		},
+		{
+			name:    "max_request_bytes one byte above 1 GiB",
+			content: profileWith("proxy: {max_request_bytes: 1073741825}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.max_request_bytes: 1073741825 is too large (at most 1GiB)`},
+		},
+		{
+			name:    "max_request_bytes beyond int64",
+			content: profileWith("proxy: {max_request_bytes: '99999999999999999999 GiB'}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.max_request_bytes: "99999999999999999999 GiB" is too large (at most 1GiB)`},
+		},
+		{
+			name:    "max_request_bytes is a boolean",
+			content: profileWith("proxy: {max_request_bytes: true}\n" + sandbox),
+			want:    []string{`profiles.dev.proxy.max_request_bytes: must be a size (an integer of bytes, or like 512KiB, 10MiB), got a boolean`},
+		},
+		{
+			name:    "max_request_bytes from a variable",
+			content: profileWith("proxy: {max_request_bytes: '${S}'}\n" + sandbox),
+			env:     testEnv{"S": "big"},
+			want:    []string{`profiles.dev.proxy.max_request_bytes: "big" (from "${S}") is not a size (an integer of bytes, or like 512KiB, 10MiB)`},
+		},
+		{
+			name:    "unknown proxy keys",
+			content: profileWith("proxy: {auditdir: /a, max_request_byte: 1MiB, listen: x}\n" + sandbox),
+			want: []string{
+				`profiles.dev.proxy.auditdir: unknown key, did you mean audit_dir? (known: audit_dir, max_request_bytes)`,
+				`profiles.dev.proxy.listen: unknown key (known: audit_dir, max_request_bytes)`,
+				`profiles.dev.proxy.max_request_byte: unknown key, did you mean max_request_bytes? (known: audit_dir, max_request_bytes)`,
+			},
+		},
+		{
+			name:    "proxy is not a map",
+			content: profileWith("proxy: 127.0.0.1:8080\n" + sandbox),
+			want:    []string{`profiles.dev.proxy: must be a map, got a string`},
+		},
 		// sandbox.provider.
 		{
 			name:    "provider missing",
@@ -349,8 +458,8 @@ func TestValidationRules(t *testing.T) {
 			name:    "unknown profile key",
 			content: profileWith("sandbx: {provider: docker}\n" + sandbox + "image: x\n"),
 			want: []string{
-				`profiles.dev.image: unknown key (known: model, llm, git, sandbox)`,
-				`profiles.dev.sandbx: unknown key, did you mean sandbox? (known: model, llm, git, sandbox)`,
+				`profiles.dev.image: unknown key (known: model, llm, git, proxy, sandbox)`,
+				`profiles.dev.sandbx: unknown key, did you mean sandbox? (known: model, llm, git, proxy, sandbox)`,
 			},
 		},
 		{
@@ -429,7 +538,7 @@ profiles:
 	want := []string{
 		`profiles.Bad: invalid profile name: profile names become sandbox names, so use lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters`,
 		`profiles.Bad.sandbox.provider: required: where the profile runs (local, docker, ssh, daytona, or an installed plugin's name)`,
-		`profiles.Bad.sandbx: unknown key, did you mean sandbox? (known: model, llm, git, sandbox)`,
+		`profiles.Bad.sandbx: unknown key, did you mean sandbox? (known: model, llm, git, proxy, sandbox)`,
 		`profiles.dev.model: must not be empty`,
 		`profiles.dev.llm.base_url: "ftp://x" is not an absolute http(s) URL`,
 		`profiles.dev.llm: api_key and api_key_env are both set; use one`,
@@ -493,6 +602,50 @@ func TestValidEnvNames(t *testing.T) {
 	} {
 		if got := validEnvName(tt.s); got != tt.want {
 			t.Errorf("validEnvName(%q) = %v, want %v", tt.s, got, tt.want)
+		}
+	}
+}
+
+func TestAuditDirWithoutHome(t *testing.T) {
+	p := writeFile(t, t.TempDir(), "config.yaml", profileWith("proxy: {audit_dir: ~/audit}\nsandbox: {provider: docker}\n"))
+	opts := testEnv{}.options(p, "")
+	_, err := Load(opts)
+	equal(t, "problems", problemsOf(t, err), []string{
+		`profiles.dev.proxy.audit_dir: "~/audit" starts with ~ but there is no home directory; write an absolute path`,
+	})
+}
+
+func TestParseSize(t *testing.T) {
+	for _, tt := range []struct {
+		s    string
+		want int64
+		ok   bool
+	}{
+		{"0", 0, true}, {"1536", 1536, true}, {" 2048 ", 2048, true}, {"2048B", 2048, true}, {"2048 b", 2048, true},
+		{"512KiB", 512 << 10, true}, {"512kib", 512 << 10, true}, {"10 MiB", 10 << 20, true}, {"10MIB", 10 << 20, true},
+		{"1GiB", 1 << 30, true}, {"3KB", 3000, true}, {"10mb", 10e6, true}, {"2 GB", 2e9, true},
+		{"9223372036854775807", math.MaxInt64, true}, {"9223372036854775808", math.MaxInt64, true},
+		{"9999999999 GiB", math.MaxInt64, true},
+		{"", 0, false}, {"MiB", 0, false}, {"-1", 0, false}, {"+1", 0, false}, {"1.5MiB", 0, false},
+		{"1e6", 0, false}, {"10 M iB", 0, false}, {"10MiBs", 0, false}, {"10 furlongs", 0, false}, {"0x10", 0, false},
+		{"10Mi", 0, false}, {"10K", 0, false},
+	} {
+		got, ok := parseSize(tt.s)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("parseSize(%q) = %d, %v; want %d, %v", tt.s, got, ok, tt.want, tt.ok)
+		}
+	}
+	for _, tt := range []struct {
+		n    int64
+		want string
+	}{
+		{DefaultMaxRequestBytes, "10MiB"}, {1 << 30, "1GiB"}, {1536 << 10, "1536KiB"}, {1024, "1KiB"},
+		{2e9, "2GB"}, {1e6, "1MB"}, {3000, "3KB"}, {1500, "1500"}, {0, "0"},
+	} {
+		got := formatSize(tt.n)
+		equal(t, fmt.Sprintf("formatSize(%d)", tt.n), got, tt.want)
+		if back, ok := parseSize(got); !ok || back != tt.n {
+			t.Errorf("parseSize(formatSize(%d) = %q) = %d, %v", tt.n, got, back, ok)
 		}
 	}
 }
