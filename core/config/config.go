@@ -4,18 +4,25 @@
 // every problem is reported with the file, the key and the allowed values.
 //
 // A profile selects where the agent runs (the sandbox provider and its
-// settings), the model and LLM upstream, and the network policy:
+// settings), the model and LLM upstream, the credentials the host-side
+// proxy hands out, and the network policy:
 //
 //	default_profile: dev
 //	profiles:
 //	  dev:
 //	    model: gpt-4.1-mini
-//	    llm: {base_url: https://api.openai.com/v1, api_key_env: OPENAI_API_KEY}
+//	    llm: {base_url: https://api.openai.com/v1, api_key_env: OPENAI_API_KEY, timeout: 10m}
+//	    git: {token_env: GITHUB_TOKEN}
+//	    proxy: {max_request_bytes: 10MiB}
 //	    sandbox:
 //	      provider: docker
 //	      network: allowlist
 //	      allowed_hosts: [github.com, "*.pypi.org"]
 //	      docker: {image: amelia-sandbox:latest}
+//
+// The variables that api_key_env and token_env name are not read at Load:
+// the host reads them when a run starts (Profile.LLMKey, AnthropicKey,
+// GitToken), so a profile can be shown and validated without them.
 //
 // See configs/example.yaml for every key. Adding a key means adding a
 // struct field and one entry in the schema tables in schema.go, which

@@ -237,7 +237,13 @@ func upstreamSection(defBaseURL, defKeyEnv string) section[Upstream] {
 					if v == nil {
 						return
 					}
-					if s, ok := d.str(at, v); ok {
+					s, ok := d.str(at, v)
+					switch {
+					case !ok:
+					case hasLineBreak(s.val):
+						// Not echoed: it is a secret.
+						d.problemf(at, "contains a line break or NUL, which cannot be sent in an HTTP header")
+					default:
 						u.APIKey = s.val
 					}
 				},

@@ -13,12 +13,13 @@ import (
 const masked = "********"
 
 // ShowYAML renders the resolved profile as YAML for people: a comment
-// naming the profile and its source, then the keys in schema order (model,
-// llm, sandbox: provider, network, allowed_hosts, then the provider
-// settings blocks sorted by name, their keys sorted). Secrets are masked
-// by key name at any depth (see isSecretKey), passwords in URLs too, and
-// llm.api_key_env carries a comment saying whether the variable is set,
-// never its value.
+// naming the profile and its source, then the keys in schema order (model;
+// llm with its timeout and, if present, its anthropic block; git unless it
+// is all defaults; proxy; sandbox: provider, network, allowed_hosts, then
+// the provider settings blocks sorted by name, their keys sorted). Secrets
+// are masked by key name at any depth (see isSecretKey), passwords in URLs
+// too, and every api_key_env and git.token_env carries a comment saying
+// whether the variable is set, never its value.
 func (p *Profile) ShowYAML() ([]byte, error) {
 	s := &shower{lookup: p.lookupEnv}
 	top := showSection(s, nil, profileSection(), p)

@@ -112,6 +112,12 @@ func TestValidationRules(t *testing.T) {
 			want:    []string{`profiles.dev.llm.api_key_env: "${OPENAI_API_KEY}" (as expanded) is not a valid environment variable name: api_key_env takes the variable's name (like OPENAI_API_KEY), not its value`},
 		},
 		{
+			name:    "api_key with a line break is not echoed",
+			content: profileWith("llm: {api_key: '${K}'}\n" + sandbox),
+			env:     testEnv{"K": "sk-live-0123\n"},
+			want:    []string{`profiles.dev.llm.api_key: contains a line break or NUL, which cannot be sent in an HTTP header`},
+		},
+		{
 			name:    "api_key and api_key_env",
 			content: profileWith("llm: {api_key: sk-1, api_key_env: K}\n" + sandbox),
 			want:    []string{`profiles.dev.llm: api_key and api_key_env are both set; use one`},
