@@ -830,6 +830,14 @@ func TestExampleConfig(t *testing.T) {
 	docker := c.Profiles["docker"]
 	equal(t, "docker labels", docker.Sandbox.Settings["docker"]["labels"], map[string]any{"com.example.team": "platform"})
 	equal(t, "docker model", docker.Model, "gpt-4.1")
+	local := c.Profiles["local"]
+	equal(t, "local timeout", local.LLM.Timeout, 10*time.Minute)
+	equal(t, "local proxy", local.Proxy, Proxy{AuditDir: "/home/u/.local/state/amelia/audit", MaxRequestBytes: 10 << 20})
+	equal(t, "docker git (GITHUB_TOKEN unset)", docker.Git, Git{Username: "x-access-token"})
+	equal(t, "docker anthropic", docker.LLM.Anthropic, (*Upstream)(nil))
+	daytona := c.Profiles["daytona"]
+	equal(t, "daytona anthropic", daytona.LLM.Anthropic, &Upstream{BaseURL: "https://api.anthropic.com/v1", APIKeyEnv: "ANTHROPIC_API_KEY"})
+	equal(t, "daytona git", daytona.Git, Git{TokenEnv: "GITHUB_TOKEN", Username: "x-access-token"})
 	equal(t, "ssh llm", c.Profiles["ssh"].LLM, LLM{Upstream: Upstream{BaseURL: "http://gpu-box.internal:8000/v1", APIKey: "not-needed"}, Timeout: DefaultLLMTimeout})
 }
 
