@@ -1,0 +1,27 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// writeError answers with a JSON error body in the shape the route's
+// clients parse, so the worker (go-openai) or an Anthropic client shows the
+// message: OpenAI's {"error": {"message", "type", "code"}}, or Anthropic's
+// {"type": "error", "error": {"type", "message"}}. Messages never hold a key
+// or token.
+func writeError(w http.ResponseWriter, route string, status int, code, msg string) {
+	var body any
+	if route == routeAnthropic {
+		body = map[string]any{"type": "error", "error": map[string]string{"type": code, "message": msg}}
+	} else {
+		body = map[string]any{"error": map[string]string{"message": msg, "type": "amelia_proxy_error", "code": code}}
+	}
+	b, _ := json.Marshal(body)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Del("Content-Length")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}

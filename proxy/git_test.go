@@ -1,0 +1,207 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/cgi"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/proxy"
+)
+
+// gitServer is a real git smart-HTTP server (git http-backend behind
+// net/http/cgi) that requires one username and password for everything.
+type gitServer struct {
+	*httptest.Server
+	repoURL string
+}
+
+func newGitServer(t *testing.T, user, password string) *gitServer {
+	t.Helper()
+	root := t.TempDir()
+	git(t, root, nil, "init", "-q", "--bare", "-b", "main", "repo.git")
+	git(t, filepath.Join(root, "repo.git"), nil, "config", "http.receivepack", "true")
+	// Seed it with one commit.
+	seed := t.TempDir()
+	git(t, seed, nil, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(seed, "README"), []byte("hello\n"), 0o644)
+	git(t, seed, nil, "add", "README")
+	git(t, seed, nil, "commit", "-q", "-m", "seed")
+	git(t, seed, nil, "push", "-q", filepath.Join(root, "repo.git"), "main")
+
+	execPath := strings.TrimSpace(string(gitOutput(t, "", nil, "--exec-path")))
+	backend := &cgi.Handler{
+		Path: filepath.Join(execPath, "git-http-backend"),
+		Env:  []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"},
+	}
+	s := &gitServer{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		if !ok || u != user || p != password {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		r.Header.Del("Authorization")
+		backend.ServeHTTP(w, r)
+	}))
+	t.Cleanup(s.Close)
+	s.repoURL = s.URL + "/repo.git"
+	return s
+}
+
+// gitEnv is the environment of git in a test: no user or system config,
+// nothing interactive.
+func gitEnv(home string, extra []string) []string {
+	return append([]string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + home, "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0",
+		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com",
+		"GORACE=atexit_sleep_ms=0",
+	}, extra...)
+}
+
+func gitOutput(t *testing.T, dir string, env []string, args ...string) []byte {
+	t.Helper()
+	out, err := runGit(t, dir, env, args...)
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return out
+}
+
+func git(t *testing.T, dir string, env []string, args ...string) { gitOutput(t, dir, env, args...) }
+
+func runGit(t *testing.T, dir string, env []string, args ...string) ([]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = gitEnv(os.TempDir(), env)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.Bytes(), err
+}
+
+// sandboxGit runs git as it runs inside a sandbox: amelia-worker
+// git-credential is its only credential helper and it knows nothing but the
+// proxy's URL and the run token.
+func sandboxGit(t *testing.T, p *testProxy, run *proxy.Run, dir string, args ...string) ([]byte, error) {
+	t.Helper()
+	args = append([]string{"-c", "credential.helper=", "-c", "credential.helper=" + workerBin + " git-credential"}, args...)
+	return runGit(t, dir, []string{"HOME=" + t.TempDir(), "AMELIA_PROXY_URL=" + p.URL, "AMELIA_PROXY_TOKEN=" + run.Token()}, args...)
+}
+
+func TestGitWithAConfiguredToken(t *testing.T) {
+	const token = "ghs_configured_token_8d1e"
+	srv := newGitServer(t, "x-access-token", token)
+	p := newProxy(t, proxy.Options{})
+	auditDir := t.TempDir()
+	run := p.start(t, proxy.RunConfig{
+		OpenAI:   proxy.Upstream{BaseURL: "http://127.0.0.1:1/v1"},
+		Repos:    []string{srv.repoURL},
+		Git:      proxy.GitAuth{Token: token},
+		AuditDir: auditDir,
+	})
+	work := t.TempDir()
+	if out, err := sandboxGit(t, p, run, work, "clone", "-q", srv.repoURL, "clone"); err != nil {
+		t.Fatalf("clone through the credential proxy: %v\n%s", err, out)
+	}
+	clone := filepath.Join(work, "clone")
+	os.WriteFile(filepath.Join(clone, "change"), []byte("from the sandbox\n"), 0o644)
+	git(t, clone, nil, "add", "change")
+	git(t, clone, nil, "commit", "-q", "-m", "agent change")
+	if out, err := sandboxGit(t, p, run, clone, "push", "-q", "origin", "HEAD:refs/heads/amelia/w1"); err != nil {
+		t.Fatalf("push through the credential proxy: %v\n%s", err, out)
+	}
+	recs := readAudit(t, run)
+	if len(recs) == 0 {
+		t.Fatal("no audit records")
+	}
+	for _, rec := range recs {
+		if rec.Route != "git-credentials" || rec.Status != 200 || rec.Upstream != strings.TrimPrefix(srv.URL, "http://") {
+			t.Errorf("audit record %+v", rec)
+		}
+	}
+	assertNoSecret(t, auditDir, token, run.Token())
+}
+
+// Without a configured token, the host's own credential store answers
+// (here git's "store" helper, in a home of the test's own).
+func TestGitFromTheHostCredentialStore(t *testing.T) {
+	srv := newGitServer(t, "alice", "s3cret-from-the-host")
+	hostHome := t.TempDir()
+	os.WriteFile(filepath.Join(hostHome, ".gitconfig"), []byte("[credential]\n\thelper = store\n"), 0o600)
+	os.WriteFile(filepath.Join(hostHome, ".git-credentials"), []byte(strings.Replace(srv.URL, "http://", "http://alice:s3cret-from-the-host@", 1)+"\n"), 0o600)
+	p := newProxy(t, proxy.Options{Environ: gitEnv(hostHome, []string{"GIT_ASKPASS=/bin/false-askpass-must-not-run"})})
+	auditDir := t.TempDir()
+	run := p.start(t, proxy.RunConfig{OpenAI: proxy.Upstream{BaseURL: "http://127.0.0.1:1/v1"}, Repos: []string{srv.repoURL}, AuditDir: auditDir})
+
+	if out, err := sandboxGit(t, p, run, t.TempDir(), "clone", "-q", srv.repoURL, "clone"); err != nil {
+		t.Fatalf("clone with the host's stored credentials: %v\n%s", err, out)
+	}
+
+	// A repository whose credentials the host does not have: a clear
+	// refusal, no prompt (the askpass above would fail loudly).
+	other := newGitServer(t, "bob", "unknown")
+	run2 := p.start(t, proxy.RunConfig{ID: "run-2", OpenAI: proxy.Upstream{BaseURL: "http://127.0.0.1:1/v1"}, Repos: []string{other.repoURL}, AuditDir: auditDir})
+	out, err := sandboxGit(t, p, run2, t.TempDir(), "clone", "-q", other.repoURL, "clone")
+	if err == nil || !strings.Contains(string(out), "no git credentials for") {
+		t.Errorf("clone without stored credentials: %v\n%s", err, out)
+	}
+	readAudit(t, run)
+	readAudit(t, run2)
+	assertNoSecret(t, auditDir, "s3cret-from-the-host", run.Token())
+}
+
+func TestGitCredentialsOnlyForTheRunsRepositories(t *testing.T) {
+	const token = "ghs_never_for_other_hosts"
+	srv := newGitServer(t, "x-access-token", token)
+	p := newProxy(t, proxy.Options{})
+	run := p.start(t, proxy.RunConfig{
+		OpenAI: proxy.Upstream{BaseURL: "http://127.0.0.1:1/v1"},
+		Repos:  []string{"https://github.com/org/repo.git", "git@gitlab.com:org/other.git"},
+		Git:    proxy.GitAuth{Token: token},
+	})
+	out, err := sandboxGit(t, p, run, t.TempDir(), "clone", "-q", srv.repoURL, "clone")
+	if err == nil || !strings.Contains(string(out), "403") || strings.Contains(string(out), token) {
+		t.Errorf("clone of a repository that is not the run's: %v\n%s", err, out)
+	}
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		want       string
+	}{
+		{"the run's host", "protocol=https\nhost=github.com\npath=org/repo.git\n", 200, "password=" + token},
+		{"the run's host over http", "protocol=http\nhost=github.com\n", 403, "https://github.com"},
+		{"another host", "protocol=https\nhost=evil.example.com\n", 403, "no git credentials for https://evil.example.com"},
+		{"a suffix of the run's host", "protocol=https\nhost=github.com.evil.com\n", 403, "no git credentials"},
+		{"another port", "protocol=https\nhost=github.com:8443\n", 403, "no git credentials"},
+		{"an ssh-only repository's host", "protocol=https\nhost=gitlab.com\n", 403, "no git credentials"},
+		{"by url", "url=https://GitHub.com/org/repo.git\n", 200, "host=github.com\nusername=x-access-token\npassword=" + token},
+		{"malformed", "protocol\n", 400, "malformed"},
+		{"no host", "path=x\n", 400, "no protocol and host"},
+	} {
+		status, body := do(t, "POST", p.URL+"/git/credentials", run.Token(), tc.body)
+		if status != tc.status || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %q; want %d containing %q", tc.name, status, body, tc.status, tc.want)
+		}
+		if status != 200 && strings.Contains(body, token) {
+			t.Errorf("%s: the refusal holds the token", tc.name)
+		}
+	}
+	if status, _ := do(t, "GET", p.URL+"/git/credentials", run.Token(), ""); status != 405 {
+		t.Errorf("GET: %d, want 405", status)
+	}
+	if status, _ := do(t, "POST", p.URL+"/git/credentials", "", "protocol=https\nhost=github.com\n"); status != 401 {
+		t.Errorf("without the run token: %d, want 401", status)
+	}
+}

@@ -1,0 +1,432 @@
+// Package proxy is the host-side proxy through which a sandbox reaches the
+// outside world without holding a secret: the LLM upstream (OpenAI-compatible
+// /v1/* and Anthropic /anthropic/v1/*, with the profile's key attached on the
+// way out), git credentials for the run's repositories (/git/credentials),
+// and, for profiles with network: allowlist, an HTTP forward proxy (CONNECT
+// and absolute-form requests) that reaches only the allowed hosts.
+//
+// The proxy listens on host loopback only. A sandbox reaches it through the
+// tunnel the host opens over the provider's exec channel (core/tunnel), so
+// the sandbox needs no route to the host. Every request must carry the token
+// of a run the proxy knows: Start mints one per run (256 random bits) and the
+// token selects the run's profile, so a sandbox cannot choose another
+// profile's upstream or key. Run.Close revokes it.
+//
+// Every authenticated request is written to the run's audit log, one JSON
+// line each: never a key, a token or a credential.
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/core/config"
+)
+
+// Upstream is an LLM API the proxy forwards to.
+type Upstream struct {
+	// BaseURL is the API's absolute base URL, such as
+	// https://api.openai.com/v1; a request for /v1/chat/completions goes to
+	// BaseURL + "/chat/completions".
+	BaseURL string
+	// Key is attached on the way out (Authorization: Bearer for OpenAI-
+	// compatible upstreams, x-api-key for Anthropic); "" attaches none.
+	Key string
+}
+
+// GitAuth is where git credentials for the run's repositories come from.
+type GitAuth struct {
+	// Token, when set, is given as the password for every allowed host;
+	// otherwise the host's own credential store answers (git credential
+	// fill).
+	Token string
+	// Username goes with Token; default x-access-token.
+	Username string
+}
+
+// RunConfig is what one run may reach through the proxy.
+type RunConfig struct {
+	// ID names the run in the audit log and its file name; see ValidRunID.
+	ID      string
+	Profile string
+	// OpenAI is the upstream of /v1/*.
+	OpenAI Upstream
+	// Anthropic is the upstream of /anthropic/v1/*; nil disables the route.
+	Anthropic *Upstream
+	// Timeout bounds the wait for an upstream's response headers (504
+	// after it); default config.DefaultLLMTimeout.
+	Timeout time.Duration
+	// MaxRequestBytes bounds request bodies (413 above it); default
+	// config.DefaultMaxRequestBytes.
+	MaxRequestBytes int64
+	// Network is the profile's policy: with NetworkNone the egress proxy
+	// allows nothing; otherwise it allows AllowedHosts.
+	Network      config.NetworkMode
+	AllowedHosts []string
+	// Repos are the run's repository URLs; only their scheme and host (with
+	// port) get git credentials.
+	Repos []string
+	Git   GitAuth
+	// AuditDir holds the run's audit log, AuditDir/ID.jsonl (created 0700).
+	AuditDir string
+}
+
+// Options configure a Server.
+type Options struct {
+	Logger *slog.Logger
+	// Environ is the environment of `git credential fill` (os.Environ());
+	// the proxy adds GIT_TERMINAL_PROMPT=0 and disables askpass programs.
+	Environ []string
+	// EgressDial replaces the egress proxy's dialer. The default refuses
+	// names that resolve to loopback, link-local, unspecified or multicast
+	// addresses (listed IP literals are dialled as they are). For tests.
+	EgressDial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Server is the proxy. It serves any number of runs at once, each with its
+// own token, profile and audit log.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+
+	mu   sync.RWMutex
+	runs map[[sha256.Size]byte]*Run // by sha256 of the token
+
+	srvMu sync.Mutex
+	srv   *http.Server
+}
+
+// New returns a proxy with no runs.
+func New(opts Options) *Server {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{opts: opts, log: log, runs: map[[sha256.Size]byte]*Run{}}
+}
+
+// Run is a run the proxy serves, from Start until Close.
+type Run struct {
+	cfg      RunConfig
+	token    string
+	openai   *upstream
+	anthro   *upstream
+	git      *gitCredentials
+	egress   *egress
+	audit    *auditLog
+	ctx      context.Context // cancelled by Close: ends the run's requests
+	cancel   context.CancelFunc
+	srv      *Server
+	closeErr error
+	once     sync.Once
+
+	mu       sync.Mutex
+	closed   bool
+	inflight sync.WaitGroup // requests being served, so Close can wait for their audit records
+}
+
+// Start registers a run and returns it with a freshly minted token. The
+// run's audit log is opened (and created) here, so a bad AuditDir fails
+// before anything else starts.
+func (s *Server) Start(cfg RunConfig) (*Run, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	r := &Run{cfg: cfg, srv: s}
+	var err error
+	if r.openai, err = newUpstream(routeOpenAI, cfg.OpenAI, cfg, s.log); err != nil {
+		return nil, fmt.Errorf("run %s: llm upstream: %w", cfg.ID, err)
+	}
+	if cfg.Anthropic != nil {
+		if r.anthro, err = newUpstream(routeAnthropic, *cfg.Anthropic, cfg, s.log); err != nil {
+			return nil, fmt.Errorf("run %s: anthropic upstream: %w", cfg.ID, err)
+		}
+	}
+	if r.git, err = newGitCredentials(cfg, s.opts.Environ); err != nil {
+		return nil, fmt.Errorf("run %s: %w", cfg.ID, err)
+	}
+	r.egress = newEgress(cfg, s.opts.EgressDial, s.log)
+	if r.audit, err = openAuditLog(cfg.AuditDir, cfg.ID, cfg.Profile); err != nil {
+		return nil, fmt.Errorf("run %s: %w", cfg.ID, err)
+	}
+	r.token, err = mintToken()
+	if err != nil {
+		r.audit.Close()
+		return nil, err
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	s.mu.Lock()
+	s.runs[sha256.Sum256([]byte(r.token))] = r
+	s.mu.Unlock()
+	s.log.Debug("proxy run started", "run", cfg.ID, "profile", cfg.Profile, "audit", r.audit.path)
+	return r, nil
+}
+
+func (c *RunConfig) check() error {
+	if !ValidRunID(c.ID) {
+		return fmt.Errorf("run id %q: use letters, digits, '.', '_' and '-', starting with a letter or digit, at most 63 characters, no \"..\"", c.ID)
+	}
+	if c.AuditDir == "" {
+		return fmt.Errorf("run %s: no audit directory", c.ID)
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = config.DefaultLLMTimeout
+	}
+	if c.MaxRequestBytes <= 0 {
+		c.MaxRequestBytes = config.DefaultMaxRequestBytes
+	}
+	if c.Git.Username == "" {
+		c.Git.Username = config.DefaultGitUsername
+	}
+	return nil
+}
+
+// ValidRunID reports whether id can name a run (and its audit file):
+// ^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$ without "..".
+func ValidRunID(id string) bool {
+	if id == "" || len(id) > 63 || strings.Contains(id, "..") {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || (c != '.' && c != '_' && c != '-')) {
+			return false
+		}
+	}
+	return true
+}
+
+// mintToken returns 256 random bits, URL-safe, with a recognisable prefix
+// so secret scanners and people can tell what it is.
+func mintToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("mint run token: %w", err)
+	}
+	return "amr_" + base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// Token is the run's bearer token, for AMELIA_PROXY_TOKEN in the sandbox.
+func (r *Run) Token() string { return r.token }
+
+// ID is the run's id.
+func (r *Run) ID() string { return r.cfg.ID }
+
+// AuditPath is the run's audit log file.
+func (r *Run) AuditPath() string { return r.audit.path }
+
+// Close revokes the run's token, ends its requests still in flight (streams
+// and CONNECT tunnels included), waits for them to write their audit
+// records and closes the audit log. It is idempotent.
+func (r *Run) Close() error {
+	r.once.Do(func() {
+		r.srv.mu.Lock()
+		delete(r.srv.runs, sha256.Sum256([]byte(r.token)))
+		r.srv.mu.Unlock()
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
+		r.cancel()
+		r.inflight.Wait()
+		r.egress.close()
+		r.closeErr = r.audit.Close()
+		r.srv.log.Debug("proxy run ended", "run", r.cfg.ID)
+	})
+	return r.closeErr
+}
+
+// acquire returns the live run whose token is token, comparing in constant
+// time, with one more request counted in flight: the caller calls
+// r.release when done. The map is keyed by the token's hash, so the
+// lookup's timing says nothing about how close a guess was.
+func (s *Server) acquire(token string) *Run {
+	if token == "" {
+		return nil
+	}
+	s.mu.RLock()
+	r := s.runs[sha256.Sum256([]byte(token))]
+	s.mu.RUnlock()
+	if r == nil || subtle.ConstantTimeCompare([]byte(r.token), []byte(token)) != 1 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	r.inflight.Add(1)
+	return r
+}
+
+func (r *Run) release() { r.inflight.Done() }
+
+// Routes, as named in the audit log.
+const (
+	routeOpenAI     = "openai"
+	routeAnthropic  = "anthropic"
+	routeGit        = "git-credentials"
+	routeConnect    = "egress-connect"
+	routeEgressHTTP = "egress-http"
+	routeUnknown    = "unknown"
+)
+
+// Path prefixes of the LLM routes.
+const (
+	openAIPrefix    = "/v1/"
+	anthropicPrefix = "/anthropic/v1/"
+	gitPath         = "/git/credentials"
+)
+
+// ServeHTTP routes a request: CONNECT and absolute-form requests are egress
+// (authenticated by Proxy-Authorization), everything else is an API route
+// (authenticated by Authorization: Bearer, or x-api-key on the Anthropic
+// route). Nothing is routed before the token is checked.
+func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method == http.MethodConnect || req.URL.IsAbs() {
+		s.serveEgress(w, req)
+		return
+	}
+	path := req.URL.Path
+	route := routeUnknown
+	switch {
+	case strings.HasPrefix(path, openAIPrefix):
+		route = routeOpenAI
+	case strings.HasPrefix(path, anthropicPrefix):
+		route = routeAnthropic
+	case path == gitPath:
+		route = routeGit
+	}
+	run := s.acquire(apiToken(req, route == routeAnthropic))
+	if run == nil {
+		s.log.Warn("proxy: refused a request without a valid run token", "route", route, "method", req.Method, "remote", req.RemoteAddr)
+		writeError(w, route, http.StatusUnauthorized, "unauthorized",
+			"missing or invalid run token: send Authorization: Bearer $AMELIA_PROXY_TOKEN (tokens end with their run)")
+		return
+	}
+	defer run.release()
+	rec := run.audit.begin(req, route)
+	w = rec.wrap(w)
+	defer run.audit.end(rec)
+
+	ctx, cancel := run.requestContext(req.Context())
+	defer cancel()
+	req = req.WithContext(ctx)
+
+	switch route {
+	case routeOpenAI:
+		run.openai.serve(w, req, rec)
+	case routeAnthropic:
+		if run.anthro == nil {
+			writeError(w, route, http.StatusNotFound, "not_found",
+				fmt.Sprintf("profile %s has no Anthropic upstream: add llm.anthropic to it", run.cfg.Profile))
+			return
+		}
+		run.anthro.serve(w, req, rec)
+	case routeGit:
+		run.git.serve(w, req, rec)
+	default:
+		writeError(w, route, http.StatusNotFound, "not_found",
+			fmt.Sprintf("no route %s: the proxy serves %s*, %s* and %s", path, openAIPrefix, anthropicPrefix, gitPath))
+	}
+}
+
+// requestContext ends when the request's context or the run ends.
+func (r *Run) requestContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	stop := context.AfterFunc(r.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// apiToken is the bearer token of an API request; on the Anthropic route
+// an x-api-key header carries it too (Anthropic's clients send their key
+// there).
+func apiToken(req *http.Request, anthropic bool) string {
+	if t, ok := bearer(req.Header.Get("Authorization")); ok {
+		return t
+	}
+	if anthropic {
+		return req.Header.Get("X-Api-Key")
+	}
+	return ""
+}
+
+func bearer(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// Listen listens on addr, which must be a loopback address ("" means
+// 127.0.0.1:0, any free port): the proxy is never offered to a network, a
+// Docker bridge included.
+func Listen(addr string) (net.Listener, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("proxy address %q: want 127.0.0.1:PORT", addr)
+	}
+	if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("proxy address %q: the proxy listens on loopback only (127.0.0.1 or [::1])", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("start proxy: %w", err)
+	}
+	return ln, nil
+}
+
+// Serve serves the proxy on ln until Close. ln must come from Listen.
+func (s *Server) Serve(ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.srvMu.Lock()
+	s.srv = srv
+	s.srvMu.Unlock()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	return nil
+}
+
+// Close stops serving and ends every run.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	runs := make([]*Run, 0, len(s.runs))
+	for _, r := range s.runs {
+		runs = append(runs, r)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, r := range runs {
+		errs = append(errs, r.Close())
+	}
+	s.srvMu.Lock()
+	if s.srv != nil {
+		errs = append(errs, s.srv.Close())
+	}
+	s.srvMu.Unlock()
+	return errors.Join(errs...)
+}
