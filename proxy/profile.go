@@ -1,0 +1,56 @@
+package proxy
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/core/config"
+)
+
+// ProfileRun is the RunConfig of run id of profile p: its upstreams with
+// their keys read from the host's environment (lookupEnv; nil reads the
+// environment p was loaded with), its network policy and git settings. repos
+// are the run's repository URLs; auditDir is used when the profile sets no
+// proxy.audit_dir. A key variable that is not set is an error here, before
+// anything starts.
+func ProfileRun(p *config.Profile, lookupEnv func(string) (string, bool), id string, repos []string, auditDir string) (RunConfig, error) {
+	cfg := RunConfig{
+		ID:              id,
+		Profile:         p.Name,
+		Timeout:         p.LLM.Timeout,
+		MaxRequestBytes: p.Proxy.MaxRequestBytes,
+		Network:         p.Sandbox.Network,
+		AllowedHosts:    p.Sandbox.AllowedHosts,
+		Repos:           repos,
+		Git:             GitAuth{Username: p.Git.Username},
+		AuditDir:        auditDir,
+	}
+	if p.Proxy.AuditDir != "" {
+		cfg.AuditDir = p.Proxy.AuditDir
+	}
+	key, err := p.LLMKey(lookupEnv)
+	if err != nil {
+		return RunConfig{}, err
+	}
+	cfg.OpenAI = Upstream{BaseURL: p.LLM.BaseURL, Key: key}
+	if p.LLM.Anthropic != nil {
+		key, err := p.AnthropicKey(lookupEnv)
+		if err != nil {
+			return RunConfig{}, err
+		}
+		cfg.Anthropic = &Upstream{BaseURL: p.LLM.Anthropic.BaseURL, Key: key}
+	}
+	if cfg.Git.Token, err = p.GitToken(lookupEnv); err != nil {
+		return RunConfig{}, err
+	}
+	return cfg, nil
+}
+
+// NewRunID returns a fresh run id with the given prefix (a valid run id
+// itself): prefix-YYYYMMDD-HHMMSS-xxxx.
+func NewRunID(prefix string, now time.Time) string {
+	b := make([]byte, 2)
+	rand.Read(b)
+	return prefix + "-" + now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b)
+}

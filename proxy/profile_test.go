@@ -1,0 +1,81 @@
+package proxy_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/proxy"
+)
+
+func loadProfile(t *testing.T, yaml string, env map[string]string) *config.Profile {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	c, err := config.Load(config.Options{Path: path, LookupEnv: lookup, HomeDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Profile("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestProfileRun(t *testing.T) {
+	p := loadProfile(t, `
+profiles:
+  dev:
+    llm:
+      base_url: https://openrouter.ai/api/v1
+      api_key_env: OR_KEY
+      timeout: 90s
+      anthropic: {api_key_env: ANT_KEY}
+    git: {token_env: GH_TOKEN}
+    proxy: {audit_dir: /var/log/amelia, max_request_bytes: 1MiB}
+    sandbox:
+      provider: local
+      network: allowlist
+      allowed_hosts: [github.com]
+`, nil)
+	env := map[string]string{"OR_KEY": "sk-or", "ANT_KEY": "sk-ant", "GH_TOKEN": "ghs_x"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg, err := proxy.ProfileRun(p, lookup, "run-7", []string{"https://github.com/o/r"}, "/default/audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ID != "run-7" || cfg.Profile != "dev" || cfg.OpenAI != (proxy.Upstream{BaseURL: "https://openrouter.ai/api/v1", Key: "sk-or"}) ||
+		cfg.Anthropic == nil || *cfg.Anthropic != (proxy.Upstream{BaseURL: config.DefaultAnthropicBaseURL, Key: "sk-ant"}) ||
+		cfg.Timeout != 90*time.Second || cfg.MaxRequestBytes != 1<<20 || cfg.Network != config.NetworkAllowlist ||
+		strings.Join(cfg.AllowedHosts, ",") != "github.com" || cfg.Git != (proxy.GitAuth{Token: "ghs_x", Username: config.DefaultGitUsername}) ||
+		cfg.AuditDir != "/var/log/amelia" || len(cfg.Repos) != 1 {
+		t.Errorf("RunConfig %+v", cfg)
+	}
+
+	delete(env, "ANT_KEY")
+	if _, err := proxy.ProfileRun(p, lookup, "run-8", nil, "/a"); err == nil || !strings.Contains(err.Error(), "ANT_KEY is not set") {
+		t.Errorf("missing anthropic key: %v", err)
+	}
+
+	plain := loadProfile(t, "profiles: {dev: {sandbox: {provider: local}}}\n", nil)
+	cfg, err = proxy.ProfileRun(plain, func(k string) (string, bool) {
+		return map[string]string{"OPENAI_API_KEY": "sk-o"}[k], k == "OPENAI_API_KEY"
+	}, "r", nil, "/default/audit")
+	if err != nil || cfg.AuditDir != "/default/audit" || cfg.Anthropic != nil || cfg.Git.Token != "" || cfg.OpenAI.Key != "sk-o" {
+		t.Errorf("defaults: %+v, %v", cfg, err)
+	}
+}
+
+func TestNewRunID(t *testing.T) {
+	id := proxy.NewRunID("proxy", time.Date(2026, 11, 23, 5, 46, 0, 0, time.UTC))
+	if !strings.HasPrefix(id, "proxy-20261123-054600-") || !proxy.ValidRunID(id) {
+		t.Errorf("NewRunID = %q", id)
+	}
+}
