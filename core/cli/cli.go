@@ -130,6 +130,7 @@ streams what it does back to you. Sandbox providers are plugins.`,
 		a.pluginCommand(),
 		a.sandboxCommand(),
 		a.stopCommand(),
+		a.proxyCommand(),
 	)
 	return root
 }
