@@ -69,9 +69,11 @@ bench:
 	$(GO) test -run='^$$' -bench=StartToFirstLine -benchtime=100x ./internal/worker/
 	$(GO) test -run='^$$' -bench=ToolRoundTrip -benchtime=1x ./internal/worker/agent/
 
-## fuzz: fuzz the protocol decoder (FUZZTIME=60s by default)
+## fuzz: fuzz the protocol decoder, the git credential parser and the egress host matcher (FUZZTIME=60s each by default)
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecoder -fuzztime=$${FUZZTIME:-60s} ./core/protocol/
+	$(GO) test -run='^$$' -fuzz=FuzzRead -fuzztime=$${FUZZTIME:-60s} ./core/gitcredential/
+	$(GO) test -run='^$$' -fuzz=FuzzMatchHost -fuzztime=$${FUZZTIME:-60s} ./proxy/
 
 clean:
 	rm -rf bin
