@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -14,11 +15,17 @@ import (
 // group or session they ended up. Only processes started by the sandbox carry
 // the tag, so a user's own shell sitting in the sandbox directory is safe.
 //
-// A process in the middle of execve briefly shows an empty environment, so
-// the scan runs twice: whatever one pass could not read, the next one can.
+// A process in the middle of execve briefly shows an empty environment (on
+// a loaded machine, for longer than one scan takes), so the scan repeats,
+// a little apart, until two passes in a row find nothing to kill.
 func killTagged(tag string) {
+	const maxPasses, pause = 20, 10 * time.Millisecond
 	want := append([]byte(tag), 0)
-	for range 2 {
+	for pass, quiet := 0, 0; pass < maxPasses && quiet < 2; pass++ {
+		if pass > 0 {
+			time.Sleep(pause)
+		}
+		killed := 0
 		procs, _ := filepath.Glob("/proc/[0-9]*")
 		for _, proc := range procs {
 			pid, err := strconv.Atoi(filepath.Base(proc))
@@ -30,8 +37,15 @@ func killTagged(tag string) {
 				continue // gone, or not ours to read
 			}
 			if bytes.HasPrefix(env, want) || bytes.Contains(env, append([]byte{0}, want...)) {
-				_ = unix.Kill(pid, unix.SIGKILL)
+				if unix.Kill(pid, unix.SIGKILL) == nil {
+					killed++
+				}
 			}
+		}
+		if killed == 0 {
+			quiet++
+		} else {
+			quiet = 0
 		}
 	}
 }

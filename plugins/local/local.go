@@ -184,20 +184,27 @@ func (p *Provider) EnsureRunning(_ context.Context, spec sdk.Spec) (sdk.Sandbox,
 }
 
 // createMarker writes the marker unless it exists; it reports whether it did.
+// The marker appears whole or not at all (written aside, then hard-linked
+// into place, which fails if it exists), so a concurrent EnsureRunning never
+// reads a half-written one.
 func (s sandbox) createMarker() (bool, error) {
 	id := make([]byte, 12)
 	_, _ = rand.Read(id)
 	b, _ := json.Marshal(marker{ID: hex.EncodeToString(id)})
-	f, err := os.OpenFile(s.marker(), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return false, nil
-	}
+	f, err := os.CreateTemp(s.dir, markerFile+".*")
 	if err != nil {
 		return false, fmt.Errorf("create local sandbox %q: %w", s.name, err)
 	}
+	defer os.Remove(f.Name())
 	_, err = f.Write(b)
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		err = os.Link(f.Name(), s.marker())
+	}
+	if errors.Is(err, fs.ErrExist) {
+		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("create local sandbox %q: %w", s.name, err)
