@@ -214,46 +214,18 @@ func upstreamSection(defBaseURL, defKeyEnv string) section[Upstream] {
 				},
 				show: func(_ *shower, _ path, u *Upstream) any { return u.BaseURL },
 			},
-			{
-				key: "api_key_env",
-				decode: func(d *decoder, at path, v any, u *Upstream) {
-					if v == nil {
-						return
-					}
-					if name, ok := d.envName(at, v, "api_key_env", defKeyEnv); ok {
-						u.APIKeyEnv = name
-					}
-				},
-				show: func(s *shower, _ path, u *Upstream) any {
-					if u.APIKeyEnv == "" {
-						return nil
-					}
-					return s.envNameNode(u.APIKeyEnv)
-				},
-			},
-			{
-				key: "api_key",
-				decode: func(d *decoder, at path, v any, u *Upstream) {
-					if v == nil {
-						return
-					}
-					s, ok := d.str(at, v)
-					switch {
-					case !ok:
-					case hasLineBreak(s.val):
-						// Not echoed: it is a secret.
-						d.problemf(at, "contains a line break or NUL, which cannot be sent in an HTTP header")
-					default:
-						u.APIKey = s.val
-					}
-				},
-				show: func(_ *shower, _ path, u *Upstream) any {
+			envNameField("api_key_env", defKeyEnv, func(u *Upstream) *string { return &u.APIKeyEnv }),
+			func() field[Upstream] {
+				f := secretField("api_key", "cannot be sent in an HTTP header", func(u *Upstream) *string { return &u.APIKey })
+				// api_key: "" (a keyless upstream) is shown as set.
+				f.show = func(_ *shower, _ path, u *Upstream) any {
 					if u.APIKey == "" && u.APIKeyEnv != "" {
 						return nil
 					}
 					return u.APIKey
-				},
-			},
+				}
+				return f
+			}(),
 		},
 		check: func(d *decoder, at path, set map[string]bool, u *Upstream) {
 			switch {
@@ -272,46 +244,8 @@ const gitTokenEnvExample = "GITHUB_TOKEN"
 func gitSection() section[Git] {
 	return section[Git]{
 		fields: []field[Git]{
-			{
-				key: "token_env",
-				decode: func(d *decoder, at path, v any, g *Git) {
-					if v == nil {
-						return
-					}
-					if name, ok := d.envName(at, v, "token_env", gitTokenEnvExample); ok {
-						g.TokenEnv = name
-					}
-				},
-				show: func(s *shower, _ path, g *Git) any {
-					if g.TokenEnv == "" {
-						return nil
-					}
-					return s.envNameNode(g.TokenEnv)
-				},
-			},
-			{
-				key: "token",
-				decode: func(d *decoder, at path, v any, g *Git) {
-					if v == nil {
-						return
-					}
-					s, ok := d.str(at, v)
-					switch {
-					case !ok:
-					case hasLineBreak(s.val):
-						// Not echoed: it is a secret.
-						d.problemf(at, "contains a line break or NUL, which git's credential protocol cannot carry")
-					default:
-						g.Token = s.val
-					}
-				},
-				show: func(_ *shower, _ path, g *Git) any {
-					if g.Token == "" {
-						return nil
-					}
-					return g.Token
-				},
-			},
+			envNameField("token_env", gitTokenEnvExample, func(g *Git) *string { return &g.TokenEnv }),
+			secretField("token", "git's credential protocol cannot carry", func(g *Git) *string { return &g.Token }),
 			{
 				key: "username",
 				decode: func(d *decoder, at path, v any, g *Git) {
@@ -388,6 +322,56 @@ func proxySection() section[Proxy] {
 					return p.MaxRequestBytes // a YAML integer, not "1500"
 				},
 			},
+		},
+	}
+}
+
+// envNameField is a key naming the environment variable that holds a
+// secret (api_key_env, token_env); example is the name its messages suggest.
+func envNameField[T any](key, example string, name func(*T) *string) field[T] {
+	return field[T]{
+		key: key,
+		decode: func(d *decoder, at path, v any, t *T) {
+			if v == nil {
+				return
+			}
+			if n, ok := d.envName(at, v, key, example); ok {
+				*name(t) = n
+			}
+		},
+		show: func(s *shower, _ path, t *T) any {
+			if *name(t) == "" {
+				return nil
+			}
+			return s.envNameNode(*name(t))
+		},
+	}
+}
+
+// secretField is a key holding a secret as written (api_key, token). A
+// line break or NUL is refused, without echoing the value: carrier says
+// what could not carry it.
+func secretField[T any](key, carrier string, secret func(*T) *string) field[T] {
+	return field[T]{
+		key: key,
+		decode: func(d *decoder, at path, v any, t *T) {
+			if v == nil {
+				return
+			}
+			s, ok := d.str(at, v)
+			switch {
+			case !ok:
+			case hasLineBreak(s.val):
+				d.problemf(at, "contains a line break or NUL, which %s", carrier)
+			default:
+				*secret(t) = s.val
+			}
+		},
+		show: func(_ *shower, _ path, t *T) any {
+			if *secret(t) == "" {
+				return nil
+			}
+			return *secret(t)
 		},
 	}
 }
