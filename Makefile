@@ -68,6 +68,8 @@ bench:
 	$(GO) test -run='^$$' -bench=DecodeSideBySide -benchtime=3000x -cpu=1 ./core/protocol/
 	$(GO) test -run='^$$' -bench=StartToFirstLine -benchtime=100x ./internal/worker/
 	$(GO) test -run='^$$' -bench=ToolRoundTrip -benchtime=1x ./internal/worker/agent/
+	$(GO) test -run='^$$' -bench='ProxyLatency|SSEFirstByte' -benchtime=2000x ./core/tunnel/
+	$(GO) test -run='^$$' -bench=ProxyThroughput -benchtime=4000x ./core/tunnel/
 
 ## fuzz: fuzz the protocol decoder, the git credential parser and the egress host matcher (FUZZTIME=60s each by default)
 fuzz:

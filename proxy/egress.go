@@ -74,20 +74,13 @@ func (s *Server) serveEgress(w http.ResponseWriter, req *http.Request) {
 	if req.Method == http.MethodConnect {
 		route = routeConnect
 	}
-	run := s.acquire(proxyToken(req.Header.Get("Proxy-Authorization")))
-	if run == nil {
-		s.log.Warn("proxy: refused an egress request without a valid run token", "route", route, "remote", req.RemoteAddr)
+	refuse := func(w http.ResponseWriter) {
 		w.Header().Set("Proxy-Authenticate", `Basic realm="amelia"`)
 		http.Error(w, "amelia egress proxy: missing or invalid run token: use http://amelia:$AMELIA_PROXY_TOKEN@HOST:PORT as the proxy URL", http.StatusProxyAuthRequired)
-		return
 	}
-	defer run.release()
-	rec := run.audit.begin(req, route)
-	w = rec.wrap(w)
-	defer run.audit.end(rec)
-	ctx, cancel := run.requestContext(req.Context())
-	defer cancel()
-	run.egress.serve(w, req.WithContext(ctx), rec)
+	s.withRun(w, req, route, proxyToken(req.Header.Get("Proxy-Authorization")), refuse, func(run *Run, w http.ResponseWriter, req *http.Request, rec *Record) {
+		run.egress.serve(w, req, rec)
+	})
 }
 
 // proxyToken is the run token of a Proxy-Authorization header: the

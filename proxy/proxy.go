@@ -104,8 +104,10 @@ type Server struct {
 	mu   sync.RWMutex
 	runs map[[sha256.Size]byte]*Run // by sha256 of the token
 
-	srvMu sync.Mutex
-	srv   *http.Server
+	srvMu    sync.Mutex
+	srv      *http.Server
+	served   chan struct{} // closed when srv.Serve has returned
+	serveErr error         // why it returned, if not Close; read after served
 }
 
 // New returns a proxy with no runs.
@@ -309,38 +311,47 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case path == gitPath:
 		route = routeGit
 	}
-	run := s.acquire(apiToken(req, route == routeAnthropic))
-	if run == nil {
-		s.log.Warn("proxy: refused a request without a valid run token", "route", route, "method", req.Method, "remote", req.RemoteAddr)
+	refuse := func(w http.ResponseWriter) {
 		writeError(w, route, http.StatusUnauthorized, "unauthorized",
 			"missing or invalid run token: send Authorization: Bearer $AMELIA_PROXY_TOKEN (tokens end with their run)")
+	}
+	s.withRun(w, req, route, apiToken(req, route == routeAnthropic), refuse, func(run *Run, w http.ResponseWriter, req *http.Request, rec *Record) {
+		switch route {
+		case routeOpenAI:
+			run.openai.serve(w, req, rec)
+		case routeAnthropic:
+			if run.anthro == nil {
+				writeError(w, route, http.StatusNotFound, "not_found",
+					fmt.Sprintf("profile %s has no Anthropic upstream: add llm.anthropic to it", run.cfg.Profile))
+				return
+			}
+			run.anthro.serve(w, req, rec)
+		case routeGit:
+			run.git.serve(w, req, rec)
+		default:
+			writeError(w, route, http.StatusNotFound, "not_found",
+				fmt.Sprintf("no route %s: the proxy serves %s*, %s* and %s", path, openAIPrefix, anthropicPrefix, gitPath))
+		}
+	})
+}
+
+// withRun serves req on route for the run whose token it carries: written
+// to the run's audit log, and ended when the run ends. Without a valid
+// token, refuse answers, and no run sees the request.
+func (s *Server) withRun(w http.ResponseWriter, req *http.Request, route, token string, refuse func(http.ResponseWriter), serve func(*Run, http.ResponseWriter, *http.Request, *Record)) {
+	run := s.acquire(token)
+	if run == nil {
+		s.log.Warn("proxy: refused a request without a valid run token", "route", route, "method", req.Method, "remote", req.RemoteAddr)
+		refuse(w)
 		return
 	}
 	defer run.release()
 	rec := run.audit.begin(req, route)
 	w = rec.wrap(w)
 	defer run.audit.end(rec)
-
 	ctx, cancel := run.requestContext(req.Context())
 	defer cancel()
-	req = req.WithContext(ctx)
-
-	switch route {
-	case routeOpenAI:
-		run.openai.serve(w, req, rec)
-	case routeAnthropic:
-		if run.anthro == nil {
-			writeError(w, route, http.StatusNotFound, "not_found",
-				fmt.Sprintf("profile %s has no Anthropic upstream: add llm.anthropic to it", run.cfg.Profile))
-			return
-		}
-		run.anthro.serve(w, req, rec)
-	case routeGit:
-		run.git.serve(w, req, rec)
-	default:
-		writeError(w, route, http.StatusNotFound, "not_found",
-			fmt.Sprintf("no route %s: the proxy serves %s*, %s* and %s", path, openAIPrefix, anthropicPrefix, gitPath))
-	}
+	serve(run, w, req.WithContext(ctx), rec)
 }
 
 // requestContext ends when the request's context or the run ends.
@@ -393,8 +404,14 @@ func Listen(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// Serve serves the proxy on ln until Close. ln must come from Listen.
-func (s *Server) Serve(ln net.Listener) error {
+// ListenAndServe listens on addr (loopback only, see Listen; "" is any free
+// port on 127.0.0.1) and serves the proxy there in the background until
+// Close. It returns the address it listens on.
+func (s *Server) ListenAndServe(addr string) (string, error) {
+	ln, err := Listen(addr)
+	if err != nil {
+		return "", err
+	}
 	srv := &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 30 * time.Second,
@@ -402,16 +419,26 @@ func (s *Server) Serve(ln net.Listener) error {
 		MaxHeaderBytes:    1 << 20,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	served := make(chan struct{})
 	s.srvMu.Lock()
-	s.srv = srv
-	s.srvMu.Unlock()
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("proxy: %w", err)
+	if s.srv != nil {
+		s.srvMu.Unlock()
+		ln.Close()
+		return "", errors.New("proxy: already serving")
 	}
-	return nil
+	s.srv, s.served = srv, served
+	s.srvMu.Unlock()
+	go func() {
+		defer close(served)
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.serveErr = fmt.Errorf("proxy: %w", err)
+		}
+	}()
+	return ln.Addr().String(), nil
 }
 
-// Close stops serving and ends every run.
+// Close ends every run, stops serving and waits until serving has
+// stopped; it returns what went wrong serving, if anything.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	runs := make([]*Run, 0, len(s.runs))
@@ -424,9 +451,12 @@ func (s *Server) Close() error {
 		errs = append(errs, r.Close())
 	}
 	s.srvMu.Lock()
-	if s.srv != nil {
-		errs = append(errs, s.srv.Close())
-	}
+	srv, served := s.srv, s.served
 	s.srvMu.Unlock()
+	if srv != nil {
+		errs = append(errs, srv.Close())
+		<-served
+		errs = append(errs, s.serveErr)
+	}
 	return errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -55,19 +56,16 @@ type testProxy struct {
 func newProxy(t *testing.T, opts proxy.Options) *testProxy {
 	t.Helper()
 	srv := proxy.New(opts)
-	ln, err := proxy.Listen("")
+	addr, err := srv.ListenAndServe("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	t.Cleanup(func() {
-		srv.Close()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
+		if err := srv.Close(); err != nil {
+			t.Errorf("Close: %v", err)
 		}
 	})
-	return &testProxy{Server: srv, URL: "http://" + ln.Addr().String()}
+	return &testProxy{Server: srv, URL: "http://" + addr}
 }
 
 // start starts a run with cfg, filling in an id, a profile, an audit
@@ -286,18 +284,25 @@ func newGatedUpstream(t *testing.T) *gatedUpstream {
 
 func (u *gatedUpstream) open() { u.once.Do(func() { close(u.gate) }) }
 
-func TestStreamingIsNotBuffered(t *testing.T) {
-	up := newGatedUpstream(t)
-	p := newProxy(t, proxy.Options{})
-	run := p.start(t, proxy.RunConfig{OpenAI: proxy.Upstream{BaseURL: up.URL + "/v1", Key: realKey}})
-	req, _ := http.NewRequestWithContext(t.Context(), "POST", p.URL+"/v1/chat/completions", strings.NewReader(`{"stream":true}`))
+// stream posts body to chat completions with run's token and returns the
+// response body as it arrives; it is closed when the test ends.
+func (p *testProxy) stream(t *testing.T, run *proxy.Run, body string) *bufio.Reader {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", p.URL+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+run.Token())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
+	t.Cleanup(func() { resp.Body.Close() })
+	return bufio.NewReader(resp.Body)
+}
+
+func TestStreamingIsNotBuffered(t *testing.T) {
+	up := newGatedUpstream(t)
+	p := newProxy(t, proxy.Options{})
+	run := p.start(t, proxy.RunConfig{OpenAI: proxy.Upstream{BaseURL: up.URL + "/v1", Key: realKey}})
+	br := p.stream(t, run, `{"stream":true}`)
 	// The upstream is still waiting at its gate: this line can only arrive
 	// if the proxy passed it on at once.
 	line, err := br.ReadString('\n')
@@ -459,14 +464,7 @@ func TestRunCloseEndsStreams(t *testing.T) {
 	up := newGatedUpstream(t)
 	p := newProxy(t, proxy.Options{})
 	run := p.start(t, proxy.RunConfig{OpenAI: proxy.Upstream{BaseURL: up.URL + "/v1"}})
-	req, _ := http.NewRequestWithContext(t.Context(), "POST", p.URL+"/v1/chat/completions", strings.NewReader(`{}`))
-	req.Header.Set("Authorization", "Bearer "+run.Token())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
+	br := p.stream(t, run, `{}`)
 	if _, err := br.ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
@@ -572,5 +570,28 @@ func TestStartValidates(t *testing.T) {
 		if _, err := srv.Start(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// Close right after ListenAndServe stops the serving it started (no window
+// in which a Close is missed) and can be called again.
+func TestCloseStopsServing(t *testing.T) {
+	srv := proxy.New(proxy.Options{})
+	addr, err := srv.ListenAndServe("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Error("the proxy still accepts connections after Close")
+	}
+	if err := srv.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := srv.ListenAndServe("0.0.0.0:0"); err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Errorf("ListenAndServe on 0.0.0.0: %v, want the loopback refusal", err)
 	}
 }

@@ -47,30 +47,22 @@ hosts of the --repo URLs.`,
 			if err != nil {
 				return err
 			}
-			ln, err := proxy.Listen(listen)
-			if err != nil {
-				return usageError{err}
-			}
 			srv := proxy.New(proxy.Options{Logger: a.logger, Environ: a.environ})
 			run, err := srv.Start(cfg)
 			if err != nil {
-				ln.Close()
 				return err
 			}
-			served := make(chan error, 1)
-			go func() { served <- srv.Serve(ln) }()
-			url := "http://" + ln.Addr().String()
+			addr, err := srv.ListenAndServe(listen)
+			if err != nil {
+				srv.Close()
+				return usageError{err}
+			}
+			url := "http://" + addr
 			fmt.Fprintf(cmd.OutOrStdout(), "AMELIA_PROXY_URL=%s\nAMELIA_PROXY_TOKEN=%s\n", url, run.Token())
 			fmt.Fprintf(cmd.ErrOrStderr(), "amelia: proxy for profile %s on %s (run %s, audit log %s); Ctrl-C stops it and ends the token\n",
 				p.Name, url, run.ID(), run.AuditPath())
-			select {
-			case <-cmd.Context().Done():
-				srv.Close()
-				return <-served
-			case err := <-served:
-				srv.Close()
-				return err
-			}
+			<-cmd.Context().Done()
+			return srv.Close()
 		},
 	}
 	f := cmd.Flags()
