@@ -1,0 +1,104 @@
+package workspace
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"strings"
+)
+
+// credentialArgs are the `git -c` options that make the worker git's only
+// credential helper (none without a worker): the empty value first clears
+// any helper configured in the sandbox. git runs a helper value through the
+// shell, and a value not starting with "!" or "/" would be taken as
+// "git credential-<value>", so the path goes single-quoted after a "!" (New
+// refused a path that could break out of the quotes).
+func (w *Workspace) credentialArgs() []string {
+	if w.worker == "" {
+		return nil
+	}
+	return []string{"-c", "credential.helper=", "-c", "credential.helper=!'" + w.worker + "' git-credential"}
+}
+
+// SyncURL brings branch (empty: the remote's default branch) of the
+// repository at url into the sandbox's bare repo: `git clone --bare` the
+// first time, then `git fetch` of that branch into refs/heads/<branch>,
+// under the lock. git runs inside the sandbox with the worker as its
+// credential helper.
+func (w *Workspace) SyncURL(ctx context.Context, url, branch string) (Base, error) {
+	if url == "" || strings.HasPrefix(url, "-") || strings.ContainsAny(url, "\n\x00") {
+		return Base{}, fmt.Errorf("sync %q into sandbox: invalid repository URL", url)
+	}
+	cred := w.credentialArgs()
+	if branch == "" {
+		var err error
+		if branch, err = w.remoteDefault(ctx, url, cred); err != nil {
+			return Base{}, fmt.Errorf("sync %s into sandbox: %w", url, err)
+		}
+	}
+	if err := checkBranchName(branch); err != nil {
+		return Base{}, fmt.Errorf("sync %s into sandbox: %w", url, err)
+	}
+	// Positional parameters: repo url branch, then the credential -c pairs.
+	const body = `repo=$1 url=$2 br=$3
+shift 3
+lock
+if [ ! -d "$repo" ]; then
+	g "$@" clone --quiet --bare -- "$url" "$repo"
+else
+	g -C "$repo" "$@" fetch --quiet --no-tags -- "$url" "+refs/heads/$br:refs/heads/$br"
+fi
+g -C "$repo" rev-parse --verify --quiet "refs/heads/$br^{commit}" || { echo "branch $br not found in $url" >&2; exit 3; }
+`
+	var out strings.Builder
+	err := w.script(ctx, "git clone/fetch", w.gitEnv, nil, &out, body, append([]string{w.RepoDir(), url, branch}, cred...)...)
+	if err != nil {
+		return Base{}, fmt.Errorf("sync %s into sandbox: %w", url, err)
+	}
+	c := strings.TrimSpace(out.String())
+	w.log.Info("synced remote repo", "url", url, "branch", branch, "commit", c)
+	return Base{Branch: branch, Commit: c, Start: c}, nil
+}
+
+// remoteDefault asks the remote which branch its HEAD names.
+func (w *Workspace) remoteDefault(ctx context.Context, url string, cred []string) (string, error) {
+	var out strings.Builder
+	argv := append(append([]string{"git"}, cred...), "ls-remote", "--symref", "--", url, "HEAD")
+	if err := w.exec(ctx, "git ls-remote", argv, w.gitEnv, nil, &out); err != nil {
+		return "", fmt.Errorf("find the default branch: %w", err)
+	}
+	sc := bufio.NewScanner(strings.NewReader(out.String()))
+	for sc.Scan() {
+		if ref, ok := strings.CutPrefix(sc.Text(), "ref: refs/heads/"); ok {
+			if b, _, ok := strings.Cut(ref, "\tHEAD"); ok {
+				return b, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("find the default branch: the remote names none, pass --base BRANCH")
+}
+
+// Push pushes amelia/<id> from the sandbox to url's refs/heads/amelia/<id>.
+// The refspec is built here, never forced (no "+", no --force), and it is
+// refused when the branch is base's branch (the default branch), so a push
+// can only create or fast-forward the workflow's own branch.
+func (w *Workspace) Push(ctx context.Context, id, url string, base Base) error {
+	if err := ValidateWorkflowID(id); err != nil {
+		return err
+	}
+	br := Branch(id)
+	if br == base.Branch {
+		return fmt.Errorf("push %s: %w: it is the base branch", br, ErrRefused)
+	}
+	if url == "" || strings.HasPrefix(url, "-") || strings.ContainsAny(url, "\n\x00") {
+		return fmt.Errorf("push %s: invalid repository URL %q", br, url)
+	}
+	ref := "refs/heads/" + br
+	argv := append(append([]string{"git", "-C", w.RepoDir(), "-c", "core.hooksPath=/dev/null"}, w.credentialArgs()...),
+		"push", "--quiet", "--no-verify", "--", url, ref+":"+ref)
+	if err := w.exec(ctx, "git push", argv, w.gitEnv, nil, nil); err != nil {
+		return fmt.Errorf("push %s to %s: %w", br, url, err)
+	}
+	w.log.Info("pushed", "branch", br, "url", url)
+	return nil
+}

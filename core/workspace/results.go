@@ -1,0 +1,149 @@
+package workspace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// DefaultMaxResultBytes bounds a result bundle unless the caller sets
+// ResultOptions.MaxBytes.
+const DefaultMaxResultBytes = 200 << 20
+
+// ResultOptions tune FetchResult.
+type ResultOptions struct {
+	// MaxBytes is the largest bundle accepted; zero means
+	// DefaultMaxResultBytes. Reading stops (and the exec is cancelled) as
+	// soon as it is exceeded.
+	MaxBytes int64
+}
+
+// Result is a workflow branch that reached the host repo.
+type Result struct {
+	Branch      string
+	Commit      string
+	Commits     int
+	BundleBytes int64
+	Duration    time.Duration
+}
+
+// FetchResult brings amelia/<id> back from the sandbox into host as
+// refs/heads/amelia/<id>. The sandbox streams `git bundle create -
+// refs/heads/amelia/<id> ^<base.Commit>` over Exec stdout into memory (at
+// most MaxBytes); the bundle is untrusted, so it is inspected with go-git
+// before anything reaches the host repo (see inspectBundle). Then host git
+// fetches its objects (hooks off, fsck on, no tags, no FETCH_HEAD, no ref
+// written) and `git update-ref` creates the branch only if it does not
+// exist: no other ref is touched, the checked-out branch least of all.
+// ErrNoChanges when the branch is still at base.Commit; ErrBranchExists when
+// the host already has the branch; ErrRefused when the inspection fails.
+func (w *Workspace) FetchResult(ctx context.Context, host *HostRepo, id string, base Base, opts ResultOptions) (Result, error) {
+	start := time.Now()
+	if err := ValidateWorkflowID(id); err != nil {
+		return Result{}, err
+	}
+	br := Branch(id)
+	if exists, err := host.BranchExists(ctx, br); err != nil {
+		return Result{}, err
+	} else if exists {
+		return Result{}, fmt.Errorf("fetch %s into %s: %w (delete it or pick another --workflow)", br, host.Dir, ErrBranchExists)
+	}
+	max := opts.MaxBytes
+	if max <= 0 {
+		max = DefaultMaxResultBytes
+	}
+	data, err := w.resultBundle(ctx, id, base, max)
+	if err != nil {
+		return Result{}, err
+	}
+	ins, err := inspectBundle(ctx, host, data, id, base.Commit, max)
+	if err != nil {
+		return Result{}, fmt.Errorf("fetch %s: %w", br, err)
+	}
+	if err := host.storeResult(ctx, data, br, ins.tip); err != nil {
+		return Result{}, fmt.Errorf("fetch %s into %s: %w", br, host.Dir, err)
+	}
+	res := Result{Branch: br, Commit: ins.tip, Commits: ins.commits, BundleBytes: int64(len(data)), Duration: time.Since(start)}
+	w.log.Info("result fetched", "branch", br, "commit", res.Commit, "commits", res.Commits, "bundle_bytes", res.BundleBytes, "duration", res.Duration)
+	return res, nil
+}
+
+// resultBundle streams the workflow branch out of the sandbox as a bundle
+// relative to base, reading at most max bytes.
+func (w *Workspace) resultBundle(ctx context.Context, id string, base Base, max int64) ([]byte, error) {
+	const body = `repo=$1 br=$2 base=$3
+tip=$(g -C "$repo" rev-parse --verify --quiet "refs/heads/$br^{commit}") || { echo "branch $br not found in the sandbox" >&2; exit 3; }
+if [ "$tip" = "$base" ]; then echo "no-changes" >&2; exit 4; fi
+g -C "$repo" bundle create - "refs/heads/$br" "^$base"
+`
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lw := &limitWriter{max: max, onOver: cancel}
+	err := w.script(ctx, "git bundle create", nil, nil, lw, body, w.RepoDir(), Branch(id), base.Commit)
+	if lw.over {
+		return nil, fmt.Errorf("bring %s back: %w: the bundle exceeds %d bytes", Branch(id), ErrRefused, max)
+	}
+	var ee *exitError
+	if errors.As(err, &ee) && ee.code == 4 {
+		return nil, fmt.Errorf("bring %s back: %w beyond %.12s", Branch(id), ErrNoChanges, base.Commit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bring %s back: %w", Branch(id), err)
+	}
+	return lw.buf.Bytes(), nil
+}
+
+// storeResult fetches the inspected bundle's objects and creates
+// refs/heads/<br> at tip, refusing if it exists by then.
+func (h *HostRepo) storeResult(ctx context.Context, data []byte, br, tip string) error {
+	f, err := os.CreateTemp("", "amelia-result-*.bundle")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	ref := "refs/heads/" + br
+	if _, err := h.git(ctx, nil, "-c", "fetch.fsckObjects=true", "fetch", "--quiet", "--no-tags",
+		"--no-write-fetch-head", "--no-recurse-submodules", "--no-auto-gc", f.Name(), ref); err != nil {
+		return err
+	}
+	// The empty old value: create only, fail if the ref appeared meanwhile.
+	if _, err := h.git(ctx, nil, "update-ref", "-m", "amelia: result of workflow", ref, tip, ""); err != nil {
+		if strings.Contains(err.Error(), "exists") {
+			return fmt.Errorf("%w: %v", ErrBranchExists, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// limitWriter buffers up to max bytes; past that it drops the rest, marks
+// itself over and calls onOver (which cancels the exec).
+type limitWriter struct {
+	buf    bytes.Buffer
+	max    int64
+	over   bool
+	onOver func()
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if l.over {
+		return len(p), nil
+	}
+	if int64(l.buf.Len())+int64(len(p)) > l.max {
+		l.over = true
+		l.onOver()
+		return len(p), nil
+	}
+	return l.buf.Write(p)
+}

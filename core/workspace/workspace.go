@@ -1,0 +1,122 @@
+// Package workspace moves a repository into a sandbox, gives every workflow
+// its own git worktree there, and brings the result back as a git branch.
+//
+// Layout inside the sandbox, under a root the caller gives (the sandbox's
+// workdir, sdk.Sandbox.Workdir):
+//
+//	ROOT/repo                 bare repository shared by every workflow
+//	ROOT/worktrees/<id>       one worktree per workflow, on branch amelia/<id>
+//	ROOT/.amelia-repo.lock    the lock that serialises writes to ROOT/repo
+//
+// Everything inside the sandbox happens through one Exec per step, as argv
+// or as a fixed `sh -c SCRIPT sh ARGS...` script whose data arrive only as
+// positional parameters; only git, sh and coreutils are assumed there. On
+// the host, the real git CLI runs with hooks disabled.
+//
+// Two ways in: SyncLocal streams a git bundle of a host checkout over Exec
+// stdin (incremental: commits the sandbox already has are prerequisites, not
+// payload); SyncURL clones or fetches inside the sandbox with amelia-worker
+// as git's credential helper. Two ways out: FetchResult streams the branch
+// back as a bundle over Exec stdout, inspects it in memory with go-git (it is
+// untrusted) and only then fetches it into the host repo as amelia/<id>;
+// Push pushes the branch from the sandbox.
+package workspace
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// Execer runs one process in the sandbox (core/sandbox.Sandbox and
+// sandboxtest.Sandbox satisfy it). The request's Sandbox is left for the
+// Execer to fill in.
+type Execer interface {
+	Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error)
+}
+
+// Errors callers can tell apart with errors.Is.
+var (
+	// ErrInvalidID: a workflow id that could be a path or ref trick.
+	ErrInvalidID = errors.New("invalid workflow id")
+	// ErrBranchExists: amelia/<id> already exists (host or sandbox).
+	ErrBranchExists = errors.New("branch already exists")
+	// ErrDirty: the host checkout has uncommitted or untracked changes.
+	ErrDirty = errors.New("uncommitted changes")
+	// ErrNoChanges: the workflow's branch has no commit beyond its base.
+	ErrNoChanges = errors.New("no changes")
+	// ErrRefused: the result (or a push) broke a rule; the message says which.
+	ErrRefused = errors.New("result refused")
+)
+
+// BranchPrefix is the namespace of workflow branches, on the host and in
+// the sandbox.
+const BranchPrefix = "amelia/"
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// ValidateWorkflowID accepts ids that are safe both as one path component
+// (ROOT/worktrees/<id>) and inside a ref name (refs/heads/amelia/<id>):
+// 1–63 of [A-Za-z0-9._-], starting with a letter or digit, no "..", not
+// ending in ".lock".
+func ValidateWorkflowID(id string) error {
+	const allowed = "1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty (allowed: %s)", ErrInvalidID, allowed)
+	case len(id) > 63:
+		return fmt.Errorf("%w %.20q...: %d characters (allowed: %s)", ErrInvalidID, id, len(id), allowed)
+	case !idPattern.MatchString(id):
+		return fmt.Errorf("%w %q: bad character or first character (allowed: %s)", ErrInvalidID, id, allowed)
+	case strings.Contains(id, ".."):
+		return fmt.Errorf("%w %q: contains \"..\" (allowed: %s, no \"..\")", ErrInvalidID, id, allowed)
+	case strings.HasSuffix(id, ".lock"):
+		return fmt.Errorf("%w %q: ends in \".lock\", which git reserves", ErrInvalidID, id)
+	}
+	return nil
+}
+
+// NewWorkflowID makes a short readable id from the first words of prompt
+// plus 4 random hex digits ("fix-login-3f9a"); it always validates. The
+// random part keeps two runs of the same prompt apart.
+func NewWorkflowID(prompt string) string {
+	const maxWords, maxLen = 3, 30
+	var words []string
+	for _, f := range strings.FieldsFunc(strings.ToLower(prompt), func(r rune) bool {
+		return (r < 'a' || r > 'z') && (r < '0' || r > '9')
+	}) {
+		if len(words) == maxWords || len(strings.Join(append(words, f), "-")) > maxLen {
+			break
+		}
+		words = append(words, f)
+	}
+	stem := strings.Join(words, "-")
+	if stem == "" {
+		stem = "run"
+	}
+	var b [2]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return stem + "-" + hex.EncodeToString(b[:])
+}
+
+// Branch is the workflow's branch name, the same on the host and in the
+// sandbox: amelia/<id>.
+func Branch(id string) string { return BranchPrefix + id }
+
+// Base is what a workflow starts from.
+type Base struct {
+	// Branch is the base branch's short name ("main").
+	Branch string
+	// Commit is that branch's commit: results are bundled and checked
+	// against it, and the host has it.
+	Commit string
+	// Start is the commit the worktree starts from: Commit, or the commit
+	// that carries the host's uncommitted changes on top of it.
+	Start string
+}
