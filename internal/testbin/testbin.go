@@ -1,5 +1,5 @@
 // Package testbin builds the project's binaries for tests that run them as
-// real processes: the amelia-worker that goes into sandboxes.
+// real processes: the amelia-worker that goes into sandboxes, and amelia.
 package testbin
 
 import (
@@ -23,20 +23,34 @@ func moduleRoot() (string, error) {
 // path. It is built with -race when the calling test binary is, so races in
 // the worker fail the tests that run it. Call it once, from TestMain.
 func BuildWorker(dir string) (string, error) {
+	return build(filepath.Join(dir, "amelia-worker"), "./cmd/worker")
+}
+
+// BuildAmelia builds amelia into dir, with the worker beside it under the
+// name amelia looks for (amelia-worker-linux-GOARCH), and returns amelia's
+// path. Both are built with -race when the calling test binary is.
+func BuildAmelia(dir string) (string, error) {
+	if _, err := build(filepath.Join(dir, "amelia-worker-linux-"+runtime.GOARCH), "./cmd/worker"); err != nil {
+		return "", err
+	}
+	return build(filepath.Join(dir, "amelia"), "./cmd/amelia")
+}
+
+// build builds the package pkg of this module into out.
+func build(out, pkg string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
-	out := filepath.Join(dir, "amelia-worker")
 	args := []string{"build", "-o", out}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	build := exec.Command("go", append(args, "./cmd/worker")...)
-	build.Dir = root
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return "", fmt.Errorf("build amelia-worker: %w", err)
+	cmd := exec.Command("go", append(args, pkg)...)
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build %s: %w", pkg, err)
 	}
 	return out, nil
 }

@@ -1,0 +1,265 @@
+package driver
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/core/execreport"
+	"github.com/amelia-sandbox/amelia/core/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// Installer puts the right amelia-worker into sandboxes. The right one is
+// identified by its sha256, so a sandbox that holds an older build, or a
+// damaged file, gets the current one; identical builds are shared by every
+// amelia version that made them.
+//
+// An Installer caches the hashes of the host binaries (by path, size and
+// modification time), so keep one for the life of the process; it is safe
+// for concurrent use.
+type Installer struct {
+	// Dirs are the host directories holding amelia-worker-linux-ARCH:
+	// workerbin.Dirs(os.Getenv("AMELIA_WORKER_DIR"), self).
+	Dirs []string
+	// Binary, when set, is the host worker to install whatever the
+	// sandbox's architecture: for tests and development.
+	Binary string
+	// Candidates are paths inside the sandbox where a provider may have
+	// baked a worker in (a Docker image's /opt/amelia/bin/amelia-worker);
+	// one whose sha256 is the host binary's is used as it is.
+	Candidates []string
+	// Provider is the provider's name, for error messages.
+	Provider string
+	Logger   *slog.Logger
+
+	mu   sync.Mutex
+	sums map[fileKey]string
+}
+
+// fileKey identifies a version of a host file for the hash cache.
+type fileKey struct {
+	path  string
+	size  int64
+	mtime int64 // UnixNano
+}
+
+// installDir is where workers are installed, under the sandbox's $HOME.
+const installDir = ".amelia/bin"
+
+// probeScript prints the machine's architecture and $HOME, one per line.
+const probeScript = `printf '%s\n%s\n' "$(uname -m)" "${HOME:-}"`
+
+// sumScript prints, for each argument, the sha256 of that file, or "-"
+// when it cannot be read. Paths come as positional parameters.
+const sumScript = `for f do
+	if s=$(sha256sum < "$f" 2>/dev/null); then printf '%s\n' "${s%% *}"; else echo -; fi
+done`
+
+// installScript reads the worker from stdin into a temporary file beside
+// $2 (in the directory $1), checks that its sha256 is $3, makes it
+// executable and renames it to $2. The rename is atomic, so concurrent
+// installs of the same binary both succeed and a worker being started
+// never sees half a file.
+const installScript = `set -eu
+umask 022
+mkdir -p -- "$1"
+tmp=$(mktemp "$2.tmp.XXXXXX")
+trap 'rm -f -- "$tmp"' EXIT
+cat > "$tmp"
+s=$(sha256sum < "$tmp")
+s=${s%% *}
+if [ "$s" != "$3" ]; then
+	echo "the uploaded file's sha256 is $s, want $3: the upload was damaged" >&2
+	exit 3
+fi
+chmod 0755 -- "$tmp"
+mv -f -- "$tmp" "$2"
+trap - EXIT`
+
+// EnsureWorker makes sure the worker for the sandbox's architecture is in
+// the sandbox and returns its absolute path there:
+// $HOME/.amelia/bin/amelia-worker-<first 16 hex digits of its sha256>,
+// or a matching Candidate. It reuses a copy whose sha256 matches and
+// otherwise streams the binary in through Exec stdin, which works on every
+// provider.
+func (in *Installer) EnsureWorker(ctx context.Context, ex Execer) (string, error) {
+	start := time.Now()
+	arch, home, err := in.probe(ctx, ex)
+	if err != nil {
+		return "", err
+	}
+	bin, err := in.hostBinary(arch)
+	if err != nil {
+		return "", fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
+	}
+	sum, size, err := in.sha256(bin)
+	if err != nil {
+		return "", fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
+	}
+	dir := home + "/" + installDir
+	dest := dir + "/amelia-worker-" + sum[:16]
+
+	found, err := in.findInstalled(ctx, ex, sum, append([]string{dest}, in.Candidates...))
+	if err != nil {
+		return "", err
+	}
+	log := in.logger().With("provider", in.Provider, "arch", arch)
+	if found != "" {
+		log.Debug("amelia-worker present", "path", found, "duration", time.Since(start))
+		return found, nil
+	}
+	if err := in.upload(ctx, ex, bin, dir, dest, sum); err != nil {
+		return "", err
+	}
+	log.Info("amelia-worker installed", "path", dest, "bytes", size, "duration", time.Since(start))
+	return dest, nil
+}
+
+// probe asks the sandbox for its architecture and $HOME, in one exec.
+func (in *Installer) probe(ctx context.Context, ex Execer) (arch, home string, err error) {
+	out, err := in.run(ctx, ex, "probe the sandbox", []string{"sh", "-c", probeScript}, nil)
+	if err != nil {
+		return "", "", err
+	}
+	machine, home, _ := strings.Cut(strings.TrimSuffix(out, "\n"), "\n")
+	if arch, err = sandboxArch(machine); err != nil {
+		return "", "", fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
+	}
+	if !strings.HasPrefix(home, "/") || strings.ContainsAny(home, "\n\x00") {
+		return "", "", fmt.Errorf("install amelia-worker on %s: the sandbox's $HOME is %q, not an absolute path: the worker is installed under $HOME/%s", in.provider(), home, installDir)
+	}
+	return arch, strings.TrimRight(home, "/"), nil
+}
+
+// sandboxArch maps `uname -m` to the Go architecture of the worker to
+// install.
+func sandboxArch(machine string) (string, error) {
+	switch strings.TrimSpace(machine) {
+	case "x86_64", "amd64":
+		return "amd64", nil
+	case "aarch64", "arm64":
+		return "arm64", nil
+	}
+	return "", fmt.Errorf("the sandbox's architecture %q is not supported: amelia-worker is built for %s (x86_64 and aarch64)",
+		execreport.Printable(machine), strings.Join(workerbin.Arches(), " and "))
+}
+
+// hostBinary is the host file of the worker for arch.
+func (in *Installer) hostBinary(arch string) (string, error) {
+	if in.Binary != "" {
+		return in.Binary, nil
+	}
+	return workerbin.Find(in.Dirs, arch)
+}
+
+// sha256 returns the hex sha256 of the host file path and its size, from the
+// cache when the file has not changed since it was hashed.
+func (in *Installer) sha256(path string) (string, int64, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", 0, fmt.Errorf("worker binary: %w", err)
+	}
+	key := fileKey{path: path, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	in.mu.Lock()
+	sum, ok := in.sums[key]
+	in.mu.Unlock()
+	if ok {
+		return sum, fi.Size(), nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, fmt.Errorf("worker binary: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", 0, fmt.Errorf("hash worker binary %s: %w", path, err)
+	}
+	sum = hex.EncodeToString(h.Sum(nil))
+	in.mu.Lock()
+	if in.sums == nil {
+		in.sums = make(map[fileKey]string)
+	}
+	in.sums[key] = sum
+	in.mu.Unlock()
+	return sum, fi.Size(), nil
+}
+
+// findInstalled returns the first of paths whose sha256 inside the sandbox
+// is sum, or "".
+func (in *Installer) findInstalled(ctx context.Context, ex Execer, sum string, paths []string) (string, error) {
+	argv := append([]string{"sh", "-c", sumScript, "sh"}, paths...)
+	out, err := in.run(ctx, ex, "check the installed amelia-worker", argv, nil)
+	if err != nil {
+		return "", err
+	}
+	sums := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	for i, p := range paths {
+		if i < len(sums) && sums[i] == sum {
+			return p, nil
+		}
+	}
+	return "", nil
+}
+
+// upload streams the host binary bin into the sandbox as dest.
+func (in *Installer) upload(ctx context.Context, ex Execer, bin, dir, dest, sum string) error {
+	f, err := os.Open(bin)
+	if err != nil {
+		return fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
+	}
+	defer f.Close()
+	argv := []string{"sh", "-c", installScript, "sh", dir, dest, sum}
+	_, err = in.run(ctx, ex, "upload amelia-worker to "+dest, argv, f)
+	return err
+}
+
+// run runs argv in the sandbox and returns its stdout; a failure to run or
+// a non-zero exit is an error saying what was being done.
+func (in *Installer) run(ctx context.Context, ex Execer, what string, argv []string, stdin io.Reader) (string, error) {
+	var stdout bytes.Buffer
+	var stderr execreport.Stderr
+	eio := sdk.ExecIO{Stdout: &limitedWriter{w: &stdout, n: 64 << 10}, Stderr: &stderr}
+	if stdin != nil {
+		eio.Stdin = stdin
+	}
+	st, err := ex.Exec(ctx, sdk.ExecRequest{Argv: argv}, eio)
+	if err != nil {
+		return "", fmt.Errorf("install amelia-worker: %s on %s: %w", what, in.provider(), err)
+	}
+	if st.Code != 0 {
+		return "", fmt.Errorf("install amelia-worker: %s on %s: %s%s", what, in.provider(), execreport.Status(st), stderr.Note())
+	}
+	return stdout.String(), nil
+}
+
+func (in *Installer) provider() string     { return providerName(in.Provider) }
+func (in *Installer) logger() *slog.Logger { return orDiscard(in.Logger) }
+
+// limitedWriter keeps at most n bytes and discards the rest: the answers
+// read from the sandbox are a few lines, and a sandbox cannot make the host
+// hold more.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	keep := min(len(p), l.n)
+	if keep > 0 {
+		if _, err := l.w.Write(p[:keep]); err != nil {
+			return 0, err
+		}
+		l.n -= keep
+	}
+	return len(p), nil
+}
