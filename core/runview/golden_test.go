@@ -1,0 +1,162 @@
+package runview
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// testWidth is the terminal width of the TTY goldens: narrow, so that the
+// thinking text and a long command have to be wrapped or cut.
+const testWidth = 60
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+var scripts = []struct {
+	name   string
+	events func() []event
+}{
+	{"success", successRun},
+	{"failed", failedRun},
+	{"interrupted", interruptedRun},
+}
+
+// renderJSON plays events on a JSON view and returns what it wrote.
+func renderJSON(t *testing.T, events []event) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	v := NewJSON(&out)
+	play(v, newFakeClock(), events)
+	if err := v.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	return out.Bytes()
+}
+
+// renderTTY plays events on a TTY view without a ticker, so the output is
+// a function of the events, and returns what it wrote.
+func renderTTY(t *testing.T, events []event, noColor bool) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	clk := newFakeClock()
+	v := NewTTY(&out, TTYOptions{Width: testWidth, NoColor: noColor, Tick: -1, Now: clk.now})
+	play(v, clk, events)
+	if err := v.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	return out.Bytes()
+}
+
+func TestGolden(t *testing.T) {
+	for _, s := range scripts {
+		t.Run(s.name, func(t *testing.T) {
+			raw := renderTTY(t, s.events(), false)
+			checkGolden(t, "json_"+s.name+".jsonl", renderJSON(t, s.events()))
+			// The raw bytes, escapes and all, and the screen they leave.
+			checkGolden(t, "tty_"+s.name+".golden", raw)
+			checkGolden(t, "tty_"+s.name+".screen", []byte(screen(t, raw, testWidth)))
+		})
+	}
+}
+
+func checkGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs (go test -update rewrites it)\ngot:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+// screen is what a terminal shows after the TTY view wrote out: it applies
+// carriage returns, line erasure and newlines, and drops colours. It fails
+// the test on any other escape sequence, and on a line that would wrap at
+// width.
+func screen(t *testing.T, out []byte, width int) string {
+	t.Helper()
+	var lines []string
+	var cur []rune
+	col := 0
+	s := string(out)
+	for len(s) > 0 {
+		r, size := utf8.DecodeRuneInString(s)
+		switch {
+		case r == '\x1b':
+			end := strings.IndexAny(s, "mK")
+			if !strings.HasPrefix(s, "\x1b[") || end < 0 {
+				t.Fatalf("unexpected escape sequence at %q", s[:min(len(s), 10)])
+			}
+			seq := s[:end+1]
+			switch {
+			case seq == "\x1b[2K":
+				cur = cur[:0]
+			case strings.HasSuffix(seq, "m"):
+			default:
+				t.Fatalf("unexpected escape sequence %q", seq)
+			}
+			s = s[end+1:]
+			continue
+		case r == '\r':
+			col = 0
+		case r == '\n':
+			lines = append(lines, string(cur))
+			cur, col = cur[:0], 0
+		case r < 0x20 || r == 0x7f:
+			t.Fatalf("control character %U written", r)
+		default:
+			if col < len(cur) {
+				cur[col] = r
+			} else {
+				cur = append(cur, r)
+			}
+			col++
+		}
+		s = s[size:]
+	}
+	if len(cur) > 0 {
+		lines = append(lines, string(cur)+"⟨live⟩")
+	}
+	for _, l := range lines {
+		if w := textWidth(strings.TrimSuffix(l, "⟨live⟩")); w >= width {
+			t.Errorf("line of %d columns, the width is %d: %q", w, width, l)
+		}
+	}
+	return strings.Join(lines, "\n") + "\n"
+}

@@ -1,0 +1,133 @@
+package runview
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/core/protocol"
+)
+
+// event is one call on a View, for scripted runs.
+type event struct {
+	start   string // PhaseStart(start)
+	end     string // PhaseEnd(end, d, err)
+	d       time.Duration
+	err     error
+	msg     *protocol.AgenticMessage
+	summary *Summary
+	advance time.Duration // moves the test clock, calls nothing
+}
+
+func play(v View, clk *fakeClock, events []event) {
+	for _, e := range events {
+		switch {
+		case e.start != "":
+			v.PhaseStart(e.start)
+		case e.end != "":
+			v.PhaseEnd(e.end, e.d, e.err)
+		case e.msg != nil:
+			v.Message(e.msg)
+		case e.summary != nil:
+			v.Summary(*e.summary)
+		case e.advance != 0:
+			clk.advance(e.advance)
+		}
+	}
+}
+
+// phases is a sequence of phases that all succeed.
+func phases(names ...string) []event {
+	var evs []event
+	for i, n := range names {
+		evs = append(evs, event{start: n}, event{end: n, d: time.Duration(i+1) * 45 * time.Millisecond})
+	}
+	return evs
+}
+
+func thinkingMsg(s string) *protocol.AgenticMessage {
+	return &protocol.AgenticMessage{Type: protocol.Thinking, Content: &s, Model: new("gpt-4.1-mini")}
+}
+
+func callMsg(id, name, input string) *protocol.AgenticMessage {
+	return &protocol.AgenticMessage{Type: protocol.ToolCall, ToolName: &name, ToolInput: json.RawMessage(input),
+		ToolCallID: &id, Model: new("gpt-4.1-mini")}
+}
+
+func resultMsg(id, name, output string, failed bool) *protocol.AgenticMessage {
+	return &protocol.AgenticMessage{Type: protocol.ToolResult, ToolName: &name, ToolOutput: &output,
+		ToolCallID: &id, IsError: failed, Model: new("gpt-4.1-mini")}
+}
+
+func answerMsg(s string, failed bool) *protocol.AgenticMessage {
+	return &protocol.AgenticMessage{Type: protocol.Result, Content: &s, IsError: failed, Model: new("gpt-4.1-mini")}
+}
+
+var testUsage = &protocol.DriverUsage{
+	InputTokens: new(int64(12345)), OutputTokens: new(int64(2345)), CacheReadTokens: new(int64(1000)),
+	CacheCreationTokens: new(int64(0)), CostUSD: new(0.0123), DurationMs: new(int64(42100)),
+	NumTurns: new(int64(7)), Model: new("gpt-4.1-mini"),
+}
+
+// successRun is a run that edits files, has a tool call fail, and ends
+// with a branch. Its thinking is longer than the test width and carries an
+// escape sequence that must not reach the terminal.
+func successRun() []event {
+	evs := phases("profile", "proxy", "plugin", "sandbox", "worker", "tunnel", "workspace", "prompt")
+	evs = append(evs,
+		event{start: "agent"},
+		event{msg: thinkingMsg("I'll start by reading the login handler and its tests, then fix the " +
+			"session expiry check that compares seconds with milliseconds.\x1b]52;c;ZXZpbA==\x07\n\n" +
+			"Plan:\n  - read login.go\n  - fix the comparison in checkExpiry_with_a_very_long_identifier_that_cannot_wrap_anywhere\n")},
+		event{msg: callMsg("call_1", "write_file", `{"file_path": "main.go", "content": "package main\n\nfunc main() {}\n"}`)},
+		event{msg: resultMsg("call_1", "write_file", "Updated file main.go", false)},
+		event{msg: callMsg("call_2", "execute", `{"command": "go test ./... && \\\n  go vet ./... && echo 'a long command line that does not fit in sixty columns'"}`)},
+		event{advance: 3 * time.Second},
+		event{msg: resultMsg("call_2", "execute", "--- FAIL: TestExpiry (0.00s)\nFAIL\n[Command failed with exit code 1]", true)},
+		event{msg: callMsg("call_3", "read_file", `{"file_path": "missing.go"}`)},
+		event{msg: resultMsg("call_3", "read_file", "Error: file 'missing.go' not found", true)},
+		event{msg: callMsg("call_4", "grep", `{"pattern": "TODO", "path": "internal/"}`)},
+		event{msg: resultMsg("call_4", "grep", "internal/a.go:3: // TODO", false)},
+		event{msg: answerMsg("Fixed the expiry check in login.go; `go test` still fails in TestExpiry, which failed before my change too.", false)},
+		event{msg: &protocol.AgenticMessage{Type: protocol.Usage, Usage: testUsage}},
+		event{end: "agent", d: 42100 * time.Millisecond},
+	)
+	evs = append(evs, phases("results", "cleanup")...)
+	return append(evs, event{summary: &Summary{
+		Workflow: "fix-login-3f9a",
+		Branch:   "amelia/fix-login-3f9a",
+		DiffStat: " login.go      | 12 ++++++++----\n login_test.go |  3 +++\n 2 files changed, 11 insertions(+), 4 deletions(-)\n",
+		Usage:    testUsage,
+		Wall:     45600 * time.Millisecond,
+	}})
+}
+
+// failedRun is a run whose workspace step fails.
+func failedRun() []event {
+	cause := errors.New(`clone https://github.com/acme/app: repository not found (check --repo and the git token of profile "dev")`)
+	evs := phases("profile", "proxy", "plugin", "sandbox", "worker", "tunnel")
+	evs = append(evs,
+		event{start: "workspace"},
+		event{end: "workspace", d: 1234 * time.Millisecond, err: cause},
+	)
+	evs = append(evs, phases("cleanup")...)
+	return append(evs, event{summary: &Summary{
+		Workflow: "fix-login-3f9a",
+		Wall:     2100 * time.Millisecond,
+		Err:      fmt.Errorf("workspace: %w", cause),
+	}})
+}
+
+// interruptedRun is a run closed in the middle of a tool call (Ctrl-C):
+// the view is closed with a phase and a tool call still running.
+func interruptedRun() []event {
+	evs := phases("profile", "sandbox")
+	return append(evs,
+		event{start: "agent"},
+		event{msg: thinkingMsg("Running the slow tests.")},
+		event{msg: callMsg("call_1", "execute", `{"command": "sleep 100"}`)},
+		event{advance: 12 * time.Second},
+		event{msg: &protocol.AgenticMessage{Type: protocol.Thinking}}, // empty: shows nothing, redraws the live line
+	)
+}
