@@ -131,6 +131,7 @@ streams what it does back to you. Sandbox providers are plugins.`,
 		a.sandboxCommand(),
 		a.stopCommand(),
 		a.proxyCommand(),
+		a.doctorCommand(),
 	)
 	return root
 }

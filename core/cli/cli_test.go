@@ -205,7 +205,14 @@ func TestStopTearsDownEveryProfile(t *testing.T) {
 			t.Fatalf("up %s: %s", p, r.stderr)
 		}
 	}
-	r := amelia(t, "", "stop")
+	r := amelia(t, "", "--profile", "b", "stop")
+	if r.code != 0 || r.stdout != "sandbox b removed (provider local)\n" {
+		t.Errorf("stop --profile b: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := amelia(t, "", "sandbox", "ls"); r.stdout != "PROFILE  PROVIDER  STATE   DETAIL\na        local     ready   "+e.home+"/.local/state/amelia/local/a\nb        local     absent  \n" {
+		t.Errorf("ls after stop --profile b:\n%s", r.stdout)
+	}
+	r = amelia(t, "", "stop")
 	if r.code != 0 || r.stdout != "sandbox a removed (provider local)\nsandbox b removed (provider local)\n" {
 		t.Errorf("stop: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
 	}
@@ -369,4 +376,53 @@ func TestThirdPartyProvider(t *testing.T) {
 	if r.code != 7 || r.stdout != "from hello\n" {
 		t.Errorf("exec through hello: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
 	}
+}
+
+func TestDoctor(t *testing.T) {
+	e := newEnv(t)
+	workers := t.TempDir()
+	if err := os.WriteFile(filepath.Join(workers, "amelia-worker-linux-"+runtime.GOARCH), []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AMELIA_WORKER_DIR", workers)
+	git, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal("the CLI tests need git on PATH")
+	}
+	e.writeConfig(t, `
+default_profile: dev
+profiles:
+  dev:
+    llm: {api_key_env: DOCTOR_TEST_KEY}
+    sandbox: {provider: local}
+  fenced:
+    llm: {api_key_env: DOCTOR_TEST_KEY}
+    sandbox: {provider: local, network: none}
+  elsewhere:
+    llm: {api_key_env: DOCTOR_TEST_KEY}
+    sandbox: {provider: nosuch}
+`)
+	normalize := func(s string) string {
+		return strings.NewReplacer(git, "$GIT", workers, "$WORKERS", runtime.GOARCH, "$ARCH").Replace(e.normalize(s))
+	}
+	var transcript strings.Builder
+	for _, step := range []struct {
+		env  string
+		args []string
+		code int
+	}{
+		{"", []string{"doctor"}, 1},
+		{"sk-set", []string{"doctor", "--profile", "dev"}, 0},
+	} {
+		t.Setenv("DOCTOR_TEST_KEY", step.env)
+		if step.env == "" {
+			os.Unsetenv("DOCTOR_TEST_KEY")
+		}
+		r := amelia(t, "", step.args...)
+		if r.code != step.code {
+			t.Errorf("%v: exit %d, want %d; stderr %q", step.args, r.code, step.code, r.stderr)
+		}
+		fmt.Fprintf(&transcript, "$ amelia %s\n%s", strings.Join(step.args, " "), normalize(r.stdout))
+	}
+	golden(t, "doctor", transcript.String())
 }

@@ -213,7 +213,7 @@ func (a *app) sandboxLsCommand() *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var rows []sandboxRow
-			err := a.eachProfile(cmd.Context(), func(p *config.Profile, sb *sandbox.Sandbox, openErr error) {
+			err := a.eachProfile(cmd.Context(), "", func(p *config.Profile, sb *sandbox.Sandbox, openErr error) {
 				if openErr != nil {
 					rows = append(rows, sandboxRow{Profile: p.Name, Provider: p.Sandbox.Provider, State: "error", Message: oneLine(openErr.Error())})
 					return
@@ -245,15 +245,23 @@ func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool) error {
 }
 
 // eachProfile opens the sandbox of every configured profile in name order
-// (one plugin process at a time) and calls fn with it, or with the error that
-// kept it from opening.
-func (a *app) eachProfile(ctx context.Context, fn func(*config.Profile, *sandbox.Sandbox, error)) error {
+// (one plugin process at a time), or of the profile only names when it is
+// not "", and calls fn with it, or with the error that kept it from opening.
+func (a *app) eachProfile(ctx context.Context, only string, fn func(*config.Profile, *sandbox.Sandbox, error)) error {
 	c, err := a.loadConfig()
 	if err != nil {
 		return err
 	}
+	names := c.ProfileNames()
+	if only != "" {
+		p, err := c.Profile(only)
+		if err != nil {
+			return err
+		}
+		names = []string{p.Name}
+	}
 	host := a.pluginHost()
-	for _, name := range c.ProfileNames() {
+	for _, name := range names {
 		p := c.Profiles[name]
 		sb, err := sandbox.Open(ctx, host, p, a.logger)
 		fn(p, sb, err)
@@ -267,11 +275,11 @@ func (a *app) eachProfile(ctx context.Context, fn func(*config.Profile, *sandbox
 func (a *app) stopCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "stop",
-		Short: "Tear down the sandbox of every configured profile",
+		Short: "Tear down the sandbox of every configured profile, or of the one --profile names",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			failed := 0
-			err := a.eachProfile(cmd.Context(), func(p *config.Profile, sb *sandbox.Sandbox, err error) {
+			err := a.eachProfile(cmd.Context(), a.profile, func(p *config.Profile, sb *sandbox.Sandbox, err error) {
 				if err == nil {
 					err = sb.Down(cmd.Context())
 				}

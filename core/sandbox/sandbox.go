@@ -74,9 +74,9 @@ func (s *Sandbox) Spec() sdk.Spec {
 	}
 }
 
-// checkPolicy refuses a profile whose network policy the provider cannot
+// CheckPolicy refuses a profile whose network policy the provider cannot
 // enforce.
-func (s *Sandbox) checkPolicy() error {
+func (s *Sandbox) CheckPolicy() error {
 	mode := sdk.NetworkMode(s.Profile.Sandbox.Network)
 	if s.Info.Supports(mode) {
 		return nil
@@ -92,7 +92,7 @@ func (s *Sandbox) checkPolicy() error {
 // Up starts the sandbox or reuses it, after checking the policy. Using an
 // unisolated provider is logged as a warning.
 func (s *Sandbox) Up(ctx context.Context) (sdk.Sandbox, error) {
-	if err := s.checkPolicy(); err != nil {
+	if err := s.CheckPolicy(); err != nil {
 		return sdk.Sandbox{}, err
 	}
 	if !s.Info.Isolated {
