@@ -9,7 +9,7 @@ EXAMPLES := examples/provider-hello
 # plugin processes.
 export GORACE = atexit_sleep_ms=0
 
-.PHONY: all build worker run test fmt-check vet proto proto-check bench fuzz clean
+.PHONY: all build worker run demo test fmt-check vet proto proto-check bench fuzz clean
 
 all: build
 
@@ -27,6 +27,10 @@ worker:
 ## run: build, then run a command in the default profile's sandbox
 run: build
 	bin/amelia sandbox exec -- sh -c 'echo "hello from $$(pwd)"; echo "this went to stderr" >&2; uname -sm'
+
+## demo: build, then amelia run in a throwaway git repo (a scripted model unless OPENAI_API_KEY is set)
+demo: build
+	$(GO) run ./internal/demo -amelia bin/amelia
 
 ## test: gofmt, go vet and all tests with the race detector, examples included
 test: fmt-check vet
@@ -70,6 +74,9 @@ bench:
 	$(GO) test -run='^$$' -bench=ToolRoundTrip -benchtime=1x ./internal/worker/agent/
 	$(GO) test -run='^$$' -bench='ProxyLatency|SSEFirstByte' -benchtime=2000x ./core/tunnel/
 	$(GO) test -run='^$$' -bench=ProxyThroughput -benchtime=4000x ./core/tunnel/
+	$(GO) test -run='^$$' -bench=RunToFirstRequest -benchtime=20x ./cmd/amelia/
+	$(GO) test -run='^$$' -bench=TenConcurrentRuns -benchtime=2x ./cmd/amelia/
+	$(GO) test -run='^$$' -bench=WorkspaceSetup -benchtime=3x ./core/workspace/
 
 ## fuzz: fuzz the protocol decoder, the git credential parser and the egress host matcher (FUZZTIME=60s each by default)
 fuzz:

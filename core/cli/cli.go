@@ -132,6 +132,7 @@ streams what it does back to you. Sandbox providers are plugins.`,
 		a.stopCommand(),
 		a.proxyCommand(),
 		a.doctorCommand(),
+		a.runCommand(),
 	)
 	return root
 }

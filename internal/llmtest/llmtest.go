@@ -120,8 +120,19 @@ func New(tb testing.TB, turns ...Turn) *Server {
 // be empty.
 func NewWithOptions(tb testing.TB, opts Options, turns ...Turn) *Server {
 	tb.Helper()
+	s, err := Start(opts, turns...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// Start starts a server outside a test (the demo's scripted model); Close
+// stops it. When opts.Script is set, turns must be empty.
+func Start(opts Options, turns ...Turn) (*Server, error) {
 	if opts.Script != nil && len(turns) > 0 {
-		tb.Fatalf("llmtest: both Options.Script and %d turns given", len(turns))
+		return nil, fmt.Errorf("llmtest: both Options.Script and %d turns given", len(turns))
 	}
 	s := &Server{
 		turns:     slices.Clone(turns),
@@ -133,9 +144,11 @@ func NewWithOptions(tb testing.TB, opts Options, turns ...Turn) *Server {
 		s.chunkSize = DefaultChunkSize
 	}
 	s.ts = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
-	tb.Cleanup(s.ts.Close)
-	return s
+	return s, nil
 }
+
+// Close stops the server.
+func (s *Server) Close() { s.ts.Close() }
 
 // URL is the server's root URL, e.g. http://127.0.0.1:PORT; clients use
 // URL()+"/v1" as their base URL.

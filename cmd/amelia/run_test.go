@@ -1,0 +1,533 @@
+package main_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/internal/testbin"
+)
+
+// End-to-end tests of `amelia run`: the real amelia and amelia-worker
+// binaries, the local provider behind the real plugin, the proxy and the
+// tunnel, and the scripted LLM server as the upstream, reached only through
+// proxy and tunnel.
+
+// ameliaBin is amelia, built by TestMain with its worker beside it.
+var ameliaBin, binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "amelia-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if ameliaBin, err = testbin.BuildAmelia(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// The host's key: only the scripted LLM server may see it.
+const upstreamKey = "sk-e2e-run-upstream-key-51c0de"
+
+// host is a user's machine for one test: a home, a config whose profile
+// points at the scripted LLM server, a local sandbox root, and a git
+// checkout with one commit on main.
+type host struct {
+	home, root, repo string
+	up               *llmtest.Server
+	env              []string
+}
+
+func newHost(t testing.TB, opts llmtest.Options, turns ...llmtest.Turn) *host {
+	t.Helper()
+	h := &host{home: t.TempDir(), root: t.TempDir(), repo: t.TempDir()}
+	h.up = llmtest.NewWithOptions(t, opts, turns...)
+	cfg := filepath.Join(h.home, ".config", "amelia", "config.yaml")
+	if err := os.MkdirAll(filepath.Dir(cfg), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	yaml := fmt.Sprintf(`default_profile: e2e
+profiles:
+  e2e:
+    model: test-model
+    llm: {base_url: %q, api_key_env: AMELIA_E2E_KEY}
+    sandbox:
+      provider: local
+      local: {root: %q}
+`, h.up.URL()+"/v1", h.root)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.env = []string{
+		"HOME=" + h.home, "PATH=" + os.Getenv("PATH"), "AMELIA_E2E_KEY=" + upstreamKey,
+		"GORACE=atexit_sleep_ms=0", "GIT_CONFIG_NOSYSTEM=1",
+	}
+	h.git(t, "init", "-q", "-b", "main")
+	h.git(t, "config", "user.name", "Dev")
+	h.git(t, "config", "user.email", "dev@example.com")
+	writeFile(t, filepath.Join(h.repo, "README.md"), "# project\n")
+	h.git(t, "add", "README.md")
+	h.git(t, "commit", "-q", "-m", "initial")
+	return h
+}
+
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// git runs git in the host repo and returns its trimmed output.
+func (h *host) git(t testing.TB, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-C", h.repo}, args...)...)
+	cmd.Env = h.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// result is how an amelia run ended.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// command is amelia with args, in the host repo, with the host's
+// environment.
+func (h *host) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(ameliaBin, args...)
+	cmd.Dir = h.repo
+	cmd.Env = h.env
+	return cmd
+}
+
+// amelia runs amelia to its end.
+func (h *host) amelia(t testing.TB, args ...string) result {
+	t.Helper()
+	cmd := h.command(args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("run amelia: %v", err)
+	}
+	return result{cmd.ProcessState.ExitCode(), out.String(), errb.String()}
+}
+
+// event is one line of `amelia run --json`.
+type event struct {
+	Type       string          `json:"type"`
+	Content    *string         `json:"content"`
+	ToolName   *string         `json:"tool_name"`
+	ToolOutput *string         `json:"tool_output"`
+	IsError    bool            `json:"is_error"`
+	Raw        json.RawMessage `json:"-"`
+}
+
+// events parses every line of out; a line that is not JSON fails the test.
+func events(t *testing.T, out string) []event {
+	t.Helper()
+	var evs []event
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		var ev event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("--json line %d is not JSON: %v: %q", n, err, sc.Text())
+		}
+		ev.Raw = append(json.RawMessage(nil), sc.Bytes()...)
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+func writeCall(path, content string) llmtest.ToolCall {
+	args, _ := json.Marshal(map[string]string{"file_path": path, "content": content})
+	return llmtest.ToolCall{Name: "write_file", Arguments: string(args)}
+}
+
+func executeCall(command string) llmtest.ToolCall {
+	args, _ := json.Marshal(map[string]string{"command": command})
+	return llmtest.ToolCall{Name: "execute", Arguments: string(args)}
+}
+
+// assertNoKey fails if the key is in any file under the dirs.
+func assertNoKey(t *testing.T, dirs ...string) {
+	t.Helper()
+	for _, dir := range dirs {
+		filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err == nil && bytes.Contains(b, []byte(upstreamKey)) {
+				t.Errorf("the upstream key is in %s", path)
+			}
+			return nil
+		})
+	}
+}
+
+// A run that creates and edits files ends with amelia/<id> in the host repo
+// holding exactly those changes; nothing else in the repo moves, every
+// --json line parses, and the key is nowhere inside the sandbox.
+func TestRunBringsBackTheBranch(t *testing.T) {
+	h := newHost(t, llmtest.Options{},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("hello.txt", "hello from the agent\n")}},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("README.md", "# project\n\nEdited by the agent.\n")}},
+		// What the sandbox can see: its environment and every process's
+		// arguments.
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall(`env; cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' '`)}},
+		llmtest.Turn{Text: "Added hello.txt and edited the README.", Usage: &llmtest.Usage{PromptTokens: 100, CompletionTokens: 20}},
+	)
+	head := h.git(t, "rev-parse", "HEAD")
+	r := h.amelia(t, "run", "--json", "--workflow", "add-hello", "Add a hello file.\nAnd edit the README.")
+	if r.code != 0 {
+		t.Fatalf("amelia run: exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)
+	}
+	evs := events(t, r.stdout)
+	var types []string
+	var envSeen bool
+	for _, ev := range evs {
+		types = append(types, ev.Type)
+		if ev.ToolOutput != nil && strings.Contains(*ev.ToolOutput, "AMELIA_PROXY_TOKEN=") {
+			envSeen = true
+		}
+	}
+	if !envSeen {
+		t.Errorf("no tool output shows the sandbox's environment; events: %v", types)
+	}
+	if strings.Contains(r.stdout, upstreamKey) || strings.Contains(r.stderr, upstreamKey) {
+		t.Error("the upstream key appears in amelia's output (the sandbox's environment or process arguments)")
+	}
+	for _, want := range []string{"phase", "tool_call", "tool_result", "result", "summary"} {
+		if !strings.Contains(strings.Join(types, " "), want) {
+			t.Errorf("no %q event in --json output: %v", want, types)
+		}
+	}
+
+	if got := h.git(t, "diff", "--name-status", "main", "amelia/add-hello"); got != "M\tREADME.md\nA\thello.txt" {
+		t.Errorf("the branch's changes:\n%s\nwant README.md modified and hello.txt added", got)
+	}
+	if got := h.git(t, "show", "amelia/add-hello:hello.txt"); got != "hello from the agent" {
+		t.Errorf("hello.txt on the branch: %q", got)
+	}
+	if got := h.git(t, "rev-parse", "amelia/add-hello^"); got != head {
+		t.Errorf("the branch's parent is %s, want main's %s", got, head)
+	}
+	if got := h.git(t, "symbolic-ref", "--short", "HEAD"); got != "main" {
+		t.Errorf("the checked-out branch is now %s", got)
+	}
+	if got := h.git(t, "rev-parse", "main"); got != head {
+		t.Error("main moved")
+	}
+	if got := h.git(t, "status", "--porcelain"); got != "" {
+		t.Errorf("the checkout changed:\n%s", got)
+	}
+	if got := h.git(t, "for-each-ref", "--format=%(refname)"); got != "refs/heads/amelia/add-hello\nrefs/heads/main" {
+		t.Errorf("refs in the host repo:\n%s", got)
+	}
+
+	for i, req := range h.up.Requests() {
+		if got := req.Header.Get("Authorization"); got != "Bearer "+upstreamKey {
+			t.Errorf("LLM request %d: Authorization %q, want the host's key", i, got)
+		}
+	}
+	assertNoKey(t, h.root, "/tmp/amelia")
+	// Cleanup: no worktree and no prompt file left.
+	if m, _ := filepath.Glob(filepath.Join(h.root, "*", "workspace", "worktrees", "*")); len(m) != 0 {
+		t.Errorf("worktrees left in the sandbox: %v", m)
+	}
+	if _, err := os.Stat("/tmp/amelia/prompt-add-hello.txt"); !os.IsNotExist(err) {
+		t.Errorf("the prompt file is still there: %v", err)
+	}
+}
+
+// Refused before anything starts: no sandbox is created.
+func TestRunRefusesBeforeStarting(t *testing.T) {
+	h := newHost(t, llmtest.Options{})
+	h.git(t, "branch", "amelia/taken")
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"path in the id", []string{"--workflow", "../x", "do it"}, "workflow"},
+		{"dots in the id", []string{"--workflow", "a..b", "do it"}, `".."`},
+		{"lock suffix", []string{"--workflow", "x.lock", "do it"}, ".lock"},
+		{"leading dash", []string{"--workflow", "-x", "do it"}, "workflow"},
+		{"too long", []string{"--workflow", strings.Repeat("a", 64), "do it"}, "64 characters"},
+		{"branch exists", []string{"--workflow", "taken", "do it"}, "amelia/taken already exists"},
+		{"unknown base", []string{"--workflow", "ok", "--base", "nosuch", "do it"}, "nosuch"},
+		{"URL without --push", []string{"--repo", "https://example.com/r.git", "do it"}, "--push"},
+		{"empty prompt", []string{"--workflow", "ok", "  "}, "no task"},
+		{"prompt file and arguments", []string{"--prompt-file", "task.md", "do it"}, "not both"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := h.amelia(t, append([]string{"run", "--json"}, c.args...)...)
+			if r.code == 0 || !strings.Contains(r.stderr, c.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 {
+				t.Errorf("exit %d, stderr %q: want a one-line refusal mentioning %q", r.code, r.stderr, c.want)
+			}
+		})
+	}
+	writeFile(t, filepath.Join(h.repo, "wip.txt"), "not committed\n")
+	r := h.amelia(t, "run", "--workflow", "dirty", "do it")
+	if r.code == 0 || !strings.Contains(r.stderr, "uncommitted changes") || !strings.Contains(r.stderr, "wip.txt") || !strings.Contains(r.stderr, "--include-dirty") {
+		t.Errorf("dirty checkout: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if entries, _ := os.ReadDir(h.root); len(entries) != 0 {
+		t.Errorf("a refused run created a sandbox: %v", entries)
+	}
+}
+
+// Two runs on one profile at once: each gets its own branch and output.
+func TestConcurrentRuns(t *testing.T) {
+	h := newHost(t, llmtest.Options{Script: func(i int, req *llmtest.Request) llmtest.Turn {
+		// Each run writes a file named after its workflow (from the
+		// prompt), then finishes.
+		last := req.Chat.Messages[len(req.Chat.Messages)-1]
+		if last.Role == "tool" {
+			return llmtest.Turn{Text: "done"}
+		}
+		for _, m := range req.Chat.Messages {
+			for _, id := range []string{"one", "two"} {
+				if m.Role == "user" && strings.Contains(m.Text(), "write "+id) {
+					return llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall(id+".txt", id+"\n")}}
+				}
+			}
+		}
+		return llmtest.Turn{Text: "no task found"}
+	}})
+	ids := []string{"one", "two"}
+	results := make([]result, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() { results[i] = h.amelia(t, "run", "--json", "--workflow", id, "write "+id) })
+	}
+	wg.Wait()
+	for i, r := range results {
+		id := ids[i]
+		if r.code != 0 {
+			t.Errorf("run %s: exit %d, stderr %s", id, r.code, r.stderr)
+			continue
+		}
+		other := map[string]string{"one": "two", "two": "one"}[id]
+		if strings.Contains(r.stdout, other+".txt") {
+			t.Errorf("run %s's output mentions %s.txt", id, other)
+		}
+		if got := h.git(t, "diff", "--name-only", "main", "amelia/"+id); got != id+".txt" {
+			t.Errorf("amelia/%s changes %q, want %s.txt only", id, got, id)
+		}
+	}
+}
+
+// running is amelia in the background.
+type running struct {
+	cmd    *exec.Cmd
+	stdout io.Reader
+	stderr bytes.Buffer
+}
+
+// startUntilToolCall starts amelia with args (which must include --json)
+// and returns once the agent's first tool call has been shown.
+func (h *host) startUntilToolCall(t *testing.T, args ...string) *running {
+	t.Helper()
+	r := &running{cmd: h.command(args...)}
+	stdout, err := r.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.stdout = stdout
+	r.cmd.Stderr = &r.stderr
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.cmd.Process.Kill() })
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `"type":"tool_call"`) {
+			return r
+		}
+	}
+	r.cmd.Wait()
+	t.Fatalf("amelia ended before the agent's first tool call; stderr: %s", r.stderr.String())
+	return nil
+}
+
+// wait reads the rest of amelia's output and returns its exit code once it
+// has ended, failing the test if that takes over a minute after what
+// (the event it should end on).
+func (r *running) wait(t *testing.T, what string) int {
+	t.Helper()
+	waited := make(chan error, 1)
+	go func() {
+		io.Copy(io.Discard, r.stdout)
+		waited <- r.cmd.Wait()
+	}()
+	select {
+	case <-waited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("amelia did not end within 60s of %s", what)
+	}
+	return r.cmd.ProcessState.ExitCode()
+}
+
+// Ctrl-C mid-run: exit 130, no worker process and no worktree left.
+func TestRunInterrupted(t *testing.T) {
+	h := newHost(t, llmtest.Options{},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall("sleep 299.5")}},
+		llmtest.Turn{Text: "interrupted"},
+	)
+	r := h.startUntilToolCall(t, "run", "--json", "--workflow", "stop-me", "sleep a long time")
+	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t, "Ctrl-C"); code != 130 {
+		t.Errorf("exit %d after Ctrl-C, want 130; stderr: %s", code, r.stderr.String())
+	}
+	if m, _ := filepath.Glob(filepath.Join(h.root, "*", "workspace", "worktrees", "*")); len(m) != 0 {
+		t.Errorf("worktrees left after Ctrl-C: %v", m)
+	}
+	if out, _ := exec.Command("pgrep", "-f", "sleep 299.5").Output(); len(out) != 0 {
+		t.Errorf("the agent's command is still running after Ctrl-C: pids %s", out)
+	}
+	if out, _ := exec.Command("pgrep", "-f", filepath.Join(h.root)).Output(); len(out) != 0 {
+		t.Errorf("processes of the sandbox still running after Ctrl-C: pids %s", out)
+	}
+}
+
+// fakeWorker writes a worker that serves the tunnel with the real worker
+// and does script for everything else, and returns its directory, for
+// AMELIA_WORKER_DIR.
+func fakeWorker(t *testing.T, script string) string {
+	dir := t.TempDir()
+	real := filepath.Join(binDir, "amelia-worker-linux-"+runtime.GOARCH)
+	body := fmt.Sprintf("#!/bin/sh\ncase \"$1\" in tunnel|git-credential|version) exec %q \"$@\";; esac\n%s\n", real, script)
+	writeFile(t, filepath.Join(dir, "amelia-worker-linux-"+runtime.GOARCH), body)
+	if err := os.Chmod(filepath.Join(dir, "amelia-worker-linux-"+runtime.GOARCH), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// A worker that prints garbage, and one that dies without a result: a
+// clear error and a non-zero exit, and nothing left behind.
+func TestRunWorkerFailures(t *testing.T) {
+	for _, c := range []struct {
+		name, script, want string
+	}{
+		{"garbage", `echo 'this is not JSON'; sleep 30`, "line 1"},
+		{"no result", `echo "boom: the agent crashed" >&2; exit 3`, "worker did not emit a result message"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHost(t, llmtest.Options{})
+			h.env = append(h.env, "AMELIA_WORKER_DIR="+fakeWorker(t, c.script))
+			r := h.amelia(t, "run", "--workflow", "broken", "do it")
+			if r.code == 0 || !strings.Contains(r.stderr, c.want) {
+				t.Errorf("exit %d, stderr %q: want a failure mentioning %q", r.code, r.stderr, c.want)
+			}
+			if h.git(t, "branch", "--list", "amelia/*") != "" {
+				t.Error("a failed run left a branch in the host repo")
+			}
+			if m, _ := filepath.Glob(filepath.Join(h.root, "*", "workspace", "worktrees", "*")); len(m) != 0 {
+				t.Errorf("worktrees left: %v", m)
+			}
+		})
+	}
+}
+
+// The provider plugin crashes mid-run: a clear error naming the provider, a
+// non-zero exit, no hang and no branch.
+func TestRunPluginCrashes(t *testing.T) {
+	h := newHost(t, llmtest.Options{},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall("sleep 298.5")}},
+		llmtest.Turn{Text: "never reached"},
+	)
+	// What a killed local provider cannot clean up: its processes and the
+	// prompt file.
+	t.Cleanup(func() {
+		exec.Command("pkill", "-f", "sleep 298.5").Run()
+		os.Remove("/tmp/amelia/prompt-crash.txt")
+	})
+	r := h.startUntilToolCall(t, "run", "--json", "--workflow", "crash", "sleep a long time")
+	pid := r.cmd.Process.Pid
+	out, err := exec.Command("pgrep", "-P", fmt.Sprint(pid), "-f", "plugin serve").Output()
+	plugin := strings.TrimSpace(string(out))
+	if err != nil || plugin == "" || strings.Contains(plugin, "\n") {
+		t.Fatalf("find the provider plugin process of amelia %d: %q, %v", pid, out, err)
+	}
+	if err := exec.Command("kill", "-KILL", plugin).Run(); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t, "its plugin's crash"); code == 0 || code == 130 {
+		t.Errorf("exit %d after the plugin crashed, want a failure", code)
+	}
+	if msg := r.stderr.String(); !strings.Contains(msg, "provider local") && !strings.Contains(msg, "plugin") {
+		t.Errorf("stderr does not say the provider failed: %q", msg)
+	}
+	if h.git(t, "branch", "--list", "amelia/*") != "" {
+		t.Error("a failed run left a branch in the host repo")
+	}
+}
+
+// An agent that changes nothing: a successful run, no branch, and the
+// summary says so.
+func TestRunWithoutChanges(t *testing.T) {
+	h := newHost(t, llmtest.Options{}, llmtest.Turn{Text: "Nothing needs changing."})
+	r := h.amelia(t, "run", "--json", "--workflow", "noop", "is anything wrong?")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	evs := events(t, r.stdout)
+	last := evs[len(evs)-1]
+	var summary struct {
+		Status string  `json:"status"`
+		Branch *string `json:"branch"`
+	}
+	if err := json.Unmarshal(last.Raw, &summary); err != nil || last.Type != "summary" || summary.Status != "done" || summary.Branch != nil {
+		t.Errorf("last event %s, want a done summary without a branch", last.Raw)
+	}
+	if got := h.git(t, "branch", "--list", "amelia/*"); got != "" {
+		t.Errorf("branches: %q", got)
+	}
+}
+
+// The model refuses the request: the worker reports a failed result, and
+// the run fails with its reason, without a branch.
+func TestRunAgentFails(t *testing.T) {
+	h := newHost(t, llmtest.Options{}, llmtest.Turn{Status: 400, Error: "model not available"})
+	r := h.amelia(t, "run", "--workflow", "refused", "do it")
+	if r.code != 1 || !strings.Contains(r.stderr, "the agent failed") || !strings.Contains(r.stderr, "model not available") {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	if got := h.git(t, "branch", "--list", "amelia/*"); got != "" {
+		t.Errorf("branches: %q", got)
+	}
+}

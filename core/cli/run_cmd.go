@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/run"
+	"github.com/amelia-sandbox/amelia/core/runview"
+	"github.com/amelia-sandbox/amelia/core/workerbin"
+)
+
+func (a *app) runCommand() *cobra.Command {
+	var (
+		req        run.Request
+		provider   string
+		promptFile string
+		asJSON     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "run [flags] (--prompt-file F | PROMPT...)",
+		Short: "Run the coding agent on a repository in the profile's sandbox; the result comes back as a branch",
+		Long: `Run the coding agent on a repository inside the profile's sandbox and bring
+the result back as the branch amelia/<workflow>.
+
+For a local checkout (the default: the git repository of the current
+directory), the base branch goes into the sandbox as a git bundle and the
+result branch comes back into the same repository; nothing else in it is
+touched. For a URL, the sandbox clones it with credentials from the host's
+proxy, and --push pushes the result branch to it.
+
+The API keys stay on this machine: the sandbox reaches the model through a
+proxy on loopback, over a tunnel amelia opens, with a token that dies with
+the run. On a terminal the run is shown live; with --json, or when stdout is
+not a terminal, every event is one JSON line. Ctrl-C stops the agent, cleans
+up and exits 130.`,
+		Example: `  amelia run "add a --verbose flag to the CLI"
+  amelia run --sandbox docker --base main --workflow fix-login --prompt-file task.md
+  amelia run --repo https://github.com/org/repo.git --push "fix the failing test"`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prompt, err := readPrompt(cmd.InOrStdin(), promptFile, args)
+			if err != nil {
+				return usageError{err}
+			}
+			req.Prompt = prompt
+			p, err := a.loadProfile()
+			if err != nil {
+				return err
+			}
+			if provider != "" {
+				p.Sandbox.Provider = provider
+			}
+			req.Profile = p
+			if req.Repo == "" {
+				if req.Repo, err = os.Getwd(); err != nil {
+					return err
+				}
+			}
+			host := run.Host{
+				Plugins:   a.pluginHost(),
+				Workers:   &driver.Installer{Dirs: workerbin.Dirs(a.getenv("AMELIA_WORKER_DIR"), a.self), Logger: a.logger},
+				AuditDir:  a.auditDir(),
+				LookupEnv: a.lookup,
+				Environ:   a.environ,
+				Logger:    a.logger,
+			}
+			view := runview.New(cmd.OutOrStdout(), asJSON)
+			_, err = run.Run(cmd.Context(), host, req, view)
+			if cerr := view.Close(); err == nil {
+				err = cerr
+			}
+			switch {
+			case err == nil:
+				return nil
+			case cmd.Context().Err() != nil:
+				fmt.Fprintln(cmd.ErrOrStderr(), "amelia: interrupted; the agent was stopped and the sandbox cleaned up")
+				return exitError{130}
+			case errors.Is(err, run.ErrRefused):
+				return usageError{err}
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&provider, "sandbox", "", "sandbox provider for this run, instead of the profile's (local, docker, ssh, daytona, or a plugin)")
+	f.StringVar(&req.Repo, "repo", "", "repository: a local checkout's path or a URL (default: the git repository of the current directory)")
+	f.StringVar(&req.Base, "base", "", "branch to start from (default: the checked-out branch, or the URL's default branch)")
+	f.StringVar(&req.Workflow, "workflow", "", "workflow id; the result branch is amelia/<id> (default: made from the prompt, e.g. fix-login-3f9a)")
+	f.StringVar(&req.Model, "model", "", "model, as the upstream names it (default: the profile's)")
+	f.StringVar(&promptFile, "prompt-file", "", "file holding the task (- for stdin)")
+	f.BoolVar(&asJSON, "json", false, "one JSON line per event, for programs")
+	f.BoolVar(&req.Push, "push", false, "push the result branch to the origin of a URL repository")
+	f.BoolVar(&req.KeepWorktree, "keep-worktree", false, "leave the workflow's worktree in the sandbox")
+	f.BoolVar(&req.IncludeDirty, "include-dirty", false, "carry uncommitted changes of the local checkout in as a commit")
+	return cmd
+}
+
+// maxPrompt bounds the task's size.
+const maxPrompt = 1 << 20
+
+// readPrompt is the task: the file's content (stdin for "-"), or the
+// arguments joined.
+func readPrompt(stdin io.Reader, file string, args []string) (string, error) {
+	var prompt string
+	switch {
+	case file != "" && len(args) > 0:
+		return "", errors.New("give the task either as --prompt-file or as arguments, not both")
+	case file != "":
+		r := stdin
+		if file != "-" {
+			f, err := os.Open(file)
+			if err != nil {
+				return "", fmt.Errorf("read the prompt: %w", err)
+			}
+			defer f.Close()
+			r = f
+		}
+		b, err := io.ReadAll(io.LimitReader(r, maxPrompt+1))
+		if err != nil {
+			return "", fmt.Errorf("read the prompt from %s: %w", file, err)
+		}
+		if len(b) > maxPrompt {
+			return "", fmt.Errorf("the prompt in %s is over %d bytes", file, maxPrompt)
+		}
+		prompt = string(b)
+	default:
+		prompt = strings.Join(args, " ")
+	}
+	if strings.TrimSpace(prompt) == "" {
+		return "", errors.New(`no task: amelia run "what to do", or amelia run --prompt-file FILE`)
+	}
+	return prompt, nil
+}

@@ -1,0 +1,172 @@
+// Package run is the whole of `amelia run`: it starts the proxy on host
+// loopback and mints the run's token, starts the profile's provider plugin
+// and its sandbox, puts the right amelia-worker inside, opens the tunnel to
+// the proxy, prepares the workspace, runs the agent while streaming its
+// messages to a view, and brings the result back as a git branch. Every
+// step is a phase of the view, with its duration; whatever happens, the
+// steps' cleanups run in reverse order (prompt file, worktree, tunnel, run
+// token, plugin), also when the context is cancelled (Ctrl-C).
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/pluginhost"
+	"github.com/amelia-sandbox/amelia/core/protocol"
+	"github.com/amelia-sandbox/amelia/core/runview"
+)
+
+// Phases, in the order a run goes through them.
+const (
+	PhaseCheck     = "check"
+	PhaseProxy     = "proxy"
+	PhasePlugin    = "plugin"
+	PhaseSandbox   = "sandbox"
+	PhaseWorker    = "worker"
+	PhaseTunnel    = "tunnel"
+	PhaseWorkspace = "workspace"
+	PhaseAgent     = "agent"
+	PhaseResults   = "results"
+	PhaseCleanup   = "cleanup"
+)
+
+// Request is one run.
+type Request struct {
+	// Profile is the profile to run with, --sandbox already applied.
+	Profile *config.Profile
+	// Repo is a local path (of a git checkout) or a URL.
+	Repo string
+	// Base is the branch the workflow starts from; "" is the repository's
+	// default branch.
+	Base string
+	// Workflow is the workflow id; "" makes one from the prompt.
+	Workflow string
+	// Model is the model; "" is the profile's.
+	Model  string
+	Prompt string
+	// Push pushes the result branch of a URL repository to its origin.
+	Push bool
+	// KeepWorktree leaves the worktree in the sandbox after the run.
+	KeepWorktree bool
+	// IncludeDirty carries uncommitted changes of a local checkout in as a
+	// commit instead of refusing them.
+	IncludeDirty bool
+}
+
+// Host is what a run needs of the machine it runs on.
+type Host struct {
+	Plugins *pluginhost.Host
+	// Workers puts the right amelia-worker into sandboxes; one per process,
+	// so it hashes each host binary once.
+	Workers *driver.Installer
+	// AuditDir holds the proxy's audit logs when the profile sets none.
+	AuditDir string
+	// LookupEnv reads the host's environment (keys, tokens).
+	LookupEnv func(string) (string, bool)
+	// Environ is the environment of host-side git credential lookups.
+	Environ []string
+	Logger  *slog.Logger
+}
+
+// Result is what a run produced.
+type Result struct {
+	Workflow string
+	// Branch is the result branch: in the host repository for a local
+	// checkout, on the origin when pushed.
+	Branch   string
+	DiffStat string
+	Usage    *protocol.DriverUsage
+	Pushed   bool
+}
+
+// Run runs req, reporting its phases and the agent's messages to view, and
+// ends with view's summary. The error is one line that says which phase
+// failed and why; a cancelled ctx gives an error matching context.Canceled.
+func Run(ctx context.Context, host Host, req Request, view runview.View) (Result, error) {
+	if host.Logger == nil {
+		host.Logger = slog.New(slog.DiscardHandler)
+	}
+	if host.Workers == nil {
+		host.Workers = &driver.Installer{Logger: host.Logger} // finds no worker: a clear error at the worker phase
+	}
+	r := &runner{host: host, req: req, view: view, start: time.Now()}
+	res, err := r.run(ctx)
+	r.cleanup()
+	view.Summary(runview.Summary{
+		Workflow: res.Workflow,
+		Branch:   res.Branch,
+		DiffStat: res.DiffStat,
+		Usage:    res.Usage,
+		Wall:     time.Since(r.start),
+		Pushed:   res.Pushed,
+		Err:      err,
+	})
+	return res, err
+}
+
+// runner is one run in progress.
+type runner struct {
+	host  Host
+	req   Request
+	view  runview.View
+	start time.Time
+
+	cleanups []cleanup // in the order they were registered
+}
+
+type cleanup struct {
+	what string
+	fn   func(context.Context) error
+}
+
+// cleanupTimeout bounds all cleanups together, which run even when the
+// run's context is cancelled.
+const cleanupTimeout = 2 * time.Minute
+
+// onEnd registers fn to run when the run ends, before the cleanups
+// registered earlier.
+func (r *runner) onEnd(what string, fn func(context.Context) error) {
+	r.cleanups = append(r.cleanups, cleanup{what, fn})
+}
+
+// cleanup runs the cleanups in reverse order, as one phase; each failure is
+// logged, and none stops the others.
+func (r *runner) cleanup() {
+	if len(r.cleanups) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	r.phase(PhaseCleanup, func() error {
+		var errs []error
+		for i := len(r.cleanups) - 1; i >= 0; i-- {
+			c := r.cleanups[i]
+			if err := c.fn(ctx); err != nil {
+				r.host.Logger.Warn("cleanup failed", "what", c.what, "err", err)
+				errs = append(errs, fmt.Errorf("%s: %w", c.what, err))
+			}
+		}
+		return errors.Join(errs...)
+	})
+	r.cleanups = nil
+}
+
+// phase runs fn as the named phase of the view. A failure is wrapped with
+// the phase's name unless it is the context's own.
+func (r *runner) phase(name string, fn func() error) error {
+	r.view.PhaseStart(name)
+	start := time.Now()
+	err := fn()
+	r.view.PhaseEnd(name, time.Since(start), err)
+	if err != nil && !strings.HasPrefix(err.Error(), name+": ") {
+		err = fmt.Errorf("%s: %w", name, err)
+	}
+	return err
+}

@@ -1,0 +1,114 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/amelia-sandbox/amelia/core/workspace"
+)
+
+// ErrRefused matches the errors of a run refused before anything started:
+// a bad workflow id, a branch that exists, a dirty checkout, a repository
+// that is not one. Nothing was created and nothing needs cleaning.
+var ErrRefused = errors.New("refused")
+
+type refusal struct{ error }
+
+func (refusal) Is(target error) bool { return target == ErrRefused }
+
+func refuse(err error) error { return refusal{err} }
+
+// source is the repository a run works on, as checked before the run.
+type source struct {
+	workflow string
+	// local is the host checkout, or nil for a URL.
+	local *workspace.HostRepo
+	// url is the repository's URL, or "" for a local checkout.
+	url string
+	// base is the base branch; "" for a URL means its default branch.
+	base string
+}
+
+// scpLike matches git's scp-like syntax, user@host:path.
+var scpLike = regexp.MustCompile(`^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:`)
+
+// isURL reports whether repo names a remote repository rather than a path.
+func isURL(repo string) bool {
+	return strings.Contains(repo, "://") || scpLike.MatchString(repo)
+}
+
+// check refuses, before anything starts, what would fail later or lose
+// work: a bad or taken workflow id, a repository that is not one, a dirty
+// checkout, a URL without --push (its result would have nowhere to go).
+func (r *runner) check(ctx context.Context) (source, error) {
+	req := r.req
+	src := source{workflow: req.Workflow, base: req.Base}
+	if strings.TrimSpace(req.Prompt) == "" {
+		return src, refuse(errors.New("no task: the prompt is empty"))
+	}
+	if src.workflow == "" {
+		src.workflow = workspace.NewWorkflowID(req.Prompt)
+	}
+	if err := workspace.ValidateWorkflowID(src.workflow); err != nil {
+		return src, refuse(fmt.Errorf("--workflow: %w", err))
+	}
+	branch := workspace.Branch(src.workflow)
+
+	if isURL(req.Repo) {
+		if strings.HasPrefix(req.Repo, "-") || strings.ContainsAny(req.Repo, " \n\t") {
+			return src, refuse(fmt.Errorf("--repo %q is not a repository URL", req.Repo))
+		}
+		if !req.Push {
+			return src, refuse(fmt.Errorf("--repo %s is a URL: its result can only go back by git push; add --push (the branch is %s, never the default branch)", req.Repo, branch))
+		}
+		if req.IncludeDirty {
+			return src, refuse(errors.New("--include-dirty is for a local checkout, not a URL"))
+		}
+		src.url = req.Repo
+		return src, nil
+	}
+	if req.Push {
+		return src, refuse(errors.New("--push is for a URL repository; for a local checkout the result comes back as a branch in it"))
+	}
+	repo, err := workspace.OpenHostRepo(ctx, req.Repo, r.host.Logger)
+	if err != nil {
+		return src, refuse(err)
+	}
+	src.local = repo
+	if src.base == "" {
+		if src.base, err = repo.DefaultBranch(ctx); err != nil {
+			return src, refuse(err)
+		}
+	}
+	if _, err := repo.ResolveBranch(ctx, src.base); err != nil {
+		return src, refuse(fmt.Errorf("--base: %w", err))
+	}
+	exists, err := repo.BranchExists(ctx, branch)
+	if err != nil {
+		return src, err
+	}
+	if exists {
+		return src, refuse(fmt.Errorf("branch %s already exists in %s: pick another --workflow, or delete it (git branch -D %s)", branch, repo.Dir, branch))
+	}
+	if !req.IncludeDirty {
+		dirty, err := repo.Dirty(ctx)
+		if err != nil {
+			return src, err
+		}
+		if len(dirty) > 0 {
+			return src, refuse(fmt.Errorf("%s has uncommitted changes (%s): commit or stash them, or pass --include-dirty to carry them in as a commit", repo.Dir, listSome(dirty, 3)))
+		}
+	}
+	return src, nil
+}
+
+// listSome is the first n items, and how many more there are.
+func listSome(items []string, n int) string {
+	if len(items) <= n {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:n], ", "), len(items)-n)
+}

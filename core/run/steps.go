@@ -1,0 +1,282 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/protocol"
+	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/core/tunnel"
+	"github.com/amelia-sandbox/amelia/core/workspace"
+	"github.com/amelia-sandbox/amelia/proxy"
+)
+
+// run goes through the phases; the cleanups they register run after it.
+func (r *runner) run(ctx context.Context) (Result, error) {
+	req := r.req
+	res := Result{}
+
+	// Everything that can be refused is refused before a sandbox is touched.
+	var src source
+	if err := r.phase(PhaseCheck, func() (err error) {
+		src, err = r.check(ctx)
+		return err
+	}); err != nil {
+		return res, err
+	}
+	res.Workflow = src.workflow
+
+	var prx *proxyRun
+	if err := r.phase(PhaseProxy, func() (err error) {
+		prx, err = r.startProxy(src)
+		return err
+	}); err != nil {
+		return res, err
+	}
+
+	var sb *sandbox.Sandbox
+	if err := r.phase(PhasePlugin, func() (err error) {
+		sb, err = sandbox.Open(ctx, r.host.Plugins, req.Profile, r.host.Logger)
+		if err != nil {
+			return err
+		}
+		r.onEnd("stop the provider plugin", func(context.Context) error { sb.Close(); return nil })
+		return nil
+	}); err != nil {
+		return res, err
+	}
+
+	var workdir string
+	if err := r.phase(PhaseSandbox, func() error {
+		s, err := sb.Up(ctx)
+		workdir = s.Workdir
+		return err
+	}); err != nil {
+		return res, err
+	}
+
+	var worker string
+	if err := r.phase(PhaseWorker, func() (err error) {
+		worker, err = r.host.Workers.EnsureWorker(ctx, sb)
+		return err
+	}); err != nil {
+		return res, err
+	}
+
+	var tun *tunnel.Host
+	if err := r.phase(PhaseTunnel, func() (err error) {
+		tun, err = tunnel.Open(ctx, sb, tunnel.HostOptions{Worker: worker, Target: prx.addr, Logger: r.host.Logger})
+		if err != nil {
+			return err
+		}
+		r.onEnd("close the tunnel", func(context.Context) error { return tun.Close() })
+		return nil
+	}); err != nil {
+		return res, err
+	}
+	// From here on, a tunnel that dies ends the run with its reason.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-tun.Done():
+			if err := tun.Err(); err != nil {
+				cancel(err)
+			}
+		case <-ctx.Done():
+		}
+	}()
+	env := workerEnv(tun.Addr(), prx.run.Token(), req.Profile.Sandbox.Network)
+
+	ws, err := workspace.New(sb, workdir, workspace.Options{Worker: worker, GitEnv: env, Logger: r.host.Logger})
+	if err != nil {
+		return res, err
+	}
+	var wt string
+	var base workspace.Base
+	if err := r.phase(PhaseWorkspace, func() (err error) {
+		base, wt, err = r.prepareWorkspace(ctx, ws, src)
+		return err
+	}); err != nil {
+		return res, causeOf(ctx, err)
+	}
+
+	d := &driver.Driver{Exec: sb, Worker: worker, Provider: sb.Info.Name, Env: env, Logger: r.host.Logger}
+	if err := r.phase(PhaseAgent, func() error {
+		var failed error
+		for m, err := range d.ExecuteAgentic(ctx, driver.AgenticRequest{
+			Workflow: src.workflow, Prompt: req.Prompt, Cwd: wt, Model: r.model(),
+		}) {
+			if err != nil {
+				return err
+			}
+			r.view.Message(&m)
+			if m.Type == protocol.Result && m.IsError {
+				// The worker's own account of a failed run: nothing to
+				// deliver. Read on to the end for its usage.
+				failed = fmt.Errorf("the agent failed: %s", firstLine(m.Content))
+			}
+		}
+		return failed
+	}); err != nil {
+		res.Usage = d.Usage()
+		return res, causeOf(ctx, err)
+	}
+	usage := d.Usage()
+	if err := r.phase(PhaseResults, func() (err error) {
+		res, err = r.deliver(ctx, ws, src, base)
+		return err
+	}); err != nil {
+		res.Usage = usage
+		return res, causeOf(ctx, err)
+	}
+	res.Usage = usage
+	return res, nil
+}
+
+// causeOf prefers the reason ctx was cancelled with (the tunnel's death)
+// over the error it caused.
+func causeOf(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(err, cause) {
+		return fmt.Errorf("%w (%v)", cause, err)
+	}
+	return err
+}
+
+func (r *runner) model() string {
+	if r.req.Model != "" {
+		return r.req.Model
+	}
+	return r.req.Profile.Model
+}
+
+// proxyRun is the proxy serving this run on host loopback.
+type proxyRun struct {
+	addr string
+	run  *proxy.Run
+}
+
+// startProxy starts a proxy on host loopback for this run alone and mints
+// its token. The profile's keys are read here, from the host's environment.
+func (r *runner) startProxy(src source) (*proxyRun, error) {
+	var repos []string
+	if src.url != "" {
+		repos = []string{src.url}
+	}
+	cfg, err := proxy.ProfileRun(r.req.Profile, r.host.LookupEnv, proxy.NewRunID(src.workflow, time.Now()), repos, r.host.AuditDir)
+	if err != nil {
+		return nil, err
+	}
+	srv := proxy.New(proxy.Options{Logger: r.host.Logger, Environ: r.host.Environ})
+	run, err := srv.Start(cfg)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := srv.ListenAndServe("")
+	if err != nil {
+		run.Close()
+		return nil, err
+	}
+	r.onEnd("stop the proxy", func(context.Context) error { return srv.Close() })
+	return &proxyRun{addr: addr, run: run}, nil
+}
+
+// workerEnv is the worker's environment: the proxy through the tunnel, and
+// for a policy other than open, the egress proxy for everything else.
+func workerEnv(addr, token string, network config.NetworkMode) map[string]string {
+	env := map[string]string{
+		"AMELIA_PROXY_URL":   "http://" + addr,
+		"AMELIA_PROXY_TOKEN": token,
+	}
+	if network != config.NetworkOpen {
+		host, port, _ := net.SplitHostPort(addr)
+		egress := "http://amelia:" + token + "@" + net.JoinHostPort(host, port)
+		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+			env[k] = egress
+		}
+		noProxy := strings.Join([]string{"127.0.0.1", "localhost", "::1"}, ",")
+		env["NO_PROXY"], env["no_proxy"] = noProxy, noProxy
+	}
+	return env
+}
+
+// prepareWorkspace brings the repository into the sandbox and adds the
+// workflow's worktree; the worktree is removed when the run ends unless
+// --keep-worktree.
+func (r *runner) prepareWorkspace(ctx context.Context, ws *workspace.Workspace, src source) (workspace.Base, string, error) {
+	var base workspace.Base
+	if src.local != nil {
+		synced, err := ws.SyncLocal(ctx, workspace.LocalSource{
+			Repo: src.local, Branch: src.base, IncludeDirty: r.req.IncludeDirty, Workflow: src.workflow,
+		})
+		if err != nil {
+			return base, "", err
+		}
+		base = synced.Base
+	} else {
+		var err error
+		if base, err = ws.SyncURL(ctx, src.url, src.base); err != nil {
+			return base, "", err
+		}
+	}
+	dir, err := ws.AddWorktree(ctx, src.workflow, base)
+	if err != nil {
+		return base, "", err
+	}
+	r.onEnd("remove the worktree", func(ctx context.Context) error {
+		if r.req.KeepWorktree {
+			r.host.Logger.Info("worktree kept", "dir", dir)
+			return nil
+		}
+		return ws.RemoveWorktree(ctx, src.workflow)
+	})
+	return base, dir, nil
+}
+
+// deliver commits what the agent left uncommitted, then brings the branch
+// back into the host checkout, or pushes it for a URL.
+func (r *runner) deliver(ctx context.Context, ws *workspace.Workspace, src source, base workspace.Base) (Result, error) {
+	res := Result{Workflow: src.workflow, Branch: workspace.Branch(src.workflow)}
+	if _, err := ws.CommitAll(ctx, src.workflow, r.req.Prompt); err != nil {
+		return res, err
+	}
+	if src.local == nil {
+		if err := ws.Push(ctx, src.workflow, src.url, base); err != nil {
+			return res, err
+		}
+		res.Pushed = true
+		return res, nil
+	}
+	_, err := ws.FetchResult(ctx, src.local, src.workflow, base, workspace.ResultOptions{})
+	if errors.Is(err, workspace.ErrNoChanges) {
+		// The agent changed nothing (it answered a question, or found
+		// nothing to do): a successful run without a branch.
+		r.host.Logger.Info("the agent changed nothing; no branch created", "workflow", src.workflow)
+		res.Branch = ""
+		return res, nil
+	}
+	if err != nil {
+		return res, err
+	}
+	stat, err := src.local.DiffStat(ctx, base.Commit, res.Branch)
+	if err != nil {
+		return res, err
+	}
+	res.DiffStat = stat
+	return res, nil
+}
+
+// firstLine is the first line of s, for one-line errors.
+func firstLine(s *string) string {
+	if s == nil {
+		return "no message"
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(*s), "\n")
+	return line
+}

@@ -1,0 +1,147 @@
+// Command demo is `make demo`: it runs `amelia run` on a throwaway git
+// repository and shows the branch the agent produced.
+//
+// The model is the real one when the profile's key (OPENAI_API_KEY by
+// default) is set in the environment; otherwise it is a scripted model
+// server on loopback that plays a fixed session, and the demo says so. The
+// provider is docker when this build has one and an engine answers, else
+// local (which isolates nothing, and says so).
+//
+//	go run ./internal/demo [-amelia bin/amelia]
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/amelia-sandbox/amelia/internal/llmtest"
+)
+
+func main() {
+	amelia := flag.String("amelia", "bin/amelia", "the amelia binary")
+	flag.Parse()
+	if err := demo(*amelia); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+const task = `Add a Go program hello.go that prints "hello, amelia", and mention it in the README.`
+
+func demo(amelia string) error {
+	amelia, err := filepath.Abs(amelia)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "amelia-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	repo := filepath.Join(dir, "repo")
+
+	var llm string
+	if key := os.Getenv("OPENAI_API_KEY"); key != "" {
+		fmt.Println("model: the real one, gpt-4.1-mini at https://api.openai.com/v1 (OPENAI_API_KEY is set)")
+	} else {
+		srv, err := llmtest.Start(llmtest.Options{}, script()...)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		llm = fmt.Sprintf("\n    llm: {base_url: %q, api_key_env: AMELIA_DEMO_KEY}", srv.URL()+"/v1")
+		os.Setenv("AMELIA_DEMO_KEY", "sk-demo-scripted")
+		fmt.Printf("model: a SCRIPTED model server on %s playing a fixed session (set OPENAI_API_KEY for the real one)\n", srv.URL())
+	}
+	provider := pickProvider(amelia)
+	config := filepath.Join(dir, "config.yaml")
+	yaml := fmt.Sprintf("default_profile: demo\nprofiles:\n  demo:%s\n    sandbox:\n      provider: %s\n      local: {root: %q}\n", llm, provider, filepath.Join(dir, "sandboxes"))
+	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
+		return err
+	}
+
+	for _, args := range [][]string{
+		{"init", "-q", "-b", "main"},
+		{"-c", "user.name=Demo", "-c", "user.email=demo@example.com", "commit", "-q", "--allow-empty", "-m", "empty start"},
+	} {
+		if err := os.MkdirAll(repo, 0o755); err != nil {
+			return err
+		}
+		if err := run(repo, "git", args...); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(repo, "README.md"), []byte("# demo\n"), 0o644); err != nil {
+		return err
+	}
+	if err := run(repo, "git", "add", "README.md"); err != nil {
+		return err
+	}
+	if err := run(repo, "git", "-c", "user.name=Demo", "-c", "user.email=demo@example.com", "commit", "-q", "-m", "README"); err != nil {
+		return err
+	}
+
+	fmt.Printf("repository: %s\n\n$ amelia run --workflow hello %q\n", repo, task)
+	if err := run(repo, amelia, "--config", config, "run", "--workflow", "hello", task); err != nil {
+		return fmt.Errorf("amelia run: %w", err)
+	}
+	fmt.Println("\n$ git log --oneline main..amelia/hello")
+	if err := run(repo, "git", "--no-pager", "log", "--oneline", "main..amelia/hello"); err != nil {
+		return err
+	}
+	fmt.Println("\n$ git diff main amelia/hello")
+	return run(repo, "git", "--no-pager", "diff", "main", "amelia/hello")
+}
+
+// pickProvider is docker when amelia has it and an engine's socket is
+// there, else local, and says which.
+func pickProvider(amelia string) string {
+	out, err := exec.Command(amelia, "plugin", "ls", "--json").Output()
+	var plugins []struct {
+		Name string `json:"name"`
+	}
+	if err == nil && json.Unmarshal(out, &plugins) == nil {
+		_, sockErr := os.Stat("/var/run/docker.sock")
+		for _, p := range plugins {
+			if p.Name == "docker" && (sockErr == nil || os.Getenv("DOCKER_HOST") != "") {
+				fmt.Println("provider: docker")
+				return "docker"
+			}
+		}
+	}
+	fmt.Println("provider: local (this build has no Docker provider, or no engine answers); it isolates nothing: the agent runs on this machine")
+	return "local"
+}
+
+// script is the scripted model's session: write a file, edit another,
+// run the program, answer.
+func script() []llmtest.Turn {
+	call := func(name string, args map[string]string) llmtest.ToolCall {
+		b, _ := json.Marshal(args)
+		return llmtest.ToolCall{Name: name, Arguments: string(b)}
+	}
+	return []llmtest.Turn{
+		{Text: "I'll add hello.go first.", ToolCalls: []llmtest.ToolCall{call("write_file", map[string]string{
+			"file_path": "hello.go",
+			"content":   "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tfmt.Println(\"hello, amelia\")\n}\n",
+		})}},
+		{Text: "Now the README.", ToolCalls: []llmtest.ToolCall{call("write_file", map[string]string{
+			"file_path": "README.md",
+			"content":   "# demo\n\n`go run hello.go` prints a greeting.\n",
+		})}},
+		{ToolCalls: []llmtest.ToolCall{call("execute", map[string]string{"command": "ls -l && cat README.md"})}},
+		{Text: "Added hello.go, which prints \"hello, amelia\", and described it in the README.",
+			Usage: &llmtest.Usage{PromptTokens: 1830, CompletionTokens: 145}},
+	}
+}
+
+func run(dir, name string, args ...string) error {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	return cmd.Run()
+}
