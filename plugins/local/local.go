@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/hostproc"
@@ -94,9 +95,12 @@ type settings struct {
 	Root string `json:"root"`
 }
 
-// marker is the content of markerFile.
+// marker is the content of markerFile: the sandbox's id, and the labels
+// and time it was created with (absent in markers of older versions).
 type marker struct {
-	ID string `json:"id"`
+	ID      string            `json:"id"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Created time.Time         `json:"created,omitzero"`
 }
 
 // sandbox is a resolved local sandbox: where it lives.
@@ -111,18 +115,27 @@ func (s sandbox) tmp() string     { return filepath.Join(s.dir, "tmp") }
 func (s sandbox) marker() string  { return filepath.Join(s.dir, markerFile) }
 
 func (p *Provider) resolve(ref sdk.SandboxRef) (sandbox, error) {
-	var set settings
-	if err := ref.DecodeConfig(&set); err != nil {
+	root, err := p.root(ref.Config)
+	if err != nil {
 		return sandbox{}, err
+	}
+	return sandbox{name: ref.Name, dir: filepath.Join(root, ref.Name)}, nil
+}
+
+// root is the directory holding the sandboxes of a profile's settings.
+func (p *Provider) root(config json.RawMessage) (string, error) {
+	var set settings
+	if err := (sdk.SandboxRef{Config: config}).DecodeConfig(&set); err != nil {
+		return "", err
 	}
 	root := set.Root
 	if root == "" {
 		root = p.opts.DefaultRoot
 	}
 	if root == "" || !filepath.IsAbs(root) {
-		return sandbox{}, sdk.Errorf(sdk.ErrInvalid, "local.root must be an absolute directory, got %q", root)
+		return "", sdk.Errorf(sdk.ErrInvalid, "local.root must be an absolute directory, got %q", root)
 	}
-	return sandbox{name: ref.Name, dir: filepath.Join(root, ref.Name)}, nil
+	return root, nil
 }
 
 // readMarker returns the sandbox's id, or ErrNotFound.
@@ -167,7 +180,7 @@ func (p *Provider) EnsureRunning(_ context.Context, spec sdk.Spec) (sdk.Sandbox,
 			return sdk.Sandbox{}, fmt.Errorf("create local sandbox %q: %w", sb.name, err)
 		}
 	}
-	created, err := sb.createMarker()
+	created, err := sb.createMarker(spec.Labels)
 	if err != nil {
 		return sdk.Sandbox{}, err
 	}
@@ -187,10 +200,10 @@ func (p *Provider) EnsureRunning(_ context.Context, spec sdk.Spec) (sdk.Sandbox,
 // The marker appears whole or not at all (written aside, then hard-linked
 // into place, which fails if it exists), so a concurrent EnsureRunning never
 // reads a half-written one.
-func (s sandbox) createMarker() (bool, error) {
+func (s sandbox) createMarker(labels map[string]string) (bool, error) {
 	id := make([]byte, 12)
 	_, _ = rand.Read(id)
-	b, _ := json.Marshal(marker{ID: hex.EncodeToString(id)})
+	b, _ := json.Marshal(marker{ID: hex.EncodeToString(id), Labels: labels, Created: time.Now().UTC()})
 	f, err := os.CreateTemp(s.dir, markerFile+".*")
 	if err != nil {
 		return false, fmt.Errorf("create local sandbox %q: %w", s.name, err)
@@ -348,6 +361,55 @@ func (p *Provider) HealthCheck(_ context.Context, ref sdk.SandboxRef) (sdk.Healt
 		return sdk.Health{State: sdk.HealthUnhealthy, Message: "workspace directory is missing: " + sb.workdir()}, nil
 	}
 	return sdk.Health{State: sdk.HealthReady, Message: sb.dir}, nil
+}
+
+// List lists the sandboxes under the settings' root whose markers carry
+// every label asked for. A local sandbox that exists is ready, unless its
+// workspace directory is gone.
+func (p *Provider) List(_ context.Context, req sdk.ListRequest) ([]sdk.Listed, error) {
+	root, err := p.root(req.Config)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list local sandboxes in %s: %w", root, err)
+	}
+	var out []sdk.Listed
+	for _, e := range entries {
+		if !e.IsDir() || !sdk.ValidName(e.Name()) {
+			continue
+		}
+		sb := sandbox{name: e.Name(), dir: filepath.Join(root, e.Name())}
+		m, err := sb.readMarker()
+		if err != nil || !hasLabels(m.Labels, req.Labels) {
+			continue // not a sandbox, or not one asked for
+		}
+		state := sdk.HealthReady
+		if fi, err := os.Stat(sb.workdir()); err != nil || !fi.IsDir() {
+			state = sdk.HealthUnhealthy
+		}
+		out = append(out, sdk.Listed{
+			Ref:     sdk.SandboxRef{Name: sb.name, ID: m.ID, Config: req.Config},
+			Labels:  m.Labels,
+			State:   state,
+			Created: m.Created,
+		})
+	}
+	return out, nil
+}
+
+// hasLabels reports whether have carries every label of want.
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Close kills every exec still running; the SDK calls it when the plugin

@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
 )
@@ -89,6 +90,22 @@ func sandboxToPB(s Sandbox) *pb.EnsureRunningResponse {
 
 func sandboxFromPB(r *pb.EnsureRunningResponse) Sandbox {
 	return Sandbox{Ref: refFromPB(r.GetRef()), Created: r.GetCreated(), Workdir: r.GetWorkdir(), Details: r.GetDetails()}
+}
+
+func listedToPB(l Listed) *pb.ListedSandbox {
+	out := &pb.ListedSandbox{Ref: refToPB(l.Ref), Labels: l.Labels, State: string(l.State)}
+	if !l.Created.IsZero() {
+		out.Created = timestamppb.New(l.Created)
+	}
+	return out
+}
+
+func listedFromPB(l *pb.ListedSandbox) Listed {
+	out := Listed{Ref: refFromPB(l.GetRef()), Labels: l.GetLabels(), State: HealthState(l.GetState())}
+	if l.GetCreated() != nil {
+		out.Created = l.GetCreated().AsTime()
+	}
+	return out
 }
 
 func execStartToPB(r ExecRequest, stdin bool) *pb.ExecStart {

@@ -32,7 +32,10 @@ func NewClient(cc grpc.ClientConnInterface) *Client {
 	return &Client{rpc: pb.NewProviderClient(cc)}
 }
 
-var _ Provider = (*Client)(nil)
+var (
+	_ Provider = (*Client)(nil)
+	_ Lister   = (*Client)(nil)
+)
 
 func (c *Client) Info(ctx context.Context) (Info, error) {
 	r, err := c.rpc.Info(ctx, &pb.InfoRequest{})
@@ -61,6 +64,20 @@ func (c *Client) HealthCheck(ctx context.Context, ref SandboxRef) (Health, error
 		return Health{}, fromStatus(err)
 	}
 	return Health{State: HealthState(r.GetState()), Message: r.GetMessage()}, nil
+}
+
+// List asks the remote provider for its sandboxes; a provider that cannot
+// list gives ErrUnsupported.
+func (c *Client) List(ctx context.Context, req ListRequest) ([]Listed, error) {
+	r, err := c.rpc.List(ctx, &pb.ListRequest{Config: req.Config, Labels: req.Labels})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	out := make([]Listed, 0, len(r.GetSandboxes()))
+	for _, l := range r.GetSandboxes() {
+		out = append(out, listedFromPB(l))
+	}
+	return out, nil
 }
 
 // Exec runs req remotely. When ctx ends it sends Cancel and keeps reading, so

@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -131,6 +132,31 @@ func (s *Server) HealthCheck(ctx context.Context, r *pb.HealthCheckRequest) (*pb
 	case <-ctx.Done():
 		return nil, status.Errorf(codes.DeadlineExceeded, "health check of sandbox %q took longer than %s", ref.Name, s.healthTimeout)
 	}
+}
+
+// List answers from the provider's Lister, or UNIMPLEMENTED when it has
+// none. A listed sandbox whose name is not valid is a provider bug: the
+// host could not use its ref, so it fails the call.
+func (s *Server) List(ctx context.Context, r *pb.ListRequest) (*pb.ListResponse, error) {
+	l, ok := s.impl.(Lister)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this provider cannot list its sandboxes")
+	}
+	found, err := l.List(ctx, ListRequest{Config: r.GetConfig(), Labels: r.GetLabels()})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.ListResponse{}
+	for _, f := range found {
+		if err := ValidateName(f.Ref.Name); err != nil {
+			return nil, toStatus(fmt.Errorf("list: %w", err))
+		}
+		if f.Ref.Config == nil {
+			f.Ref.Config = r.GetConfig()
+		}
+		out.Sandboxes = append(out.Sandboxes, listedToPB(f))
+	}
+	return out, nil
 }
 
 // Exec runs one exec stream: ExecStart, then stdin, cancel and resize from the

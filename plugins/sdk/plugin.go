@@ -222,7 +222,10 @@ func Launch(cmd *exec.Cmd, opts LaunchOptions) (*Plugin, error) {
 // Close stops the plugin process.
 func (p *Plugin) Close() { p.client.Kill() }
 
-var _ Provider = (*Plugin)(nil)
+var (
+	_ Provider = (*Plugin)(nil)
+	_ Lister   = (*Plugin)(nil)
+)
 
 func (p *Plugin) Info(ctx context.Context) (Info, error) {
 	info, err := p.rpc.Info(ctx)
@@ -246,6 +249,13 @@ func (p *Plugin) Teardown(ctx context.Context, ref SandboxRef) error {
 func (p *Plugin) HealthCheck(ctx context.Context, ref SandboxRef) (Health, error) {
 	h, err := p.rpc.HealthCheck(ctx, ref)
 	return h, p.explain(ctx, err)
+}
+
+// List lists the plugin's sandboxes; a plugin that cannot list gives
+// ErrUnsupported.
+func (p *Plugin) List(ctx context.Context, req ListRequest) ([]Listed, error) {
+	l, err := p.rpc.List(ctx, req)
+	return l, p.explain(ctx, err)
 }
 
 // Bounds for explain: how long a failed call waits to see whether the

@@ -49,6 +49,42 @@ type Provider interface {
 	HealthCheck(ctx context.Context, ref SandboxRef) (Health, error)
 }
 
+// Lister is an optional interface of a Provider: one that can enumerate the
+// sandboxes it holds implements it, so the host can find sandboxes left
+// behind by a crash or by a profile that is gone (orphans) and remove them.
+// A provider without it is asked nothing; through a plugin, the host's call
+// then fails with ErrUnsupported.
+type Lister interface {
+	// List returns the sandboxes, within the place req.Config says (a local
+	// root, a Docker engine, an SSH host, a cloud organisation), that carry
+	// every label of req.Labels. Sandboxes it cannot attribute (no labels)
+	// are listed only when req.Labels is empty. It runs nothing inside the
+	// sandboxes.
+	List(ctx context.Context, req ListRequest) ([]Listed, error)
+}
+
+// ListRequest is what List looks for.
+type ListRequest struct {
+	// Config is a profile's settings block for this provider, as in
+	// SandboxRef.Config.
+	Config json.RawMessage
+	// Labels must all be carried by a listed sandbox.
+	Labels map[string]string
+}
+
+// Listed is one sandbox found by List.
+type Listed struct {
+	// Ref reaches the sandbox: with it, the host can Exec in it, check it
+	// and tear it down.
+	Ref SandboxRef
+	// Labels are the labels it was created with (Spec.Labels).
+	Labels map[string]string
+	// State is as far as the provider can tell without running anything.
+	State HealthState
+	// Created is when the sandbox was created; zero when unknown.
+	Created time.Time
+}
+
 // Info describes a provider.
 type Info struct {
 	Name        string

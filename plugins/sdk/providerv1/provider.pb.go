@@ -21,6 +21,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -1354,11 +1355,181 @@ func (x *HealthCheckResponse) GetMessage() string {
 	return ""
 }
 
+type ListRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A profile's provider settings (a JSON object): where to look.
+	Config []byte `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	// Only sandboxes that carry all of these labels.
+	Labels        map[string]string `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRequest) Reset() {
+	*x = ListRequest{}
+	mi := &file_provider_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRequest) ProtoMessage() {}
+
+func (x *ListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
+func (*ListRequest) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListRequest) GetConfig() []byte {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *ListRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+type ListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sandboxes     []*ListedSandbox       `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResponse) Reset() {
+	*x = ListResponse{}
+	mi := &file_provider_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResponse) ProtoMessage() {}
+
+func (x *ListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
+func (*ListResponse) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListResponse) GetSandboxes() []*ListedSandbox {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return nil
+}
+
+type ListedSandbox struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   *SandboxRef            `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// The labels the sandbox was created with.
+	Labels map[string]string `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// "ready", "stopped" or "unhealthy", as far as the provider can tell
+	// without running anything in the sandbox.
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// When the sandbox was created; unset when unknown.
+	Created       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListedSandbox) Reset() {
+	*x = ListedSandbox{}
+	mi := &file_provider_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListedSandbox) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListedSandbox) ProtoMessage() {}
+
+func (x *ListedSandbox) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListedSandbox.ProtoReflect.Descriptor instead.
+func (*ListedSandbox) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListedSandbox) GetRef() *SandboxRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *ListedSandbox) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ListedSandbox) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ListedSandbox) GetCreated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
 var File_provider_proto protoreflect.FileDescriptor
 
 const file_provider_proto_rawDesc = "" +
 	"\n" +
-	"\x0eprovider.proto\x12\x12amelia.provider.v1\x1a\x1egoogle/protobuf/duration.proto\"\r\n" +
+	"\x0eprovider.proto\x12\x12amelia.provider.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\r\n" +
 	"\vInfoRequest\"\xc7\x01\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -1448,17 +1619,34 @@ const file_provider_proto_rawDesc = "" +
 	"\x03ref\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\x03ref\"E\n" +
 	"\x13HealthCheckResponse\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage*F\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xa5\x01\n" +
+	"\vListRequest\x12\x16\n" +
+	"\x06config\x18\x01 \x01(\fR\x06config\x12C\n" +
+	"\x06labels\x18\x02 \x03(\v2+.amelia.provider.v1.ListRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"O\n" +
+	"\fListResponse\x12?\n" +
+	"\tsandboxes\x18\x01 \x03(\v2!.amelia.provider.v1.ListedSandboxR\tsandboxes\"\x8f\x02\n" +
+	"\rListedSandbox\x120\n" +
+	"\x03ref\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\x03ref\x12E\n" +
+	"\x06labels\x18\x02 \x03(\v2-.amelia.provider.v1.ListedSandbox.LabelsEntryR\x06labels\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x124\n" +
+	"\acreated\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*F\n" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
-	"\rSTREAM_STDERR\x10\x022\xc1\x03\n" +
+	"\rSTREAM_STDERR\x10\x022\x8c\x04\n" +
 	"\bProvider\x12I\n" +
 	"\x04Info\x12\x1f.amelia.provider.v1.InfoRequest\x1a .amelia.provider.v1.InfoResponse\x12d\n" +
 	"\rEnsureRunning\x12(.amelia.provider.v1.EnsureRunningRequest\x1a).amelia.provider.v1.EnsureRunningResponse\x12M\n" +
 	"\x04Exec\x12\x1f.amelia.provider.v1.ExecRequest\x1a .amelia.provider.v1.ExecResponse(\x010\x01\x12U\n" +
 	"\bTeardown\x12#.amelia.provider.v1.TeardownRequest\x1a$.amelia.provider.v1.TeardownResponse\x12^\n" +
-	"\vHealthCheck\x12&.amelia.provider.v1.HealthCheckRequest\x1a'.amelia.provider.v1.HealthCheckResponseBDZBgithub.com/amelia-sandbox/amelia/plugins/sdk/providerv1;providerv1b\x06proto3"
+	"\vHealthCheck\x12&.amelia.provider.v1.HealthCheckRequest\x1a'.amelia.provider.v1.HealthCheckResponse\x12I\n" +
+	"\x04List\x12\x1f.amelia.provider.v1.ListRequest\x1a .amelia.provider.v1.ListResponseBDZBgithub.com/amelia-sandbox/amelia/plugins/sdk/providerv1;providerv1b\x06proto3"
 
 var (
 	file_provider_proto_rawDescOnce sync.Once
@@ -1473,7 +1661,7 @@ func file_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_provider_proto_goTypes = []any{
 	(Stream)(0),                   // 0: amelia.provider.v1.Stream
 	(*InfoRequest)(nil),           // 1: amelia.provider.v1.InfoRequest
@@ -1496,48 +1684,61 @@ var file_provider_proto_goTypes = []any{
 	(*TeardownResponse)(nil),      // 18: amelia.provider.v1.TeardownResponse
 	(*HealthCheckRequest)(nil),    // 19: amelia.provider.v1.HealthCheckRequest
 	(*HealthCheckResponse)(nil),   // 20: amelia.provider.v1.HealthCheckResponse
-	nil,                           // 21: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	nil,                           // 22: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	nil,                           // 23: amelia.provider.v1.ExecStart.EnvEntry
-	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
+	(*ListRequest)(nil),           // 21: amelia.provider.v1.ListRequest
+	(*ListResponse)(nil),          // 22: amelia.provider.v1.ListResponse
+	(*ListedSandbox)(nil),         // 23: amelia.provider.v1.ListedSandbox
+	nil,                           // 24: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	nil,                           // 25: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	nil,                           // 26: amelia.provider.v1.ExecStart.EnvEntry
+	nil,                           // 27: amelia.provider.v1.ListRequest.LabelsEntry
+	nil,                           // 28: amelia.provider.v1.ListedSandbox.LabelsEntry
+	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
 }
 var file_provider_proto_depIdxs = []int32{
 	3,  // 0: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
 	4,  // 1: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
 	5,  // 2: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	21, // 3: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	24, // 3: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
 	4,  // 4: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
-	22, // 5: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	25, // 5: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
 	9,  // 6: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
 	10, // 7: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
 	11, // 8: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
 	12, // 9: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
 	4,  // 10: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	23, // 11: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
+	26, // 11: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
 	12, // 12: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
-	24, // 13: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
-	24, // 14: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	29, // 13: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
+	29, // 14: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
 	15, // 15: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
 	16, // 16: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
 	14, // 17: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
 	0,  // 18: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
 	4,  // 19: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
 	4,  // 20: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	1,  // 21: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
-	6,  // 22: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
-	8,  // 23: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
-	17, // 24: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
-	19, // 25: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
-	2,  // 26: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
-	7,  // 27: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
-	13, // 28: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
-	18, // 29: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
-	20, // 30: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
-	26, // [26:31] is the sub-list for method output_type
-	21, // [21:26] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	27, // 21: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
+	23, // 22: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
+	4,  // 23: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
+	28, // 24: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
+	30, // 25: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
+	1,  // 26: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
+	6,  // 27: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
+	8,  // 28: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
+	17, // 29: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
+	19, // 30: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
+	21, // 31: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
+	2,  // 32: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
+	7,  // 33: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
+	13, // 34: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
+	18, // 35: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
+	20, // 36: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
+	22, // 37: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
+	32, // [32:38] is the sub-list for method output_type
+	26, // [26:32] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -1563,7 +1764,7 @@ func file_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,7 @@ const (
 	Provider_Exec_FullMethodName          = "/amelia.provider.v1.Provider/Exec"
 	Provider_Teardown_FullMethodName      = "/amelia.provider.v1.Provider/Teardown"
 	Provider_HealthCheck_FullMethodName   = "/amelia.provider.v1.Provider/HealthCheck"
+	Provider_List_FullMethodName          = "/amelia.provider.v1.Provider/List"
 )
 
 // ProviderClient is the client API for Provider service.
@@ -60,6 +61,10 @@ type ProviderClient interface {
 	Teardown(ctx context.Context, in *TeardownRequest, opts ...grpc.CallOption) (*TeardownResponse, error)
 	// HealthCheck reports on a sandbox; it answers within a bounded time.
 	HealthCheck(ctx context.Context, in *HealthCheckRequest, opts ...grpc.CallOption) (*HealthCheckResponse, error)
+	// List returns the sandboxes the provider holds that carry every given
+	// label. Optional: a provider that cannot enumerate its sandboxes answers
+	// UNIMPLEMENTED.
+	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 }
 
 type providerClient struct {
@@ -123,6 +128,16 @@ func (c *providerClient) HealthCheck(ctx context.Context, in *HealthCheckRequest
 	return out, nil
 }
 
+func (c *providerClient) List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListResponse)
+	err := c.cc.Invoke(ctx, Provider_List_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ProviderServer is the server API for Provider service.
 // All implementations must embed UnimplementedProviderServer
 // for forward compatibility.
@@ -146,6 +161,10 @@ type ProviderServer interface {
 	Teardown(context.Context, *TeardownRequest) (*TeardownResponse, error)
 	// HealthCheck reports on a sandbox; it answers within a bounded time.
 	HealthCheck(context.Context, *HealthCheckRequest) (*HealthCheckResponse, error)
+	// List returns the sandboxes the provider holds that carry every given
+	// label. Optional: a provider that cannot enumerate its sandboxes answers
+	// UNIMPLEMENTED.
+	List(context.Context, *ListRequest) (*ListResponse, error)
 	mustEmbedUnimplementedProviderServer()
 }
 
@@ -170,6 +189,9 @@ func (UnimplementedProviderServer) Teardown(context.Context, *TeardownRequest) (
 }
 func (UnimplementedProviderServer) HealthCheck(context.Context, *HealthCheckRequest) (*HealthCheckResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method HealthCheck not implemented")
+}
+func (UnimplementedProviderServer) List(context.Context, *ListRequest) (*ListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method List not implemented")
 }
 func (UnimplementedProviderServer) mustEmbedUnimplementedProviderServer() {}
 func (UnimplementedProviderServer) testEmbeddedByValue()                  {}
@@ -271,6 +293,24 @@ func _Provider_HealthCheck_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Provider_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderServer).List(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provider_List_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderServer).List(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Provider_ServiceDesc is the grpc.ServiceDesc for Provider service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -293,6 +333,10 @@ var Provider_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "HealthCheck",
 			Handler:    _Provider_HealthCheck_Handler,
+		},
+		{
+			MethodName: "List",
+			Handler:    _Provider_List_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -63,7 +63,9 @@ func Run(t *testing.T, cfg Config) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 2 * time.Minute
 	}
-	k := &kit{cfg: cfg, p: connect(t, cfg)}
+	run := make([]byte, 6)
+	_, _ = rand.Read(run)
+	k := &kit{cfg: cfg, p: connect(t, cfg), runID: hex.EncodeToString(run)}
 
 	t.Run("Info", k.info)
 	// One sandbox serves the cases that do not destroy it.
@@ -93,12 +95,14 @@ func Run(t *testing.T, cfg Config) {
 		t.Run(c.name, c.run)
 	}
 	t.Run("TeardownThenExecIsNotFound", k.teardown)
+	t.Run("ListFindsSandboxesByLabel", k.list)
 }
 
 type kit struct {
-	cfg Config
-	p   sdk.Provider
-	sb  sdk.Sandbox
+	cfg   Config
+	p     sdk.Provider
+	sb    sdk.Sandbox
+	runID string // the amelia.sdktest-run label of this run's sandboxes
 }
 
 // connect puts the provider behind the real gRPC shim.
@@ -150,7 +154,7 @@ func (k *kit) spec(name string) sdk.Spec {
 	return sdk.Spec{
 		SandboxRef: sdk.SandboxRef{Name: name, Config: k.cfg.Settings},
 		Network:    sdk.NetworkPolicy{Mode: k.cfg.Network},
-		Labels:     map[string]string{"amelia.sdktest": "true"},
+		Labels:     map[string]string{"amelia.sdktest": "true", "amelia.sdktest-run": k.runID},
 	}
 }
 
@@ -550,6 +554,65 @@ func (k *kit) teardown(t *testing.T) {
 	}
 	if _, err := k.p.HealthCheck(ctx, sb.Ref); !errors.Is(err, sdk.ErrNotFound) {
 		t.Errorf("HealthCheck after Teardown: %v, want an error matching sdk.ErrNotFound", err)
+	}
+}
+
+// list checks the optional Lister: a provider without one answers
+// ErrUnsupported and the case ends there, saying so. One with it lists the
+// sandboxes carrying the labels asked for, with their labels, by refs that
+// reach them, and stops listing a sandbox once it is torn down.
+func (k *kit) list(t *testing.T) {
+	ctx := k.ctx(t)
+	l, ok := k.p.(sdk.Lister)
+	if !ok {
+		t.Fatalf("the kit's provider client %T has no List", k.p)
+	}
+	mine := map[string]string{"amelia.sdktest-run": k.runID}
+	if _, err := l.List(ctx, sdk.ListRequest{Config: k.cfg.Settings, Labels: mine}); errors.Is(err, sdk.ErrUnsupported) {
+		t.Logf("the provider does not implement sdk.Lister (List: %v); nothing more to check", err)
+		return
+	}
+	sb := k.ensure(t, "list")
+	found, err := l.List(ctx, sdk.ListRequest{Config: k.cfg.Settings, Labels: mine})
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	var got *sdk.Listed
+	for i, f := range found {
+		if f.Labels["amelia.sdktest-run"] != k.runID {
+			t.Errorf("List(labels %v) gave %s with labels %v", mine, f.Ref.Name, f.Labels)
+		}
+		if f.Ref.Name == sb.Ref.Name {
+			got = &found[i]
+		}
+	}
+	if got == nil {
+		t.Fatalf("List(labels %v) = %v, want it to include %s", mine, found, sb.Ref.Name)
+	}
+	if got.Labels["amelia.sdktest"] != "true" {
+		t.Errorf("listed labels %v, want the ones EnsureRunning was given", got.Labels)
+	}
+	if got.State != sdk.HealthReady {
+		t.Errorf("listed state of a running sandbox %q, want ready", got.State)
+	}
+	if h, err := k.p.HealthCheck(ctx, got.Ref); err != nil || h.State != sdk.HealthReady {
+		t.Errorf("HealthCheck by the listed ref: %+v, %v; want ready", h, err)
+	}
+	other, err := l.List(ctx, sdk.ListRequest{Config: k.cfg.Settings, Labels: map[string]string{"amelia.sdktest-run": "not-" + k.runID}})
+	if err != nil || len(other) != 0 {
+		t.Errorf("List with a label no sandbox carries = %v, %v; want none", other, err)
+	}
+	if err := k.p.Teardown(ctx, sb.Ref); err != nil {
+		t.Fatalf("Teardown: %v", err)
+	}
+	found, err = l.List(ctx, sdk.ListRequest{Config: k.cfg.Settings, Labels: mine})
+	if err != nil {
+		t.Fatalf("List after Teardown: %v", err)
+	}
+	for _, f := range found {
+		if f.Ref.Name == sb.Ref.Name {
+			t.Errorf("List after Teardown still lists %s", sb.Ref.Name)
+		}
 	}
 }
 
