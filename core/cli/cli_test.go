@@ -8,9 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/amelia-sandbox/amelia/core/buildinfo"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
@@ -75,10 +77,20 @@ func amelia(t *testing.T, stdin string, args ...string) result {
 	return result{code, out.String(), errb.String()}
 }
 
-// normalize replaces the paths that change between runs.
+// normalize replaces the paths, times and ages that change between runs.
+// An age in `sandbox ls` keeps its width, so the table stays aligned.
 func (e env) normalize(s string) string {
-	return strings.NewReplacer(e.home, "$HOME", filepath.Dir(os.Args[0]), "$BINDIR").Replace(s)
+	s = strings.NewReplacer(e.home, "$HOME", filepath.Dir(os.Args[0]), "$BINDIR").Replace(s)
+	s = createdTime.ReplaceAllString(s, `"created": "$$TIME"`)
+	return lsAge.ReplaceAllStringFunc(s, func(m string) string {
+		return "  Ns" + strings.Repeat(" ", len(m)-4)
+	})
 }
+
+var (
+	createdTime = regexp.MustCompile(`"created": "[^"]+"`)
+	lsAge       = regexp.MustCompile(`  \d{1,2}s +`)
+)
 
 func golden(t *testing.T, name, got string) {
 	t.Helper()
@@ -197,27 +209,43 @@ profiles:
     sandbox: {provider: none}
 `
 
-func TestStopTearsDownEveryProfile(t *testing.T) {
+// TestStopAndOrphans: sandbox ls shows each profile's sandbox with its
+// workflows, and the orphan a removed profile left; stop --profile removes
+// only that profile's; stop removes every profile's and the orphans.
+func TestStopAndOrphans(t *testing.T) {
 	e := newEnv(t)
-	e.writeConfig(t, twoProfiles)
-	for _, p := range []string{"a", "b"} {
+	e.writeConfig(t, twoProfiles+"  gone:\n    sandbox: {provider: local}\n")
+	for _, p := range []string{"a", "b", "gone"} {
 		if r := amelia(t, "", "--profile", p, "sandbox", "up"); r.code != 0 {
 			t.Fatalf("up %s: %s", p, r.stderr)
 		}
 	}
-	r := amelia(t, "", "--profile", "b", "stop")
-	if r.code != 0 || r.stdout != "sandbox b removed (provider local)\n" {
-		t.Errorf("stop --profile b: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	// A workflow's worktree, as amelia run leaves it while it runs.
+	if r := amelia(t, "", "--profile", "a", "sandbox", "exec", "--", "mkdir", "-p", "worktrees/fix-login-3f9a"); r.code != 0 {
+		t.Fatalf("mkdir: %s", r.stderr)
 	}
-	if r := amelia(t, "", "sandbox", "ls"); r.stdout != "PROFILE  PROVIDER  STATE   DETAIL\na        local     ready   "+e.home+"/.local/state/amelia/local/a\nb        local     absent  \n" {
-		t.Errorf("ls after stop --profile b:\n%s", r.stdout)
+	e.writeConfig(t, twoProfiles) // the profile "gone" is gone; its sandbox is not
+	var transcript strings.Builder
+	for _, step := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"sandbox", "ls"}, 0},
+		{[]string{"sandbox", "ls", "--json"}, 0},
+		{[]string{"--profile", "b", "stop"}, 0},
+		{[]string{"sandbox", "ls"}, 0},
+		{[]string{"stop"}, 0},
+		{[]string{"sandbox", "ls"}, 0},
+	} {
+		r := amelia(t, "", step.args...)
+		if r.code != step.code {
+			t.Errorf("amelia %s: exit %d, want %d (stderr %q)", strings.Join(step.args, " "), r.code, step.code, r.stderr)
+		}
+		transcript.WriteString("$ amelia " + strings.Join(step.args, " ") + "\n" + r.stdout)
 	}
-	r = amelia(t, "", "stop")
-	if r.code != 0 || r.stdout != "sandbox a removed (provider local)\nsandbox b removed (provider local)\n" {
-		t.Errorf("stop: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
-	}
-	if r := amelia(t, "", "sandbox", "ls"); r.stdout != "PROFILE  PROVIDER  STATE   DETAIL\na        local     absent  \nb        local     absent  \n" {
-		t.Errorf("ls after stop:\n%s", r.stdout)
+	golden(t, "stop", e.normalize(transcript.String()))
+	if _, err := os.Stat(filepath.Join(e.home, ".local", "state", "amelia", "local", "gone")); !os.IsNotExist(err) {
+		t.Errorf("the orphan's directory is still there after stop: %v", err)
 	}
 }
 
@@ -425,4 +453,22 @@ profiles:
 		fmt.Fprintf(&transcript, "$ amelia %s\n%s", strings.Join(step.args, " "), normalize(r.stdout))
 	}
 	golden(t, "doctor", transcript.String())
+}
+
+func TestHumanAge(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{-time.Second, "0s"}, // a clock a little behind the provider's
+		{59 * time.Second, "59s"},
+		{time.Minute, "1m"},
+		{59*time.Minute + 59*time.Second, "59m"},
+		{47 * time.Hour, "47h"},
+		{49 * time.Hour, "2d"},
+	} {
+		if got := humanAge(c.d); got != c.want {
+			t.Errorf("humanAge(%v) = %q, want %q", c.d, got, c.want)
+		}
+	}
 }

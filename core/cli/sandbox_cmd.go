@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/core/workspace"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -185,7 +185,15 @@ type sandboxRow struct {
 	Profile  string `json:"profile"`
 	Provider string `json:"provider"`
 	State    string `json:"state"` // ready, stopped, unhealthy, absent, error
-	Message  string `json:"message,omitempty"`
+	// Created is when the sandbox was created, where the provider can list
+	// its sandboxes.
+	Created *time.Time `json:"created,omitempty"`
+	// Workflows have a worktree in the sandbox: runs in progress, and
+	// worktrees kept with --keep-worktree.
+	Workflows []string `json:"workflows"`
+	// Orphan: this host created it, and no configured profile owns it.
+	Orphan  bool   `json:"orphan,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // sandboxState asks the provider about the sandbox, within a bound.
@@ -209,45 +217,120 @@ func (a *app) sandboxLsCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "ls",
-		Short: "List the sandbox of every configured profile and its state",
+		Short: "List the sandbox of every configured profile, and the orphans this host left, with their state, age and workflows",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
 			var rows []sandboxRow
-			err := a.eachProfile(cmd.Context(), "", func(p *config.Profile, sb *sandbox.Sandbox, openErr error) {
-				if openErr != nil {
-					rows = append(rows, sandboxRow{Profile: p.Name, Provider: p.Sandbox.Provider, State: "error", Message: oneLine(openErr.Error())})
+			err := a.eachSandbox(ctx, "", func(v sandboxVisit) {
+				if v.err != nil {
+					rows = append(rows, sandboxRow{Profile: v.profile, Provider: v.provider, State: "error", Message: oneLine(v.err.Error())})
 					return
 				}
-				rows = append(rows, a.sandboxState(cmd.Context(), sb))
+				var row sandboxRow
+				if v.orphan {
+					row = sandboxRow{Profile: v.profile, Provider: v.provider, State: string(v.listed.State), Orphan: true}
+				} else {
+					row = a.sandboxState(ctx, v.sb)
+				}
+				if v.listed != nil && !v.listed.Created.IsZero() {
+					row.Created = &v.listed.Created
+				}
+				if row.State == string(sdk.HealthReady) {
+					wctx, cancel := context.WithTimeout(ctx, sdk.HealthCheckTimeout)
+					defer cancel()
+					ids, err := workspace.Workflows(wctx, v.sb)
+					if err != nil {
+						row.Message = strings.TrimSpace(row.Message + "; " + oneLine(err.Error()))
+					}
+					row.Workflows = ids
+				}
+				rows = append(rows, row)
 			})
 			if err != nil {
 				return err
 			}
-			return printSandboxRows(cmd.OutOrStdout(), rows, asJSON)
+			// The profiles' sandboxes in name order, then the orphans.
+			slices.SortStableFunc(rows, func(x, y sandboxRow) int {
+				if x.Orphan == y.Orphan {
+					return 0
+				}
+				if y.Orphan {
+					return -1
+				}
+				return 1
+			})
+			return printSandboxRows(cmd.OutOrStdout(), rows, asJSON, time.Now())
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 
-func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool) error {
+func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool, now time.Time) error {
 	if asJSON {
+		for i := range rows {
+			if rows[i].Workflows == nil {
+				rows[i].Workflows = []string{}
+			}
+		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROFILE\tPROVIDER\tSTATE\tDETAIL")
+	fmt.Fprintln(tw, "PROFILE\tPROVIDER\tSTATE\tAGE\tWORKFLOWS\tDETAIL")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Profile, r.Provider, r.State, r.Message)
+		age, workflows, detail := "-", "-", r.Message
+		if r.Created != nil {
+			age = humanAge(now.Sub(*r.Created))
+		}
+		if len(r.Workflows) > 0 {
+			workflows = strings.Join(r.Workflows, ",")
+		}
+		if r.Orphan {
+			detail = strings.TrimSpace("orphan (no profile owns it; amelia stop removes it) " + detail)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Profile, r.Provider, r.State, age, workflows, detail)
 	}
 	return tw.Flush()
 }
 
-// eachProfile opens the sandbox of every configured profile in name order
-// (one plugin process at a time), or of the profile only names when it is
-// not "", and calls fn with it, or with the error that kept it from opening.
-func (a *app) eachProfile(ctx context.Context, only string, fn func(*config.Profile, *sandbox.Sandbox, error)) error {
+// humanAge is d in its largest whole unit: 45s, 12m, 5h, 3d.
+func humanAge(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", max(0, int(d.Seconds())))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// sandboxVisit is one sandbox that ls and stop act on: a configured
+// profile's, or an orphan.
+type sandboxVisit struct {
+	// profile is the profile's name; for an orphan, the profile it was
+	// created for (its amelia.profile label), or its name.
+	profile  string
+	provider string
+	// sb reaches the sandbox; nil when err is set.
+	sb *sandbox.Sandbox
+	// listed is what the provider's List said of it, when it lists.
+	listed *sdk.Listed
+	orphan bool
+	// err kept the provider plugin from starting.
+	err error
+}
+
+// eachSandbox visits the sandbox of every configured profile in name order
+// (one plugin process at a time), or only that of the profile only names;
+// with only empty, it also visits the orphans: sandboxes this host created
+// (their amelia.owner label) that no configured profile owns, as far as
+// each profile's provider can list them.
+func (a *app) eachSandbox(ctx context.Context, only string, fn func(sandboxVisit)) error {
 	c, err := a.loadConfig()
 	if err != nil {
 		return err
@@ -261,34 +344,78 @@ func (a *app) eachProfile(ctx context.Context, only string, fn func(*config.Prof
 		names = []string{p.Name}
 	}
 	host := a.pluginHost()
+	// A sandbox is a configured profile's when its provider and name are.
+	key := func(provider, name string) string { return host.Canonical(provider) + "/" + name }
+	known := map[string]bool{}
+	for name, p := range c.Profiles {
+		known[key(p.Sandbox.Provider, name)] = true
+	}
 	for _, name := range names {
 		p := c.Profiles[name]
 		sb, err := sandbox.Open(ctx, host, p, a.logger)
-		fn(p, sb, err)
-		if sb != nil {
-			sb.Close()
+		if err != nil {
+			fn(sandboxVisit{profile: p.Name, provider: p.Sandbox.Provider, err: err})
+			continue
 		}
+		a.visitProfile(ctx, sb, only == "", known, key, fn)
+		sb.Close()
 	}
 	return nil
+}
+
+// visitProfile visits the profile's own sandbox and, with orphans, the
+// orphans its provider lists that were not visited yet.
+func (a *app) visitProfile(ctx context.Context, sb *sandbox.Sandbox, orphans bool, known map[string]bool, key func(string, string) string, fn func(sandboxVisit)) {
+	owned, err := sb.Owned(ctx)
+	if err != nil && !errors.Is(err, sdk.ErrUnsupported) {
+		a.logger.Warn("cannot look for orphaned sandboxes", "profile", sb.Profile.Name, "err", err)
+	}
+	own := sandboxVisit{profile: sb.Profile.Name, provider: sb.Info.Name, sb: sb}
+	for i, l := range owned {
+		if l.Ref.Name == sb.Ref.Name {
+			own.listed = &owned[i]
+		}
+	}
+	fn(own)
+	if !orphans {
+		return
+	}
+	for i, l := range owned {
+		k := key(sb.Info.Name, l.Ref.Name)
+		if known[k] {
+			continue // a configured profile's, or an orphan already visited
+		}
+		known[k] = true
+		profile := l.Labels[sandbox.LabelProfile]
+		if profile == "" {
+			profile = l.Ref.Name
+		}
+		fn(sandboxVisit{profile: profile, provider: sb.Info.Name, sb: sb.Other(l.Ref), listed: &owned[i], orphan: true})
+	}
 }
 
 func (a *app) stopCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "stop",
-		Short: "Tear down the sandbox of every configured profile, or of the one --profile names",
+		Short: "Tear down the sandbox of every configured profile and the orphans this host left, or only the sandbox of the profile --profile names",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			failed := 0
-			err := a.eachProfile(cmd.Context(), a.profile, func(p *config.Profile, sb *sandbox.Sandbox, err error) {
+			err := a.eachSandbox(cmd.Context(), a.profile, func(v sandboxVisit) {
+				err := v.err
 				if err == nil {
-					err = sb.Down(cmd.Context())
+					err = v.sb.Down(cmd.Context())
 				}
 				if err != nil {
 					failed++
 					fmt.Fprintf(cmd.ErrOrStderr(), "amelia: %s\n", oneLine(err.Error()))
 					return
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "sandbox %s removed (provider %s)\n", p.Name, sb.Info.Name)
+				what := "sandbox " + v.profile
+				if v.orphan {
+					what = fmt.Sprintf("orphaned sandbox %s (of profile %s)", v.sb.Ref.Name, v.profile)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s removed (provider %s)\n", what, v.provider)
 			})
 			if err != nil {
 				return err

@@ -87,8 +87,8 @@ func SearchPath(pluginPath, configDir, self string) []string {
 	return dirs
 }
 
-// canonical resolves an alias to the provider's own name.
-func (h *Host) canonical(name string) string {
+// Canonical resolves an alias to the provider's own name ("none" → "local").
+func (h *Host) Canonical(name string) string {
 	if c, ok := h.opts.Aliases[name]; ok {
 		return c
 	}
@@ -98,7 +98,7 @@ func (h *Host) canonical(name string) string {
 // Find returns the plugin called name. Built-ins come first and cannot be
 // shadowed; among binaries the first on the search path wins.
 func (h *Host) Find(name string) (Plugin, error) {
-	name = h.canonical(name)
+	name = h.Canonical(name)
 	if slices.Contains(h.opts.Builtins, name) {
 		return h.builtin(name), nil
 	}
@@ -158,7 +158,7 @@ func (h *Host) List() ([]Plugin, []Ignored) {
 				continue
 			case !sdk.ValidName(name):
 				ignored = append(ignored, Ignored{path, fmt.Sprintf("%q is not a valid provider name", name)})
-			case slices.Contains(h.opts.Builtins, h.canonical(name)):
+			case slices.Contains(h.opts.Builtins, h.Canonical(name)):
 				ignored = append(ignored, Ignored{path, fmt.Sprintf("%q is a built-in provider", name)})
 			case seen[name] != "":
 				ignored = append(ignored, Ignored{path, "shadowed by " + seen[name]})

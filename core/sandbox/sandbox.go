@@ -9,12 +9,31 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/pluginhost"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
+
+// Labels every sandbox is created with, where its provider keeps labels:
+// they let `amelia sandbox ls` and `amelia stop` find sandboxes that a crash
+// or a removed profile left behind. Never secrets.
+const (
+	LabelProfile = "amelia.profile" // the profile's name
+	LabelOwner   = "amelia.owner"   // the host that created it (Owner)
+	LabelCreated = "amelia.created" // when, RFC 3339 UTC
+)
+
+// Owner is this host's value of the amelia.owner label: its hostname.
+func Owner() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "unknown-host"
+}
 
 // Sandbox is a profile's sandbox behind its provider plugin. Close stops the
 // plugin (not the sandbox).
@@ -26,6 +45,7 @@ type Sandbox struct {
 
 	plugin *sdk.Plugin
 	logger *slog.Logger
+	owner  string
 }
 
 // Open starts the profile's provider plugin.
@@ -56,6 +76,7 @@ func Open(ctx context.Context, host *pluginhost.Host, p *config.Profile, logger 
 		Ref:      sdk.SandboxRef{Name: p.Name, Config: settings},
 		plugin:   pl,
 		logger:   logger,
+		owner:    Owner(),
 	}, nil
 }
 
@@ -70,8 +91,32 @@ func (s *Sandbox) Spec() sdk.Spec {
 			Mode:         sdk.NetworkMode(s.Profile.Sandbox.Network),
 			AllowedHosts: s.Profile.Sandbox.AllowedHosts,
 		},
-		Labels: map[string]string{"amelia.profile": s.Profile.Name},
+		Labels: map[string]string{
+			LabelProfile: s.Profile.Name,
+			LabelOwner:   s.owner,
+			LabelCreated: time.Now().UTC().Format(time.RFC3339),
+		},
 	}
+}
+
+// Owned lists the sandboxes this host created, in the place the profile's
+// provider settings say (a local root, a Docker engine...), this profile's
+// own included. A provider that cannot list gives an error matching
+// sdk.ErrUnsupported.
+func (s *Sandbox) Owned(ctx context.Context) ([]sdk.Listed, error) {
+	found, err := s.plugin.List(ctx, sdk.ListRequest{Config: s.Ref.Config, Labels: map[string]string{LabelOwner: s.owner}})
+	if err != nil {
+		return nil, fmt.Errorf("list the sandboxes of provider %s: %w", s.Info.Name, err)
+	}
+	return found, nil
+}
+
+// Other is the sandbox ref names, through the same plugin (a listed one):
+// Exec, Health and Down act on it. Close it only once, on the original.
+func (s *Sandbox) Other(ref sdk.SandboxRef) *Sandbox {
+	o := *s
+	o.Ref = ref
+	return &o
 }
 
 // CheckPolicy refuses a profile whose network policy the provider cannot

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
@@ -229,3 +230,30 @@ echo committed
 	}
 	return strings.TrimSpace(out.String()) == "committed", nil
 }
+
+// Workflows lists, in name order, the workflows that have a worktree in the
+// workspace at the sandbox's workdir (where amelia run keeps it): the runs
+// in progress, and worktrees kept with --keep-worktree. It runs one `ls`.
+func Workflows(ctx context.Context, ex Execer) ([]string, error) {
+	var out, stderr strings.Builder
+	st, err := ex.Exec(ctx, sdk.ExecRequest{
+		Argv:    []string{"sh", "-c", `[ ! -d worktrees ] || ls -1A worktrees`},
+		Timeout: workflowsTimeout,
+	}, sdk.ExecIO{Stdout: &out, Stderr: &stderr})
+	if err != nil {
+		return nil, fmt.Errorf("list the workflows: %w", err)
+	}
+	if st.Code != 0 {
+		return nil, fmt.Errorf("list the workflows: ls ended with %s: %s", execreport.Status(st), strings.TrimSpace(stderr.String()))
+	}
+	var ids []string
+	for _, id := range strings.Fields(out.String()) {
+		if ValidateWorkflowID(id) == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// workflowsTimeout bounds Workflows' exec.
+const workflowsTimeout = 10 * time.Second
