@@ -3,9 +3,6 @@ package proxy_test
 import (
 	"bytes"
 	"context"
-	"net/http"
-	"net/http/cgi"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,70 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/internal/gittest"
 	"github.com/amelia-sandbox/amelia/proxy"
 )
-
-// gitServer is a real git smart-HTTP server (git http-backend behind
-// net/http/cgi) that requires one username and password for everything.
-type gitServer struct {
-	*httptest.Server
-	repoURL string
-}
-
-func newGitServer(t *testing.T, user, password string) *gitServer {
-	t.Helper()
-	root := t.TempDir()
-	git(t, root, nil, "init", "-q", "--bare", "-b", "main", "repo.git")
-	git(t, filepath.Join(root, "repo.git"), nil, "config", "http.receivepack", "true")
-	// Seed it with one commit.
-	seed := t.TempDir()
-	git(t, seed, nil, "init", "-q", "-b", "main")
-	os.WriteFile(filepath.Join(seed, "README"), []byte("hello\n"), 0o644)
-	git(t, seed, nil, "add", "README")
-	git(t, seed, nil, "commit", "-q", "-m", "seed")
-	git(t, seed, nil, "push", "-q", filepath.Join(root, "repo.git"), "main")
-
-	execPath := strings.TrimSpace(string(gitOutput(t, "", nil, "--exec-path")))
-	backend := &cgi.Handler{
-		Path: filepath.Join(execPath, "git-http-backend"),
-		Env:  []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"},
-	}
-	s := &gitServer{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u, p, ok := r.BasicAuth()
-		if !ok || u != user || p != password {
-			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
-			http.Error(w, "authentication required", http.StatusUnauthorized)
-			return
-		}
-		r.Header.Del("Authorization")
-		backend.ServeHTTP(w, r)
-	}))
-	t.Cleanup(s.Close)
-	s.repoURL = s.URL + "/repo.git"
-	return s
-}
-
-// gitEnv is the environment of git in a test: no user or system config,
-// nothing interactive.
-func gitEnv(home string, extra []string) []string {
-	return append([]string{
-		"PATH=" + os.Getenv("PATH"), "HOME=" + home, "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0",
-		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com",
-		"GORACE=atexit_sleep_ms=0",
-	}, extra...)
-}
-
-func gitOutput(t *testing.T, dir string, env []string, args ...string) []byte {
-	t.Helper()
-	out, err := runGit(t, dir, env, args...)
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return out
-}
-
-func git(t *testing.T, dir string, env []string, args ...string) { gitOutput(t, dir, env, args...) }
 
 func runGit(t *testing.T, dir string, env []string, args ...string) ([]byte, error) {
 	t.Helper()
@@ -84,7 +20,7 @@ func runGit(t *testing.T, dir string, env []string, args ...string) ([]byte, err
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
-	cmd.Env = gitEnv(os.TempDir(), env)
+	cmd.Env = gittest.Env(os.TempDir(), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -102,23 +38,23 @@ func sandboxGit(t *testing.T, p *testProxy, run *proxy.Run, dir string, args ...
 
 func TestGitWithAConfiguredToken(t *testing.T) {
 	const token = "ghs_configured_token_8d1e"
-	srv := newGitServer(t, "x-access-token", token)
+	srv := gittest.NewServer(t, "x-access-token", token)
 	p := newProxy(t, proxy.Options{})
 	auditDir := t.TempDir()
 	run := p.start(t, proxy.RunConfig{
 		OpenAI:   proxy.Upstream{BaseURL: "http://127.0.0.1:1/v1"},
-		Repos:    []string{srv.repoURL},
+		Repos:    []string{srv.RepoURL},
 		Git:      proxy.GitAuth{Token: token},
 		AuditDir: auditDir,
 	})
 	work := t.TempDir()
-	if out, err := sandboxGit(t, p, run, work, "clone", "-q", srv.repoURL, "clone"); err != nil {
+	if out, err := sandboxGit(t, p, run, work, "clone", "-q", srv.RepoURL, "clone"); err != nil {
 		t.Fatalf("clone through the credential proxy: %v\n%s", err, out)
 	}
 	clone := filepath.Join(work, "clone")
 	os.WriteFile(filepath.Join(clone, "change"), []byte("from the sandbox\n"), 0o644)
-	git(t, clone, nil, "add", "change")
-	git(t, clone, nil, "commit", "-q", "-m", "agent change")
+	gittest.Git(t, clone, "add", "change")
+	gittest.Git(t, clone, "commit", "-q", "-m", "agent change")
 	if out, err := sandboxGit(t, p, run, clone, "push", "-q", "origin", "HEAD:refs/heads/amelia/w1"); err != nil {
 		t.Fatalf("push through the credential proxy: %v\n%s", err, out)
 	}
@@ -137,23 +73,23 @@ func TestGitWithAConfiguredToken(t *testing.T) {
 // Without a configured token, the host's own credential store answers
 // (here git's "store" helper, in a home of the test's own).
 func TestGitFromTheHostCredentialStore(t *testing.T) {
-	srv := newGitServer(t, "alice", "s3cret-from-the-host")
+	srv := gittest.NewServer(t, "alice", "s3cret-from-the-host")
 	hostHome := t.TempDir()
 	os.WriteFile(filepath.Join(hostHome, ".gitconfig"), []byte("[credential]\n\thelper = store\n"), 0o600)
 	os.WriteFile(filepath.Join(hostHome, ".git-credentials"), []byte(strings.Replace(srv.URL, "http://", "http://alice:s3cret-from-the-host@", 1)+"\n"), 0o600)
-	p := newProxy(t, proxy.Options{Environ: gitEnv(hostHome, []string{"GIT_ASKPASS=/bin/false-askpass-must-not-run"})})
+	p := newProxy(t, proxy.Options{Environ: gittest.Env(hostHome, "GIT_ASKPASS=/bin/false-askpass-must-not-run")})
 	auditDir := t.TempDir()
-	run := p.start(t, proxy.RunConfig{OpenAI: proxy.Upstream{BaseURL: "http://127.0.0.1:1/v1"}, Repos: []string{srv.repoURL}, AuditDir: auditDir})
+	run := p.start(t, proxy.RunConfig{OpenAI: proxy.Upstream{BaseURL: "http://127.0.0.1:1/v1"}, Repos: []string{srv.RepoURL}, AuditDir: auditDir})
 
-	if out, err := sandboxGit(t, p, run, t.TempDir(), "clone", "-q", srv.repoURL, "clone"); err != nil {
+	if out, err := sandboxGit(t, p, run, t.TempDir(), "clone", "-q", srv.RepoURL, "clone"); err != nil {
 		t.Fatalf("clone with the host's stored credentials: %v\n%s", err, out)
 	}
 
 	// A repository whose credentials the host does not have: a clear
 	// refusal, no prompt (the askpass above would fail loudly).
-	other := newGitServer(t, "bob", "unknown")
-	run2 := p.start(t, proxy.RunConfig{ID: "run-2", OpenAI: proxy.Upstream{BaseURL: "http://127.0.0.1:1/v1"}, Repos: []string{other.repoURL}, AuditDir: auditDir})
-	out, err := sandboxGit(t, p, run2, t.TempDir(), "clone", "-q", other.repoURL, "clone")
+	other := gittest.NewServer(t, "bob", "unknown")
+	run2 := p.start(t, proxy.RunConfig{ID: "run-2", OpenAI: proxy.Upstream{BaseURL: "http://127.0.0.1:1/v1"}, Repos: []string{other.RepoURL}, AuditDir: auditDir})
+	out, err := sandboxGit(t, p, run2, t.TempDir(), "clone", "-q", other.RepoURL, "clone")
 	if err == nil || !strings.Contains(string(out), "no git credentials for") {
 		t.Errorf("clone without stored credentials: %v\n%s", err, out)
 	}
@@ -164,14 +100,14 @@ func TestGitFromTheHostCredentialStore(t *testing.T) {
 
 func TestGitCredentialsOnlyForTheRunsRepositories(t *testing.T) {
 	const token = "ghs_never_for_other_hosts"
-	srv := newGitServer(t, "x-access-token", token)
+	srv := gittest.NewServer(t, "x-access-token", token)
 	p := newProxy(t, proxy.Options{})
 	run := p.start(t, proxy.RunConfig{
 		OpenAI: proxy.Upstream{BaseURL: "http://127.0.0.1:1/v1"},
 		Repos:  []string{"https://github.com/org/repo.git", "git@gitlab.com:org/other.git"},
 		Git:    proxy.GitAuth{Token: token},
 	})
-	out, err := sandboxGit(t, p, run, t.TempDir(), "clone", "-q", srv.repoURL, "clone")
+	out, err := sandboxGit(t, p, run, t.TempDir(), "clone", "-q", srv.RepoURL, "clone")
 	if err == nil || !strings.Contains(string(out), "403") || strings.Contains(string(out), token) {
 		t.Errorf("clone of a repository that is not the run's: %v\n%s", err, out)
 	}

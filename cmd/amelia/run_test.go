@@ -92,6 +92,20 @@ profiles:
 	return h
 }
 
+// addProfileYAML appends lines (indented as keys of the profile) to the
+// e2e profile of the host's config.
+func (h *host) addProfileYAML(t testing.TB, lines string) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(h.home, ".config", "amelia", "config.yaml"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(lines); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func writeFile(t testing.TB, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
@@ -177,8 +191,8 @@ func executeCall(command string) llmtest.ToolCall {
 	return llmtest.ToolCall{Name: "execute", Arguments: string(args)}
 }
 
-// assertNoKey fails if the key is in any file under the dirs.
-func assertNoKey(t *testing.T, dirs ...string) {
+// assertNoSecret fails if secret is in any file under the dirs.
+func assertNoSecret(t *testing.T, secret string, dirs ...string) {
 	t.Helper()
 	for _, dir := range dirs {
 		filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -186,8 +200,8 @@ func assertNoKey(t *testing.T, dirs ...string) {
 				return nil
 			}
 			b, err := os.ReadFile(path)
-			if err == nil && bytes.Contains(b, []byte(upstreamKey)) {
-				t.Errorf("the upstream key is in %s", path)
+			if err == nil && bytes.Contains(b, []byte(secret)) {
+				t.Errorf("a host secret (%.8s...) is in %s", secret, path)
 			}
 			return nil
 		})
@@ -259,7 +273,7 @@ func TestRunBringsBackTheBranch(t *testing.T) {
 			t.Errorf("LLM request %d: Authorization %q, want the host's key", i, got)
 		}
 	}
-	assertNoKey(t, h.root, "/tmp/amelia")
+	assertNoSecret(t, upstreamKey, h.root, "/tmp/amelia")
 	// Cleanup: no worktree and no prompt file left.
 	if m, _ := filepath.Glob(filepath.Join(h.root, "*", "workspace", "worktrees", "*")); len(m) != 0 {
 		t.Errorf("worktrees left in the sandbox: %v", m)
