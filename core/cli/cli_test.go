@@ -211,9 +211,17 @@ profiles:
 
 // TestStopAndOrphans: sandbox ls shows each profile's sandbox with its
 // workflows, and the orphan a removed profile left; stop --profile removes
-// only that profile's; stop removes every profile's and the orphans.
+// only that profile's; stop removes every profile's and the orphans, but
+// not a sandbox another config file made in the same place.
 func TestStopAndOrphans(t *testing.T) {
 	e := newEnv(t)
+	other := filepath.Join(t.TempDir(), "other.yaml")
+	if err := os.WriteFile(other, []byte("profiles:\n  elsewhere:\n    sandbox: {provider: local}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := amelia(t, "", "--config", other, "sandbox", "up"); r.code != 0 {
+		t.Fatalf("up elsewhere: %s", r.stderr)
+	}
 	e.writeConfig(t, twoProfiles+"  gone:\n    sandbox: {provider: local}\n")
 	for _, p := range []string{"a", "b", "gone"} {
 		if r := amelia(t, "", "--profile", p, "sandbox", "up"); r.code != 0 {
@@ -246,6 +254,9 @@ func TestStopAndOrphans(t *testing.T) {
 	golden(t, "stop", e.normalize(transcript.String()))
 	if _, err := os.Stat(filepath.Join(e.home, ".local", "state", "amelia", "local", "gone")); !os.IsNotExist(err) {
 		t.Errorf("the orphan's directory is still there after stop: %v", err)
+	}
+	if r := amelia(t, "", "--config", other, "sandbox", "health"); r.code != 0 {
+		t.Errorf("the other config's sandbox after stop: %s%s", r.stdout, r.stderr)
 	}
 }
 

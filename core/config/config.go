@@ -128,6 +128,10 @@ type Profile struct {
 	lookupEnv func(string) (string, bool) // for ShowYAML's "# set" comments; may be nil
 }
 
+// Source is the config file the profile came from, or "" for the built-in
+// default.
+func (p *Profile) Source() string { return p.source }
+
 // LLM is the upstream the host-side proxy forwards model calls to. The key
 // itself never enters the sandbox.
 type LLM struct {

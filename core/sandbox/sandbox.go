@@ -23,9 +23,19 @@ import (
 // or a removed profile left behind. Never secrets.
 const (
 	LabelProfile = "amelia.profile" // the profile's name
+	LabelConfig  = "amelia.config"  // the config file it is in (configLabel)
 	LabelOwner   = "amelia.owner"   // the host that created it (Owner)
 	LabelCreated = "amelia.created" // when, RFC 3339 UTC
 )
+
+// configLabel is the amelia.config label of a profile: its config file, or
+// "built-in" for the embedded default.
+func configLabel(p *config.Profile) string {
+	if p.Source() == "" {
+		return "built-in"
+	}
+	return p.Source()
+}
 
 // Owner is this host's value of the amelia.owner label: its hostname.
 func Owner() string {
@@ -93,18 +103,21 @@ func (s *Sandbox) Spec() sdk.Spec {
 		},
 		Labels: map[string]string{
 			LabelProfile: s.Profile.Name,
+			LabelConfig:  configLabel(s.Profile),
 			LabelOwner:   s.owner,
 			LabelCreated: time.Now().UTC().Format(time.RFC3339),
 		},
 	}
 }
 
-// Owned lists the sandboxes this host created, in the place the profile's
-// provider settings say (a local root, a Docker engine...), this profile's
-// own included. A provider that cannot list gives an error matching
-// sdk.ErrUnsupported.
+// Owned lists the sandboxes this host created from the profile's config
+// file, in the place the profile's provider settings say (a local root, a
+// Docker engine...), this profile's own included; sandboxes of other hosts
+// or other config files are not its business. A provider that cannot list
+// gives an error matching sdk.ErrUnsupported.
 func (s *Sandbox) Owned(ctx context.Context) ([]sdk.Listed, error) {
-	found, err := s.plugin.List(ctx, sdk.ListRequest{Config: s.Ref.Config, Labels: map[string]string{LabelOwner: s.owner}})
+	labels := map[string]string{LabelOwner: s.owner, LabelConfig: configLabel(s.Profile)}
+	found, err := s.plugin.List(ctx, sdk.ListRequest{Config: s.Ref.Config, Labels: labels})
 	if err != nil {
 		return nil, fmt.Errorf("list the sandboxes of provider %s: %w", s.Info.Name, err)
 	}
