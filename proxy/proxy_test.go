@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -31,20 +30,10 @@ const realKey = "sk-real-upstream-key-3f9a7c"
 var workerBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "amelia-proxy-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	workerBin, err = testbin.BuildWorker(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testbin.Main(m, func(dir string) (err error) {
+		workerBin, err = testbin.BuildWorker(dir)
+		return err
+	}))
 }
 
 // testProxy is a proxy serving on loopback for one test.

@@ -31,20 +31,11 @@ import (
 var ameliaBin, binDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "amelia-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if ameliaBin, err = testbin.BuildAmelia(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testbin.Main(m, func(dir string) (err error) {
+		binDir = dir
+		ameliaBin, err = testbin.BuildAmelia(dir)
+		return err
+	}))
 }
 
 // The host's key: only the scripted LLM server may see it.

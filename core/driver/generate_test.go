@@ -10,16 +10,6 @@ import (
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 )
 
-const reviewSchema = `{
-  "type": "object",
-  "properties": {
-    "verdict": {"type": "string", "enum": ["approve", "reject"]},
-    "comments": {"type": "array", "items": {"type": "string"}}
-  },
-  "required": ["verdict", "comments"],
-  "additionalProperties": false
-}`
-
 // Generate with the real worker: a schema'd answer comes back compact, an
 // answer that never matches is an error, free text comes back as a JSON
 // string; the files are gone afterwards in every case.
@@ -35,9 +25,9 @@ func TestGenerateRealWorker(t *testing.T) {
 		want    string // the answer, or part of the error
 		is      error
 	}{
-		{name: "valid", answers: []string{valid}, schema: reviewSchema, want: `{"verdict":"approve","comments":["looks <good>"]}`},
-		{name: "valid on the retry", answers: []string{invalid, valid}, schema: reviewSchema, want: `{"verdict":"approve","comments":["looks <good>"]}`},
-		{name: "mismatch", answers: []string{invalid, invalid}, schema: reviewSchema, want: "does not match the schema", is: driver.ErrWorkerFailed},
+		{name: "valid", answers: []string{valid}, schema: llmtest.ReviewSchema, want: `{"verdict":"approve","comments":["looks <good>"]}`},
+		{name: "valid on the retry", answers: []string{invalid, valid}, schema: llmtest.ReviewSchema, want: `{"verdict":"approve","comments":["looks <good>"]}`},
+		{name: "mismatch", answers: []string{invalid, invalid}, schema: llmtest.ReviewSchema, want: "does not match the schema", is: driver.ErrWorkerFailed},
 		{name: "free text", answers: []string{"A haiku."}, system: "You write haiku.", want: `"A haiku."`},
 	}
 	sb := newRealSandbox(t)
@@ -101,7 +91,7 @@ func TestGenerateHostChecksSchema(t *testing.T) {
 echo '`+line+`'
 echo '`+usageLine+`'`)
 			wf := workflowID(t)
-			got, usage, err := d.Generate(t.Context(), driver.GenerateRequest{Workflow: wf, Prompt: "p", Model: "m"}, json.RawMessage(reviewSchema))
+			got, usage, err := d.Generate(t.Context(), driver.GenerateRequest{Workflow: wf, Prompt: "p", Model: "m"}, json.RawMessage(llmtest.ReviewSchema))
 			if !errors.Is(err, driver.ErrSchemaMismatch) {
 				t.Errorf("Generate = %s, %v; want ErrSchemaMismatch", got, err)
 			}

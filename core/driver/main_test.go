@@ -42,27 +42,17 @@ func runTests(m *testing.M) int {
 	// binary, which would otherwise sleep a second as each one exits (the
 	// Makefile sets the same).
 	os.Setenv("GORACE", raceEnv)
-	dir, err := os.MkdirTemp("", "amelia-driver-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	bin, err := testbin.BuildWorker(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	workerDir = filepath.Join(dir, "bin")
-	if err := os.Mkdir(workerDir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := os.Symlink(bin, filepath.Join(workerDir, workerbin.FileName(runtime.GOARCH))); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	return testbin.Main(m, func(dir string) error {
+		bin, err := testbin.BuildWorker(dir)
+		if err != nil {
+			return err
+		}
+		workerDir = filepath.Join(dir, "bin")
+		if err := os.Mkdir(workerDir, 0o755); err != nil {
+			return err
+		}
+		return os.Symlink(bin, filepath.Join(workerDir, workerbin.FileName(runtime.GOARCH)))
+	})
 }
 
 // amelia run drives core/sandbox's sandboxes.

@@ -48,17 +48,10 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "FAIL: the tunnel tests need curl on PATH (apt-get install curl); it is what connects through the tunnel inside the sandbox")
 		return 1
 	}
-	dir, err := os.MkdirTemp("", "amelia-tunnel-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if workerBin, err = testbin.BuildWorker(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	return testbin.Main(m, func(dir string) (err error) {
+		workerBin, err = testbin.BuildWorker(dir)
+		return err
+	})
 }
 
 // workerEnv is the tunnel exec's extra environment: a race-enabled worker
@@ -400,7 +393,6 @@ func TestOpenWithMissingWorker(t *testing.T) {
 	srv := newHostServer(t, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	start := time.Now()
 	h, err := tunnel.Open(ctx, sb, tunnel.HostOptions{Worker: "/nonexistent/amelia-worker", Target: srv.target(), Logger: testLogger(t, nil)})
 	if err == nil {
 		h.Close()
@@ -408,9 +400,6 @@ func TestOpenWithMissingWorker(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "exit status 127") || !strings.Contains(err.Error(), "/nonexistent/amelia-worker") {
 		t.Errorf("err = %v, want the exit code 127 and the worker path", err)
-	}
-	if took := time.Since(start); took > 10*time.Second {
-		t.Errorf("Open took %v to fail", took)
 	}
 	checkNoGoroutines(t)
 }
@@ -435,13 +424,9 @@ func TestOpenBoundedByContext(t *testing.T) {
 	worker := wrapper(t, `echo started >&2; exec sleep 600`)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
-	start := time.Now()
 	_, err := tunnel.Open(ctx, sb, tunnel.HostOptions{Worker: worker, Target: srv.target(), Logger: testLogger(t, nil)})
 	if err == nil || !errors.Is(ctx.Err(), context.DeadlineExceeded) || !strings.Contains(err.Error(), "deadline exceeded") || !strings.Contains(err.Error(), "started") {
 		t.Errorf("err = %v, want the deadline and the worker's stderr", err)
-	}
-	if took := time.Since(start); took > 10*time.Second {
-		t.Errorf("Open took %v to give up", took)
 	}
 	checkNoGoroutines(t)
 }
@@ -474,11 +459,9 @@ func TestCloseIsGraceful(t *testing.T) {
 	if r := sb.curl(t, "http://"+h.Addr()+"/before-close"); r.Status.Code != 0 {
 		t.Fatalf("curl: %v", r)
 	}
-	start := time.Now()
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
-	took := time.Since(start)
 	select {
 	case <-h.Done():
 	default:
@@ -487,13 +470,11 @@ func TestCloseIsGraceful(t *testing.T) {
 	if err := h.Err(); err != nil {
 		t.Errorf("Err after Close = %v, want nil", err)
 	}
-	// The worker wrote its status: it was not killed (the exec's SIGTERM
-	// would have killed the wrapper before that).
+	// The worker wrote its status: it exited on its own, and was not
+	// cancelled after Close's wait (the exec's SIGTERM would have killed the
+	// wrapper before that).
 	if r := sb.run(t, nil, "cat", "tunnel.status"); r.Status.Code != 0 || strings.TrimSpace(r.Stdout) != "0" {
 		t.Errorf("the worker's exit status: %v, want 0", r)
-	}
-	if took > 4*time.Second {
-		t.Errorf("Close took %v: it waited for a worker that should have exited at once", took)
 	}
 	if r := sb.curl(t, "http://"+h.Addr()+"/after-close"); r.Status.Code != curlCannotConnect {
 		t.Errorf("a connection after Close: %v, want curl exit %d (cannot connect)", r, curlCannotConnect)

@@ -2,7 +2,6 @@ package workspace
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,21 +21,10 @@ func TestMain(m *testing.M) {
 	if sandboxtest.ServePlugin() {
 		return
 	}
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "amelia-workspace-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if workerBin, err = testbin.BuildWorker(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testbin.Main(m, func(dir string) (err error) {
+		workerBin, err = testbin.BuildWorker(dir)
+		return err
+	}))
 }
 
 // gitT runs host git in dir for the test's own setup, with hooks off (so a

@@ -426,3 +426,15 @@ func writeError(w http.ResponseWriter, status int, e *apiError) {
 		Error *apiError `json:"error"`
 	}{e})
 }
+
+// ReviewSchema is a JSON Schema for tests of structured answers (generate
+// with --schema): a verdict, approve or reject, and a list of comments.
+const ReviewSchema = `{
+  "type": "object",
+  "properties": {
+    "verdict": {"type": "string", "enum": ["approve", "reject"]},
+    "comments": {"type": "array", "items": {"type": "string"}}
+  },
+  "required": ["verdict", "comments"],
+  "additionalProperties": false
+}`

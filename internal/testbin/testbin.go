@@ -10,6 +10,25 @@ import (
 	"runtime"
 )
 
+// Main is the body of a TestMain whose tests run built binaries: build
+// puts them into a fresh temporary directory (with BuildWorker or
+// BuildAmelia), the tests run, the directory is removed, and the exit code
+// is returned for os.Exit. A failed build fails the whole package, saying
+// why.
+func Main(m interface{ Run() int }, build func(dir string) error) int {
+	dir, err := os.MkdirTemp("", "amelia-testbin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testbin:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if err := build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	return m.Run()
+}
+
 // moduleRoot is the repository root, found from this file's location.
 func moduleRoot() (string, error) {
 	_, file, _, ok := runtime.Caller(0)

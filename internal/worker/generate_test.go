@@ -8,16 +8,6 @@ import (
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 )
 
-const reviewSchema = `{
-  "type": "object",
-  "properties": {
-    "verdict": {"type": "string", "enum": ["approve", "reject"]},
-    "comments": {"type": "array", "items": {"type": "string"}}
-  },
-  "required": ["verdict", "comments"],
-  "additionalProperties": false
-}`
-
 func generate(t *testing.T, srv *llmtest.Server, extra ...string) result {
 	t.Helper()
 	dir := t.TempDir()
@@ -47,7 +37,7 @@ func TestGenerateWithSchema(t *testing.T) {
 				turns = append(turns, llmtest.Turn{Text: a, Usage: &llmtest.Usage{PromptTokens: 40, CompletionTokens: 12}})
 			}
 			srv := llmtest.New(t, turns...)
-			schema := writeFile(t, t.TempDir(), "review-output.json", reviewSchema)
+			schema := writeFile(t, t.TempDir(), "review-output.json", llmtest.ReviewSchema)
 			r := generate(t, srv, "--schema", schema)
 			res, u := r.ending(t, c.wantErr)
 			if len(r.msgs) != 2 {

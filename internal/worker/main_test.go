@@ -22,19 +22,10 @@ import (
 var workerBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "amelia-worker-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if workerBin, err = testbin.BuildWorker(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testbin.Main(m, func(dir string) (err error) {
+		workerBin, err = testbin.BuildWorker(dir)
+		return err
+	}))
 }
 
 // result is what one run of the worker did.

@@ -42,7 +42,7 @@ func TestStdoutParsesWithPythonModels(t *testing.T) {
 		agentic(t, srv, cwd, "Look."),
 		agentic(t, llmtest.New(t, llmtest.Turn{Status: 400, Error: "upstream \"refused\"\n"}), cwd, "Look."),
 		generate(t, llmtest.New(t, llmtest.Turn{Text: `{"verdict": "reject", "comments": ["ü", "\u2028"]}`}),
-			"--schema", writeFile(t, t.TempDir(), "s.json", reviewSchema)),
+			"--schema", writeFile(t, t.TempDir(), "s.json", llmtest.ReviewSchema)),
 	} {
 		r.decode(t)
 		all.Write(r.stdout)
