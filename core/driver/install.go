@@ -3,14 +3,11 @@ package driver
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
@@ -41,15 +38,7 @@ type Installer struct {
 	Provider string
 	Logger   *slog.Logger
 
-	mu   sync.Mutex
-	sums map[fileKey]string
-}
-
-// fileKey identifies a version of a host file for the hash cache.
-type fileKey struct {
-	path  string
-	size  int64
-	mtime int64 // UnixNano
+	sums workerbin.Sums
 }
 
 // installDir is where workers are installed, under the sandbox's $HOME.
@@ -101,7 +90,7 @@ func (in *Installer) EnsureWorker(ctx context.Context, ex Execer) (string, error
 	if err != nil {
 		return "", fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
 	}
-	sum, size, err := in.sha256(bin)
+	sum, size, err := in.sums.Sum(bin)
 	if err != nil {
 		return "", fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
 	}
@@ -159,39 +148,6 @@ func (in *Installer) hostBinary(arch string) (string, error) {
 		return in.Binary, nil
 	}
 	return workerbin.Find(in.Dirs, arch)
-}
-
-// sha256 returns the hex sha256 of the host file path and its size, from the
-// cache when the file has not changed since it was hashed.
-func (in *Installer) sha256(path string) (string, int64, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", 0, fmt.Errorf("worker binary: %w", err)
-	}
-	key := fileKey{path: path, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
-	in.mu.Lock()
-	sum, ok := in.sums[key]
-	in.mu.Unlock()
-	if ok {
-		return sum, fi.Size(), nil
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, fmt.Errorf("worker binary: %w", err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", 0, fmt.Errorf("hash worker binary %s: %w", path, err)
-	}
-	sum = hex.EncodeToString(h.Sum(nil))
-	in.mu.Lock()
-	if in.sums == nil {
-		in.sums = make(map[fileKey]string)
-	}
-	in.sums[key] = sum
-	in.mu.Unlock()
-	return sum, fi.Size(), nil
 }
 
 // findInstalled returns the first of paths whose sha256 inside the sandbox

@@ -4,9 +4,13 @@
 package workerbin
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // Arches are the sandbox architectures a worker is built for.
@@ -33,4 +37,51 @@ func Find(dirs []string, arch string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no %s in %v: run `make build`, or set AMELIA_WORKER_DIR to the directory holding it", FileName(arch), dirs)
+}
+
+// Sums hashes worker binaries, keeping each file's sha256 until the file
+// changes (by size and modification time). The zero value is ready; it is
+// safe for concurrent use.
+type Sums struct {
+	mu   sync.Mutex
+	sums map[fileKey]string
+}
+
+// fileKey identifies a version of a file for the cache.
+type fileKey struct {
+	path  string
+	size  int64
+	mtime int64 // UnixNano
+}
+
+// Sum returns the hex sha256 of the file at path and its size.
+func (s *Sums) Sum(path string) (string, int64, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", 0, fmt.Errorf("worker binary: %w", err)
+	}
+	key := fileKey{path: path, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	s.mu.Lock()
+	sum, ok := s.sums[key]
+	s.mu.Unlock()
+	if ok {
+		return sum, fi.Size(), nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, fmt.Errorf("worker binary: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", 0, fmt.Errorf("hash worker binary %s: %w", path, err)
+	}
+	sum = hex.EncodeToString(h.Sum(nil))
+	s.mu.Lock()
+	if s.sums == nil {
+		s.sums = make(map[fileKey]string)
+	}
+	s.sums[key] = sum
+	s.mu.Unlock()
+	return sum, fi.Size(), nil
 }
