@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+
+	"github.com/amelia-sandbox/amelia/core/workerbin"
 )
 
 // Main is the body of a TestMain whose tests run built binaries: build
@@ -45,11 +47,18 @@ func BuildWorker(dir string) (string, error) {
 	return build(filepath.Join(dir, "amelia-worker"), "./cmd/worker")
 }
 
-// BuildAmelia builds amelia into dir, with the worker beside it under the
-// name amelia looks for (amelia-worker-linux-GOARCH), and returns amelia's
-// path. Both are built with -race when the calling test binary is.
+// BuildSandboxWorker builds amelia-worker into dir under the name amelia
+// and its providers look for (amelia-worker-linux-GOARCH), and returns its
+// path; with -race when the calling test binary is.
+func BuildSandboxWorker(dir string) (string, error) {
+	return build(filepath.Join(dir, workerbin.FileName(runtime.GOARCH)), "./cmd/worker")
+}
+
+// BuildAmelia builds amelia into dir, with the worker beside it
+// (BuildSandboxWorker), and returns amelia's path. Both are built with
+// -race when the calling test binary is.
 func BuildAmelia(dir string) (string, error) {
-	if _, err := build(filepath.Join(dir, "amelia-worker-linux-"+runtime.GOARCH), "./cmd/worker"); err != nil {
+	if _, err := BuildSandboxWorker(dir); err != nil {
 		return "", err
 	}
 	return build(filepath.Join(dir, "amelia"), "./cmd/amelia")

@@ -1,0 +1,88 @@
+// Package dockertest gives tests a real Docker engine: a client for it, the
+// base image the sandbox image is built from, and settings for the docker
+// provider that use it.
+//
+// A test that needs the engine calls Engine. When no engine answers, the
+// test is skipped with a loud message, unless AMELIA_REQUIRE_DOCKER is set
+// (CI sets it), in which case it fails: where an engine is expected, its
+// absence is a failure, not a pass.
+package dockertest
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
+	"github.com/amelia-sandbox/amelia/image"
+)
+
+// RequireEnv makes a missing engine a test failure when set.
+const RequireEnv = "AMELIA_REQUIRE_DOCKER"
+
+// Engine returns a client of the engine DOCKER_HOST (or the default socket)
+// names, closed when the test ends, after checking that the engine answers
+// and has the base image (image/bootstrap-base.sh makes it).
+func Engine(t testing.TB) *client.Client {
+	t.Helper()
+	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatalf("docker client: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		if os.Getenv(RequireEnv) != "" {
+			t.Fatalf("no Docker engine answers at %s, and %s is set: %v", cli.DaemonHost(), RequireEnv, err)
+		}
+		t.Skipf("SKIPPING: this test needs a Docker engine and none answers at %s (%v); set %s=1 to make that a failure", cli.DaemonHost(), err, RequireEnv)
+	}
+	if _, err := cli.ImageInspect(ctx, image.TestBase); cerrdefs.IsNotFound(err) {
+		t.Fatalf("the engine has no %s, which the tests build the sandbox image from: run image/bootstrap-base.sh (make base-image)", image.TestBase)
+	} else if err != nil {
+		t.Fatalf("inspect %s: %v", image.TestBase, err)
+	}
+	return cli
+}
+
+// Settings is a docker provider settings block building on the test base,
+// with the keys of extra added.
+func Settings(extra map[string]any) json.RawMessage {
+	s := map[string]any{"base_image": image.TestBase}
+	for k, v := range extra {
+		s[k] = v
+	}
+	if _, ok := s["image"]; ok {
+		delete(s, "base_image")
+	}
+	if _, ok := s["dockerfile"]; ok {
+		delete(s, "base_image")
+	}
+	b, _ := json.Marshal(s)
+	return b
+}
+
+// RemoveContainers force-removes, when the test ends, every container that
+// carries the label (key=value), and their anonymous volumes.
+func RemoveContainers(t testing.TB, cli *client.Client, label string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", label)})
+		if err != nil {
+			t.Errorf("list containers labelled %s: %v", label, err)
+			return
+		}
+		for _, c := range list.Items {
+			if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+				t.Errorf("remove container %s: %v", c.Names, err)
+			}
+		}
+	})
+}

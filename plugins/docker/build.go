@@ -1,0 +1,413 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/build"
+	"github.com/moby/moby/api/types/jsonstream"
+	"github.com/moby/moby/client"
+	"github.com/moby/patternmatcher"
+	"github.com/moby/patternmatcher/ignorefile"
+
+	"github.com/amelia-sandbox/amelia/core/workerbin"
+	"github.com/amelia-sandbox/amelia/image"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// Image labels and names.
+const (
+	// labelImageHash is on the sandbox image and its containers: the
+	// sha256 of what the image was built from.
+	labelImageHash = "amelia.image-hash"
+
+	sandboxRepo      = "amelia-sandbox"
+	devcontainerRepo = "amelia-devcontainer"
+	// userDockerfile is the name a profile's Dockerfile has in its build
+	// context, wherever it lives on the host.
+	userDockerfile = ".amelia.Dockerfile"
+	// pruneAge is how old another sandbox image must be before a new build
+	// removes it: a younger one may be about to start a container.
+	pruneAge = 24 * time.Hour
+)
+
+// imagePlan is what a profile's sandbox image is built from, and the tag
+// that names exactly that.
+type imagePlan struct {
+	ready  string // docker.image: used as it is
+	tag    string // amelia-sandbox:<hash>
+	hash   string
+	base   string // BASE_IMAGE; the devcontainer's tag when there is one
+	worker string // the host's amelia-worker for the engine's architecture
+	user   *userImage
+}
+
+// userImage is the image a profile's own Dockerfile builds.
+type userImage struct {
+	dockerfile, context, tag string
+}
+
+// plan works out the profile's image without building anything.
+func (p *Provider) plan(ctx context.Context, e *engine, set Settings) (imagePlan, error) {
+	if set.Image != "" {
+		return imagePlan{ready: set.Image, tag: set.Image}, nil
+	}
+	arch, err := e.architecture(ctx)
+	if err != nil {
+		return imagePlan{}, err
+	}
+	worker, err := workerbin.Find(p.opts.WorkerDirs, arch)
+	if err != nil {
+		return imagePlan{}, fmt.Errorf("build the sandbox image for the %s engine at %s: %w", arch, e.host, err)
+	}
+	workerSum, _, err := p.sums.Sum(worker)
+	if err != nil {
+		return imagePlan{}, err
+	}
+	pl := imagePlan{base: set.BaseImage, worker: worker}
+	h := sha256.New()
+	fmt.Fprintf(h, "amelia sandbox image\x00%s\x00worker %s\x00", image.Dockerfile, workerSum)
+	if set.Dockerfile != "" {
+		sum := sha256.New()
+		if err := writeUserContext(sum, set.Dockerfile, set.BuildContext); err != nil {
+			return imagePlan{}, err
+		}
+		userHash := hex.EncodeToString(sum.Sum(nil))
+		pl.user = &userImage{dockerfile: set.Dockerfile, context: set.BuildContext, tag: devcontainerRepo + ":" + userHash[:16]}
+		pl.base = pl.user.tag
+	}
+	fmt.Fprintf(h, "base %s\x00", pl.base)
+	pl.hash = hex.EncodeToString(h.Sum(nil))
+	pl.tag = sandboxRepo + ":" + pl.hash[:16]
+	return pl, nil
+}
+
+// ensureImage returns the image the profile's containers run, building it
+// when the engine does not have it: on a profile's first use, and whenever
+// the Dockerfile, the base or the worker changed. A ready image
+// (docker.image) is pulled when it is missing.
+func (p *Provider) ensureImage(ctx context.Context, e *engine, set Settings) (imagePlan, error) {
+	pl, err := p.plan(ctx, e, set)
+	if err != nil {
+		return pl, err
+	}
+	if pl.ready != "" {
+		return pl, p.ensureReady(ctx, e, pl.ready)
+	}
+	if ok, err := hasImage(ctx, e, pl.tag); err != nil || ok {
+		return pl, err
+	}
+	p.buildMu.Lock()
+	defer p.buildMu.Unlock()
+	// Another EnsureRunning may have built it while this one waited.
+	if ok, err := hasImage(ctx, e, pl.tag); err != nil || ok {
+		return pl, err
+	}
+	p.opts.Logger.Info("building the sandbox image (once per amelia version and base)", "image", pl.tag, "base", pl.base, "engine", e.host)
+	return pl, p.build(ctx, e, pl, false, &logWriter{log: p.opts.Logger})
+}
+
+// hasImage reports whether the engine has the image ref.
+func hasImage(ctx context.Context, e *engine, ref string) (bool, error) {
+	_, err := e.cli.ImageInspect(ctx, ref)
+	switch {
+	case err == nil:
+		return true, nil
+	case cerrdefs.IsNotFound(err):
+		return false, nil
+	}
+	return false, e.wrap(err, "inspect image "+ref)
+}
+
+// ensureReady pulls a ready image the engine lacks.
+func (p *Provider) ensureReady(ctx context.Context, e *engine, ref string) error {
+	if ok, err := hasImage(ctx, e, ref); err != nil || ok {
+		return err
+	}
+	p.opts.Logger.Info("pulling the sandbox image", "image", ref, "engine", e.host)
+	resp, err := e.cli.ImagePull(ctx, ref, client.ImagePullOptions{})
+	if err == nil {
+		err = resp.Wait(ctx)
+	}
+	if err != nil {
+		return sdk.Errorf(sdk.ErrNotFound, "docker.image %q is not on the engine at %s and could not be pulled: %v", ref, e.host, err)
+	}
+	return nil
+}
+
+// build builds the plan's image (the devcontainer first, when there is
+// one), writing the build's output to progress.
+func (p *Provider) build(ctx context.Context, e *engine, pl imagePlan, noCache bool, progress io.Writer) error {
+	if u := pl.user; u != nil {
+		ok, err := hasImage(ctx, e, u.tag)
+		if err != nil {
+			return err
+		}
+		if !ok || noCache {
+			fmt.Fprintf(progress, "Building %s from %s\n", u.tag, u.dockerfile)
+			err := e.runBuild(ctx, u.tag, func(w io.Writer) error { return writeUserContext(w, u.dockerfile, u.context) },
+				client.ImageBuildOptions{
+					Dockerfile: userDockerfile,
+					NoCache:    noCache,
+				}, progress)
+			if err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Fprintf(progress, "Building %s FROM %s\n", pl.tag, pl.base)
+	base := pl.base
+	err := e.runBuild(ctx, pl.tag, func(w io.Writer) error { return writeSandboxContext(w, pl.worker) },
+		client.ImageBuildOptions{
+			Dockerfile: "Dockerfile",
+			NoCache:    noCache,
+			BuildArgs:  map[string]*string{image.BaseArg: &base},
+			Labels:     map[string]string{labelImageHash: pl.hash},
+		}, progress)
+	if err != nil {
+		return err
+	}
+	p.pruneSuperseded(ctx, e, pl)
+	return nil
+}
+
+// runBuild sends the context that write produces to the engine's classic
+// builder, tags the result, and streams its output to progress. A failed
+// step becomes an error naming the step, with its output.
+func (e *engine) runBuild(ctx context.Context, tag string, write func(io.Writer) error, opts client.ImageBuildOptions, progress io.Writer) error {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(write(pw)) }()
+	defer pr.Close()
+	opts.Tags = []string{tag}
+	opts.Remove, opts.ForceRemove = true, true
+	opts.Version = build.BuilderV1 // BuildKit needs a session the API alone does not give
+	resp, err := e.cli.ImageBuild(ctx, pr, opts)
+	if err != nil {
+		return e.wrap(err, "build image "+tag)
+	}
+	defer resp.Body.Close()
+	return readBuildOutput(resp.Body, tag, progress)
+}
+
+// readBuildOutput follows the builder's JSON messages until the build ends.
+func readBuildOutput(r io.Reader, tag string, progress io.Writer) error {
+	var step string      // the step being run: "Step 3/9 : RUN ..."
+	var stepOut []string // its output so far
+	const keepLines = 40 // of a failed step's output, in the error
+	dec := json.NewDecoder(r)
+	for {
+		var m jsonstream.Message
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("build image %s: read the builder's output: %w", tag, err)
+		}
+		if m.Error != nil {
+			return buildError(tag, step, m.Error.Message, stepOut)
+		}
+		if m.Stream == "" {
+			continue
+		}
+		_, _ = io.WriteString(progress, m.Stream)
+		for _, line := range strings.Split(strings.TrimRight(m.Stream, "\n"), "\n") {
+			if strings.HasPrefix(line, "Step ") {
+				step, stepOut = line, nil
+				continue
+			}
+			if strings.TrimSpace(line) != "" {
+				stepOut = append(stepOut, line)
+				if len(stepOut) > keepLines {
+					stepOut = stepOut[1:]
+				}
+			}
+		}
+	}
+}
+
+// buildError says which step failed and how, with the step's output.
+func buildError(tag, step, msg string, out []string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "build image %s: ", tag)
+	if step != "" {
+		fmt.Fprintf(&b, "%s: ", step)
+	}
+	b.WriteString(strings.TrimSpace(msg))
+	if strings.Contains(step, " : FROM ") || strings.Contains(msg, "pull access denied") || strings.Contains(msg, "no such host") {
+		b.WriteString(" — is the base image on the engine? Without a registry, run image/bootstrap-base.sh and set docker.base_image: " + image.TestBase)
+	}
+	for _, line := range out {
+		b.WriteString("\n    ")
+		b.WriteString(line)
+	}
+	return errors.New(b.String())
+}
+
+// pruneSuperseded removes the other sandbox images once they are a day old:
+// those of older amelia versions and bases. One a container still uses stays
+// (the engine refuses, and the refusal is ignored); a profile whose image
+// went is built again on its next start.
+func (p *Provider) pruneSuperseded(ctx context.Context, e *engine, pl imagePlan) {
+	list, err := e.cli.ImageList(ctx, client.ImageListOptions{
+		Filters: make(client.Filters).Add("label", labelImageHash).Add("reference", sandboxRepo),
+	})
+	if err != nil {
+		return
+	}
+	for _, img := range list.Items {
+		if time.Since(time.Unix(img.Created, 0)) < pruneAge || img.Labels[labelImageHash] == pl.hash {
+			continue
+		}
+		for _, t := range img.RepoTags {
+			if _, err := e.cli.ImageRemove(ctx, t, client.ImageRemoveOptions{PruneChildren: true}); err == nil {
+				p.opts.Logger.Info("removed an older sandbox image", "image", t)
+			}
+		}
+	}
+}
+
+// writeSandboxContext writes the build context of Amelia's image: the
+// Dockerfile and the worker.
+func writeSandboxContext(w io.Writer, worker string) error {
+	tw := tar.NewWriter(w)
+	if err := addFile(tw, "Dockerfile", 0o644, bytes.NewReader(image.Dockerfile), int64(len(image.Dockerfile))); err != nil {
+		return err
+	}
+	f, err := os.Open(worker)
+	if err != nil {
+		return fmt.Errorf("worker binary: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("worker binary: %w", err)
+	}
+	if err := addFile(tw, image.WorkerFile, 0o755, f, fi.Size()); err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// writeUserContext writes a profile's build context: the directory dir
+// (less what its .dockerignore excludes), in a stable order with times and
+// owners left out, so equal content gives equal bytes, and the Dockerfile
+// as userDockerfile. Its sha256 names the image it builds.
+func writeUserContext(w io.Writer, dockerfile, dir string) error {
+	df, err := os.ReadFile(dockerfile)
+	if err != nil {
+		return sdk.Errorf(sdk.ErrInvalid, "docker.dockerfile: %v", err)
+	}
+	var pm *patternmatcher.PatternMatcher
+	if f, err := os.Open(filepath.Join(dir, ".dockerignore")); err == nil {
+		patterns, err := ignorefile.ReadAll(f)
+		f.Close()
+		if err == nil {
+			pm, err = patternmatcher.New(patterns)
+		}
+		if err != nil {
+			return sdk.Errorf(sdk.ErrInvalid, "docker.build_context: %s/.dockerignore: %v", dir, err)
+		}
+	}
+	tw := tar.NewWriter(w)
+	if err := addFile(tw, userDockerfile, 0o644, bytes.NewReader(df), int64(len(df))); err != nil {
+		return err
+	}
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if rel == "." {
+			return nil
+		}
+		rel = filepath.ToSlash(rel)
+		if pm != nil {
+			if skip, _ := pm.MatchesOrParentMatches(rel); skip {
+				if d.IsDir() && !pm.Exclusions() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		hdr := &tar.Header{Name: rel, Mode: int64(fi.Mode().Perm()), Format: tar.FormatPAX}
+		switch {
+		case d.IsDir():
+			hdr.Typeflag, hdr.Name = tar.TypeDir, rel+"/"
+			return tw.WriteHeader(hdr)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
+			return tw.WriteHeader(hdr)
+		case d.Type().IsRegular():
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return addFile(tw, rel, int64(fi.Mode().Perm()), f, fi.Size())
+		}
+		return nil // sockets, devices: not build material
+	})
+	if err != nil {
+		return fmt.Errorf("docker.build_context %s: %w", dir, err)
+	}
+	return tw.Close()
+}
+
+// addFile writes one regular file to a context tar.
+func addFile(tw *tar.Writer, name string, mode int64, r io.Reader, size int64) error {
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: size, Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
+		return err
+	}
+	n, err := io.Copy(tw, r)
+	if err == nil && n != size {
+		err = fmt.Errorf("%s changed while it was read", name)
+	}
+	return err
+}
+
+// logWriter turns build output into log records: step lines at info,
+// the rest at debug.
+type logWriter struct {
+	log  *slog.Logger
+	part []byte
+}
+
+func (l *logWriter) Write(p []byte) (int, error) {
+	l.part = append(l.part, p...)
+	for {
+		i := bytes.IndexByte(l.part, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := strings.TrimSpace(string(l.part[:i]))
+		l.part = l.part[i+1:]
+		switch {
+		case line == "":
+		case strings.HasPrefix(line, "Step "), strings.HasPrefix(line, "Building "):
+			l.log.Info("image build: " + line)
+		default:
+			l.log.Debug("image build: " + line)
+		}
+	}
+}

@@ -1,0 +1,24 @@
+// Command amelia-provider-docker is the Docker provider as a plugin binary
+// of its own; amelia serves the same provider itself (`amelia plugin serve
+// docker`), so this is only needed to ship it separately.
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/amelia-sandbox/amelia/core/buildinfo"
+	"github.com/amelia-sandbox/amelia/core/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/docker"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+func main() {
+	self, _ := os.Executable()
+	logger := sdk.NewLogger(os.Stderr, slog.LevelDebug)
+	sdk.Serve(docker.New(docker.Options{
+		Version:    buildinfo.Version(),
+		WorkerDirs: workerbin.Dirs(os.Getenv("AMELIA_WORKER_DIR"), self),
+		Logger:     logger,
+	}), sdk.WithLogger(logger))
+}

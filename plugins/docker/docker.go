@@ -1,0 +1,504 @@
+// Package docker is the "docker" sandbox provider: one container per
+// profile on a Docker engine, reached through the Engine API (no docker
+// CLI), started from Amelia's sandbox image, which it builds when the
+// engine lacks it.
+//
+// A sandbox is the container amelia-sandbox-<name>: tini as PID 1 over
+// `sleep infinity`, no bind mounts and no Docker socket, every capability
+// dropped, no-new-privileges, limits on CPUs, memory and processes, and for
+// network allowlist or none no network at all (NetworkMode none), so that
+// the only way out is the tunnel amelia opens over Exec. Commands run as the
+// unprivileged user amelia; cancelling one kills its whole process group
+// inside the container.
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/amelia-sandbox/amelia/core/workerbin"
+	"github.com/amelia-sandbox/amelia/image"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// Name is the provider's name.
+const Name = "docker"
+
+// Container labels. Spec.Labels (amelia.profile, amelia.config,
+// amelia.owner, amelia.created) go on the container as they are.
+const (
+	labelPrefix  = "amelia."
+	labelProfile = "amelia.profile" // marks Amelia's containers; the sandbox's name when the spec has none
+	labelConfig  = "amelia.config"
+	labelCreated = "amelia.created"
+	labelNetwork = "amelia.network" // the policy it was created for
+)
+
+// containerPrefix starts every sandbox container's name.
+const containerPrefix = "amelia-sandbox-"
+
+func containerName(sandbox string) string { return containerPrefix + sandbox }
+
+// containerRef is how to address a sandbox's container: by the id
+// EnsureRunning returned when known (a container re-created under the same
+// name is not the one a run started in), else by name.
+func containerRef(ref sdk.SandboxRef) string {
+	if ref.ID != "" {
+		return ref.ID
+	}
+	return containerName(ref.Name)
+}
+
+// Options configure the provider.
+type Options struct {
+	// Version is reported by Info.
+	Version string
+	// WorkerDirs hold amelia-worker-linux-ARCH, which goes into the image.
+	WorkerDirs []string
+	Logger     *slog.Logger
+}
+
+// Provider is the Docker provider.
+type Provider struct {
+	opts Options
+	sums workerbin.Sums
+
+	mu      sync.Mutex
+	engines map[string]*engine // by endpoint
+
+	buildMu sync.Mutex // one image build at a time
+}
+
+// New returns the Docker provider. It connects to an engine on first use.
+func New(opts Options) *Provider {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Provider{opts: opts, engines: map[string]*engine{}}
+}
+
+func (p *Provider) Info(context.Context) (sdk.Info, error) {
+	return sdk.Info{
+		Name:        Name,
+		Version:     p.opts.Version,
+		Description: "a container per profile on a Docker engine: no mounts, no capabilities, no network for allowlist and none",
+		Capabilities: sdk.Capabilities{
+			EgressModes:    []sdk.NetworkMode{sdk.NetworkOpen, sdk.NetworkAllowlist, sdk.NetworkNone},
+			Isolated:       true,
+			ExecAsRoot:     true,
+			ResourceLimits: true,
+		},
+	}, nil
+}
+
+// networkMode is the container network a policy gets: open keeps the
+// engine's default bridge; allowlist and none get no network, so the only
+// way out is amelia's tunnel (and, for allowlist, its egress proxy).
+func networkMode(m sdk.NetworkMode) container.NetworkMode {
+	if m == sdk.NetworkOpen {
+		return "bridge"
+	}
+	return "none"
+}
+
+func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
+	set, err := decodeSettings(spec.Config)
+	if err != nil {
+		return sdk.Sandbox{}, err
+	}
+	e, err := p.engine(ctx, set)
+	if err != nil {
+		return sdk.Sandbox{}, err
+	}
+	name := containerName(spec.Name)
+	// A concurrent EnsureRunning may create or remove the container between
+	// the look and the act; look again then.
+	for range 3 {
+		res, err := e.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+		if cerrdefs.IsNotFound(err) {
+			sb, err := p.create(ctx, e, set, spec)
+			if errors.Is(err, errRace) {
+				continue
+			}
+			return sb, err
+		}
+		if err != nil {
+			return sdk.Sandbox{}, e.wrap(err, "inspect container "+name)
+		}
+		c := res.Container
+		if err := checkOwned(c, spec); err != nil {
+			return sdk.Sandbox{}, err
+		}
+		sb, err := p.resume(ctx, e, set, spec, c)
+		if errors.Is(err, errRace) {
+			continue
+		}
+		return sb, err
+	}
+	return sdk.Sandbox{}, sdk.Errorf(sdk.ErrConflict, "sandbox %s: container %s keeps changing under amelia (another process creating and removing it?)", spec.Name, name)
+}
+
+// errRace is a container that appeared or vanished between look and act.
+var errRace = errors.New("the container changed meanwhile")
+
+// checkOwned refuses a container that is not this spec's sandbox: one
+// Amelia did not create (it is left alone), one of the same profile name
+// in another config file, or one created for a different network policy.
+func checkOwned(c container.InspectResponse, spec sdk.Spec) error {
+	name := strings.TrimPrefix(c.Name, "/")
+	labels := c.Config.Labels
+	if _, ok := labels[labelProfile]; !ok {
+		return sdk.Errorf(sdk.ErrConflict, "a container named %s exists that Amelia did not create; amelia leaves it alone: rename or remove it yourself, or rename the profile", name)
+	}
+	if want, have := spec.Labels[labelConfig], labels[labelConfig]; want != "" && have != "" && want != have {
+		return sdk.Errorf(sdk.ErrConflict, "container %s is the sandbox of profile %s in %s, not of %s: rename one of the profiles, or remove it with `amelia --config %s sandbox down -p %s`",
+			name, labels[labelProfile], have, want, have, labels[labelProfile])
+	}
+	want := networkMode(spec.Network.Mode)
+	if have := c.HostConfig.NetworkMode; have != want && !(want == "bridge" && have == "default") {
+		return sdk.Errorf(sdk.ErrConflict, "sandbox %s was created with network %q (%s); the profile asks for %q: remove it with `amelia sandbox down`, then start again",
+			spec.Name, labels[labelNetwork], have, spec.Network.Mode)
+	}
+	return nil
+}
+
+// resume makes an existing sandbox container run: as it is when it runs,
+// started when it was stopped or never started, unpaused when paused.
+func (p *Provider) resume(ctx context.Context, e *engine, set Settings, spec sdk.Spec, c container.InspectResponse) (sdk.Sandbox, error) {
+	sb := sandboxOf(spec, c.ID, c.Config.Image, c.Config.Labels[labelImageHash])
+	switch st := c.State; {
+	case st.Running && !st.Paused:
+		p.noteStale(ctx, e, set, c)
+		return sb, nil
+	case st.Paused:
+		if _, err := e.cli.ContainerUnpause(ctx, c.ID, client.ContainerUnpauseOptions{}); err != nil {
+			return sb, e.wrap(err, "unpause container "+sb.Details["container"])
+		}
+	case st.Status == container.StateDead:
+		if _, err := e.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			return sb, e.wrap(err, "remove dead container "+sb.Details["container"])
+		}
+		return sb, errRace
+	case st.Status == container.StateRemoving:
+		return sb, sdk.Errorf(sdk.ErrConflict, "sandbox %s is being removed; try again in a moment", spec.Name)
+	default: // created, exited
+		if err := p.start(ctx, e, set, c.ID); err != nil {
+			if cerrdefs.IsNotFound(err) {
+				return sb, errRace
+			}
+			return sb, err
+		}
+	}
+	p.opts.Logger.Info("started sandbox container", "container", sb.Details["container"], "state", c.State.Status)
+	return sb, nil
+}
+
+// create makes and starts the sandbox's container, building its image
+// when needed. A container it created but could not start is removed.
+func (p *Provider) create(ctx context.Context, e *engine, set Settings, spec sdk.Spec) (sdk.Sandbox, error) {
+	pl, err := p.ensureImage(ctx, e, set)
+	if err != nil {
+		return sdk.Sandbox{}, err
+	}
+	name := containerName(spec.Name)
+	labels := map[string]string{}
+	maps.Copy(labels, set.Labels)
+	maps.Copy(labels, spec.Labels)
+	if labels[labelProfile] == "" {
+		labels[labelProfile] = spec.Name
+	}
+	if labels[labelCreated] == "" {
+		labels[labelCreated] = time.Now().UTC().Format(time.RFC3339)
+	}
+	labels[labelNetwork] = string(spec.Network.Mode)
+	cfg := &container.Config{
+		Image:      pl.tag,
+		User:       set.User,
+		WorkingDir: image.Workdir,
+		Env:        []string{"AMELIA_SANDBOX=" + spec.Name},
+		Labels:     labels,
+		// tini reaps every orphan the agent's commands leave; a ready
+		// image may lack it, and gets the engine's own init instead.
+		Entrypoint: []string{"tini", "--"},
+		Cmd:        []string{"sleep", "infinity"},
+	}
+	pids := set.Resources.Pids
+	host := &container.HostConfig{
+		NetworkMode: networkMode(spec.Network.Mode),
+		CapDrop:     []string{"ALL"},
+		SecurityOpt: []string{"no-new-privileges"},
+		Resources: container.Resources{
+			NanoCPUs:  int64(set.Resources.CPUs * 1e9),
+			Memory:    int64(set.Resources.Memory),
+			PidsLimit: &pids,
+		},
+	}
+	if pl.ready != "" {
+		init := true
+		host.Init = &init
+		cfg.Entrypoint, cfg.Cmd = []string{"sleep", "infinity"}, nil
+	} else {
+		labels[labelImageHash] = pl.hash
+	}
+	res, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: host})
+	if cerrdefs.IsConflict(err) {
+		return sdk.Sandbox{}, errRace // created by another EnsureRunning meanwhile
+	}
+	if err != nil {
+		return sdk.Sandbox{}, e.wrap(err, "create container "+name)
+	}
+	if err := p.start(ctx, e, set, res.ID); err != nil {
+		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), internalTimeout)
+		defer cancel()
+		_, _ = e.cli.ContainerRemove(rmCtx, res.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		return sdk.Sandbox{}, err
+	}
+	sb := sandboxOf(spec, res.ID, pl.tag, pl.hash)
+	sb.Created = true
+	p.opts.Logger.Info("created sandbox container", "container", name, "image", pl.tag, "network", host.NetworkMode)
+	return sb, nil
+}
+
+// start starts a container and checks that commands run in it as the
+// profile's user, in the workdir: the first exec shows a wrong image or
+// user now, with a message saying which.
+func (p *Provider) start(ctx context.Context, e *engine, set Settings, id string) error {
+	if _, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		return e.wrap(err, "start container "+id[:min(12, len(id))])
+	}
+	code, out, err := e.run(ctx, id, set.User, []string{"sh", "-c", `test -d "$1" && test -w "$1" || { echo "$1 is missing or not writable by $(id -un)"; exit 1; }`, "sh", image.Workdir})
+	if err == nil && code != 0 {
+		err = errors.New(out)
+	}
+	if err != nil {
+		res, ierr := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if ierr == nil && res.Container.State != nil && !res.Container.State.Running {
+			return fmt.Errorf("the sandbox container exited as it started (exit code %d%s): is the image a sandbox image (docker.image)?", res.Container.State.ExitCode, stateError(res.Container.State))
+		}
+		return fmt.Errorf("the sandbox container started, but commands cannot run in it as user %s: %v (docker.user and docker.image must fit together)", set.User, err)
+	}
+	return nil
+}
+
+func stateError(st *container.State) string {
+	if st.Error == "" {
+		return ""
+	}
+	return ", " + st.Error
+}
+
+// noteStale logs when a running sandbox's image is not the one a new
+// container would get (amelia or its base changed since it was created).
+func (p *Provider) noteStale(ctx context.Context, e *engine, set Settings, c container.InspectResponse) {
+	have := c.Config.Labels[labelImageHash]
+	if have == "" || set.Image != "" {
+		return
+	}
+	if pl, err := p.plan(ctx, e, set); err == nil && pl.hash != have {
+		p.opts.Logger.Info("the sandbox runs an older image; `amelia sandbox down` then up to use the current one",
+			"container", strings.TrimPrefix(c.Name, "/"), "image", c.Config.Image, "current", pl.tag)
+	}
+}
+
+func sandboxOf(spec sdk.Spec, id, img, hash string) sdk.Sandbox {
+	ref := spec.SandboxRef
+	ref.ID = id
+	details := map[string]string{"container": containerName(spec.Name), "image": img, "network": string(networkMode(spec.Network.Mode))}
+	if hash != "" {
+		details["image-hash"] = hash
+	}
+	return sdk.Sandbox{Ref: ref, Workdir: image.Workdir, Details: details}
+}
+
+// inspectOwned finds the sandbox's container; one that is missing, or not
+// Amelia's, is ErrNotFound.
+func (p *Provider) inspectOwned(ctx context.Context, e *engine, ref sdk.SandboxRef) (container.InspectResponse, error) {
+	res, err := e.cli.ContainerInspect(ctx, containerRef(ref), client.ContainerInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return container.InspectResponse{}, sdk.Errorf(sdk.ErrNotFound, "sandbox %s does not exist (no container %s)", ref.Name, containerName(ref.Name))
+	}
+	if err != nil {
+		return container.InspectResponse{}, e.wrap(err, "inspect container "+containerName(ref.Name))
+	}
+	if _, ok := res.Container.Config.Labels[labelProfile]; !ok {
+		return container.InspectResponse{}, sdk.Errorf(sdk.ErrNotFound, "sandbox %s does not exist: the container %s was not created by Amelia", ref.Name, containerName(ref.Name))
+	}
+	return res.Container, nil
+}
+
+// Teardown force-removes the sandbox's container and its anonymous
+// volumes. A container of that name that Amelia did not create is refused,
+// never removed.
+func (p *Provider) Teardown(ctx context.Context, ref sdk.SandboxRef) error {
+	set, err := decodeSettings(ref.Config)
+	if err != nil {
+		return err
+	}
+	e, err := p.engine(ctx, set)
+	if err != nil {
+		return err
+	}
+	name := containerName(ref.Name)
+	res, err := e.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return e.wrap(err, "inspect container "+name)
+	}
+	if _, ok := res.Container.Config.Labels[labelProfile]; !ok {
+		return sdk.Errorf(sdk.ErrConflict, "refusing to remove container %s: Amelia did not create it", name)
+	}
+	_, err = e.cli.ContainerRemove(ctx, res.Container.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !cerrdefs.IsNotFound(err) && !strings.Contains(err.Error(), "already in progress") {
+		return e.wrap(err, "remove container "+name)
+	}
+	p.opts.Logger.Info("removed sandbox container", "container", name)
+	return nil
+}
+
+// healthTimeout bounds HealthCheck's exec, well inside sdk.HealthCheckTimeout.
+const healthTimeout = 5 * time.Second
+
+// HealthCheck: ready when the container runs and an exec of `true` answers
+// in time.
+func (p *Provider) HealthCheck(ctx context.Context, ref sdk.SandboxRef) (sdk.Health, error) {
+	set, err := decodeSettings(ref.Config)
+	if err != nil {
+		return sdk.Health{}, err
+	}
+	e, err := p.engine(ctx, set)
+	if err != nil {
+		return sdk.Health{}, err
+	}
+	c, err := p.inspectOwned(ctx, e, ref)
+	if err != nil {
+		return sdk.Health{}, err
+	}
+	switch state := health(c.State.Status); state {
+	case sdk.HealthReady:
+	default:
+		return sdk.Health{State: state, Message: "container " + containerName(ref.Name) + " is " + string(c.State.Status)}, nil
+	}
+	hctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	code, out, err := e.run(hctx, c.ID, set.User, []string{"true"})
+	if err != nil || code != 0 {
+		return sdk.Health{State: sdk.HealthUnhealthy, Message: fmt.Sprintf("container %s runs, but `true` did not answer: %v%s", containerName(ref.Name), err, out)}, nil
+	}
+	return sdk.Health{State: sdk.HealthReady, Message: "container " + containerName(ref.Name) + " (" + c.ID[:12] + ")"}, nil
+}
+
+// health maps a container state to a sandbox's.
+func health(s container.ContainerState) sdk.HealthState {
+	switch s {
+	case container.StateRunning:
+		return sdk.HealthReady
+	case container.StateCreated, container.StateExited, container.StatePaused:
+		return sdk.HealthStopped
+	}
+	return sdk.HealthUnhealthy
+}
+
+// List finds the sandbox containers on the settings' engine that carry
+// every label asked for, running or not (a crash can leave them Created or
+// Exited).
+func (p *Provider) List(ctx context.Context, req sdk.ListRequest) ([]sdk.Listed, error) {
+	set, err := decodeSettings(req.Config)
+	if err != nil {
+		return nil, err
+	}
+	e, err := p.engine(ctx, set)
+	if err != nil {
+		return nil, err
+	}
+	f := make(client.Filters).Add("label", labelProfile).Add("name", containerPrefix)
+	for k, v := range req.Labels {
+		f.Add("label", k+"="+v)
+	}
+	res, err := e.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, e.wrap(err, "list sandbox containers")
+	}
+	var out []sdk.Listed
+	for _, c := range res.Items {
+		var name string
+		for _, n := range c.Names {
+			if s, ok := strings.CutPrefix(n, "/"+containerPrefix); ok && sdk.ValidName(s) {
+				name = s
+			}
+		}
+		if name == "" {
+			continue
+		}
+		labels := map[string]string{}
+		for k, v := range c.Labels {
+			if strings.HasPrefix(k, labelPrefix) {
+				labels[k] = v
+			}
+		}
+		out = append(out, sdk.Listed{
+			Ref:     sdk.SandboxRef{Name: name, ID: c.ID, Config: req.Config},
+			Labels:  labels,
+			State:   health(c.State),
+			Created: time.Unix(c.Created, 0),
+		})
+	}
+	return out, nil
+}
+
+// BuildImage builds the sandbox image of the settings (a profile's
+// sandbox.docker block) and returns its tag, streaming the build's output to
+// progress; with noCache, every step runs again. An image that is up to
+// date is not built again unless noCache.
+func (p *Provider) BuildImage(ctx context.Context, settings []byte, noCache bool, progress io.Writer) (string, error) {
+	set, err := decodeSettings(settings)
+	if err != nil {
+		return "", err
+	}
+	if set.Image != "" {
+		return "", sdk.Errorf(sdk.ErrInvalid, "docker.image %q is a ready image: amelia builds nothing for it", set.Image)
+	}
+	e, err := p.engine(ctx, set)
+	if err != nil {
+		return "", err
+	}
+	pl, err := p.plan(ctx, e, set)
+	if err != nil {
+		return "", err
+	}
+	if !noCache {
+		if ok, err := hasImage(ctx, e, pl.tag); err != nil || ok {
+			if ok {
+				fmt.Fprintf(progress, "%s is up to date\n", pl.tag)
+			}
+			return pl.tag, err
+		}
+	}
+	p.buildMu.Lock()
+	defer p.buildMu.Unlock()
+	return pl.tag, p.build(ctx, e, pl, noCache, progress)
+}
+
+// Close closes the engine connections; the SDK calls it when the plugin
+// stops. Running execs end with their streams.
+func (p *Provider) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, e := range p.engines {
+		_ = e.cli.Close()
+		delete(p.engines, k)
+	}
+	return nil
+}

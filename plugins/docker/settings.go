@@ -1,0 +1,186 @@
+package docker
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/docker/go-units"
+
+	"github.com/amelia-sandbox/amelia/image"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// Settings is a profile's `sandbox.docker` block.
+type Settings struct {
+	// Image is a ready image used as it is (nothing is built); it must
+	// hold sh, coreutils and User, and a Workdir that User can write.
+	Image string `json:"image"`
+	// BaseImage is the BASE_IMAGE of Amelia's Dockerfile (default
+	// debian:bookworm-slim).
+	BaseImage string `json:"base_image"`
+	// Dockerfile is a devcontainer-style Dockerfile: it is built first (in
+	// BuildContext), and Amelia's image is built on top of it.
+	Dockerfile string `json:"dockerfile"`
+	// BuildContext is the Dockerfile's build context (default: the
+	// Dockerfile's directory).
+	BuildContext string `json:"build_context"`
+	// Host is the engine's address (unix://, tcp://, ssh://); default as
+	// the docker CLI: DOCKER_HOST, else the current docker context.
+	Host string `json:"host"`
+	// Context is a docker context to use instead of the current one.
+	Context string `json:"context"`
+	// User runs the commands (default amelia).
+	User      string            `json:"user"`
+	Resources Resources         `json:"resources"`
+	Labels    map[string]string `json:"labels"`
+}
+
+// Resources are the container's limits.
+type Resources struct {
+	// CPUs is a number of CPUs, fractions allowed (0 = no limit).
+	CPUs float64 `json:"cpus"`
+	// Memory is bytes, or a size such as "4g" or "512MiB" (unset = no
+	// limit).
+	Memory Size `json:"memory"`
+	// Pids is the most processes the sandbox may hold (default 1024).
+	Pids int64 `json:"pids"`
+}
+
+// DefaultPids is the process limit of a sandbox whose profile sets none.
+const DefaultPids = 1024
+
+// Size is a number of bytes, written in JSON as a number or as a string
+// with a unit ("4g", "512MiB").
+type Size int64
+
+func (s *Size) UnmarshalJSON(b []byte) error {
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err == nil {
+		v, err := n.Int64()
+		if err != nil {
+			return fmt.Errorf("%s is not a whole number of bytes", n)
+		}
+		*s = Size(v)
+		return nil
+	}
+	var str string
+	if err := json.Unmarshal(b, &str); err != nil {
+		return fmt.Errorf("%s is not a size (write bytes, or a size like 4g or 512MiB)", b)
+	}
+	v, err := units.RAMInBytes(str)
+	if err != nil {
+		return fmt.Errorf("%q is not a size (write bytes, or a size like 4g or 512MiB)", str)
+	}
+	*s = Size(v)
+	return nil
+}
+
+var (
+	userRule    = regexp.MustCompile(`^([a-z_][a-z0-9_-]{0,31}|[0-9]{1,10})(:([a-z_][a-z0-9_-]{0,31}|[0-9]{1,10}))?$`)
+	imageRule   = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._/:@-]{0,254}$`)
+	contextRule = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.+-]*$`)
+)
+
+// decodeSettings reads and checks the settings of a sandbox ref or list
+// request. Unknown keys are errors, so a typo does not pass silently.
+func decodeSettings(raw json.RawMessage) (Settings, error) {
+	var s Settings
+	if len(bytes.TrimSpace(raw)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil {
+			return s, sdk.Errorf(sdk.ErrInvalid, "docker settings: %s", strings.TrimPrefix(err.Error(), "json: "))
+		}
+	}
+	return s, s.normalize()
+}
+
+func invalid(key, format string, args ...any) error {
+	return sdk.Errorf(sdk.ErrInvalid, "docker.%s: %s", key, fmt.Sprintf(format, args...))
+}
+
+// normalize fills in defaults and checks every value.
+func (s *Settings) normalize() error {
+	for key, ref := range map[string]string{"image": s.Image, "base_image": s.BaseImage} {
+		if ref != "" && !imageRule.MatchString(ref) {
+			return invalid(key, "%q is not an image reference (like debian:bookworm-slim or registry.example.com/team/img:tag)", ref)
+		}
+	}
+	switch {
+	case s.Image != "" && (s.BaseImage != "" || s.Dockerfile != ""):
+		return invalid("image", "is a ready image used as it is; it does not go with base_image or dockerfile (those build Amelia's image)")
+	case s.BaseImage != "" && s.Dockerfile != "":
+		return invalid("base_image", "does not go with dockerfile: the image your Dockerfile builds is the base")
+	case s.BuildContext != "" && s.Dockerfile == "":
+		return invalid("build_context", "is the context of docker.dockerfile, which is not set")
+	case s.Host != "" && s.Context != "":
+		return invalid("host", "does not go with docker.context: the context names the engine")
+	}
+	if s.BaseImage == "" && s.Image == "" && s.Dockerfile == "" {
+		s.BaseImage = image.DefaultBase
+	}
+	var err error
+	if s.Dockerfile != "" {
+		if s.Dockerfile, err = absPath("dockerfile", s.Dockerfile); err != nil {
+			return err
+		}
+		if s.BuildContext == "" {
+			s.BuildContext = filepath.Dir(s.Dockerfile)
+		} else if s.BuildContext, err = absPath("build_context", s.BuildContext); err != nil {
+			return err
+		}
+	}
+	if s.Context != "" && !contextRule.MatchString(s.Context) {
+		return invalid("context", "%q is not a docker context name", s.Context)
+	}
+	if s.User == "" {
+		s.User = image.User
+	}
+	if !userRule.MatchString(s.User) {
+		return invalid("user", "%q is not a user name or uid[:gid]", s.User)
+	}
+	r := &s.Resources
+	if r.CPUs < 0 || math.IsNaN(r.CPUs) || r.CPUs > 1024 {
+		return invalid("resources.cpus", "%v is not a number of CPUs (like 2 or 0.5)", r.CPUs)
+	}
+	if r.Memory < 0 || (r.Memory > 0 && r.Memory < 6<<20) {
+		return invalid("resources.memory", "%d bytes is too little: a container needs at least 6MiB", r.Memory)
+	}
+	if r.Pids < 0 {
+		return invalid("resources.pids", "%d is not a process limit (a positive number; default %d)", r.Pids, DefaultPids)
+	}
+	if r.Pids == 0 {
+		r.Pids = DefaultPids
+	}
+	for k, v := range s.Labels {
+		switch {
+		case k == "" || strings.ContainsAny(k, "\x00=") || strings.ContainsRune(v, 0):
+			return invalid("labels", "%q is not a label (a non-empty key without '=' or NUL)", k)
+		case strings.HasPrefix(k, labelPrefix):
+			return invalid("labels", "%q: labels starting with %q are Amelia's own", k, labelPrefix)
+		}
+	}
+	return nil
+}
+
+// absPath expands a leading ~/ and requires an absolute path: the plugin's
+// working directory is nothing the profile's author can rely on.
+func absPath(key, p string) (string, error) {
+	if rest, ok := strings.CutPrefix(p, "~/"); ok {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", invalid(key, "%q: cannot expand ~: %v", p, err)
+		}
+		p = filepath.Join(home, rest)
+	}
+	if !filepath.IsAbs(p) {
+		return "", invalid(key, "%q must be an absolute path (or start with ~/)", p)
+	}
+	return filepath.Clean(p), nil
+}
