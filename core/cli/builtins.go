@@ -1,16 +1,19 @@
 package cli
 
 import (
+	"log/slog"
 	"path/filepath"
 
 	"github.com/amelia-sandbox/amelia/core/buildinfo"
+	"github.com/amelia-sandbox/amelia/core/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/docker"
 	"github.com/amelia-sandbox/amelia/plugins/local"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // The providers amelia serves itself (`amelia plugin serve NAME`).
 
-func builtinNames() []string { return []string{local.Name} }
+func builtinNames() []string { return []string{local.Name, docker.Name} }
 
 func builtinAliases() map[string]string { return map[string]string{local.Alias: local.Name} }
 
@@ -25,6 +28,18 @@ func (a *app) builtinProvider(name string) (sdk.Provider, bool) {
 			HostEnv:     a.environ,
 			Logger:      a.pluginLogger(),
 		}), true
+	case docker.Name:
+		return a.dockerProvider(a.pluginLogger()), true
 	}
 	return nil, false
+}
+
+// dockerProvider is the Docker provider with this process's environment
+// and workers.
+func (a *app) dockerProvider(logger *slog.Logger) *docker.Provider {
+	return docker.New(docker.Options{
+		Version:    buildinfo.Version(),
+		WorkerDirs: workerbin.Dirs(a.getenv("AMELIA_WORKER_DIR"), a.self),
+		Logger:     logger,
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/run"
 	"github.com/amelia-sandbox/amelia/core/runview"
 	"github.com/amelia-sandbox/amelia/core/workerbin"
+	"github.com/amelia-sandbox/amelia/image"
 )
 
 func (a *app) runCommand() *cobra.Command {
@@ -62,8 +63,13 @@ up and exits 130.`,
 				}
 			}
 			host := run.Host{
-				Plugins:   a.pluginHost(),
-				Workers:   &driver.Installer{Dirs: workerbin.Dirs(a.getenv("AMELIA_WORKER_DIR"), a.self), Logger: a.logger},
+				Plugins: a.pluginHost(),
+				Workers: &driver.Installer{
+					Dirs: workerbin.Dirs(a.getenv("AMELIA_WORKER_DIR"), a.self),
+					// The Docker sandbox image holds the worker already.
+					Candidates: []string{image.WorkerPath},
+					Logger:     a.logger,
+				},
 				AuditDir:  a.auditDir(),
 				LookupEnv: a.lookup,
 				Environ:   a.environ,
