@@ -111,7 +111,7 @@ func (h *Host) Find(name string) (Plugin, error) {
 			return Plugin{Name: name, Path: path}, nil
 		}
 	}
-	return Plugin{}, fmt.Errorf("no provider named %q: built in are %s, and no %s%s was found in %s",
+	return Plugin{}, fmt.Errorf("no provider named %q: built in are %s; no %s%s was found in %s",
 		name, strings.Join(h.opts.Builtins, ", "), BinaryPrefix, name, h.describeDirs())
 }
 

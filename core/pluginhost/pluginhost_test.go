@@ -46,7 +46,7 @@ func TestFind(t *testing.T) {
 		{name: "hello", want: Plugin{Name: "hello", Path: want}},
 		{name: "local", want: Plugin{Name: "local", Path: "/usr/bin/amelia", Args: []string{"plugin", "serve", "local"}, Builtin: true}},
 		{name: "none", want: Plugin{Name: "local", Path: "/usr/bin/amelia", Args: []string{"plugin", "serve", "local"}, Builtin: true}},
-		{name: "noexec", err: `no provider named "noexec": built in are local, and no amelia-provider-noexec was found in ` + first + ", " + second},
+		{name: "noexec", err: `no provider named "noexec": built in are local; no amelia-provider-noexec was found in ` + first + ", " + second},
 		{name: "../evil", err: `"../evil" is not a valid provider name`},
 	} {
 		got, err := h.Find(tc.name)
