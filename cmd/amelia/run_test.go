@@ -52,9 +52,17 @@ type host struct {
 
 func newHost(t testing.TB, opts llmtest.Options, turns ...llmtest.Turn) *host {
 	t.Helper()
-	h := &host{home: t.TempDir(), root: t.TempDir(), repo: t.TempDir()}
+	root := t.TempDir()
+	return newHostWith(t, fmt.Sprintf("{provider: local, local: {root: %q}}", root), root, opts, turns...)
+}
+
+// newHostWith is newHost with the e2e profile's sandbox block (YAML flow
+// style) given; root is the local provider's root, if it is one.
+func newHostWith(t testing.TB, sandbox, root string, opts llmtest.Options, turns ...llmtest.Turn) *host {
+	t.Helper()
+	h := &host{home: t.TempDir(), root: root, repo: t.TempDir()}
 	h.up = llmtest.NewWithOptions(t, opts, turns...)
-	cfg := filepath.Join(h.home, ".config", "amelia", "config.yaml")
+	cfg := h.configPath()
 	if err := os.MkdirAll(filepath.Dir(cfg), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -63,10 +71,8 @@ profiles:
   e2e:
     model: test-model
     llm: {base_url: %q, api_key_env: AMELIA_E2E_KEY}
-    sandbox:
-      provider: local
-      local: {root: %q}
-`, h.up.URL()+"/v1", h.root)
+    sandbox: %s
+`, h.up.URL()+"/v1", sandbox)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -83,11 +89,14 @@ profiles:
 	return h
 }
 
+// configPath is the host's amelia config file.
+func (h *host) configPath() string { return filepath.Join(h.home, ".config", "amelia", "config.yaml") }
+
 // addProfileYAML appends lines (indented as keys of the profile) to the
 // e2e profile of the host's config.
 func (h *host) addProfileYAML(t testing.TB, lines string) {
 	t.Helper()
-	f, err := os.OpenFile(filepath.Join(h.home, ".config", "amelia", "config.yaml"), os.O_APPEND|os.O_WRONLY, 0)
+	f, err := os.OpenFile(h.configPath(), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

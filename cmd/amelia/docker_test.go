@@ -1,0 +1,182 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moby/moby/client"
+
+	"github.com/amelia-sandbox/amelia/image"
+	"github.com/amelia-sandbox/amelia/internal/dockertest"
+	"github.com/amelia-sandbox/amelia/internal/llmtest"
+)
+
+// End-to-end tests of amelia on the docker provider, against the real
+// engine: the sandbox image built from the bootstrap base, the scripted LLM
+// reached only through the tunnel and the proxy.
+
+// dockerSandbox is the e2e profile's sandbox block on docker.
+func dockerSandbox(network string) string {
+	return fmt.Sprintf("{provider: docker, network: %s, docker: {base_image: %q}}", network, image.TestBase)
+}
+
+// newDockerHost is a host whose e2e profile runs on docker; every
+// container of its config is removed when the test ends.
+func newDockerHost(t *testing.T, network string, turns ...llmtest.Turn) (*host, *client.Client) {
+	t.Helper()
+	cli := dockertest.Engine(t)
+	h := newHostWith(t, dockerSandbox(network), "", llmtest.Options{}, turns...)
+	dockertest.RemoveContainers(t, cli, "amelia.config="+h.configPath())
+	return h, cli
+}
+
+// probe is what the agent runs to look around the sandbox: its
+// environment and every process's, and whether anything outside answers.
+const probe = `env; cat /proc/[0-9]*/environ | tr '\0' '\n'
+for a in 1.1.1.1/80 8.8.8.8/53 $GATEWAY; do
+  if timeout 5 bash -c "exec 3<>/dev/tcp/$a" 2>/dev/null; then echo "REACHED $a"; else echo "UNREACHABLE $a"; fi
+done`
+
+// amelia run on docker brings the branch back with the LLM reached only
+// through the tunnel; with network none nothing else is reachable. The key
+// is nowhere in the container or its image.
+func TestRunOnDocker(t *testing.T) {
+	for _, network := range []string{"open", "none"} {
+		t.Run(network, func(t *testing.T) {
+			h, cli := newDockerHost(t, network,
+				llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("hello.txt", "hello from the container\n")}},
+				llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall(strings.ReplaceAll(probe, "$GATEWAY", "172.17.0.1/80"))}},
+				llmtest.Turn{Text: "Added hello.txt.", Usage: &llmtest.Usage{PromptTokens: 10, CompletionTokens: 5}},
+			)
+			r := h.amelia(t, "run", "--json", "--sandbox", "docker", "--workflow", "hello-"+network, "Add a hello file.")
+			if r.code != 0 {
+				t.Fatalf("amelia run: exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)
+			}
+			if got := h.git(t, "show", "amelia/hello-"+network+":hello.txt"); got != "hello from the container" {
+				t.Errorf("hello.txt on the branch: %q", got)
+			}
+			if n := len(h.up.Requests()); n != 3 {
+				t.Errorf("the LLM got %d requests, want 3", n)
+			}
+			for i, req := range h.up.Requests() {
+				if got := req.Header.Get("Authorization"); got != "Bearer "+upstreamKey {
+					t.Errorf("LLM request %d: Authorization %q, want the host's key (added by the proxy)", i, got)
+				}
+			}
+			var probed string
+			for _, ev := range events(t, r.stdout) {
+				if ev.Type == "tool_result" && ev.ToolOutput != nil && strings.Contains(*ev.ToolOutput, "AMELIA_PROXY_TOKEN=") {
+					probed = *ev.ToolOutput
+				}
+			}
+			if probed == "" {
+				t.Fatalf("no tool output shows the sandbox's environment:\n%s", r.stdout)
+			}
+			if network == "none" && strings.Contains(probed, "REACHED") {
+				t.Errorf("with network none the sandbox reached something directly:\n%s", probed)
+			}
+			if network == "none" && !strings.Contains(probed, "HTTPS_PROXY=http://amelia:") {
+				t.Errorf("with network none the agent has no egress proxy in its environment:\n%s", probed)
+			}
+			if strings.Contains(r.stdout+r.stderr, upstreamKey) {
+				t.Error("the upstream key appears in amelia's output (the sandbox's environment or processes)")
+			}
+			assertKeyNotInContainer(t, h, cli)
+		})
+	}
+}
+
+// assertKeyNotInContainer looks for the upstream key everywhere the
+// sandbox keeps things: its files, its processes' environments, the
+// container's configuration and its image's history.
+func assertKeyNotInContainer(t *testing.T, h *host, cli *client.Client) {
+	t.Helper()
+	r := h.amelia(t, "sandbox", "exec", "--", "sh", "-c",
+		`grep -rlF -- "$1" /workspace /tmp /opt /home /etc 2>/dev/null; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -F -- "$1"; echo searched`, "sh", upstreamKey)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "searched" {
+		t.Errorf("the key is in the container (files or process environments), or the search failed: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	ctx := context.Background()
+	c, err := cli.ContainerInspect(ctx, "amelia-sandbox-e2e", client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.Join(c.Container.Config.Env, "\n"), upstreamKey) {
+		t.Error("the key is in the container's environment")
+	}
+	hist, err := cli.ImageHistory(ctx, c.Container.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range hist.Items {
+		if strings.Contains(l.CreatedBy, upstreamKey) || strings.Contains(l.Comment, upstreamKey) {
+			t.Errorf("the key is in the image's history: %s", l.CreatedBy)
+		}
+	}
+	img, err := cli.ImageInspect(ctx, c.Container.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.Join(img.Config.Env, "\n"), upstreamKey) {
+		t.Error("the key is in the image's environment")
+	}
+}
+
+// Two profiles get two containers; sandbox ls shows them, and a profile
+// removed from the config as an orphan; amelia stop leaves no container
+// of the config behind.
+func TestDockerProfilesAndStop(t *testing.T) {
+	h, cli := newDockerHost(t, "none")
+	h.addProfileYAML(t, "  second:\n    llm: {api_key_env: AMELIA_E2E_KEY}\n    sandbox: "+dockerSandbox("open")+"\n")
+	for _, p := range []string{"e2e", "second"} {
+		if r := h.amelia(t, "sandbox", "up", "-p", p); r.code != 0 {
+			t.Fatalf("sandbox up -p %s: exit %d: %s", p, r.code, r.stderr)
+		}
+	}
+	mine := make(client.Filters).Add("label", "amelia.config="+h.configPath())
+	list, err := cli.ContainerList(t.Context(), client.ContainerListOptions{All: true, Filters: mine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range list.Items {
+		names = append(names, strings.Join(c.Names, ","))
+	}
+	if len(list.Items) != 2 || !strings.Contains(strings.Join(names, " "), "/amelia-sandbox-e2e") || !strings.Contains(strings.Join(names, " "), "/amelia-sandbox-second") {
+		t.Fatalf("containers of the config: %v, want amelia-sandbox-e2e and amelia-sandbox-second", names)
+	}
+
+	// Drop the second profile: its sandbox is now an orphan.
+	cfg, _ := os.ReadFile(h.configPath())
+	cut := strings.Index(string(cfg), "  second:")
+	if err := os.WriteFile(h.configPath(), cfg[:cut], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ls := h.amelia(t, "sandbox", "ls")
+	if ls.code != 0 || !strings.Contains(ls.stdout, "second") || !strings.Contains(ls.stdout, "e2e") {
+		t.Errorf("sandbox ls: exit %d\n%s%s", ls.code, ls.stdout, ls.stderr)
+	}
+	if r := h.amelia(t, "stop"); r.code != 0 {
+		t.Fatalf("amelia stop: exit %d: %s", r.code, r.stderr)
+	}
+	list, err = cli.ContainerList(t.Context(), client.ContainerListOptions{All: true, Filters: mine})
+	if err != nil || len(list.Items) != 0 {
+		t.Errorf("after amelia stop, containers of the config remain: %v %v", list.Items, err)
+	}
+}
+
+// No engine at DOCKER_HOST: one line that says where amelia looked.
+func TestDockerEngineUnreachable(t *testing.T) {
+	h := newHostWith(t, dockerSandbox("open"), "", llmtest.Options{})
+	sock := filepath.Join(t.TempDir(), "dead.sock")
+	h.env = append(h.env, "DOCKER_HOST=unix://"+sock)
+	r := h.amelia(t, "sandbox", "up")
+	want := "amelia: start sandbox e2e (provider docker): cannot reach the Docker engine at unix://" + sock + ": dial unix " + sock + ": connect: no such file or directory — is Docker running?\n"
+	if r.code != 1 || r.stderr != want {
+		t.Errorf("sandbox up with a dead DOCKER_HOST: exit %d\nstderr: %q\nwant:   %q", r.code, r.stderr, want)
+	}
+}
