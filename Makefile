@@ -9,7 +9,7 @@ EXAMPLES := examples/provider-hello
 # plugin processes.
 export GORACE = atexit_sleep_ms=0
 
-.PHONY: all build worker run demo test fmt-check vet proto proto-check bench fuzz clean
+.PHONY: all build worker run demo test fmt-check vet base-image proto proto-check bench fuzz clean
 
 all: build
 
@@ -32,8 +32,18 @@ run: build
 demo: build
 	$(GO) run ./internal/demo -amelia bin/amelia
 
+## base-image: amelia-base:bookworm for the Docker tests, made with mmdebstrap (image/bootstrap-base.sh); says so and does nothing without a Docker engine
+base-image:
+	@if docker version >/dev/null 2>&1; then \
+		image/bootstrap-base.sh; \
+	elif [ -n "$$AMELIA_REQUIRE_DOCKER" ]; then \
+		echo "make base-image: no Docker engine answers (docker version failed), and AMELIA_REQUIRE_DOCKER is set"; exit 1; \
+	else \
+		echo "make base-image: no Docker engine answers: SKIPPING the base image; the Docker tests will skip, saying so"; \
+	fi
+
 ## test: gofmt, go vet and all tests with the race detector, examples included
-test: fmt-check vet
+test: fmt-check vet base-image
 	@python3 -c 'import pydantic, sys; sys.exit(not pydantic.VERSION.startswith("2."))' 2>/dev/null || \
 		echo "make test: SKIPPING the check of the worker's output with the Python models: python3 with pydantic v2 not found"
 	$(GO) test -race -count=1 ./...
@@ -65,8 +75,8 @@ proto-check:
 		diff -u $(PROTO_DIR)/$$f $$tmp/$$f || { echo "$(PROTO_DIR)/$$f is stale: run make proto"; exit 1; }; \
 	done
 
-## bench: our figure, the baseline's and the ratio, for each benchmark
-bench:
+## bench: our figure, the baseline's and the ratio, for each benchmark (the docker ones need the engine and the base image: make base-image)
+bench: base-image
 	$(GO) test -run='^$$' -bench=ExecTrue -benchtime=500x ./plugins/local/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=3x ./plugins/local/
 	$(GO) test -run='^$$' -bench=DecodeSideBySide -benchtime=3000x -cpu=1 ./core/protocol/
@@ -77,6 +87,8 @@ bench:
 	$(GO) test -run='^$$' -bench=RunToFirstRequest -benchtime=20x ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=TenConcurrentRuns -benchtime=2x ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=WorkspaceSetup -benchtime=3x ./core/workspace/
+	$(GO) test -run='^$$' -bench='ColdEnsureRunning|WarmExecTrue' -benchtime=20x ./plugins/docker/
+	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./plugins/docker/
 
 ## fuzz: fuzz the protocol decoder, the git credential parser and the egress host matcher (FUZZTIME=60s each by default)
 fuzz:
