@@ -11,13 +11,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"time"
 
+	"github.com/moby/moby/client"
+
+	"github.com/amelia-sandbox/amelia/image"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 )
 
@@ -57,12 +62,17 @@ func demo(amelia string) error {
 		os.Setenv("AMELIA_DEMO_KEY", "sk-demo-scripted")
 		fmt.Printf("model: a SCRIPTED model server on %s playing a fixed session (set OPENAI_API_KEY for the real one)\n", srv.URL())
 	}
-	provider := pickProvider(amelia)
+	provider, settings := pickProvider(amelia)
 	config := filepath.Join(dir, "config.yaml")
-	yaml := fmt.Sprintf("default_profile: demo\nprofiles:\n  demo:%s\n    sandbox:\n      provider: %s\n      local: {root: %q}\n", llm, provider, filepath.Join(dir, "sandboxes"))
+	yaml := fmt.Sprintf("default_profile: demo\nprofiles:\n  demo:%s\n    sandbox:\n      provider: %s\n      local: {root: %q}%s\n", llm, provider, filepath.Join(dir, "sandboxes"), settings)
 	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
 		return err
 	}
+	// The sandbox goes with the demo's directory.
+	defer func() {
+		fmt.Println("\n$ amelia sandbox down")
+		_ = run(dir, amelia, "--config", config, "sandbox", "down")
+	}()
 
 	for _, args := range [][]string{
 		{"init", "-q", "-b", "main"},
@@ -97,24 +107,50 @@ func demo(amelia string) error {
 	return run(repo, "git", "--no-pager", "diff", "main", "amelia/hello")
 }
 
-// pickProvider is docker when amelia has it and an engine's socket is
-// there, else local, and says which.
-func pickProvider(amelia string) string {
+// pickProvider is docker when amelia has it and an engine answers, else
+// local, and says which. It returns the profile's sandbox settings too: on
+// an engine that holds the bootstrapped base (image/bootstrap-base.sh, for
+// machines without a registry), the image is built from it.
+func pickProvider(amelia string) (string, string) {
 	out, err := exec.Command(amelia, "plugin", "ls", "--json").Output()
 	var plugins []struct {
 		Name string `json:"name"`
 	}
 	if err == nil && json.Unmarshal(out, &plugins) == nil {
-		_, sockErr := os.Stat("/var/run/docker.sock")
 		for _, p := range plugins {
-			if p.Name == "docker" && (sockErr == nil || os.Getenv("DOCKER_HOST") != "") {
-				fmt.Println("provider: docker")
-				return "docker"
+			if p.Name != "docker" {
+				continue
 			}
+			base, ok := dockerBase()
+			if !ok {
+				break
+			}
+			fmt.Printf("provider: docker (sandbox image FROM %s)\n", base)
+			return "docker", fmt.Sprintf("\n      docker: {base_image: %q}", base)
 		}
 	}
 	fmt.Println("provider: local (this build has no Docker provider, or no engine answers); it isolates nothing: the agent runs on this machine")
-	return "local"
+	return "local", ""
+}
+
+// dockerBase reports whether a Docker engine answers, and the base image
+// to build the sandbox image from: the bootstrapped one when the engine has
+// it, else the Dockerfile's default (pulled).
+func dockerBase() (string, bool) {
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		return "", false
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		return "", false
+	}
+	if _, err := cli.ImageInspect(ctx, image.TestBase); err == nil {
+		return image.TestBase, true
+	}
+	return image.DefaultBase, true
 }
 
 // script is the scripted model's session: write a file, edit another,
