@@ -3,10 +3,12 @@ package docker
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 
@@ -47,7 +49,7 @@ type Resources struct {
 	CPUs float64 `json:"cpus"`
 	// Memory is bytes, or a size such as "4g" or "512MiB" (unset = no
 	// limit).
-	Memory Size `json:"memory"`
+	Memory Memory `json:"memory"`
 	// Pids is the most processes the sandbox may hold (default 1024).
 	Pids int64 `json:"pids"`
 }
@@ -55,29 +57,27 @@ type Resources struct {
 // DefaultPids is the process limit of a sandbox whose profile sets none.
 const DefaultPids = 1024
 
-// Size is a number of bytes, written in JSON as a number or as a string
+// Memory is a number of bytes, written in JSON as a number or as a string
 // with a unit ("4g", "512MiB").
-type Size int64
+type Memory int64
 
-func (s *Size) UnmarshalJSON(b []byte) error {
+func (m *Memory) UnmarshalJSON(b []byte) error {
 	var n json.Number
 	if err := json.Unmarshal(b, &n); err == nil {
 		v, err := n.Int64()
 		if err != nil {
-			return fmt.Errorf("%s is not a whole number of bytes", n)
+			return invalid("resources.memory", "%s is not a whole number of bytes", n)
 		}
-		*s = Size(v)
+		*m = Memory(v)
 		return nil
 	}
 	var str string
-	if err := json.Unmarshal(b, &str); err != nil {
-		return fmt.Errorf("%s is not a size (write bytes, or a size like 4g or 512MiB)", b)
-	}
+	_ = json.Unmarshal(b, &str)
 	v, err := units.RAMInBytes(str)
 	if err != nil {
-		return fmt.Errorf("%q is not a size (write bytes, or a size like 4g or 512MiB)", str)
+		return invalid("resources.memory", "%s is not a size (write bytes, or a size like 4g or 512MiB)", b)
 	}
-	*s = Size(v)
+	*m = Memory(v)
 	return nil
 }
 
@@ -94,11 +94,44 @@ func decodeSettings(raw json.RawMessage) (Settings, error) {
 	if len(bytes.TrimSpace(raw)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&s); err != nil {
+		err := dec.Decode(&s)
+		var typeErr *json.UnmarshalTypeError
+		switch {
+		case errors.Is(err, sdk.ErrInvalid):
+			return s, err // a value's own message, naming its key
+		case errors.As(err, &typeErr):
+			return s, invalid(typeErr.Field, "want a %s, not %s", kindName(typeErr.Type.Kind()), valueName(typeErr.Value))
+		case err != nil:
 			return s, sdk.Errorf(sdk.ErrInvalid, "docker settings: %s", strings.TrimPrefix(err.Error(), "json: "))
 		}
 	}
 	return s, s.normalize()
+}
+
+// kindName names a kind of value as a profile's author writes it.
+func kindName(k reflect.Kind) string {
+	switch k {
+	case reflect.Float32, reflect.Float64, reflect.Int, reflect.Int32, reflect.Int64:
+		return "number"
+	case reflect.Map, reflect.Struct:
+		return "mapping"
+	case reflect.Slice:
+		return "list"
+	}
+	return k.String()
+}
+
+// valueName names a JSON value's kind as a profile's author writes it.
+func valueName(v string) string {
+	switch v {
+	case "array":
+		return "a list"
+	case "object":
+		return "a mapping"
+	case "bool":
+		return "true or false"
+	}
+	return "a " + v
 }
 
 func invalid(key, format string, args ...any) error {

@@ -1,0 +1,93 @@
+package docker
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+func TestDecodeSettings(t *testing.T) {
+	home, _ := os.UserHomeDir()
+	for _, tt := range []struct {
+		name, in string
+		want     Settings
+		err      string
+	}{
+		{name: "defaults", in: ``, want: Settings{BaseImage: "debian:bookworm-slim", User: "amelia", Resources: Resources{Pids: 1024}}},
+		{name: "null", in: `null`, want: Settings{BaseImage: "debian:bookworm-slim", User: "amelia", Resources: Resources{Pids: 1024}}},
+		{
+			name: "everything",
+			in:   `{"base_image":"amelia-base:bookworm","user":"1000:1000","resources":{"cpus":1.5,"memory":"512m","pids":64},"labels":{"team":"x"},"context":"remote"}`,
+			want: Settings{BaseImage: "amelia-base:bookworm", User: "1000:1000", Context: "remote", Resources: Resources{CPUs: 1.5, Memory: 512 << 20, Pids: 64}, Labels: map[string]string{"team": "x"}},
+		},
+		{name: "memory in bytes", in: `{"resources":{"memory":1073741824}}`, want: Settings{BaseImage: "debian:bookworm-slim", User: "amelia", Resources: Resources{Memory: 1 << 30, Pids: 1024}}},
+		{
+			name: "dockerfile with a home path",
+			in:   `{"dockerfile":"~/p/.devcontainer/Dockerfile"}`,
+			want: Settings{Dockerfile: filepath.Join(home, "p/.devcontainer/Dockerfile"), BuildContext: filepath.Join(home, "p/.devcontainer"), User: "amelia", Resources: Resources{Pids: 1024}},
+		},
+		{name: "ready image", in: `{"image":"registry.example.com/team/img:1"}`, want: Settings{Image: "registry.example.com/team/img:1", User: "amelia", Resources: Resources{Pids: 1024}}},
+		{name: "unknown key", in: `{"imagee":"x"}`, err: `docker settings: unknown field "imagee"`},
+		{name: "wrong type", in: `{"resources":{"cpus":"two"}}`, err: `docker.resources.cpus: want a number, not a string`},
+		{name: "labels not a mapping", in: `{"labels":["a"]}`, err: `docker.labels: want a mapping, not a list`},
+		{name: "image and base", in: `{"image":"a","base_image":"b"}`, err: "docker.image: is a ready image used as it is; it does not go with base_image or dockerfile (those build Amelia's image)"},
+		{name: "base and dockerfile", in: `{"base_image":"a","dockerfile":"/d/Dockerfile"}`, err: "docker.base_image: does not go with dockerfile: the image your Dockerfile builds is the base"},
+		{name: "context without dockerfile", in: `{"build_context":"/d"}`, err: "docker.build_context: is the context of docker.dockerfile, which is not set"},
+		{name: "relative dockerfile", in: `{"dockerfile":"Dockerfile"}`, err: `docker.dockerfile: "Dockerfile" must be an absolute path (or start with ~/)`},
+		{name: "host and context", in: `{"host":"unix:///x","context":"y"}`, err: "docker.host: does not go with docker.context: the context names the engine"},
+		{name: "bad image", in: `{"image":"-rm"}`, err: `docker.image: "-rm" is not an image reference (like debian:bookworm-slim or registry.example.com/team/img:tag)`},
+		{name: "bad user", in: `{"user":"root; rm -rf /"}`, err: `docker.user: "root; rm -rf /" is not a user name or uid[:gid]`},
+		{name: "bad memory", in: `{"resources":{"memory":"4x"}}`, err: `docker.resources.memory: "4x" is not a size (write bytes, or a size like 4g or 512MiB)`},
+		{name: "memory not a size", in: `{"resources":{"memory":true}}`, err: `docker.resources.memory: true is not a size (write bytes, or a size like 4g or 512MiB)`},
+		{name: "tiny memory", in: `{"resources":{"memory":1024}}`, err: "docker.resources.memory: 1024 bytes is too little: a container needs at least 6MiB"},
+		{name: "negative cpus", in: `{"resources":{"cpus":-1}}`, err: "docker.resources.cpus: -1 is not a number of CPUs (like 2 or 0.5)"},
+		{name: "amelia label", in: `{"labels":{"amelia.profile":"x"}}`, err: `docker.labels: "amelia.profile": labels starting with "amelia." are Amelia's own`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := decodeSettings(json.RawMessage(tt.in))
+			if tt.err != "" {
+				if err == nil || err.Error() != tt.err || !errors.Is(err, sdk.ErrInvalid) {
+					t.Errorf("error %v, want %q (invalid)", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			gj, _ := json.Marshal(got)
+			wj, _ := json.Marshal(tt.want)
+			if string(gj) != string(wj) {
+				t.Errorf("settings\n got %s\nwant %s", gj, wj)
+			}
+		})
+	}
+}
+
+// The example config's docker block is one the provider accepts.
+func TestExampleConfigSettings(t *testing.T) {
+	cfg, err := config.Load(config.Options{
+		Path:      filepath.Join("..", "..", "configs", "example.yaml"),
+		LookupEnv: func(k string) (string, bool) { return map[string]string{"HOME": "/home/u"}[k], k == "HOME" },
+		HomeDir:   "/home/u",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Profiles["docker"]
+	if p == nil || p.Sandbox.Provider != Name {
+		t.Fatalf("the example has no docker profile: %+v", cfg.Profiles)
+	}
+	b, _ := json.Marshal(p.Sandbox.ProviderSettings())
+	set, err := decodeSettings(b)
+	if err != nil {
+		t.Fatalf("the example's docker settings: %v", err)
+	}
+	if set.Resources.Memory != 4<<30 || set.Resources.CPUs != 2 || set.Labels["com.example.team"] != "platform" {
+		t.Errorf("decoded %+v", set)
+	}
+}
