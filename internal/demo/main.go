@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -62,11 +63,27 @@ func demo(amelia string) error {
 		os.Setenv("AMELIA_DEMO_KEY", "sk-demo-scripted")
 		fmt.Printf("model: a SCRIPTED model server on %s playing a fixed session (set OPENAI_API_KEY for the real one)\n", srv.URL())
 	}
-	provider, settings := pickProvider(amelia)
 	config := filepath.Join(dir, "config.yaml")
-	yaml := fmt.Sprintf("default_profile: demo\nprofiles:\n  demo:%s\n    sandbox:\n      provider: %s\n      local: {root: %q}%s\n", llm, provider, filepath.Join(dir, "sandboxes"), settings)
-	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
+	writeConfig := func(provider, settings string) error {
+		yaml := fmt.Sprintf("default_profile: demo\nprofiles:\n  demo:%s\n    sandbox:\n      provider: %s\n      local: {root: %q}%s\n", llm, provider, filepath.Join(dir, "sandboxes"), settings)
+		return os.WriteFile(config, []byte(yaml), 0o600)
+	}
+	provider, settings := pickProvider(amelia)
+	if err := writeConfig(provider, settings); err != nil {
 		return err
+	}
+	if provider == "docker" {
+		// The image first (built once): if it cannot be built here (no
+		// registry for the base), the demo goes on with local.
+		fmt.Println("$ amelia image build")
+		if out, err := exec.Command(amelia, "--config", config, "image", "build").CombinedOutput(); err != nil {
+			fmt.Printf("the sandbox image cannot be built here, so the demo uses the local provider, which isolates nothing:\n%s\n", lastLine(out))
+			if err := writeConfig("local", ""); err != nil {
+				return err
+			}
+		} else {
+			fmt.Println(lastLine(out))
+		}
 	}
 	// The sandbox goes with the demo's directory.
 	defer func() {
@@ -173,6 +190,12 @@ func script() []llmtest.Turn {
 		{Text: "Added hello.go, which prints \"hello, amelia\", and described it in the README.",
 			Usage: &llmtest.Usage{PromptTokens: 1830, CompletionTokens: 145}},
 	}
+}
+
+// lastLine is the last non-empty line of out.
+func lastLine(out []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
 }
 
 func run(dir, name string, args ...string) error {
