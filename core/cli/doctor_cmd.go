@@ -124,6 +124,10 @@ func (a *app) doctorProfile(ctx context.Context, d *doctor, host *pluginhost.Hos
 		d.ok(in, "sandbox ready%s", suffix(row.Message))
 	case "absent":
 		d.ok(in, "sandbox absent: amelia run creates it")
+	case "error":
+		// The provider could not tell (its backend is down...): its message
+		// says what to check.
+		d.fail(in, "sandbox", errors.New(row.Message), "")
 	default:
 		d.fail(in, "sandbox", errors.New(row.State+suffix(row.Message)), fmt.Sprintf("amelia sandbox down --profile %s recreates it on the next run", p.Name))
 	}
