@@ -153,9 +153,13 @@ func TestDevcontainerDockerfile(t *testing.T) {
 	writeFile(t, filepath.Join(dir, ".dockerignore"), "*.env\n")
 	p := newProvider(t)
 	s := spec(t, dockertest.Settings(map[string]any{"dockerfile": filepath.Join(dir, ".devcontainer", "Dockerfile"), "build_context": dir}), sdk.NetworkOpen)
-	sb := up(t, p, s)
+	// Registered before up's teardown, so it runs after it: the images go
+	// once no container uses them.
+	var img string
 	t.Cleanup(func() {
-		removeImageNow(t, cli, sb.Details["image"])
+		if img != "" {
+			removeImageNow(t, cli, img)
+		}
 		list, _ := cli.ImageList(context.Background(), client.ImageListOptions{Filters: make(client.Filters).Add("reference", "amelia-devcontainer")})
 		for _, img := range list.Items {
 			for _, tag := range img.RepoTags {
@@ -163,6 +167,8 @@ func TestDevcontainerDockerfile(t *testing.T) {
 			}
 		}
 	})
+	sb := up(t, p, s)
+	img = sb.Details["image"]
 	got := run(t, p, sb.Ref, "", "sh", "-c", "cat /devcontext/tool.txt; ls /devcontext; id -un; test -x "+image.WorkerPath+" && echo worker")
 	if !strings.Contains(got, "a tool") || strings.Contains(got, "secret.env") || !strings.Contains(got, "amelia\nworker") {
 		t.Errorf("the sandbox built from the devcontainer Dockerfile shows:\n%s", got)

@@ -119,26 +119,16 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 		}()
 	}
 
+	// req.Timeout ends ctx too: the SDK's server sees to it.
 	var st sdk.ExitStatus
-	var timeout <-chan time.Time
-	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
 	var outErr error
+	var sent string
 	select {
 	case outErr = <-output:
 	case <-ctx.Done():
 		st.Canceled = true
-	case <-timeout:
-		st.TimedOut = true
-	}
-	var sent string
-	if st.Canceled || st.TimedOut {
 		sent, outErr = p.stop(e, target, user, tag, x, ctl, output, req.Grace())
 	}
-	x.conn.Close()
 	if outErr != nil && !errors.Is(outErr, io.EOF) {
 		return st, p.lostExec(e, target, req.Sandbox.Name, outErr)
 	}
@@ -165,7 +155,7 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 // signalNumber maps the signals a cancel sends to their numbers.
 var signalNumber = map[string]int{"TERM": 15, "KILL": 9}
 
-// stop ends a cancelled or timed-out exec: SIGTERM to its process group and
+// stop ends a cancelled exec: SIGTERM to its process group and
 // tagged processes, SIGKILL once the grace period is over, then the rest of
 // its output. It returns the last signal sent and the output's error.
 func (p *Provider) stop(e *engine, target, user, tag string, x exec, ctl *controlFilter, output <-chan error, grace time.Duration) (string, error) {
