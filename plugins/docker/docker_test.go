@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -88,7 +89,7 @@ func spec(t *testing.T, settings json.RawMessage, mode sdk.NetworkMode) sdk.Spec
 	t.Helper()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	name := "t-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	name := "t-" + regexp.MustCompile(`[^a-z0-9-]+`).ReplaceAllString(strings.ToLower(t.Name()), "-")
 	name = name[:min(len(name), 40)] + "-" + hex.EncodeToString(b)
 	return sdk.Spec{
 		SandboxRef: sdk.SandboxRef{Name: name, Config: settings},

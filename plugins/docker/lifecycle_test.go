@@ -2,9 +2,14 @@ package docker_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -195,4 +200,77 @@ func volumeImage(t *testing.T, cli *client.Client, p interface {
 	tag := "amelia-dockertest-volume:" + strings.TrimPrefix(base, "amelia-sandbox:")
 	buildImage(t, cli, tag, "FROM "+base+"\nVOLUME /workspace\n")
 	return tag
+}
+
+// writeContext writes a docker context named name whose engine is host into
+// the docker CLI configuration directory dir, as `docker context create`
+// does.
+func writeContext(t *testing.T, dir, name, host string) {
+	t.Helper()
+	meta, _ := json.Marshal(map[string]any{
+		"Name":      name,
+		"Metadata":  map[string]any{},
+		"Endpoints": map[string]any{"docker": map[string]any{"Host": host, "SkipTLSVerify": false}},
+	})
+	sum := sha256.Sum256([]byte(name))
+	writeFile(t, filepath.Join(dir, "contexts", "meta", hex.EncodeToString(sum[:]), "meta.json"), string(meta))
+}
+
+// The engine is found as the docker CLI finds it: a profile's host or
+// context, DOCKER_CONTEXT, or the CLI's current context.
+func TestEngineFromDockerContexts(t *testing.T) {
+	cli := dockertest.Engine(t)
+	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	cfg := t.TempDir()
+	dead := "unix://" + filepath.Join(t.TempDir(), "elsewhere.sock")
+	writeContext(t, cfg, "elsewhere", dead)
+	writeContext(t, cfg, "here", cli.DaemonHost())
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DOCKER_HOST=") && !strings.HasPrefix(kv, "DOCKER_CONTEXT=") {
+			env = append(env, kv)
+		}
+	}
+	for _, c := range []struct {
+		name     string
+		env      []string
+		settings map[string]any
+		engine   string // the engine it must use
+	}{
+		{name: "DOCKER_CONTEXT", env: []string{"DOCKER_CONTEXT=elsewhere"}, engine: dead},
+		{name: "current context", env: []string{}, engine: dead},
+		// The profile's choice wins over the environment's.
+		{name: "docker.context", env: []string{"DOCKER_CONTEXT=here"}, settings: map[string]any{"context": "elsewhere"}, engine: dead},
+		{name: "docker.host", env: []string{"DOCKER_CONTEXT=here"}, settings: map[string]any{"host": dead}, engine: dead},
+		{name: "context of the real engine", env: []string{"DOCKER_CONTEXT=here"}, engine: cli.DaemonHost()},
+		{name: "unknown context", env: []string{"DOCKER_CONTEXT=nowhere"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			writeFile(t, filepath.Join(cfg, "config.json"), `{"currentContext": "elsewhere"}`)
+			cmd := exec.Command(os.Args[0])
+			cmd.Env = append(append(env, "AMELIA_WORKER_DIR="+workerDir, "DOCKER_CONFIG="+cfg), c.env...)
+			p, err := sdk.Launch(cmd, sdk.LaunchOptions{Name: "docker"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
+			s := spec(t, dockertest.Settings(c.settings), sdk.NetworkOpen)
+			sb, err := p.EnsureRunning(t.Context(), s)
+			switch {
+			case c.engine == "":
+				if !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), `docker context "nowhere"`) {
+					t.Errorf("EnsureRunning with an unknown context: %v", err)
+				}
+			case c.engine == dead:
+				if !errors.Is(err, sdk.ErrUnavailable) || !strings.Contains(err.Error(), "cannot reach the Docker engine at "+dead) {
+					t.Errorf("EnsureRunning: %v, want it to have tried %s", err, dead)
+				}
+			default:
+				if err != nil {
+					t.Fatalf("EnsureRunning through the context of the real engine: %v", err)
+				}
+				p.Teardown(context.Background(), sb.Ref)
+			}
+		})
+	}
 }
