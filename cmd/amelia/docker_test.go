@@ -180,3 +180,23 @@ func TestDockerEngineUnreachable(t *testing.T) {
 		t.Errorf("sandbox up with a dead DOCKER_HOST: exit %d\nstderr: %q\nwant:   %q", r.code, r.stderr, want)
 	}
 }
+
+// amelia image build builds the profile's image once, says when it is up
+// to date, and refuses a profile that is not docker's.
+func TestImageBuildCommand(t *testing.T) {
+	h, _ := newDockerHost(t, "open")
+	h.addProfileYAML(t, "  plain:\n    sandbox: {provider: local}\n")
+	first := h.amelia(t, "image", "build")
+	if first.code != 0 || !strings.Contains(first.stdout, "image: amelia-sandbox:") {
+		t.Fatalf("image build: exit %d\n%s%s", first.code, first.stdout, first.stderr)
+	}
+	tag := strings.TrimPrefix(strings.TrimSpace(first.stdout[strings.LastIndex(first.stdout, "image: "):]), "image: ")
+	again := h.amelia(t, "image", "build")
+	if again.code != 0 || again.stdout != tag+" is up to date\nimage: "+tag+"\n" {
+		t.Errorf("second image build: exit %d\n%s%s", again.code, again.stdout, again.stderr)
+	}
+	r := h.amelia(t, "image", "build", "-p", "plain")
+	if r.code != 2 || r.stderr != "amelia: profile plain uses provider local: amelia image build builds the image of a docker profile (pick one with --profile)\n" {
+		t.Errorf("image build of a local profile: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
