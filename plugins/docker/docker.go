@@ -275,6 +275,9 @@ func (p *Provider) create(ctx context.Context, e *engine, set Settings, spec sdk
 // user now, with a message saying which.
 func (p *Provider) start(ctx context.Context, e *engine, set Settings, id string) error {
 	if _, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		if strings.Contains(err.Error(), "unable to find user") {
+			return sdk.Errorf(sdk.ErrInvalid, "docker.user %q is not a user of the sandbox image (%v): set docker.user to one it has", set.User, err)
+		}
 		return e.wrap(err, "start container "+id[:min(12, len(id))])
 	}
 	code, out, err := e.run(ctx, id, set.User, []string{"sh", "-c", `test -d "$1" && test -w "$1" || { echo "$1 is missing or not writable by $(id -un)"; exit 1; }`, "sh", image.Workdir})

@@ -30,9 +30,8 @@ type engine struct {
 	cli  *client.Client
 	host string // for messages: unix:///var/run/docker.sock
 
-	archOnce sync.Once
-	arch     string
-	archErr  error
+	archMu sync.Mutex
+	arch   string // cached once known
 }
 
 // endpoint is how to reach an engine: the client options and a name for it.
@@ -143,6 +142,9 @@ func (p *Provider) engine(ctx context.Context, set Settings) (*engine, error) {
 	defer cancel()
 	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		_ = cli.Close()
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return nil, sdk.Errorf(sdk.ErrUnavailable, "cannot reach the Docker engine at %s: no answer within %v — is Docker running?", e.host, pingTimeout)
+		}
 		return nil, e.wrap(err, "reach the Docker engine")
 	}
 	p.engines[ep.key] = e
@@ -151,15 +153,16 @@ func (p *Provider) engine(ctx context.Context, set Settings) (*engine, error) {
 
 // architecture is the engine's CPU architecture as Go names it (amd64).
 func (e *engine) architecture(ctx context.Context) (string, error) {
-	e.archOnce.Do(func() {
+	e.archMu.Lock()
+	defer e.archMu.Unlock()
+	if e.arch == "" {
 		v, err := e.cli.ServerVersion(ctx, client.ServerVersionOptions{})
 		if err != nil {
-			e.archErr = e.wrap(err, "ask the Docker engine its version")
-			return
+			return "", e.wrap(err, "ask the Docker engine its version")
 		}
 		e.arch = v.Arch
-	})
-	return e.arch, e.archErr
+	}
+	return e.arch, nil
 }
 
 // wrap turns an engine error into one that says what was being done and
@@ -171,9 +174,6 @@ func (e *engine) wrap(err error, what string) error {
 	}
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		if client.IsErrConnectionFailed(err) || strings.Contains(what, "reach") {
-			return sdk.Errorf(sdk.ErrUnavailable, "cannot reach the Docker engine at %s: no answer (%v) — is Docker running?", e.host, err)
-		}
 		return fmt.Errorf("%s: %w", what, err)
 	case client.IsErrConnectionFailed(err):
 		if errors.Is(err, fs.ErrPermission) || strings.Contains(err.Error(), "permission denied") {
@@ -195,8 +195,8 @@ func (e *engine) wrap(err error, what string) error {
 }
 
 // connectCause is the network error under a failed connection ("dial unix
-// /var/run/docker.sock: connect: no such file or directory"), or the
-// client's own message.
+// /var/run/docker.sock: connect: no such file or directory"); the client
+// keeps it for some failures only.
 func connectCause(err error) string {
 	var op *net.OpError
 	if errors.As(err, &op) {
@@ -206,5 +206,5 @@ func connectCause(err error) string {
 	if errors.As(err, &pe) {
 		return pe.Error()
 	}
-	return err.Error()
+	return "nothing answers there"
 }

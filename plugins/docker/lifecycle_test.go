@@ -274,3 +274,18 @@ func TestEngineFromDockerContexts(t *testing.T) {
 		})
 	}
 }
+
+// A user the image lacks is named in the error, and no container is left.
+func TestUnknownUser(t *testing.T) {
+	cli := dockertest.Engine(t)
+	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	p := newProvider(t)
+	s := spec(t, dockertest.Settings(map[string]any{"user": "nobody2"}), sdk.NetworkOpen)
+	_, err := p.EnsureRunning(t.Context(), s)
+	if !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), `docker.user "nobody2" is not a user of the sandbox image`) {
+		t.Errorf("EnsureRunning as a user the image lacks: %v", err)
+	}
+	if _, err := cli.ContainerInspect(t.Context(), "amelia-sandbox-"+s.Name, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Errorf("the container that could not start is still there: %v", err)
+	}
+}
