@@ -158,7 +158,7 @@ var signalNumber = map[string]int{"TERM": 15, "KILL": 9}
 // stop ends a cancelled exec: SIGTERM to its process group and
 // tagged processes, SIGKILL once the grace period is over, then the rest of
 // its output. It returns the last signal sent and the output's error.
-func (p *Provider) stop(e *engine, target, user, tag string, x exec, ctl *controlFilter, output <-chan error, grace time.Duration) (string, error) {
+func (p *Provider) stop(e *engine, target, user, tag string, x execStream, ctl *controlFilter, output <-chan error, grace time.Duration) (string, error) {
 	pid := 0 // unknown: the tag alone finds its processes
 	select {
 	case <-ctl.known:
@@ -201,24 +201,24 @@ func (e *engine) signal(target, user string, pgid int, tag, sig string) error {
 	return err
 }
 
-// exec is a started exec.
-type exec struct {
+// execStream is a started exec and its attached stream.
+type execStream struct {
 	id   string
 	conn client.HijackedResponse
 }
 
 // startExec creates and starts an exec attached to its streams. The stream
 // belongs to the caller from here on: cancelling ctx no longer closes it.
-func (e *engine) startExec(ctx context.Context, target string, opts client.ExecCreateOptions) (exec, error) {
+func (e *engine) startExec(ctx context.Context, target string, opts client.ExecCreateOptions) (execStream, error) {
 	created, err := e.cli.ExecCreate(ctx, target, opts)
 	if err != nil {
-		return exec{}, e.wrap(err, "start a command in container "+target)
+		return execStream{}, e.wrap(err, "start a command in container "+target)
 	}
 	att, err := e.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
 	if err != nil {
-		return exec{}, e.wrap(err, "start a command in container "+target)
+		return execStream{}, e.wrap(err, "start a command in container "+target)
 	}
-	return exec{id: created.ID, conn: att.HijackedResponse}, nil
+	return execStream{id: created.ID, conn: att.HijackedResponse}, nil
 }
 
 // exitCode reads a finished exec's exit code. The engine records it before
@@ -250,10 +250,10 @@ func (e *engine) run(ctx context.Context, target, user string, argv []string) (i
 		return 0, "", err
 	}
 	defer x.conn.Close()
-	var out bytes.Buffer
+	out := &firstBytes{n: 64 << 10}
 	done := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(&out, &out, io.LimitReader(x.conn.Reader, 64<<10))
+		_, err := stdcopy.StdCopy(out, out, x.conn.Reader)
 		done <- err
 	}()
 	select {
@@ -267,7 +267,19 @@ func (e *engine) run(ctx context.Context, target, user string, argv []string) (i
 		return 0, "", fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
 	}
 	code, err := e.exitCode(x.id)
-	return code, strings.TrimSpace(out.String()), err
+	return code, strings.TrimSpace(out.b.String()), err
+}
+
+// firstBytes keeps the first n bytes written to it and drops the rest: a
+// sandbox cannot make the provider hold more.
+type firstBytes struct {
+	b bytes.Buffer
+	n int
+}
+
+func (f *firstBytes) Write(p []byte) (int, error) {
+	f.b.Write(p[:min(len(p), f.n-f.b.Len())])
+	return len(p), nil
 }
 
 // lostExec explains an exec whose stream or status went away: the
