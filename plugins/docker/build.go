@@ -108,17 +108,27 @@ func (p *Provider) ensureImage(ctx context.Context, e *engine, set Settings) (im
 	if pl.ready != "" {
 		return pl, p.ensureReady(ctx, e, pl.ready)
 	}
-	if ok, err := hasImage(ctx, e, pl.tag); err != nil || ok {
-		return pl, err
+	_, err = p.buildIfMissing(ctx, e, pl, false, &logWriter{log: p.opts.Logger})
+	return pl, err
+}
+
+// buildIfMissing builds the plan's image unless the engine has it (with
+// noCache, always) and reports whether it built.
+func (p *Provider) buildIfMissing(ctx context.Context, e *engine, pl imagePlan, noCache bool, progress io.Writer) (bool, error) {
+	missing := func() (bool, error) {
+		ok, err := hasImage(ctx, e, pl.tag)
+		return noCache || !ok, err
+	}
+	if build, err := missing(); err != nil || !build {
+		return false, err
 	}
 	p.buildMu.Lock()
 	defer p.buildMu.Unlock()
 	// Another EnsureRunning may have built it while this one waited.
-	if ok, err := hasImage(ctx, e, pl.tag); err != nil || ok {
-		return pl, err
+	if build, err := missing(); err != nil || !build {
+		return false, err
 	}
-	p.opts.Logger.Info("building the sandbox image (once per amelia version and base)", "image", pl.tag, "base", pl.base, "engine", e.host)
-	return pl, p.build(ctx, e, pl, false, &logWriter{log: p.opts.Logger})
+	return true, p.build(ctx, e, pl, noCache, progress)
 }
 
 // hasImage reports whether the engine has the image ref.
@@ -243,7 +253,7 @@ func buildError(tag, step, msg string, out []string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "build image %s: ", tag)
 	if step != "" {
-		fmt.Fprintf(&b, "%s: ", step)
+		fmt.Fprintf(&b, "%s: ", clip(step))
 	}
 	b.WriteString(strings.TrimSpace(msg))
 	if strings.Contains(step, " : FROM ") || strings.Contains(msg, "pull access denied") || strings.Contains(msg, "no such host") {
@@ -386,6 +396,16 @@ func addFile(tw *tar.Writer, name string, mode int64, r io.Reader, size int64) e
 	return err
 }
 
+// clip shortens a builder line for a message: a step's RUN can be a
+// screenful.
+func clip(line string) string {
+	const most = 120
+	if len(line) <= most {
+		return line
+	}
+	return line[:most] + "…"
+}
+
 // logWriter turns build output into log records: step lines at info,
 // the rest at debug.
 type logWriter struct {
@@ -405,7 +425,7 @@ func (l *logWriter) Write(p []byte) (int, error) {
 		switch {
 		case line == "":
 		case strings.HasPrefix(line, "Step "), strings.HasPrefix(line, "Building "):
-			l.log.Info("image build: " + line)
+			l.log.Info("image build: " + clip(line))
 		default:
 			l.log.Debug("image build: " + line)
 		}

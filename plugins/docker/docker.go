@@ -481,17 +481,11 @@ func (p *Provider) BuildImage(ctx context.Context, settings []byte, noCache bool
 	if err != nil {
 		return "", err
 	}
-	if !noCache {
-		if ok, err := hasImage(ctx, e, pl.tag); err != nil || ok {
-			if ok {
-				fmt.Fprintf(progress, "%s is up to date\n", pl.tag)
-			}
-			return pl.tag, err
-		}
+	built, err := p.buildIfMissing(ctx, e, pl, noCache, progress)
+	if err == nil && !built {
+		fmt.Fprintf(progress, "%s is up to date\n", pl.tag)
 	}
-	p.buildMu.Lock()
-	defer p.buildMu.Unlock()
-	return pl.tag, p.build(ctx, e, pl, noCache, progress)
+	return pl.tag, err
 }
 
 // Close closes the engine connections; the SDK calls it when the plugin
