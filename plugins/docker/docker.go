@@ -166,7 +166,7 @@ func checkOwned(c container.InspectResponse, spec sdk.Spec) error {
 			name, labels[labelProfile], have, want, have, labels[labelProfile])
 	}
 	want := networkMode(spec.Network.Mode)
-	if have := c.HostConfig.NetworkMode; have != want && !(want == "bridge" && have == "default") {
+	if have := c.HostConfig.NetworkMode; have != want {
 		return sdk.Errorf(sdk.ErrConflict, "sandbox %s was created with network %q (%s); the profile asks for %q: remove it with `amelia sandbox down`, then start again",
 			spec.Name, labels[labelNetwork], have, spec.Network.Mode)
 	}
@@ -193,10 +193,9 @@ func (p *Provider) resume(ctx context.Context, e *engine, set Settings, spec sdk
 	case st.Status == container.StateRemoving:
 		return sb, sdk.Errorf(sdk.ErrConflict, "sandbox %s is being removed; try again in a moment", spec.Name)
 	default: // created, exited
-		if err := p.start(ctx, e, set, c.ID); err != nil {
-			if cerrdefs.IsNotFound(err) {
-				return sb, errRace
-			}
+		if err := p.start(ctx, e, set, c.ID); errors.Is(err, sdk.ErrNotFound) {
+			return sb, errRace // removed meanwhile
+		} else if err != nil {
 			return sb, err
 		}
 	}
