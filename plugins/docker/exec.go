@@ -285,7 +285,7 @@ func (f *firstBytes) Write(p []byte) (int, error) {
 // lostExec explains an exec whose stream or status went away: the
 // container was removed or stopped under it, or the engine went away.
 func (p *Provider) lostExec(e *engine, target, name string, cause error) error {
-	if err := p.checkAlive(e, target, name, false); err != nil {
+	if err := p.checkAlive(e, target, name, true); err != nil {
 		return err
 	}
 	return fmt.Errorf("sandbox %s: the command's stream broke: %w", name, cause)
@@ -294,16 +294,16 @@ func (p *Provider) lostExec(e *engine, target, name string, cause error) error {
 // killSettle bounds the wait for a container that may be going away under
 // a command killed by SIGKILL: the engine kills a container's processes
 // before it records the container as stopped.
-const killSettle = time.Second
+const killSettle = 3 * time.Second
 
 // checkAlive says whether the sandbox's container was removed or stopped
-// while a command ran in it. killed is a command that died of SIGKILL,
-// which is how `docker rm -f` and `docker stop` end the commands in a
-// container: the container is then given a moment to show it stopped.
-func (p *Provider) checkAlive(e *engine, target, name string, killed bool) error {
+// while a command ran in it. settle is for a command that died of SIGKILL
+// (how `docker rm -f` and `docker stop` end the commands in a container) or
+// lost its stream: the container is then given a moment to show it stopped.
+func (p *Provider) checkAlive(e *engine, target, name string, settle bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), internalTimeout)
 	defer cancel()
-	if killed {
+	if settle {
 		wctx, wcancel := context.WithTimeout(ctx, killSettle)
 		w := e.cli.ContainerWait(wctx, target, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
 		select {
