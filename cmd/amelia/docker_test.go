@@ -76,6 +76,11 @@ func TestRunOnDocker(t *testing.T) {
 			if probed == "" {
 				t.Fatalf("no tool output shows the sandbox's environment:\n%s", r.stdout)
 			}
+			// The canary ran before the agent with network none (and found
+			// nothing), and not with open.
+			if ran := strings.Contains(r.stdout, `{"type":"phase","content":"egress","status":"done"`); ran != (network == "none") {
+				t.Errorf("network %s: egress check done = %v", network, ran)
+			}
 			if network == "none" && strings.Contains(probed, "REACHED") {
 				t.Errorf("with network none the sandbox reached something directly:\n%s", probed)
 			}

@@ -30,6 +30,7 @@ const (
 	PhasePlugin    = "plugin"
 	PhaseSandbox   = "sandbox"
 	PhaseWorker    = "worker"
+	PhaseEgress    = "egress" // only for network allowlist and none
 	PhaseTunnel    = "tunnel"
 	PhaseWorkspace = "workspace"
 	PhaseAgent     = "agent"

@@ -69,6 +69,21 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		return res, err
 	}
 
+	// Fail closed: a policy without direct egress is checked from inside
+	// before anything runs there.
+	if mode := req.Profile.Sandbox.Network; mode != config.NetworkOpen {
+		if err := r.phase(PhaseEgress, func() error {
+			reached, err := reachedDirectly(ctx, sb, worker)
+			if err == nil && len(reached) > 0 {
+				err = fmt.Errorf("profile %s asks for network %q, but the sandbox reached %s directly: provider %s does not enforce it here; nothing was run",
+					req.Profile.Name, mode, strings.Join(reached, ", "), sb.Info.Name)
+			}
+			return err
+		}); err != nil {
+			return res, err
+		}
+	}
+
 	var tun *tunnel.Host
 	if err := r.phase(PhaseTunnel, func() (err error) {
 		tun, err = tunnel.Open(ctx, sb, tunnel.HostOptions{Worker: worker, Target: prx.addr, Logger: r.host.Logger})
