@@ -29,7 +29,7 @@ const RequireEnv = "AMELIA_REQUIRE_DOCKER"
 // and has the base image (image/bootstrap-base.sh makes it).
 func Engine(t testing.TB) *client.Client {
 	t.Helper()
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		t.Fatalf("docker client: %v", err)
 	}

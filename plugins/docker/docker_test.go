@@ -313,5 +313,3 @@ func TestNetworkPolicy(t *testing.T) {
 		})
 	}
 }
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

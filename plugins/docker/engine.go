@@ -133,7 +133,7 @@ func (p *Provider) engine(ctx context.Context, set Settings) (*engine, error) {
 	if e, ok := p.engines[ep.key]; ok {
 		return e, nil
 	}
-	cli, err := client.New(append(ep.opts, client.WithAPIVersionNegotiation())...)
+	cli, err := client.New(ep.opts...)
 	if err != nil {
 		return nil, sdk.Errorf(sdk.ErrInvalid, "docker engine %s: %v", ep.host, err)
 	}
