@@ -3,13 +3,10 @@ package docker
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,39 +17,8 @@ import (
 
 	"github.com/amelia-sandbox/amelia/image"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/shexec"
 )
-
-// execWrapper runs every exec's command through sh: it changes to the
-// working directory ($1), tells the provider its pid with a control line on
-// stderr, and becomes the command. The runtime starts an exec's process as
-// the leader of its own session and process group, so that pid names the
-// group to kill on cancel. The control line is the first thing on stderr,
-// written before the command runs, so the command cannot forge it.
-const execWrapper = `if [ -n "$1" ]; then cd -- "$1" 2>/dev/null || { echo amelia-exec:nodir >&2; exit 125; }; fi
-echo "amelia-exec:pid=$$" >&2
-shift
-exec "$@"`
-
-// killScript sends signal $1 to the process group $2 (when not 0) and to
-// every process whose environment carries the tag $3: descendants that left
-// the group (setsid) still carry it. It runs as the exec's own user, which
-// may signal its own processes without any capability.
-const killScript = `sig=$1 pgid=$2 tag=$3
-[ "$pgid" -gt 0 ] && kill -s "$sig" -- "-$pgid" 2>/dev/null
-for e in /proc/[0-9]*/environ; do
-	if grep -qxzF -- "$tag" "$e" 2>/dev/null; then
-		p=${e#/proc/}
-		kill -s "$sig" -- "${p%/environ}" 2>/dev/null
-	fi
-done
-exit 0`
-
-// execTagEnv is set in every exec's environment, last so it cannot be
-// overridden: it finds the exec's processes wherever they went.
-const execTagEnv = "AMELIA_EXEC_ID"
-
-// pidWait bounds how long a cancel waits for the exec to report its pid.
-const pidWait = 2 * time.Second
 
 // internalTimeout bounds the provider's own short commands (readiness,
 // health, kill).
@@ -78,12 +44,12 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	if dir != "" && !path.IsAbs(dir) {
 		dir = path.Join(image.Workdir, dir)
 	}
-	tag := newExecTag()
+	tag := shexec.NewTag()
 	env := make([]string, 0, len(req.Env)+1)
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
 	}
-	env = append(env, execTagEnv+"="+tag)
+	env = append(env, shexec.TagEnv+"="+tag)
 	target := containerRef(req.Sandbox)
 	x, err := e.startExec(ctx, target, client.ExecCreateOptions{
 		User:         user,
@@ -92,7 +58,7 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 		AttachStdin:  eio.Stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,
-		Cmd:          append([]string{"sh", "-c", execWrapper, "amelia-exec", dir}, req.Argv...),
+		Cmd:          shexec.Argv(dir, req.Argv),
 	})
 	if err != nil {
 		return sdk.ExitStatus{}, sandboxError(err, req.Sandbox.Name)
@@ -103,11 +69,11 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	if stdout == nil {
 		stdout = io.Discard
 	}
-	ctl := &controlFilter{w: eio.Stderr, known: make(chan struct{})}
+	ctl := shexec.NewControl(eio.Stderr)
 	output := make(chan error, 1)
 	go func() {
 		_, err := stdcopy.StdCopy(stdout, ctl, x.conn.Reader)
-		ctl.finish()
+		ctl.Finish()
 		output <- err
 	}()
 	if eio.Stdin != nil {
@@ -127,12 +93,19 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	case outErr = <-output:
 	case <-ctx.Done():
 		st.Canceled = true
-		sent, outErr = p.stop(e, target, user, tag, x, ctl, output, req.Grace())
+		sent, outErr = shexec.Stopper{
+			Control: ctl,
+			Ended:   output,
+			Signal:  func(sig string, pgid int) error { return e.signal(target, user, shexec.KillArgv(sig, pgid, tag)) },
+			Cut:     x.conn.Close,
+		}.Stop(req.Grace(), func(sig string, err error) {
+			p.opts.Logger.Warn("cancel an exec", "container", target, "signal", sig, "error", err)
+		})
 	}
 	if outErr != nil && !errors.Is(outErr, io.EOF) {
 		return st, p.lostExec(e, target, req.Sandbox.Name, outErr)
 	}
-	if ctl.nodir {
+	if ctl.NoDir() {
 		return st, sdk.Errorf(sdk.ErrInvalid, "working directory %q does not exist in the sandbox", dir)
 	}
 	code, err := e.exitCode(x.id)
@@ -145,59 +118,15 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 			return st, err
 		}
 	}
-	st.Code = code
-	if sent != "" && code == 128+signalNumber[sent] {
-		st.Signal = sent
-	}
+	st.Code, st.Signal = code, shexec.Signal(sent, code)
 	return st, nil
 }
 
-// signalNumber maps the signals a cancel sends to their numbers.
-var signalNumber = map[string]int{"TERM": 15, "KILL": 9}
-
-// stop ends a cancelled exec: SIGTERM to its process group and
-// tagged processes, SIGKILL once the grace period is over, then the rest of
-// its output. It returns the last signal sent and the output's error.
-func (p *Provider) stop(e *engine, target, user, tag string, x execStream, ctl *controlFilter, output <-chan error, grace time.Duration) (string, error) {
-	pid := 0 // unknown: the tag alone finds its processes
-	select {
-	case <-ctl.known:
-		pid = ctl.pid
-	case err := <-output:
-		return "", err // it ended on its own meanwhile
-	case <-time.After(pidWait):
-	}
-	signal := func(sig string) {
-		if err := e.signal(target, user, pid, tag, sig); err != nil {
-			p.opts.Logger.Warn("cancel an exec", "container", target, "signal", sig, "error", err)
-		}
-	}
-	signal("TERM")
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case err := <-output:
-		return "TERM", err
-	case <-t.C:
-	}
-	signal("KILL")
-	t.Reset(internalTimeout)
-	select {
-	case err := <-output:
-		return "KILL", err
-	case <-t.C:
-		// Killed, yet the stream stays open: cut it, and say so.
-		x.conn.Close()
-		<-output
-		return "KILL", fmt.Errorf("the command's output did not end %v after SIGKILL", internalTimeout)
-	}
-}
-
-// signal runs killScript in the container.
-func (e *engine) signal(target, user string, pgid int, tag, sig string) error {
+// signal runs a kill command (shexec.KillArgv) in the container.
+func (e *engine) signal(target, user string, argv []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), internalTimeout)
 	defer cancel()
-	_, _, err := e.run(ctx, target, user, []string{"sh", "-c", killScript, "amelia-kill", sig, strconv.Itoa(pgid), execTagEnv + "=" + tag})
+	_, _, err := e.run(ctx, target, user, argv)
 	return err
 }
 
@@ -346,76 +275,4 @@ func execUser(set Settings, user string) (string, error) {
 		return "", sdk.Errorf(sdk.ErrInvalid, "exec user %q is not a user name or uid[:gid]", user)
 	}
 	return user, nil
-}
-
-func newExecTag() string {
-	b := make([]byte, 12)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// controlFilter passes an exec's stderr on, less the wrapper's control
-// line at its start, which it reads: the exec's pid, or that the working
-// directory is missing. Output before the wrapper ran (the engine's own
-// errors) has no control line and passes unchanged.
-type controlFilter struct {
-	w     io.Writer // nil discards
-	head  []byte
-	done  bool
-	known chan struct{} // closed once the head is read (or the stream ended)
-	pid   int
-	nodir bool
-}
-
-// maxControlLine is longer than any control line; a first line longer
-// than this is not one.
-const maxControlLine = 64
-
-func (f *controlFilter) Write(p []byte) (int, error) {
-	n := len(p)
-	if !f.done {
-		f.head = append(f.head, p...)
-		i := bytes.IndexByte(f.head, '\n')
-		if i < 0 && len(f.head) < maxControlLine {
-			return n, nil
-		}
-		p, f.head = f.head, nil
-		if i >= 0 && f.parse(string(p[:i])) {
-			p = p[i+1:]
-		}
-		f.done = true
-		close(f.known)
-	}
-	if f.w != nil && len(p) > 0 {
-		if _, err := f.w.Write(p); err != nil {
-			return 0, err
-		}
-	}
-	return n, nil
-}
-
-// parse reads a control line, reporting whether line was one.
-func (f *controlFilter) parse(line string) bool {
-	if line == "amelia-exec:nodir" {
-		f.nodir = true
-		return true
-	}
-	if v, ok := strings.CutPrefix(line, "amelia-exec:pid="); ok {
-		pid, err := strconv.Atoi(v)
-		f.pid = pid
-		return err == nil
-	}
-	return false
-}
-
-// finish passes on a head the stream ended in.
-func (f *controlFilter) finish() {
-	if f.done {
-		return
-	}
-	f.done = true
-	close(f.known)
-	if f.w != nil && len(f.head) > 0 {
-		_, _ = f.w.Write(f.head)
-	}
 }

@@ -1,0 +1,251 @@
+// Package shexec runs a sandbox command through sh so that the provider
+// can find and kill everything it starts, on transports whose exec cannot:
+// `docker exec` and an SSH session leave a cancelled command running.
+//
+// The command goes through a small sh wrapper that changes to the working
+// directory and reports its pid on stderr before it becomes the command.
+// The runtime (runc for an exec, sshd for a session) starts it as the leader
+// of its own session and process group, so that pid names the group. Its
+// environment carries a tag, which descendants that leave the group
+// (setsid) keep. Cancelling runs KillArgv through a second exec: SIGTERM to
+// the group and the tagged processes, then SIGKILL after the grace period.
+package shexec
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// wrapper changes to the working directory ($1), reports its pid with a
+// control line on stderr, and becomes the command. The control line is the
+// first thing on stderr, written before the command runs, so the command
+// cannot forge it.
+const wrapper = `if [ -n "$1" ]; then cd -- "$1" 2>/dev/null || { echo amelia-exec:nodir >&2; exit 125; }; fi
+echo "amelia-exec:pid=$$" >&2
+shift
+exec "$@"`
+
+// killScript sends signal $1 to the process group $2 (when not 0) and to
+// every process whose environment carries the tag $3. Run as the command's
+// own user, it may signal its processes without any capability.
+const killScript = `sig=$1 pgid=$2 tag=$3
+[ "$pgid" -gt 0 ] && kill -s "$sig" -- "-$pgid" 2>/dev/null
+for e in /proc/[0-9]*/environ; do
+	if grep -qxzF -- "$tag" "$e" 2>/dev/null; then
+		p=${e#/proc/}
+		kill -s "$sig" -- "${p%/environ}" 2>/dev/null
+	fi
+done
+exit 0`
+
+// TagEnv is the environment variable that carries an exec's tag; set it
+// last, so the request's environment cannot override it.
+const TagEnv = "AMELIA_EXEC_ID"
+
+// NewTag returns a fresh exec tag.
+func NewTag() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Argv runs argv in dir ("" for the exec's own) through the wrapper.
+func Argv(dir string, argv []string) []string {
+	return append([]string{"sh", "-c", wrapper, "amelia-exec", dir}, argv...)
+}
+
+// CommandLine is Argv as one shell command line, with env (and the tag)
+// set by env(1): for transports that take a string, like SSH, whose
+// servers may refuse to set variables themselves.
+func CommandLine(dir string, env map[string]string, tag string, argv []string) string {
+	words := []string{"exec", "env"}
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		words = append(words, Quote(k+"="+env[k]))
+	}
+	words = append(words, Quote(TagEnv+"="+tag))
+	for _, a := range Argv(dir, argv) {
+		words = append(words, Quote(a))
+	}
+	return strings.Join(words, " ")
+}
+
+// KillArgv signals an exec's process group (pgid 0: unknown) and the
+// processes tagged tag with sig (TERM, KILL).
+func KillArgv(sig string, pgid int, tag string) []string {
+	return []string{"sh", "-c", killScript, "amelia-kill", sig, strconv.Itoa(pgid), TagEnv + "=" + tag}
+}
+
+// KillLine is KillArgv as one shell command line.
+func KillLine(sig string, pgid int, tag string) string {
+	words := make([]string, 0, 8)
+	for _, a := range KillArgv(sig, pgid, tag) {
+		words = append(words, Quote(a))
+	}
+	return strings.Join(words, " ")
+}
+
+// Quote makes s one word for sh.
+func Quote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:@,+%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// Control passes an exec's stderr on, less the wrapper's control line at
+// its start, which it reads: the exec's pid, or that the working directory
+// is missing. Output before the wrapper ran (the transport's own errors)
+// has no control line and passes unchanged. Write and Finish belong to the
+// stream's one reader; Known, Pid and NoDir may be called from elsewhere.
+type Control struct {
+	w     io.Writer // nil discards
+	head  []byte
+	done  bool
+	known chan struct{} // closed once the head is read (or the stream ended)
+	pid   int
+	nodir bool
+}
+
+// maxControlLine is longer than any control line; a first line longer than
+// this is not one.
+const maxControlLine = 64
+
+// NewControl reads the control line off the stderr it passes to w.
+func NewControl(w io.Writer) *Control {
+	return &Control{w: w, known: make(chan struct{})}
+}
+
+func (c *Control) Write(p []byte) (int, error) {
+	n := len(p)
+	if !c.done {
+		c.head = append(c.head, p...)
+		i := bytes.IndexByte(c.head, '\n')
+		if i < 0 && len(c.head) < maxControlLine {
+			return n, nil
+		}
+		p, c.head = c.head, nil
+		if i >= 0 && c.parse(string(p[:i])) {
+			p = p[i+1:]
+		}
+		c.done = true
+		close(c.known)
+	}
+	if c.w != nil && len(p) > 0 {
+		if _, err := c.w.Write(p); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+func (c *Control) parse(line string) bool {
+	if line == "amelia-exec:nodir" {
+		c.nodir = true
+		return true
+	}
+	if v, ok := strings.CutPrefix(line, "amelia-exec:pid="); ok {
+		pid, err := strconv.Atoi(v)
+		c.pid = pid
+		return err == nil
+	}
+	return false
+}
+
+// Finish passes on a head the stream ended in; call it when stderr ends.
+func (c *Control) Finish() {
+	if c.done {
+		return
+	}
+	c.done = true
+	close(c.known)
+	if c.w != nil && len(c.head) > 0 {
+		_, _ = c.w.Write(c.head)
+	}
+}
+
+// Known is closed once the control line was read, or stderr ended.
+func (c *Control) Known() <-chan struct{} { return c.known }
+
+// Pid is the exec's pid (the leader of its process group), 0 when unknown.
+// Read it after Known is closed.
+func (c *Control) Pid() int { return c.pid }
+
+// NoDir reports that the working directory did not exist: the command did
+// not run. Read it after the stream ended.
+func (c *Control) NoDir() bool { return c.nodir }
+
+// pidWait bounds how long a cancel waits for the exec's pid.
+const pidWait = 2 * time.Second
+
+// killWait bounds how long the stream may stay open after SIGKILL.
+const killWait = 10 * time.Second
+
+// Stopper is what Stop needs of a transport.
+type Stopper struct {
+	// Control is the exec's stderr filter.
+	Control *Control
+	// Ended yields the output's end (the stream's error, nil at EOF).
+	Ended <-chan error
+	// Signal runs KillArgv(sig, pgid, tag) in the sandbox as the exec's user.
+	Signal func(sig string, pgid int) error
+	// Cut closes the exec's stream, for a command whose output stays open
+	// after SIGKILL.
+	Cut func()
+}
+
+// Stop ends a cancelled exec: SIGTERM to its group and tagged processes,
+// SIGKILL once grace is over, then the rest of its output. It returns the
+// last signal sent ("" when the exec ended on its own meanwhile) and the
+// output's end, and reports a failing signal through warn.
+func (s Stopper) Stop(grace time.Duration, warn func(sig string, err error)) (string, error) {
+	pid := 0
+	select {
+	case <-s.Control.Known():
+		pid = s.Control.Pid()
+	case err := <-s.Ended:
+		return "", err
+	case <-time.After(pidWait):
+	}
+	signal := func(sig string) {
+		if err := s.Signal(sig, pid); err != nil {
+			warn(sig, err)
+		}
+	}
+	signal("TERM")
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case err := <-s.Ended:
+		return "TERM", err
+	case <-t.C:
+	}
+	signal("KILL")
+	t.Reset(killWait)
+	select {
+	case err := <-s.Ended:
+		return "KILL", err
+	case <-t.C:
+		s.Cut()
+		<-s.Ended
+		return "KILL", fmt.Errorf("the command's output did not end %v after SIGKILL", killWait)
+	}
+}
+
+// Signal names the signal that killed an exec Stop ended, from its exit
+// code (128+N): "" when the code is not that signal's.
+func Signal(sent string, code int) string {
+	if n, ok := map[string]int{"TERM": 15, "KILL": 9}[sent]; ok && code == 128+n {
+		return sent
+	}
+	return ""
+}
