@@ -1,0 +1,419 @@
+// Package transport is an SSH connection to a remote machine for sandbox
+// providers: dialling (through a jump host), verified host keys, agent and
+// key-file authentication, keepalives and reconnection, sessions within
+// the server's MaxSessions, short commands, and reverse port forwards.
+// The SSH provider and the Daytona provider (whose exec goes through its
+// SSH gateway) build on it.
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// Target is a machine to log in to.
+type Target struct {
+	// Addr is host:port.
+	Addr string
+	User string
+	Auth Auth
+	// HostKeys verifies the host's key; required.
+	HostKeys *HostKeys
+	// Jump, when set, is the host the connection goes through (ProxyJump).
+	Jump *Target
+}
+
+func (t Target) String() string { return t.User + "@" + t.Addr }
+
+// Options tune a Conn.
+type Options struct {
+	// KeepAlive is how often an idle connection is checked; a connection
+	// that does not answer within it is dropped. Default 15 s.
+	KeepAlive time.Duration
+	// DialTimeout bounds connecting and logging in. Default 15 s.
+	DialTimeout time.Duration
+	// MaxClients is how many connections a Conn opens when the server's
+	// MaxSessions is reached on each. Default 8.
+	MaxClients int
+	Logger     *slog.Logger
+}
+
+// Conn is the connection to one target, shared by everything that runs
+// there. It connects on first use, opens sessions within the server's
+// MaxSessions (learning it from the server's refusals, and opening another
+// connection rather than failing), checks idle connections with
+// keepalives, and connects again, with backoff, when one drops.
+type Conn struct {
+	target Target
+	opts   Options
+
+	mu      sync.Mutex
+	clients []*client
+	dialing bool
+	freed   chan struct{} // closed (and replaced) when a slot frees or a client comes or goes
+	closed  bool
+}
+
+// client is one SSH connection of a Conn.
+type client struct {
+	ssh  *ssh.Client
+	jump *ssh.Client // the jump host's connection, closed with it
+	open int          // sessions open or being opened
+	est  int          // sessions open
+	// limit is the server's MaxSessions as learned from a refusal; 0 while
+	// unknown.
+	limit int
+	dead  bool
+	done  chan struct{}
+}
+
+// New returns a Conn to target; nothing is dialled yet.
+func New(target Target, opts Options) *Conn {
+	if opts.KeepAlive == 0 {
+		opts.KeepAlive = 15 * time.Second
+	}
+	if opts.DialTimeout == 0 {
+		opts.DialTimeout = 15 * time.Second
+	}
+	if opts.MaxClients == 0 {
+		opts.MaxClients = 8
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Conn{target: target, opts: opts, freed: make(chan struct{})}
+}
+
+// Target is where the Conn connects.
+func (c *Conn) Target() Target { return c.target }
+
+// Session opens a session; release must be called once it is closed.
+func (c *Conn) Session(ctx context.Context) (s *ssh.Session, release func(), err error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, nil, errors.New("ssh connection closed")
+		}
+		var pick *client
+		live := 0
+		for _, cl := range c.clients {
+			if cl.dead {
+				continue
+			}
+			live++
+			if pick == nil && (cl.limit == 0 || cl.open < cl.limit) {
+				pick = cl
+			}
+		}
+		if pick != nil {
+			pick.open++
+			c.mu.Unlock()
+			s, err := pick.ssh.NewSession()
+			if err == nil {
+				c.mu.Lock()
+				pick.est++
+				c.mu.Unlock()
+				return s, func() { c.release(pick) }, nil
+			}
+			var refused *ssh.OpenChannelError
+			c.mu.Lock()
+			pick.open--
+			if errors.As(err, &refused) {
+				// The server refused the channel on a working connection
+				// (OpenSSH: "connect failed: open failed" at MaxSessions):
+				// this connection holds no more sessions.
+				pick.limit = max(pick.est, 1)
+				c.mu.Unlock()
+				continue
+			}
+			c.mu.Unlock()
+			c.drop(pick, err)
+			continue
+		}
+		if live < c.opts.MaxClients && !c.dialing {
+			c.dialing = true
+			c.mu.Unlock()
+			cl, err := c.dialBackoff(ctx)
+			c.mu.Lock()
+			c.dialing = false
+			if err == nil {
+				c.clients = append(c.clients, cl)
+			}
+			c.signal()
+			c.mu.Unlock()
+			if err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		wait := c.freed
+		c.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("wait for an ssh session on %s: %w", c.target, ctx.Err())
+		}
+	}
+}
+
+// signal wakes the waiters for a slot; c.mu is held.
+func (c *Conn) signal() {
+	close(c.freed)
+	c.freed = make(chan struct{})
+}
+
+func (c *Conn) release(cl *client) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl.open--
+	cl.est--
+	c.signal()
+}
+
+// drop closes a client whose connection failed; the next session dials
+// again.
+func (c *Conn) drop(cl *client, why error) {
+	c.mu.Lock()
+	if cl.dead {
+		c.mu.Unlock()
+		return
+	}
+	cl.dead = true
+	close(cl.done)
+	live := c.clients[:0]
+	for _, o := range c.clients {
+		if o != cl {
+			live = append(live, o)
+		}
+	}
+	c.clients = live
+	c.signal()
+	c.mu.Unlock()
+	cl.ssh.Close()
+	if cl.jump != nil {
+		cl.jump.Close()
+	}
+	if why != nil {
+		c.opts.Logger.Info("ssh connection dropped", "target", c.target.String(), "reason", why)
+	}
+}
+
+// dialBackoff dials, trying again with backoff while the host cannot be
+// reached; refused keys and host keys are not tried again.
+func (c *Conn) dialBackoff(ctx context.Context) (*client, error) {
+	wait := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		cl, err := c.dial(ctx)
+		if err == nil || !errors.Is(err, sdk.ErrUnavailable) || attempt == 4 {
+			return cl, err
+		}
+		c.opts.Logger.Debug("ssh connect failed; trying again", "target", c.target.String(), "in", wait, "error", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, err
+		}
+		wait *= 2
+	}
+}
+
+// dial connects and logs in, and starts the client's keepalives.
+func (c *Conn) dial(ctx context.Context) (*client, error) {
+	var jump *ssh.Client
+	if c.target.Jump != nil {
+		j := New(*c.target.Jump, c.opts)
+		jc, err := j.dial(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("through jump host %s: %w", c.target.Jump, err)
+		}
+		jump = jc.ssh
+	}
+	sc, err := login(ctx, c.target, c.opts.DialTimeout, jump)
+	if err != nil {
+		if jump != nil {
+			jump.Close()
+		}
+		return nil, err
+	}
+	cl := &client{ssh: sc, jump: jump, done: make(chan struct{})}
+	go func() {
+		err := sc.Wait()
+		c.drop(cl, fmt.Errorf("connection closed: %v", err))
+	}()
+	go c.keepAlive(cl)
+	c.opts.Logger.Debug("ssh connected", "target", c.target.String())
+	return cl, nil
+}
+
+// login dials target (through jump when not nil) and authenticates.
+func login(ctx context.Context, target Target, timeout time.Duration, jump *ssh.Client) (*ssh.Client, error) {
+	if target.HostKeys == nil {
+		return nil, sdk.Errorf(sdk.ErrInvalid, "ssh %s: no known_hosts to verify its host key with", target)
+	}
+	signers, tried, closeAgent, err := target.Auth.signers()
+	if err != nil {
+		return nil, err
+	}
+	defer closeAgent()
+	var hostKeyErr error
+	check := target.HostKeys.Callback()
+	cfg := &ssh.ClientConfig{
+		User: target.User,
+		Auth: []ssh.AuthMethod{ssh.PublicKeysCallback(signers)},
+		HostKeyCallback: func(host string, remote net.Addr, key ssh.PublicKey) error {
+			hostKeyErr = check(host, remote, key)
+			return hostKeyErr
+		},
+		HostKeyAlgorithms: target.HostKeys.Algorithms(target.Addr),
+		Timeout:           timeout,
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var conn net.Conn
+	if jump != nil {
+		conn, err = jump.DialContext(ctx, "tcp", target.Addr)
+	} else {
+		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", target.Addr)
+	}
+	if err != nil {
+		return nil, sdk.Errorf(sdk.ErrUnavailable, "cannot reach %s: %v", target.Addr, err)
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	cc, chans, reqs, err := ssh.NewClientConn(conn, target.Addr, cfg)
+	interrupted := !stop()
+	switch {
+	case err == nil && !interrupted:
+		return ssh.NewClient(cc, chans, reqs), nil
+	case err == nil:
+		cc.Close()
+		err = ctx.Err()
+	}
+	conn.Close()
+	switch {
+	case hostKeyErr != nil:
+		return nil, hostKeyErr
+	case strings.Contains(err.Error(), "unable to authenticate"):
+		keys := "no keys: set ssh.identity_files or SSH_AUTH_SOCK"
+		if len(tried) > 0 {
+			keys = "tried " + strings.Join(tried, ", ")
+		}
+		return nil, sdk.Errorf(sdk.ErrPermission, "ssh %s refused the login (%s): %v", target, keys, err)
+	case interrupted || errors.Is(err, context.DeadlineExceeded):
+		return nil, sdk.Errorf(sdk.ErrUnavailable, "cannot reach %s: no SSH handshake within %v", target.Addr, timeout)
+	}
+	return nil, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: %v", target, err)
+}
+
+// keepAlive asks the server for a reply every KeepAlive while the client
+// lives, and drops it when none comes in time.
+func (c *Conn) keepAlive(cl *client) {
+	t := time.NewTicker(c.opts.KeepAlive)
+	defer t.Stop()
+	for {
+		select {
+		case <-cl.done:
+			return
+		case <-t.C:
+		}
+		answered := make(chan error, 1)
+		go func() {
+			_, _, err := cl.ssh.SendRequest("keepalive@openssh.com", true, nil)
+			answered <- err
+		}()
+		select {
+		case err := <-answered:
+			if err != nil {
+				c.drop(cl, fmt.Errorf("keepalive: %w", err))
+				return
+			}
+		case <-time.After(c.opts.KeepAlive):
+			c.drop(cl, fmt.Errorf("keepalive: no answer within %v", c.opts.KeepAlive))
+			return
+		case <-cl.done:
+			return
+		}
+	}
+}
+
+// Output runs a short command and returns its stdout. A non-zero exit is
+// an error carrying its stderr.
+func (c *Conn) Output(ctx context.Context, cmd string, stdin io.Reader) (string, error) {
+	s, release, err := c.Session(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	defer s.Close()
+	var out, errb bytes.Buffer
+	s.Stdin, s.Stdout, s.Stderr = stdin, &out, &errb
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	if err := s.Run(cmd); err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		var exit *ssh.ExitError
+		if errors.As(err, &exit) {
+			return out.String(), fmt.Errorf("exit status %d: %s", exit.ExitStatus(), strings.TrimSpace(errb.String()))
+		}
+		return out.String(), sdk.Errorf(sdk.ErrUnavailable, "ssh %s: %v", c.target, err)
+	}
+	return out.String(), nil
+}
+
+// Listen asks the server to listen on its side (tcpip-forward) and hands
+// over the connections made to it. A server that refuses forwarding
+// (AllowTcpForwarding no) gives ErrUnsupported.
+func (c *Conn) Listen(ctx context.Context, addr string) (net.Listener, error) {
+	s, release, err := c.Session(ctx) // a live client, connected if need be
+	if err != nil {
+		return nil, err
+	}
+	s.Close()
+	release()
+	c.mu.Lock()
+	var cl *client
+	for _, o := range c.clients {
+		if !o.dead {
+			cl = o
+			break
+		}
+	}
+	c.mu.Unlock()
+	if cl == nil {
+		return nil, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: the connection dropped", c.target)
+	}
+	lis, err := cl.ssh.Listen("tcp", addr)
+	if err != nil {
+		if strings.Contains(err.Error(), "request denied") {
+			return nil, sdk.Errorf(sdk.ErrUnsupported, "ssh %s refuses port forwarding (AllowTcpForwarding no?): %v", c.target, err)
+		}
+		return nil, fmt.Errorf("ssh %s: listen on %s: %w", c.target, addr, err)
+	}
+	return lis, nil
+}
+
+// Close closes every connection.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	clients := c.clients
+	c.mu.Unlock()
+	for _, cl := range clients {
+		c.drop(cl, nil)
+	}
+	return nil
+}
