@@ -41,11 +41,14 @@ type Installer struct {
 	sums workerbin.Sums
 }
 
-// installDir is where workers are installed, under the sandbox's $HOME.
-const installDir = ".amelia/bin"
+// BinDirEnv names the directory workers are installed in, when a provider
+// sets it in its commands' environment (the SSH provider: the sandbox's
+// bin/); otherwise they go to $HOME/.amelia/bin.
+const BinDirEnv = "AMELIA_BIN_DIR"
 
-// probeScript prints the machine's architecture and $HOME, one per line.
-const probeScript = `printf '%s\n%s\n' "$(uname -m)" "${HOME:-}"`
+// probeScript prints the machine's architecture and the install
+// directory, one per line.
+const probeScript = `printf '%s\n%s\n' "$(uname -m)" "${AMELIA_BIN_DIR:-${HOME:+$HOME/.amelia/bin}}"`
 
 // sumScript prints, for each argument, the sha256 of that file, or "-"
 // when it cannot be read. Paths come as positional parameters.
@@ -76,13 +79,14 @@ trap - EXIT`
 
 // EnsureWorker makes sure the worker for the sandbox's architecture is in
 // the sandbox and returns its absolute path there:
-// $HOME/.amelia/bin/amelia-worker-<first 16 hex digits of its sha256>,
+// $AMELIA_BIN_DIR (else $HOME/.amelia/bin)/amelia-worker-<first 16 hex
+// digits of its sha256>,
 // or a matching Candidate. It reuses a copy whose sha256 matches and
 // otherwise streams the binary in through Exec stdin, which works on every
 // provider.
 func (in *Installer) EnsureWorker(ctx context.Context, ex Execer) (string, error) {
 	start := time.Now()
-	arch, home, err := in.probe(ctx, ex)
+	arch, dir, err := in.probe(ctx, ex)
 	if err != nil {
 		return "", err
 	}
@@ -94,7 +98,6 @@ func (in *Installer) EnsureWorker(ctx context.Context, ex Execer) (string, error
 	if err != nil {
 		return "", fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
 	}
-	dir := home + "/" + installDir
 	dest := dir + "/amelia-worker-" + sum[:16]
 
 	found, err := in.findInstalled(ctx, ex, sum, append([]string{dest}, in.Candidates...))
@@ -113,20 +116,21 @@ func (in *Installer) EnsureWorker(ctx context.Context, ex Execer) (string, error
 	return dest, nil
 }
 
-// probe asks the sandbox for its architecture and $HOME, in one exec.
-func (in *Installer) probe(ctx context.Context, ex Execer) (arch, home string, err error) {
+// probe asks the sandbox for its architecture and install directory, in
+// one exec.
+func (in *Installer) probe(ctx context.Context, ex Execer) (arch, dir string, err error) {
 	out, err := in.run(ctx, ex, "probe the sandbox", []string{"sh", "-c", probeScript}, nil)
 	if err != nil {
 		return "", "", err
 	}
-	machine, home, _ := strings.Cut(strings.TrimSuffix(out, "\n"), "\n")
+	machine, dir, _ := strings.Cut(strings.TrimSuffix(out, "\n"), "\n")
 	if arch, err = sandboxArch(machine); err != nil {
 		return "", "", fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
 	}
-	if !strings.HasPrefix(home, "/") || strings.ContainsAny(home, "\n\x00") {
-		return "", "", fmt.Errorf("install amelia-worker on %s: the sandbox's $HOME is %q, not an absolute path: the worker is installed under $HOME/%s", in.provider(), home, installDir)
+	if !strings.HasPrefix(dir, "/") || strings.ContainsAny(dir, "\n\x00") {
+		return "", "", fmt.Errorf("install amelia-worker on %s: the install directory is %q, not an absolute path: the worker goes to $%s, else $HOME/.amelia/bin", in.provider(), dir, BinDirEnv)
 	}
-	return arch, strings.TrimRight(home, "/"), nil
+	return arch, strings.TrimRight(dir, "/"), nil
 }
 
 // sandboxArch maps `uname -m` to the Go architecture of the worker to

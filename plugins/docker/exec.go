@@ -49,7 +49,7 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
 	}
-	env = append(env, shexec.TagEnv+"="+tag)
+	env = append(env, shexec.Entry(tag))
 	target := containerRef(req.Sandbox)
 	x, err := e.startExec(ctx, target, client.ExecCreateOptions{
 		User:         user,
@@ -96,8 +96,10 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 		sent, outErr = shexec.Stopper{
 			Control: ctl,
 			Ended:   output,
-			Signal:  func(sig string, pgid int) error { return e.signal(target, user, shexec.KillArgv(sig, pgid, tag)) },
-			Cut:     x.conn.Close,
+			Signal: func(sig string, pgid int) error {
+				return e.signal(target, user, shexec.KillArgv(sig, pgid, shexec.Entry(tag)))
+			},
+			Cut: x.conn.Close,
 		}.Stop(req.Grace(), func(sig string, err error) {
 			p.opts.Logger.Warn("cancel an exec", "container", target, "signal", sig, "error", err)
 		})

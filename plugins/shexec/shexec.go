@@ -34,7 +34,7 @@ shift
 exec "$@"`
 
 // killScript sends signal $1 to the process group $2 (when not 0) and to
-// every process whose environment carries the tag $3. Run as the command's
+// every process whose environment holds the entry $3. Run as the command's
 // own user, it may signal its processes without any capability.
 const killScript = `sig=$1 pgid=$2 tag=$3
 [ "$pgid" -gt 0 ] && kill -s "$sig" -- "-$pgid" 2>/dev/null
@@ -62,31 +62,53 @@ func Argv(dir string, argv []string) []string {
 	return append([]string{"sh", "-c", wrapper, "amelia-exec", dir}, argv...)
 }
 
-// CommandLine is Argv as one shell command line, with env (and the tag)
-// set by env(1): for transports that take a string, like SSH, whose
-// servers may refuse to set variables themselves.
-func CommandLine(dir string, env map[string]string, tag string, argv []string) string {
-	words := []string{"exec", "env"}
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		words = append(words, Quote(k+"="+env[k]))
+// Command is an exec as one shell command line, for transports that take
+// a string, like SSH: the environment is set by env(1), since servers may
+// refuse to set variables themselves.
+type Command struct {
+	// Dir is the working directory; "" keeps the login's.
+	Dir string
+	Env map[string]string
+	// Tag is the exec's tag (NewTag), set last.
+	Tag string
+	// Require is a file that must exist for the command to run (a
+	// sandbox's marker); without it the exec reports that the sandbox is
+	// gone (Control.NoSandbox) and runs nothing.
+	Require string
+	Argv    []string
+}
+
+// Line is the command line.
+func (c Command) Line() string {
+	var words []string
+	if c.Require != "" {
+		words = append(words, "[ -e "+Quote(c.Require)+" ] || { echo amelia-exec:nosandbox >&2; exit 125; };")
 	}
-	words = append(words, Quote(TagEnv+"="+tag))
-	for _, a := range Argv(dir, argv) {
+	words = append(words, "exec", "env")
+	for _, k := range slices.Sorted(maps.Keys(c.Env)) {
+		words = append(words, Quote(k+"="+c.Env[k]))
+	}
+	words = append(words, Quote(Entry(c.Tag)))
+	for _, a := range Argv(c.Dir, c.Argv) {
 		words = append(words, Quote(a))
 	}
 	return strings.Join(words, " ")
 }
 
-// KillArgv signals an exec's process group (pgid 0: unknown) and the
-// processes tagged tag with sig (TERM, KILL).
-func KillArgv(sig string, pgid int, tag string) []string {
-	return []string{"sh", "-c", killScript, "amelia-kill", sig, strconv.Itoa(pgid), TagEnv + "=" + tag}
+// Entry is the environment entry that tags an exec's processes.
+func Entry(tag string) string { return TagEnv + "=" + tag }
+
+// KillArgv signals a process group (pgid 0: none) and the processes whose
+// environment holds entry (Entry(tag), or another VAR=value all of a
+// sandbox's processes carry) with sig (TERM, KILL).
+func KillArgv(sig string, pgid int, entry string) []string {
+	return []string{"sh", "-c", killScript, "amelia-kill", sig, strconv.Itoa(pgid), entry}
 }
 
 // KillLine is KillArgv as one shell command line.
-func KillLine(sig string, pgid int, tag string) string {
+func KillLine(sig string, pgid int, entry string) string {
 	words := make([]string, 0, 8)
-	for _, a := range KillArgv(sig, pgid, tag) {
+	for _, a := range KillArgv(sig, pgid, entry) {
 		words = append(words, Quote(a))
 	}
 	return strings.Join(words, " ")
@@ -114,6 +136,7 @@ type Control struct {
 	known chan struct{} // closed once the head is read (or the stream ended)
 	pid   int
 	nodir bool
+	gone  bool
 }
 
 // maxControlLine is longer than any control line; a first line longer than
@@ -149,8 +172,12 @@ func (c *Control) Write(p []byte) (int, error) {
 }
 
 func (c *Control) parse(line string) bool {
-	if line == "amelia-exec:nodir" {
+	switch line {
+	case "amelia-exec:nodir":
 		c.nodir = true
+		return true
+	case "amelia-exec:nosandbox":
+		c.gone = true
 		return true
 	}
 	if v, ok := strings.CutPrefix(line, "amelia-exec:pid="); ok {
@@ -184,6 +211,10 @@ func (c *Control) Pid() int { return c.pid }
 // not run. Read it after the stream ended.
 func (c *Control) NoDir() bool { return c.nodir }
 
+// NoSandbox reports that Command.Require did not exist: the command did not
+// run. Read it after the stream ended.
+func (c *Control) NoSandbox() bool { return c.gone }
+
 // pidWait bounds how long a cancel waits for the exec's pid.
 const pidWait = 2 * time.Second
 
@@ -196,7 +227,8 @@ type Stopper struct {
 	Control *Control
 	// Ended yields the output's end (the stream's error, nil at EOF).
 	Ended <-chan error
-	// Signal runs KillArgv(sig, pgid, tag) in the sandbox as the exec's user.
+	// Signal runs KillArgv(sig, pgid, Entry(tag)) in the sandbox as the
+	// exec's user.
 	Signal func(sig string, pgid int) error
 	// Cut closes the exec's stream, for a command whose output stays open
 	// after SIGKILL.

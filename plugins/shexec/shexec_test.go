@@ -3,7 +3,9 @@ package shexec_test
 import (
 	"bytes"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,7 +50,7 @@ func start(t *testing.T, line string) (*bytes.Buffer, *shexec.Control, *bytes.Bu
 // stderr, which Control takes off before the command's own stderr.
 func TestCommandLine(t *testing.T) {
 	dir := t.TempDir()
-	line := shexec.CommandLine(dir, map[string]string{"GREETING": "it's a b"}, "t1", []string{"sh", "-c", `printf '%s|%s|%s' "$GREETING" "$(pwd)" "$AMELIA_EXEC_ID"; echo oops >&2; exit 4`})
+	line := shexec.Command{Dir: dir, Env: map[string]string{"GREETING": "it's a b"}, Tag: "t1", Require: dir, Argv: []string{"sh", "-c", `printf '%s|%s|%s' "$GREETING" "$(pwd)" "$AMELIA_EXEC_ID"; echo oops >&2; exit 4`}}.Line()
 	out, ctl, errb, cmd := start(t, line)
 	err := cmd.Wait()
 	ctl.Finish()
@@ -62,11 +64,18 @@ func TestCommandLine(t *testing.T) {
 		t.Errorf("stderr %q pid %d (want %d) nodir %v", errb, ctl.Pid(), cmd.Process.Pid, ctl.NoDir())
 	}
 
-	_, ctl, _, cmd = start(t, shexec.CommandLine("/no/such/dir", nil, "t2", []string{"true"}))
+	_, ctl, _, cmd = start(t, shexec.Command{Dir: "/no/such/dir", Tag: "t2", Argv: []string{"true"}}.Line())
 	err = cmd.Wait()
 	ctl.Finish()
-	if !ctl.NoDir() || err == nil {
-		t.Errorf("a missing dir: nodir %v, exit %v", ctl.NoDir(), err)
+	if !ctl.NoDir() || ctl.NoSandbox() || err == nil {
+		t.Errorf("a missing dir: nodir %v nosandbox %v, exit %v", ctl.NoDir(), ctl.NoSandbox(), err)
+	}
+	marker := filepath.Join(dir, "gone")
+	out, ctl, _, cmd = start(t, shexec.Command{Tag: "t3", Require: marker, Argv: []string{"touch", marker}}.Line())
+	err = cmd.Wait()
+	ctl.Finish()
+	if _, serr := os.Stat(marker); !ctl.NoSandbox() || err == nil || serr == nil {
+		t.Errorf("a missing required file: nosandbox %v, exit %v, and the command ran: %v", ctl.NoSandbox(), err, serr == nil)
 	}
 }
 
@@ -99,7 +108,7 @@ func TestControlPassesOtherStderr(t *testing.T) {
 // Stop kills the group and a tagged process that left it (setsid): TERM
 // first, KILL after the grace period when TERM is ignored.
 func TestStopKillsGroupAndTagged(t *testing.T) {
-	line := shexec.CommandLine("", nil, "t3", []string{"sh", "-c", `setsid sleep 601 & sleep 602 & trap '' TERM; echo ready; while :; do sleep 0.1; done`})
+	line := shexec.Command{Tag: "t4", Argv: []string{"sh", "-c", `setsid sleep 601 & sleep 602 & trap '' TERM; echo ready; while :; do sleep 0.1; done`}}.Line()
 	outR, outW := io.Pipe()
 	cmd := exec.Command("sh", "-c", line)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -123,7 +132,7 @@ func TestStopKillsGroupAndTagged(t *testing.T) {
 		Ended:   ended,
 		Signal: func(sig string, pgid int) error {
 			sent = append(sent, sig)
-			return exec.Command("sh", "-c", shexec.KillLine(sig, pgid, "t3")).Run()
+			return exec.Command("sh", "-c", shexec.KillLine(sig, pgid, shexec.Entry("t4"))).Run()
 		},
 		Cut: func() { cmd.Process.Kill() },
 	}.Stop(300*time.Millisecond, func(sig string, err error) { t.Errorf("signal %s: %v", sig, err) })

@@ -70,8 +70,8 @@ type Conn struct {
 type client struct {
 	ssh  *ssh.Client
 	jump *ssh.Client // the jump host's connection, closed with it
-	open int          // sessions open or being opened
-	est  int          // sessions open
+	open int         // sessions open or being opened
+	est  int         // sessions open
 	// limit is the server's MaxSessions as learned from a refusal; 0 while
 	// unknown.
 	limit int
