@@ -9,11 +9,12 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/docker"
 	"github.com/amelia-sandbox/amelia/plugins/local"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/ssh"
 )
 
 // The providers amelia serves itself (`amelia plugin serve NAME`).
 
-func builtinNames() []string { return []string{local.Name, docker.Name} }
+func builtinNames() []string { return []string{local.Name, docker.Name, ssh.Name} }
 
 func builtinAliases() map[string]string { return map[string]string{local.Alias: local.Name} }
 
@@ -30,6 +31,8 @@ func (a *app) builtinProvider(name string) (sdk.Provider, bool) {
 		}), true
 	case docker.Name:
 		return a.dockerProvider(a.pluginLogger()), true
+	case ssh.Name:
+		return ssh.New(ssh.Options{Version: buildinfo.Version(), Logger: a.pluginLogger()}), true
 	}
 	return nil, false
 }

@@ -41,13 +41,8 @@ type Installer struct {
 	sums workerbin.Sums
 }
 
-// BinDirEnv names the directory workers are installed in, when a provider
-// sets it in its commands' environment (the SSH provider: the sandbox's
-// bin/); otherwise they go to $HOME/.amelia/bin.
-const BinDirEnv = "AMELIA_BIN_DIR"
-
-// probeScript prints the machine's architecture and the install
-// directory, one per line.
+// probeScript prints the machine's architecture and the install directory
+// (workerbin.BinDirEnv), one per line.
 const probeScript = `printf '%s\n%s\n' "$(uname -m)" "${AMELIA_BIN_DIR:-${HOME:+$HOME/.amelia/bin}}"`
 
 // sumScript prints, for each argument, the sha256 of that file, or "-"
@@ -128,7 +123,7 @@ func (in *Installer) probe(ctx context.Context, ex Execer) (arch, dir string, er
 		return "", "", fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
 	}
 	if !strings.HasPrefix(dir, "/") || strings.ContainsAny(dir, "\n\x00") {
-		return "", "", fmt.Errorf("install amelia-worker on %s: the install directory is %q, not an absolute path: the worker goes to $%s, else $HOME/.amelia/bin", in.provider(), dir, BinDirEnv)
+		return "", "", fmt.Errorf("install amelia-worker on %s: the install directory is %q, not an absolute path: the worker goes to $%s, else $HOME/.amelia/bin", in.provider(), dir, workerbin.BinDirEnv)
 	}
 	return arch, strings.TrimRight(dir, "/"), nil
 }

@@ -13,6 +13,11 @@ import (
 	"sync"
 )
 
+// BinDirEnv names the directory of a sandbox that workers are installed in,
+// when its provider sets it in the commands' environment (the SSH
+// provider: the sandbox's bin/); otherwise they go to $HOME/.amelia/bin.
+const BinDirEnv = "AMELIA_BIN_DIR"
+
 // Arches are the sandbox architectures a worker is built for.
 func Arches() []string { return []string{"amd64", "arm64"} }
 

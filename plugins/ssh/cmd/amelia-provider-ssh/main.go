@@ -1,0 +1,18 @@
+// Command amelia-provider-ssh is the SSH provider as a plugin binary of its
+// own; amelia serves the same provider itself (`amelia plugin serve ssh`),
+// so this is only needed to ship it separately.
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/amelia-sandbox/amelia/core/buildinfo"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/ssh"
+)
+
+func main() {
+	logger := sdk.NewLogger(os.Stderr, slog.LevelDebug)
+	sdk.Serve(ssh.New(ssh.Options{Version: buildinfo.Version(), Logger: logger}), sdk.WithLogger(logger))
+}

@@ -1,0 +1,469 @@
+// Package ssh is the "ssh" sandbox provider: a machine amelia can log in
+// to over SSH (a disposable VM, a build box, a cloud instance) holds the
+// sandboxes, each a directory <root>/<name>/ with workspace/, home/, tmp/,
+// bin/ and run/.
+//
+// One SSH connection per machine carries every command (more when the
+// server's MaxSessions is reached), with verified host keys, keepalives
+// and reconnection (package transport). Commands run as the login user
+// through shexec, so cancelling one kills its process group and whatever
+// it started. The machine's network is its own: the provider enforces
+// allowlist and none only with ssh.enforce_egress: iptables.
+package ssh
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/amelia-sandbox/amelia/core/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/ssh/transport"
+)
+
+// Name is the provider's name.
+const Name = "ssh"
+
+// markerFile identifies a directory as a sandbox; nothing is deleted
+// without it.
+const markerFile = ".amelia-sandbox"
+
+// sandboxDirEnv is set in every command of a sandbox, last: Teardown finds
+// the sandbox's processes by it, wherever they went.
+const sandboxDirEnv = "AMELIA_SANDBOX_DIR"
+
+// healthTimeout bounds HealthCheck's command, inside sdk.HealthCheckTimeout.
+const healthTimeout = 5 * time.Second
+
+// Options configure the provider.
+type Options struct {
+	Version string
+	Logger  *slog.Logger
+}
+
+// Provider is the SSH provider.
+type Provider struct {
+	opts Options
+
+	mu      sync.Mutex
+	remotes map[string]*remote
+}
+
+// remote is a machine the provider logged in to.
+type remote struct {
+	conn *transport.Conn
+
+	homeMu sync.Mutex
+	home   string // the login's $HOME there, once asked
+}
+
+// New returns the SSH provider; it connects on first use.
+func New(opts Options) *Provider {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Provider{opts: opts, remotes: map[string]*remote{}}
+}
+
+func (p *Provider) Info(context.Context) (sdk.Info, error) {
+	return sdk.Info{
+		Name:    Name,
+		Version: p.opts.Version,
+		Description: "sandboxes in directories of a machine reached over SSH; " +
+			"network allowlist and none only with ssh.enforce_egress: iptables",
+		Capabilities: sdk.Capabilities{
+			// allowlist and none are refused by EnsureRunning unless the
+			// profile has the machine enforce them.
+			EgressModes: []sdk.NetworkMode{sdk.NetworkOpen, sdk.NetworkAllowlist, sdk.NetworkNone},
+			Isolated:    true,
+		},
+	}, nil
+}
+
+// sandbox is a resolved sandbox: its machine and directory there.
+type sandbox struct {
+	name string
+	set  Settings
+	r    *remote
+	dir  string
+}
+
+func (s sandbox) marker() string  { return s.dir + "/" + markerFile }
+func (s sandbox) workdir() string { return s.dir + "/workspace" }
+
+// remoteFor returns the connection the settings name, opening it the first
+// time.
+func (p *Provider) remoteFor(set Settings) (*remote, error) {
+	target, err := set.target(os.Getenv("SSH_AUTH_SOCK"))
+	if err != nil {
+		return nil, err
+	}
+	key, _ := json.Marshal(struct {
+		T transport.Target
+		S Settings
+	}{target, set})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r, ok := p.remotes[string(key)]; ok {
+		return r, nil
+	}
+	r := &remote{conn: transport.New(target, transport.Options{Logger: p.opts.Logger})}
+	p.remotes[string(key)] = r
+	return r, nil
+}
+
+// resolve finds the sandbox a ref names.
+func (p *Provider) resolve(ctx context.Context, ref sdk.SandboxRef) (sandbox, error) {
+	set, err := decodeSettings(ref.Config)
+	if err != nil {
+		return sandbox{}, err
+	}
+	r, err := p.remoteFor(set)
+	if err != nil {
+		return sandbox{}, err
+	}
+	root, err := r.root(ctx, set.Root)
+	if err != nil {
+		return sandbox{}, err
+	}
+	return sandbox{name: ref.Name, set: set, r: r, dir: root + "/" + ref.Name}, nil
+}
+
+// root is the sandboxes' directory on the remote, ~ expanded there.
+func (r *remote) root(ctx context.Context, root string) (string, error) {
+	rest, ok := strings.CutPrefix(root, "~/")
+	if !ok {
+		return path.Clean(root), nil
+	}
+	r.homeMu.Lock()
+	defer r.homeMu.Unlock()
+	if r.home == "" {
+		out, err := r.conn.Output(ctx, `printf '%s' "$HOME"`, nil)
+		if err != nil {
+			return "", fmt.Errorf("ssh %s: ask for the home directory: %w", r.conn.Target(), err)
+		}
+		if !strings.HasPrefix(out, "/") || strings.ContainsAny(out, "\n\x00") {
+			return "", fmt.Errorf("ssh %s: the login's $HOME is %q, not an absolute path; set ssh.root to one", r.conn.Target(), out)
+		}
+		r.home = strings.TrimRight(out, "/")
+	}
+	return path.Clean(r.home + "/" + rest), nil
+}
+
+// marker is the content of a sandbox's marker file.
+type marker struct {
+	ID      string            `json:"id"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Created time.Time         `json:"created,omitzero"`
+}
+
+// ensureScript makes the sandbox's directories and its marker, unless the
+// marker is there, and prints "created" when it made it, then the marker.
+// The marker appears whole or not at all (written aside, then linked into
+// place), so concurrent EnsureRunnings agree on one.
+const ensureScript = `set -eu
+d=$1
+umask 077
+mkdir -p -- "$d/workspace" "$d/home" "$d/tmp" "$d/bin" "$d/run"
+if [ ! -e "$d/.amelia-sandbox" ]; then
+	tmp=$(mktemp "$d/.amelia-sandbox.XXXXXX")
+	printf '%s\n' "$2" > "$tmp"
+	if ln -- "$tmp" "$d/.amelia-sandbox" 2>/dev/null; then echo created; fi
+	rm -f -- "$tmp"
+fi
+cat -- "$d/.amelia-sandbox"`
+
+func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
+	sb, err := p.resolve(ctx, spec.SandboxRef)
+	if err != nil {
+		return sdk.Sandbox{}, err
+	}
+	if spec.Network.Mode != sdk.NetworkOpen {
+		if sb.set.EnforceEgress != "iptables" {
+			return sdk.Sandbox{}, sdk.Errorf(sdk.ErrUnsupported,
+				"the ssh provider cannot take the network away from %s: network %q needs ssh.enforce_egress: iptables (and a login that may run `sudo -n iptables`); use network open, or the docker provider",
+				sb.r.conn.Target().Addr, spec.Network.Mode)
+		}
+		if err := p.enforceEgress(ctx, sb); err != nil {
+			return sdk.Sandbox{}, err
+		}
+	}
+	id := make([]byte, 12)
+	_, _ = rand.Read(id)
+	m, _ := json.Marshal(marker{ID: hex.EncodeToString(id), Labels: spec.Labels, Created: time.Now().UTC()})
+	out, err := sb.r.conn.Output(ctx, "sh -c "+shexec.Quote(ensureScript)+" sh "+shexec.Quote(sb.dir)+" "+shexec.Quote(string(m)), nil)
+	if err != nil {
+		return sdk.Sandbox{}, fmt.Errorf("create sandbox %s in %s on %s: %w", sb.name, sb.dir, sb.r.conn.Target(), err)
+	}
+	created := strings.HasPrefix(out, "created\n")
+	var have marker
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(out, "created\n")), &have); err != nil || have.ID == "" {
+		return sdk.Sandbox{}, fmt.Errorf("sandbox %s: %s on %s is damaged; remove %s by hand", sb.name, sb.marker(), sb.r.conn.Target(), sb.dir)
+	}
+	if created {
+		p.opts.Logger.Info("created ssh sandbox", "sandbox", sb.name, "host", sb.r.conn.Target().String(), "dir", sb.dir)
+	}
+	ref := spec.SandboxRef
+	ref.ID = have.ID
+	return sdk.Sandbox{Ref: ref, Created: created, Workdir: sb.workdir(), Details: map[string]string{
+		"host": sb.r.conn.Target().String(),
+		"dir":  sb.dir,
+	}}, nil
+}
+
+func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	if req.TTY {
+		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "the ssh provider does not allocate terminals")
+	}
+	sb, err := p.resolve(ctx, req.Sandbox)
+	if err != nil {
+		return sdk.ExitStatus{}, err
+	}
+	if login := sb.r.conn.Target().User; req.User != "" && req.User != login {
+		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "the ssh provider runs commands as the login user %s; it cannot run them as %q", login, req.User)
+	}
+	dir := req.Dir
+	switch {
+	case dir == "":
+		dir = sb.workdir()
+	case !path.IsAbs(dir):
+		dir = path.Join(sb.workdir(), dir)
+	}
+	env := map[string]string{
+		"HOME":              sb.dir + "/home",
+		"TMPDIR":            sb.dir + "/tmp",
+		"AMELIA_SANDBOX":    sb.name,
+		workerbin.BinDirEnv: sb.dir + "/bin",
+	}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	env[sandboxDirEnv] = sb.dir
+	tag := shexec.NewTag()
+	line := shexec.Command{Dir: dir, Env: env, Tag: tag, Require: sb.marker(), Argv: req.Argv}.Line()
+
+	s, release, err := sb.r.conn.Session(ctx)
+	if err != nil {
+		return sdk.ExitStatus{}, err
+	}
+	defer release()
+	defer s.Close()
+	ctl := shexec.NewControl(eio.Stderr)
+	s.Stdout, s.Stderr = eio.Stdout, ctl
+	var stdin io.WriteCloser
+	if eio.Stdin != nil {
+		// Copied here, not by the session: Wait would wait for stdin too,
+		// which may never end when the command does not read it.
+		if stdin, err = s.StdinPipe(); err != nil {
+			return sdk.ExitStatus{}, fmt.Errorf("ssh %s: %w", sb.r.conn.Target(), err)
+		}
+	}
+	if err := s.Start(line); err != nil {
+		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: start the command: %v", sb.r.conn.Target(), err)
+	}
+	if stdin != nil {
+		go func() {
+			if _, err := io.Copy(stdin, eio.Stdin); err == nil {
+				stdin.Close()
+			}
+		}()
+	}
+	ended := make(chan error, 1)
+	go func() {
+		err := s.Wait()
+		ctl.Finish()
+		ended <- err
+	}()
+
+	var st sdk.ExitStatus
+	var waitErr error
+	select {
+	case waitErr = <-ended:
+	case <-ctx.Done():
+		st.Canceled = true
+		_, waitErr = shexec.Stopper{
+			Control: ctl,
+			Ended:   ended,
+			Signal: func(sig string, pgid int) error {
+				kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_, err := sb.r.conn.Output(kctx, shexec.KillLine(sig, pgid, shexec.Entry(tag)), nil)
+				return err
+			},
+			Cut: func() { s.Close() },
+		}.Stop(req.Grace(), func(sig string, err error) {
+			p.opts.Logger.Warn("cancel a command", "host", sb.r.conn.Target().String(), "signal", sig, "error", err)
+		})
+	}
+	switch {
+	case ctl.NoSandbox():
+		return st, sdk.Errorf(sdk.ErrNotFound, "sandbox %s does not exist on %s (no %s): start it with `amelia sandbox up`", sb.name, sb.r.conn.Target(), sb.marker())
+	case ctl.NoDir():
+		return st, sdk.Errorf(sdk.ErrInvalid, "working directory %q does not exist in the sandbox", dir)
+	}
+	var exit *gossh.ExitError
+	switch {
+	case waitErr == nil:
+	case errors.As(waitErr, &exit):
+		st.Code, st.Signal = exit.ExitStatus(), exit.Signal()
+	default:
+		return st, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: the connection dropped while the command ran (%v); the next command connects again", sb.r.conn.Target(), waitErr)
+	}
+	return st, nil
+}
+
+// teardownScript kills every process of the sandbox (tagged with its
+// directory), twice over for any started meanwhile, and removes the
+// directory, making read-only trees (Go's module cache) writable first. A
+// directory without a marker is not a sandbox and stays.
+const teardownScript = `d=$1
+if [ ! -e "$d/.amelia-sandbox" ]; then
+	if [ -e "$d" ]; then echo "refusing to remove $d: it is not an amelia sandbox (no .amelia-sandbox)" >&2; exit 3; fi
+	exit 0
+fi
+shift
+"$@"; "$@"
+rm -rf -- "$d" 2>/dev/null || { chmod -R u+w -- "$d"; rm -rf -- "$d"; }`
+
+func (p *Provider) Teardown(ctx context.Context, ref sdk.SandboxRef) error {
+	sb, err := p.resolve(ctx, ref)
+	if err != nil {
+		return err
+	}
+	kill := shexec.KillLine("KILL", 0, sandboxDirEnv+"="+sb.dir)
+	_, err = sb.r.conn.Output(ctx, "sh -c "+shexec.Quote(teardownScript)+" sh "+shexec.Quote(sb.dir)+" "+kill, nil)
+	if err != nil {
+		if strings.Contains(err.Error(), "refusing to remove") {
+			return sdk.Errorf(sdk.ErrConflict, "%v", err)
+		}
+		return fmt.Errorf("remove sandbox %s from %s: %w", sb.name, sb.r.conn.Target(), err)
+	}
+	p.opts.Logger.Info("removed ssh sandbox", "sandbox", sb.name, "host", sb.r.conn.Target().String(), "dir", sb.dir)
+	return nil
+}
+
+func (p *Provider) HealthCheck(ctx context.Context, ref sdk.SandboxRef) (sdk.Health, error) {
+	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	sb, err := p.resolve(ctx, ref)
+	if err != nil {
+		return sdk.Health{}, err
+	}
+	out, err := sb.r.conn.Output(ctx, "if [ ! -e "+shexec.Quote(sb.marker())+" ]; then echo absent; elif [ -d "+shexec.Quote(sb.workdir())+" ]; then echo ready; else echo broken; fi", nil)
+	switch {
+	case err != nil:
+		return sdk.Health{}, fmt.Errorf("check sandbox %s on %s: %w", sb.name, sb.r.conn.Target(), err)
+	case out == "absent\n":
+		return sdk.Health{}, sdk.Errorf(sdk.ErrNotFound, "sandbox %s does not exist on %s", sb.name, sb.r.conn.Target())
+	case out == "broken\n":
+		return sdk.Health{State: sdk.HealthUnhealthy, Message: "its workspace directory is missing: " + sb.workdir()}, nil
+	}
+	return sdk.Health{State: sdk.HealthReady, Message: sb.r.conn.Target().String() + ":" + sb.dir}, nil
+}
+
+// listScript prints, for each sandbox under the root, its name, whether
+// its workspace exists, and its marker, tab-separated.
+const listScript = `for m in "$1"/*/.amelia-sandbox; do
+	[ -f "$m" ] || continue
+	d=${m%/.amelia-sandbox}
+	w=no; [ -d "$d/workspace" ] && w=yes
+	printf '%s\t%s\t%s\n' "${d##*/}" "$w" "$(tr -d '\n\t' < "$m")"
+done`
+
+func (p *Provider) List(ctx context.Context, req sdk.ListRequest) ([]sdk.Listed, error) {
+	set, err := decodeSettings(req.Config)
+	if err != nil {
+		return nil, err
+	}
+	r, err := p.remoteFor(set)
+	if err != nil {
+		return nil, err
+	}
+	root, err := r.root(ctx, set.Root)
+	if err != nil {
+		return nil, err
+	}
+	out, err := r.conn.Output(ctx, "sh -c "+shexec.Quote(listScript)+" sh "+shexec.Quote(root), nil)
+	if err != nil {
+		return nil, fmt.Errorf("list the sandboxes in %s on %s: %w", root, r.conn.Target(), err)
+	}
+	var found []sdk.Listed
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.SplitN(line, "\t", 3)
+		if len(f) != 3 || !sdk.ValidName(f[0]) {
+			continue
+		}
+		var m marker
+		if json.Unmarshal([]byte(f[2]), &m) != nil || !hasLabels(m.Labels, req.Labels) {
+			continue
+		}
+		state := sdk.HealthReady
+		if f[1] != "yes" {
+			state = sdk.HealthUnhealthy
+		}
+		found = append(found, sdk.Listed{Ref: sdk.SandboxRef{Name: f[0], ID: m.ID, Config: req.Config}, Labels: m.Labels, State: state, Created: m.Created})
+	}
+	return found, nil
+}
+
+// hasLabels reports whether have carries every label of want.
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// egressScript lets the login user's traffic out over loopback only: an
+// owner-matched chain at the head of OUTPUT, for IPv4 and IPv6, accepting
+// lo and dropping everything else. Loopback carries what the sandbox needs
+// (the forwarded or tunnelled proxy). It adds only what is missing, so
+// sandboxes of one login never open a gap for each other.
+const egressScript = `set -eu
+uid=$(id -u)
+chain=AMELIA_EGRESS_$uid
+for ipt in iptables ip6tables; do
+	sudo -n "$ipt" -w -N "$chain" 2>/dev/null || true
+	sudo -n "$ipt" -w -C "$chain" -o lo -j ACCEPT 2>/dev/null || sudo -n "$ipt" -w -A "$chain" -o lo -j ACCEPT
+	sudo -n "$ipt" -w -C "$chain" -j DROP 2>/dev/null || sudo -n "$ipt" -w -A "$chain" -j DROP
+	sudo -n "$ipt" -w -C OUTPUT -m owner --uid-owner "$uid" -j "$chain" 2>/dev/null ||
+		sudo -n "$ipt" -w -I OUTPUT 1 -m owner --uid-owner "$uid" -j "$chain"
+done`
+
+// enforceEgress applies egressScript, after checking that the login may
+// run iptables through sudo without a password.
+func (p *Provider) enforceEgress(ctx context.Context, sb sandbox) error {
+	if _, err := sb.r.conn.Output(ctx, "sudo -n iptables -w -L OUTPUT -n >/dev/null && sudo -n ip6tables -w -L OUTPUT -n >/dev/null", nil); err != nil {
+		return sdk.Errorf(sdk.ErrUnsupported, "ssh.enforce_egress: iptables needs %s to run `sudo -n iptables` and `sudo -n ip6tables` without a password: %v", sb.r.conn.Target(), err)
+	}
+	if _, err := sb.r.conn.Output(ctx, "sh -c "+shexec.Quote(egressScript), nil); err != nil {
+		return fmt.Errorf("ssh %s: apply the egress rules: %w", sb.r.conn.Target(), err)
+	}
+	return nil
+}
+
+// Close closes the connections; the SDK calls it when the plugin stops.
+func (p *Provider) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, r := range p.remotes {
+		r.conn.Close()
+		delete(p.remotes, k)
+	}
+	return nil
+}
