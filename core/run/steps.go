@@ -14,6 +14,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/sandbox"
 	"github.com/amelia-sandbox/amelia/core/tunnel"
 	"github.com/amelia-sandbox/amelia/core/workspace"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/proxy"
 )
 
@@ -84,9 +85,9 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		}
 	}
 
-	var tun *tunnel.Host
+	var tun tunnel.Tunnel
 	if err := r.phase(PhaseTunnel, func() (err error) {
-		tun, err = tunnel.Open(ctx, sb, tunnel.HostOptions{Worker: worker, Target: prx.addr, Logger: r.host.Logger})
+		tun, err = r.openTunnel(ctx, sb, worker, prx.addr)
 		if err != nil {
 			return err
 		}
@@ -153,6 +154,24 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 	}
 	res.Usage = usage
 	return res, nil
+}
+
+// openTunnel opens the way from inside the sandbox to the proxy at target:
+// the provider's own forward (SSH's remote port forwarding) when it has
+// one that may be used here, else the exec tunnel, which works everywhere.
+func (r *runner) openTunnel(ctx context.Context, sb *sandbox.Sandbox, worker, target string) (tunnel.Tunnel, error) {
+	if fwd, ok := sb.Provider.(sdk.Forwarder); ok {
+		f, err := tunnel.Forward(ctx, fwd, sb.Ref, target)
+		if err == nil {
+			r.host.Logger.Debug("the proxy is reached through the provider's forward", "addr", f.Addr())
+			return f, nil
+		}
+		if !errors.Is(err, sdk.ErrUnsupported) {
+			return nil, err
+		}
+		r.host.Logger.Debug("the provider does not forward here: tunnelling over exec", "reason", err)
+	}
+	return tunnel.Open(ctx, sb, tunnel.HostOptions{Worker: worker, Target: target, Logger: r.host.Logger})
 }
 
 // causeOf prefers the reason ctx was cancelled with (the tunnel's death)

@@ -33,8 +33,9 @@ func NewClient(cc grpc.ClientConnInterface) *Client {
 }
 
 var (
-	_ Provider = (*Client)(nil)
-	_ Lister   = (*Client)(nil)
+	_ Provider  = (*Client)(nil)
+	_ Lister    = (*Client)(nil)
+	_ Forwarder = (*Client)(nil)
 )
 
 func (c *Client) Info(ctx context.Context) (Info, error) {
@@ -78,6 +79,34 @@ func (c *Client) List(ctx context.Context, req ListRequest) ([]Listed, error) {
 		out = append(out, listedFromPB(l))
 	}
 	return out, nil
+}
+
+// Forward runs the provider's Forwarder (ErrUnsupported when it has none).
+// It returns nil once ctx ends.
+func (c *Client) Forward(ctx context.Context, req ForwardRequest, listening func(addr string)) error {
+	stream, err := c.rpc.Forward(ctx, &pb.ForwardRequest{Sandbox: refToPB(req.Sandbox), Target: req.Target})
+	if err != nil {
+		return fromStatus(err)
+	}
+	ev, err := stream.Recv()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fromStatus(err)
+	}
+	listening(ev.GetListening())
+	for {
+		if _, err := stream.Recv(); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, io.EOF) {
+				return errors.New("the provider ended the forward")
+			}
+			return fromStatus(err)
+		}
+	}
 }
 
 // Exec runs req remotely. When ctx ends it sends Cancel and keeps reading, so

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -132,6 +134,45 @@ func (s *Server) HealthCheck(ctx context.Context, r *pb.HealthCheckRequest) (*pb
 	case <-ctx.Done():
 		return nil, status.Errorf(codes.DeadlineExceeded, "health check of sandbox %q took longer than %s", ref.Name, s.healthTimeout)
 	}
+}
+
+// Forward serves the provider's Forwarder, or UNIMPLEMENTED when it has
+// none. The target must be a loopback address: a provider never connects a
+// sandbox to anything else of the host's.
+func (s *Server) Forward(r *pb.ForwardRequest, stream pb.Provider_ForwardServer) error {
+	f, ok := s.impl.(Forwarder)
+	if !ok {
+		return status.Error(codes.Unimplemented, "this provider cannot forward ports")
+	}
+	req := ForwardRequest{Sandbox: refFromPB(r.GetSandbox()), Target: r.GetTarget()}
+	if err := ValidateName(req.Sandbox.Name); err != nil {
+		return toStatus(err)
+	}
+	if err := checkLoopback(req.Target); err != nil {
+		return toStatus(err)
+	}
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.base, cancel)
+	defer stop()
+	var sendErr error
+	err := f.Forward(ctx, req, func(addr string) {
+		sendErr = stream.Send(&pb.ForwardEvent{Listening: addr})
+	})
+	if err == nil {
+		err = sendErr
+	}
+	return toStatus(err)
+}
+
+// checkLoopback accepts host:port with a loopback IP address.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	ip, perr := netip.ParseAddr(host)
+	if err != nil || perr != nil || !ip.IsLoopback() {
+		return Errorf(ErrInvalid, "forward target %q is not a loopback address (127.0.0.1:PORT or [::1]:PORT)", addr)
+	}
+	return nil
 }
 
 // List answers from the provider's Lister, or UNIMPLEMENTED when it has

@@ -223,8 +223,9 @@ func Launch(cmd *exec.Cmd, opts LaunchOptions) (*Plugin, error) {
 func (p *Plugin) Close() { p.client.Kill() }
 
 var (
-	_ Provider = (*Plugin)(nil)
-	_ Lister   = (*Plugin)(nil)
+	_ Provider  = (*Plugin)(nil)
+	_ Lister    = (*Plugin)(nil)
+	_ Forwarder = (*Plugin)(nil)
 )
 
 func (p *Plugin) Info(ctx context.Context) (Info, error) {
@@ -256,6 +257,12 @@ func (p *Plugin) HealthCheck(ctx context.Context, ref SandboxRef) (Health, error
 func (p *Plugin) List(ctx context.Context, req ListRequest) ([]Listed, error) {
 	l, err := p.rpc.List(ctx, req)
 	return l, p.explain(ctx, err)
+}
+
+// Forward runs the provider's Forwarder; a provider without one gives
+// ErrUnsupported.
+func (p *Plugin) Forward(ctx context.Context, req ForwardRequest, listening func(addr string)) error {
+	return p.explain(ctx, p.rpc.Forward(ctx, req, listening))
 }
 
 // Bounds for explain: how long a failed call waits to see whether the

@@ -63,6 +63,28 @@ type Lister interface {
 	List(ctx context.Context, req ListRequest) ([]Listed, error)
 }
 
+// Forwarder is an optional interface of a Provider whose transport can
+// carry connections from the sandbox back to the host by itself (SSH's
+// remote port forwarding). The host reaches its proxy through it; without
+// one, or when Forward answers ErrUnsupported, the host tunnels over Exec.
+type Forwarder interface {
+	// Forward listens on the sandbox's loopback and connects each
+	// connection made there to req.Target, a loopback address on the host,
+	// until ctx ends (then it returns nil). It calls listening once, with
+	// the address it listens on in the sandbox, before any connection. An
+	// error means the forward could not start, or failed; ErrUnsupported
+	// means it may not be used here (the host falls back to the exec
+	// tunnel).
+	Forward(ctx context.Context, req ForwardRequest, listening func(addr string)) error
+}
+
+// ForwardRequest is a forward to start.
+type ForwardRequest struct {
+	Sandbox SandboxRef
+	// Target is host:port on the host's loopback.
+	Target string
+}
+
 // ListRequest is what List looks for.
 type ListRequest struct {
 	// Config is a profile's settings block for this provider, as in

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path"
 	"strings"
@@ -64,7 +65,8 @@ type Provider struct {
 
 // remote is a machine the provider logged in to.
 type remote struct {
-	conn *transport.Conn
+	conn        *transport.Conn
+	refusedOnce sync.Once // logs that the server refuses forwarding
 
 	homeMu sync.Mutex
 	home   string // the login's $HOME there, once asked
@@ -455,6 +457,74 @@ func (p *Provider) enforceEgress(ctx context.Context, sb sandbox) error {
 		return fmt.Errorf("ssh %s: apply the egress rules: %w", sb.r.conn.Target(), err)
 	}
 	return nil
+}
+
+// Forward listens on the remote's loopback (SSH remote port forwarding)
+// and pipes each connection to req.Target on the host. With
+// ssh.proxy_transport: exec-tunnel, or a server that refuses forwarding
+// (AllowTcpForwarding no), it answers ErrUnsupported and the host tunnels
+// over exec; the refusal is logged once per machine.
+func (p *Provider) Forward(ctx context.Context, req sdk.ForwardRequest, listening func(addr string)) error {
+	sb, err := p.resolve(ctx, req.Sandbox)
+	if err != nil {
+		return err
+	}
+	if sb.set.ProxyTransport == ExecTunnel {
+		return sdk.Errorf(sdk.ErrUnsupported, "ssh.proxy_transport is exec-tunnel")
+	}
+	lis, err := sb.r.conn.Listen(ctx, "127.0.0.1:0")
+	if errors.Is(err, sdk.ErrUnsupported) {
+		sb.r.refusedOnce.Do(func() {
+			p.opts.Logger.Info("the ssh server refuses port forwarding: the sandbox reaches the proxy through the exec tunnel", "host", sb.r.conn.Target().String(), "reason", err)
+		})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { lis.Close() })
+	defer stop()
+	listening(lis.Addr().String())
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	for {
+		c, err := lis.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("ssh %s: the forward stopped: %w", sb.r.conn.Target(), err)
+		}
+		conns.Go(func() { pipe(ctx, c, req.Target) })
+	}
+}
+
+// pipe joins a forwarded connection to target until either side closes,
+// or ctx ends.
+func pipe(ctx context.Context, c net.Conn, target string) {
+	defer c.Close()
+	d, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", target)
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close(); d.Close() })
+	defer stop()
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(d, c); closeWrite(d); done <- struct{}{} }()
+	go func() { io.Copy(c, d); closeWrite(c); done <- struct{}{} }()
+	<-done
+	<-done
+}
+
+// closeWrite half-closes a connection that can, and closes one that
+// cannot.
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+		return
+	}
+	c.Close()
 }
 
 // Close closes the connections; the SDK calls it when the plugin stops.

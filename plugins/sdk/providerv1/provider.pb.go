@@ -1525,6 +1525,104 @@ func (x *ListedSandbox) GetCreated() *timestamppb.Timestamp {
 	return nil
 }
 
+type ForwardRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Sandbox *SandboxRef            `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// target is host:port on the host's loopback.
+	Target        string `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardRequest) Reset() {
+	*x = ForwardRequest{}
+	mi := &file_provider_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardRequest) ProtoMessage() {}
+
+func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
+func (*ForwardRequest) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ForwardRequest) GetSandbox() *SandboxRef {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+func (x *ForwardRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+type ForwardEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// listening is host:port where the forward listens inside the sandbox.
+	Listening     string `protobuf:"bytes,1,opt,name=listening,proto3" json:"listening,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardEvent) Reset() {
+	*x = ForwardEvent{}
+	mi := &file_provider_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardEvent) ProtoMessage() {}
+
+func (x *ForwardEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardEvent.ProtoReflect.Descriptor instead.
+func (*ForwardEvent) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ForwardEvent) GetListening() string {
+	if x != nil {
+		return x.Listening
+	}
+	return ""
+}
+
 var File_provider_proto protoreflect.FileDescriptor
 
 const file_provider_proto_rawDesc = "" +
@@ -1635,18 +1733,24 @@ const file_provider_proto_rawDesc = "" +
 	"\acreated\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*F\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"b\n" +
+	"\x0eForwardRequest\x128\n" +
+	"\asandbox\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\asandbox\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\",\n" +
+	"\fForwardEvent\x12\x1c\n" +
+	"\tlistening\x18\x01 \x01(\tR\tlistening*F\n" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
-	"\rSTREAM_STDERR\x10\x022\x8c\x04\n" +
+	"\rSTREAM_STDERR\x10\x022\xdf\x04\n" +
 	"\bProvider\x12I\n" +
 	"\x04Info\x12\x1f.amelia.provider.v1.InfoRequest\x1a .amelia.provider.v1.InfoResponse\x12d\n" +
 	"\rEnsureRunning\x12(.amelia.provider.v1.EnsureRunningRequest\x1a).amelia.provider.v1.EnsureRunningResponse\x12M\n" +
 	"\x04Exec\x12\x1f.amelia.provider.v1.ExecRequest\x1a .amelia.provider.v1.ExecResponse(\x010\x01\x12U\n" +
 	"\bTeardown\x12#.amelia.provider.v1.TeardownRequest\x1a$.amelia.provider.v1.TeardownResponse\x12^\n" +
 	"\vHealthCheck\x12&.amelia.provider.v1.HealthCheckRequest\x1a'.amelia.provider.v1.HealthCheckResponse\x12I\n" +
-	"\x04List\x12\x1f.amelia.provider.v1.ListRequest\x1a .amelia.provider.v1.ListResponseBDZBgithub.com/amelia-sandbox/amelia/plugins/sdk/providerv1;providerv1b\x06proto3"
+	"\x04List\x12\x1f.amelia.provider.v1.ListRequest\x1a .amelia.provider.v1.ListResponse\x12Q\n" +
+	"\aForward\x12\".amelia.provider.v1.ForwardRequest\x1a .amelia.provider.v1.ForwardEvent0\x01BDZBgithub.com/amelia-sandbox/amelia/plugins/sdk/providerv1;providerv1b\x06proto3"
 
 var (
 	file_provider_proto_rawDescOnce sync.Once
@@ -1661,7 +1765,7 @@ func file_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_provider_proto_goTypes = []any{
 	(Stream)(0),                   // 0: amelia.provider.v1.Stream
 	(*InfoRequest)(nil),           // 1: amelia.provider.v1.InfoRequest
@@ -1687,58 +1791,63 @@ var file_provider_proto_goTypes = []any{
 	(*ListRequest)(nil),           // 21: amelia.provider.v1.ListRequest
 	(*ListResponse)(nil),          // 22: amelia.provider.v1.ListResponse
 	(*ListedSandbox)(nil),         // 23: amelia.provider.v1.ListedSandbox
-	nil,                           // 24: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	nil,                           // 25: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	nil,                           // 26: amelia.provider.v1.ExecStart.EnvEntry
-	nil,                           // 27: amelia.provider.v1.ListRequest.LabelsEntry
-	nil,                           // 28: amelia.provider.v1.ListedSandbox.LabelsEntry
-	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
+	(*ForwardRequest)(nil),        // 24: amelia.provider.v1.ForwardRequest
+	(*ForwardEvent)(nil),          // 25: amelia.provider.v1.ForwardEvent
+	nil,                           // 26: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	nil,                           // 27: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	nil,                           // 28: amelia.provider.v1.ExecStart.EnvEntry
+	nil,                           // 29: amelia.provider.v1.ListRequest.LabelsEntry
+	nil,                           // 30: amelia.provider.v1.ListedSandbox.LabelsEntry
+	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
 }
 var file_provider_proto_depIdxs = []int32{
 	3,  // 0: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
 	4,  // 1: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
 	5,  // 2: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	24, // 3: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	26, // 3: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
 	4,  // 4: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
-	25, // 5: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	27, // 5: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
 	9,  // 6: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
 	10, // 7: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
 	11, // 8: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
 	12, // 9: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
 	4,  // 10: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	26, // 11: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
+	28, // 11: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
 	12, // 12: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
-	29, // 13: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
-	29, // 14: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	31, // 13: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
+	31, // 14: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
 	15, // 15: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
 	16, // 16: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
 	14, // 17: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
 	0,  // 18: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
 	4,  // 19: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
 	4,  // 20: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	27, // 21: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
+	29, // 21: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
 	23, // 22: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
 	4,  // 23: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
-	28, // 24: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
-	30, // 25: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
-	1,  // 26: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
-	6,  // 27: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
-	8,  // 28: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
-	17, // 29: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
-	19, // 30: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
-	21, // 31: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
-	2,  // 32: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
-	7,  // 33: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
-	13, // 34: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
-	18, // 35: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
-	20, // 36: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
-	22, // 37: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
-	32, // [32:38] is the sub-list for method output_type
-	26, // [26:32] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	30, // 24: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
+	32, // 25: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
+	4,  // 26: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
+	1,  // 27: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
+	6,  // 28: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
+	8,  // 29: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
+	17, // 30: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
+	19, // 31: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
+	21, // 32: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
+	24, // 33: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
+	2,  // 34: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
+	7,  // 35: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
+	13, // 36: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
+	18, // 37: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
+	20, // 38: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
+	22, // 39: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
+	25, // 40: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
+	34, // [34:41] is the sub-list for method output_type
+	27, // [27:34] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -1764,7 +1873,7 @@ func file_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,7 @@ const (
 	Provider_Teardown_FullMethodName      = "/amelia.provider.v1.Provider/Teardown"
 	Provider_HealthCheck_FullMethodName   = "/amelia.provider.v1.Provider/HealthCheck"
 	Provider_List_FullMethodName          = "/amelia.provider.v1.Provider/List"
+	Provider_Forward_FullMethodName       = "/amelia.provider.v1.Provider/Forward"
 )
 
 // ProviderClient is the client API for Provider service.
@@ -65,6 +66,15 @@ type ProviderClient interface {
 	// label. Optional: a provider that cannot enumerate its sandboxes answers
 	// UNIMPLEMENTED.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
+	// Forward listens on the sandbox's loopback and connects every connection
+	// made there to target, a loopback address on the host, for as long as
+	// the call lasts. The first message names the address it listens on in
+	// the sandbox; the stream then stays open while the forward lasts, and
+	// ends with an error if the forward fails. Optional: a provider whose
+	// transport cannot forward (or may not, here: a server refusing it, a
+	// profile asking for the exec tunnel) answers UNIMPLEMENTED, and the host
+	// tunnels over Exec instead.
+	Forward(ctx context.Context, in *ForwardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ForwardEvent], error)
 }
 
 type providerClient struct {
@@ -138,6 +148,25 @@ func (c *providerClient) List(ctx context.Context, in *ListRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *providerClient) Forward(ctx context.Context, in *ForwardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ForwardEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Provider_ServiceDesc.Streams[1], Provider_Forward_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ForwardRequest, ForwardEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Provider_ForwardClient = grpc.ServerStreamingClient[ForwardEvent]
+
 // ProviderServer is the server API for Provider service.
 // All implementations must embed UnimplementedProviderServer
 // for forward compatibility.
@@ -165,6 +194,15 @@ type ProviderServer interface {
 	// label. Optional: a provider that cannot enumerate its sandboxes answers
 	// UNIMPLEMENTED.
 	List(context.Context, *ListRequest) (*ListResponse, error)
+	// Forward listens on the sandbox's loopback and connects every connection
+	// made there to target, a loopback address on the host, for as long as
+	// the call lasts. The first message names the address it listens on in
+	// the sandbox; the stream then stays open while the forward lasts, and
+	// ends with an error if the forward fails. Optional: a provider whose
+	// transport cannot forward (or may not, here: a server refusing it, a
+	// profile asking for the exec tunnel) answers UNIMPLEMENTED, and the host
+	// tunnels over Exec instead.
+	Forward(*ForwardRequest, grpc.ServerStreamingServer[ForwardEvent]) error
 	mustEmbedUnimplementedProviderServer()
 }
 
@@ -192,6 +230,9 @@ func (UnimplementedProviderServer) HealthCheck(context.Context, *HealthCheckRequ
 }
 func (UnimplementedProviderServer) List(context.Context, *ListRequest) (*ListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method List not implemented")
+}
+func (UnimplementedProviderServer) Forward(*ForwardRequest, grpc.ServerStreamingServer[ForwardEvent]) error {
+	return status.Error(codes.Unimplemented, "method Forward not implemented")
 }
 func (UnimplementedProviderServer) mustEmbedUnimplementedProviderServer() {}
 func (UnimplementedProviderServer) testEmbeddedByValue()                  {}
@@ -311,6 +352,17 @@ func _Provider_List_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Provider_Forward_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ForwardRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ProviderServer).Forward(m, &grpc.GenericServerStream[ForwardRequest, ForwardEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Provider_ForwardServer = grpc.ServerStreamingServer[ForwardEvent]
+
 // Provider_ServiceDesc is the grpc.ServiceDesc for Provider service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -345,6 +397,11 @@ var Provider_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Provider_Exec_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Forward",
+			Handler:       _Provider_Forward_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "provider.proto",
