@@ -5,12 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+
+	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/amelia-sandbox/amelia/internal/sshtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
@@ -153,5 +158,142 @@ func TestForward(t *testing.T) {
 	no := up(t, p, "fwd-refused", settings(t, closed, nil))
 	if err := p.Forward(t.Context(), sdk.ForwardRequest{Sandbox: no.Ref, Target: host.Addr().String()}, func(string) {}); !errors.Is(err, sdk.ErrUnsupported) || !strings.Contains(err.Error(), "refuses port forwarding") {
 		t.Errorf("Forward on a server without forwarding: %v, want ErrUnsupported", err)
+	}
+}
+
+// A dropped connection ends the command that ran on it with a clear error;
+// the next command connects again.
+func TestDroppedConnection(t *testing.T) {
+	srv := sshtest.Start(t, sshtest.Options{})
+	p := launch(t)
+	sb := up(t, p, "drop", settings(t, srv, nil))
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"sh", "-c", "echo running; exec sleep 600"}}, sdk.ExecIO{Stdout: outW})
+		outW.Close()
+		done <- err
+	}()
+	line := make([]byte, 8)
+	if _, err := io.ReadFull(outR, line); err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, outR)
+	srv.KillSessions()
+	err := <-done
+	if !errors.Is(err, sdk.ErrUnavailable) || !strings.Contains(err.Error(), "the connection dropped while the command ran") {
+		t.Errorf("Exec whose connection dropped: %v", err)
+	}
+	if got := run(t, p, sb.Ref, "echo again"); got != "again\n" {
+		t.Errorf("the next exec: %q", got)
+	}
+}
+
+// With MaxSessions 2, eight commands at once all succeed.
+func TestMaxSessionsEightExecs(t *testing.T) {
+	srv := sshtest.Start(t, sshtest.Options{MaxSessions: 2})
+	p := launch(t)
+	sb := up(t, p, "sessions", settings(t, srv, nil))
+	var wg sync.WaitGroup
+	results := make([]string, 8)
+	errs := make([]error, 8)
+	for i := range results {
+		wg.Go(func() {
+			var out bytes.Buffer
+			st, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"sh", "-c", fmt.Sprintf("sleep 0.5; echo %d", i)}}, sdk.ExecIO{Stdout: &out})
+			if err == nil && st.Code != 0 {
+				err = fmt.Errorf("exit %+v", st)
+			}
+			results[i], errs[i] = out.String(), err
+		})
+	}
+	wg.Wait()
+	for i := range results {
+		if errs[i] != nil || results[i] != fmt.Sprintf("%d\n", i) {
+			t.Errorf("exec %d: %q, %v", i, results[i], errs[i])
+		}
+	}
+}
+
+// A Host alias of the ssh config is resolved (HostName, Port, User,
+// IdentityFile), and its ProxyJump is gone through.
+func TestSSHConfigAliasAndJump(t *testing.T) {
+	jump := sshtest.Start(t, sshtest.Options{})
+	target := sshtest.Start(t, sshtest.Options{})
+	dir := t.TempDir()
+	known := filepath.Join(dir, "known_hosts")
+	a, _ := os.ReadFile(jump.KnownHosts)
+	b, _ := os.ReadFile(target.KnownHosts)
+	if err := os.WriteFile(known, append(a, b...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "config")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`Host box
+  HostName %s
+  Port %d
+  User %s
+  IdentityFile %s
+  ProxyJump bastion
+
+Host bastion
+  HostName %s
+  Port %d
+  User %s
+  IdentityFile %s
+`, target.Host, target.Port, target.User, target.ClientKey, jump.Host, jump.Port, jump.User, jump.ClientKey)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	settings, _ := json.Marshal(map[string]any{"host": "box", "known_hosts": known, "ssh_config": config, "root": t.TempDir()})
+	p := launch(t)
+	sb := up(t, p, "alias", settings)
+	if got := run(t, p, sb.Ref, "echo through $AMELIA_SANDBOX"); got != "through alias\n" {
+		t.Errorf("exec through the alias and the jump host: %q", got)
+	}
+	if !strings.Contains(sb.Details["host"], fmt.Sprintf(":%d", target.Port)) {
+		t.Errorf("the sandbox is on %s, want the alias's port %d", sb.Details["host"], target.Port)
+	}
+}
+
+// The provider refuses an unknown host under strict with the line to add,
+// records it under accept-new, and refuses a changed key.
+func TestHostKeyPolicies(t *testing.T) {
+	srv := sshtest.Start(t, sshtest.Options{})
+	p := launch(t)
+	known := filepath.Join(t.TempDir(), "known_hosts")
+	strict := settings(t, srv, map[string]any{"known_hosts": known})
+	spec := sdk.Spec{SandboxRef: sdk.SandboxRef{Name: "keys", Config: strict}, Network: sdk.NetworkPolicy{Mode: sdk.NetworkOpen}}
+	if _, err := p.EnsureRunning(t.Context(), spec); !errors.Is(err, sdk.ErrPermission) || !strings.Contains(err.Error(), "is not known") || !strings.Contains(err.Error(), "add this line to "+known) {
+		t.Errorf("unknown host under strict: %v", err)
+	}
+	spec.Config = settings(t, srv, map[string]any{"known_hosts": known, "host_key_policy": "accept-new"})
+	sb, err := p.EnsureRunning(t.Context(), spec)
+	if err != nil {
+		t.Fatalf("unknown host under accept-new: %v", err)
+	}
+	t.Cleanup(func() { p.Teardown(context.Background(), sb.Ref) })
+	if b, _ := os.ReadFile(known); !strings.Contains(string(b), strings.TrimSpace(string(gossh.MarshalAuthorizedKey(srv.HostKey)))) {
+		t.Errorf("accept-new did not record the key: %q", b)
+	}
+	srv.ChangeHostKey()
+	fresh := launch(t) // a new connection sees the new key
+	if _, err := fresh.EnsureRunning(t.Context(), spec); !errors.Is(err, sdk.ErrPermission) || !strings.Contains(err.Error(), "REMOTE HOST IDENTIFICATION HAS CHANGED") {
+		t.Errorf("changed host key: %v", err)
+	}
+}
+
+// Network allowlist and none are refused before anything starts, unless
+// the profile has the machine enforce them.
+func TestNetworkPolicyRefused(t *testing.T) {
+	srv := sshtest.Start(t, sshtest.Options{})
+	p := launch(t)
+	root := t.TempDir()
+	for _, mode := range []sdk.NetworkMode{sdk.NetworkNone, sdk.NetworkAllowlist} {
+		_, err := p.EnsureRunning(t.Context(), sdk.Spec{SandboxRef: sdk.SandboxRef{Name: "fenced", Config: settings(t, srv, map[string]any{"root": root})}, Network: sdk.NetworkPolicy{Mode: mode}})
+		if !errors.Is(err, sdk.ErrUnsupported) || !strings.Contains(err.Error(), "ssh.enforce_egress: iptables") {
+			t.Errorf("network %s: %v", mode, err)
+		}
+	}
+	if entries, _ := os.ReadDir(root); len(entries) != 0 {
+		t.Errorf("a refused sandbox left %v", entries)
 	}
 }
