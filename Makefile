@@ -89,6 +89,8 @@ bench: base-image
 	$(GO) test -run='^$$' -bench=WorkspaceSetup -benchtime=3x ./core/workspace/
 	$(GO) test -run='^$$' -bench='ColdEnsureRunning|WarmExecTrue' -benchtime=20x ./plugins/docker/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./plugins/docker/
+	$(GO) test -run='^$$' -bench='WarmExecTrue|Connect' -benchtime=30x ./plugins/ssh/
+	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./plugins/ssh/
 
 ## fuzz: fuzz the protocol decoder, the git credential parser and the egress host matcher (FUZZTIME=60s each by default)
 fuzz:

@@ -106,21 +106,19 @@ type sandbox struct {
 func (s sandbox) marker() string  { return s.dir + "/" + markerFile }
 func (s sandbox) workdir() string { return s.dir + "/workspace" }
 
-// remoteFor returns the connection the settings name, opening it the first
-// time.
+// remoteFor returns the connection the settings name, opening it (and
+// reading the ssh config and known_hosts files) the first time: the
+// settings decide everything else, for the life of the plugin.
 func (p *Provider) remoteFor(set Settings) (*remote, error) {
-	target, err := set.target(os.Getenv("SSH_AUTH_SOCK"))
-	if err != nil {
-		return nil, err
-	}
-	key, _ := json.Marshal(struct {
-		T transport.Target
-		S Settings
-	}{target, set})
+	key, _ := json.Marshal(set)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if r, ok := p.remotes[string(key)]; ok {
 		return r, nil
+	}
+	target, err := set.target(os.Getenv("SSH_AUTH_SOCK"))
+	if err != nil {
+		return nil, err
 	}
 	r := &remote{conn: transport.New(target, transport.Options{Logger: p.opts.Logger})}
 	p.remotes[string(key)] = r

@@ -37,14 +37,18 @@ func TestMain(m *testing.M) {
 // fresh directory and no ~/.ssh/config of the user's in the way.
 func settings(t *testing.T, srv *sshtest.Server, extra map[string]any) json.RawMessage {
 	t.Helper()
+	return settingsFor(srv, t.TempDir(), filepath.Join(t.TempDir(), "no-config"), extra)
+}
+
+func settingsFor(srv *sshtest.Server, root, sshConfig string, extra map[string]any) json.RawMessage {
 	s := map[string]any{
 		"host":           srv.Host,
 		"port":           srv.Port,
 		"user":           srv.User,
 		"identity_files": []string{srv.ClientKey},
 		"known_hosts":    srv.KnownHosts,
-		"root":           t.TempDir(),
-		"ssh_config":     filepath.Join(t.TempDir(), "no-config"),
+		"root":           root,
+		"ssh_config":     sshConfig,
 	}
 	for k, v := range extra {
 		s[k] = v

@@ -1,0 +1,169 @@
+package ssh_test
+
+import (
+	"context"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/internal/sshtest"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// Side-by-side harnesses against a real sshd on loopback: our figure
+// through the full plugin path (host → gRPC → the SSH provider in its own
+// process → x/crypto/ssh → sshd), OpenSSH's ssh client's for the same
+// work, and the ratio, in one line.
+//
+//	go test -run='^$' -bench=. -benchtime=50x ./plugins/ssh/
+
+// sshCLI runs OpenSSH's client against srv with args.
+func sshCLI(b *testing.B, srv *sshtest.Server, extra ...string) *exec.Cmd {
+	b.Helper()
+	args := append([]string{
+		"-i", srv.ClientKey, "-p", strconv.Itoa(srv.Port),
+		"-o", "UserKnownHostsFile=" + srv.KnownHosts, "-o", "StrictHostKeyChecking=yes",
+		"-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
+	}, extra...)
+	return exec.Command("ssh", args...)
+}
+
+func benchSandbox(b *testing.B, srv *sshtest.Server) (*sdk.Plugin, sdk.Sandbox) {
+	b.Helper()
+	p, err := sdk.Launch(pluginCommand(), sdk.LaunchOptions{Name: "ssh"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(p.Close)
+	cfg := settingsFor(srv, b.TempDir(), filepath.Join(b.TempDir(), "no-config"), nil)
+	sb, err := p.EnsureRunning(b.Context(), sdk.Spec{SandboxRef: sdk.SandboxRef{Name: "bench", Config: cfg}, Network: sdk.NetworkPolicy{Mode: sdk.NetworkOpen}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Teardown(context.Background(), sb.Ref) })
+	return p, sb
+}
+
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkWarmExecTrue: `true` on a warm connection through the plugin
+// beside `ssh ... true` through a warm ControlMaster (target ratio ≤ 1.0).
+func BenchmarkWarmExecTrue(b *testing.B) {
+	srv := sshtest.Start(b, sshtest.Options{})
+	p, sb := benchSandbox(b, srv)
+	control := filepath.Join(b.TempDir(), "cm")
+	master := []string{"-o", "ControlMaster=auto", "-o", "ControlPath=" + control, "-o", "ControlPersist=60", srv.User + "@" + srv.Host}
+	if out, err := sshCLI(b, srv, append(master, "true")...).CombinedOutput(); err != nil {
+		b.Fatalf("ssh: %v\n%s", err, out)
+	}
+	b.Cleanup(func() { sshCLI(b, srv, "-O", "exit", "-o", "ControlPath="+control, srv.User+"@"+srv.Host).Run() })
+	var ours, cli []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		st, err := p.Exec(b.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"true"}}, sdk.ExecIO{})
+		if err != nil || st.Code != 0 {
+			b.Fatalf("exec true: %+v %v", st, err)
+		}
+		ours = append(ours, time.Since(start))
+		start = time.Now()
+		if out, err := sshCLI(b, srv, append(master, "true")...).CombinedOutput(); err != nil {
+			b.Fatalf("ssh true: %v\n%s", err, out)
+		}
+		cli = append(cli, time.Since(start))
+	}
+	o, c := median(ours), median(cli)
+	b.ReportMetric(ms(o), "plugin-p50-ms")
+	b.ReportMetric(ms(c), "ssh-mux-p50-ms")
+	b.ReportMetric(float64(o)/float64(c), "x-ssh")
+	b.ReportMetric(0, "ns/op")
+}
+
+const streamBytes = 1 << 30
+
+type countingWriter struct{ n int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
+
+// BenchmarkStream: 1 GiB of output through the plugin beside `ssh host
+// cat /dev/zero | head -c 1G` with the cipher x/crypto/ssh chooses
+// (aes128-gcm), in MB/s (target: the plugin at least 0.8× ssh).
+func BenchmarkStream(b *testing.B) {
+	srv := sshtest.Start(b, sshtest.Options{})
+	p, sb := benchSandbox(b, srv)
+	script := "cat /dev/zero | head -c 1073741824"
+	var ours, cli time.Duration
+	for b.Loop() {
+		var out countingWriter
+		start := time.Now()
+		st, err := p.Exec(b.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"sh", "-c", script}}, sdk.ExecIO{Stdout: &out})
+		if err != nil || st.Code != 0 || out.n != streamBytes {
+			b.Fatalf("exec: %+v %v, %d bytes", st, err, out.n)
+		}
+		ours += time.Since(start)
+
+		start = time.Now()
+		cmd := sshCLI(b, srv, "-c", "aes128-gcm@openssh.com", srv.User+"@"+srv.Host, script)
+		pipe, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		n, err := io.CopyBuffer(io.Discard, pipe, make([]byte, 128<<10))
+		if err != nil || n != streamBytes {
+			b.Fatalf("ssh: %d bytes, %v", n, err)
+		}
+		if err := cmd.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		cli += time.Since(start)
+	}
+	mb := float64(b.N) * streamBytes / 1e6
+	b.ReportMetric(mb/ours.Seconds(), "plugin-MB/s")
+	b.ReportMetric(mb/cli.Seconds(), "ssh-MB/s")
+	b.ReportMetric(cli.Seconds()/ours.Seconds(), "x-ssh")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkConnect: the first EnsureRunning of a plugin, whose connection
+// is fresh (dial, key exchange, login, the sandbox's directories), beside
+// `ssh host true` without a master.
+func BenchmarkConnect(b *testing.B) {
+	srv := sshtest.Start(b, sshtest.Options{})
+	cfg := settingsFor(srv, b.TempDir(), filepath.Join(b.TempDir(), "no-config"), nil)
+	var ours, cli []time.Duration
+	for b.Loop() {
+		p, err := sdk.Launch(pluginCommand(), sdk.LaunchOptions{Name: "ssh"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		sb, err := p.EnsureRunning(b.Context(), sdk.Spec{SandboxRef: sdk.SandboxRef{Name: "bench-connect", Config: cfg}, Network: sdk.NetworkPolicy{Mode: sdk.NetworkOpen}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ours = append(ours, time.Since(start))
+		p.Teardown(b.Context(), sb.Ref)
+		p.Close()
+		start = time.Now()
+		if out, err := sshCLI(b, srv, srv.User+"@"+srv.Host, "true").CombinedOutput(); err != nil {
+			b.Fatalf("ssh: %v\n%s", err, out)
+		}
+		cli = append(cli, time.Since(start))
+	}
+	o, c := median(ours), median(cli)
+	b.ReportMetric(ms(o), "first-ensure-p50-ms")
+	b.ReportMetric(ms(c), "ssh-true-p50-ms")
+	b.ReportMetric(float64(o)/float64(c), "x-ssh")
+	b.ReportMetric(0, "ns/op")
+}
