@@ -58,7 +58,7 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 		AttachStdin:  eio.Stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,
-		Cmd:          shexec.Argv(dir, req.Argv),
+		Cmd:          shexec.Argv(tag, dir, req.Argv),
 	})
 	if err != nil {
 		return sdk.ExitStatus{}, sandboxError(err, req.Sandbox.Name)
@@ -69,7 +69,7 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	if stdout == nil {
 		stdout = io.Discard
 	}
-	ctl := shexec.NewControl(eio.Stderr)
+	ctl := shexec.NewControl(eio.Stderr, tag)
 	output := make(chan error, 1)
 	go func() {
 		_, err := stdcopy.StdCopy(stdout, ctl, x.conn.Reader)

@@ -3,7 +3,8 @@
 // `docker exec` and an SSH session leave a cancelled command running.
 //
 // The command goes through a small sh wrapper that changes to the working
-// directory and reports its pid on stderr before it becomes the command.
+// directory and reports its pid on stderr, in a line that carries the
+// exec's random tag, before it becomes the command.
 // The runtime (runc for an exec, sshd for a session) starts it as the leader
 // of its own session and process group, so that pid names the group. Its
 // environment carries a tag, which descendants that leave the group
@@ -24,13 +25,15 @@ import (
 	"time"
 )
 
-// wrapper changes to the working directory ($1), reports its pid with a
-// control line on stderr, and becomes the command. The control line is the
-// first thing on stderr, written before the command runs, so the command
-// cannot forge it.
-const wrapper = `if [ -n "$1" ]; then cd -- "$1" 2>/dev/null || { echo amelia-exec:nodir >&2; exit 125; }; fi
-echo "amelia-exec:pid=$$" >&2
-shift
+// wrapper changes to the working directory ($2), reports its pid with a
+// control line carrying the exec's tag ($1) on stderr, and becomes the
+// command. What a login shell prints before it (rc files) passes through;
+// the first control line counts, and it comes before the command runs, so
+// the command cannot forge it.
+const wrapper = `t=$1 d=$2
+shift 2
+if [ -n "$d" ]; then cd -- "$d" 2>/dev/null || { echo "amelia-exec:$t:nodir" >&2; exit 125; }; fi
+echo "amelia-exec:$t:pid=$$" >&2
 exec "$@"`
 
 // killScript sends signal $1 to the process group $2 (when not 0) and to
@@ -57,9 +60,10 @@ func NewTag() string {
 	return hex.EncodeToString(b)
 }
 
-// Argv runs argv in dir ("" for the exec's own) through the wrapper.
-func Argv(dir string, argv []string) []string {
-	return append([]string{"sh", "-c", wrapper, "amelia-exec", dir}, argv...)
+// Argv runs argv in dir ("" for the exec's own) through the wrapper, for
+// the exec tagged tag.
+func Argv(tag, dir string, argv []string) []string {
+	return append([]string{"sh", "-c", wrapper, "amelia-exec", tag, dir}, argv...)
 }
 
 // Command is an exec as one shell command line, for transports that take
@@ -82,14 +86,14 @@ type Command struct {
 func (c Command) Line() string {
 	var words []string
 	if c.Require != "" {
-		words = append(words, "[ -e "+Quote(c.Require)+" ] || { echo amelia-exec:nosandbox >&2; exit 125; };")
+		words = append(words, "[ -e "+Quote(c.Require)+" ] || { echo "+Quote("amelia-exec:"+c.Tag+":nosandbox")+" >&2; exit 125; };")
 	}
 	words = append(words, "exec", "env")
 	for _, k := range slices.Sorted(maps.Keys(c.Env)) {
 		words = append(words, Quote(k+"="+c.Env[k]))
 	}
 	words = append(words, Quote(Entry(c.Tag)))
-	for _, a := range Argv(c.Dir, c.Argv) {
+	for _, a := range Argv(c.Tag, c.Dir, c.Argv) {
 		words = append(words, Quote(a))
 	}
 	return strings.Join(words, " ")
@@ -124,80 +128,115 @@ func Quote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// Control passes an exec's stderr on, less the wrapper's control line at
-// its start, which it reads: the exec's pid, or that the working directory
-// is missing. Output before the wrapper ran (the transport's own errors)
-// has no control line and passes unchanged. Write and Finish belong to the
-// stream's one reader; Known, Pid and NoDir may be called from elsewhere.
+// Control passes an exec's stderr on, less the wrapper's control line,
+// which it reads: the exec's pid, or that the working directory or the
+// sandbox is missing. What comes before it (a login shell's rc files, the
+// transport's own errors) passes unchanged; a stream without one passes
+// whole. Write and Finish belong to the stream's one reader; Known, Pid,
+// NoDir and NoSandbox may be called from elsewhere.
 type Control struct {
-	w     io.Writer // nil discards
-	head  []byte
-	done  bool
-	known chan struct{} // closed once the head is read (or the stream ended)
-	pid   int
-	nodir bool
-	gone  bool
+	w      io.Writer // nil discards
+	prefix []byte    // "amelia-exec:<tag>:"
+	line   []byte    // the current line, while it may be the control line
+	start  bool      // at the start of a line
+	done   bool
+	known  chan struct{} // closed once the control line was read (or the stream ended)
+	pid    int
+	nodir  bool
+	gone   bool
 }
 
-// maxControlLine is longer than any control line; a first line longer than
-// this is not one.
-const maxControlLine = 64
-
-// NewControl reads the control line off the stderr it passes to w.
-func NewControl(w io.Writer) *Control {
-	return &Control{w: w, known: make(chan struct{})}
+// NewControl reads the control line of the exec tagged tag off the stderr
+// it passes to w.
+func NewControl(w io.Writer, tag string) *Control {
+	return &Control{w: w, prefix: []byte("amelia-exec:" + tag + ":"), start: true, known: make(chan struct{})}
 }
 
 func (c *Control) Write(p []byte) (int, error) {
 	n := len(p)
-	if !c.done {
-		c.head = append(c.head, p...)
-		i := bytes.IndexByte(c.head, '\n')
-		if i < 0 && len(c.head) < maxControlLine {
-			return n, nil
+	for !c.done && len(p) > 0 {
+		if !c.start {
+			// Inside a line that is not the control line: pass it on up
+			// to its end.
+			i := bytes.IndexByte(p, '\n')
+			if i < 0 {
+				return n, c.pass(p)
+			}
+			if err := c.pass(p[:i+1]); err != nil {
+				return 0, err
+			}
+			p, c.start = p[i+1:], true
+			continue
 		}
-		p, c.head = c.head, nil
-		if i >= 0 && c.parse(string(p[:i])) {
-			p = p[i+1:]
+		i := bytes.IndexByte(p, '\n')
+		chunk := p
+		if i >= 0 {
+			chunk = p[:i+1]
 		}
-		c.done = true
-		close(c.known)
+		c.line = append(c.line, chunk...)
+		p = p[len(chunk):]
+		if i >= 0 && c.parse(c.line[:len(c.line)-1]) {
+			c.line = nil
+			c.done = true
+			close(c.known)
+			break
+		}
+		if i >= 0 || !bytes.HasPrefix(c.prefix, c.line) && !bytes.HasPrefix(c.line, c.prefix) {
+			// Not the control line: it passes.
+			if err := c.pass(c.line); err != nil {
+				return 0, err
+			}
+			c.start, c.line = i >= 0, nil
+		}
 	}
-	if c.w != nil && len(p) > 0 {
-		if _, err := c.w.Write(p); err != nil {
+	if len(p) > 0 {
+		if err := c.pass(p); err != nil {
 			return 0, err
 		}
 	}
 	return n, nil
 }
 
-func (c *Control) parse(line string) bool {
-	switch line {
-	case "amelia-exec:nodir":
-		c.nodir = true
-		return true
-	case "amelia-exec:nosandbox":
-		c.gone = true
-		return true
+func (c *Control) pass(p []byte) error {
+	if c.w == nil || len(p) == 0 {
+		return nil
 	}
-	if v, ok := strings.CutPrefix(line, "amelia-exec:pid="); ok {
-		pid, err := strconv.Atoi(v)
-		c.pid = pid
-		return err == nil
-	}
-	return false
+	_, err := c.w.Write(p)
+	return err
 }
 
-// Finish passes on a head the stream ended in; call it when stderr ends.
+// parse reads a control line, reporting whether line was one.
+func (c *Control) parse(line []byte) bool {
+	rest, ok := bytes.CutPrefix(line, c.prefix)
+	if !ok {
+		return false
+	}
+	switch v := string(rest); {
+	case v == "nodir":
+		c.nodir = true
+	case v == "nosandbox":
+		c.gone = true
+	case strings.HasPrefix(v, "pid="):
+		pid, err := strconv.Atoi(v[len("pid="):])
+		if err != nil {
+			return false
+		}
+		c.pid = pid
+	default:
+		return false
+	}
+	return true
+}
+
+// Finish passes on what was held back when stderr ends; call it then.
 func (c *Control) Finish() {
 	if c.done {
 		return
 	}
 	c.done = true
 	close(c.known)
-	if c.w != nil && len(c.head) > 0 {
-		_, _ = c.w.Write(c.head)
-	}
+	_ = c.pass(c.line)
+	c.line = nil
 }
 
 // Known is closed once the control line was read, or stderr ended.

@@ -30,14 +30,15 @@ func TestQuote(t *testing.T) {
 	}
 }
 
-// start runs line with sh as a session leader, as sshd starts a session's
-// command, and returns its stdout, its control-filtered stderr, and its end.
-func start(t *testing.T, line string) (*bytes.Buffer, *shexec.Control, *bytes.Buffer, *exec.Cmd) {
+// start runs c's line with sh as a session leader, as sshd starts a
+// session's command, and returns its stdout, its control-filtered stderr,
+// and its end.
+func start(t *testing.T, c shexec.Command) (*bytes.Buffer, *shexec.Control, *bytes.Buffer, *exec.Cmd) {
 	t.Helper()
-	cmd := exec.Command("sh", "-c", line)
+	cmd := exec.Command("sh", "-c", c.Line())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	var out, errb bytes.Buffer
-	ctl := shexec.NewControl(&errb)
+	ctl := shexec.NewControl(&errb, c.Tag)
 	cmd.Stdout, cmd.Stderr = &out, ctl
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -50,8 +51,8 @@ func start(t *testing.T, line string) (*bytes.Buffer, *shexec.Control, *bytes.Bu
 // stderr, which Control takes off before the command's own stderr.
 func TestCommandLine(t *testing.T) {
 	dir := t.TempDir()
-	line := shexec.Command{Dir: dir, Env: map[string]string{"GREETING": "it's a b"}, Tag: "t1", Require: dir, Argv: []string{"sh", "-c", `printf '%s|%s|%s' "$GREETING" "$(pwd)" "$AMELIA_EXEC_ID"; echo oops >&2; exit 4`}}.Line()
-	out, ctl, errb, cmd := start(t, line)
+	out, ctl, errb, cmd := start(t, shexec.Command{Dir: dir, Env: map[string]string{"GREETING": "it's a b"}, Tag: "t1", Require: dir,
+		Argv: []string{"sh", "-c", `printf '%s|%s|%s' "$GREETING" "$(pwd)" "$AMELIA_EXEC_ID"; echo oops >&2; exit 4`}})
 	err := cmd.Wait()
 	ctl.Finish()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 4 {
@@ -64,14 +65,14 @@ func TestCommandLine(t *testing.T) {
 		t.Errorf("stderr %q pid %d (want %d) nodir %v", errb, ctl.Pid(), cmd.Process.Pid, ctl.NoDir())
 	}
 
-	_, ctl, _, cmd = start(t, shexec.Command{Dir: "/no/such/dir", Tag: "t2", Argv: []string{"true"}}.Line())
+	_, ctl, _, cmd = start(t, shexec.Command{Dir: "/no/such/dir", Tag: "t2", Argv: []string{"true"}})
 	err = cmd.Wait()
 	ctl.Finish()
 	if !ctl.NoDir() || ctl.NoSandbox() || err == nil {
 		t.Errorf("a missing dir: nodir %v nosandbox %v, exit %v", ctl.NoDir(), ctl.NoSandbox(), err)
 	}
 	marker := filepath.Join(dir, "gone")
-	out, ctl, _, cmd = start(t, shexec.Command{Tag: "t3", Require: marker, Argv: []string{"touch", marker}}.Line())
+	_, ctl, _, cmd = start(t, shexec.Command{Tag: "t3", Require: marker, Argv: []string{"touch", marker}})
 	err = cmd.Wait()
 	ctl.Finish()
 	if _, serr := os.Stat(marker); !ctl.NoSandbox() || err == nil || serr == nil {
@@ -79,29 +80,43 @@ func TestCommandLine(t *testing.T) {
 	}
 }
 
-// Output before the wrapper ran has no control line: it passes whole,
-// split across writes or not, and so does a long first line.
-func TestControlPassesOtherStderr(t *testing.T) {
-	for _, writes := range [][]string{
-		{"OCI runtime exec failed: ", "unable to find user x\n"},
-		{"no newline at all"},
-		{strings.Repeat("x", 100) + "\n", "more\n"},
-		{"amelia-exec:pid=notanumber\n"},
+// Control takes the exec's own control line off stderr, wherever it comes
+// among what was written before it (a login shell's rc files), however the
+// writes split it; anything else passes whole, in order.
+func TestControl(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		writes []string
+		pass   string
+		pid    int
+	}{
+		{"alone", []string{"amelia-exec:T:pid=42\n", "err\n"}, "err\n", 42},
+		{"split", []string{"amel", "ia-exec:T:p", "id=42", "\nerr"}, "err", 42},
+		{"after rc noise", []string{"pyenv: cannot rehash\nmore noise", "\namelia-exec:T:pid=7\nerr\n"}, "pyenv: cannot rehash\nmore noise\nerr\n", 7},
+		{"noise like a prefix", []string{"amelia-exec:other:pid=1\n", "amelia-exec:T:pid=9\n"}, "amelia-exec:other:pid=1\n", 9},
+		{"forged after", []string{"amelia-exec:T:pid=5\n", "amelia-exec:T:pid=6\n"}, "amelia-exec:T:pid=6\n", 5},
+		{"engine error, no control line", []string{"OCI runtime exec failed: ", "unable to find user x\n"}, "OCI runtime exec failed: unable to find user x\n", 0},
+		{"unfinished prefix at the end", []string{"amelia-exec:T"}, "amelia-exec:T", 0},
+		{"not a number", []string{"amelia-exec:T:pid=x\n"}, "amelia-exec:T:pid=x\n", 0},
 	} {
-		var b bytes.Buffer
-		c := shexec.NewControl(&b)
-		for _, w := range writes {
-			c.Write([]byte(w))
-		}
-		c.Finish()
-		if want := strings.Join(writes, ""); b.String() != want || c.Pid() != 0 {
-			t.Errorf("writes %q: passed %q pid %d, want all of it", writes, b.String(), c.Pid())
-		}
-		select {
-		case <-c.Known():
-		default:
-			t.Errorf("writes %q: Known is not closed after Finish", writes)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			var b bytes.Buffer
+			ctl := shexec.NewControl(&b, "T")
+			for _, w := range c.writes {
+				if n, err := ctl.Write([]byte(w)); n != len(w) || err != nil {
+					t.Fatalf("Write(%q) = %d, %v", w, n, err)
+				}
+			}
+			ctl.Finish()
+			if b.String() != c.pass || ctl.Pid() != c.pid {
+				t.Errorf("passed %q pid %d, want %q pid %d", b.String(), ctl.Pid(), c.pass, c.pid)
+			}
+			select {
+			case <-ctl.Known():
+			default:
+				t.Error("Known is not closed after Finish")
+			}
+		})
 	}
 }
 
@@ -112,7 +127,7 @@ func TestStopKillsGroupAndTagged(t *testing.T) {
 	outR, outW := io.Pipe()
 	cmd := exec.Command("sh", "-c", line)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	ctl := shexec.NewControl(io.Discard)
+	ctl := shexec.NewControl(io.Discard, "t4")
 	cmd.Stdout, cmd.Stderr = outW, ctl
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

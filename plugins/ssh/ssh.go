@@ -261,7 +261,7 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	}
 	defer release()
 	defer s.Close()
-	ctl := shexec.NewControl(eio.Stderr)
+	ctl := shexec.NewControl(eio.Stderr, tag)
 	s.Stdout, s.Stderr = eio.Stdout, ctl
 	var stdin io.WriteCloser
 	if eio.Stdin != nil {
