@@ -32,10 +32,10 @@ run: build
 demo: build
 	$(GO) run ./internal/demo -amelia bin/amelia
 
-## base-image: amelia-base:bookworm for the Docker tests, made with mmdebstrap (image/bootstrap-base.sh); says so and does nothing without a Docker engine
+## base-image: amelia-base:bookworm for the Docker tests and amelia-sshd:bookworm (a remote machine for the SSH tests), made with mmdebstrap (image/bootstrap-base.sh); says so and does nothing without a Docker engine
 base-image:
 	@if docker version >/dev/null 2>&1; then \
-		image/bootstrap-base.sh; \
+		image/bootstrap-base.sh && image/bootstrap-base.sh sshd; \
 	elif [ -n "$$AMELIA_REQUIRE_DOCKER" ]; then \
 		echo "make base-image: no Docker engine answers (docker version failed), and AMELIA_REQUIRE_DOCKER is set"; exit 1; \
 	else \

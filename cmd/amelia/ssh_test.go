@@ -1,12 +1,19 @@
 package main_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+
+	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/sshtest"
 )
@@ -85,4 +92,92 @@ func TestRunOnSSH(t *testing.T) {
 			assertNoSecret(t, upstreamKey, root)
 		})
 	}
+}
+
+// amelia run on another machine: sshd in a Docker container on its own
+// network address, logged in to as an unprivileged user, with network none
+// enforced by the provider's iptables rules (which the egress check then
+// confirms from inside) and the proxy reached through the SSH forward.
+func TestRunOnSSHContainer(t *testing.T) {
+	cli := dockertest.Engine(t)
+	remote := sshtest.StartContainer(t, cli)
+	// A listener of the host's on the remote's network: root there reaches
+	// it, the sandbox must not.
+	host, err := net.Listen("tcp", net.JoinHostPort(remote.Gateway, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Close() })
+	go func() {
+		for {
+			c, err := host.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	gateway := remote.Gateway + "/" + strconv.Itoa(host.Addr().(*net.TCPAddr).Port)
+	if out := dockerExec(t, cli, remote.Container, "bash", "-c", "exec 3<>/dev/tcp/"+gateway+" && echo reached"); out != "reached\n" {
+		t.Fatalf("root on the remote does not reach the host's listener %s: %q", gateway, out)
+	}
+	block, _ := json.Marshal(map[string]any{
+		"host":           remote.Host,
+		"port":           remote.Port,
+		"user":           remote.User,
+		"identity_files": []string{remote.ClientKey},
+		"known_hosts":    remote.KnownHosts,
+		"ssh_config":     filepath.Join(t.TempDir(), "no-config"),
+		"enforce_egress": "iptables",
+	})
+	h := newHostWith(t, fmt.Sprintf("{provider: ssh, network: none, ssh: %s}", block), "", llmtest.Options{},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("far.txt", "written far away\n")}},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall(`id -un; pwd; ` + strings.ReplaceAll(probe, "$GATEWAY", gateway) + "\n" + tunnelProbe)}},
+		llmtest.Turn{Text: "Done.", Usage: &llmtest.Usage{PromptTokens: 10, CompletionTokens: 5}},
+	)
+	r := h.amelia(t, "run", "--json", "--workflow", "far", "Write far.txt.")
+	if r.code != 0 {
+		t.Fatalf("amelia run: exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)
+	}
+	if got := h.git(t, "show", "amelia/far:far.txt"); got != "written far away" {
+		t.Errorf("far.txt on the branch: %q", got)
+	}
+	if !strings.Contains(r.stdout, `{"type":"phase","content":"egress","status":"done"`) {
+		t.Error("no egress check before the agent ran")
+	}
+	var probed string
+	for _, ev := range events(t, r.stdout) {
+		if ev.Type == "tool_result" && ev.ToolOutput != nil && strings.Contains(*ev.ToolOutput, "PROBED") {
+			probed = *ev.ToolOutput
+		}
+	}
+	if !strings.HasPrefix(probed, "amelia\n/home/amelia/.amelia/sandboxes/e2e/workspace/worktrees/far\n") {
+		t.Errorf("the agent did not run as amelia in the sandbox under the remote's ~/.amelia/sandboxes:\n%s", probed)
+	}
+	if strings.Contains(probed, "REACHED") || !strings.Contains(probed, "UNREACHABLE "+gateway) || strings.Contains(probed, "TUNNEL-EXEC") {
+		t.Errorf("the sandbox reached something directly, or the exec tunnel served it (want the SSH forward):\n%s", probed)
+	}
+	if rules := dockerExec(t, cli, remote.Container, "iptables", "-S", "OUTPUT"); !strings.Contains(rules, "--uid-owner 1000 -j AMELIA_EGRESS_1000") {
+		t.Errorf("the remote's OUTPUT chain has no rule for the sandbox user:\n%s", rules)
+	}
+	if strings.Contains(r.stdout+r.stderr, upstreamKey) {
+		t.Error("the upstream key appears in amelia's output")
+	}
+}
+
+// dockerExec runs argv as root in a container and returns its output.
+func dockerExec(t *testing.T, cli *client.Client, id string, argv ...string) string {
+	t.Helper()
+	x, err := cli.ExecCreate(t.Context(), id, client.ExecCreateOptions{Cmd: argv, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	att, err := cli.ExecAttach(t.Context(), x.ID, client.ExecAttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer att.Close()
+	var out bytes.Buffer
+	stdcopy.StdCopy(&out, &out, att.Reader)
+	return out.String()
 }

@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +25,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -338,4 +342,110 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// ContainerImage is the image of a remote machine in a container, made by
+// image/bootstrap-base.sh sshd: Debian with OpenSSH's server, iptables and
+// sudo.
+const ContainerImage = "amelia-sshd:bookworm"
+
+// Remote is sshd in a Docker container on its own network: another
+// machine, with its own address, where the login user "amelia" is not root
+// and may run iptables through sudo without a password.
+type Remote struct {
+	Host       string // the container's address
+	Gateway    string // the host's address on the container's network
+	Port       int
+	User       string
+	ClientKey  string
+	KnownHosts string
+	Container  string // its id
+}
+
+// remoteScript sets the container up as a machine to log in to, prints its
+// host key, and runs sshd.
+const remoteScript = `set -e
+ssh-keygen -q -A
+mkdir -p /run/sshd
+useradd -m -s /bin/bash -p '*' amelia
+mkdir -p /home/amelia/.ssh
+printf '%s\n' "$CLIENT_KEY" > /home/amelia/.ssh/authorized_keys
+chown -R amelia: /home/amelia/.ssh
+echo 'amelia ALL=(root) NOPASSWD: /usr/sbin/iptables, /usr/sbin/ip6tables' > /etc/sudoers.d/amelia
+echo "hostkey: $(cat /etc/ssh/ssh_host_ed25519_key.pub)"
+exec /usr/sbin/sshd -D -e`
+
+// StartContainer starts a Remote on a fresh network; the container and the
+// network are removed when the test ends. The test fails when the engine
+// lacks ContainerImage.
+func StartContainer(t testing.TB, cli *client.Client) *Remote {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := cli.ImageInspect(ctx, ContainerImage); err != nil {
+		t.Fatalf("the engine has no %s, the SSH tests' remote machine: run image/bootstrap-base.sh sshd (make base-image): %v", ContainerImage, err)
+	}
+	dir := t.TempDir()
+	r := &Remote{Port: 22, User: "amelia", ClientKey: filepath.Join(dir, "client_key"), KnownHosts: filepath.Join(dir, "known_hosts")}
+	pub := Keygen(t, r.ClientKey, "")
+	name := fmt.Sprintf("amelia-sshtest-%d", time.Now().UnixNano())
+	netRes, err := cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{Labels: map[string]string{"amelia.sshtest": "true"}})
+	if err != nil {
+		t.Fatalf("create network: %v", err)
+	}
+	t.Cleanup(func() { cli.NetworkRemove(context.Background(), netRes.ID, client.NetworkRemoveOptions{}) })
+	res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: name,
+		Config: &container.Config{
+			Image:  ContainerImage,
+			Cmd:    []string{"sh", "-c", remoteScript},
+			Env:    []string{"CLIENT_KEY=" + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub)))},
+			Labels: map[string]string{"amelia.sshtest": "true"},
+		},
+		HostConfig: &container.HostConfig{NetworkMode: container.NetworkMode(name), CapAdd: []string{"NET_ADMIN"}},
+	})
+	if err != nil {
+		t.Fatalf("create the sshd container: %v", err)
+	}
+	r.Container = res.ID
+	t.Cleanup(func() {
+		cli.ContainerRemove(context.Background(), res.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	})
+	if _, err := cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
+		t.Fatalf("start the sshd container: %v", err)
+	}
+	logs, err := cli.ContainerLogs(ctx, res.ID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	pr, pw := io.Pipe()
+	go func() { _, err := stdcopy.StdCopy(pw, pw, logs); pw.CloseWithError(err) }()
+	var hostKey, seen string
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		seen += sc.Text() + "\n"
+		if k, ok := strings.CutPrefix(sc.Text(), "hostkey: "); ok {
+			hostKey = k
+		}
+		if strings.HasPrefix(sc.Text(), "Server listening on 0.0.0.0 port 22") {
+			break
+		}
+	}
+	if hostKey == "" {
+		t.Fatalf("the sshd container did not start:\n%s", seen)
+	}
+	c, err := cli.ContainerInspect(ctx, res.ID, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Container.NetworkSettings.Networks[name]; n != nil {
+		r.Host, r.Gateway = n.IPAddress.String(), n.Gateway.String()
+	}
+	if r.Host == "" {
+		t.Fatalf("the sshd container has no address on %s", name)
+	}
+	if err := os.WriteFile(r.KnownHosts, []byte(r.Host+" "+hostKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
