@@ -1,14 +1,11 @@
 package docker
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"strings"
 
@@ -88,50 +85,13 @@ var (
 )
 
 // decodeSettings reads and checks the settings of a sandbox ref or list
-// request. Unknown keys are errors, so a typo does not pass silently.
+// request (strictly: a typo does not pass silently).
 func decodeSettings(raw json.RawMessage) (Settings, error) {
 	var s Settings
-	if len(bytes.TrimSpace(raw)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields()
-		err := dec.Decode(&s)
-		var typeErr *json.UnmarshalTypeError
-		switch {
-		case errors.Is(err, sdk.ErrInvalid):
-			return s, err // a value's own message, naming its key
-		case errors.As(err, &typeErr):
-			return s, invalid(typeErr.Field, "want a %s, not %s", kindName(typeErr.Type.Kind()), valueName(typeErr.Value))
-		case err != nil:
-			return s, sdk.Errorf(sdk.ErrInvalid, "docker settings: %s", strings.TrimPrefix(err.Error(), "json: "))
-		}
+	if err := sdk.DecodeSettings(raw, "docker", &s); err != nil {
+		return s, err
 	}
 	return s, s.normalize()
-}
-
-// kindName names a kind of value as a profile's author writes it.
-func kindName(k reflect.Kind) string {
-	switch k {
-	case reflect.Float32, reflect.Float64, reflect.Int, reflect.Int32, reflect.Int64:
-		return "number"
-	case reflect.Map, reflect.Struct:
-		return "mapping"
-	case reflect.Slice:
-		return "list"
-	}
-	return k.String()
-}
-
-// valueName names a JSON value's kind as a profile's author writes it.
-func valueName(v string) string {
-	switch v {
-	case "array":
-		return "a list"
-	case "object":
-		return "a mapping"
-	case "bool":
-		return "true or false"
-	}
-	return "a " + v
 }
 
 func invalid(key, format string, args ...any) error {

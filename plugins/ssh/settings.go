@@ -1,7 +1,6 @@
 package ssh
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,15 +67,8 @@ func invalid(key, format string, args ...any) error {
 // decodeSettings reads a settings block; unknown keys are errors.
 func decodeSettings(raw json.RawMessage) (Settings, error) {
 	var s Settings
-	if len(bytes.TrimSpace(raw)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields()
-		var typeErr *json.UnmarshalTypeError
-		if err := dec.Decode(&s); errors.As(err, &typeErr) {
-			return s, invalid(typeErr.Field, "wants a %s, not a %s", typeErr.Type, typeErr.Value)
-		} else if err != nil {
-			return s, sdk.Errorf(sdk.ErrInvalid, "ssh settings: %s", strings.TrimPrefix(err.Error(), "json: "))
-		}
+	if err := sdk.DecodeSettings(raw, "ssh", &s); err != nil {
+		return s, err
 	}
 	switch {
 	case s.Host == "":

@@ -301,3 +301,23 @@ func TestNetworkPolicyRefused(t *testing.T) {
 		t.Errorf("a refused sandbox left %v", entries)
 	}
 }
+
+// A key with a passphrase works through the ssh-agent SSH_AUTH_SOCK names
+// in the plugin's environment (amelia's own).
+func TestAgentAuth(t *testing.T) {
+	srv := sshtest.Start(t, sshtest.Options{})
+	key := filepath.Join(t.TempDir(), "id_locked")
+	srv.Authorize(sshtest.Keygen(t, key, "open sesame"))
+	agent := sshtest.StartAgent(t, key, "open sesame")
+	cmd := pluginCommand()
+	cmd.Env = append(os.Environ(), "SSH_AUTH_SOCK="+agent.Socket)
+	p, err := sdk.Launch(cmd, sdk.LaunchOptions{Name: "ssh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	sb := up(t, p, "agent", settings(t, srv, map[string]any{"identity_files": []string{key}}))
+	if got := run(t, p, sb.Ref, "echo via the agent"); got != "via the agent\n" {
+		t.Errorf("exec: %q", got)
+	}
+}
