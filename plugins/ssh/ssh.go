@@ -27,8 +27,6 @@ import (
 	"sync"
 	"time"
 
-	gossh "golang.org/x/crypto/ssh"
-
 	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/shexec"
@@ -252,77 +250,15 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 		env[k] = v
 	}
 	env[sandboxDirEnv] = sb.dir
-	tag := shexec.NewTag()
-	line := shexec.Command{Dir: dir, Env: env, Tag: tag, Require: sb.marker(), Argv: req.Argv}.Line()
-
-	s, release, err := sb.r.conn.Session(ctx)
-	if err != nil {
-		return sdk.ExitStatus{}, err
-	}
-	defer release()
-	defer s.Close()
-	ctl := shexec.NewControl(eio.Stderr, tag)
-	s.Stdout, s.Stderr = eio.Stdout, ctl
-	var stdin io.WriteCloser
-	if eio.Stdin != nil {
-		// Copied here, not by the session: Wait would wait for stdin too,
-		// which may never end when the command does not read it.
-		if stdin, err = s.StdinPipe(); err != nil {
-			return sdk.ExitStatus{}, fmt.Errorf("ssh %s: %w", sb.r.conn.Target(), err)
-		}
-	}
-	if err := s.Start(line); err != nil {
-		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: start the command: %v", sb.r.conn.Target(), err)
-	}
-	if stdin != nil {
-		go func() {
-			if _, err := io.Copy(stdin, eio.Stdin); err == nil {
-				stdin.Close()
-			}
-		}()
-	}
-	ended := make(chan error, 1)
-	go func() {
-		err := s.Wait()
-		ctl.Finish()
-		ended <- err
-	}()
-
-	var st sdk.ExitStatus
-	var waitErr error
-	select {
-	case waitErr = <-ended:
-	case <-ctx.Done():
-		st.Canceled = true
-		_, waitErr = shexec.Stopper{
-			Control: ctl,
-			Ended:   ended,
-			Signal: func(sig string, pgid int) error {
-				kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_, err := sb.r.conn.Output(kctx, shexec.KillLine(sig, pgid, shexec.Entry(tag)), nil)
-				return err
-			},
-			Cut: func() { s.Close() },
-		}.Stop(req.Grace(), func(sig string, err error) {
-			p.opts.Logger.Warn("cancel a command", "host", sb.r.conn.Target().String(), "signal", sig, "error", err)
-		})
-	}
+	cmd := shexec.Command{Dir: dir, Env: env, Tag: shexec.NewTag(), Require: sb.marker(), Argv: req.Argv}
+	st, err := sb.r.conn.Exec(ctx, cmd, eio, req.Grace())
 	switch {
-	case ctl.NoSandbox():
+	case errors.Is(err, transport.ErrNoSandbox):
 		return st, sdk.Errorf(sdk.ErrNotFound, "sandbox %s does not exist on %s (no %s): start it with `amelia sandbox up`", sb.name, sb.r.conn.Target(), sb.marker())
-	case ctl.NoDir():
+	case errors.Is(err, transport.ErrNoDir):
 		return st, sdk.Errorf(sdk.ErrInvalid, "working directory %q does not exist in the sandbox", dir)
 	}
-	var exit *gossh.ExitError
-	switch {
-	case waitErr == nil:
-	case errors.As(waitErr, &exit):
-		st.Code, st.Signal = exit.ExitStatus(), exit.Signal()
-	default:
-		return st, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: the connection dropped while the command ran (%v); the next command connects again", sb.r.conn.Target(), waitErr)
-	}
-	return st, nil
+	return st, err
 }
 
 // teardownScript kills every process of the sandbox (tagged with its
