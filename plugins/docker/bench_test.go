@@ -4,11 +4,11 @@ import (
 	"context"
 	"io"
 	"os/exec"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/internal/benchtest"
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -67,13 +67,6 @@ func dockerCLI(b *testing.B, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-func median(ds []time.Duration) time.Duration {
-	slices.Sort(ds)
-	return ds[len(ds)/2]
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
 // BenchmarkColdEnsureRunning: no container → a sandbox that runs commands,
 // with the image present (target under 1.5 s), beside `docker run -d ...
 // sleep infinity` and a first `docker exec` through the CLI.
@@ -99,11 +92,7 @@ func BenchmarkColdEnsureRunning(b *testing.B) {
 		cli = append(cli, time.Since(start))
 		dockerCLI(b, "rm", "-f", "amelia-bench-cli")
 	}
-	o, c := median(ours), median(cli)
-	b.ReportMetric(ms(o), "plugin-p50-ms")
-	b.ReportMetric(ms(c), "cli-p50-ms")
-	b.ReportMetric(float64(o)/float64(c), "x-cli")
-	b.ReportMetric(0, "ns/op")
+	benchtest.Latencies(b, ours, cli, "plugin", "cli")
 }
 
 // BenchmarkWarmExecTrue: `true` in a running sandbox through the plugin
@@ -125,22 +114,13 @@ func BenchmarkWarmExecTrue(b *testing.B) {
 		dockerCLI(b, "exec", name, "true")
 		cli = append(cli, time.Since(start))
 	}
-	o, c := median(ours), median(cli)
-	b.ReportMetric(ms(o), "plugin-p50-ms")
-	b.ReportMetric(ms(c), "cli-p50-ms")
-	b.ReportMetric(float64(o)/float64(c), "x-cli")
-	b.ReportMetric(0, "ns/op")
+	benchtest.Latencies(b, ours, cli, "plugin", "cli")
 }
 
 // streamBytes is what BenchmarkStream moves per run: 1 GiB.
 const streamBytes = 1 << 30
 
 var streamScript = []string{"sh", "-c", "cat /dev/zero | head -c 1073741824"}
-
-// countingWriter discards what it is given and counts it.
-type countingWriter struct{ n int64 }
-
-func (w *countingWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
 
 // BenchmarkStream: 1 GiB of output through the plugin beside `docker exec`
 // piping it to this process, in MB/s (target: the plugin at least 0.8× the
@@ -151,11 +131,11 @@ func BenchmarkStream(b *testing.B) {
 	name := sb.Details["container"]
 	var ours, cli time.Duration
 	for b.Loop() {
-		var out countingWriter
+		var out benchtest.Counter
 		start := time.Now()
 		st, err := p.Exec(b.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: streamScript}, sdk.ExecIO{Stdout: &out})
-		if err != nil || st.Code != 0 || out.n != streamBytes {
-			b.Fatalf("exec: %+v %v, %d bytes", st, err, out.n)
+		if err != nil || st.Code != 0 || out.N != streamBytes {
+			b.Fatalf("exec: %+v %v, %d bytes", st, err, out.N)
 		}
 		ours += time.Since(start)
 
@@ -177,9 +157,5 @@ func BenchmarkStream(b *testing.B) {
 		}
 		cli += time.Since(start)
 	}
-	mb := float64(b.N) * streamBytes / 1e6
-	b.ReportMetric(mb/ours.Seconds(), "plugin-MB/s")
-	b.ReportMetric(mb/cli.Seconds(), "cli-MB/s")
-	b.ReportMetric(cli.Seconds()/ours.Seconds(), "x-cli")
-	b.ReportMetric(0, "ns/op")
+	benchtest.Throughput(b, streamBytes, ours, cli, "plugin", "cli")
 }

@@ -4,10 +4,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"slices"
 	"testing"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/internal/benchtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -35,11 +35,6 @@ func benchSandbox(b *testing.B) (*sdk.Plugin, sdk.SandboxRef) {
 	return p, sb.Ref
 }
 
-func median(ds []time.Duration) time.Duration {
-	slices.Sort(ds)
-	return ds[len(ds)/2]
-}
-
 // BenchmarkExecTrue: the round trip of `true`, p50 through the plugin and
 // directly; overhead-ms is the difference (target: under 2 ms).
 func BenchmarkExecTrue(b *testing.B) {
@@ -61,7 +56,7 @@ func BenchmarkExecTrue(b *testing.B) {
 		}
 		viaPlugin, direct = append(viaPlugin, mid.Sub(start)), append(direct, time.Since(mid))
 	}
-	pp, dp := median(viaPlugin), median(direct)
+	pp, dp := benchtest.Median(viaPlugin), benchtest.Median(direct)
 	b.ReportMetric(float64(pp.Microseconds())/1000, "plugin-p50-ms")
 	b.ReportMetric(float64(dp.Microseconds())/1000, "direct-p50-ms")
 	b.ReportMetric(float64((pp-dp).Microseconds())/1000, "overhead-ms")
@@ -74,22 +69,17 @@ const streamBytes = 1 << 30
 
 var yesScript = []string{"sh", "-c", "yes | head -c 1073741824"}
 
-// countingWriter discards what it is given and counts it.
-type countingWriter struct{ n int64 }
-
-func (w *countingWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
-
 // BenchmarkStream: 1 GiB of `yes` output through the plugin and through a
 // direct pipe, in MB/s (target: the plugin at least 50 % of the pipe).
 func BenchmarkStream(b *testing.B) {
 	p, ref := benchSandbox(b)
 	var viaPlugin, direct time.Duration
 	for b.Loop() {
-		var out countingWriter
+		var out benchtest.Counter
 		start := time.Now()
 		st, err := p.Exec(b.Context(), sdk.ExecRequest{Sandbox: ref, Argv: yesScript}, sdk.ExecIO{Stdout: &out})
-		if err != nil || st.Code != 0 || out.n != streamBytes {
-			b.Fatalf("exec: %+v %v, %d bytes", st, err, out.n)
+		if err != nil || st.Code != 0 || out.N != streamBytes {
+			b.Fatalf("exec: %+v %v, %d bytes", st, err, out.N)
 		}
 		mid := time.Now()
 		cmd := exec.Command(yesScript[0], yesScript[1:]...)
@@ -109,9 +99,5 @@ func BenchmarkStream(b *testing.B) {
 		}
 		viaPlugin, direct = viaPlugin+mid.Sub(start), direct+time.Since(mid)
 	}
-	mb := float64(b.N) * streamBytes / 1e6
-	b.ReportMetric(mb/viaPlugin.Seconds(), "plugin-MB/s")
-	b.ReportMetric(mb/direct.Seconds(), "pipe-MB/s")
-	b.ReportMetric(direct.Seconds()/viaPlugin.Seconds(), "x-pipe")
-	b.ReportMetric(0, "ns/op")
+	benchtest.Throughput(b, streamBytes, viaPlugin, direct, "plugin", "pipe")
 }

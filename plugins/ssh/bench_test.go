@@ -5,11 +5,11 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/internal/benchtest"
 	"github.com/amelia-sandbox/amelia/internal/sshtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -48,13 +48,6 @@ func benchSandbox(b *testing.B, srv *sshtest.Server) (*sdk.Plugin, sdk.Sandbox) 
 	return p, sb
 }
 
-func median(ds []time.Duration) time.Duration {
-	slices.Sort(ds)
-	return ds[len(ds)/2]
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
 // BenchmarkWarmExecTrue: `true` on a warm connection through the plugin
 // beside `ssh ... true` through a warm ControlMaster (target ratio ≤ 1.0).
 func BenchmarkWarmExecTrue(b *testing.B) {
@@ -80,18 +73,10 @@ func BenchmarkWarmExecTrue(b *testing.B) {
 		}
 		cli = append(cli, time.Since(start))
 	}
-	o, c := median(ours), median(cli)
-	b.ReportMetric(ms(o), "plugin-p50-ms")
-	b.ReportMetric(ms(c), "ssh-mux-p50-ms")
-	b.ReportMetric(float64(o)/float64(c), "x-ssh")
-	b.ReportMetric(0, "ns/op")
+	benchtest.Latencies(b, ours, cli, "plugin", "ssh-mux")
 }
 
 const streamBytes = 1 << 30
-
-type countingWriter struct{ n int64 }
-
-func (w *countingWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
 
 // BenchmarkStream: 1 GiB of output through the plugin beside `ssh host
 // cat /dev/zero | head -c 1G` with the cipher x/crypto/ssh chooses
@@ -102,11 +87,11 @@ func BenchmarkStream(b *testing.B) {
 	script := "cat /dev/zero | head -c 1073741824"
 	var ours, cli time.Duration
 	for b.Loop() {
-		var out countingWriter
+		var out benchtest.Counter
 		start := time.Now()
 		st, err := p.Exec(b.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"sh", "-c", script}}, sdk.ExecIO{Stdout: &out})
-		if err != nil || st.Code != 0 || out.n != streamBytes {
-			b.Fatalf("exec: %+v %v, %d bytes", st, err, out.n)
+		if err != nil || st.Code != 0 || out.N != streamBytes {
+			b.Fatalf("exec: %+v %v, %d bytes", st, err, out.N)
 		}
 		ours += time.Since(start)
 
@@ -128,11 +113,7 @@ func BenchmarkStream(b *testing.B) {
 		}
 		cli += time.Since(start)
 	}
-	mb := float64(b.N) * streamBytes / 1e6
-	b.ReportMetric(mb/ours.Seconds(), "plugin-MB/s")
-	b.ReportMetric(mb/cli.Seconds(), "ssh-MB/s")
-	b.ReportMetric(cli.Seconds()/ours.Seconds(), "x-ssh")
-	b.ReportMetric(0, "ns/op")
+	benchtest.Throughput(b, streamBytes, ours, cli, "plugin", "ssh")
 }
 
 // BenchmarkConnect: the first EnsureRunning of a plugin, whose connection
@@ -161,9 +142,5 @@ func BenchmarkConnect(b *testing.B) {
 		}
 		cli = append(cli, time.Since(start))
 	}
-	o, c := median(ours), median(cli)
-	b.ReportMetric(ms(o), "first-ensure-p50-ms")
-	b.ReportMetric(ms(c), "ssh-true-p50-ms")
-	b.ReportMetric(float64(o)/float64(c), "x-ssh")
-	b.ReportMetric(0, "ns/op")
+	benchtest.Latencies(b, ours, cli, "first-ensure", "ssh-true")
 }

@@ -1,0 +1,41 @@
+// Package benchtest reports side-by-side benchmarks: our figure, the
+// baseline's, and their ratio, as metrics of one line of `go test -bench`.
+package benchtest
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// Median is the middle of ds (which it sorts).
+func Median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+// Latencies reports the medians of ours and base as <ours>-p50-ms and
+// <base>-p50-ms, and ours/base as x-<base>.
+func Latencies(b *testing.B, ours, base []time.Duration, oursName, baseName string) {
+	o, c := Median(ours), Median(base)
+	b.ReportMetric(float64(o.Microseconds())/1000, oursName+"-p50-ms")
+	b.ReportMetric(float64(c.Microseconds())/1000, baseName+"-p50-ms")
+	b.ReportMetric(float64(o)/float64(c), "x-"+baseName)
+	b.ReportMetric(0, "ns/op")
+}
+
+// Throughput reports n bytes per run moved b.N times in ours and base (the
+// total times) as <ours>-MB/s and <base>-MB/s, and ours' rate over base's
+// as x-<base>.
+func Throughput(b *testing.B, n int64, ours, base time.Duration, oursName, baseName string) {
+	mb := float64(b.N) * float64(n) / 1e6
+	b.ReportMetric(mb/ours.Seconds(), oursName+"-MB/s")
+	b.ReportMetric(mb/base.Seconds(), baseName+"-MB/s")
+	b.ReportMetric(base.Seconds()/ours.Seconds(), "x-"+baseName)
+	b.ReportMetric(0, "ns/op")
+}
+
+// Counter discards what it is given and counts it.
+type Counter struct{ N int64 }
+
+func (c *Counter) Write(p []byte) (int, error) { c.N += int64(len(p)); return len(p), nil }
