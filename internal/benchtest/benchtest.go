@@ -3,6 +3,8 @@
 package benchtest
 
 import (
+	"io"
+	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -39,3 +41,23 @@ func Throughput(b *testing.B, n int64, ours, base time.Duration, oursName, baseN
 type Counter struct{ N int64 }
 
 func (c *Counter) Write(p []byte) (int, error) { c.N += int64(len(p)); return len(p), nil }
+
+// Drain runs cmd, reads all its stdout as a pipe would be read, and fails
+// the benchmark unless it ends well having written exactly want bytes.
+func Drain(b *testing.B, cmd *exec.Cmd, want int64) {
+	b.Helper()
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	n, err := io.CopyBuffer(io.Discard, pipe, make([]byte, 128<<10))
+	if err != nil || n != want {
+		b.Fatalf("%s: %d bytes, %v; want %d", cmd, n, err, want)
+	}
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("%s: %v", cmd, err)
+	}
+}

@@ -2,7 +2,6 @@ package docker_test
 
 import (
 	"context"
-	"io"
 	"os/exec"
 	"strings"
 	"testing"
@@ -141,20 +140,7 @@ func BenchmarkStream(b *testing.B) {
 
 		start = time.Now()
 		cmd := exec.Command("docker", append([]string{"exec", name}, streamScript...)...)
-		pipe, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		n, err := io.CopyBuffer(io.Discard, pipe, make([]byte, 128<<10))
-		if err != nil || n != streamBytes {
-			b.Fatalf("docker exec: %d bytes, %v", n, err)
-		}
-		if err := cmd.Wait(); err != nil {
-			b.Fatal(err)
-		}
+		benchtest.Drain(b, cmd, streamBytes)
 		cli += time.Since(start)
 	}
 	benchtest.Throughput(b, streamBytes, ours, cli, "plugin", "cli")

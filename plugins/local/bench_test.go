@@ -1,7 +1,6 @@
 package local_test
 
 import (
-	"io"
 	"os"
 	"os/exec"
 	"testing"
@@ -83,20 +82,7 @@ func BenchmarkStream(b *testing.B) {
 		}
 		mid := time.Now()
 		cmd := exec.Command(yesScript[0], yesScript[1:]...)
-		pipe, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		n, err := io.CopyBuffer(io.Discard, pipe, make([]byte, 128<<10))
-		if err != nil || n != streamBytes {
-			b.Fatalf("direct: %d bytes, %v", n, err)
-		}
-		if err := cmd.Wait(); err != nil {
-			b.Fatal(err)
-		}
+		benchtest.Drain(b, cmd, streamBytes)
 		viaPlugin, direct = viaPlugin+mid.Sub(start), direct+time.Since(mid)
 	}
 	benchtest.Throughput(b, streamBytes, viaPlugin, direct, "plugin", "pipe")

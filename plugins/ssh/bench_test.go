@@ -2,7 +2,6 @@ package ssh_test
 
 import (
 	"context"
-	"io"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -97,20 +96,7 @@ func BenchmarkStream(b *testing.B) {
 
 		start = time.Now()
 		cmd := sshCLI(b, srv, "-c", "aes128-gcm@openssh.com", srv.User+"@"+srv.Host, script)
-		pipe, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		n, err := io.CopyBuffer(io.Discard, pipe, make([]byte, 128<<10))
-		if err != nil || n != streamBytes {
-			b.Fatalf("ssh: %d bytes, %v", n, err)
-		}
-		if err := cmd.Wait(); err != nil {
-			b.Fatal(err)
-		}
+		benchtest.Drain(b, cmd, streamBytes)
 		cli += time.Since(start)
 	}
 	benchtest.Throughput(b, streamBytes, ours, cli, "plugin", "ssh")
