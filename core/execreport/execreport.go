@@ -43,6 +43,13 @@ func (s *Stderr) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Bytes is what was kept, as written: the last TailBytes.
+func (s *Stderr) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.buf)
+}
+
 // Tail is the last TailLines non-blank lines kept, trimmed, made printable
 // and joined by " | ": one line.
 func (s *Stderr) Tail() string {

@@ -16,7 +16,7 @@ import (
 // defaults: public resolvers over IPv4 and IPv6). It returns those that
 // answered; any at all means the provider did not enforce the policy.
 func reachedDirectly(ctx context.Context, ex driver.Execer, worker string, targets ...string) ([]string, error) {
-	var out, stderr execreport.Stderr
+	var out, stderr execreport.Stderr // each keeps its last 4 KiB
 	st, err := ex.Exec(ctx, sdk.ExecRequest{Argv: append([]string{worker, "egress-check"}, targets...)}, sdk.ExecIO{Stdout: &out, Stderr: &stderr})
 	if err != nil {
 		return nil, fmt.Errorf("check the network policy: %w", err)
@@ -26,9 +26,9 @@ func reachedDirectly(ctx context.Context, ex driver.Execer, worker string, targe
 		return nil, nil
 	case 3: // amelia-worker egress-check: something answered
 		var reached []string
-		for _, l := range strings.Split(out.Tail(), " | ") {
-			if a, ok := strings.CutPrefix(l, "reachable "); ok {
-				reached = append(reached, a)
+		for l := range strings.Lines(string(out.Bytes())) {
+			if a, ok := strings.CutPrefix(strings.TrimSuffix(l, "\n"), "reachable "); ok {
+				reached = append(reached, execreport.Printable(a))
 			}
 		}
 		return reached, nil
