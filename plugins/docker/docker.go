@@ -302,9 +302,12 @@ func stateError(st *container.State) string {
 
 // noteStale logs when a running sandbox's image is not the one a new
 // container would get (amelia or its base changed since it was created).
+// It runs on every reuse, so it only looks where that is cheap: not for a
+// ready image, nor for a profile's own Dockerfile, whose plan hashes its
+// whole build context.
 func (p *Provider) noteStale(ctx context.Context, e *engine, set Settings, c container.InspectResponse) {
 	have := c.Config.Labels[labelImageHash]
-	if have == "" || set.Image != "" {
+	if have == "" || set.Image != "" || set.Dockerfile != "" {
 		return
 	}
 	if pl, err := p.plan(ctx, e, set); err == nil && pl.hash != have {
