@@ -145,27 +145,67 @@ func (c *Conn) Session(ctx context.Context) (s *ssh.Session, release func(), err
 			continue
 		}
 		if live < c.opts.MaxClients && !c.dialing {
-			c.dialing = true
-			c.mu.Unlock()
-			cl, err := c.dialBackoff(ctx)
-			c.mu.Lock()
-			c.dialing = false
-			if err == nil {
-				c.clients = append(c.clients, cl)
-			}
-			c.signal()
-			c.mu.Unlock()
-			if err != nil {
+			if err := c.dialMore(ctx); err != nil {
 				return nil, nil, err
 			}
 			continue
 		}
-		wait := c.freed
-		c.mu.Unlock()
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("wait for an ssh session on %s: %w", c.target, ctx.Err())
+		if err := c.wait(ctx); err != nil {
+			return nil, nil, fmt.Errorf("wait for an ssh session on %s: %w", c.target, err)
+		}
+	}
+}
+
+// dialMore adds a connection; c.mu is held on entry and released.
+func (c *Conn) dialMore(ctx context.Context) error {
+	c.dialing = true
+	c.mu.Unlock()
+	cl, err := c.dialBackoff(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dialing = false
+	if err == nil {
+		c.clients = append(c.clients, cl)
+	}
+	c.signal()
+	return err
+}
+
+// wait waits for a slot, a connection or a dial to end; c.mu is held on
+// entry and released.
+func (c *Conn) wait(ctx context.Context) error {
+	freed := c.freed
+	c.mu.Unlock()
+	select {
+	case <-freed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// liveClient returns a working connection, dialling one if there is none.
+func (c *Conn) liveClient(ctx context.Context) (*client, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, errors.New("ssh connection closed")
+		}
+		for _, cl := range c.clients {
+			if !cl.dead {
+				c.mu.Unlock()
+				return cl, nil
+			}
+		}
+		if !c.dialing {
+			if err := c.dialMore(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := c.wait(ctx); err != nil {
+			return nil, err
 		}
 	}
 }
@@ -379,23 +419,9 @@ func (c *Conn) Output(ctx context.Context, cmd string, stdin io.Reader) (string,
 // over the connections made to it. A server that refuses forwarding
 // (AllowTcpForwarding no) gives ErrUnsupported.
 func (c *Conn) Listen(ctx context.Context, addr string) (net.Listener, error) {
-	s, release, err := c.Session(ctx) // a live client, connected if need be
+	cl, err := c.liveClient(ctx)
 	if err != nil {
 		return nil, err
-	}
-	s.Close()
-	release()
-	c.mu.Lock()
-	var cl *client
-	for _, o := range c.clients {
-		if !o.dead {
-			cl = o
-			break
-		}
-	}
-	c.mu.Unlock()
-	if cl == nil {
-		return nil, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: the connection dropped", c.target)
 	}
 	lis, err := cl.ssh.Listen("tcp", addr)
 	if err != nil {
