@@ -34,6 +34,12 @@ type Target struct {
 	HostKeys *HostKeys
 	// Jump, when set, is the host the connection goes through (ProxyJump).
 	Jump *Target
+	// Login, when set, gives the user name at each login instead of User,
+	// which then only names the target in messages: a gateway that takes
+	// a short-lived token as the user (Daytona's). stale is true when the
+	// server closed the last login's connection before it could be used,
+	// as such a gateway does with an expired or revoked token.
+	Login func(ctx context.Context, stale bool) (user string, err error)
 }
 
 func (t Target) String() string { return t.User + "@" + t.Addr }
@@ -65,7 +71,15 @@ type Conn struct {
 	dialing bool
 	freed   chan struct{} // closed (and replaced) when a slot frees or a client comes or goes
 	closed  bool
+	// refused counts the connections in a row that closed before any use
+	// (a server that closes a login it does not accept); the next login is
+	// told (stale), and Session gives up at maxRefused.
+	refused int
 }
+
+// maxRefused is how many logins in a row may be closed unused by the
+// server before Session gives up.
+const maxRefused = 3
 
 // client is one SSH connection of a Conn.
 type client struct {
@@ -76,6 +90,7 @@ type client struct {
 	// limit is the server's MaxSessions as learned from a refusal; 0 while
 	// unknown.
 	limit int
+	used  bool // a session opened on it
 	dead  bool
 	done  chan struct{}
 }
@@ -126,6 +141,8 @@ func (c *Conn) Session(ctx context.Context) (s *ssh.Session, release func(), err
 			if err == nil {
 				c.mu.Lock()
 				pick.est++
+				pick.used = true
+				c.refused = 0
 				c.mu.Unlock()
 				return s, func() { c.release(pick) }, nil
 			}
@@ -145,6 +162,12 @@ func (c *Conn) Session(ctx context.Context) (s *ssh.Session, release func(), err
 			continue
 		}
 		if live < c.opts.MaxClients && !c.dialing {
+			if c.refused >= maxRefused {
+				n := c.refused
+				c.refused = 0
+				c.mu.Unlock()
+				return nil, nil, sdk.Errorf(sdk.ErrUnavailable, "ssh %s closed the connection right after the login, %d times in a row: it does not accept the login", c.target, n)
+			}
 			if err := c.dialMore(ctx); err != nil {
 				return nil, nil, err
 			}
@@ -233,6 +256,9 @@ func (c *Conn) drop(cl *client, why error) {
 		return
 	}
 	cl.dead = true
+	if !cl.used && !c.closed {
+		c.refused++
+	}
 	close(cl.done)
 	live := c.clients[:0]
 	for _, o := range c.clients {
@@ -282,7 +308,20 @@ func (c *Conn) dial(ctx context.Context) (*client, error) {
 		}
 		jump = jc.ssh
 	}
-	sc, err := login(ctx, c.target, c.opts.DialTimeout, jump)
+	user := c.target.User
+	if c.target.Login != nil {
+		c.mu.Lock()
+		stale := c.refused > 0
+		c.mu.Unlock()
+		var err error
+		if user, err = c.target.Login(ctx, stale); err != nil {
+			if jump != nil {
+				jump.Close()
+			}
+			return nil, fmt.Errorf("ssh %s: log in: %w", c.target, err)
+		}
+	}
+	sc, err := login(ctx, c.target, user, c.opts.DialTimeout, jump)
 	if err != nil {
 		if jump != nil {
 			jump.Close()
@@ -299,8 +338,9 @@ func (c *Conn) dial(ctx context.Context) (*client, error) {
 	return cl, nil
 }
 
-// login dials target (through jump when not nil) and authenticates.
-func login(ctx context.Context, target Target, timeout time.Duration, jump *ssh.Client) (*ssh.Client, error) {
+// login dials target (through jump when not nil) and authenticates as
+// user; messages name the target as target.String() says, never user.
+func login(ctx context.Context, target Target, user string, timeout time.Duration, jump *ssh.Client) (*ssh.Client, error) {
 	if target.HostKeys == nil {
 		return nil, sdk.Errorf(sdk.ErrInvalid, "ssh %s: no known_hosts to verify its host key with", target)
 	}
@@ -312,7 +352,7 @@ func login(ctx context.Context, target Target, timeout time.Duration, jump *ssh.
 	var hostKeyErr error
 	check := target.HostKeys.Callback()
 	cfg := &ssh.ClientConfig{
-		User: target.User,
+		User: user,
 		Auth: []ssh.AuthMethod{ssh.PublicKeysCallback(signers)},
 		HostKeyCallback: func(host string, remote net.Addr, key ssh.PublicKey) error {
 			hostKeyErr = check(host, remote, key)
@@ -424,6 +464,11 @@ func (c *Conn) Listen(ctx context.Context, addr string) (net.Listener, error) {
 		return nil, err
 	}
 	lis, err := cl.ssh.Listen("tcp", addr)
+	if err == nil {
+		c.mu.Lock()
+		cl.used = true
+		c.mu.Unlock()
+	}
 	if err != nil {
 		if strings.Contains(err.Error(), "request denied") {
 			return nil, sdk.Errorf(sdk.ErrUnsupported, "ssh %s refuses port forwarding (AllowTcpForwarding no?): %v", c.target, err)
