@@ -1,0 +1,319 @@
+package daytonatest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+)
+
+// labelKey labels every container of a fake, with the fake's id as value.
+const labelKey = "amelia.daytonatest"
+
+// killTimeout bounds the fake's own short commands and engine calls when
+// it kills or cleans up.
+const killTimeout = 15 * time.Second
+
+// dockerBackend runs each sandbox as a container, "daytonatest-<id>", of
+// the sandbox's image with tini as init, and its commands as docker execs.
+type dockerBackend struct {
+	cli    *client.Client
+	label  string      // the fake's id
+	mu     *sync.Mutex // the fake's lock, which guards sandbox.container
+	logger *slog.Logger
+}
+
+func containerName(id string) string { return "daytonatest-" + id }
+
+func (d *dockerBackend) imageExists(ctx context.Context, ref string) (bool, error) {
+	_, err := d.cli.ImageInspect(ctx, ref)
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("inspect image %s: %w", ref, err)
+	}
+	return true, nil
+}
+
+func (d *dockerBackend) prepare(s *sandbox) error {
+	s.home = homeOf(s.user)
+	return nil
+}
+
+// target is how the engine knows a sandbox's container: its id once
+// created, else its name.
+func (d *dockerBackend) target(s *sandbox) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.container != "" {
+		return s.container
+	}
+	return containerName(s.id)
+}
+
+func (d *dockerBackend) create(ctx context.Context, s *sandbox) error {
+	env := make([]string, 0, len(s.env))
+	for k, v := range s.env {
+		env = append(env, k+"="+v)
+	}
+	host := &container.HostConfig{}
+	if s.networkBlockAll {
+		host.NetworkMode = "none"
+	}
+	res, err := d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: containerName(s.id),
+		Config: &container.Config{
+			Image:      s.image,
+			Entrypoint: []string{"tini", "--"},
+			Cmd:        []string{"sleep", "infinity"},
+			Env:        env,
+			Labels:     map[string]string{labelKey: d.label, labelKey + ".sandbox": s.id},
+		},
+		HostConfig: host,
+	})
+	if err != nil {
+		return fmt.Errorf("create the container of sandbox %s from %s: %w", s.id, s.image, err)
+	}
+	d.mu.Lock()
+	s.container = res.ID
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *dockerBackend) start(ctx context.Context, s *sandbox) error {
+	target := d.target(s)
+	if _, err := d.cli.ContainerStart(ctx, target, client.ContainerStartOptions{}); err != nil {
+		return fmt.Errorf("start the container of sandbox %s: %w", s.id, err)
+	}
+	if s.user == "root" {
+		return nil
+	}
+	script := fmt.Sprintf("id -u %[1]s >/dev/null 2>&1 || useradd -m -u 1000 -s /bin/bash %[1]s", s.user)
+	code, out, err := d.runAs(ctx, target, "root", []string{"sh", "-c", script})
+	if err != nil {
+		return fmt.Errorf("add user %s to sandbox %s: %w", s.user, s.id, err)
+	}
+	if code != 0 {
+		return fmt.Errorf("add user %s to sandbox %s: exit code %d: %s", s.user, s.id, code, out)
+	}
+	return nil
+}
+
+func (d *dockerBackend) stop(ctx context.Context, s *sandbox) error {
+	timeout := 2
+	if _, err := d.cli.ContainerStop(ctx, d.target(s), client.ContainerStopOptions{Timeout: &timeout}); err != nil {
+		return fmt.Errorf("stop the container of sandbox %s: %w", s.id, err)
+	}
+	return nil
+}
+
+func (d *dockerBackend) remove(ctx context.Context, s *sandbox) error {
+	_, err := d.cli.ContainerRemove(ctx, d.target(s), client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("remove the container of sandbox %s: %w", s.id, err)
+	}
+	return nil
+}
+
+func (d *dockerBackend) close(ctx context.Context) error {
+	list, err := d.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", labelKey+"="+d.label)})
+	if err != nil {
+		return fmt.Errorf("list the fake's containers: %w", err)
+	}
+	var errs []error
+	for _, c := range list.Items {
+		_, err := d.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove container %s: %w", c.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// execTagEnv marks the processes of a command that is killed when its
+// context ends (toolbox execs that time out): every process that inherits
+// the variable is killed.
+const execTagEnv = "DAYTONATEST_EXEC"
+
+func (d *dockerBackend) run(ctx context.Context, s *sandbox, req execRequest) (exitStatus, error) {
+	target := d.target(s)
+	dir := req.dir
+	if dir == "" {
+		dir = s.home
+	}
+	env := append(baseEnv(s.user, s.home), req.env...)
+	var tag string
+	if req.killable {
+		tag = randomHex(8)
+		env = append(env, execTagEnv+"="+tag)
+	}
+	argv := []string{"sh", "-c", req.cmd}
+	if req.stdout != nil && req.stdout == req.stderr {
+		// One stream, in the order written, as the toolbox's output is:
+		// the shell replaces itself with one whose stderr is its stdout.
+		argv = []string{"sh", "-c", `exec sh -c "$0" 2>&1`, req.cmd}
+	}
+	created, err := d.cli.ExecCreate(ctx, target, client.ExecCreateOptions{
+		User:         s.user,
+		Cmd:          argv,
+		WorkingDir:   dir,
+		Env:          env,
+		AttachStdin:  req.stdin != nil,
+		AttachStdout: true,
+		AttachStderr: true,
+	})
+	if err != nil {
+		return exitStatus{}, fmt.Errorf("run a command in sandbox %s: %w", s.id, err)
+	}
+	att, err := d.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return exitStatus{}, fmt.Errorf("run a command in sandbox %s: %w", s.id, err)
+	}
+	conn := att.HijackedResponse
+	defer conn.Close()
+	if req.started != nil {
+		req.started()
+	}
+	if req.stdin != nil {
+		go func() {
+			// Ends when req.stdin does, or when the connection closes.
+			if _, err := io.Copy(conn.Conn, req.stdin); err == nil {
+				_ = conn.CloseWrite()
+			}
+		}()
+	}
+	stdout, stderr := req.stdout, req.stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	output := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, conn.Reader)
+		output <- err
+	}()
+	select {
+	case err = <-output:
+	case <-ctx.Done():
+		if !req.killable {
+			conn.Close()
+			<-output
+			return exitStatus{}, fmt.Errorf("run a command in sandbox %s: %w", s.id, ctx.Err())
+		}
+		d.killTagged(target, s.user, tag)
+		t := time.NewTimer(killTimeout)
+		select {
+		case err = <-output:
+		case <-t.C:
+			conn.Close()
+			err = <-output
+		}
+		t.Stop()
+	}
+	if err != nil {
+		// A failed write (the client went away): the command's output has
+		// nowhere to go, so is its stream.
+		return exitStatus{}, fmt.Errorf("copy the output of a command in sandbox %s: %w", s.id, err)
+	}
+	code, err := d.exitCode(created.ID)
+	if err != nil {
+		return exitStatus{}, fmt.Errorf("read the exit code of a command in sandbox %s: %w", s.id, err)
+	}
+	return exitStatus{code: code}, nil
+}
+
+// killTagged kills every process of the container whose environment
+// holds the tag. It runs as the command's user: root without
+// CAP_SYS_PTRACE (Docker's default) cannot read other users'
+// /proc/PID/environ.
+func (d *dockerBackend) killTagged(target, user, tag string) {
+	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+	defer cancel()
+	script := `for e in /proc/[0-9]*/environ; do
+  if grep -qxz "$1" "$e" 2>/dev/null; then p=${e#/proc/}; kill -KILL "${p%/environ}" 2>/dev/null; fi
+done; true`
+	if _, out, err := d.runAs(ctx, target, user, []string{"sh", "-c", script, "sh", execTagEnv + "=" + tag}); err != nil {
+		d.logger.Warn("daytonatest: kill a command", "container", target, "error", err, "output", out)
+	}
+}
+
+// exitCode reads a finished exec's exit code. The engine records it as
+// the exec's streams close; the short wait covers engines that record it
+// a moment later.
+func (d *dockerBackend) exitCode(id string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+	defer cancel()
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		res, err := d.cli.ExecInspect(ctx, id, client.ExecInspectOptions{})
+		if err != nil {
+			return 0, err
+		}
+		if !res.Running {
+			return res.ExitCode, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, fmt.Errorf("the output ended but the engine still reports the command running after %v", killTimeout)
+		case <-t.C:
+		}
+	}
+}
+
+// runAs runs a short command of the fake's own and returns its exit code
+// and combined output (the first 64 KiB).
+func (d *dockerBackend) runAs(ctx context.Context, target, user string, argv []string) (int, string, error) {
+	created, err := d.cli.ExecCreate(ctx, target, client.ExecCreateOptions{User: user, Cmd: argv, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return 0, "", err
+	}
+	att, err := d.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return 0, "", err
+	}
+	defer att.HijackedResponse.Close()
+	var out limited
+	out.n = 64 << 10
+	done := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(&out, &out, att.HijackedResponse.Reader)
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		att.HijackedResponse.Close()
+		<-done
+		return 0, "", ctx.Err()
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	code, err := d.exitCode(created.ID)
+	return code, strings.TrimSpace(out.b.String()), err
+}
+
+// limited keeps the first n bytes written to it.
+type limited struct {
+	b bytes.Buffer
+	n int
+}
+
+func (l *limited) Write(p []byte) (int, error) {
+	l.b.Write(p[:min(len(p), l.n-l.b.Len())])
+	return len(p), nil
+}

@@ -1,0 +1,355 @@
+// Package daytonatest is a fake of Daytona for tests: its REST API (the
+// subset the Daytona provider uses, shaped as Daytona's OpenAPI file says:
+// paths, JSON field names, states and transitions, error bodies), the
+// toolbox's process/execute, and an SSH gateway that takes an SSH access
+// token as the user name and runs session execs in the sandbox, as
+// Daytona's gateway does.
+//
+// Sandboxes are real Docker containers when Options.Docker is set, and
+// directories on the host (commands run on the host) otherwise.
+//
+// The fake checks its own answers against Daytona's OpenAPI files
+// (testdata/api.yaml, testdata/toolbox.yaml) in its tests, so drift from
+// the real API shows there.
+package daytonatest
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/amelia-sandbox/amelia/image"
+	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
+)
+
+// DefaultSnapshot is the snapshot a create that names neither a snapshot
+// nor buildInfo gets, as on Daytona.
+const DefaultSnapshot = "daytonaio/sandbox:latest"
+
+// Options configure a Fake.
+type Options struct {
+	// Docker is the engine sandboxes run in. Nil: sandboxes are host
+	// directories and commands run on the host.
+	Docker *client.Client
+	// Image is the local image sandboxes run (default image.TestBase,
+	// "amelia-base:bookworm").
+	Image string
+	// Snapshots maps snapshot names to local images; DefaultSnapshot
+	// (used when a create names neither snapshot nor buildInfo) maps to
+	// Image unless given.
+	Snapshots map[string]string
+	// StartDelay is how long creating, starting and stopping take at least,
+	// passing through the intermediate states (default 200ms).
+	StartDelay time.Duration
+	// TokenTTL, when > 0, makes SSH access tokens expire after it instead
+	// of expiresInMinutes.
+	TokenTTL time.Duration
+	// User is the sandbox user (default "daytona", uid 1000, home
+	// /home/daytona).
+	User   string
+	Logger *slog.Logger
+}
+
+// Request is one request the fake received (API or toolbox).
+type Request struct {
+	Method, Path, RawQuery string
+	Header                 http.Header
+	Body                   []byte
+}
+
+// Stats counts what the fake did.
+type Stats struct {
+	// TokensIssued and TokensRevoked count SSH access tokens.
+	TokensIssued, TokensRevoked int
+	// Logins and RefusedLogins count gateway connections by their token.
+	Logins, RefusedLogins int
+	// Execs counts gateway execs, ToolboxExecs toolbox process/execute
+	// calls that ran a command.
+	Execs, ToolboxExecs int
+}
+
+// Fake is a running fake Daytona: API, toolbox and SSH gateway.
+type Fake struct {
+	opts    Options
+	logger  *slog.Logger
+	id      string // labels this fake's containers
+	key     string
+	org     string
+	backend backend
+
+	ctx    context.Context // cancelled when the fake stops
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background work: transitions, gateway
+
+	httpSrv  *http.Server
+	sshLn    net.Listener
+	sshCfg   *ssh.ServerConfig
+	hostKey  ssh.PublicKey
+	base     string // http://127.0.0.1:PORT
+	gateway  string // 127.0.0.1:PORT
+	mu       sync.Mutex
+	boxes    map[string]*sandbox // by id
+	order    []string            // ids in creation order
+	tokens   map[string]*token
+	requests []Request
+	stats    Stats
+	failNext []failure
+	throttle throttle
+	conns    map[*ssh.ServerConn]struct{}
+	closed   bool
+}
+
+type failure struct {
+	state  api.State
+	reason string
+}
+
+type throttle struct {
+	n          int
+	retryAfter time.Duration
+}
+
+// Start starts a fake on loopback: the HTTP API (URL) and the SSH gateway
+// (GatewayAddr). When the test ends, it stops both, kills every process
+// and removes every container and directory it made.
+func Start(t testing.TB, opts Options) *Fake {
+	t.Helper()
+	if opts.Image == "" {
+		opts.Image = image.TestBase
+	}
+	snaps := map[string]string{DefaultSnapshot: opts.Image}
+	for k, v := range opts.Snapshots {
+		snaps[k] = v
+	}
+	opts.Snapshots = snaps
+	if opts.StartDelay <= 0 {
+		opts.StartDelay = 200 * time.Millisecond
+	}
+	if opts.User == "" {
+		opts.User = "daytona"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	f := &Fake{
+		opts:   opts,
+		logger: opts.Logger,
+		id:     randomHex(8),
+		key:    "dtn_" + randomHex(24),
+		org:    newUUID(),
+		boxes:  map[string]*sandbox{},
+		tokens: map[string]*token{},
+		conns:  map[*ssh.ServerConn]struct{}{},
+	}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	if opts.Docker != nil {
+		f.backend = &dockerBackend{cli: opts.Docker, label: f.id, mu: &f.mu, logger: f.logger}
+	} else {
+		// Made before the cleanup below is registered, so removed after it
+		// (cleanups run last first), when every process is dead.
+		f.backend = &hostBackend{root: t.TempDir(), groups: map[string]map[int]struct{}{}, logger: f.logger}
+	}
+
+	if err := f.startGateway(); err != nil {
+		t.Fatalf("daytonatest: %v", err)
+	}
+	if err := f.startHTTP(); err != nil {
+		f.sshLn.Close()
+		t.Fatalf("daytonatest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := f.close(); err != nil {
+			t.Errorf("daytonatest: %v", err)
+		}
+	})
+	return f
+}
+
+// close stops the servers, cancels every transition, kills every process
+// and removes every container, then waits for the fake's goroutines.
+func (f *Fake) close() error {
+	f.mu.Lock()
+	f.closed = true
+	conns := f.conns
+	f.conns = map[*ssh.ServerConn]struct{}{}
+	f.mu.Unlock()
+	f.cancel()
+	f.sshLn.Close()
+	for c := range conns {
+		c.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = f.httpSrv.Shutdown(ctx)
+	err := f.backend.close(ctx)
+	f.wg.Wait()
+	// Containers made by transitions that ended meanwhile.
+	if err2 := f.backend.close(ctx); err == nil {
+		err = err2
+	}
+	return err
+}
+
+// URL is the API's base URL: http://127.0.0.1:PORT/api.
+func (f *Fake) URL() string { return f.base + "/api" }
+
+// APIKey is the bearer token every request needs.
+func (f *Fake) APIKey() string { return f.key }
+
+// Organization is the fake's organization id: X-Daytona-Organization-ID,
+// when a request sends it, must equal it.
+func (f *Fake) Organization() string { return f.org }
+
+// GatewayAddr is the SSH gateway's address, 127.0.0.1:PORT.
+func (f *Fake) GatewayAddr() string { return f.gateway }
+
+// HostKey is the gateway's (ed25519) host key.
+func (f *Fake) HostKey() ssh.PublicKey { return f.hostKey }
+
+// KnownHostsLine is a known_hosts line for the gateway's host key, for the
+// host "[127.0.0.1]:PORT".
+func (f *Fake) KnownHostsLine() string {
+	_, port, _ := net.SplitHostPort(f.gateway)
+	return fmt.Sprintf("[127.0.0.1]:%s %s", port, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(f.hostKey))))
+}
+
+// FailNext makes the next created sandbox end in state (api.StateError or
+// api.StateBuildFailed) with errorReason reason instead of started.
+func (f *Fake) FailNext(state api.State, reason string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failNext = append(f.failNext, failure{state: state, reason: reason})
+}
+
+// Throttle makes the next n API and toolbox requests get 429 Too Many
+// Requests, with Retry-After (whole seconds, rounded up) and the
+// X-RateLimit-* headers.
+func (f *Fake) Throttle(n int, retryAfter time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.throttle = throttle{n: n, retryAfter: retryAfter}
+}
+
+// ExpireTokens expires every SSH access token issued so far.
+func (f *Fake) ExpireTokens() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	for _, tk := range f.tokens {
+		if tk.expiresAt.After(now) {
+			tk.expiresAt = now
+		}
+	}
+}
+
+// DropConnections closes every open gateway connection from the server
+// side.
+func (f *Fake) DropConnections() {
+	f.mu.Lock()
+	conns := f.conns
+	f.conns = map[*ssh.ServerConn]struct{}{}
+	f.mu.Unlock()
+	for c := range conns {
+		c.Close()
+	}
+}
+
+// Requests returns every API and toolbox request received, in order.
+func (f *Fake) Requests() []Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]Request, len(f.requests))
+	copy(out, f.requests)
+	return out
+}
+
+// Sandbox returns a sandbox as the API would show it, by id. A deleted
+// sandbox is still found, in state destroyed.
+func (f *Fake) Sandbox(id string) (api.Sandbox, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.boxes[id]
+	if !ok {
+		return api.Sandbox{}, false
+	}
+	return s.view(), true
+}
+
+// Sandboxes returns every sandbox not destroyed, oldest first.
+func (f *Fake) Sandboxes() []api.Sandbox {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []api.Sandbox
+	for _, id := range f.order {
+		if s := f.boxes[id]; s.state != api.StateDestroyed {
+			out = append(out, s.view())
+		}
+	}
+	return out
+}
+
+// Stats returns the fake's counters.
+func (f *Fake) Stats() Stats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stats
+}
+
+// Container is the Docker container id of a sandbox ("" on the host
+// backend, or before the container exists).
+func (f *Fake) Container(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s, ok := f.boxes[id]; ok {
+		return s.container
+	}
+	return ""
+}
+
+// Home is the sandbox user's home: /home/daytona in Docker, a host
+// directory on the host backend ("" for an unknown sandbox).
+func (f *Fake) Home(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s, ok := f.boxes[id]; ok {
+		return s.home
+	}
+	return ""
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// newUUID is a random (version 4) UUID.
+func newUUID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// newHostKey generates the gateway's ed25519 host key.
+func newHostKey() (ssh.Signer, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate the gateway's host key: %w", err)
+	}
+	return ssh.NewSignerFromKey(priv)
+}
