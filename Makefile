@@ -75,7 +75,7 @@ proto-check:
 		diff -u $(PROTO_DIR)/$$f $$tmp/$$f || { echo "$(PROTO_DIR)/$$f is stale: run make proto"; exit 1; }; \
 	done
 
-## bench: our figure, the baseline's and the ratio, for each benchmark (the docker ones need the engine and the base image: make base-image)
+## bench: our figure, the baseline's and the ratio, for each benchmark (the docker and daytona ones need the engine and the base image: make base-image)
 bench: base-image
 	$(GO) test -run='^$$' -bench=ExecTrue -benchtime=500x ./plugins/local/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=3x ./plugins/local/
@@ -91,6 +91,7 @@ bench: base-image
 	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./plugins/docker/
 	$(GO) test -run='^$$' -bench='WarmExecTrue|Connect' -benchtime=30x ./plugins/ssh/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./plugins/ssh/
+	$(GO) test -run='^$$' -bench='ExecGatewayVsToolbox|EnsureRunningStarted' -benchtime=30x ./plugins/daytona/
 
 ## fuzz: fuzz the protocol decoder, the git credential parser and the egress host matcher (FUZZTIME=60s each by default)
 fuzz:

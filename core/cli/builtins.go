@@ -6,6 +6,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/buildinfo"
 	"github.com/amelia-sandbox/amelia/core/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/daytona"
 	"github.com/amelia-sandbox/amelia/plugins/docker"
 	"github.com/amelia-sandbox/amelia/plugins/local"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
@@ -14,7 +15,7 @@ import (
 
 // The providers amelia serves itself (`amelia plugin serve NAME`).
 
-func builtinNames() []string { return []string{local.Name, docker.Name, ssh.Name} }
+func builtinNames() []string { return []string{local.Name, docker.Name, ssh.Name, daytona.Name} }
 
 func builtinAliases() map[string]string { return map[string]string{local.Alias: local.Name} }
 
@@ -33,6 +34,8 @@ func (a *app) builtinProvider(name string) (sdk.Provider, bool) {
 		return a.dockerProvider(a.pluginLogger()), true
 	case ssh.Name:
 		return ssh.New(ssh.Options{Version: buildinfo.Version(), Logger: a.pluginLogger()}), true
+	case daytona.Name:
+		return daytona.New(daytona.Options{Version: buildinfo.Version(), Getenv: a.getenv, Logger: a.pluginLogger()}), true
 	}
 	return nil, false
 }

@@ -1,0 +1,242 @@
+package daytona
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/ssh/transport"
+)
+
+// box is a started sandbox this process works in: its gateway connection
+// and the access token that logs in to it, renewed before it expires.
+type box struct {
+	acct *account
+	name string
+	id   string
+	user string
+
+	homeMu sync.Mutex
+	home   string // the user's $HOME there, once prepare has asked
+
+	mu      sync.Mutex
+	access  api.SSHAccess // the current token; zero before the first
+	minutes int           // the lifetime asked for each token
+	conn    *transport.Conn
+	cancel  context.CancelFunc // stops the renewal
+}
+
+// adopt returns the box of a started sandbox, keeping the one already
+// known for that sandbox.
+func (a *account) adopt(name string, sb api.Sandbox, tokenMinutes int) *box {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if b, ok := a.boxes[name]; ok && b.id == sb.ID {
+		return b
+	} else if ok {
+		go b.shut()
+	}
+	user := sb.User
+	if user == "" {
+		user = "daytona" // Daytona's default
+	}
+	b := &box{acct: a, name: name, id: sb.ID, user: user, minutes: tokenMinutes}
+	a.boxes[name] = b
+	return b
+}
+
+// forget drops a box whose sandbox is gone.
+func (a *account) forget(b *box) {
+	a.mu.Lock()
+	if a.boxes[b.name] == b {
+		delete(a.boxes, b.name)
+	}
+	a.mu.Unlock()
+	b.shut()
+}
+
+// prepareScript makes the workspace and the worker's directory under the
+// login's home, and prints the home.
+const prepareScript = `mkdir -p -- "$HOME/workspace" "$HOME/.amelia/bin" && printf '%s' "$HOME"`
+
+// prepare makes the workspace, and learns the home it is in (Daytona's
+// snapshots put the user's in /home/daytona, but an image may not); it
+// returns the workspace.
+func (b *box) prepare(ctx context.Context) (string, error) {
+	b.homeMu.Lock()
+	defer b.homeMu.Unlock()
+	var out, errb strings.Builder
+	st, err := b.exec(ctx, shexec.Command{Tag: shexec.NewTag(), Argv: []string{"sh", "-c", prepareScript}}, sdk.ExecIO{Stdout: &out, Stderr: &errb}, time.Second)
+	home := out.String()
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("prepare the workspace in Daytona sandbox %s: %w", b.name, err)
+	case st.Code != 0:
+		return "", fmt.Errorf("prepare the workspace in Daytona sandbox %s: exit %d: %s", b.name, st.Code, strings.TrimSpace(errb.String()))
+	case !path.IsAbs(home) || strings.ContainsAny(home, "\n\x00"):
+		return "", fmt.Errorf("Daytona sandbox %s: the user's $HOME is %q, not an absolute path", b.name, home)
+	}
+	b.home = path.Clean(home)
+	return b.home + "/workspace", nil
+}
+
+// workdir is the workspace, once prepare has found it.
+func (b *box) workdir(ctx context.Context) (string, error) {
+	b.homeMu.Lock()
+	home := b.home
+	b.homeMu.Unlock()
+	if home != "" {
+		return home + "/workspace", nil
+	}
+	return b.prepare(ctx)
+}
+
+// exec runs a command through the gateway.
+func (b *box) exec(ctx context.Context, cmd shexec.Command, eio sdk.ExecIO, grace time.Duration) (sdk.ExitStatus, error) {
+	conn, err := b.connection(ctx)
+	if err != nil {
+		return sdk.ExitStatus{}, err
+	}
+	return conn.Exec(ctx, cmd, eio, grace)
+}
+
+// connection returns the gateway connection, minting the first token
+// (whose command names the gateway) when there is none yet.
+func (b *box) connection(ctx context.Context) (*transport.Conn, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.conn != nil {
+		return b.conn, nil
+	}
+	if err := b.mint(ctx); err != nil {
+		return nil, err
+	}
+	addr, err := gatewayAddr(b.access.SSHCommand)
+	if err != nil {
+		return nil, err
+	}
+	b.conn = transport.New(transport.Target{
+		Addr: addr,
+		// Names the target in messages; the login is the token.
+		User:     "sandbox-" + b.name,
+		Login:    b.login,
+		HostKeys: b.acct.hostKeys,
+	}, transport.Options{Logger: b.acct.logger})
+	rctx, cancel := context.WithCancel(context.Background())
+	b.cancel = cancel
+	go b.renew(rctx)
+	return b.conn, nil
+}
+
+// login gives the token to log in with: the current one, or a new one when
+// it is about to expire or the gateway closed the last login (stale).
+func (b *box) login(ctx context.Context, stale bool) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if stale || time.Until(b.access.ExpiresAt) < b.margin() {
+		if err := b.mint(ctx); err != nil {
+			return "", err
+		}
+	}
+	return b.access.Token, nil
+}
+
+// margin is how long before its expiry a token is replaced: a quarter of
+// its life, at most five minutes. b.mu is held.
+func (b *box) margin() time.Duration {
+	life := b.access.ExpiresAt.Sub(b.access.CreatedAt)
+	if life <= 0 {
+		life = time.Duration(b.minutes) * time.Minute
+	}
+	return min(life/4, 5*time.Minute)
+}
+
+// mint replaces the token with a new one and revokes the old one, which
+// no new login needs (connections made with it stay up). b.mu is held.
+func (b *box) mint(ctx context.Context) error {
+	a, err := b.acct.api.CreateSSHAccess(ctx, b.id, b.minutes)
+	if err != nil {
+		return fmt.Errorf("get an SSH gateway token for Daytona sandbox %s (%s): %w", b.name, b.id, err)
+	}
+	if a.Token == "" {
+		return sdk.Errorf(sdk.ErrUnavailable, "Daytona gave an empty SSH gateway token for sandbox %s (%s)", b.name, b.id)
+	}
+	old := b.access.Token
+	b.access = a
+	if old != "" {
+		go b.revoke(old)
+	}
+	return nil
+}
+
+// revoke revokes a token, logging (never the token) when it cannot.
+func (b *box) revoke(token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.acct.api.RevokeSSHAccess(ctx, b.id, token); err != nil {
+		b.acct.logger.Debug("revoke an SSH gateway token", "sandbox", b.name, "error", err)
+	}
+}
+
+// renew replaces the token a margin before it expires, for as long as the
+// box is in use, so a new gateway connection (more sessions, or after a
+// drop) never waits for one mid-run.
+func (b *box) renew(ctx context.Context) {
+	for {
+		b.mu.Lock()
+		due := time.Until(b.access.ExpiresAt) - b.margin()
+		b.mu.Unlock()
+		t := time.NewTimer(max(due, time.Second/10))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		if time.Until(b.access.ExpiresAt) < b.margin() {
+			if err := b.mint(ctx); err != nil && ctx.Err() == nil {
+				b.acct.logger.Warn("renew the SSH gateway token (the next login tries again)", "sandbox", b.name, "error", err)
+			}
+		}
+		b.mu.Unlock()
+	}
+}
+
+// close ends the box: its connection and renewal stop, and its token is
+// revoked (all of the sandbox's tokens, unless it is only stopped, when
+// other amelias may still use theirs).
+func (b *box) close(ctx context.Context, onlyOurs bool) {
+	b.mu.Lock()
+	token := b.access.Token
+	b.mu.Unlock()
+	b.shut()
+	if !onlyOurs {
+		token = ""
+	} else if token == "" {
+		return
+	}
+	if err := b.acct.api.RevokeSSHAccess(ctx, b.id, token); err != nil {
+		b.acct.logger.Debug("revoke the SSH gateway token", "sandbox", b.name, "error", err)
+	}
+}
+
+// shut closes the connection and stops the renewal.
+func (b *box) shut() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cancel != nil {
+		b.cancel()
+		b.cancel = nil
+	}
+	if b.conn != nil {
+		b.conn.Close()
+		b.conn = nil
+	}
+}

@@ -1,0 +1,18 @@
+// Command amelia-provider-daytona is the Daytona provider as a plugin binary of its
+// own; amelia serves the same provider itself (`amelia plugin serve daytona`),
+// so this is only needed to ship it separately.
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/amelia-sandbox/amelia/core/buildinfo"
+	"github.com/amelia-sandbox/amelia/plugins/daytona"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+func main() {
+	logger := sdk.NewLogger(os.Stderr, slog.LevelDebug)
+	sdk.Serve(daytona.New(daytona.Options{Version: buildinfo.Version(), Logger: logger}), sdk.WithLogger(logger))
+}
