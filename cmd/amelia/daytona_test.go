@@ -51,6 +51,10 @@ func TestRunOnDaytona(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("amelia run: exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)
 	}
+	// The sandbox's creation, as it went.
+	if !strings.Contains(r.stderr, "amelia: Daytona sandbox e2e: creating\n") || !strings.Contains(r.stderr, "amelia: Daytona sandbox e2e: started\n") {
+		t.Errorf("no live phase of the sandbox's creation on stderr:\n%s", r.stderr)
+	}
 	if got := h.git(t, "show", "amelia/cloud:cloud.txt"); got != "written in the cloud" {
 		t.Errorf("cloud.txt on the branch: %q", got)
 	}

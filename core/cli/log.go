@@ -7,11 +7,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // newLogger is the CLI's logger on stderr: warnings and errors as short
-// "amelia: warning: ..." lines, or with --debug everything, plugins' logs
-// included, as slog text records.
+// "amelia: warning: ..." lines, and providers' progress (sdk.Progress) as
+// "amelia: ..." lines; or with --debug everything, plugins' logs included,
+// as slog text records.
 func newLogger(w io.Writer, debug bool) *slog.Logger {
 	if debug {
 		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -19,7 +22,8 @@ func newLogger(w io.Writer, debug bool) *slog.Logger {
 	return slog.New(&briefHandler{w: w, mu: &sync.Mutex{}})
 }
 
-// briefHandler writes records at warning level and above as one line each.
+// briefHandler writes records at warning level and above as one line
+// each, and Info records marked as progress as their message alone.
 type briefHandler struct {
 	w     io.Writer
 	mu    *sync.Mutex
@@ -27,11 +31,35 @@ type briefHandler struct {
 	group string
 }
 
-func (h *briefHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *briefHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+// progress reports whether r is marked with sdk.ProgressKey.
+func progress(r slog.Record) bool {
+	marked := false
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == sdk.ProgressKey {
+			v := a.Value.Resolve()
+			marked = v.Kind() == slog.KindBool && v.Bool()
+			return false
+		}
+		return true
+	})
+	return marked
+}
 
 func (h *briefHandler) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
 	b.WriteString("amelia: ")
+	if r.Level < slog.LevelWarn {
+		if !progress(r) {
+			return nil
+		}
+		b.WriteString(r.Message + "\n")
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		_, err := io.WriteString(h.w, b.String())
+		return err
+	}
 	if r.Level >= slog.LevelError {
 		b.WriteString("error: ")
 	} else {

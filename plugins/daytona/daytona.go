@@ -253,10 +253,12 @@ func (p *Provider) waitStarted(ctx context.Context, r resolved, name string, sb 
 	started := false
 	wait := 50 * time.Millisecond
 	for {
-		if sb.State != last {
-			p.opts.Logger.Info("Daytona sandbox "+string(sb.State), "sandbox", name, "id", sb.ID)
-			last = sb.State
+		if sb.State != last && (last != "" || sb.State != api.StateStarted) {
+			// What the user waits for, as it happens: creating…
+			// pulling_snapshot… started.
+			sdk.Progress(p.opts.Logger, fmt.Sprintf("Daytona sandbox %s: %s", name, sb.State), "id", sb.ID)
 		}
+		last = sb.State
 		switch st := sb.State; {
 		case st == api.StateStarted:
 			return sb, nil

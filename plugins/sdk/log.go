@@ -12,6 +12,18 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
+// ProgressKey is the attribute that marks a log record as progress the
+// user should see while they wait (a sandbox being created, an image
+// being pulled): the amelia CLI shows such Info records even when it shows
+// no other logs.
+const ProgressKey = "amelia.progress"
+
+// Progress logs msg at Info as progress the user sees, with args as the
+// record's other attributes.
+func Progress(l *slog.Logger, msg string, args ...any) {
+	l.Info(msg, append([]any{ProgressKey, true}, args...)...)
+}
+
 // NewLogger returns the logger a plugin process should use: JSON lines on w
 // (the plugin's stderr) in the shape go-plugin parses, so each record reaches
 // the host's log with its level, message and attributes.
