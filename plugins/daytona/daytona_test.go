@@ -310,6 +310,26 @@ func TestAPIErrors(t *testing.T) {
 	if !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), "daytona POST /api/sandbox: 400 Bad Request: ") || !strings.Contains(err.Error(), "no-such-snapshot") {
 		t.Errorf("unknown snapshot: %v", err)
 	}
+	var withOrg map[string]any
+	json.Unmarshal(cfg, &withOrg)
+	withOrg["snapshot"] = daytonatest.DefaultSnapshot
+	withOrg["organization_id"] = "00000000-0000-0000-0000-000000000000"
+	other, _ := json.Marshal(withOrg)
+	_, err = newProvider(t).EnsureRunning(t.Context(), spec("errors", other, sdk.NetworkOpen))
+	if !errors.Is(err, sdk.ErrPermission) || !strings.Contains(err.Error(), "403 Forbidden") {
+		t.Errorf("another organization: %v", err)
+	}
+	withOrg["organization_id"] = f.Organization()
+	ours, _ := json.Marshal(withOrg)
+	before := len(f.Requests())
+	if _, err := newProvider(t).EnsureRunning(t.Context(), spec("errors", ours, sdk.NetworkOpen)); err != nil {
+		t.Errorf("the key's own organization: %v", err)
+	}
+	for _, r := range f.Requests()[before:] {
+		if got := r.Header.Get("X-Daytona-Organization-ID"); got != f.Organization() {
+			t.Errorf("%s %s: organization header %q, want %q", r.Method, r.Path, got, f.Organization())
+		}
+	}
 	t.Setenv(keyEnv, "wrong-key")
 	_, err = newProvider(t).EnsureRunning(t.Context(), spec("errors", cfg, sdk.NetworkOpen))
 	if !errors.Is(err, sdk.ErrPermission) || !strings.Contains(err.Error(), "401 Unauthorized") {
