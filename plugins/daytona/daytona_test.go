@@ -384,3 +384,27 @@ func TestTeardown(t *testing.T) {
 		t.Errorf("second teardown: %v", err)
 	}
 }
+
+// A sandbox of the profile's name that is not Amelia's is refused and left
+// alone.
+func TestForeignSandboxOfTheSameName(t *testing.T) {
+	f, cfg := start(t, daytonatest.Options{}, nil)
+	client, err := api.New(api.Options{BaseURL: f.URL(), APIKey: f.APIKey()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := client.CreateSandbox(t.Context(), api.CreateSandbox{Name: "taken", Labels: map[string]string{"owner": "someone"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = newProvider(t).EnsureRunning(t.Context(), spec("taken", cfg, sdk.NetworkOpen))
+	if !errors.Is(err, sdk.ErrConflict) || !strings.Contains(err.Error(), "a Daytona sandbox named taken ("+foreign.ID+") exists and is not Amelia's") {
+		t.Fatalf("EnsureRunning over a foreign sandbox: %v", err)
+	}
+	if got, _ := f.Sandbox(foreign.ID); got.State == api.StateDestroyed || got.State == api.StateDestroying || got.Labels["owner"] != "someone" {
+		t.Errorf("the foreign sandbox was touched: %+v", got)
+	}
+	if len(f.Sandboxes()) != 1 {
+		t.Errorf("%d sandboxes, want the foreign one alone", len(f.Sandboxes()))
+	}
+}
