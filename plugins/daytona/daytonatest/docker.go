@@ -71,6 +71,10 @@ func (d *dockerBackend) create(ctx context.Context, s *sandbox) error {
 	if s.networkBlockAll {
 		host.NetworkMode = "none"
 	}
+	// Not cut short by the fake's closing: an engine finishes a create
+	// whose client went away, and the container would outlive the sweep.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
+	defer cancel()
 	res, err := d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: containerName(s.id),
 		Config: &container.Config{
