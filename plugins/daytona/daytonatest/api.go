@@ -40,12 +40,12 @@ func (f *Fake) startHTTP() error {
 	mux.HandleFunc("GET /api/sandbox", f.listSandboxes)
 	mux.HandleFunc("POST /api/sandbox", f.createSandbox)
 	mux.HandleFunc("GET /api/sandbox/ssh-access/validate", f.validateSSHAccess)
-	mux.HandleFunc("GET /api/sandbox/{id}", f.getSandbox)
-	mux.HandleFunc("DELETE /api/sandbox/{id}", f.deleteSandbox)
-	mux.HandleFunc("POST /api/sandbox/{id}/start", f.startSandbox)
-	mux.HandleFunc("POST /api/sandbox/{id}/stop", f.stopSandbox)
-	mux.HandleFunc("POST /api/sandbox/{id}/ssh-access", f.createSSHAccess)
-	mux.HandleFunc("DELETE /api/sandbox/{id}/ssh-access", f.revokeSSHAccess)
+	mux.HandleFunc("GET /api/sandbox/{id}", f.onSandbox(f.getSandbox))
+	mux.HandleFunc("DELETE /api/sandbox/{id}", f.onSandbox(f.deleteSandbox))
+	mux.HandleFunc("POST /api/sandbox/{id}/start", f.onSandbox(f.startSandbox))
+	mux.HandleFunc("POST /api/sandbox/{id}/stop", f.onSandbox(f.stopSandbox))
+	mux.HandleFunc("POST /api/sandbox/{id}/ssh-access", f.onSandbox(f.createSSHAccess))
+	mux.HandleFunc("DELETE /api/sandbox/{id}/ssh-access", f.onSandbox(f.revokeSSHAccess))
 	mux.HandleFunc("POST /toolbox/{id}/process/execute", f.execute)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("Cannot %s %s", r.Method, r.URL.Path))
@@ -139,6 +139,41 @@ func (f *Fake) lookupLocked(idOrName string) *sandbox {
 
 func notFound(w http.ResponseWriter, idOrName string) {
 	writeError(w, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", idOrName))
+}
+
+// answer is what a sandbox handler answers: a body with a 2xx status, or
+// an error message with a 4xx one.
+type answer struct {
+	status int
+	body   any
+}
+
+func refusal(status int, format string, args ...any) answer {
+	return answer{status, fmt.Sprintf(format, args...)}
+}
+
+// onSandbox serves a request about the sandbox the path's {id} names (an
+// id or a name; 404 when there is none): h runs with f.mu held, and its
+// answer is written once the lock is released.
+func (f *Fake) onSandbox(h func(r *http.Request, s *sandbox) answer) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		f.mu.Lock()
+		s := f.lookupLocked(id)
+		var a answer
+		if s != nil {
+			a = h(r, s)
+		}
+		f.mu.Unlock()
+		switch {
+		case s == nil:
+			notFound(w, id)
+		case a.status >= 400:
+			writeError(w, a.status, a.body.(string))
+		default:
+			writeJSON(w, a.status, a.body)
+		}
+	}
 }
 
 // listSandboxes answers GET /sandbox: the live sandboxes carrying every
@@ -365,87 +400,47 @@ func parseDockerfile(content string) (string, bool) {
 	return fields[1], true
 }
 
-func (f *Fake) getSandbox(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	f.mu.Lock()
-	s := f.lookupLocked(id)
-	var sb api.Sandbox
-	if s != nil {
-		sb = s.view()
-	}
-	f.mu.Unlock()
-	if s == nil {
-		notFound(w, id)
-		return
-	}
-	writeJSON(w, http.StatusOK, sb)
+func (f *Fake) getSandbox(_ *http.Request, s *sandbox) answer {
+	return answer{http.StatusOK, s.view()}
 }
 
 // startSandbox starts a stopped sandbox: starting → started. A sandbox
 // started, or on its way there, is answered as it is.
-func (f *Fake) startSandbox(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := f.lookupLocked(id)
-	if s == nil {
-		notFound(w, id)
-		return
-	}
+func (f *Fake) startSandbox(_ *http.Request, s *sandbox) answer {
 	switch s.state {
 	case api.StateStopped:
 		s.desired = "started"
 		f.transition(s, f.startSteps(), api.StateStarted, "")
 	case api.StateError, api.StateBuildFailed:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("Sandbox %s is in state %s and cannot be started: %s", s.id, s.state, s.errorReason))
-		return
+		return refusal(http.StatusBadRequest, "Sandbox %s is in state %s and cannot be started: %s", s.id, s.state, s.errorReason)
 	case api.StateStopping, api.StateDestroying:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("Sandbox %s is %s: a state change is in progress", s.id, s.state))
-		return
+		return refusal(http.StatusBadRequest, "Sandbox %s is %s: a state change is in progress", s.id, s.state)
 	}
-	writeJSON(w, http.StatusOK, s.view())
+	return answer{http.StatusOK, s.view()}
 }
 
 // stopSandbox stops a started sandbox: stopping → stopped. A sandbox
 // stopped, or stopping, is answered as it is.
-func (f *Fake) stopSandbox(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := f.lookupLocked(id)
-	if s == nil {
-		notFound(w, id)
-		return
-	}
+func (f *Fake) stopSandbox(_ *http.Request, s *sandbox) answer {
 	switch s.state {
 	case api.StateStarted:
 		s.desired = "stopped"
 		f.transition(s, f.stopSteps(), api.StateStopped, "")
 	case api.StateStopped, api.StateStopping:
 	case api.StateError, api.StateBuildFailed:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("Sandbox %s is in state %s and cannot be stopped: %s", s.id, s.state, s.errorReason))
-		return
+		return refusal(http.StatusBadRequest, "Sandbox %s is in state %s and cannot be stopped: %s", s.id, s.state, s.errorReason)
 	default:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("Sandbox %s is %s: a state change is in progress", s.id, s.state))
-		return
+		return refusal(http.StatusBadRequest, "Sandbox %s is %s: a state change is in progress", s.id, s.state)
 	}
-	writeJSON(w, http.StatusOK, s.view())
+	return answer{http.StatusOK, s.view()}
 }
 
 // deleteSandbox destroys a sandbox in any state: destroying → destroyed
 // (then GET answers 404).
-func (f *Fake) deleteSandbox(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := f.lookupLocked(id)
-	if s == nil {
-		notFound(w, id)
-		return
-	}
+func (f *Fake) deleteSandbox(_ *http.Request, s *sandbox) answer {
 	if s.state != api.StateDestroying {
 		s.desired = "destroyed"
 		f.transition(s, f.destroySteps(s.op), api.StateDestroyed, "")
 	}
-	writeJSON(w, http.StatusOK, s.view())
+	return answer{http.StatusOK, s.view()}
 }

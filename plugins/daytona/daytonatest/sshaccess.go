@@ -44,34 +44,24 @@ func (f *Fake) checkTokenLocked(value string, started bool) (*sandbox, string) {
 
 // createSSHAccess answers POST /sandbox/{id}/ssh-access?expiresInMinutes=N
 // (default 60; Options.TokenTTL instead when set).
-func (f *Fake) createSSHAccess(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+func (f *Fake) createSSHAccess(r *http.Request, s *sandbox) answer {
 	ttl := 60 * time.Minute
 	if v := r.URL.Query().Get("expiresInMinutes"); v != "" {
 		n, err := strconv.ParseFloat(v, 64)
 		if err != nil || math.IsNaN(n) || n <= 0 {
-			writeError(w, http.StatusBadRequest, "expiresInMinutes must be a positive number")
-			return
+			return refusal(http.StatusBadRequest, "expiresInMinutes must be a positive number")
 		}
 		ttl = time.Duration(n * float64(time.Minute))
 	}
 	if f.opts.TokenTTL > 0 {
 		ttl = f.opts.TokenTTL
 	}
-	f.mu.Lock()
-	s := f.lookupLocked(id)
-	if s == nil {
-		f.mu.Unlock()
-		notFound(w, id)
-		return
-	}
 	now := time.Now()
 	tk := &token{id: newUUID(), value: randomHex(24), sandboxID: s.id, createdAt: now, expiresAt: now.Add(ttl)}
 	f.tokens[tk.value] = tk
 	f.stats.TokensIssued++
-	f.mu.Unlock()
 	_, port, _ := net.SplitHostPort(f.gateway)
-	writeJSON(w, http.StatusOK, api.SSHAccess{
+	return answer{http.StatusOK, api.SSHAccess{
 		ID:         tk.id,
 		SandboxID:  tk.sandboxID,
 		Token:      tk.value,
@@ -79,28 +69,20 @@ func (f *Fake) createSSHAccess(w http.ResponseWriter, r *http.Request) {
 		CreatedAt:  tk.createdAt.UTC(),
 		UpdatedAt:  tk.createdAt.UTC(),
 		SSHCommand: fmt.Sprintf("ssh -p %s %s@127.0.0.1", port, tk.value),
-	})
+	}}
 }
 
 // revokeSSHAccess answers DELETE /sandbox/{id}/ssh-access?token=T: it
 // revokes T, or every token of the sandbox without one.
-func (f *Fake) revokeSSHAccess(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+func (f *Fake) revokeSSHAccess(r *http.Request, s *sandbox) answer {
 	value := r.URL.Query().Get("token")
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := f.lookupLocked(id)
-	if s == nil {
-		notFound(w, id)
-		return
-	}
 	for _, tk := range f.tokens {
 		if tk.sandboxID == s.id && !tk.revoked && (value == "" || tk.value == value) {
 			tk.revoked = true
 			f.stats.TokensRevoked++
 		}
 	}
-	writeJSON(w, http.StatusOK, s.view())
+	return answer{http.StatusOK, s.view()}
 }
 
 // validateSSHAccess answers GET /sandbox/ssh-access/validate?token=T.
