@@ -175,12 +175,13 @@ func (b *box) mint(ctx context.Context) error {
 	return nil
 }
 
-// revoke revokes a token, logging (never the token) when it cannot.
+// revoke revokes a token, or all of the sandbox's when token is empty,
+// logging (never the token) when it cannot.
 func (b *box) revoke(token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := b.acct.api.RevokeSSHAccess(ctx, b.id, token); err != nil {
-		b.acct.logger.Debug("revoke an SSH gateway token", "sandbox", b.name, "error", err)
+		b.acct.logger.Debug("revoke SSH gateway tokens", "sandbox", b.name, "error", err)
 	}
 }
 
@@ -212,18 +213,16 @@ func (b *box) renew(ctx context.Context) {
 // close ends the box: its connection and renewal stop, and its token is
 // revoked (all of the sandbox's tokens, unless it is only stopped, when
 // other amelias may still use theirs).
-func (b *box) close(ctx context.Context, onlyOurs bool) {
+func (b *box) close(onlyOurs bool) {
 	b.mu.Lock()
 	token := b.access.Token
 	b.mu.Unlock()
 	b.shut()
-	if !onlyOurs {
-		token = ""
-	} else if token == "" {
-		return
-	}
-	if err := b.acct.api.RevokeSSHAccess(ctx, b.id, token); err != nil {
-		b.acct.logger.Debug("revoke the SSH gateway token", "sandbox", b.name, "error", err)
+	switch {
+	case !onlyOurs:
+		b.revoke("")
+	case token != "":
+		b.revoke(token)
 	}
 }
 

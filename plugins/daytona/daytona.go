@@ -155,7 +155,7 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 	}
 	sb, err = p.waitStarted(ctx, r, spec.Name, sb)
 	if err != nil {
-		if created && errors.Is(err, errFailed) {
+		if created && sb.State.Failed() {
 			// Nothing of the user's is in it: leave nothing behind.
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 			defer cancel()
@@ -240,9 +240,6 @@ func (s Settings) createRequest(spec sdk.Spec, block bool) api.CreateSandbox {
 	return req
 }
 
-// errFailed marks a sandbox that ended in error or build_failed.
-var errFailed = errors.New("the sandbox failed")
-
 // waitStarted starts the sandbox when it is stopped and waits, within the
 // settings' start timeout, until it is started, logging each state it
 // passes through.
@@ -272,10 +269,10 @@ func (p *Provider) waitStarted(ctx context.Context, r resolved, name string, sb 
 			if st == api.StateBuildFailed {
 				kind, what = sdk.ErrInvalid, "could not be built"
 			}
-			return sb, fmt.Errorf("%w: %w", errFailed, sdk.Errorf(kind, "Daytona sandbox %s (%s) %s (state %s): %s", name, sb.ID, what, st, reason))
-		case st == api.StateDestroyed || st == api.StateDestroying:
+			return sb, sdk.Errorf(kind, "Daytona sandbox %s (%s) %s (state %s): %s", name, sb.ID, what, st, reason)
+		case st.Gone():
 			return sb, sdk.Errorf(sdk.ErrNotFound, "Daytona sandbox %s (%s) is being deleted: try again once it is gone", name, sb.ID)
-		case (st == api.StateStopped || st == api.StateArchived || st == api.StatePaused) && !started:
+		case st.Stopped() && !started:
 			s, err := r.acct.api.StartSandbox(ctx, sb.ID)
 			if err != nil {
 				return sb, fmt.Errorf("start Daytona sandbox %s (%s): %w", name, sb.ID, err)
@@ -284,17 +281,11 @@ func (p *Provider) waitStarted(ctx context.Context, r resolved, name string, sb 
 			sb = s
 			continue
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return sb, sdk.Errorf(sdk.ErrTimeout, "Daytona sandbox %s (%s) is still %s after %v: it may yet start (the next run reuses it); raise daytona.start_timeout for slow builds", name, sb.ID, sb.State, r.timeout)
-			}
-			return sb, ctx.Err()
-		case <-t.C:
+		if err := pause(ctx, &wait, p.opts.PollInterval); errors.Is(err, context.DeadlineExceeded) {
+			return sb, sdk.Errorf(sdk.ErrTimeout, "Daytona sandbox %s (%s) is still %s after %v: it may yet start (the next run reuses it); raise daytona.start_timeout for slow builds", name, sb.ID, sb.State, r.timeout)
+		} else if err != nil {
+			return sb, err
 		}
-		wait = min(wait*2, p.opts.PollInterval)
 		s, err := r.acct.api.GetSandbox(ctx, sb.ID)
 		if err != nil {
 			if errors.Is(err, sdk.ErrNotFound) {
@@ -302,7 +293,7 @@ func (p *Provider) waitStarted(ctx context.Context, r resolved, name string, sb 
 			}
 			return sb, fmt.Errorf("wait for Daytona sandbox %s (%s) to start: %w", name, sb.ID, err)
 		}
-		if s.State == api.StateStopped && last == api.StateStopping {
+		if s.State.Stopped() && last == api.StateStopping {
 			started = false // stopped after all: start it now
 		}
 		sb = s
@@ -315,7 +306,7 @@ func (p *Provider) waitStarted(ctx context.Context, r resolved, name string, sb 
 func (a *account) lookup(ctx context.Context, name, id string) (api.Sandbox, error) {
 	if id != "" {
 		sb, err := a.api.GetSandbox(ctx, id)
-		if err == nil && sb.Labels[LabelSandbox] == name && sb.State != api.StateDestroyed && sb.State != api.StateDestroying {
+		if err == nil && sb.Labels[LabelSandbox] == name && !sb.State.Gone() {
 			return sb, nil
 		}
 		if err != nil && !errors.Is(err, sdk.ErrNotFound) {
@@ -328,7 +319,7 @@ func (a *account) lookup(ctx context.Context, name, id string) (api.Sandbox, err
 	}
 	var pick *api.Sandbox
 	for i, sb := range all {
-		if sb.Labels[LabelSandbox] != name || sb.State == api.StateDestroyed || sb.State == api.StateDestroying {
+		if sb.Labels[LabelSandbox] != name || sb.State.Gone() {
 			continue
 		}
 		if pick == nil || sb.State == api.StateStarted && pick.State != api.StateStarted {
@@ -438,7 +429,7 @@ func (p *Provider) Teardown(ctx context.Context, ref sdk.SandboxRef) error {
 	delete(r.acct.boxes, ref.Name)
 	r.acct.mu.Unlock()
 	if b != nil {
-		b.close(ctx, r.set.OnTeardown == TeardownStop)
+		b.close(r.set.OnTeardown == TeardownStop)
 	}
 	for _, sb := range all {
 		if sb.Labels[LabelSandbox] != ref.Name {
@@ -460,7 +451,7 @@ func (p *Provider) remove(ctx context.Context, a *account, name string, sb api.S
 	}
 	var err error
 	switch {
-	case stop && (sb.State == api.StateStopped || sb.State == api.StateArchived):
+	case stop && sb.State.Stopped():
 		return nil
 	case stop:
 		_, err = a.api.StopSandbox(ctx, sb.ID)
@@ -480,7 +471,7 @@ func (p *Provider) remove(ctx context.Context, a *account, name string, sb api.S
 		case errors.Is(err, sdk.ErrNotFound) || err == nil && s.State == api.StateDestroyed:
 			p.opts.Logger.Info("removed Daytona sandbox", "sandbox", name, "id", sb.ID)
 			return nil
-		case err == nil && stop && s.State == api.StateStopped:
+		case err == nil && stop && s.State.Stopped():
 			p.opts.Logger.Info("stopped Daytona sandbox", "sandbox", name, "id", sb.ID)
 			return nil
 		case err == nil && s.State.Failed() && !sb.State.Failed():
@@ -488,15 +479,24 @@ func (p *Provider) remove(ctx context.Context, a *account, name string, sb api.S
 		case err != nil:
 			return fmt.Errorf("wait for Daytona sandbox %s (%s) to go: %w", name, sb.ID, err)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("wait for Daytona sandbox %s (%s) to go (still %s): %w", name, sb.ID, s.State, ctx.Err())
-		case <-t.C:
+		if err := pause(ctx, &wait, p.opts.PollInterval); err != nil {
+			return fmt.Errorf("wait for Daytona sandbox %s (%s) to go (still %s): %w", name, sb.ID, s.State, err)
 		}
-		wait = min(wait*2, p.opts.PollInterval)
 	}
+}
+
+// pause waits *wait, or until ctx ends, then doubles *wait up to most: the
+// pace of polling a sandbox that is changing state.
+func pause(ctx context.Context, wait *time.Duration, most time.Duration) error {
+	t := time.NewTimer(*wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	*wait = min(*wait*2, most)
+	return nil
 }
 
 func (p *Provider) HealthCheck(ctx context.Context, ref sdk.SandboxRef) (sdk.Health, error) {
@@ -511,7 +511,7 @@ func (p *Provider) HealthCheck(ctx context.Context, ref sdk.SandboxRef) (sdk.Hea
 		return sdk.Health{}, err
 	}
 	switch {
-	case sb.State == api.StateStopped || sb.State == api.StateArchived || sb.State == api.StatePaused:
+	case sb.State.Stopped():
 		return sdk.Health{State: sdk.HealthStopped, Message: "Daytona sandbox " + sb.ID + " is " + string(sb.State)}, nil
 	case sb.State.Failed():
 		return sdk.Health{State: sdk.HealthUnhealthy, Message: fmt.Sprintf("Daytona sandbox %s is in state %s: %s", sb.ID, sb.State, sb.ErrorReason)}, nil
@@ -538,14 +538,14 @@ func (p *Provider) List(ctx context.Context, req sdk.ListRequest) ([]sdk.Listed,
 	var found []sdk.Listed
 	for _, sb := range all {
 		name := sb.Labels[LabelSandbox]
-		if !sdk.ValidName(name) || sb.State == api.StateDestroyed || sb.State == api.StateDestroying {
+		if !sdk.ValidName(name) || sb.State.Gone() {
 			continue
 		}
 		state := sdk.HealthUnhealthy
-		switch sb.State {
-		case api.StateStarted:
+		switch {
+		case sb.State == api.StateStarted:
 			state = sdk.HealthReady
-		case api.StateStopped, api.StateArchived, api.StatePaused:
+		case sb.State.Stopped():
 			state = sdk.HealthStopped
 		}
 		created, _ := time.Parse(time.RFC3339, sb.CreatedAt)

@@ -40,6 +40,13 @@ const (
 // Failed reports whether the sandbox cannot start without help.
 func (s State) Failed() bool { return s == StateError || s == StateBuildFailed }
 
+// Stopped reports whether the sandbox is at rest and starts again on
+// POST /sandbox/{id}/start (stopped, archived or paused).
+func (s State) Stopped() bool { return s == StateStopped || s == StateArchived || s == StatePaused }
+
+// Gone reports whether the sandbox is deleted or being deleted.
+func (s State) Gone() bool { return s == StateDestroyed || s == StateDestroying }
+
 // Sandbox is the API's Sandbox (and, with fewer fields filled,
 // SandboxListItem).
 type Sandbox struct {
