@@ -385,7 +385,7 @@ func (p *Provider) List(_ context.Context, req sdk.ListRequest) ([]sdk.Listed, e
 		}
 		sb := sandbox{name: e.Name(), dir: filepath.Join(root, e.Name())}
 		m, err := sb.readMarker()
-		if err != nil || !hasLabels(m.Labels, req.Labels) {
+		if err != nil || !req.Matches(m.Labels) {
 			continue // not a sandbox, or not one asked for
 		}
 		state := sdk.HealthReady
@@ -400,16 +400,6 @@ func (p *Provider) List(_ context.Context, req sdk.ListRequest) ([]sdk.Listed, e
 		})
 	}
 	return out, nil
-}
-
-// hasLabels reports whether have carries every label of want.
-func hasLabels(have, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := have[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 // Close kills every exec still running; the SDK calls it when the plugin

@@ -94,6 +94,17 @@ type ListRequest struct {
 	Labels map[string]string
 }
 
+// Matches reports whether labels carry every label of r.Labels, as a
+// listed sandbox must.
+func (r ListRequest) Matches(labels map[string]string) bool {
+	for k, v := range r.Labels {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
 // Listed is one sandbox found by List.
 type Listed struct {
 	// Ref reaches the sandbox: with it, the host can Exec in it, check it

@@ -343,7 +343,7 @@ func (p *Provider) List(ctx context.Context, req sdk.ListRequest) ([]sdk.Listed,
 			continue
 		}
 		var m marker
-		if json.Unmarshal([]byte(f[2]), &m) != nil || !hasLabels(m.Labels, req.Labels) {
+		if json.Unmarshal([]byte(f[2]), &m) != nil || !req.Matches(m.Labels) {
 			continue
 		}
 		state := sdk.HealthReady
@@ -353,16 +353,6 @@ func (p *Provider) List(ctx context.Context, req sdk.ListRequest) ([]sdk.Listed,
 		found = append(found, sdk.Listed{Ref: sdk.SandboxRef{Name: f[0], ID: m.ID, Config: req.Config}, Labels: m.Labels, State: state, Created: m.Created})
 	}
 	return found, nil
-}
-
-// hasLabels reports whether have carries every label of want.
-func hasLabels(have, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := have[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 // egressScript lets the login user's traffic out over loopback only: an
