@@ -376,7 +376,7 @@ func (h *Host) serveStream(s *yamux.Stream) {
 		return
 	}
 	defer c.Close()
-	pipe(c, s)
+	Pipe(c, s)
 }
 
 // checkTarget accepts only a loopback IP and port: the host end never pipes

@@ -139,15 +139,15 @@ func forward(session *yamux.Session, c net.Conn, logger *slog.Logger) {
 		case <-done:
 		}
 	}()
-	pipe(c, s)
+	Pipe(c, s)
 }
 
-// pipe copies bytes between a and b in both directions until both
+// Pipe copies bytes between a and b in both directions until both
 // directions are done. When one side stops sending, the other side's write
 // half is closed (a yamux stream's Close is such a half-close), so
 // request/response exchanges that rely on EOF work through the tunnel. An
 // error in either direction closes both sides, which ends the other.
-func pipe(a, b io.ReadWriteCloser) {
+func Pipe(a, b io.ReadWriteCloser) {
 	done := make(chan struct{}, 2)
 	copyHalf := func(dst, src io.ReadWriteCloser) {
 		if _, err := io.Copy(dst, src); err != nil {

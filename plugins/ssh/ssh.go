@@ -18,7 +18,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -27,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/core/tunnel"
 	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/shexec"
@@ -434,21 +434,7 @@ func pipe(ctx context.Context, c net.Conn, target string) {
 	defer d.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close(); d.Close() })
 	defer stop()
-	done := make(chan struct{}, 2)
-	go func() { io.Copy(d, c); closeWrite(d); done <- struct{}{} }()
-	go func() { io.Copy(c, d); closeWrite(c); done <- struct{}{} }()
-	<-done
-	<-done
-}
-
-// closeWrite half-closes a connection that can, and closes one that
-// cannot.
-func closeWrite(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-		return
-	}
-	c.Close()
+	tunnel.Pipe(c, d)
 }
 
 // Close closes the connections; the SDK calls it when the plugin stops.
