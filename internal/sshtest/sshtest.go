@@ -29,6 +29,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/amelia-sandbox/amelia/plugins/shexec"
 )
 
 // RequireEnv makes a missing sshd a test failure when set.
@@ -133,6 +135,11 @@ func Start(t testing.TB, opts Options) *Server {
 		"StrictModes no",
 		"PidFile none",
 		"LogLevel VERBOSE",
+		// bash, as the login shell of a command sshd runs, reads ~/.bashrc
+		// unless SHLVL says it is nested: the tests' logins must not
+		// depend on (or print what is printed by) the rc files of the
+		// user running them. Noise from rc files is shexec's own test.
+		"SetEnv SHLVL=1",
 	}
 	if opts.MaxSessions > 0 {
 		lines = append(lines, fmt.Sprintf("MaxSessions %d", opts.MaxSessions))
@@ -311,7 +318,7 @@ func StartAgent(t testing.TB, keyPath, passphrase string) *Agent {
 		t.Fatalf("ssh-agent said %q: %v", line, err)
 	}
 	askpass := filepath.Join(t.TempDir(), "askpass")
-	if err := os.WriteFile(askpass, []byte("#!/bin/sh\necho "+shellQuote(passphrase)+"\n"), 0o700); err != nil {
+	if err := os.WriteFile(askpass, []byte("#!/bin/sh\necho "+shexec.Quote(passphrase)+"\n"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -324,8 +331,6 @@ func StartAgent(t testing.TB, keyPath, passphrase string) *Agent {
 	}
 	return &Agent{Socket: sock}
 }
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 type syncBuffer struct {
 	mu sync.Mutex
