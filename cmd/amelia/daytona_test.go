@@ -61,12 +61,7 @@ func TestRunOnDaytona(t *testing.T) {
 	if !strings.Contains(r.stdout, `{"type":"phase","content":"egress","status":"done"`) {
 		t.Error("no egress check before the agent ran")
 	}
-	var probed string
-	for _, ev := range events(t, r.stdout) {
-		if ev.Type == "tool_result" && ev.ToolOutput != nil && strings.Contains(*ev.ToolOutput, "PROBED") {
-			probed = *ev.ToolOutput
-		}
-	}
+	probed := toolOutput(t, r.stdout, "PROBED")
 	if !strings.HasPrefix(probed, "daytona\n/home/daytona/workspace/") {
 		t.Errorf("the agent did not run as daytona in the sandbox's workspace:\n%s", probed)
 	}

@@ -67,12 +67,7 @@ func TestRunOnDocker(t *testing.T) {
 					t.Errorf("LLM request %d: Authorization %q, want the host's key (added by the proxy)", i, got)
 				}
 			}
-			var probed string
-			for _, ev := range events(t, r.stdout) {
-				if ev.Type == "tool_result" && ev.ToolOutput != nil && strings.Contains(*ev.ToolOutput, "AMELIA_PROXY_TOKEN=") {
-					probed = *ev.ToolOutput
-				}
-			}
+			probed := toolOutput(t, r.stdout, "AMELIA_PROXY_TOKEN=")
 			if probed == "" {
 				t.Fatalf("no tool output shows the sandbox's environment:\n%s", r.stdout)
 			}

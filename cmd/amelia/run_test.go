@@ -181,6 +181,19 @@ func events(t *testing.T, out string) []event {
 	return evs
 }
 
+// toolOutput is the output of the last tool_result event of a --json run
+// that holds marker, or "" when none does.
+func toolOutput(t *testing.T, stdout, marker string) string {
+	t.Helper()
+	var out string
+	for _, ev := range events(t, stdout) {
+		if ev.Type == "tool_result" && ev.ToolOutput != nil && strings.Contains(*ev.ToolOutput, marker) {
+			out = *ev.ToolOutput
+		}
+	}
+	return out
+}
+
 func writeCall(path, content string) llmtest.ToolCall {
 	args, _ := json.Marshal(map[string]string{"file_path": path, "content": content})
 	return llmtest.ToolCall{Name: "write_file", Arguments: string(args)}

@@ -74,12 +74,7 @@ func TestRunOnSSH(t *testing.T) {
 					t.Errorf("LLM request %d: Authorization %q, want the host's key", i, got)
 				}
 			}
-			var probed string
-			for _, ev := range events(t, r.stdout) {
-				if ev.Type == "tool_result" && ev.ToolOutput != nil && strings.Contains(*ev.ToolOutput, "PROBED") {
-					probed = *ev.ToolOutput
-				}
-			}
+			probed := toolOutput(t, r.stdout, "PROBED")
 			if got := strings.Contains(probed, "TUNNEL-EXEC"); got != c.execTunnel || !strings.Contains(probed, "PROBED") {
 				t.Errorf("exec tunnel in use = %v, want %v; probe said:\n%s", got, c.execTunnel, probed)
 			}
@@ -145,12 +140,7 @@ func TestRunOnSSHContainer(t *testing.T) {
 	if !strings.Contains(r.stdout, `{"type":"phase","content":"egress","status":"done"`) {
 		t.Error("no egress check before the agent ran")
 	}
-	var probed string
-	for _, ev := range events(t, r.stdout) {
-		if ev.Type == "tool_result" && ev.ToolOutput != nil && strings.Contains(*ev.ToolOutput, "PROBED") {
-			probed = *ev.ToolOutput
-		}
-	}
+	probed := toolOutput(t, r.stdout, "PROBED")
 	if !strings.HasPrefix(probed, "amelia\n/home/amelia/.amelia/sandboxes/e2e/workspace/worktrees/far\n") {
 		t.Errorf("the agent did not run as amelia in the sandbox under the remote's ~/.amelia/sandboxes:\n%s", probed)
 	}
