@@ -26,6 +26,23 @@ func Latencies(b *testing.B, ours, base []time.Duration, oursName, baseName stri
 	b.ReportMetric(0, "ns/op")
 }
 
+// Compare runs ours and base one after the other on each round of
+// b.Loop, reports their latencies as Latencies does, and returns their
+// medians.
+func Compare(b *testing.B, oursName, baseName string, ours, base func()) (oursP50, baseP50 time.Duration) {
+	var o, c []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		ours()
+		o = append(o, time.Since(start))
+		start = time.Now()
+		base()
+		c = append(c, time.Since(start))
+	}
+	Latencies(b, o, c, oursName, baseName)
+	return Median(o), Median(c)
+}
+
 // Throughput reports n bytes per run moved b.N times in ours and base (the
 // total times) as <ours>-MB/s and <base>-MB/s, and ours' rate over base's
 // as x-<base>.

@@ -101,19 +101,12 @@ func BenchmarkWarmExecTrue(b *testing.B) {
 	p := benchPlugin(b)
 	sb := benchSandbox(b, p, "bench-warm")
 	name := sb.Details["container"]
-	var ours, cli []time.Duration
-	for b.Loop() {
-		start := time.Now()
+	benchtest.Compare(b, "plugin", "cli", func() {
 		st, err := p.Exec(b.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"true"}}, sdk.ExecIO{})
 		if err != nil || st.Code != 0 {
 			b.Fatalf("exec true: %+v %v", st, err)
 		}
-		ours = append(ours, time.Since(start))
-		start = time.Now()
-		dockerCLI(b, "exec", name, "true")
-		cli = append(cli, time.Since(start))
-	}
-	benchtest.Latencies(b, ours, cli, "plugin", "cli")
+	}, func() { dockerCLI(b, "exec", name, "true") })
 }
 
 // streamBytes is what BenchmarkStream moves per run: 1 GiB.

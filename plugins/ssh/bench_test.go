@@ -58,21 +58,16 @@ func BenchmarkWarmExecTrue(b *testing.B) {
 		b.Fatalf("ssh: %v\n%s", err, out)
 	}
 	b.Cleanup(func() { sshCLI(b, srv, "-O", "exit", "-o", "ControlPath="+control, srv.User+"@"+srv.Host).Run() })
-	var ours, cli []time.Duration
-	for b.Loop() {
-		start := time.Now()
+	benchtest.Compare(b, "plugin", "ssh-mux", func() {
 		st, err := p.Exec(b.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"true"}}, sdk.ExecIO{})
 		if err != nil || st.Code != 0 {
 			b.Fatalf("exec true: %+v %v", st, err)
 		}
-		ours = append(ours, time.Since(start))
-		start = time.Now()
+	}, func() {
 		if out, err := sshCLI(b, srv, append(master, "true")...).CombinedOutput(); err != nil {
 			b.Fatalf("ssh true: %v\n%s", err, out)
 		}
-		cli = append(cli, time.Since(start))
-	}
-	benchtest.Latencies(b, ours, cli, "plugin", "ssh-mux")
+	})
 }
 
 const streamBytes = 1 << 30
