@@ -189,22 +189,8 @@ func TestStates(t *testing.T) {
 	for _, st := range []api.State{api.StateError, api.StateBuildFailed} {
 		f.FailNext(st, "injected "+string(st))
 		failed := e.create(t, api.CreateSandbox{})
-		deadline := time.Now().Add(waitFor)
-		for {
-			got, err := e.c.GetSandbox(ctx, failed.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.State == st {
-				if got.ErrorReason != "injected "+string(st) {
-					t.Errorf("%s: errorReason %q", st, got.ErrorReason)
-				}
-				break
-			}
-			if got.State == api.StateStarted || time.Now().After(deadline) {
-				t.Fatalf("FailNext(%s): state %s", st, got.State)
-			}
-			time.Sleep(5 * time.Millisecond) // polling interval
+		if got, _ := e.waitState(t, failed.ID, st); got.ErrorReason != "injected "+string(st) {
+			t.Errorf("%s: errorReason %q", st, got.ErrorReason)
 		}
 		_, err := e.c.StartSandbox(ctx, failed.ID)
 		if api.StatusOf(err) != http.StatusBadRequest || !strings.Contains(err.Error(), string(st)) {
@@ -340,7 +326,6 @@ func TestBuild(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, Options{Snapshots: map[string]string{"custom": "amelia-base:bookworm"}}, func(t *testing.T, f *Fake) {
 		e := newEnv(t, f)
-		ctx := context.Background()
 		if sb, _ := e.started(t, api.CreateSandbox{Snapshot: "custom"}); sb.Snapshot != "custom" {
 			t.Errorf("snapshot %q", sb.Snapshot)
 		}
@@ -352,22 +337,8 @@ func TestBuild(t *testing.T) {
 			return
 		}
 		bad := e.create(t, api.CreateSandbox{BuildInfo: &api.CreateBuildInfo{DockerfileContent: "FROM nosuch.invalid/img:1"}})
-		deadline := time.Now().Add(waitFor)
-		for {
-			got, err := e.c.GetSandbox(ctx, bad.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.State == api.StateBuildFailed {
-				if !strings.Contains(got.ErrorReason, "pull access denied for nosuch.invalid/img:1") {
-					t.Errorf("errorReason %q", got.ErrorReason)
-				}
-				break
-			}
-			if got.State == api.StateStarted || time.Now().After(deadline) {
-				t.Fatalf("build from a missing image: %s", got.State)
-			}
-			time.Sleep(5 * time.Millisecond) // polling interval
+		if got, _ := e.waitState(t, bad.ID, api.StateBuildFailed); !strings.Contains(got.ErrorReason, "pull access denied for nosuch.invalid/img:1") {
+			t.Errorf("errorReason %q", got.ErrorReason)
 		}
 	})
 }

@@ -116,7 +116,7 @@ func (e *testEnv) create(t *testing.T, req api.CreateSandbox) api.Sandbox {
 
 // waitState polls the sandbox until it is in want and returns the states
 // it went through (distinct, in order), failing on a failure state that
-// was not wanted or after waitFor.
+// was not wanted, on started when a failure was, or after waitFor.
 func (e *testEnv) waitState(t *testing.T, id string, want api.State) (api.Sandbox, []api.State) {
 	t.Helper()
 	var seen []api.State
@@ -135,7 +135,7 @@ func (e *testEnv) waitState(t *testing.T, id string, want api.State) (api.Sandbo
 		if sb.State == want {
 			return sb, seen
 		}
-		if sb.State.Failed() {
+		if sb.State.Failed() || want.Failed() && sb.State == api.StateStarted {
 			t.Fatalf("sandbox %s: %s (%s) while waiting for %s; states %v", id, sb.State, sb.ErrorReason, want, seen)
 		}
 		if time.Now().After(deadline) {
