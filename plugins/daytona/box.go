@@ -67,7 +67,7 @@ const prepareScript = `mkdir -p -- "$HOME/workspace" "$HOME/.amelia/bin" && prin
 
 // prepare makes the workspace, and learns the home it is in (Daytona's
 // snapshots put the user's in /home/daytona, but an image may not); it
-// returns the workspace.
+// returns the home.
 func (b *box) prepare(ctx context.Context) (string, error) {
 	b.homeMu.Lock()
 	defer b.homeMu.Unlock()
@@ -83,19 +83,22 @@ func (b *box) prepare(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("Daytona sandbox %s: the user's $HOME is %q, not an absolute path", b.name, home)
 	}
 	b.home = path.Clean(home)
-	return b.home + "/workspace", nil
+	return b.home, nil
 }
 
-// workdir is the workspace, once prepare has found it.
-func (b *box) workdir(ctx context.Context) (string, error) {
+// homeDir is the user's home, asked (by prepare) the first time.
+func (b *box) homeDir(ctx context.Context) (string, error) {
 	b.homeMu.Lock()
 	home := b.home
 	b.homeMu.Unlock()
 	if home != "" {
-		return home + "/workspace", nil
+		return home, nil
 	}
 	return b.prepare(ctx)
 }
+
+// workspace is the sandbox's workdir under the user's home.
+func workspace(home string) string { return home + "/workspace" }
 
 // exec runs a command through the gateway.
 func (b *box) exec(ctx context.Context, cmd shexec.Command, eio sdk.ExecIO, grace time.Duration) (sdk.ExitStatus, error) {

@@ -166,7 +166,7 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 		return sdk.Sandbox{}, err
 	}
 	b := r.acct.adopt(spec.Name, sb, r.set.SSHTokenMinutes)
-	workdir, err := b.prepare(ctx)
+	home, err := b.prepare(ctx)
 	if err != nil {
 		return sdk.Sandbox{}, err
 	}
@@ -179,7 +179,7 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 	if sb.Target != "" {
 		details["region"] = sb.Target
 	}
-	return sdk.Sandbox{Ref: ref, Created: created, Workdir: workdir, Details: details}, nil
+	return sdk.Sandbox{Ref: ref, Created: created, Workdir: workspace(home), Details: details}, nil
 }
 
 // findOrCreate finds the sandbox labelled with spec's name, or creates it.
@@ -362,10 +362,11 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	if req.User != "" && req.User != b.user {
 		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "the daytona provider runs commands as the sandbox's user %s; it cannot run them as %q", b.user, req.User)
 	}
-	workdir, err := b.workdir(ctx)
+	home, err := b.homeDir(ctx)
 	if err != nil {
 		return sdk.ExitStatus{}, b.failed(ctx, err)
 	}
+	workdir := workspace(home)
 	dir := req.Dir
 	switch {
 	case dir == "":
@@ -373,7 +374,7 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	case !path.IsAbs(dir):
 		dir = path.Join(workdir, dir)
 	}
-	env := map[string]string{"HOME": path.Dir(workdir), "AMELIA_SANDBOX": b.name}
+	env := map[string]string{"HOME": home, "AMELIA_SANDBOX": b.name}
 	for k, v := range req.Env {
 		env[k] = v
 	}

@@ -75,9 +75,6 @@ func New(opts Options) (*Client, error) {
 	return &Client{base: base, key: opts.APIKey, org: opts.Organization, http: opts.HTTPClient, logger: opts.Logger, maxWait: opts.MaxWait}, nil
 }
 
-// BaseURL is the API's URL.
-func (c *Client) BaseURL() string { return c.base }
-
 // Error is an error answer of the API.
 type Error struct {
 	Method, Path string
