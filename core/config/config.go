@@ -198,6 +198,11 @@ type Sandbox struct {
 	// AllowedHosts are lowercased hostnames, "*.domain" wildcards or IP
 	// literals; they are enforced when Network is allowlist.
 	AllowedHosts []string
+	// EgressCheckTargets are the HOST:PORT addresses the egress check
+	// tries to reach directly from inside the sandbox before a run with
+	// network allowlist or none (lowercased); empty means the worker's
+	// defaults, public resolvers over IPv4 and IPv6.
+	EgressCheckTargets []string
 	// Settings maps a provider name to its settings block, as written
 	// (after ${VAR} expansion). Blocks for providers other than Provider
 	// are kept so that overriding the provider keeps working.

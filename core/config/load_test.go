@@ -224,8 +224,8 @@ func TestDefaultsFilled(t *testing.T) {
 		},
 		{
 			name:    "everything set",
-			profile: `{model: o3, llm: {base_url: "https://llm.example.com/v1", api_key_env: K}, sandbox: {provider: ssh, network: allowlist, allowed_hosts: [Example.COM]}}`,
-			want: Profile{Model: "o3", LLM: LLM{Upstream: Upstream{BaseURL: "https://llm.example.com/v1", APIKeyEnv: "K"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+			profile: `{model: o3, llm: {base_url: "https://llm.example/v1", api_key_env: K}, sandbox: {provider: ssh, network: allowlist, allowed_hosts: [Example.COM]}}`,
+			want: Profile{Model: "o3", LLM: LLM{Upstream: Upstream{BaseURL: "https://llm.example/v1", APIKeyEnv: "K"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "ssh", Network: NetworkAllowlist, AllowedHosts: []string{"example.com"}}},
 		},
 	}
@@ -287,9 +287,9 @@ func TestLLMTimeoutAndAnthropic(t *testing.T) {
 		},
 		{
 			name:          "every key",
-			llm:           `{timeout: 1h30m, anthropic: {base_url: "https://llm.example.com/anthropic/v1", api_key_env: MY_ANTHROPIC_KEY}}`,
+			llm:           `{timeout: 1h30m, anthropic: {base_url: "https://llm.example/anthropic/v1", api_key_env: MY_ANTHROPIC_KEY}}`,
 			wantTimeout:   90 * time.Minute,
-			wantAnthropic: &Upstream{BaseURL: "https://llm.example.com/anthropic/v1", APIKeyEnv: "MY_ANTHROPIC_KEY"},
+			wantAnthropic: &Upstream{BaseURL: "https://llm.example/anthropic/v1", APIKeyEnv: "MY_ANTHROPIC_KEY"},
 		},
 		{
 			name:        "timeout with spaces and fractions",
@@ -518,10 +518,20 @@ profiles:
 			name: "comma-separated list",
 			env: testEnv{
 				"AMELIA_PROFILES__DEV__SANDBOX__NETWORK":       "allowlist",
-				"AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS": "github.com, *.PyPI.org,,10.0.0.1",
+				"AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS": "github.com, *.PyPI.org,,192.0.2.1",
 			},
 			check: func(t *testing.T, c *Config) {
-				equal(t, "allowed_hosts", c.Profiles["dev"].Sandbox.AllowedHosts, []string{"github.com", "*.pypi.org", "10.0.0.1"})
+				equal(t, "allowed_hosts", c.Profiles["dev"].Sandbox.AllowedHosts, []string{"github.com", "*.pypi.org", "192.0.2.1"})
+			},
+		},
+		{
+			name: "egress check targets from the environment",
+			env: testEnv{
+				"AMELIA_PROFILES__DEV__SANDBOX__NETWORK":              "none",
+				"AMELIA_PROFILES__DEV__SANDBOX__EGRESS_CHECK_TARGETS": "192.0.2.1:80, [2001:DB8::1]:443,Canary.Test:53",
+			},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "egress_check_targets", c.Profiles["dev"].Sandbox.EgressCheckTargets, []string{"192.0.2.1:80", "[2001:db8::1]:443", "canary.test:53"})
 			},
 		},
 		{
@@ -616,7 +626,7 @@ profiles:
   dev:
     model: ${MODEL}
     llm:
-      base_url: ${BASE:-https://llm.example.com/v1}
+      base_url: ${BASE:-https://llm.example/v1}
       api_key: "${KEY_PREFIX:-sk}-${KEY}"
     sandbox:
       provider: ${PROVIDER:-docker}
@@ -634,7 +644,7 @@ profiles:
 	c := mustLoad(t, file, env)
 	p := mustProfile(t, c, "dev")
 	equal(t, "model", p.Model, "o3")
-	equal(t, "base_url", p.LLM.BaseURL, "https://llm.example.com/v1")
+	equal(t, "base_url", p.LLM.BaseURL, "https://llm.example/v1")
 	equal(t, "api_key", p.LLM.APIKey, "sk-secret")
 	equal(t, "provider", p.Sandbox.Provider, "docker")
 	equal(t, "network (set but empty uses the default)", p.Sandbox.Network, NetworkAllowlist)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"math"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -122,6 +123,18 @@ func validHost(s string) bool {
 		return a.Zone() == ""
 	}
 	return validHostname(strings.TrimPrefix(s, "*."))
+}
+
+// validTarget reports whether s (already lowercased) is HOST:PORT for a
+// direct TCP connection: a hostname or an IP address (IPv6 in brackets),
+// no wildcard, and a port from 1 to 65535.
+func validTarget(s string) bool {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || strings.HasPrefix(host, "*.") || !validHost(host) {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 1 && n <= 65535 && strconv.Itoa(n) == port
 }
 
 // validHostname checks DNS syntax: dot-separated labels of 1-63 letters,

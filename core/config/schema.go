@@ -449,6 +449,28 @@ func sandboxSection() section[Sandbox] {
 					return append([]string{}, sb.AllowedHosts...)
 				},
 			},
+			{
+				key: "egress_check_targets",
+				decode: func(d *decoder, at path, v any, sb *Sandbox) {
+					if v == nil {
+						return
+					}
+					sb.EgressCheckTargets, _ = d.strList(at, v, func(at path, s sval) (string, bool) {
+						t := strings.ToLower(strings.TrimSpace(s.val))
+						if !validTarget(t) {
+							d.problemf(at, "%s is not HOST:PORT (a hostname or IP address, [IPv6] in brackets, and a port from 1 to 65535)", s.quote())
+							return "", false
+						}
+						return t, true
+					})
+				},
+				show: func(_ *shower, _ path, sb *Sandbox) any {
+					if len(sb.EgressCheckTargets) == 0 {
+						return nil
+					}
+					return append([]string{}, sb.EgressCheckTargets...)
+				},
+			},
 		},
 		// Any other key holding a map is a provider's settings block, kept
 		// as written for the plugin.

@@ -128,7 +128,7 @@ func TestSecretResolution(t *testing.T) {
 		{
 			name:    "git: token_env holds a line break",
 			body:    "git: {token_env: GITHUB_TOKEN}",
-			host:    testEnv{"GITHUB_TOKEN": "ghp_SECRET\nhost=evil.example.com"},
+			host:    testEnv{"GITHUB_TOKEN": "ghp_SECRET\nhost=evil.example"},
 			resolve: gitToken,
 			wantErr: "profile dev: git.token_env: the value of GITHUB_TOKEN contains a line break or NUL, which cannot be sent (export it without one)",
 		},

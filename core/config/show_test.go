@@ -90,7 +90,7 @@ profiles:
           tokens_left: 3
           api_key_env: MY_KEY
           GITHUB_TOKEN_ENV: GH
-          url: "https://u:u-SECRET@example.com/x?y=1"
+          url: "https://u:u-SECRET@host.example/x?y=1"
         empty_token: ""
 `
 	env := testEnv{"LLM_KEY": "llm-SECRET", "MY_KEY": "env-SECRET"}
@@ -104,7 +104,7 @@ profiles:
 	}
 	for _, want := range []string{
 		"api_key_env: MY_KEY", "GITHUB_TOKEN_ENV: GH", "tokens_left: 3", `empty_token: ""`,
-		"list_of_secrets:\n", `url: https://u:********@example.com/x?y=1`,
+		"list_of_secrets:\n", `url: https://u:********@host.example/x?y=1`,
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("ShowYAML output lacks %q:\n%s", want, out)

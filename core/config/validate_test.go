@@ -226,7 +226,7 @@ func TestValidationRules(t *testing.T) {
 		{
 			name:    "git token with a line break is not echoed",
 			content: profileWith("git: {token: '${GH_TOKEN}'}\n" + sandbox),
-			env:     testEnv{"GH_TOKEN": "hunter2\nhost=evil.example.com"},
+			env:     testEnv{"GH_TOKEN": "hunter2\nhost=evil.example"},
 			want:    []string{`profiles.dev.git.token: contains a line break or NUL, which git's credential protocol cannot carry`},
 		},
 		{
@@ -416,32 +416,32 @@ func TestValidationRules(t *testing.T) {
   network: allowlist
   allowed_hosts:
     - github.com
-    - "*.example.com"
-    - a_b.example.com
-    - 10.0.0.1
+    - "*.example"
+    - a_b.example
+    - 192.0.2.1
     - "::1"
-    - https://github.com
-    - github.com:443
-    - github.com/path
+    - https://forge.test
+    - forge.test:443
+    - forge.test/path
     - "*"
-    - "*.*.example.com"
-    - foo.*.example.com
-    - -a.example.com
+    - "*.*.example"
+    - foo.*.example
+    - -a.example
     - 999.1.1.1
-    - "fe80::1%eth0"
+    - "2001:db8::1%eth0"
     - ""
     - 42
 `),
 			want: []string{
-				`profiles.dev.sandbox.allowed_hosts[5]: "https://github.com" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
-				`profiles.dev.sandbox.allowed_hosts[6]: "github.com:443" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
-				`profiles.dev.sandbox.allowed_hosts[7]: "github.com/path" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[5]: "https://forge.test" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[6]: "forge.test:443" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[7]: "forge.test/path" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
 				`profiles.dev.sandbox.allowed_hosts[8]: "*" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
-				`profiles.dev.sandbox.allowed_hosts[9]: "*.*.example.com" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
-				`profiles.dev.sandbox.allowed_hosts[10]: "foo.*.example.com" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
-				`profiles.dev.sandbox.allowed_hosts[11]: "-a.example.com" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[9]: "*.*.example" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[10]: "foo.*.example" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[11]: "-a.example" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
 				`profiles.dev.sandbox.allowed_hosts[12]: "999.1.1.1" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
-				`profiles.dev.sandbox.allowed_hosts[13]: "fe80::1%eth0" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+				`profiles.dev.sandbox.allowed_hosts[13]: "2001:db8::1%eth0" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
 				`profiles.dev.sandbox.allowed_hosts[14]: "" is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
 				`profiles.dev.sandbox.allowed_hosts[15]: must be a string, got a number`,
 			},
@@ -450,6 +450,38 @@ func TestValidationRules(t *testing.T) {
 			name:    "allowed_hosts is not a list",
 			content: profileWith("sandbox: {provider: docker, network: allowlist, allowed_hosts: github.com}\n"),
 			want:    []string{`profiles.dev.sandbox.allowed_hosts: must be a list, got a string`},
+		},
+		// sandbox.egress_check_targets.
+		{
+			name: "egress_check_targets entries",
+			content: profileWith(`sandbox:
+  provider: docker
+  network: none
+  egress_check_targets:
+    - 192.0.2.1:80
+    - "[2001:db8::1]:443"
+    - Canary.Test:53
+    - 192.0.2.1
+    - 2001:db8::1:443
+    - forge.test:0
+    - forge.test:65536
+    - forge.test:http
+    - "*.forge.test:443"
+    - http://forge.test:80
+    - -x:80
+    - ""
+`),
+			want: []string{
+				`profiles.dev.sandbox.egress_check_targets[3]: "192.0.2.1" is not HOST:PORT (a hostname or IP address, [IPv6] in brackets, and a port from 1 to 65535)`,
+				`profiles.dev.sandbox.egress_check_targets[4]: "2001:db8::1:443" is not HOST:PORT (a hostname or IP address, [IPv6] in brackets, and a port from 1 to 65535)`,
+				`profiles.dev.sandbox.egress_check_targets[5]: "forge.test:0" is not HOST:PORT (a hostname or IP address, [IPv6] in brackets, and a port from 1 to 65535)`,
+				`profiles.dev.sandbox.egress_check_targets[6]: "forge.test:65536" is not HOST:PORT (a hostname or IP address, [IPv6] in brackets, and a port from 1 to 65535)`,
+				`profiles.dev.sandbox.egress_check_targets[7]: "forge.test:http" is not HOST:PORT (a hostname or IP address, [IPv6] in brackets, and a port from 1 to 65535)`,
+				`profiles.dev.sandbox.egress_check_targets[8]: "*.forge.test:443" is not HOST:PORT (a hostname or IP address, [IPv6] in brackets, and a port from 1 to 65535)`,
+				`profiles.dev.sandbox.egress_check_targets[9]: "http://forge.test:80" is not HOST:PORT (a hostname or IP address, [IPv6] in brackets, and a port from 1 to 65535)`,
+				`profiles.dev.sandbox.egress_check_targets[10]: "-x:80" is not HOST:PORT (a hostname or IP address, [IPv6] in brackets, and a port from 1 to 65535)`,
+				`profiles.dev.sandbox.egress_check_targets[11]: "" is not HOST:PORT (a hostname or IP address, [IPv6] in brackets, and a port from 1 to 65535)`,
+			},
 		},
 		// Unknown keys.
 		{
@@ -480,9 +512,9 @@ func TestValidationRules(t *testing.T) {
 			name:    "unknown scalar or list under sandbox",
 			content: profileWith("sandbox: {provider: docker, netwrok: none, image: x, hosts: [a]}\n"),
 			want: []string{
-				`profiles.dev.sandbox.hosts: unknown key (known: provider, network, allowed_hosts, or a map of provider settings)`,
-				`profiles.dev.sandbox.image: unknown key (known: provider, network, allowed_hosts, or a map of provider settings)`,
-				`profiles.dev.sandbox.netwrok: unknown key, did you mean network? (known: provider, network, allowed_hosts, or a map of provider settings)`,
+				`profiles.dev.sandbox.hosts: unknown key (known: provider, network, allowed_hosts, egress_check_targets, or a map of provider settings)`,
+				`profiles.dev.sandbox.image: unknown key (known: provider, network, allowed_hosts, egress_check_targets, or a map of provider settings)`,
+				`profiles.dev.sandbox.netwrok: unknown key, did you mean network? (known: provider, network, allowed_hosts, egress_check_targets, or a map of provider settings)`,
 			},
 		},
 		// Provider settings blocks.

@@ -17,7 +17,7 @@ import (
 // answered; any at all means the provider did not enforce the policy.
 func reachedDirectly(ctx context.Context, ex driver.Execer, worker string, targets ...string) ([]string, error) {
 	var out, stderr execreport.Stderr // each keeps its last 4 KiB
-	st, err := ex.Exec(ctx, sdk.ExecRequest{Argv: append([]string{worker, "egress-check"}, targets...)}, sdk.ExecIO{Stdout: &out, Stderr: &stderr})
+	st, err := ex.Exec(ctx, sdk.ExecRequest{Argv: append([]string{worker, "egress-check", "--"}, targets...)}, sdk.ExecIO{Stdout: &out, Stderr: &stderr})
 	if err != nil {
 		return nil, fmt.Errorf("check the network policy: %w", err)
 	}

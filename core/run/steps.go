@@ -74,7 +74,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 	// before anything runs there.
 	if mode := req.Profile.Sandbox.Network; mode != config.NetworkOpen {
 		if err := r.phase(PhaseEgress, func() error {
-			reached, err := reachedDirectly(ctx, sb, worker)
+			reached, err := reachedDirectly(ctx, sb, worker, req.Profile.Sandbox.EgressCheckTargets...)
 			if err == nil && len(reached) > 0 {
 				err = fmt.Errorf("profile %s asks for network %q, but the sandbox reached %s directly: provider %s does not enforce it here; nothing was run",
 					req.Profile.Name, mode, strings.Join(reached, ", "), sb.Info.Name)

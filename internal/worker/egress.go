@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,8 +28,9 @@ func (w *worker) egressCheckCmd() *cobra.Command {
 		Use:   "egress-check [HOST:PORT...]",
 		Short: "Exit 0 when no address answers a direct TCP connection, 3 when one does",
 		Long: `Try a TCP connection to each address (default: public resolvers over IPv4 and
-IPv6) without any proxy, and print one line each: "reachable ADDR" or
-"unreachable ADDR: why". Exit 0 when none is reachable, 3 when one is.`,
+IPv6, ` + strings.Join(CanaryTargets, " ") + `) without any proxy, and print one
+line each: "reachable ADDR" or "unreachable ADDR: why". Exit 0 when none is
+reachable, 3 when one is.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				args = CanaryTargets
