@@ -10,8 +10,8 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/internal/reachtest"
 	"github.com/amelia-sandbox/amelia/plugins/daytona/daytonatest"
 )
 
@@ -26,9 +26,9 @@ const daytonaTunnelProbe = `for p in /proc/[0-9]*; do
   tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'amelia-worker-[0-9a-f]* tunnel' && echo TUNNEL-EXEC
 done; echo PROBED`
 
-func TestRunOnDaytona(t *testing.T) {
-	cli := dockertest.Engine(t)
-	f := daytonatest.Start(t, daytonatest.Options{Docker: cli})
+// daytonaSandbox is the e2e profile's sandbox block on the fake f, its
+// host key known; the egress check tries checkTargets.
+func daytonaSandbox(t *testing.T, f *daytonatest.Fake, network string, checkTargets ...string) string {
 	known := filepath.Join(t.TempDir(), "known_hosts")
 	if err := os.WriteFile(known, []byte(f.KnownHostsLine()+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -39,9 +39,16 @@ func TestRunOnDaytona(t *testing.T) {
 		"known_hosts":     known,
 		"host_key_policy": "strict",
 	})
-	h := newHostWith(t, fmt.Sprintf("{provider: daytona, network: none, daytona: %s}", block), "", llmtest.Options{},
+	targets, _ := json.Marshal(checkTargets)
+	return fmt.Sprintf("{provider: daytona, network: %s, egress_check_targets: %s, daytona: %s}", network, targets, block)
+}
+
+func TestRunOnDaytona(t *testing.T) {
+	cli, outside := dockerOutside(t)
+	f := daytonatest.Start(t, daytonatest.Options{Docker: cli})
+	h := newHostWith(t, daytonaSandbox(t, f, "none", outside.Addr()), "", llmtest.Options{},
 		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("cloud.txt", "written in the cloud\n")}},
-		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall("id -un; pwd; " + strings.ReplaceAll(probe, "$GATEWAY", "172.17.0.1/80") + "\n" + daytonaTunnelProbe)}},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall("id -un; pwd; " + probe(outside.DevTCP()) + "\n" + daytonaTunnelProbe)}},
 		llmtest.Turn{Text: "Done.", Usage: &llmtest.Usage{PromptTokens: 10, CompletionTokens: 5}},
 	)
 	h.env = append(h.env, "DAYTONA_E2E_KEY="+f.APIKey())
@@ -65,8 +72,8 @@ func TestRunOnDaytona(t *testing.T) {
 	if !strings.HasPrefix(probed, "daytona\n/home/daytona/workspace/") {
 		t.Errorf("the agent did not run as daytona in the sandbox's workspace:\n%s", probed)
 	}
-	if strings.Contains(probed, "REACHED") || !strings.Contains(probed, "UNREACHABLE 172.17.0.1/80") || !strings.Contains(probed, "TUNNEL-EXEC") {
-		t.Errorf("the sandbox reached something directly, or no exec tunnel served it:\n%s", probed)
+	if strings.Contains(probed, "REACHED") || !strings.Contains(probed, "UNREACHABLE "+outside.DevTCP()) || outside.Accepted() != 0 || !strings.Contains(probed, "TUNNEL-EXEC") {
+		t.Errorf("the sandbox reached the host's bridge address directly (%d connections), or no exec tunnel served it:\n%s", outside.Accepted(), probed)
 	}
 	for i, req := range h.up.Requests() {
 		if got := req.Header.Get("Authorization"); got != "Bearer "+upstreamKey {
@@ -117,5 +124,31 @@ func TestRunOnDaytona(t *testing.T) {
 	}
 	if left := f.Sandboxes(); len(left) != 0 {
 		t.Errorf("sandboxes left after amelia sandbox down: %+v", left)
+	}
+}
+
+// A provider that accepts network none without enforcing it (the fake's
+// host backend ignores networkBlockAll, as a Daytona without network
+// controls would): the egress check, aimed at a listener of the test's on
+// host loopback, reaches it, and the run stops before the agent starts,
+// naming what it reached. The LLM is never asked and no branch comes back.
+func TestRunRefusesUnenforcedNetwork(t *testing.T) {
+	outside := reachtest.Listen(t, "127.0.0.1")
+	f := daytonatest.Start(t, daytonatest.Options{})
+	h := newHostWith(t, daytonaSandbox(t, f, "none", outside.Addr()), "", llmtest.Options{}, llmtest.Turn{Text: "never asked"})
+	h.env = append(h.env, "DAYTONA_E2E_KEY="+f.APIKey())
+	t.Cleanup(func() { h.amelia(t, "sandbox", "down") })
+
+	r := h.amelia(t, "run", "--workflow", "fenced", "Write nothing.")
+	want := `profile e2e asks for network "none", but the sandbox reached ` + outside.Addr() + " directly: provider daytona does not enforce it here; nothing was run"
+	if r.code == 0 || !strings.Contains(r.stderr, want) {
+		t.Fatalf("amelia run on a sandbox that reaches out: exit %d, want a refusal saying %q\nstderr: %s", r.code, want, r.stderr)
+	}
+	outside.Next(t) // the egress check's connection
+	if n := len(h.up.Requests()); n != 0 {
+		t.Errorf("the LLM got %d requests; the agent must not start", n)
+	}
+	if b := h.git(t, "branch", "--list", "amelia/fenced"); b != "" {
+		t.Errorf("a refused run left a branch: %q", b)
 	}
 }

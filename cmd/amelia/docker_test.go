@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,33 +14,47 @@ import (
 	"github.com/amelia-sandbox/amelia/image"
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/internal/reachtest"
 )
 
 // End-to-end tests of amelia on the docker provider, against the real
 // engine: the sandbox image built from the bootstrap base, the scripted LLM
 // reached only through the tunnel and the proxy.
 
-// dockerSandbox is the e2e profile's sandbox block on docker.
-func dockerSandbox(network string) string {
-	return fmt.Sprintf("{provider: docker, network: %s, docker: {base_image: %q}}", network, image.TestBase)
+// dockerSandbox is the e2e profile's sandbox block on docker; the egress
+// check, which runs before the agent with network allowlist and none,
+// tries checkTargets.
+func dockerSandbox(network string, checkTargets ...string) string {
+	targets, _ := json.Marshal(checkTargets)
+	return fmt.Sprintf("{provider: docker, network: %s, egress_check_targets: %s, docker: {base_image: %q}}", network, targets, image.TestBase)
 }
 
-// newDockerHost is a host whose e2e profile runs on docker; every
-// container of its config is removed when the test ends.
-func newDockerHost(t *testing.T, network string, turns ...llmtest.Turn) (*host, *client.Client) {
-	t.Helper()
+// dockerOutside is the engine and a listener of the test's on the host's
+// address on its default bridge: a sandbox with network open reaches it,
+// one with allowlist or none must not.
+func dockerOutside(t *testing.T) (*client.Client, *reachtest.Listener) {
 	cli := dockertest.Engine(t)
-	h := newHostWith(t, dockerSandbox(network), "", llmtest.Options{}, turns...)
+	return cli, reachtest.Listen(t, dockertest.BridgeGateway(t, cli))
+}
+
+// newDockerHost is a host whose e2e profile has the docker sandbox block
+// sandbox; every container of its config is removed when the test ends.
+func newDockerHost(t *testing.T, cli *client.Client, sandbox string, turns ...llmtest.Turn) *host {
+	t.Helper()
+	h := newHostWith(t, sandbox, "", llmtest.Options{}, turns...)
 	dockertest.RemoveContainers(t, cli, "amelia.config="+h.configPath())
-	return h, cli
+	return h
 }
 
 // probe is what the agent runs to look around the sandbox: its
-// environment and every process's, and whether anything outside answers.
-const probe = `env; cat /proc/[0-9]*/environ | tr '\0' '\n'
-for a in 1.1.1.1/80 8.8.8.8/53 $GATEWAY; do
+// environment and every process's, and whether each target (HOST/PORT of
+// a listener the test owns) answers a direct connection.
+func probe(targets ...string) string {
+	return `env; cat /proc/[0-9]*/environ | tr '\0' '\n'
+for a in ` + strings.Join(targets, " ") + `; do
   if timeout 5 bash -c "exec 3<>/dev/tcp/$a" 2>/dev/null; then echo "REACHED $a"; else echo "UNREACHABLE $a"; fi
 done`
+}
 
 // amelia run on docker brings the branch back with the LLM reached only
 // through the tunnel; with network none nothing else is reachable. The key
@@ -47,9 +62,10 @@ done`
 func TestRunOnDocker(t *testing.T) {
 	for _, network := range []string{"open", "none"} {
 		t.Run(network, func(t *testing.T) {
-			h, cli := newDockerHost(t, network,
+			cli, outside := dockerOutside(t)
+			h := newDockerHost(t, cli, dockerSandbox(network, outside.Addr()),
 				llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("hello.txt", "hello from the container\n")}},
-				llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall(strings.ReplaceAll(probe, "$GATEWAY", "172.17.0.1/80"))}},
+				llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall(probe(outside.DevTCP()))}},
 				llmtest.Turn{Text: "Added hello.txt.", Usage: &llmtest.Usage{PromptTokens: 10, CompletionTokens: 5}},
 			)
 			r := h.amelia(t, "run", "--json", "--sandbox", "docker", "--workflow", "hello-"+network, "Add a hello file.")
@@ -76,8 +92,19 @@ func TestRunOnDocker(t *testing.T) {
 			if ran := strings.Contains(r.stdout, `{"type":"phase","content":"egress","status":"done"`); ran != (network == "none") {
 				t.Errorf("network %s: egress check done = %v", network, ran)
 			}
-			if network == "none" && strings.Contains(probed, "REACHED") {
-				t.Errorf("with network none the sandbox reached something directly:\n%s", probed)
+			// The sandbox reaches the test's listener on the bridge with
+			// network open, and neither the egress check nor the agent
+			// does with none.
+			switch network {
+			case "open":
+				if !strings.Contains(probed, "REACHED "+outside.DevTCP()) {
+					t.Errorf("with network open the sandbox did not reach the host's bridge address:\n%s", probed)
+				}
+				outside.Next(t)
+			case "none":
+				if !strings.Contains(probed, "UNREACHABLE "+outside.DevTCP()) || outside.Accepted() != 0 {
+					t.Errorf("with network none the sandbox reached the host's bridge address directly (%d connections):\n%s", outside.Accepted(), probed)
+				}
 			}
 			if network == "none" && !strings.Contains(probed, "HTTPS_PROXY=http://amelia:") {
 				t.Errorf("with network none the agent has no egress proxy in its environment:\n%s", probed)
@@ -130,7 +157,8 @@ func assertKeyNotInContainer(t *testing.T, h *host, cli *client.Client) {
 // removed from the config as an orphan; amelia stop leaves no container
 // of the config behind.
 func TestDockerProfilesAndStop(t *testing.T) {
-	h, cli := newDockerHost(t, "none")
+	cli, outside := dockerOutside(t)
+	h := newDockerHost(t, cli, dockerSandbox("none", outside.Addr()))
 	h.addProfileYAML(t, "  second:\n    llm: {api_key_env: AMELIA_E2E_KEY}\n    sandbox: "+dockerSandbox("open")+"\n")
 	for _, p := range []string{"e2e", "second"} {
 		if r := h.amelia(t, "sandbox", "up", "-p", p); r.code != 0 {
@@ -184,7 +212,7 @@ func TestDockerEngineUnreachable(t *testing.T) {
 // amelia image build builds the profile's image once, says when it is up
 // to date, and refuses a profile that is not docker's.
 func TestImageBuildCommand(t *testing.T) {
-	h, _ := newDockerHost(t, "open")
+	h := newDockerHost(t, dockertest.Engine(t), dockerSandbox("open"))
 	h.addProfileYAML(t, "  plain:\n    sandbox: {provider: local}\n")
 	first := h.amelia(t, "image", "build")
 	if first.code != 0 || !strings.Contains(first.stdout, "image: amelia-sandbox:") {

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
 )
@@ -60,6 +62,19 @@ func newHost(t testing.TB, opts llmtest.Options, turns ...llmtest.Turn) *host {
 // style) given; root is the local provider's root, if it is one.
 func newHostWith(t testing.TB, sandbox, root string, opts llmtest.Options, turns ...llmtest.Turn) *host {
 	t.Helper()
+	// A run with network allowlist or none first checks from inside the
+	// sandbox that nothing answers a direct connection; the worker's own
+	// targets for that are public addresses, which no test may contact.
+	var sb struct {
+		Network string   `yaml:"network"`
+		Targets []string `yaml:"egress_check_targets"`
+	}
+	if err := yaml.Unmarshal([]byte(sandbox), &sb); err != nil {
+		t.Fatalf("the e2e sandbox block %s: %v", sandbox, err)
+	}
+	if sb.Network != "" && sb.Network != "open" && len(sb.Targets) == 0 {
+		t.Fatalf("the e2e sandbox block has network %s but no egress_check_targets: aim the egress check at a listener the test owns (reachtest.Listen)", sb.Network)
+	}
 	h := &host{home: t.TempDir(), root: root, repo: t.TempDir()}
 	h.up = llmtest.NewWithOptions(t, opts, turns...)
 	cfg := h.configPath()
@@ -312,7 +327,7 @@ func TestRunRefusesBeforeStarting(t *testing.T) {
 		{"too long", []string{"--workflow", strings.Repeat("a", 64), "do it"}, "64 characters"},
 		{"branch exists", []string{"--workflow", "taken", "do it"}, "amelia/taken already exists"},
 		{"unknown base", []string{"--workflow", "ok", "--base", "nosuch", "do it"}, "nosuch"},
-		{"URL without --push", []string{"--repo", "https://example.com/r.git", "do it"}, "--push"},
+		{"URL without --push", []string{"--repo", "https://host.example/r.git", "do it"}, "--push"},
 		{"empty prompt", []string{"--workflow", "ok", "  "}, "no task"},
 		{"prompt file and arguments", []string{"--prompt-file", "task.md", "do it"}, "not both"},
 	} {

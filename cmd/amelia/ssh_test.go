@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/internal/reachtest"
 	"github.com/amelia-sandbox/amelia/internal/sshtest"
 )
 
@@ -98,24 +97,11 @@ func TestRunOnSSHContainer(t *testing.T) {
 	remote := sshtest.StartContainer(t, cli)
 	// A listener of the host's on the remote's network: root there reaches
 	// it, the sandbox must not.
-	host, err := net.Listen("tcp", net.JoinHostPort(remote.Gateway, "0"))
-	if err != nil {
-		t.Fatal(err)
+	outside := reachtest.Listen(t, remote.Gateway)
+	if out := dockerExec(t, cli, remote.Container, "bash", "-c", "exec 3<>/dev/tcp/"+outside.DevTCP()+" && echo reached"); out != "reached\n" {
+		t.Fatalf("root on the remote does not reach the host's listener %s: %q", outside.Addr(), out)
 	}
-	t.Cleanup(func() { host.Close() })
-	go func() {
-		for {
-			c, err := host.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	gateway := remote.Gateway + "/" + strconv.Itoa(host.Addr().(*net.TCPAddr).Port)
-	if out := dockerExec(t, cli, remote.Container, "bash", "-c", "exec 3<>/dev/tcp/"+gateway+" && echo reached"); out != "reached\n" {
-		t.Fatalf("root on the remote does not reach the host's listener %s: %q", gateway, out)
-	}
+	outside.Next(t)
 	block, _ := json.Marshal(map[string]any{
 		"host":           remote.Host,
 		"port":           remote.Port,
@@ -125,9 +111,9 @@ func TestRunOnSSHContainer(t *testing.T) {
 		"ssh_config":     filepath.Join(t.TempDir(), "no-config"),
 		"enforce_egress": "iptables",
 	})
-	h := newHostWith(t, fmt.Sprintf("{provider: ssh, network: none, ssh: %s}", block), "", llmtest.Options{},
+	h := newHostWith(t, fmt.Sprintf("{provider: ssh, network: none, egress_check_targets: [%q], ssh: %s}", outside.Addr(), block), "", llmtest.Options{},
 		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("far.txt", "written far away\n")}},
-		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall(`id -un; pwd; ` + strings.ReplaceAll(probe, "$GATEWAY", gateway) + "\n" + tunnelProbe)}},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall(`id -un; pwd; ` + probe(outside.DevTCP()) + "\n" + tunnelProbe)}},
 		llmtest.Turn{Text: "Done.", Usage: &llmtest.Usage{PromptTokens: 10, CompletionTokens: 5}},
 	)
 	r := h.amelia(t, "run", "--json", "--workflow", "far", "Write far.txt.")
@@ -144,8 +130,8 @@ func TestRunOnSSHContainer(t *testing.T) {
 	if !strings.HasPrefix(probed, "amelia\n/home/amelia/.amelia/sandboxes/e2e/workspace/worktrees/far\n") {
 		t.Errorf("the agent did not run as amelia in the sandbox under the remote's ~/.amelia/sandboxes:\n%s", probed)
 	}
-	if strings.Contains(probed, "REACHED") || !strings.Contains(probed, "UNREACHABLE "+gateway) || strings.Contains(probed, "TUNNEL-EXEC") {
-		t.Errorf("the sandbox reached something directly, or the exec tunnel served it (want the SSH forward):\n%s", probed)
+	if strings.Contains(probed, "REACHED") || !strings.Contains(probed, "UNREACHABLE "+outside.DevTCP()) || outside.Accepted() != 1 || strings.Contains(probed, "TUNNEL-EXEC") {
+		t.Errorf("the sandbox reached the host's listener directly (%d connections, 1 of them root's), or the exec tunnel served it (want the SSH forward):\n%s", outside.Accepted(), probed)
 	}
 	if rules := dockerExec(t, cli, remote.Container, "iptables", "-S", "OUTPUT"); !strings.Contains(rules, "--uid-owner 1000 -j AMELIA_EGRESS_1000") {
 		t.Errorf("the remote's OUTPUT chain has no rule for the sandbox user:\n%s", rules)

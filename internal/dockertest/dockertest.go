@@ -11,6 +11,8 @@ package dockertest
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -85,4 +87,47 @@ func RemoveContainers(t testing.TB, cli *client.Client, label string) {
 			}
 		}
 	})
+}
+
+// BridgeGateway is the host's IPv4 address on the engine's default bridge
+// network, where containers with network open reach the host: a test
+// listening there owns what a sandbox on that bridge can reach.
+func BridgeGateway(t testing.TB, cli *client.Client) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := cli.NetworkInspect(ctx, "bridge", client.NetworkInspectOptions{})
+	if err != nil {
+		t.Fatalf("inspect the default bridge network: %v", err)
+	}
+	n := res.Network
+	for _, c := range n.IPAM.Config {
+		if c.Gateway.Is4() {
+			return c.Gateway.String()
+		}
+	}
+	// The engine leaves the gateway out of IPAM when it picked it itself:
+	// it is the bridge interface's address in the subnet.
+	name := n.Options["com.docker.network.bridge.name"]
+	iface, err := net.InterfaceByName(name)
+	if err != nil {
+		t.Fatalf("the default bridge network names no gateway, and its interface %q: %v", name, err)
+	}
+	addrs, err := iface.Addrs()
+	if err != nil {
+		t.Fatalf("addresses of %s: %v", name, err)
+	}
+	for _, a := range addrs {
+		if p, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(p.IP.To4()); ok {
+				for _, c := range n.IPAM.Config {
+					if c.Subnet.Contains(ip) {
+						return ip.String()
+					}
+				}
+			}
+		}
+	}
+	t.Fatalf("interface %s of the default bridge network has no address in its subnets %v", name, n.IPAM.Config)
+	return ""
 }

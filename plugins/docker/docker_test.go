@@ -8,11 +8,9 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/image"
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
+	"github.com/amelia-sandbox/amelia/internal/reachtest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
 	"github.com/amelia-sandbox/amelia/plugins/docker"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
@@ -241,50 +240,18 @@ func TestCancelLeavesNoProcess(t *testing.T) {
 	}
 }
 
-// bridgeGateway is the host's address on the network of an open sandbox.
-func bridgeGateway(t *testing.T, cli *client.Client, id string) string {
-	t.Helper()
-	for name, n := range inspect(t, cli, id).NetworkSettings.Networks {
-		if n.Gateway.IsValid() {
-			return n.Gateway.String()
-		}
-		t.Fatalf("the open sandbox's network %s has no gateway", name)
-	}
-	t.Fatal("the open sandbox has no network")
-	return ""
-}
-
-// Network open keeps the bridge: the sandbox reaches a listener on the
-// host's bridge address. none and allowlist leave it only loopback: the
-// same listener, and any outside address, are out of reach.
+// Network open keeps the bridge: the sandbox reaches a listener of the
+// test's on the host's bridge address. none and allowlist leave it only
+// loopback: the same listener is out of reach.
 func TestNetworkPolicy(t *testing.T) {
 	cli := dockertest.Engine(t)
 	dockertest.RemoveContainers(t, cli, testLabel+"=true")
 	p := newProvider(t)
-	open := up(t, p, spec(t, dockertest.Settings(nil), sdk.NetworkOpen))
-	gw := bridgeGateway(t, cli, open.Ref.ID)
-	lis, err := net.Listen("tcp", net.JoinHostPort(gw, "0"))
-	if err != nil {
-		t.Fatalf("listen on the bridge gateway: %v", err)
-	}
-	t.Cleanup(func() { lis.Close() })
-	got := make(chan string, 4)
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			b, _ := io.ReadAll(c)
-			c.Close()
-			got <- string(b)
-		}
-	}()
-	port := lis.Addr().(*net.TCPAddr).Port
-	// send reports whether the sandbox could connect to host:port and send
-	// a line, within 5 seconds.
-	send := func(t *testing.T, sb sdk.Sandbox, host string, port int) (bool, string) {
-		script := `exec 3<>/dev/tcp/` + host + `/` + strconv.Itoa(port) + ` && echo hello >&3`
+	outside := reachtest.Listen(t, dockertest.BridgeGateway(t, cli))
+	// send reports whether the sandbox could connect to the listener and
+	// send a line, within 5 seconds.
+	send := func(t *testing.T, sb sdk.Sandbox) (bool, string) {
+		script := `exec 3<>/dev/tcp/` + outside.DevTCP() + ` && echo hello >&3`
 		var out bytes.Buffer
 		st, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"timeout", "5", "bash", "-c", script}}, sdk.ExecIO{Stdout: &out, Stderr: &out})
 		if err != nil {
@@ -293,8 +260,9 @@ func TestNetworkPolicy(t *testing.T) {
 		return st.Code == 0, out.String()
 	}
 
-	if ok, out := send(t, open, gw, port); !ok || <-got != "hello\n" {
-		t.Errorf("open: the sandbox did not reach the host's bridge address %s: %s", gw, out)
+	open := up(t, p, spec(t, dockertest.Settings(nil), sdk.NetworkOpen))
+	if ok, out := send(t, open); !ok || outside.Next(t) != "hello\n" {
+		t.Errorf("open: the sandbox did not reach the host's bridge address %s: %s", outside.Addr(), out)
 	}
 	for _, mode := range []sdk.NetworkMode{sdk.NetworkNone, sdk.NetworkAllowlist} {
 		t.Run(string(mode), func(t *testing.T) {
@@ -302,10 +270,8 @@ func TestNetworkPolicy(t *testing.T) {
 			if nm := inspect(t, cli, sb.Ref.ID).HostConfig.NetworkMode; nm != "none" {
 				t.Errorf("network mode %q, want none", nm)
 			}
-			for _, addr := range []string{gw, "1.1.1.1", "8.8.8.8"} {
-				if ok, out := send(t, sb, addr, port); ok {
-					t.Errorf("%s: the sandbox reached %s: %s", mode, addr, out)
-				}
+			if ok, out := send(t, sb); ok || outside.Accepted() != 1 {
+				t.Errorf("%s: the sandbox reached the host's bridge address %s (%d connections, 1 of them the open sandbox's): %s", mode, outside.Addr(), outside.Accepted(), out)
 			}
 			if ifs := run(t, p, sb.Ref, "", "ls", "/sys/class/net"); strings.TrimSpace(ifs) != "lo" {
 				t.Errorf("%s: network interfaces %q, want only lo", mode, ifs)
