@@ -96,9 +96,9 @@ func TestEgressWithCurl(t *testing.T) {
 	_, plainPort, _ := net.SplitHostPort(plainAddr)
 
 	names := &dialRecorder{routes: map[string]string{
-		"allowed.example.com:80":        plainAddr,
-		"api.pkg.example.org:80":        plainAddr,
-		"allowed.example.com:443":       strings.TrimPrefix(tlsSrv.URL, "https://"),
+		"allowed.example:80":            plainAddr,
+		"api.pkg.example:80":            plainAddr,
+		"allowed.example:443":           strings.TrimPrefix(tlsSrv.URL, "https://"),
 		"127.0.0.1:" + plainPort:        plainAddr,
 		tlsSrv.Listener.Addr().String(): tlsSrv.Listener.Addr().String(),
 	}}
@@ -106,7 +106,7 @@ func TestEgressWithCurl(t *testing.T) {
 	auditDir := t.TempDir()
 	run := p.start(t, proxy.RunConfig{
 		OpenAI:       proxy.Upstream{BaseURL: "http://127.0.0.1:1/v1", Key: realKey},
-		AllowedHosts: []string{"allowed.example.com", "*.pkg.example.org", "127.0.0.1"},
+		AllowedHosts: []string{"allowed.example", "*.pkg.example", "127.0.0.1"},
 		AuditDir:     auditDir,
 	})
 	px := proxyURL(p.URL, run.Token())
@@ -117,14 +117,14 @@ func TestEgressWithCurl(t *testing.T) {
 			args []string
 			want string
 		}{
-			{"plain http to an allowed name", []string{"-x", px, "http://allowed.example.com/"}, "hello from allowed.example.com"},
-			{"plain http to a wildcard subdomain", []string{"-x", px, "http://api.pkg.example.org/simple/"}, "hello from api.pkg.example.org"},
+			{"plain http to an allowed name", []string{"-x", px, "http://allowed.example/"}, "hello from allowed.example"},
+			{"plain http to a wildcard subdomain", []string{"-x", px, "http://api.pkg.example/simple/"}, "hello from api.pkg.example"},
 			{"plain http to a listed IP", []string{"-x", px, plain.URL + "/x"}, "hello from " + plainAddr},
-			{"CONNECT to an allowed name", []string{"-k", "-x", px, "https://allowed.example.com/"}, "hello from allowed.example.com"},
+			{"CONNECT to an allowed name", []string{"-k", "-x", px, "https://allowed.example/"}, "hello from allowed.example"},
 			{"CONNECT to a listed IP", []string{"-k", "-x", px, tlsSrv.URL}, "hello from " + tlsSrv.Listener.Addr().String()},
-			{"CONNECT for plain http (-p)", []string{"-p", "-x", px, "http://allowed.example.com/"}, "hello from allowed.example.com"},
+			{"CONNECT for plain http (-p)", []string{"-p", "-x", px, "http://allowed.example/"}, "hello from allowed.example"},
 			// The Host header cannot name another site than the URL's.
-			{"spoofed Host header", []string{"-x", px, "-H", "Host: evil.example.com", "http://allowed.example.com/"}, "hello from allowed.example.com"},
+			{"spoofed Host header", []string{"-x", px, "-H", "Host: evil.example", "http://allowed.example/"}, "hello from allowed.example"},
 		} {
 			r := curl(t, tc.args...)
 			if r.code != 0 || r.stdout != tc.want {
@@ -138,9 +138,9 @@ func TestEgressWithCurl(t *testing.T) {
 		for _, tc := range []struct {
 			name, url, want string
 		}{
-			{"a host not listed", "http://evil.example.com/", `evil.example.com is not in sandbox.allowed_hosts of profile dev`},
-			{"an allowed name as a prefix", "http://allowed.example.com.evil.com/", "allowed.example.com.evil.com is not in sandbox.allowed_hosts"},
-			{"a wildcard's own domain", "http://pkg.example.org/", "pkg.example.org is not in sandbox.allowed_hosts"},
+			{"a host not listed", "http://evil.example/", `evil.example is not in sandbox.allowed_hosts of profile dev`},
+			{"an allowed name as a prefix", "http://allowed.example.evil.test/", "allowed.example.evil.test is not in sandbox.allowed_hosts"},
+			{"a wildcard's own domain", "http://pkg.example/", "pkg.example is not in sandbox.allowed_hosts"},
 			{"an IP not listed", "http://127.0.0.2:" + plainPort + "/", "127.0.0.2 is an IP address"},
 			{"an IPv6 literal", "http://[::1]:" + plainPort + "/", "::1 is an IP address"},
 		} {
@@ -149,7 +149,7 @@ func TestEgressWithCurl(t *testing.T) {
 				t.Errorf("%s: curl exit %d, stdout %q; want 403 naming %q", tc.name, r.code, r.stdout, tc.want)
 			}
 		}
-		r := curl(t, "-k", "-x", px, "https://evil.example.com/")
+		r := curl(t, "-k", "-x", px, "https://evil.example/")
 		if r.code == 0 || !strings.Contains(r.stderr, "403") {
 			t.Errorf("CONNECT to a host not listed: curl exit %d, stderr %q; want a refused tunnel (403)", r.code, r.stderr)
 		}
@@ -160,7 +160,7 @@ func TestEgressWithCurl(t *testing.T) {
 
 	t.Run("token", func(t *testing.T) {
 		for _, bad := range []string{p.URL, proxyURL(p.URL, "amr_wrong"), proxyURL(p.URL, realKey)} {
-			r := curl(t, "-x", bad, "-w", "%{http_code}", "-o", "/dev/null", "http://allowed.example.com/")
+			r := curl(t, "-x", bad, "-w", "%{http_code}", "-o", "/dev/null", "http://allowed.example/")
 			if r.stdout != "407" {
 				t.Errorf("proxy URL without the run token: status %q, want 407", r.stdout)
 			}
@@ -215,9 +215,9 @@ func TestEgressWithNetworkNone(t *testing.T) {
 	run := p.start(t, proxy.RunConfig{
 		OpenAI:       proxy.Upstream{BaseURL: "http://127.0.0.1:1/v1"},
 		Network:      config.NetworkNone,
-		AllowedHosts: []string{"allowed.example.com"},
+		AllowedHosts: []string{"allowed.example"},
 	})
-	r := curl(t, "-x", proxyURL(p.URL, run.Token()), "-w", "\n%{http_code}", "http://allowed.example.com/")
+	r := curl(t, "-x", proxyURL(p.URL, run.Token()), "-w", "\n%{http_code}", "http://allowed.example/")
 	if !strings.HasSuffix(r.stdout, "\n403") || !strings.Contains(r.stdout, "sandbox.network: none") {
 		t.Errorf("network none: %q; want 403 naming the policy", r.stdout)
 	}

@@ -104,7 +104,7 @@ func TestGitCredentialsOnlyForTheRunsRepositories(t *testing.T) {
 	p := newProxy(t, proxy.Options{})
 	run := p.start(t, proxy.RunConfig{
 		OpenAI: proxy.Upstream{BaseURL: "http://127.0.0.1:1/v1"},
-		Repos:  []string{"https://github.com/org/repo.git", "git@gitlab.com:org/other.git"},
+		Repos:  []string{"https://forge.test/org/repo.git", "git@mirror.test:org/other.git"},
 		Git:    proxy.GitAuth{Token: token},
 	})
 	out, err := sandboxGit(t, p, run, t.TempDir(), "clone", "-q", srv.RepoURL, "clone")
@@ -116,13 +116,13 @@ func TestGitCredentialsOnlyForTheRunsRepositories(t *testing.T) {
 		status     int
 		want       string
 	}{
-		{"the run's host", "protocol=https\nhost=github.com\npath=org/repo.git\n", 200, "password=" + token},
-		{"the run's host over http", "protocol=http\nhost=github.com\n", 403, "https://github.com"},
-		{"another host", "protocol=https\nhost=evil.example.com\n", 403, "no git credentials for https://evil.example.com"},
-		{"a suffix of the run's host", "protocol=https\nhost=github.com.evil.com\n", 403, "no git credentials"},
-		{"another port", "protocol=https\nhost=github.com:8443\n", 403, "no git credentials"},
-		{"an ssh-only repository's host", "protocol=https\nhost=gitlab.com\n", 403, "no git credentials"},
-		{"by url", "url=https://GitHub.com/org/repo.git\n", 200, "host=github.com\nusername=x-access-token\npassword=" + token},
+		{"the run's host", "protocol=https\nhost=forge.test\npath=org/repo.git\n", 200, "password=" + token},
+		{"the run's host over http", "protocol=http\nhost=forge.test\n", 403, "https://forge.test"},
+		{"another host", "protocol=https\nhost=evil.example\n", 403, "no git credentials for https://evil.example"},
+		{"a suffix of the run's host", "protocol=https\nhost=forge.test.evil.test\n", 403, "no git credentials"},
+		{"another port", "protocol=https\nhost=forge.test:8443\n", 403, "no git credentials"},
+		{"an ssh-only repository's host", "protocol=https\nhost=mirror.test\n", 403, "no git credentials"},
+		{"by url", "url=https://Forge.test/org/repo.git\n", 200, "host=forge.test\nusername=x-access-token\npassword=" + token},
 		{"malformed", "protocol\n", 400, "malformed"},
 		{"no host", "path=x\n", 400, "no protocol and host"},
 	} {
@@ -137,7 +137,7 @@ func TestGitCredentialsOnlyForTheRunsRepositories(t *testing.T) {
 	if status, _ := do(t, "GET", p.URL+"/git/credentials", run.Token(), ""); status != 405 {
 		t.Errorf("GET: %d, want 405", status)
 	}
-	if status, _ := do(t, "POST", p.URL+"/git/credentials", "", "protocol=https\nhost=github.com\n"); status != 401 {
+	if status, _ := do(t, "POST", p.URL+"/git/credentials", "", "protocol=https\nhost=forge.test\n"); status != 401 {
 		t.Errorf("without the run token: %d, want 401", status)
 	}
 }

@@ -34,7 +34,7 @@ func TestProfileRun(t *testing.T) {
 profiles:
   dev:
     llm:
-      base_url: https://openrouter.ai/api/v1
+      base_url: https://llm.test/api/v1
       api_key_env: OR_KEY
       timeout: 90s
       anthropic: {api_key_env: ANT_KEY}
@@ -43,18 +43,18 @@ profiles:
     sandbox:
       provider: local
       network: allowlist
-      allowed_hosts: [github.com]
+      allowed_hosts: [forge.test]
 `, nil)
 	env := map[string]string{"OR_KEY": "sk-or", "ANT_KEY": "sk-ant", "GH_TOKEN": "ghs_x"}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	cfg, err := proxy.ProfileRun(p, lookup, "run-7", []string{"https://github.com/o/r"}, "/default/audit")
+	cfg, err := proxy.ProfileRun(p, lookup, "run-7", []string{"https://forge.test/o/r"}, "/default/audit")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ID != "run-7" || cfg.Profile != "dev" || cfg.OpenAI != (proxy.Upstream{BaseURL: "https://openrouter.ai/api/v1", Key: "sk-or"}) ||
+	if cfg.ID != "run-7" || cfg.Profile != "dev" || cfg.OpenAI != (proxy.Upstream{BaseURL: "https://llm.test/api/v1", Key: "sk-or"}) ||
 		cfg.Anthropic == nil || *cfg.Anthropic != (proxy.Upstream{BaseURL: config.DefaultAnthropicBaseURL, Key: "sk-ant"}) ||
 		cfg.Timeout != 90*time.Second || cfg.MaxRequestBytes != 1<<20 || cfg.Network != config.NetworkAllowlist ||
-		strings.Join(cfg.AllowedHosts, ",") != "github.com" || cfg.Git != (proxy.GitAuth{Token: "ghs_x", Username: config.DefaultGitUsername}) ||
+		strings.Join(cfg.AllowedHosts, ",") != "forge.test" || cfg.Git != (proxy.GitAuth{Token: "ghs_x", Username: config.DefaultGitUsername}) ||
 		cfg.AuditDir != "/var/log/amelia" || len(cfg.Repos) != 1 {
 		t.Errorf("RunConfig %+v", cfg)
 	}

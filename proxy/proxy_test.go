@@ -532,7 +532,7 @@ func TestRequestLimitsAndErrors(t *testing.T) {
 }
 
 func TestListenLoopbackOnly(t *testing.T) {
-	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.168.1.10:0", "localhost:0", "example.com:80"} {
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.10:0", "localhost:0", "host.example:80"} {
 		if ln, err := proxy.Listen(addr); err == nil {
 			ln.Close()
 			t.Errorf("Listen(%q) succeeded; the proxy must listen on loopback only", addr)

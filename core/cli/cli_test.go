@@ -277,7 +277,7 @@ func TestConfigShow(t *testing.T) {
 	e := newEnv(t)
 	golden(t, "config-show-builtin", e.normalize(amelia(t, "", "config", "show").stdout))
 	e.writeConfig(t, twoProfiles+`  c:
-    llm: {base_url: "https://openrouter.ai/api/v1", api_key: sk-or-very-secret}
+    llm: {base_url: "https://llm.test/api/v1", api_key: sk-or-very-secret}
     sandbox: {provider: local, local: {root: /tmp/x, token: hush}}
 `)
 	r := amelia(t, "", "--profile", "c", "config", "show")
@@ -296,7 +296,7 @@ profiles:
     sandbox:
       provider: local
       network: opn
-      allowed_hosts: ["https://github.com"]
+      allowed_hosts: ["https://forge.test"]
   other:
     sandbox: {provider: no-such-provider}
 `)

@@ -45,7 +45,7 @@ func TestTarget(t *testing.T) {
 	for _, tc := range []struct{ in, protocol, host string }{
 		{"protocol=https\nhost=GitHub.com\n", "https", "github.com"},
 		{"protocol=http\nhost=127.0.0.1:8080\n", "http", "127.0.0.1:8080"},
-		{"url=https://Example.com:8443/org/repo.git\n", "https", "example.com:8443"},
+		{"url=https://Host.example:8443/org/repo.git\n", "https", "host.example:8443"},
 		{"path=org/repo\n", "", ""},
 	} {
 		m, err := Read(strings.NewReader(tc.in))
@@ -75,7 +75,7 @@ func equal(a, b Message) bool {
 func FuzzRead(f *testing.F) {
 	for _, s := range []string{
 		"protocol=https\nhost=github.com\npath=org/repo.git\n\n",
-		"url=https://x@example.com/\n", "a=\r\n", "=\n", "x", "\x00=\n", "k=v\n\nk2=v2",
+		"url=https://x@host.example/\n", "a=\r\n", "=\n", "x", "\x00=\n", "k=v\n\nk2=v2",
 	} {
 		f.Add([]byte(s))
 	}

@@ -105,7 +105,7 @@ func successRun() []event {
 
 // failedRun is a run whose workspace step fails.
 func failedRun() []event {
-	cause := errors.New(`clone https://github.com/acme/app: repository not found (check --repo and the git token of profile "dev")`)
+	cause := errors.New(`clone https://forge.test/acme/app: repository not found (check --repo and the git token of profile "dev")`)
 	evs := phases("profile", "proxy", "plugin", "sandbox", "worker", "tunnel")
 	evs = append(evs,
 		event{start: "workspace"},

@@ -46,7 +46,7 @@ func newE2E(t *testing.T, turns ...llmtest.Turn) *e2e {
 	t.Setenv("AMELIA_E2E_GIT_TOKEN", gitToken)
 	e := &e2e{up: llmtest.New(t, turns...), dialled: make(chan string, 16)}
 
-	// The only egress destination: "allowed.example.com:80" is this server.
+	// The only egress destination: "allowed.example:80" is this server.
 	allowed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello from %s%s", r.Host, r.URL.Path)
 	}))
@@ -64,7 +64,7 @@ profiles:
     sandbox:
       provider: local
       network: allowlist
-      allowed_hosts: [allowed.example.com]
+      allowed_hosts: [allowed.example]
 `
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ profiles:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := proxy.ProfileRun(p, os.LookupEnv, "e2e-1", []string{"https://git.example.com/team/repo.git"}, filepath.Join(dir, "audit"))
+	cfg, err := proxy.ProfileRun(p, os.LookupEnv, "e2e-1", []string{"https://git.example/team/repo.git"}, filepath.Join(dir, "audit"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +86,8 @@ profiles:
 		Logger: testLogger(t, nil),
 		EgressDial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			e.dialled <- addr
-			if addr != "allowed.example.com:80" {
-				return nil, fmt.Errorf("the test dials only allowed.example.com:80, not %s", addr)
+			if addr != "allowed.example:80" {
+				return nil, fmt.Errorf("the test dials only allowed.example:80, not %s", addr)
 			}
 			var d net.Dialer
 			return d.DialContext(ctx, network, allowed.Listener.Addr().String())
@@ -199,7 +199,7 @@ func TestProxyThroughTunnel(t *testing.T) {
 	})
 
 	t.Run("git credentials for the run's repository host", func(t *testing.T) {
-		r := e.inside(t, strings.NewReader("protocol=https\nhost=git.example.com\npath=team/repo.git\n\n"), workerBin, "git-credential", "get")
+		r := e.inside(t, strings.NewReader("protocol=https\nhost=git.example\npath=team/repo.git\n\n"), workerBin, "git-credential", "get")
 		if r.Status.Code != 0 || !strings.Contains(r.Stdout, "password="+gitToken+"\n") || !strings.Contains(r.Stdout, "username=x-access-token\n") {
 			t.Errorf("git-credential get: %v", r)
 		}
@@ -211,15 +211,15 @@ func TestProxyThroughTunnel(t *testing.T) {
 
 	t.Run("egress through the tunnel", func(t *testing.T) {
 		px := "http://amelia:" + e.run.Token() + "@" + e.tun.Addr()
-		status, body := e.curl(t, "-x", px, "http://allowed.example.com/pkg")
-		if status != "200" || body != "hello from allowed.example.com/pkg" {
+		status, body := e.curl(t, "-x", px, "http://allowed.example/pkg")
+		if status != "200" || body != "hello from allowed.example/pkg" {
 			t.Errorf("allowed host: %s %q", status, body)
 		}
-		status, body = e.curl(t, "-x", px, "http://denied.example.com/")
-		if status != "403" || !strings.Contains(body, "denied.example.com") || !strings.Contains(body, "allowed_hosts") {
+		status, body = e.curl(t, "-x", px, "http://denied.example/")
+		if status != "403" || !strings.Contains(body, "denied.example") || !strings.Contains(body, "allowed_hosts") {
 			t.Errorf("denied host: %s %q, want 403 naming the host and allowed_hosts", status, body)
 		}
-		if status, _ := e.curl(t, "-x", "http://"+e.tun.Addr(), "http://allowed.example.com/"); status != "407" {
+		if status, _ := e.curl(t, "-x", "http://"+e.tun.Addr(), "http://allowed.example/"); status != "407" {
 			t.Errorf("egress without the token: %s, want 407", status)
 		}
 		close(e.dialled)
@@ -227,8 +227,8 @@ func TestProxyThroughTunnel(t *testing.T) {
 		for a := range e.dialled {
 			dials = append(dials, a)
 		}
-		if strings.Join(dials, " ") != "allowed.example.com:80" {
-			t.Errorf("egress dials %q, want only allowed.example.com:80", dials)
+		if strings.Join(dials, " ") != "allowed.example:80" {
+			t.Errorf("egress dials %q, want only allowed.example:80", dials)
 		}
 	})
 

@@ -433,13 +433,13 @@ func TestOpenBoundedByContext(t *testing.T) {
 
 func TestOpenRefusesNonLoopbackTargets(t *testing.T) {
 	sb := &sandbox{} // never used: nothing may start
-	for _, target := range []string{"0.0.0.0:80", "192.168.1.1:80", "example.com:80", "localhost:80", "[::]:80", "10.0.0.1:8080", "127.0.0.1", "127.0.0.1:0", ""} {
+	for _, target := range []string{"0.0.0.0:80", "192.0.2.1:80", "host.example:80", "localhost:80", "[::]:80", "198.51.100.1:8080", "127.0.0.1", "127.0.0.1:0", ""} {
 		_, err := tunnel.Open(t.Context(), sb, tunnel.HostOptions{Worker: workerBin, Target: target})
 		if err == nil || !strings.Contains(err.Error(), "tunnel target") {
 			t.Errorf("target %q: err = %v, want a refusal naming the target", target, err)
 		}
 	}
-	for _, listen := range []string{"0.0.0.0:0", "192.168.1.1:8080", ":8080"} {
+	for _, listen := range []string{"0.0.0.0:0", "192.0.2.1:8080", ":8080"} {
 		_, err := tunnel.Open(t.Context(), sb, tunnel.HostOptions{Worker: workerBin, Target: "127.0.0.1:8080", Listen: listen})
 		if err == nil || !strings.Contains(err.Error(), "loopback") {
 			t.Errorf("listen %q: err = %v, want a refusal", listen, err)

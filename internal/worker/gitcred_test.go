@@ -14,7 +14,7 @@ import (
 )
 
 // credProxy stands in for the host proxy's /git/credentials route: it
-// answers github.com with a token and refuses every other host.
+// answers forge.test with a token and refuses every other host.
 type credProxy struct {
 	*httptest.Server
 	mu       sync.Mutex
@@ -36,11 +36,11 @@ func newCredProxy(t *testing.T) *credProxy {
 		p.mu.Lock()
 		p.requests = append(p.requests, string(body))
 		p.mu.Unlock()
-		if !strings.Contains(string(body), "host=github.com\n") {
+		if !strings.Contains(string(body), "host=forge.test\n") {
 			http.Error(w, "host not allowed for this run", http.StatusForbidden)
 			return
 		}
-		io.WriteString(w, "protocol=https\nhost=github.com\nusername=x-access-token\npassword=ghs_secret\n")
+		io.WriteString(w, "protocol=https\nhost=forge.test\nusername=x-access-token\npassword=ghs_secret\n")
 	}))
 	t.Cleanup(p.Close)
 	return p
@@ -57,14 +57,14 @@ func TestGitCredentialHelper(t *testing.T) {
 	proxy := newCredProxy(t)
 	env := []string{"AMELIA_PROXY_URL=" + proxy.URL, "AMELIA_PROXY_TOKEN=" + runToken}
 
-	r := runWorker(t, env, strings.NewReader("protocol=https\nhost=github.com\npath=org/repo.git\n\n"), "git-credential", "get")
+	r := runWorker(t, env, strings.NewReader("protocol=https\nhost=forge.test\npath=org/repo.git\n\n"), "git-credential", "get")
 	if r.code != 0 {
 		t.Fatalf("get: exit %d: %s", r.code, r.stderr)
 	}
-	if want := "protocol=https\nhost=github.com\nusername=x-access-token\npassword=ghs_secret\n"; string(r.stdout) != want {
+	if want := "protocol=https\nhost=forge.test\nusername=x-access-token\npassword=ghs_secret\n"; string(r.stdout) != want {
 		t.Errorf("get answered %q, want %q", r.stdout, want)
 	}
-	if got := proxy.got()[0]; got != "protocol=https\nhost=github.com\npath=org/repo.git\n" {
+	if got := proxy.got()[0]; got != "protocol=https\nhost=forge.test\npath=org/repo.git\n" {
 		t.Errorf("the proxy got %q", got)
 	}
 
@@ -75,7 +75,7 @@ func TestGitCredentialHelper(t *testing.T) {
 	contains(t, "stderr", string(r.stderr), "refused credentials for evil.example: 403")
 
 	for _, op := range []string{"store", "erase"} {
-		r = runWorker(t, env, strings.NewReader("protocol=https\nhost=github.com\npassword=p\n\n"), "git-credential", op)
+		r = runWorker(t, env, strings.NewReader("protocol=https\nhost=forge.test\npassword=p\n\n"), "git-credential", op)
 		if r.code != 0 || len(r.stdout) != 0 {
 			t.Errorf("%s: exit %d, stdout %q; want 0 and nothing", op, r.code, r.stdout)
 		}
@@ -84,7 +84,7 @@ func TestGitCredentialHelper(t *testing.T) {
 		t.Errorf("the proxy got %d requests, want 2 (store and erase stay local)", n)
 	}
 
-	r = runWorker(t, nil, strings.NewReader("host=github.com\n\n"), "git-credential", "get")
+	r = runWorker(t, nil, strings.NewReader("host=forge.test\n\n"), "git-credential", "get")
 	if r.code != 1 || !bytes.Contains(r.stderr, []byte("AMELIA_PROXY_URL")) {
 		t.Errorf("outside a sandbox: exit %d, stderr %q", r.code, r.stderr)
 	}
@@ -98,7 +98,7 @@ func TestGitUsesTheHelper(t *testing.T) {
 		"credential", "fill")
 	cmd.Env = append(os.Environ(), "AMELIA_PROXY_URL="+proxy.URL, "AMELIA_PROXY_TOKEN="+runToken,
 		"GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "HOME="+t.TempDir(), "GORACE=atexit_sleep_ms=0")
-	cmd.Stdin = strings.NewReader("url=https://github.com/org/repo.git\n\n")
+	cmd.Stdin = strings.NewReader("url=https://forge.test/org/repo.git\n\n")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("git credential fill: %v\n%s", err, out)

@@ -220,7 +220,7 @@ func TestFailedStart(t *testing.T) {
 		},
 		{
 			name:  "build_failed",
-			extra: map[string]any{"image": "registry.example.com/nope:1"},
+			extra: map[string]any{"image": "registry.example/nope:1"},
 			kind:  sdk.ErrInvalid,
 			want:  "could not be built (state build_failed): ",
 		},
@@ -234,7 +234,7 @@ func TestFailedStart(t *testing.T) {
 			if !errors.Is(err, c.kind) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("EnsureRunning: %v, want %v with %q", err, c.kind, c.want)
 			}
-			if c.name == "build_failed" && !strings.Contains(err.Error(), "registry.example.com/nope:1") {
+			if c.name == "build_failed" && !strings.Contains(err.Error(), "registry.example/nope:1") {
 				t.Errorf("the reason does not name the image: %v", err)
 			}
 			if left := f.Sandboxes(); len(left) != 0 {

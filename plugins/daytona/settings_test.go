@@ -104,7 +104,7 @@ func TestGatewayAddr(t *testing.T) {
 	for _, tt := range []struct{ cmd, want string }{
 		{"ssh -p 22 tok@ssh.app.daytona.io", "ssh.app.daytona.io:22"},
 		{"ssh -p 2222 tok@127.0.0.1", "127.0.0.1:2222"},
-		{"ssh tok@gw.example.com", "gw.example.com:22"},
+		{"ssh tok@gw.example", "gw.example:22"},
 	} {
 		if got, err := gatewayAddr(tt.cmd); err != nil || got != tt.want {
 			t.Errorf("gatewayAddr(%q) = %q, %v; want %q", tt.cmd, got, err, tt.want)

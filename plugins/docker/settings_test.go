@@ -31,7 +31,7 @@ func TestDecodeSettings(t *testing.T) {
 			in:   `{"dockerfile":"~/p/.devcontainer/Dockerfile"}`,
 			want: Settings{Dockerfile: filepath.Join(home, "p/.devcontainer/Dockerfile"), BuildContext: filepath.Join(home, "p/.devcontainer"), User: "amelia", Resources: Resources{Pids: 1024}},
 		},
-		{name: "ready image", in: `{"image":"registry.example.com/team/img:1"}`, want: Settings{Image: "registry.example.com/team/img:1", User: "amelia", Resources: Resources{Pids: 1024}}},
+		{name: "ready image", in: `{"image":"registry.example/team/img:1"}`, want: Settings{Image: "registry.example/team/img:1", User: "amelia", Resources: Resources{Pids: 1024}}},
 		{name: "unknown key", in: `{"imagee":"x"}`, err: `docker settings: unknown field "imagee"`},
 		{name: "wrong type", in: `{"resources":{"cpus":"two"}}`, err: `docker.resources.cpus: want a number, not a string`},
 		{name: "labels not a mapping", in: `{"labels":["a"]}`, err: `docker.labels: want a mapping, not a list`},

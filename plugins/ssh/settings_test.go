@@ -16,9 +16,9 @@ func TestDecodeSettings(t *testing.T) {
 		want     Settings
 		err      string
 	}{
-		{name: "defaults", in: `{"host":"build-1.example.com"}`, want: Settings{Host: "build-1.example.com", HostKeyPolicy: "strict", Root: "~/.amelia/sandboxes", ProxyTransport: "reverse-forward"}},
-		{name: "everything", in: `{"host":"10.0.0.5","port":2222,"user":"amelia","identity_files":["~/.ssh/id"],"known_hosts":"/k","host_key_policy":"accept-new","jump":"bastion","root":"/srv/sandboxes","proxy_transport":"exec-tunnel","enforce_egress":"iptables"}`,
-			want: Settings{Host: "10.0.0.5", Port: 2222, User: "amelia", IdentityFiles: []string{"~/.ssh/id"}, KnownHosts: "/k", HostKeyPolicy: "accept-new", Jump: "bastion", Root: "/srv/sandboxes", ProxyTransport: "exec-tunnel", EnforceEgress: "iptables"}},
+		{name: "defaults", in: `{"host":"build-1.example"}`, want: Settings{Host: "build-1.example", HostKeyPolicy: "strict", Root: "~/.amelia/sandboxes", ProxyTransport: "reverse-forward"}},
+		{name: "everything", in: `{"host":"192.0.2.5","port":2222,"user":"amelia","identity_files":["~/.ssh/id"],"known_hosts":"/k","host_key_policy":"accept-new","jump":"bastion","root":"/srv/sandboxes","proxy_transport":"exec-tunnel","enforce_egress":"iptables"}`,
+			want: Settings{Host: "192.0.2.5", Port: 2222, User: "amelia", IdentityFiles: []string{"~/.ssh/id"}, KnownHosts: "/k", HostKeyPolicy: "accept-new", Jump: "bastion", Root: "/srv/sandboxes", ProxyTransport: "exec-tunnel", EnforceEgress: "iptables"}},
 		{name: "no host", in: `{}`, err: "ssh.host: required: the machine to run sandboxes on (a host name, an address, or a Host of ~/.ssh/config)"},
 		{name: "option as host", in: `{"host":"-oProxyCommand=x"}`, err: `ssh.host: "-oProxyCommand=x" is not a host name or address`},
 		{name: "unknown key", in: `{"host":"h","hosts":"x"}`, err: `ssh settings: unknown field "hosts"`},

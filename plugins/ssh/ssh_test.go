@@ -151,7 +151,7 @@ func TestForward(t *testing.T) {
 		t.Errorf("Forward after cancel: %v, want nil", err)
 	}
 
-	if err := p.Forward(t.Context(), sdk.ForwardRequest{Sandbox: sb.Ref, Target: "10.0.0.1:80"}, func(string) {}); !errors.Is(err, sdk.ErrInvalid) {
+	if err := p.Forward(t.Context(), sdk.ForwardRequest{Sandbox: sb.Ref, Target: "192.0.2.1:80"}, func(string) {}); !errors.Is(err, sdk.ErrInvalid) {
 		t.Errorf("Forward to a non-loopback target: %v, want invalid", err)
 	}
 	exec := up(t, p, "fwd-exec", settings(t, srv, map[string]any{"proxy_transport": "exec-tunnel"}))
