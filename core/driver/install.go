@@ -7,12 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
 )
 
 // Installer puts the right amelia-worker into sandboxes. The right one is
@@ -45,33 +47,6 @@ type Installer struct {
 // (workerbin.BinDirEnv), one per line.
 const probeScript = `printf '%s\n%s\n' "$(uname -m)" "${AMELIA_BIN_DIR:-${HOME:+$HOME/.amelia/bin}}"`
 
-// sumScript prints, for each argument, the sha256 of that file, or "-"
-// when it cannot be read. Paths come as positional parameters.
-const sumScript = `for f do
-	if s=$(sha256sum < "$f" 2>/dev/null); then printf '%s\n' "${s%% *}"; else echo -; fi
-done`
-
-// installScript reads the worker from stdin into a temporary file beside
-// $2 (in the directory $1), checks that its sha256 is $3, makes it
-// executable and renames it to $2. The rename is atomic, so concurrent
-// installs of the same binary both succeed and a worker being started
-// never sees half a file.
-const installScript = `set -eu
-umask 022
-mkdir -p -- "$1"
-tmp=$(mktemp "$2.tmp.XXXXXX")
-trap 'rm -f -- "$tmp"' EXIT
-cat > "$tmp"
-s=$(sha256sum < "$tmp")
-s=${s%% *}
-if [ "$s" != "$3" ]; then
-	echo "the uploaded file's sha256 is $s, want $3: the upload was damaged" >&2
-	exit 3
-fi
-chmod 0755 -- "$tmp"
-mv -f -- "$tmp" "$2"
-trap - EXIT`
-
 // EnsureWorker makes sure the worker for the sandbox's architecture is in
 // the sandbox and returns its absolute path there:
 // $AMELIA_BIN_DIR (else $HOME/.amelia/bin)/amelia-worker-<first 16 hex
@@ -93,7 +68,7 @@ func (in *Installer) EnsureWorker(ctx context.Context, ex Execer) (string, error
 	if err != nil {
 		return "", fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
 	}
-	dest := dir + "/amelia-worker-" + sum[:16]
+	dest := dir + "/" + envelope.WorkerName(sum)
 
 	found, err := in.findInstalled(ctx, ex, sum, append([]string{dest}, in.Candidates...))
 	if err != nil {
@@ -104,7 +79,7 @@ func (in *Installer) EnsureWorker(ctx context.Context, ex Execer) (string, error
 		log.Debug("amelia-worker present", "path", found, "duration", time.Since(start))
 		return found, nil
 	}
-	if err := in.upload(ctx, ex, bin, dir, dest, sum); err != nil {
+	if err := in.upload(ctx, ex, bin, dir, dest, sum, size); err != nil {
 		return "", err
 	}
 	log.Info("amelia-worker installed", "path", dest, "bytes", size, "duration", time.Since(start))
@@ -119,26 +94,13 @@ func (in *Installer) probe(ctx context.Context, ex Execer) (arch, dir string, er
 		return "", "", err
 	}
 	machine, dir, _ := strings.Cut(strings.TrimSuffix(out, "\n"), "\n")
-	if arch, err = sandboxArch(machine); err != nil {
+	if arch, err = envelope.GoArch(machine); err != nil {
 		return "", "", fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
 	}
 	if !strings.HasPrefix(dir, "/") || strings.ContainsAny(dir, "\n\x00") {
 		return "", "", fmt.Errorf("install amelia-worker on %s: the install directory is %q, not an absolute path: the worker goes to $%s, else $HOME/.amelia/bin", in.provider(), dir, workerbin.BinDirEnv)
 	}
 	return arch, strings.TrimRight(dir, "/"), nil
-}
-
-// sandboxArch maps `uname -m` to the Go architecture of the worker to
-// install.
-func sandboxArch(machine string) (string, error) {
-	switch strings.TrimSpace(machine) {
-	case "x86_64", "amd64":
-		return "amd64", nil
-	case "aarch64", "arm64":
-		return "arm64", nil
-	}
-	return "", fmt.Errorf("the sandbox's architecture %q is not supported: amelia-worker is built for %s (x86_64 and aarch64)",
-		execreport.Printable(machine), strings.Join(workerbin.Arches(), " and "))
 }
 
 // hostBinary is the host file of the worker for arch.
@@ -152,7 +114,7 @@ func (in *Installer) hostBinary(arch string) (string, error) {
 // findInstalled returns the first of paths whose sha256 inside the sandbox
 // is sum, or "".
 func (in *Installer) findInstalled(ctx context.Context, ex Execer, sum string, paths []string) (string, error) {
-	argv := append([]string{"sh", "-c", sumScript, "sh"}, paths...)
+	argv := append([]string{"sh", "-c", envelope.SumScript, "sh"}, paths...)
 	out, err := in.run(ctx, ex, "check the installed amelia-worker", argv, nil)
 	if err != nil {
 		return "", err
@@ -166,14 +128,15 @@ func (in *Installer) findInstalled(ctx context.Context, ex Execer, sum string, p
 	return "", nil
 }
 
-// upload streams the host binary bin into the sandbox as dest.
-func (in *Installer) upload(ctx context.Context, ex Execer, bin, dir, dest, sum string) error {
+// upload streams the host binary bin (size bytes) into the sandbox as
+// dest.
+func (in *Installer) upload(ctx context.Context, ex Execer, bin, dir, dest, sum string, size int64) error {
 	f, err := os.Open(bin)
 	if err != nil {
 		return fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
 	}
 	defer f.Close()
-	argv := []string{"sh", "-c", installScript, "sh", dir, dest, sum}
+	argv := []string{"sh", "-c", envelope.InstallScript, "sh", dir, dest, sum, strconv.FormatInt(size, 10)}
 	_, err = in.run(ctx, ex, "upload amelia-worker to "+dest, argv, f)
 	return err
 }
