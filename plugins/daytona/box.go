@@ -3,14 +3,11 @@ package daytona
 import (
 	"context"
 	"fmt"
-	"path"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/shexec"
 	"github.com/amelia-sandbox/amelia/plugins/ssh/transport"
 )
 
@@ -22,8 +19,8 @@ type box struct {
 	id   string
 	user string
 
-	homeMu sync.Mutex
-	home   string // the user's $HOME there, once prepare has asked
+	setupMu sync.Mutex
+	setup   setup // the home and worker there, once ready has made them
 
 	mu      sync.Mutex
 	access  api.SSHAccess // the current token; zero before the first
@@ -59,54 +56,6 @@ func (a *account) forget(b *box) {
 	}
 	a.mu.Unlock()
 	b.shut()
-}
-
-// prepareScript makes the workspace and the worker's directory under the
-// login's home, and prints the home.
-const prepareScript = `mkdir -p -- "$HOME/workspace" "$HOME/.amelia/bin" && printf '%s' "$HOME"`
-
-// prepare makes the workspace, and learns the home it is in (Daytona's
-// snapshots put the user's in /home/daytona, but an image may not); it
-// returns the home.
-func (b *box) prepare(ctx context.Context) (string, error) {
-	b.homeMu.Lock()
-	defer b.homeMu.Unlock()
-	var out, errb strings.Builder
-	st, err := b.exec(ctx, shexec.Command{Tag: shexec.NewTag(), Argv: []string{"sh", "-c", prepareScript}}, sdk.ExecIO{Stdout: &out, Stderr: &errb}, time.Second)
-	home := out.String()
-	switch {
-	case err != nil:
-		return "", fmt.Errorf("prepare the workspace in Daytona sandbox %s: %w", b.name, err)
-	case st.Code != 0:
-		return "", fmt.Errorf("prepare the workspace in Daytona sandbox %s: exit %d: %s", b.name, st.Code, strings.TrimSpace(errb.String()))
-	case !path.IsAbs(home) || strings.ContainsAny(home, "\n\x00"):
-		return "", fmt.Errorf("Daytona sandbox %s: the user's $HOME is %q, not an absolute path", b.name, home)
-	}
-	b.home = path.Clean(home)
-	return b.home, nil
-}
-
-// homeDir is the user's home, asked (by prepare) the first time.
-func (b *box) homeDir(ctx context.Context) (string, error) {
-	b.homeMu.Lock()
-	home := b.home
-	b.homeMu.Unlock()
-	if home != "" {
-		return home, nil
-	}
-	return b.prepare(ctx)
-}
-
-// workspace is the sandbox's workdir under the user's home.
-func workspace(home string) string { return home + "/workspace" }
-
-// exec runs a command through the gateway.
-func (b *box) exec(ctx context.Context, cmd shexec.Command, eio sdk.ExecIO, grace time.Duration) (sdk.ExitStatus, error) {
-	conn, err := b.connection(ctx)
-	if err != nil {
-		return sdk.ExitStatus{}, err
-	}
-	return conn.Exec(ctx, cmd, eio, grace)
 }
 
 // connection returns the gateway connection, minting the first token

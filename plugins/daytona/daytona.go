@@ -28,6 +28,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
 	"github.com/amelia-sandbox/amelia/plugins/shexec"
 	"github.com/amelia-sandbox/amelia/plugins/ssh/transport"
 )
@@ -51,11 +52,16 @@ type Options struct {
 	// PollInterval is the longest wait between two looks at a sandbox that
 	// is changing state; default 1 s (the first looks come sooner).
 	PollInterval time.Duration
+	// WorkerDirs hold amelia-worker-linux-ARCH, which every command in a
+	// sandbox runs through (workerbin.Dirs).
+	WorkerDirs []string
 }
 
 // Provider is the Daytona provider.
 type Provider struct {
 	opts Options
+
+	workers *workers
 
 	mu       sync.Mutex
 	accounts map[string]*account
@@ -72,7 +78,7 @@ func New(opts Options) *Provider {
 	if opts.PollInterval == 0 {
 		opts.PollInterval = time.Second
 	}
-	return &Provider{opts: opts, accounts: map[string]*account{}}
+	return &Provider{opts: opts, workers: &workers{dirs: opts.WorkerDirs}, accounts: map[string]*account{}}
 }
 
 func (p *Provider) Info(context.Context) (sdk.Info, error) {
@@ -93,6 +99,7 @@ func (p *Provider) Info(context.Context) (sdk.Info, error) {
 type account struct {
 	api      *api.Client
 	hostKeys *transport.HostKeys
+	workers  *workers
 	logger   *slog.Logger
 
 	mu    sync.Mutex
@@ -134,7 +141,7 @@ func (p *Provider) account(raw json.RawMessage) (resolved, error) {
 	if err != nil {
 		return resolved{}, err
 	}
-	a := &account{api: client, hostKeys: hostKeys, logger: p.opts.Logger, boxes: map[string]*box{}}
+	a := &account{api: client, hostKeys: hostKeys, workers: p.workers, logger: p.opts.Logger, boxes: map[string]*box{}}
 	p.accounts[id] = a
 	return resolved{set, timeout, a}, nil
 }
@@ -166,7 +173,7 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 		return sdk.Sandbox{}, err
 	}
 	b := r.acct.adopt(spec.Name, sb, r.set.SSHTokenMinutes)
-	home, err := b.prepare(ctx)
+	set, err := b.ready(ctx)
 	if err != nil {
 		return sdk.Sandbox{}, err
 	}
@@ -179,7 +186,7 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 	if sb.Target != "" {
 		details["region"] = sb.Target
 	}
-	return sdk.Sandbox{Ref: ref, Created: created, Workdir: workspace(home), Details: details}, nil
+	return sdk.Sandbox{Ref: ref, Created: created, Workdir: workspace(set.home), Details: details}, nil
 }
 
 // findOrCreate finds the sandbox labelled with spec's name, or creates it.
@@ -362,11 +369,11 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	if req.User != "" && req.User != b.user {
 		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "the daytona provider runs commands as the sandbox's user %s; it cannot run them as %q", b.user, req.User)
 	}
-	home, err := b.homeDir(ctx)
+	set, err := b.ready(ctx)
 	if err != nil {
 		return sdk.ExitStatus{}, b.failed(ctx, err)
 	}
-	workdir := workspace(home)
+	workdir := workspace(set.home)
 	dir := req.Dir
 	switch {
 	case dir == "":
@@ -374,19 +381,19 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	case !path.IsAbs(dir):
 		dir = path.Join(workdir, dir)
 	}
-	env := map[string]string{"HOME": home, "AMELIA_SANDBOX": b.name}
+	env := map[string]string{"HOME": set.home, "AMELIA_SANDBOX": b.name}
 	for k, v := range req.Env {
 		env[k] = v
 	}
-	cmd := shexec.Command{Dir: dir, Env: env, Tag: shexec.NewTag(), Argv: req.Argv}
-	st, err := b.exec(ctx, cmd, eio, req.Grace())
-	if errors.Is(err, transport.ErrNoDir) && dir == workdir {
+	cmd := envelope.Command{Argv: req.Argv, Env: env, Dir: dir, Tag: shexec.NewTag()}
+	st, err := b.run(ctx, cmd, eio, req.Grace())
+	if errors.Is(err, envelope.ErrNoDir) && dir == workdir {
 		// The workspace went missing.
-		if _, err = b.prepare(ctx); err == nil {
-			st, err = b.exec(ctx, cmd, eio, req.Grace())
+		if _, _, err = b.prepare(ctx); err == nil {
+			st, err = b.run(ctx, cmd, eio, req.Grace())
 		}
 	}
-	if errors.Is(err, transport.ErrNoDir) {
+	if errors.Is(err, envelope.ErrNoDir) {
 		return st, sdk.Errorf(sdk.ErrInvalid, "working directory %q does not exist in the sandbox", dir)
 	}
 	if err != nil {
@@ -520,9 +527,15 @@ func (p *Provider) HealthCheck(ctx context.Context, ref sdk.SandboxRef) (sdk.Hea
 		return sdk.Health{State: sdk.HealthUnhealthy, Message: "Daytona sandbox " + sb.ID + " is " + string(sb.State)}, nil
 	}
 	b := r.acct.adopt(ref.Name, sb, r.set.SSHTokenMinutes)
-	st, err := b.exec(ctx, shexec.Command{Tag: shexec.NewTag(), Argv: []string{"true"}}, sdk.ExecIO{}, time.Second)
-	if err != nil || st.Code != 0 {
-		return sdk.Health{State: sdk.HealthUnhealthy, Message: fmt.Sprintf("Daytona sandbox %s is started, but a command through the SSH gateway failed: %v (exit %d)", sb.ID, err, st.Code)}, nil
+	// A bare shell, not the envelope: the check must not wait for the
+	// worker's upload.
+	conn, err := b.connection(ctx)
+	code := 0
+	if err == nil {
+		_, code, err = conn.Bootstrap(ctx, "true", nil)
+	}
+	if err != nil || code != 0 {
+		return sdk.Health{State: sdk.HealthUnhealthy, Message: fmt.Sprintf("Daytona sandbox %s is started, but a command through the SSH gateway failed: %v (exit %d)", sb.ID, err, code)}, nil
 	}
 	return sdk.Health{State: sdk.HealthReady, Message: "Daytona sandbox " + sb.ID}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
+	"github.com/amelia-sandbox/amelia/internal/testbin"
 	"github.com/amelia-sandbox/amelia/plugins/daytona"
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
 	"github.com/amelia-sandbox/amelia/plugins/daytona/daytonatest"
@@ -28,12 +29,21 @@ import (
 // plugin subprocesses inherit it).
 const keyEnv = "AMELIA_TEST_DAYTONA_KEY"
 
+// workerDirEnv names the directory of the worker the tests built, for the
+// plugin subprocesses.
+const workerDirEnv = "AMELIA_WORKER_DIR"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(sdk.Handshake.MagicCookieKey) != "" {
-		sdk.Serve(daytona.New(daytona.Options{Version: "test"}))
+		sdk.Serve(daytona.New(daytona.Options{Version: "test", WorkerDirs: []string{os.Getenv(workerDirEnv)}}))
 		return
 	}
-	os.Exit(m.Run())
+	os.Exit(testbin.Main(m, func(dir string) error {
+		if _, err := testbin.BuildSandboxWorker(dir); err != nil {
+			return err
+		}
+		return os.Setenv(workerDirEnv, dir)
+	}))
 }
 
 // start starts a fake Daytona whose sandboxes are containers, and returns
@@ -70,7 +80,7 @@ func startWith(t testing.TB, opts daytonatest.Options, extra map[string]any) (*d
 // newProvider is the provider in this process (the conformance kit runs
 // it as a plugin).
 func newProvider(t testing.TB) *daytona.Provider {
-	p := daytona.New(daytona.Options{Version: "test", PollInterval: 100 * time.Millisecond})
+	p := daytona.New(daytona.Options{Version: "test", PollInterval: 100 * time.Millisecond, WorkerDirs: []string{os.Getenv(workerDirEnv)}})
 	t.Cleanup(func() { p.Close() })
 	return p
 }

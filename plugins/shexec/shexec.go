@@ -36,10 +36,10 @@ if [ -n "$d" ]; then cd -- "$d" 2>/dev/null || { echo "amelia-exec:$t:nodir" >&2
 echo "amelia-exec:$t:pid=$$" >&2
 exec "$@"`
 
-// killScript sends signal $1 to the process group $2 (when not 0) and to
+// KillScript sends signal $1 to the process group $2 (when not 0) and to
 // every process whose environment holds the entry $3. Run as the command's
 // own user, it may signal its processes without any capability.
-const killScript = `sig=$1 pgid=$2 tag=$3
+const KillScript = `sig=$1 pgid=$2 tag=$3
 [ "$pgid" -gt 0 ] && kill -s "$sig" -- "-$pgid" 2>/dev/null
 for e in /proc/[0-9]*/environ; do
 	if grep -qxzF -- "$tag" "$e" 2>/dev/null; then
@@ -106,7 +106,7 @@ func Entry(tag string) string { return TagEnv + "=" + tag }
 // environment holds entry (Entry(tag), or another VAR=value all of a
 // sandbox's processes carry) with sig (TERM, KILL).
 func KillArgv(sig string, pgid int, entry string) []string {
-	return []string{"sh", "-c", killScript, "amelia-kill", sig, strconv.Itoa(pgid), entry}
+	return []string{"sh", "-c", KillScript, "amelia-kill", sig, strconv.Itoa(pgid), entry}
 }
 
 // KillLine is KillArgv as one shell command line.

@@ -8,11 +8,17 @@ import (
 	"os"
 
 	"github.com/amelia-sandbox/amelia/core/buildinfo"
+	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/daytona"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 func main() {
 	logger := sdk.NewLogger(os.Stderr, slog.LevelDebug)
-	sdk.Serve(daytona.New(daytona.Options{Version: buildinfo.Version(), Logger: logger}), sdk.WithLogger(logger))
+	self, _ := os.Executable()
+	sdk.Serve(daytona.New(daytona.Options{
+		Version:    buildinfo.Version(),
+		WorkerDirs: workerbin.Dirs(os.Getenv("AMELIA_WORKER_DIR"), self),
+		Logger:     logger,
+	}), sdk.WithLogger(logger))
 }

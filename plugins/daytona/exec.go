@@ -1,0 +1,199 @@
+package daytona
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/core/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
+	"github.com/amelia-sandbox/amelia/plugins/shexec"
+)
+
+// Every command in a Daytona sandbox runs inside amelia-worker's exec
+// envelope (package envelope): Daytona's SSH path drops stderr (and hangs
+// once about 2 MiB of it is unread), loses the exit status now and then,
+// never sends exit-signal, and leaves commands in its daemon's process
+// group, so the only stream it carries whole, stdout, carries everything.
+// Until the worker is there, the box is set up with envelope.Bootstrap
+// scripts, which need nothing but stdout.
+
+// workers are the host's amelia-worker builds, which the provider puts
+// into sandboxes.
+type workers struct {
+	dirs []string
+	sums workerbin.Sums
+}
+
+// setup is what commands in a sandbox need: the login's home (the
+// workspace is under it) and the path of the worker there.
+type setup struct {
+	home, worker string
+}
+
+// prepareScript makes the workspace and the worker's directory under the
+// login's home, and prints the home and the machine's architecture.
+const prepareScript = `mkdir -p -- "$HOME/workspace" "$HOME/.amelia/bin" && printf '%s\n%s\n' "$HOME" "$(uname -m)"`
+
+// bootstrapTries is how often a bootstrap script whose session was cut
+// before its exit code is run again: each is safe to repeat.
+const bootstrapTries = 3
+
+// killTimeout bounds the session that kills what a broken exec left.
+const killTimeout = 10 * time.Second
+
+// workspace is the sandbox's workdir under the user's home.
+func workspace(home string) string { return home + "/workspace" }
+
+// ready returns the box's setup, making it the first time: the workspace,
+// and the worker for the sandbox's architecture, uploaded unless a copy
+// with the same sha256 is there (amelia's own installer then finds it).
+func (b *box) ready(ctx context.Context) (setup, error) {
+	b.setupMu.Lock()
+	defer b.setupMu.Unlock()
+	if b.setup.worker != "" {
+		return b.setup, nil
+	}
+	home, machine, err := b.prepare(ctx)
+	if err != nil {
+		return setup{}, err
+	}
+	arch, err := envelope.GoArch(machine)
+	if err != nil {
+		return setup{}, fmt.Errorf("Daytona sandbox %s: %w", b.name, err)
+	}
+	bin, err := workerbin.Find(b.acct.workers.dirs, arch)
+	if err != nil {
+		return setup{}, fmt.Errorf("the daytona provider runs commands through amelia-worker: %w", err)
+	}
+	sum, size, err := b.acct.workers.sums.Sum(bin)
+	if err != nil {
+		return setup{}, err
+	}
+	dir := home + "/.amelia/bin"
+	dest := dir + "/" + envelope.WorkerName(sum)
+	out, err := b.bootstrap(ctx, "check the worker", nil, envelope.SumScript, dest)
+	if err != nil {
+		return setup{}, err
+	}
+	if strings.TrimSpace(string(out)) != sum {
+		open := func() (io.ReadCloser, error) { return os.Open(bin) }
+		if _, err := b.bootstrap(ctx, "upload the worker", open, envelope.InstallScript, dir, dest, sum, strconv.FormatInt(size, 10)); err != nil {
+			return setup{}, err
+		}
+		b.acct.logger.Info("installed amelia-worker", "sandbox", b.name, "path", dest, "bytes", size)
+	}
+	b.setup = setup{home: home, worker: dest}
+	return b.setup, nil
+}
+
+// prepare makes the workspace, and learns the home it is in (Daytona's
+// snapshots put the user's in /home/daytona, but an image may not) and the
+// machine's architecture.
+func (b *box) prepare(ctx context.Context) (home, machine string, err error) {
+	out, err := b.bootstrap(ctx, "prepare the workspace", nil, prepareScript)
+	if err != nil {
+		return "", "", err
+	}
+	home, machine, _ = strings.Cut(strings.TrimSuffix(string(out), "\n"), "\n")
+	if !path.IsAbs(home) || strings.ContainsAny(home, "\x00") {
+		return "", "", fmt.Errorf("Daytona sandbox %s: the user's $HOME is %q, not an absolute path", b.name, home)
+	}
+	return path.Clean(home), machine, nil
+}
+
+// forgetSetup drops the setup s, found wrong (the worker is gone), so that
+// the next command sets the box up again.
+func (b *box) forgetSetup(s setup) {
+	b.setupMu.Lock()
+	if b.setup == s {
+		b.setup = setup{}
+	}
+	b.setupMu.Unlock()
+}
+
+// bootstrap runs a setup script through the gateway, again when its
+// session is cut before its exit code; a non-zero exit is an error with
+// its output. open, when not nil, opens its stdin afresh for each try.
+func (b *box) bootstrap(ctx context.Context, what string, open func() (io.ReadCloser, error), script string, args ...string) ([]byte, error) {
+	var err error
+	for try := 0; try < bootstrapTries; try++ {
+		var out []byte
+		var code int
+		out, code, err = b.bootstrapOnce(ctx, open, script, args...)
+		switch {
+		case err == nil && code == 0:
+			return out, nil
+		case err == nil:
+			return out, fmt.Errorf("%s in Daytona sandbox %s: exit %d: %s", what, b.name, code, strings.TrimSpace(string(out)))
+		case !errors.Is(err, sdk.ErrUnavailable) || ctx.Err() != nil:
+			return nil, fmt.Errorf("%s in Daytona sandbox %s: %w", what, b.name, err)
+		}
+	}
+	return nil, fmt.Errorf("%s in Daytona sandbox %s, %d times: %w", what, b.name, bootstrapTries, err)
+}
+
+func (b *box) bootstrapOnce(ctx context.Context, open func() (io.ReadCloser, error), script string, args ...string) ([]byte, int, error) {
+	conn, err := b.connection(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	var stdin io.Reader
+	if open != nil {
+		f, err := open()
+		if err != nil {
+			return nil, 0, err
+		}
+		defer f.Close()
+		stdin = f
+	}
+	return conn.Bootstrap(ctx, script, stdin, args...)
+}
+
+// run runs a command in the envelope. A worker found missing (removed
+// since the box was set up) is put back, once.
+func (b *box) run(ctx context.Context, cmd envelope.Command, eio sdk.ExecIO, grace time.Duration) (sdk.ExitStatus, error) {
+	for try := 0; ; try++ {
+		s, err := b.ready(ctx)
+		if err != nil {
+			return sdk.ExitStatus{}, err
+		}
+		conn, err := b.connection(ctx)
+		if err != nil {
+			return sdk.ExitStatus{}, err
+		}
+		res, err := conn.Envelope(ctx, s.worker, cmd, envelope.IO{Stdin: eio.Stdin, Stdout: eio.Stdout, Stderr: eio.Stderr}, grace)
+		if errors.Is(err, envelope.ErrNoWorker) && try == 0 {
+			b.acct.logger.Warn("amelia-worker is gone from the sandbox: installing it again", "sandbox", b.name, "error", err)
+			b.forgetSetup(s)
+			continue
+		}
+		if errors.Is(err, envelope.ErrBroken) && res.Pid > 0 {
+			// The worker kills the command when it sees its client gone;
+			// in case the cut did not reach it, kill what is left too.
+			go b.killLeft(cmd.Tag, res.Pid)
+		}
+		return sdk.ExitStatus{Code: res.Code, Signal: res.Signal, Canceled: res.Canceled}, err
+	}
+}
+
+// killLeft kills the session pid leads and the processes tagged tag, from
+// a session of its own.
+func (b *box) killLeft(tag string, pid int) {
+	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+	defer cancel()
+	conn, err := b.connection(ctx)
+	if err == nil {
+		_, _, err = conn.Bootstrap(ctx, shexec.KillScript, nil, "KILL", strconv.Itoa(pid), shexec.Entry(tag))
+	}
+	if err != nil {
+		b.acct.logger.Warn("kill what a cut command left", "sandbox", b.name, "pid", pid, "error", err)
+	}
+}

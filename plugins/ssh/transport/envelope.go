@@ -1,0 +1,81 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
+	"github.com/amelia-sandbox/amelia/plugins/shexec"
+)
+
+// Envelope runs cmd in a session through the worker at path worker
+// (`amelia-worker exec`, package envelope): for servers whose sessions lose
+// stderr or the exit status, or leave commands in a process group of their
+// own choosing, as Daytona's gateway does. The command's streams, pid and
+// exit travel on the session's stdout; its stderr is never used.
+//
+// A stream that ends before the exit is ErrUnavailable (and
+// envelope.ErrBroken): the worker kills the command when it sees its
+// client gone. A shell that answers instead of the worker is
+// envelope.ErrNoWorker: nothing ran.
+func (c *Conn) Envelope(ctx context.Context, worker string, cmd envelope.Command, eio envelope.IO, grace time.Duration) (envelope.Result, error) {
+	s, release, err := c.Session(ctx)
+	if err != nil {
+		return envelope.Result{}, err
+	}
+	defer release()
+	defer s.Close()
+	in, err := s.StdinPipe()
+	if err != nil {
+		return envelope.Result{}, fmt.Errorf("ssh %s: %w", c.target, err)
+	}
+	out, err := s.StdoutPipe()
+	if err != nil {
+		return envelope.Result{}, fmt.Errorf("ssh %s: %w", c.target, err)
+	}
+	if err := s.Start("exec " + shexec.Quote(worker) + " exec"); err != nil {
+		return envelope.Result{}, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: start the worker: %v", c.target, err)
+	}
+	res, err := envelope.Run(ctx, in, out, cmd, eio, grace)
+	if errors.Is(err, envelope.ErrBroken) {
+		err = fmt.Errorf("%w: ssh %s: %w", sdk.ErrUnavailable, c.target, err)
+	}
+	return res, err
+}
+
+// Bootstrap runs script (args its positional parameters) with sh in a
+// session as envelope.Bootstrap writes it: stderr merged into stdout, the
+// exit code written into it, so that nothing depends on the session's
+// side channels; for preparing a sandbox before the worker is in it. It
+// returns the script's output (stderr included) and exit code. A session
+// whose output lacks the exit line is ErrUnavailable: the script may or
+// may not have run.
+func (c *Conn) Bootstrap(ctx context.Context, script string, stdin io.Reader, args ...string) ([]byte, int, error) {
+	s, release, err := c.Session(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer release()
+	defer s.Close()
+	tag := shexec.NewTag()
+	var out bytes.Buffer
+	s.Stdin, s.Stdout = stdin, &out
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	// The exit status, which the server may not send, is not waited for:
+	// the output's end is.
+	err = s.Run(envelope.Bootstrap(tag, script, args...))
+	if ctx.Err() != nil {
+		return nil, 0, ctx.Err()
+	}
+	output, code, ok := envelope.BootstrapResult(tag, out.Bytes())
+	if !ok {
+		return output, 0, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: the session ended before the script's exit code came (%v)", c.target, err)
+	}
+	return output, code, nil
+}
