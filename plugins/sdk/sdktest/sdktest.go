@@ -82,6 +82,7 @@ func Run(t *testing.T, cfg Config) {
 		{"StdinPassthroughAndEOF", k.stdin},
 		{"NoStdinIsEOF", k.noStdin},
 		{"LargeOutputIntact", k.largeOutput},
+		{"LargeStderrIntact", k.largeStderr},
 		{"LargeStdinRoundTrip", k.largeStdin},
 		{"BinaryOutputWithoutNewline", k.binaryOutput},
 		{"CancelKillsProcessTree", k.cancelKillsTree},
@@ -331,6 +332,21 @@ func (k *kit) largeOutput(t *testing.T) {
 	r := k.run(k.ctx(t), t, sh("head -c 8388608 /dev/zero | tr '\\000' x"), nil)
 	if len(r.stdout) != eightMiB || bytes.Count(r.stdout, []byte("x")) != eightMiB {
 		t.Errorf("got %d bytes of output (%d of them 'x'), want %d x's", len(r.stdout), bytes.Count(r.stdout, []byte("x")), eightMiB)
+	}
+}
+
+// Five MiB of stderr, between lines of stdout, comes back whole: a
+// transport that drops stderr, or stops reading it while the command
+// still writes (an SSH hop that never reads extended data hangs once its
+// window of about 2 MiB is full), fails here.
+func (k *kit) largeStderr(t *testing.T) {
+	r := k.run(k.ctx(t), t, sh(`i=0; while [ $i -lt 80 ]; do head -c 65536 /dev/zero | tr '\000' e >&2; echo $i; i=$((i+1)); done`), nil)
+	var lines strings.Builder
+	for i := range 80 {
+		fmt.Fprintf(&lines, "%d\n", i)
+	}
+	if len(r.stderr) != 5<<20 || bytes.Count(r.stderr, []byte("e")) != 5<<20 || string(r.stdout) != lines.String() || r.st.Code != 0 {
+		t.Errorf("got %d bytes of stderr (%d of them 'e'), %d of stdout, exit %+v; want %d e's and the 80 lines", len(r.stderr), bytes.Count(r.stderr, []byte("e")), len(r.stdout), r.st, 5<<20)
 	}
 }
 
