@@ -2,6 +2,7 @@ package worker
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,7 +17,7 @@ import (
 // exit status, and a kill of its whole tree on cancel or when the client
 // goes away.
 func (w *worker) execCmd() *cobra.Command {
-	return &cobra.Command{
+	return w.envelopeCmd(&cobra.Command{
 		Use:   "exec",
 		Short: "Run one command inside the exec envelope on stdin and stdout",
 		Long: `Run the command a start frame on stdin names, as the leader of its own
@@ -24,18 +25,37 @@ session, and speak the exec envelope (plugins/sdk/envelope) on stdin and
 stdout: its pid, output streams and exit come out as frames, its input,
 the end of it and a cancel go in. A client that goes away without the
 exit gets the command's process tree killed.`,
-		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			// Write errors, not death by SIGPIPE, when the client goes away;
-			// delivered (not ignored) so that commands keep the default.
-			pipe := make(chan os.Signal, 1)
-			signal.Notify(pipe, syscall.SIGPIPE)
-			defer signal.Stop(pipe)
-			if err := envelope.Serve(w.p.Stdin, w.p.Stdout, os.Environ()); err != nil {
-				fmt.Fprintf(w.p.Stderr, "amelia-worker exec: %v\n", err)
-				return exitCode(exitFailed)
-			}
-			return nil
-		},
+	}, envelope.Serve)
+}
+
+// muxCmd serves the exec envelope for many commands over stdin and stdout,
+// each in a stream of a yamux session: for transports where a new session
+// costs more than a round trip.
+func (w *worker) muxCmd() *cobra.Command {
+	return w.envelopeCmd(&cobra.Command{
+		Use:   "mux",
+		Short: "Run commands inside the exec envelope, many over stdin and stdout",
+		Long: `Write a hello line, then serve a yamux session on stdin and stdout in which
+every stream the client opens runs one command as exec does. When the
+session ends, commands still running are killed, and the worker exits once
+they are gone.`,
+	}, envelope.ServeMux)
+}
+
+// envelopeCmd makes cmd serve the envelope with serve on stdin and stdout.
+func (w *worker) envelopeCmd(cmd *cobra.Command, serve func(io.Reader, io.Writer, []string) error) *cobra.Command {
+	cmd.Args = noArgs
+	cmd.RunE = func(*cobra.Command, []string) error {
+		// Write errors, not death by SIGPIPE, when the client goes away;
+		// delivered (not ignored) so that commands keep the default.
+		pipe := make(chan os.Signal, 1)
+		signal.Notify(pipe, syscall.SIGPIPE)
+		defer signal.Stop(pipe)
+		if err := serve(w.p.Stdin, w.p.Stdout, os.Environ()); err != nil {
+			fmt.Fprintf(w.p.Stderr, "amelia-worker %s: %v\n", cmd.Name(), err)
+			return exitCode(exitFailed)
+		}
+		return nil
 	}
+	return cmd
 }

@@ -29,9 +29,13 @@ import (
 const serveEnv = "ENVELOPE_TEST_SERVE"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(serveEnv) != "" {
+	if mode := os.Getenv(serveEnv); mode != "" {
 		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-		if err := envelope.Serve(os.Stdin, os.Stdout, os.Environ()); err != nil {
+		serve := envelope.Serve
+		if mode == "mux" {
+			serve = envelope.ServeMux
+		}
+		if err := serve(os.Stdin, os.Stdout, os.Environ()); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -52,6 +56,12 @@ type worker struct {
 // the test ends.
 func startWorker(t *testing.T, banner string) *worker {
 	t.Helper()
+	return startServing(t, banner, "exec")
+}
+
+// startServing starts the worker serving mode: exec, or mux.
+func startServing(t *testing.T, banner, mode string) *worker {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +70,7 @@ func startWorker(t *testing.T, banner string) *worker {
 	if banner != "" {
 		cmd = exec.Command("sh", "-c", `printf '%s' "$1"; exec "$2"`, "sh", banner, self)
 	}
-	cmd.Env = append(os.Environ(), serveEnv+"=1")
+	cmd.Env = append(os.Environ(), serveEnv+"="+mode)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -101,9 +111,6 @@ func run(ctx context.Context, t *testing.T, cmd envelope.Command, stdin io.Reade
 }
 
 func (w *worker) run(ctx context.Context, cmd envelope.Command, stdin io.Reader, grace time.Duration) result {
-	if cmd.Tag == "" {
-		cmd.Tag = fmt.Sprintf("test-%d", time.Now().UnixNano())
-	}
 	var out, errb bytes.Buffer
 	res, err := envelope.Run(ctx, w.in, w.out, cmd, envelope.IO{Stdin: stdin, Stdout: &out, Stderr: &errb}, grace)
 	w.in.Close()
@@ -273,7 +280,7 @@ func startTree(t *testing.T, w *worker, script string, n int, grace time.Duratio
 	done := make(chan result, 1)
 	go func() {
 		var errb bytes.Buffer
-		res, err := envelope.Run(ctx, w.in, w.out, envelope.Command{Argv: []string{"sh", "-c", script}, Tag: "tree-" + strconv.Itoa(int(time.Now().UnixNano()))},
+		res, err := envelope.Run(ctx, w.in, w.out, sh(script),
 			envelope.IO{Stdin: stdin, Stdout: pw, Stderr: &errb}, grace)
 		pw.Close()
 		done <- result{res, "", errb.String(), err}

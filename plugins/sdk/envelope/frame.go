@@ -17,8 +17,11 @@
 // BootstrapResult run shell scripts with nothing but stdout and an exit
 // code written into it.
 //
-// The package imports nothing but the standard library and shexec, so the
-// static worker that links it stays small.
+// ServeMux and Mux run many commands over one stream, each in a yamux
+// stream of its own, for transports where a new session is dear.
+//
+// The package imports nothing but the standard library, shexec and yamux,
+// so the static worker that links it stays small.
 package envelope
 
 import (
@@ -78,7 +81,8 @@ type Command struct {
 	// Dir is the working directory; "" keeps the worker's.
 	Dir string `json:"dir,omitempty"`
 	// Tag marks the command's processes (TagEnv=Tag in their
-	// environment), so that those which leave its session are killed too.
+	// environment), so that those which leave its session are killed too;
+	// Run makes one when it is empty.
 	Tag string `json:"tag"`
 }
 

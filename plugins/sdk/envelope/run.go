@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/amelia-sandbox/amelia/plugins/shexec"
 )
 
 // Errors Run's error matches.
@@ -62,6 +64,9 @@ const exitWait = drainWait + 5*time.Second
 // takes as its client gone. Run does not close in otherwise: the caller
 // ends the stream when Run returns.
 func Run(ctx context.Context, in io.WriteCloser, out io.Reader, cmd Command, eio IO, grace time.Duration) (Result, error) {
+	if cmd.Tag == "" {
+		cmd.Tag = shexec.NewTag()
+	}
 	fw := &frameWriter{w: in}
 	// A failed send shows as the stream's end, where read quotes what came
 	// instead of the worker (a shell saying it has none, say).
@@ -123,7 +128,7 @@ func (c *client) pidNow() int {
 // read reads the worker's frames up to the exit.
 func (c *client) read(out io.Reader) (Result, error) {
 	br := bufio.NewReaderSize(out, 64<<10)
-	if err := skipToHello(br); err != nil {
+	if err := skipTo(br, Hello); err != nil {
 		return Result{}, err
 	}
 	fr := &frameReader{r: br}
@@ -183,13 +188,13 @@ func (c *client) read(out io.Reader) (Result, error) {
 	}
 }
 
-// skipToHello reads up to the end of the hello line, past what a login
-// shell may print first.
-func skipToHello(br *bufio.Reader) error {
+// skipTo reads up to the end of the hello line, past what a login shell
+// may print first.
+func skipTo(br *bufio.Reader, hello string) error {
 	var seen bytes.Buffer
 	for seen.Len() < helloLimit {
 		line, err := br.ReadSlice('\n')
-		if bytes.HasSuffix(line, []byte(Hello)) {
+		if bytes.HasSuffix(line, []byte(hello)) {
 			return nil
 		}
 		seen.Write(line)

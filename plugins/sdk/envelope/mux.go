@@ -1,0 +1,117 @@
+package envelope
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// Many commands over one stream: a session through Daytona's gateway costs
+// two fresh SSH connections upstream (about 20 ms), a round trip on a
+// session that is open about 0.5 ms. ServeMux (`amelia-worker mux`) runs a
+// yamux session on its stdin and stdout and serves the envelope on every
+// stream the client opens; Mux is the client.
+
+// MuxHello is the first line ServeMux writes; the yamux session follows.
+const MuxHello = "amelia-envelope-mux 1\n"
+
+// ErrClosed: the mux session is closed, so a command could not start on
+// it; nothing ran, and a new session may take it.
+var ErrClosed = errors.New("the exec session is closed")
+
+// muxConfig is the yamux configuration of both ends: keepalives notice a
+// dead peer while no command runs; yamux logs nothing.
+func muxConfig() *yamux.Config {
+	cfg := yamux.DefaultConfig()
+	cfg.EnableKeepAlive = true
+	cfg.KeepAliveInterval = 15 * time.Second
+	cfg.LogOutput = io.Discard
+	return cfg
+}
+
+// streamConn joins a stream's two directions for yamux.
+type streamConn struct {
+	io.Reader
+	io.Writer
+	close func() error
+}
+
+func (c *streamConn) Close() error {
+	if c.close != nil {
+		return c.close()
+	}
+	return nil
+}
+
+// ServeMux serves commands over in and out: it writes MuxHello, then
+// serves every stream of the yamux session that follows as Serve does. It
+// returns when the session ends (the client went away), once every
+// command it ran has ended: those still running get killed, as Serve does
+// for a client gone.
+func ServeMux(in io.Reader, out io.Writer, environ []string) error {
+	if _, err := io.WriteString(out, MuxHello); err != nil {
+		return fmt.Errorf("envelope: write the hello: %w", err)
+	}
+	sess, err := yamux.Server(&streamConn{Reader: in, Writer: out}, muxConfig())
+	if err != nil {
+		return fmt.Errorf("envelope: start the session: %w", err)
+	}
+	var wg sync.WaitGroup
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			break
+		}
+		wg.Go(func() {
+			defer st.Close()
+			_ = Serve(st, st, environ)
+		})
+	}
+	sess.Close()
+	wg.Wait()
+	return nil
+}
+
+// Mux runs commands on a ServeMux at the other end of one stream.
+type Mux struct {
+	sess *yamux.Session
+}
+
+// NewMux starts the client end: in carries the session to the worker, out
+// is its output, read up to MuxHello first (past a login shell's banner).
+// It gives ErrNoWorker when something else answered, ErrBroken when the
+// stream ended first.
+func NewMux(in io.WriteCloser, out io.Reader) (*Mux, error) {
+	br := bufio.NewReaderSize(out, 64<<10)
+	if err := skipTo(br, MuxHello); err != nil {
+		return nil, err
+	}
+	sess, err := yamux.Client(&streamConn{Reader: br, Writer: in, close: in.Close}, muxConfig())
+	if err != nil {
+		return nil, fmt.Errorf("envelope: start the session: %w", err)
+	}
+	return &Mux{sess: sess}, nil
+}
+
+// Run runs cmd as Run does, on a stream of its own. A session that is
+// already closed gives ErrClosed: nothing ran.
+func (m *Mux) Run(ctx context.Context, cmd Command, eio IO, grace time.Duration) (Result, error) {
+	st, err := m.sess.OpenStream()
+	if err != nil {
+		return Result{}, fmt.Errorf("%w (%v)", ErrClosed, err)
+	}
+	defer st.Close()
+	return Run(ctx, st, st, cmd, eio, grace)
+}
+
+// Done is closed when the session ends.
+func (m *Mux) Done() <-chan struct{} { return m.sess.CloseChan() }
+
+// Close ends the session; the worker kills what still runs.
+func (m *Mux) Close() error { return m.sess.Close() }
