@@ -8,6 +8,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
 	"github.com/amelia-sandbox/amelia/plugins/ssh/transport"
 )
 
@@ -21,6 +22,9 @@ type box struct {
 
 	setupMu sync.Mutex
 	setup   setup // the home and worker there, once ready has made them
+
+	muxMu sync.Mutex
+	mux   *envelope.Mux // the command session, once started
 
 	mu      sync.Mutex
 	access  api.SSHAccess // the current token; zero before the first
@@ -178,8 +182,10 @@ func (b *box) close(onlyOurs bool) {
 	}
 }
 
-// shut closes the connection and stops the renewal.
+// shut closes the command session and the connection, and stops the
+// renewal.
 func (b *box) shut() {
+	b.closeSession()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.cancel != nil {

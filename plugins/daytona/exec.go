@@ -157,30 +157,83 @@ func (b *box) bootstrapOnce(ctx context.Context, open func() (io.ReadCloser, err
 	return conn.Bootstrap(ctx, script, stdin, args...)
 }
 
-// run runs a command in the envelope. A worker found missing (removed
-// since the box was set up) is put back, once.
+// run runs a command in the envelope, on the box's command session (one
+// long session carries every command: each new session through Daytona's
+// gateway costs two fresh SSH connections upstream and an API call). A
+// worker found missing (removed since the box was set up) is put back,
+// and a session found ended before the command started is started again,
+// once each: nothing ran.
 func (b *box) run(ctx context.Context, cmd envelope.Command, eio sdk.ExecIO, grace time.Duration) (sdk.ExitStatus, error) {
 	for try := 0; ; try++ {
 		s, err := b.ready(ctx)
 		if err != nil {
 			return sdk.ExitStatus{}, err
 		}
-		conn, err := b.connection(ctx)
-		if err != nil {
-			return sdk.ExitStatus{}, err
-		}
-		res, err := conn.Envelope(ctx, s.worker, cmd, envelope.IO{Stdin: eio.Stdin, Stdout: eio.Stdout, Stderr: eio.Stderr}, grace)
+		m, err := b.session(ctx, s.worker)
 		if errors.Is(err, envelope.ErrNoWorker) && try == 0 {
 			b.acct.logger.Warn("amelia-worker is gone from the sandbox: installing it again", "sandbox", b.name, "error", err)
 			b.forgetSetup(s)
 			continue
 		}
-		if errors.Is(err, envelope.ErrBroken) && res.Pid > 0 {
-			// The worker kills the command when it sees its client gone;
-			// in case the cut did not reach it, kill what is left too.
-			go b.killLeft(cmd.Tag, res.Pid)
+		if err != nil {
+			return sdk.ExitStatus{}, err
+		}
+		res, err := m.Run(ctx, cmd, envelope.IO{Stdin: eio.Stdin, Stdout: eio.Stdout, Stderr: eio.Stderr}, grace)
+		if try == 0 && (errors.Is(err, envelope.ErrClosed) || errors.Is(err, envelope.ErrBroken) && res.Pid == 0 && ended(m)) {
+			// The session was gone before the command started (a dropped
+			// connection not yet noticed): nothing ran.
+			continue
+		}
+		if errors.Is(err, envelope.ErrBroken) {
+			err = fmt.Errorf("%w: the command session to Daytona sandbox %s broke: %w", sdk.ErrUnavailable, b.name, err)
+			if res.Pid > 0 {
+				// The worker kills the command when it sees its client
+				// gone; in case the break did not reach it, kill what is
+				// left too.
+				go b.killLeft(cmd.Tag, res.Pid)
+			}
 		}
 		return sdk.ExitStatus{Code: res.Code, Signal: res.Signal, Canceled: res.Canceled}, err
+	}
+}
+
+// session returns the box's command session, starting the worker's mux in
+// a gateway session when there is none or it ended.
+func (b *box) session(ctx context.Context, worker string) (*envelope.Mux, error) {
+	b.muxMu.Lock()
+	defer b.muxMu.Unlock()
+	if b.mux != nil && !ended(b.mux) {
+		return b.mux, nil
+	}
+	conn, err := b.connection(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := conn.Mux(ctx, worker)
+	if err != nil {
+		return nil, fmt.Errorf("start the command session in Daytona sandbox %s: %w", b.name, err)
+	}
+	b.mux = m
+	return m, nil
+}
+
+// ended reports whether m's session has ended.
+func ended(m *envelope.Mux) bool {
+	select {
+	case <-m.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// closeSession ends the command session; the worker kills what still runs.
+func (b *box) closeSession() {
+	b.muxMu.Lock()
+	defer b.muxMu.Unlock()
+	if b.mux != nil {
+		b.mux.Close()
+		b.mux = nil
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"io"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
 	"github.com/amelia-sandbox/amelia/plugins/shexec"
@@ -78,4 +80,68 @@ func (c *Conn) Bootstrap(ctx context.Context, script string, stdin io.Reader, ar
 		return output, 0, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: the session ended before the script's exit code came (%v)", c.target, err)
 	}
 	return output, code, nil
+}
+
+// Mux starts the worker at path worker serving many commands over one
+// session (`amelia-worker mux`, envelope.ServeMux) and returns the client
+// end; the session lasts until the Mux is closed or breaks. Through a
+// gateway where each session costs fresh connections upstream, a command
+// on it costs a round trip instead.
+func (c *Conn) Mux(ctx context.Context, worker string) (*envelope.Mux, error) {
+	s, release, err := c.Session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := c.startMux(ctx, s, worker)
+	if err != nil {
+		s.Close()
+		release()
+		return nil, err
+	}
+	go func() {
+		<-m.Done()
+		s.Close()
+		release()
+	}()
+	return m, nil
+}
+
+// startMux starts the worker in s and waits, within ctx, for its hello.
+func (c *Conn) startMux(ctx context.Context, s *ssh.Session, worker string) (*envelope.Mux, error) {
+	in, err := s.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("ssh %s: %w", c.target, err)
+	}
+	out, err := s.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("ssh %s: %w", c.target, err)
+	}
+	if err := s.Start("exec " + shexec.Quote(worker) + " mux"); err != nil {
+		return nil, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: start the worker: %v", c.target, err)
+	}
+	type started struct {
+		m   *envelope.Mux
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		m, err := envelope.NewMux(in, out)
+		ch <- started{m, err}
+	}()
+	select {
+	case r := <-ch:
+		if errors.Is(r.err, envelope.ErrBroken) {
+			r.err = fmt.Errorf("%w: ssh %s: %w", sdk.ErrUnavailable, c.target, r.err)
+		}
+		return r.m, r.err
+	case <-ctx.Done():
+		// The caller closes the session, which ends NewMux; a Mux it
+		// made meanwhile goes too.
+		go func() {
+			if r := <-ch; r.m != nil {
+				r.m.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
 }
