@@ -23,7 +23,7 @@ type sandbox struct {
 	orgID                    string
 
 	state       api.State
-	desired     string
+	desired     api.DesiredState
 	errorReason string
 	createdAt   time.Time
 	updatedAt   time.Time
