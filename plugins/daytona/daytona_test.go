@@ -285,21 +285,27 @@ func TestTokenRenewal(t *testing.T) {
 	}
 }
 
-// A burst of 429s is waited out, as Retry-After says.
+// A burst of 429s is waited out, as the throttler's named Retry-After
+// header (Retry-After-authenticated, as Daytona's API sends it) says.
 func TestRateLimited(t *testing.T) {
 	f, cfg := start(t, daytonatest.Options{}, nil)
 	p := newProvider(t)
 	if _, err := p.EnsureRunning(t.Context(), spec("limited", cfg, sdk.NetworkOpen)); err != nil {
 		t.Fatal(err)
 	}
-	before := len(requests(f, "GET", "/api/sandbox"))
+	before := len(requests(f, "GET", "/api/sandbox/limited"))
 	f.Throttle(3, time.Second)
+	begun := time.Now()
 	sb, err := newProvider(t).EnsureRunning(t.Context(), spec("limited", cfg, sdk.NetworkOpen))
 	if err != nil || sb.Created {
 		t.Fatalf("EnsureRunning through a 429 burst: %+v, %v", sb, err)
 	}
-	if got := len(requests(f, "GET", "/api/sandbox")) - before; got != 4 {
-		t.Errorf("%d list requests, want 3 throttled and 1 answered", got)
+	if got := len(requests(f, "GET", "/api/sandbox/limited")) - before; got != 4 {
+		t.Errorf("%d lookups by name, want 3 throttled and 1 answered", got)
+	}
+	// Backing off blindly would have taken under 2 s.
+	if took := time.Since(begun); took < 3*time.Second {
+		t.Errorf("EnsureRunning took %v through 3 answers of Retry-After-authenticated: 1", took)
 	}
 }
 
