@@ -35,7 +35,7 @@ func (a *app) builtinProvider(name string) (sdk.Provider, bool) {
 	case ssh.Name:
 		return ssh.New(ssh.Options{Version: buildinfo.Version(), Logger: a.pluginLogger()}), true
 	case daytona.Name:
-		return daytona.New(daytona.Options{Version: buildinfo.Version(), Getenv: a.getenv, Logger: a.pluginLogger()}), true
+		return daytona.New(daytona.Options{Version: buildinfo.Version(), Getenv: a.getenv, Logger: a.pluginLogger(), StateDir: filepath.Join(a.stateDir(), "amelia", "daytona")}), true
 	}
 	return nil, false
 }

@@ -56,11 +56,17 @@ type Options struct {
 	// PollInterval is the longest wait between two looks at a sandbox that
 	// is changing state; default 1 s (the first looks come sooner).
 	PollInterval time.Duration
+	// StateDir is where the provider keeps what outlives a process: the
+	// SSH gateway tokens the amelia processes of this host share (see
+	// tokens.go). Default $XDG_STATE_HOME (or ~/.local/state) +
+	// /amelia/daytona.
+	StateDir string
 }
 
 // Provider is the Daytona provider.
 type Provider struct {
-	opts Options
+	opts   Options
+	tokens *tokenCache
 
 	mu       sync.Mutex
 	accounts map[string]*account
@@ -77,7 +83,10 @@ func New(opts Options) *Provider {
 	if opts.PollInterval == 0 {
 		opts.PollInterval = time.Second
 	}
-	return &Provider{opts: opts, accounts: map[string]*account{}}
+	if opts.StateDir == "" {
+		opts.StateDir = defaultStateDir(opts.Getenv)
+	}
+	return &Provider{opts: opts, tokens: newTokenCache(opts.StateDir, opts.Logger), accounts: map[string]*account{}}
 }
 
 func (p *Provider) Info(context.Context) (sdk.Info, error) {
@@ -99,6 +108,7 @@ type account struct {
 	api      *api.Client
 	hostKeys *transport.HostKeys
 	logger   *slog.Logger
+	tokens   *tokenCache
 
 	mu    sync.Mutex
 	boxes map[string]*box // by sandbox name
@@ -186,7 +196,7 @@ func (p *Provider) account(raw json.RawMessage) (resolved, error) {
 	if err != nil {
 		return resolved{}, err
 	}
-	a := &account{api: client, hostKeys: hostKeys, logger: p.opts.Logger, boxes: map[string]*box{}, seen: map[string]seen{}}
+	a := &account{api: client, hostKeys: hostKeys, logger: p.opts.Logger, tokens: p.tokens, boxes: map[string]*box{}, seen: map[string]seen{}}
 	p.accounts[id] = a
 	return resolved{set, timeout, a}, nil
 }

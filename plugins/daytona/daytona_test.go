@@ -50,6 +50,9 @@ func startWith(t testing.TB, opts daytonatest.Options, extra map[string]any) (*d
 	t.Helper()
 	f := daytonatest.Start(t, opts)
 	t.Setenv(keyEnv, f.APIKey())
+	// The providers of a test (and their plugin subprocesses) are the
+	// amelia processes of one host: they share its state directory.
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
 	known := filepath.Join(t.TempDir(), "known_hosts")
 	if err := os.WriteFile(known, []byte(f.KnownHostsLine()+"\n"), 0o600); err != nil {
 		t.Fatal(err)
