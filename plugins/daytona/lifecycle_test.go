@@ -91,7 +91,8 @@ func TestBeingDeletedIsGone(t *testing.T) {
 	if err := c.DeleteSandbox(t.Context(), first.Ref.ID); err != nil {
 		t.Fatal(err)
 	}
-	// Until the list shows it started, with desiredState destroyed.
+	// Until the list shows it started, with desiredState destroyed (the
+	// deletion takes 3 s: the loop ends with it at the latest).
 	for {
 		l, err := c.ListSandboxes(t.Context(), map[string]string{daytona.LabelSandbox: "doomed"})
 		if err != nil {
@@ -167,9 +168,12 @@ func TestListReconcilesTheLaggingList(t *testing.T) {
 	if other, err := p.List(t.Context(), sdk.ListRequest{Config: cfg, Labels: map[string]string{"amelia.profile": "other"}}); err != nil || len(other) != 0 {
 		t.Errorf("List with other labels: %+v, %v", other, err)
 	}
-	for len(raw) == 0 {
+	for deadline := time.Now().Add(time.Minute); len(raw) == 0; {
 		if raw, err = c.ListSandboxes(t.Context(), mine); err != nil {
 			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Daytona's list never showed the sandbox")
 		}
 		time.Sleep(50 * time.Millisecond) // polling interval
 	}
