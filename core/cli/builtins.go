@@ -39,6 +39,7 @@ func (a *app) builtinProvider(name string) (sdk.Provider, bool) {
 			Version:    buildinfo.Version(),
 			Getenv:     a.getenv,
 			WorkerDirs: workerbin.Dirs(a.getenv("AMELIA_WORKER_DIR"), a.self),
+			StateDir:   filepath.Join(a.stateDir(), "amelia", "daytona"),
 			Logger:     a.pluginLogger(),
 		}), true
 	}

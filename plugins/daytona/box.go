@@ -90,64 +90,88 @@ func (b *box) connection(ctx context.Context) (*transport.Conn, error) {
 	return b.conn, nil
 }
 
-// login gives the token to log in with: the current one, or a new one when
-// it is about to expire or the gateway closed the last login (stale).
+// login gives the token to log in with: the one the processes of this
+// host share for the sandbox (tokens.go), or a new one when that is about
+// to expire or is the one the gateway just closed the last login on
+// (stale: revoked or expired). A login refused because another process
+// replaced the token finds the new one in the cache, and mints nothing.
 func (b *box) login(ctx context.Context, stale bool) (string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if stale || time.Until(b.access.ExpiresAt) < b.margin() {
-		if err := b.mint(ctx); err != nil {
-			return "", err
-		}
+	refused := ""
+	if stale {
+		refused = b.access.Token
+	}
+	if err := b.useToken(ctx, refused); err != nil {
+		return "", err
 	}
 	return b.access.Token, nil
 }
 
 // margin is how long before its expiry a token is replaced: a quarter of
-// its life, at most five minutes. b.mu is held.
-func (b *box) margin() time.Duration {
-	life := b.access.ExpiresAt.Sub(b.access.CreatedAt)
+// its life, at most five minutes.
+func (b *box) margin(a api.SSHAccess) time.Duration {
+	life := a.ExpiresAt.Sub(a.CreatedAt)
 	if life <= 0 {
 		life = time.Duration(b.minutes) * time.Minute
 	}
 	return min(life/4, 5*time.Minute)
 }
 
-// mint replaces the token with a new one and revokes the old one, which
-// no new login needs (connections made with it stay up). b.mu is held.
-func (b *box) mint(ctx context.Context) error {
-	a, err := b.acct.api.CreateSSHAccess(ctx, b.id, b.minutes)
+// mint makes b.access a token to log in with: the shared one while it
+// lives, else a new one. b.mu is held.
+func (b *box) mint(ctx context.Context) error { return b.useToken(ctx, "") }
+
+// useToken makes b.access the token to log in with, never refused (see
+// login). Daytona revokes the sandbox's other tokens when it makes one,
+// so a replaced token needs no revoking. b.mu is held.
+func (b *box) useToken(ctx context.Context, refused string) error {
+	a, err := b.acct.tokens.token(ctx, tokenRequest{
+		sandboxID: b.id,
+		current:   b.access,
+		refused:   refused,
+		margin:    b.margin,
+		mint:      b.newToken,
+	})
 	if err != nil {
-		return fmt.Errorf("get an SSH gateway token for Daytona sandbox %s (%s): %w", b.name, b.id, err)
+		return err
 	}
-	if a.Token == "" {
-		return sdk.Errorf(sdk.ErrUnavailable, "Daytona gave an empty SSH gateway token for sandbox %s (%s)", b.name, b.id)
-	}
-	old := b.access.Token
 	b.access = a
-	if old != "" {
-		go b.revoke(old)
-	}
 	return nil
 }
 
+// newToken asks Daytona for a new token.
+func (b *box) newToken(ctx context.Context) (api.SSHAccess, error) {
+	a, err := b.acct.api.CreateSSHAccess(ctx, b.id, b.minutes)
+	if err != nil {
+		return a, fmt.Errorf("get an SSH gateway token for Daytona sandbox %s (%s): %w", b.name, b.id, err)
+	}
+	if a.Token == "" {
+		return a, sdk.Errorf(sdk.ErrUnavailable, "Daytona gave an empty SSH gateway token for sandbox %s (%s)", b.name, b.id)
+	}
+	return a, nil
+}
+
 // revoke revokes a token, or all of the sandbox's when token is empty,
-// logging (never the token) when it cannot.
+// and drops it from the shared cache, logging (never the token) when it
+// cannot.
 func (b *box) revoke(token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := b.acct.api.RevokeSSHAccess(ctx, b.id, token); err != nil {
 		b.acct.logger.Debug("revoke SSH gateway tokens", "sandbox", b.name, "error", err)
 	}
+	b.acct.tokens.drop(ctx, b.id, token)
 }
 
 // renew replaces the token a margin before it expires, for as long as the
 // box is in use, so a new gateway connection (more sessions, or after a
-// drop) never waits for one mid-run.
+// drop) never waits for one mid-run. It goes through the shared cache:
+// when another process renewed first, its token is taken.
 func (b *box) renew(ctx context.Context) {
 	for {
 		b.mu.Lock()
-		due := time.Until(b.access.ExpiresAt) - b.margin()
+		due := time.Until(b.access.ExpiresAt) - b.margin(b.access)
 		b.mu.Unlock()
 		t := time.NewTimer(max(due, time.Second/10))
 		select {
@@ -157,8 +181,8 @@ func (b *box) renew(ctx context.Context) {
 		case <-t.C:
 		}
 		b.mu.Lock()
-		if time.Until(b.access.ExpiresAt) < b.margin() {
-			if err := b.mint(ctx); err != nil && ctx.Err() == nil {
+		if time.Until(b.access.ExpiresAt) < b.margin(b.access) {
+			if err := b.useToken(ctx, ""); err != nil && ctx.Err() == nil {
 				b.acct.logger.Warn("renew the SSH gateway token (the next login tries again)", "sandbox", b.name, "error", err)
 			}
 		}
@@ -167,8 +191,9 @@ func (b *box) renew(ctx context.Context) {
 }
 
 // close ends the box: its connection and renewal stop, and its token is
-// revoked (all of the sandbox's tokens, unless it is only stopped, when
-// other amelias may still use theirs).
+// revoked: all of the sandbox's when it is deleted; only the one in use
+// when it is only stopped (the processes sharing it lose it too, and
+// mint another when they need one).
 func (b *box) close(onlyOurs bool) {
 	b.mu.Lock()
 	token := b.access.Token

@@ -5,8 +5,9 @@
 // access token as the login.
 //
 // A profile's sandbox is the Daytona sandbox labelled amelia.sandbox=<name>
-// (and named <name>): EnsureRunning finds it by that label, starts it when
-// stopped, or creates it, and waits until it is started. network none and
+// (and named <name>): EnsureRunning finds it (by id or name, else by that
+// label), starts it when stopped, or creates it, and waits until it is
+// started. network none and
 // allowlist create it with networkBlockAll, so the sandbox reaches nothing
 // but Amelia's tunnel, which runs over the gateway (the gateway refuses
 // port forwarding). The API key stays in this process: it is sent to the
@@ -14,14 +15,18 @@
 package daytona
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"net/http"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,12 +60,17 @@ type Options struct {
 	// WorkerDirs hold amelia-worker-linux-ARCH, which every command in a
 	// sandbox runs through (workerbin.Dirs).
 	WorkerDirs []string
+	// StateDir is where the provider keeps what outlives a process: the
+	// SSH gateway tokens the amelia processes of this host share (see
+	// tokens.go). Default $XDG_STATE_HOME (or ~/.local/state) +
+	// /amelia/daytona.
+	StateDir string
 }
 
 // Provider is the Daytona provider.
 type Provider struct {
-	opts Options
-
+	opts    Options
+	tokens  *tokenCache
 	workers *workers
 
 	mu       sync.Mutex
@@ -78,7 +88,10 @@ func New(opts Options) *Provider {
 	if opts.PollInterval == 0 {
 		opts.PollInterval = time.Second
 	}
-	return &Provider{opts: opts, workers: &workers{dirs: opts.WorkerDirs}, accounts: map[string]*account{}}
+	if opts.StateDir == "" {
+		opts.StateDir = defaultStateDir(opts.Getenv)
+	}
+	return &Provider{opts: opts, tokens: newTokenCache(opts.StateDir, opts.Logger), workers: &workers{dirs: opts.WorkerDirs}, accounts: map[string]*account{}}
 }
 
 func (p *Provider) Info(context.Context) (sdk.Info, error) {
@@ -101,9 +114,57 @@ type account struct {
 	hostKeys *transport.HostKeys
 	workers  *workers
 	logger   *slog.Logger
+	tokens   *tokenCache
 
 	mu    sync.Mutex
 	boxes map[string]*box // by sandbox name
+	// seen are the sandboxes this process created, used or removed, by
+	// id: List confirms them by GET (see List).
+	seen map[string]seen
+}
+
+// seen is a sandbox this process knows of.
+type seen struct {
+	labels  map[string]string
+	removed time.Time // when it was removed; zero while it lives
+}
+
+// forgetRemoved is how long a removed sandbox is remembered, and so kept
+// out of List's answers: longer than Daytona's list lags.
+const forgetRemoved = 10 * time.Minute
+
+// saw notes a sandbox this process created or used.
+func (a *account) saw(sb api.Sandbox) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.seen[sb.ID] = seen{labels: maps.Clone(sb.Labels)}
+}
+
+// removed notes a sandbox this process removed.
+func (a *account) removed(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := a.seen[id]
+	k.removed = time.Now()
+	a.seen[id] = k
+}
+
+// known returns the sandboxes seen whose labels match, forgetting the
+// ones removed long enough ago.
+func (a *account) known(match func(map[string]string) bool) map[string]seen {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]seen{}
+	for id, k := range a.seen {
+		if !k.removed.IsZero() && time.Since(k.removed) > forgetRemoved {
+			delete(a.seen, id)
+			continue
+		}
+		if match(k.labels) {
+			out[id] = k
+		}
+	}
+	return out
 }
 
 // resolved is a request's settings and account.
@@ -141,7 +202,7 @@ func (p *Provider) account(raw json.RawMessage) (resolved, error) {
 	if err != nil {
 		return resolved{}, err
 	}
-	a := &account{api: client, hostKeys: hostKeys, workers: p.workers, logger: p.opts.Logger, boxes: map[string]*box{}}
+	a := &account{api: client, hostKeys: hostKeys, workers: p.workers, logger: p.opts.Logger, tokens: p.tokens, boxes: map[string]*box{}, seen: map[string]seen{}}
 	p.accounts[id] = a
 	return resolved{set, timeout, a}, nil
 }
@@ -166,7 +227,7 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 			// Nothing of the user's is in it: leave nothing behind.
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 			defer cancel()
-			if derr := p.remove(dctx, r.acct, spec.Name, sb, false); derr != nil {
+			if derr := p.remove(dctx, r.acct, spec.Name, sb.ID, false); derr != nil {
 				p.opts.Logger.Warn("delete the sandbox that failed to start", "sandbox", spec.Name, "id", sb.ID, "error", derr)
 			}
 		}
@@ -198,6 +259,9 @@ func (p *Provider) findOrCreate(ctx context.Context, r resolved, spec sdk.Spec, 
 	}
 	req := r.set.createRequest(spec, block)
 	sb, err := r.acct.api.CreateSandbox(ctx, req)
+	if err == nil {
+		r.acct.saw(sb)
+	}
 	if api.StatusOf(err) == 409 {
 		// Created meanwhile by another amelia, or a sandbox of that name
 		// that is not ours.
@@ -247,14 +311,16 @@ func (s Settings) createRequest(spec sdk.Spec, block bool) api.CreateSandbox {
 	return req
 }
 
-// waitStarted starts the sandbox when it is stopped and waits, within the
-// settings' start timeout, until it is started, logging each state it
-// passes through.
+// waitStarted starts the sandbox when it is at rest and waits, within
+// the settings' start timeout, until it is started, logging each state it
+// passes through. Daytona's answers to start are not the new state (it
+// answers after waiting up to 30 s, with the sandbox as it was then), so
+// only GET's are read: a sandbox whose desiredState is not its state is
+// changing, and is waited for.
 func (p *Provider) waitStarted(ctx context.Context, r resolved, name string, sb api.Sandbox) (api.Sandbox, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	last := api.State("")
-	started := false
 	wait := 50 * time.Millisecond
 	for {
 		if sb.State != last && (last != "" || sb.State != api.StateStarted) {
@@ -264,7 +330,9 @@ func (p *Provider) waitStarted(ctx context.Context, r resolved, name string, sb 
 		}
 		last = sb.State
 		switch st := sb.State; {
-		case st == api.StateStarted:
+		case sb.Gone():
+			return sb, sdk.Errorf(sdk.ErrNotFound, "Daytona sandbox %s (%s) is being deleted: try again once it is gone", name, sb.ID)
+		case st == api.StateStarted && sb.Settled():
 			return sb, nil
 		case st.Failed():
 			reason := sb.ErrorReason
@@ -277,16 +345,23 @@ func (p *Provider) waitStarted(ctx context.Context, r resolved, name string, sb 
 				kind, what = sdk.ErrInvalid, "could not be built"
 			}
 			return sb, sdk.Errorf(kind, "Daytona sandbox %s (%s) %s (state %s): %s", name, sb.ID, what, st, reason)
-		case st.Gone():
-			return sb, sdk.Errorf(sdk.ErrNotFound, "Daytona sandbox %s (%s) is being deleted: try again once it is gone", name, sb.ID)
-		case st.Stopped() && !started:
-			s, err := r.acct.api.StartSandbox(ctx, sb.ID)
-			if err != nil {
+		case !sb.Settled():
+			// On its way somewhere: wait until it gets there.
+		case st.Stopped():
+			_, err := r.acct.api.StartSandbox(ctx, sb.ID)
+			switch {
+			case st == api.StatePaused && api.StatusOf(err) == http.StatusUnprocessableEntity:
+				// Daytona resumes only VMs (sandbox.service.ts start);
+				// the class is not asked first, as an answer may not
+				// carry it.
+				if err := p.unpause(ctx, r.acct, name, sb); err != nil {
+					return sb, err
+				}
+			case api.StatusOf(err) == http.StatusConflict:
+				// Another client is changing its state: wait for that.
+			case err != nil:
 				return sb, fmt.Errorf("start Daytona sandbox %s (%s): %w", name, sb.ID, err)
 			}
-			started = true
-			sb = s
-			continue
 		}
 		if err := pause(ctx, &wait, p.opts.PollInterval); errors.Is(err, context.DeadlineExceeded) {
 			return sb, sdk.Errorf(sdk.ErrTimeout, "Daytona sandbox %s (%s) is still %s after %v: it may yet start (the next run reuses it); raise daytona.start_timeout for slow builds", name, sb.ID, sb.State, r.timeout)
@@ -300,43 +375,72 @@ func (p *Provider) waitStarted(ctx context.Context, r resolved, name string, sb 
 			}
 			return sb, fmt.Errorf("wait for Daytona sandbox %s (%s) to start: %w", name, sb.ID, err)
 		}
-		if s.State.Stopped() && last == api.StateStopping {
-			started = false // stopped after all: start it now
-		}
 		sb = s
 	}
 }
 
+// unpause stops a paused sandbox that Daytona cannot resume (only VM
+// classes can be: its start answers 422 "Resuming is not supported for
+// this sandbox" for others), which its stop allows; waitStarted then
+// starts it once it is stopped. Its processes are lost, its files kept.
+func (p *Provider) unpause(ctx context.Context, a *account, name string, sb api.Sandbox) error {
+	p.opts.Logger.Info("Daytona sandbox is paused and cannot be resumed: stopping it to start it again", "sandbox", name, "id", sb.ID, "class", sb.SandboxClass)
+	_, err := a.api.StopSandbox(ctx, sb.ID)
+	if err == nil || api.StatusOf(err) == http.StatusConflict {
+		return nil
+	}
+	return fmt.Errorf("Daytona sandbox %s (%s) is paused, and Daytona resumes only VM sandboxes (this one is %q); stopping it to start it again failed: %w: remove it (amelia sandbox down) to recreate it", name, sb.ID, sb.SandboxClass, err)
+}
+
 // lookup finds the sandbox of an Amelia sandbox name: by id when known,
-// else by its label. Several (a race of two creations) give the started
-// one, else the first.
+// else by its name (the sandbox's own), else by its label. GET comes
+// first because Daytona's list is eventually consistent (a search index):
+// a sandbox created a moment ago may be missing from it, and one deleted
+// still there. What the list gives is confirmed by GET; of several (a
+// race of two creations), the started one wins, else the first.
 func (a *account) lookup(ctx context.Context, name, id string) (api.Sandbox, error) {
-	if id != "" {
-		sb, err := a.api.GetSandbox(ctx, id)
-		if err == nil && sb.Labels[LabelSandbox] == name && !sb.State.Gone() {
-			return sb, nil
+	for _, key := range []string{id, name} {
+		if key == "" {
+			continue
 		}
-		if err != nil && !errors.Is(err, sdk.ErrNotFound) {
+		sb, err := a.api.GetSandbox(ctx, key)
+		switch {
+		case errors.Is(err, sdk.ErrNotFound):
+		case err != nil:
 			return sb, fmt.Errorf("find Daytona sandbox %s: %w", name, err)
+		case sb.Labels[LabelSandbox] == name && !sb.Gone():
+			a.saw(sb)
+			return sb, nil
 		}
 	}
 	all, err := a.api.ListSandboxes(ctx, map[string]string{LabelSandbox: name})
 	if err != nil {
 		return api.Sandbox{}, fmt.Errorf("find Daytona sandbox %s: %w", name, err)
 	}
-	var pick *api.Sandbox
-	for i, sb := range all {
-		if sb.Labels[LabelSandbox] != name || sb.State.Gone() {
-			continue
-		}
-		if pick == nil || sb.State == api.StateStarted && pick.State != api.StateStarted {
-			pick = &all[i]
+	all = slices.DeleteFunc(all, func(sb api.Sandbox) bool { return sb.Labels[LabelSandbox] != name || sb.Gone() })
+	slices.SortStableFunc(all, func(x, y api.Sandbox) int {
+		return cmp.Compare(stateRank(x.State), stateRank(y.State))
+	})
+	for _, listed := range all {
+		sb, err := a.api.GetSandbox(ctx, listed.ID)
+		switch {
+		case errors.Is(err, sdk.ErrNotFound):
+		case err != nil:
+			return sb, fmt.Errorf("find Daytona sandbox %s: %w", name, err)
+		case sb.Labels[LabelSandbox] == name && !sb.Gone():
+			a.saw(sb)
+			return sb, nil
 		}
 	}
-	if pick == nil {
-		return api.Sandbox{}, sdk.Errorf(sdk.ErrNotFound, "sandbox %s does not exist in Daytona (no sandbox labelled %s=%s): start it with `amelia sandbox up`", name, LabelSandbox, name)
+	return api.Sandbox{}, sdk.Errorf(sdk.ErrNotFound, "sandbox %s does not exist in Daytona (no sandbox labelled %s=%s): start it with `amelia sandbox up`", name, LabelSandbox, name)
+}
+
+// stateRank orders the sandboxes lookup may pick: started ones first.
+func stateRank(s api.State) int {
+	if s == api.StateStarted {
+		return 0
 	}
-	return *pick, nil
+	return 1
 }
 
 // box returns the sandbox a ref names, as last seen.
@@ -414,7 +518,7 @@ func (b *box) failed(ctx context.Context, cause error) error {
 	}
 	sb, err := b.acct.api.GetSandbox(ctx, b.id)
 	switch {
-	case errors.Is(err, sdk.ErrNotFound) || err == nil && sb.State == api.StateDestroyed:
+	case errors.Is(err, sdk.ErrNotFound) || err == nil && sb.Gone():
 		b.acct.forget(b)
 		return sdk.Errorf(sdk.ErrNotFound, "sandbox %s does not exist in Daytona any more: start it with `amelia sandbox up`", b.name)
 	case err == nil && sb.State != api.StateStarted:
@@ -428,67 +532,111 @@ func (p *Provider) Teardown(ctx context.Context, ref sdk.SandboxRef) error {
 	if err != nil {
 		return err
 	}
-	all, err := r.acct.api.ListSandboxes(ctx, map[string]string{LabelSandbox: ref.Name})
-	if err != nil {
-		return fmt.Errorf("find Daytona sandbox %s: %w", ref.Name, err)
-	}
 	r.acct.mu.Lock()
 	b := r.acct.boxes[ref.Name]
 	delete(r.acct.boxes, ref.Name)
 	r.acct.mu.Unlock()
+	// Every sandbox of the name: the one in use, the ref's, the one that
+	// has the name, and those the list has, which may lag (a sandbox
+	// made a moment ago missing, one deleted still there: remove reads
+	// each with GET).
+	var ids []string
+	add := func(id string) {
+		if id != "" && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	if b != nil {
+		add(b.id)
+	}
+	add(ref.ID)
+	named, err := r.acct.api.GetSandbox(ctx, ref.Name)
+	switch {
+	case err == nil && named.Labels[LabelSandbox] == ref.Name:
+		add(named.ID)
+	case err != nil && !errors.Is(err, sdk.ErrNotFound):
+		return fmt.Errorf("find Daytona sandbox %s: %w", ref.Name, err)
+	}
+	all, err := r.acct.api.ListSandboxes(ctx, map[string]string{LabelSandbox: ref.Name})
+	if err != nil {
+		return fmt.Errorf("find Daytona sandbox %s: %w", ref.Name, err)
+	}
+	for _, sb := range all {
+		if sb.Labels[LabelSandbox] == ref.Name {
+			add(sb.ID)
+		}
+	}
 	if b != nil {
 		b.close(r.set.OnTeardown == TeardownStop)
 	}
-	for _, sb := range all {
-		if sb.Labels[LabelSandbox] != ref.Name {
-			continue
-		}
-		if err := p.remove(ctx, r.acct, ref.Name, sb, r.set.OnTeardown == TeardownStop); err != nil {
+	for _, id := range ids {
+		if err := p.remove(ctx, r.acct, ref.Name, id, r.set.OnTeardown == TeardownStop); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// remove deletes (or stops) one sandbox and waits until it is gone
-// (stopped).
-func (p *Provider) remove(ctx context.Context, a *account, name string, sb api.Sandbox, stop bool) error {
+// remove deletes (or stops) the sandbox id, when it is the Amelia
+// sandbox name's, and waits, as long as ctx allows, until it is gone
+// (stopped). Daytona refuses to delete or stop a sandbox while a state
+// change is pending (409, sandbox.service.ts destroy and stop): remove
+// waits for the change to end, then asks. A sandbox already being
+// deleted is waited for.
+func (p *Provider) remove(ctx context.Context, a *account, name, id string, stop bool) error {
 	what := TeardownDelete
 	if stop {
 		what = TeardownStop
 	}
-	var err error
-	switch {
-	case stop && sb.State.Stopped():
-		return nil
-	case stop:
-		_, err = a.api.StopSandbox(ctx, sb.ID)
-	default:
-		err = a.api.DeleteSandbox(ctx, sb.ID)
-	}
-	if errors.Is(err, sdk.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("%s Daytona sandbox %s (%s): %w", what, name, sb.ID, err)
-	}
 	wait := 50 * time.Millisecond
+	asked := false
 	for {
-		s, err := a.api.GetSandbox(ctx, sb.ID)
+		sb, err := a.api.GetSandbox(ctx, id)
 		switch {
-		case errors.Is(err, sdk.ErrNotFound) || err == nil && s.State == api.StateDestroyed:
-			p.opts.Logger.Info("removed Daytona sandbox", "sandbox", name, "id", sb.ID)
+		case errors.Is(err, sdk.ErrNotFound) || err == nil && sb.State == api.StateDestroyed:
+			if asked && !stop {
+				p.opts.Logger.Info("removed Daytona sandbox", "sandbox", name, "id", id)
+			}
+			a.removed(id)
 			return nil
-		case err == nil && stop && s.State.Stopped():
-			p.opts.Logger.Info("stopped Daytona sandbox", "sandbox", name, "id", sb.ID)
-			return nil
-		case err == nil && s.State.Failed() && !sb.State.Failed():
-			return sdk.Errorf(sdk.ErrUnavailable, "%s Daytona sandbox %s (%s): it ended in state %s: %s", what, name, sb.ID, s.State, s.ErrorReason)
 		case err != nil:
-			return fmt.Errorf("wait for Daytona sandbox %s (%s) to go: %w", name, sb.ID, err)
+			return fmt.Errorf("%s Daytona sandbox %s (%s): %w", what, name, id, err)
+		case sb.Labels[LabelSandbox] != name:
+			return nil // not this name's: left alone
+		case stop && sb.Gone():
+			return nil // being deleted: nothing to stop
+		case stop && sb.Settled() && (sb.State == api.StateStopped || sb.State == api.StateArchived):
+			if asked {
+				p.opts.Logger.Info("stopped Daytona sandbox", "sandbox", name, "id", id)
+			}
+			return nil
+		case stop && sb.State.Failed():
+			return sdk.Errorf(sdk.ErrUnavailable, "stop Daytona sandbox %s (%s): it is in state %s: %s", name, id, sb.State, sb.ErrorReason)
+		case sb.DesiredState == api.DesiredDestroyed:
+			// Being deleted: wait until it is gone.
+		case !sb.Settled() && sb.State != api.StatePendingBuild:
+			// A change under way (creating, starting, stopping...):
+			// Daytona answers 409 until it ends.
+		default:
+			if stop {
+				_, err = a.api.StopSandbox(ctx, id)
+			} else {
+				err = a.api.DeleteSandbox(ctx, id)
+			}
+			switch {
+			case errors.Is(err, sdk.ErrNotFound):
+				a.removed(id)
+				return nil
+			case api.StatusOf(err) == http.StatusConflict:
+				// Changing after all: wait, then ask again.
+			case err != nil:
+				return fmt.Errorf("%s Daytona sandbox %s (%s): %w", what, name, id, err)
+			default:
+				asked = true
+			}
 		}
 		if err := pause(ctx, &wait, p.opts.PollInterval); err != nil {
-			return fmt.Errorf("wait for Daytona sandbox %s (%s) to go (still %s): %w", name, sb.ID, s.State, err)
+			return fmt.Errorf("%s Daytona sandbox %s (%s): still %s (desired %s): %w", what, name, id, sb.State, sb.DesiredState, err)
 		}
 	}
 }
@@ -540,6 +688,12 @@ func (p *Provider) HealthCheck(ctx context.Context, ref sdk.SandboxRef) (sdk.Hea
 	return sdk.Health{State: sdk.HealthReady, Message: "Daytona sandbox " + sb.ID}, nil
 }
 
+// List lists the sandboxes carrying req's labels. Daytona's list is
+// eventually consistent (a search index): a sandbox this process just
+// created may be missing from it, and one it just removed still there.
+// So the sandboxes this process knows (created, used or removed) are read
+// again by GET and merged in, or dropped; others are taken as the list
+// says, less those being deleted.
 func (p *Provider) List(ctx context.Context, req sdk.ListRequest) ([]sdk.Listed, error) {
 	r, err := p.account(req.Config)
 	if err != nil {
@@ -549,17 +703,34 @@ func (p *Provider) List(ctx context.Context, req sdk.ListRequest) ([]sdk.Listed,
 	if err != nil {
 		return nil, fmt.Errorf("list Daytona sandboxes: %w", err)
 	}
+	for id := range r.acct.known(req.Matches) {
+		sb, err := r.acct.api.GetSandbox(ctx, id)
+		if err != nil && !errors.Is(err, sdk.ErrNotFound) {
+			return nil, fmt.Errorf("list Daytona sandboxes: read %s: %w", id, err)
+		}
+		i := slices.IndexFunc(all, func(l api.Sandbox) bool { return l.ID == id })
+		switch {
+		case err != nil || !req.Matches(sb.Labels):
+			if i >= 0 {
+				all = slices.Delete(all, i, i+1)
+			}
+		case i >= 0:
+			all[i] = sb
+		default:
+			all = append(all, sb)
+		}
+	}
 	var found []sdk.Listed
 	for _, sb := range all {
 		name := sb.Labels[LabelSandbox]
-		if !sdk.ValidName(name) || sb.State.Gone() {
+		if !sdk.ValidName(name) || sb.Gone() {
 			continue
 		}
 		state := sdk.HealthUnhealthy
 		switch {
-		case sb.State == api.StateStarted:
+		case sb.State == api.StateStarted && sb.Settled():
 			state = sdk.HealthReady
-		case sb.State.Stopped():
+		case sb.State.Stopped() && sb.Settled():
 			state = sdk.HealthStopped
 		}
 		created, _ := time.Parse(time.RFC3339, sb.CreatedAt)

@@ -60,6 +60,9 @@ func startWith(t testing.TB, opts daytonatest.Options, extra map[string]any) (*d
 	t.Helper()
 	f := daytonatest.Start(t, opts)
 	t.Setenv(keyEnv, f.APIKey())
+	// The providers of a test (and their plugin subprocesses) are the
+	// amelia processes of one host: they share its state directory.
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
 	known := filepath.Join(t.TempDir(), "known_hosts")
 	if err := os.WriteFile(known, []byte(f.KnownHostsLine()+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -295,21 +298,27 @@ func TestTokenRenewal(t *testing.T) {
 	}
 }
 
-// A burst of 429s is waited out, as Retry-After says.
+// A burst of 429s is waited out, as the throttler's named Retry-After
+// header (Retry-After-authenticated, as Daytona's API sends it) says.
 func TestRateLimited(t *testing.T) {
 	f, cfg := start(t, daytonatest.Options{}, nil)
 	p := newProvider(t)
 	if _, err := p.EnsureRunning(t.Context(), spec("limited", cfg, sdk.NetworkOpen)); err != nil {
 		t.Fatal(err)
 	}
-	before := len(requests(f, "GET", "/api/sandbox"))
+	before := len(requests(f, "GET", "/api/sandbox/limited"))
 	f.Throttle(3, time.Second)
+	begun := time.Now()
 	sb, err := newProvider(t).EnsureRunning(t.Context(), spec("limited", cfg, sdk.NetworkOpen))
 	if err != nil || sb.Created {
 		t.Fatalf("EnsureRunning through a 429 burst: %+v, %v", sb, err)
 	}
-	if got := len(requests(f, "GET", "/api/sandbox")) - before; got != 4 {
-		t.Errorf("%d list requests, want 3 throttled and 1 answered", got)
+	if got := len(requests(f, "GET", "/api/sandbox/limited")) - before; got != 4 {
+		t.Errorf("%d lookups by name, want 3 throttled and 1 answered", got)
+	}
+	// Backing off blindly would have taken under 2 s.
+	if took := time.Since(begun); took < 3*time.Second {
+		t.Errorf("EnsureRunning took %v through 3 answers of Retry-After-authenticated: 1", took)
 	}
 }
 

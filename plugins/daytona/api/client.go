@@ -30,6 +30,8 @@ type Client struct {
 	org    string
 	http   *http.Client
 	logger *slog.Logger
+	// timeout bounds one attempt of a call (startTimeout for a start).
+	timeout time.Duration
 	// MaxWait bounds how long one call waits out 429s and 5xx answers in
 	// all; default 2 minutes (and never past the context's deadline).
 	maxWait time.Duration
@@ -43,8 +45,13 @@ type Options struct {
 	APIKey string
 	// Organization, when set, is sent as X-Daytona-Organization-ID.
 	Organization string
-	// HTTPClient defaults to a client with a 30 s timeout per request.
+	// HTTPClient defaults to http.DefaultClient's transport; each attempt
+	// of a call is bounded by RequestTimeout whatever the client says.
 	HTTPClient *http.Client
+	// RequestTimeout bounds one attempt of a call; default 30 s. A start
+	// gets startTimeout more: Daytona answers it once the sandbox is
+	// started, or after 30 s.
+	RequestTimeout time.Duration
 	// MaxWait bounds the retries of one call (429 and 5xx); default 2 min.
 	MaxWait time.Duration
 	Logger  *slog.Logger
@@ -64,7 +71,10 @@ func New(opts Options) (*Client, error) {
 		return nil, sdk.Errorf(sdk.ErrInvalid, "daytona: no API key")
 	}
 	if opts.HTTPClient == nil {
-		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+		opts.HTTPClient = &http.Client{}
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 30 * time.Second
 	}
 	if opts.MaxWait == 0 {
 		opts.MaxWait = 2 * time.Minute
@@ -72,7 +82,7 @@ func New(opts Options) (*Client, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Client{base: base, key: opts.APIKey, org: opts.Organization, http: opts.HTTPClient, logger: opts.Logger, maxWait: opts.MaxWait}, nil
+	return &Client{base: base, key: opts.APIKey, org: opts.Organization, http: opts.HTTPClient, logger: opts.Logger, maxWait: opts.MaxWait, timeout: opts.RequestTimeout}, nil
 }
 
 // Error is an error answer of the API.
@@ -149,27 +159,38 @@ func (c *Client) CreateSandbox(ctx context.Context, req CreateSandbox) (Sandbox,
 	return sb, err
 }
 
-// StartSandbox starts a stopped sandbox.
+// startWait is how long Daytona's POST /sandbox/{id}/start may hold its
+// answer: it waits for the sandbox to be started, up to 30 s
+// (sandbox.controller.ts startSandbox, waitForSandboxStarted).
+const startWait = 30 * time.Second
+
+// StartSandbox starts a stopped or archived sandbox, or resumes a paused
+// one (a VM's; others answer 422). The answer is the sandbox when it
+// started, or as it was after Daytona's wait: not necessarily started.
 func (c *Client) StartSandbox(ctx context.Context, id string) (Sandbox, error) {
 	var sb Sandbox
-	err := c.do(ctx, http.MethodPost, c.sandboxURL(id, "/start"), nil, nil, &sb)
+	err := c.doFor(ctx, c.timeout+startWait, http.MethodPost, c.sandboxURL(id, "/start"), nil, nil, &sb)
 	return sb, err
 }
 
-// StopSandbox stops a sandbox.
+// StopSandbox stops a started (or paused) sandbox. The answer shows the
+// change asked for (desiredState stopped), not its end.
 func (c *Client) StopSandbox(ctx context.Context, id string) (Sandbox, error) {
 	var sb Sandbox
 	err := c.do(ctx, http.MethodPost, c.sandboxURL(id, "/stop"), nil, nil, &sb)
 	return sb, err
 }
 
-// DeleteSandbox deletes a sandbox.
+// DeleteSandbox deletes a sandbox: Daytona marks it (desiredState
+// destroyed, a new name) and destroys it later. While a state change is
+// pending it answers 409.
 func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, c.sandboxURL(id, ""), nil, nil, nil)
 }
 
 // CreateSSHAccess mints an SSH gateway token for a sandbox, valid for
-// minutes.
+// minutes. Daytona revokes every other token of the sandbox as it does
+// (sandbox.service.ts createSshAccess).
 func (c *Client) CreateSSHAccess(ctx context.Context, id string, minutes int) (SSHAccess, error) {
 	var a SSHAccess
 	q := url.Values{"expiresInMinutes": {strconv.Itoa(minutes)}}
@@ -201,9 +222,15 @@ func (c *Client) sandboxURL(id, rest string) string {
 	return c.base + "/sandbox/" + url.PathEscape(id) + rest
 }
 
-// do sends one call, waiting out 429s (as Retry-After or X-RateLimit-Reset
-// say) and, for GETs, 5xx answers and dropped connections, within MaxWait.
+// do sends one call, waiting out 429s (as retryAfter reads their
+// headers) and, for GETs, 5xx answers and dropped connections, within
+// MaxWait.
 func (c *Client) do(ctx context.Context, method, u string, q url.Values, in, out any) error {
+	return c.doFor(ctx, c.timeout, method, u, q, in, out)
+}
+
+// doFor is do with each attempt bounded by timeout.
+func (c *Client) doFor(ctx context.Context, timeout time.Duration, method, u string, q url.Values, in, out any) error {
 	var body []byte
 	if in != nil {
 		var err error
@@ -221,7 +248,7 @@ func (c *Client) do(ctx context.Context, method, u string, q url.Values, in, out
 	deadline := time.Now().Add(c.maxWait)
 	backoff := 250 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		wait, err := c.once(ctx, method, u, path, body, out)
+		wait, err := c.once(ctx, timeout, method, u, path, body, out)
 		if wait < 0 {
 			return err
 		}
@@ -248,7 +275,10 @@ func (c *Client) do(ctx context.Context, method, u string, q url.Values, in, out
 
 // once sends the call once. wait < 0: done (err is the result); wait == 0:
 // try again after a backoff; wait > 0: try again after wait.
-func (c *Client) once(ctx context.Context, method, u, path string, body []byte, out any) (time.Duration, error) {
+func (c *Client) once(ctx context.Context, timeout time.Duration, method, u, path string, body []byte, out any) (time.Duration, error) {
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -268,7 +298,7 @@ func (c *Client) once(ctx context.Context, method, u, path string, body []byte, 
 	resp, err := c.http.Do(req)
 	if err != nil {
 		err = sdk.Errorf(sdk.ErrUnavailable, "daytona %s %s: %v", method, path, scrub(err))
-		if ctx.Err() != nil || method != http.MethodGet {
+		if parent.Err() != nil || method != http.MethodGet {
 			return -1, err
 		}
 		return 0, err
@@ -330,29 +360,60 @@ func message(data []byte) string {
 	return s
 }
 
-// retryAfter reads how long a 429 asks to wait: Retry-After (seconds or
-// an HTTP date), else X-RateLimit-Reset (seconds until the window resets,
-// or a Unix time); 0 when neither says.
+// retryAfter reads how long a 429 asks to wait. Daytona's API limits
+// with @nestjs/throttler and named throttlers (authenticated,
+// sandbox-create, sandbox-lifecycle: apps/api/src/app.module.ts), which
+// suffix every header with the throttler's name: the one that refused
+// sends Retry-After-<name> (seconds), and those that let the request by
+// send X-RateLimit-Remaining-<name> and X-RateLimit-Reset-<name>. The bare
+// names (a proxy's, or a throttler named "default") are read too.
+// Retry-After, named or bare, is the refusal's own answer and wins; else
+// the resets of windows with no room left. Of several, the longest wins:
+// each must have passed for the call to get through. 0 when none says.
 func retryAfter(h http.Header) time.Duration {
-	if v := h.Get("Retry-After"); v != "" {
-		if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
-			return time.Duration(s * float64(time.Second))
+	var retry, reset time.Duration
+	var retried bool
+	for k, vs := range h {
+		if len(vs) == 0 {
+			continue
 		}
-		if t, err := http.ParseTime(v); err == nil {
-			return max(time.Until(t), 0)
-		}
-	}
-	for _, k := range []string{"X-RateLimit-Reset", "X-RateLimit-Reset-Requests"} {
-		if v := h.Get(k); v != "" {
-			if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
-				if s > 1e9 { // a Unix time
-					return max(time.Until(time.Unix(int64(s), 0)), 0)
-				}
-				return time.Duration(s * float64(time.Second))
+		k = http.CanonicalHeaderKey(k)
+		switch {
+		case k == "Retry-After" || strings.HasPrefix(k, "Retry-After-"):
+			if d, ok := delay(vs[0], true); ok {
+				retry, retried = max(retry, d), true
+			}
+		case k == "X-Ratelimit-Reset" || strings.HasPrefix(k, "X-Ratelimit-Reset-"):
+			// A window that still has room does not hold the call back.
+			if rem := h.Get("X-Ratelimit-Remaining" + strings.TrimPrefix(k, "X-Ratelimit-Reset")); rem != "" && rem != "0" {
+				continue
+			}
+			if d, ok := delay(vs[0], false); ok {
+				reset = max(reset, d)
 			}
 		}
 	}
-	return 0
+	if retried {
+		return retry
+	}
+	return reset
+}
+
+// delay reads a wait: seconds, or (for Retry-After) an HTTP date, or (for
+// a reset) a Unix time.
+func delay(v string, date bool) (time.Duration, bool) {
+	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
+		if !date && s > 1e9 { // a Unix time
+			return max(time.Until(time.Unix(int64(s), 0)), 0), true
+		}
+		return time.Duration(s * float64(time.Second)), true
+	}
+	if date {
+		if t, err := http.ParseTime(v); err == nil {
+			return max(time.Until(t), 0), true
+		}
+	}
+	return 0, false
 }
 
 // scrub drops the URL from a transport error: it holds no secret, but the

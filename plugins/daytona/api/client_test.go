@@ -22,6 +22,13 @@ func TestRetryAfter(t *testing.T) {
 		{"Retry-After first", map[string]string{"Retry-After": "1", "X-RateLimit-Reset": "9"}, time.Second},
 		{"neither", map[string]string{"X-RateLimit-Remaining": "0"}, 0},
 		{"garbage", map[string]string{"Retry-After": "soon"}, 0},
+		// Daytona's named throttlers (@nestjs/throttler): the refusing one
+		// sends Retry-After-<name>.
+		{"named throttler", map[string]string{"Retry-After-sandbox-lifecycle": "4"}, 4 * time.Second},
+		{"named Retry-After wins over resets", map[string]string{"Retry-After-authenticated": "2", "X-RateLimit-Remaining-sandbox-create": "0", "X-RateLimit-Reset-sandbox-create": "7"}, 2 * time.Second},
+		{"longest Retry-After", map[string]string{"Retry-After-authenticated": "2", "Retry-After-sandbox-create": "6"}, 6 * time.Second},
+		{"named reset of a full window", map[string]string{"X-RateLimit-Remaining-authenticated": "0", "X-RateLimit-Reset-authenticated": "3"}, 3 * time.Second},
+		{"named reset of a window with room", map[string]string{"X-RateLimit-Remaining-authenticated": "12", "X-RateLimit-Reset-authenticated": "30"}, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := http.Header{}

@@ -40,12 +40,59 @@ const (
 // Failed reports whether the sandbox cannot start without help.
 func (s State) Failed() bool { return s == StateError || s == StateBuildFailed }
 
-// Stopped reports whether the sandbox is at rest and starts again on
-// POST /sandbox/{id}/start (stopped, archived or paused).
+// Stopped reports whether the sandbox is at rest, not running: stopped,
+// archived or paused. POST /sandbox/{id}/start starts the first two; a
+// paused one it resumes only when it is a VM (Sandbox.Resumable).
 func (s State) Stopped() bool { return s == StateStopped || s == StateArchived || s == StatePaused }
 
-// Gone reports whether the sandbox is deleted or being deleted.
+// Gone reports whether the state is deleted or being deleted; see
+// Sandbox.Gone, which also reads desiredState.
 func (s State) Gone() bool { return s == StateDestroyed || s == StateDestroying }
+
+// DesiredState is the state a sandbox is on its way to
+// (SandboxDesiredState).
+type DesiredState string
+
+// The desired states.
+const (
+	DesiredStarted   DesiredState = "started"
+	DesiredStopped   DesiredState = "stopped"
+	DesiredDestroyed DesiredState = "destroyed"
+	DesiredArchived  DesiredState = "archived"
+	DesiredPaused    DesiredState = "paused"
+	DesiredResized   DesiredState = "resized"
+)
+
+// The sandbox classes (SandboxClass); the class comes from the snapshot.
+const (
+	ClassContainer = "container"
+	ClassLinuxVM   = "linux-vm"
+	ClassWindows   = "windows"
+	ClassAndroid   = "android"
+)
+
+// Gone reports whether the sandbox is deleted or on its way there. Daytona
+// deletes softly: DELETE leaves the sandbox in its state with
+// desiredState destroyed and a new name (sandbox.service.ts destroy,
+// sandbox.entity.ts getSoftDeleteUpdate), and destroys it later; the
+// list shows such a sandbox in its old state.
+func (sb Sandbox) Gone() bool { return sb.State.Gone() || sb.DesiredState == DesiredDestroyed }
+
+// Settled reports whether no state change is pending: the state is the
+// desired one. error and build_failed are settled whatever was desired
+// (Daytona clears its pending flag there: sandbox.entity.ts
+// getInvariantChanges). An answer without desiredState is taken as
+// settled.
+func (sb Sandbox) Settled() bool {
+	return sb.State.Failed() || sb.DesiredState == "" || string(sb.State) == string(sb.DesiredState)
+}
+
+// Resumable reports whether POST /sandbox/{id}/start resumes the sandbox
+// when it is paused: only VM classes can be (sandbox.service.ts start
+// answers 422 "Resuming is not supported for this sandbox" for others).
+func (sb Sandbox) Resumable() bool {
+	return sb.SandboxClass == ClassLinuxVM || sb.SandboxClass == ClassWindows
+}
 
 // Sandbox is the API's Sandbox (and, with fewer fields filled,
 // SandboxListItem).
@@ -66,15 +113,17 @@ type Sandbox struct {
 	Memory              float64           `json:"memory"`
 	Disk                float64           `json:"disk"`
 	State               State             `json:"state,omitempty"`
-	DesiredState        string            `json:"desiredState,omitempty"`
+	DesiredState        DesiredState      `json:"desiredState,omitempty"`
 	ErrorReason         string            `json:"errorReason,omitempty"`
 	Recoverable         bool              `json:"recoverable,omitempty"`
 	AutoStopInterval    *float64          `json:"autoStopInterval,omitempty"`
 	AutoArchiveInterval *float64          `json:"autoArchiveInterval,omitempty"`
 	AutoDeleteInterval  *float64          `json:"autoDeleteInterval,omitempty"`
 	BuildInfo           *BuildInfo        `json:"buildInfo,omitempty"`
+	SandboxClass        string            `json:"sandboxClass,omitempty"`
 	CreatedAt           string            `json:"createdAt,omitempty"`
 	UpdatedAt           string            `json:"updatedAt,omitempty"`
+	LastActivityAt      string            `json:"lastActivityAt,omitempty"`
 	ToolboxProxyURL     string            `json:"toolboxProxyUrl"`
 }
 

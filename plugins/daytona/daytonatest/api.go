@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,10 +47,13 @@ func (f *Fake) startHTTP() error {
 	mux.HandleFunc("POST /api/sandbox/{id}/stop", f.onSandbox(f.stopSandbox))
 	mux.HandleFunc("POST /api/sandbox/{id}/ssh-access", f.onSandbox(f.createSSHAccess))
 	mux.HandleFunc("DELETE /api/sandbox/{id}/ssh-access", f.onSandbox(f.revokeSSHAccess))
+	mux.HandleFunc("POST /api/sandbox/{id}/last-activity", f.onSandbox(f.updateLastActivity))
+	mux.HandleFunc("GET /api/runners/by-sandbox/{id}", f.onSandbox(f.runnerBySandbox))
 	mux.HandleFunc("POST /toolbox/{id}/process/execute", f.execute)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("Cannot %s %s", r.Method, r.URL.Path))
 	})
+	f.mux = mux
 	f.httpSrv = &http.Server{
 		Handler:           f.front(mux),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -65,8 +69,34 @@ func (f *Fake) startHTTP() error {
 	return nil
 }
 
+// gatewayRoutes are what Daytona's SSH gateway calls (apps/ssh-gateway
+// main.go), with its own key: validating a token and finding the
+// sandbox's runner need that key (SshGatewayAuthContextGuard), reading
+// the sandbox and its activity take it as well as an organization's.
+var gatewayRoutes = map[string]bool{
+	"GET /api/sandbox/ssh-access/validate": true, // the gateway's key only
+	"GET /api/runners/by-sandbox/{id}":     true, // the gateway's key only
+	"GET /api/sandbox/{id}":                false,
+	"POST /api/sandbox/{id}/last-activity": false,
+}
+
+// throttlerOf is the throttler of Daytona's API that limits a route: its
+// sandbox routes opt into sandbox-create (creating) or sandbox-lifecycle
+// (start, stop, delete...) and skip authenticated, which limits the rest
+// (sandbox.controller.ts @ThrottlerScope, app.module.ts).
+func throttlerOf(pattern string) string {
+	switch pattern {
+	case "POST /api/sandbox":
+		return "sandbox-create"
+	case "DELETE /api/sandbox/{id}", "POST /api/sandbox/{id}/start", "POST /api/sandbox/{id}/stop":
+		return "sandbox-lifecycle"
+	}
+	return "authenticated"
+}
+
 // front records every request, then answers 429 while throttled, 401
-// without the API key and 403 for another organization, before next.
+// without one of the fake's keys, 403 for another organization or a key
+// used where it does not belong, before next.
 func (f *Fake) front(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
@@ -83,23 +113,38 @@ func (f *Fake) front(next http.Handler) http.Handler {
 		}
 		f.mu.Unlock()
 		f.logger.Debug("daytonatest: request", "method", r.Method, "path", r.URL.Path)
+		_, pattern := f.mux.Handler(r)
 
 		if th.n > 0 {
+			// @nestjs/throttler names its headers after the throttler that
+			// refused (Retry-After-<name>, in whole seconds); the bare
+			// names belong to a throttler named "default", which
+			// Daytona's API does not have.
 			secs := int(math.Ceil(th.retryAfter.Seconds()))
-			h := w.Header()
-			h.Set("Retry-After", strconv.Itoa(secs))
-			h.Set("X-RateLimit-Limit", "100")
-			h.Set("X-RateLimit-Remaining", "0")
-			h.Set("X-RateLimit-Reset", strconv.Itoa(secs))
+			// Set as written, not canonicalized: Node sends header names
+			// as the guard spells them.
+			w.Header()["Retry-After-"+throttlerOf(pattern)] = []string{strconv.Itoa(secs)}
 			writeJSON(w, http.StatusTooManyRequests, map[string]any{"statusCode": http.StatusTooManyRequests, "message": "ThrottlerException: Too Many Requests"})
 			return
 		}
-		if r.Header.Get("Authorization") != "Bearer "+f.key {
+		gatewayOnly, gatewayMay := gatewayRoutes[pattern]
+		switch r.Header.Get("Authorization") {
+		case "Bearer " + f.key:
+			if gatewayOnly {
+				writeError(w, http.StatusForbidden, "Invalid authentication context")
+				return
+			}
+			if org := r.Header.Get("X-Daytona-Organization-ID"); org != "" && org != f.org {
+				writeError(w, http.StatusForbidden, "Forbidden resource: not a member of organization "+org)
+				return
+			}
+		case "Bearer " + f.gatewayKey:
+			if !gatewayMay {
+				writeError(w, http.StatusForbidden, "Invalid authentication context")
+				return
+			}
+		default:
 			writeError(w, http.StatusUnauthorized, "Unauthorized")
-			return
-		}
-		if org := r.Header.Get("X-Daytona-Organization-ID"); org != "" && org != f.org {
-			writeError(w, http.StatusForbidden, "Forbidden resource: not a member of organization "+org)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -123,14 +168,16 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, api.ErrorBody{StatusCode: status, Message: msg, Error: http.StatusText(status)})
 }
 
-// lookupLocked finds a live (not destroyed) sandbox by id or name; the
-// caller holds f.mu.
+// lookupLocked finds a sandbox as GET does, by id, else by name: not
+// destroyed, nor failed and being deleted (sandbox.service.ts
+// findOneByIdOrName). A deleted sandbox has a new name, so its old one
+// finds nothing. The caller holds f.mu.
 func (f *Fake) lookupLocked(idOrName string) *sandbox {
-	if s, ok := f.boxes[idOrName]; ok && s.state != api.StateDestroyed {
+	if s, ok := f.boxes[idOrName]; ok && s.visible() {
 		return s
 	}
 	for _, id := range f.order {
-		if s := f.boxes[id]; s.name == idOrName && s.state != api.StateDestroyed {
+		if s := f.boxes[id]; s.name == idOrName && s.visible() {
 			return s
 		}
 	}
@@ -142,14 +189,16 @@ func notFound(w http.ResponseWriter, idOrName string) {
 }
 
 // answer is what a sandbox handler answers: a body with a 2xx status, or
-// an error message with a 4xx one.
+// an error message with a 4xx one; or, when then is set, what then
+// answers once the fake's lock is released (a start waits there).
 type answer struct {
 	status int
 	body   any
+	then   func() answer
 }
 
 func refusal(status int, format string, args ...any) answer {
-	return answer{status, fmt.Sprintf(format, args...)}
+	return answer{status: status, body: fmt.Sprintf(format, args...)}
 }
 
 // onSandbox serves a request about the sandbox the path's {id} names (an
@@ -165,20 +214,31 @@ func (f *Fake) onSandbox(h func(r *http.Request, s *sandbox) answer) http.Handle
 			a = h(r, s)
 		}
 		f.mu.Unlock()
+		if a.then != nil {
+			a = a.then()
+		}
 		switch {
 		case s == nil:
 			notFound(w, id)
 		case a.status >= 400:
 			writeError(w, a.status, a.body.(string))
+		case a.body == nil:
+			w.WriteHeader(a.status)
 		default:
 			writeJSON(w, a.status, a.body)
 		}
 	}
 }
 
-// listSandboxes answers GET /sandbox: the live sandboxes carrying every
-// label of the labels query (a JSON object), oldest first, a page of
-// limit (1..200, default 100) from cursor.
+// listSandboxes answers GET /sandbox: the sandboxes carrying every label
+// of the labels query (a JSON object), a page of limit (1..200, default
+// 100) from cursor. Like Daytona's, it answers from a search index that
+// lags (Options.ListLag): a sandbox created since is missing, one
+// destroyed since is still there, states are old; and it shows states as
+// stored (a deleted sandbox keeps its state, with desiredState destroyed),
+// leaves out destroyed sandboxes and failed ones being deleted, and sorts
+// by last activity, latest first, then by id (the OpenSearch adapter's
+// defaults, sandbox-opensearch-search.adapter.ts).
 func (f *Fake) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var labels map[string]string
@@ -214,15 +274,22 @@ func (f *Fake) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		offset = n
 	}
 	f.mu.Lock()
+	asOf := time.Now().Add(-f.opts.ListLag)
 	var match []api.Sandbox
 	for _, id := range f.order {
-		s := f.boxes[id]
-		if s.state == api.StateDestroyed || !hasLabels(s.labels, labels) {
+		sb, ok := f.boxes[id].indexedAt(asOf)
+		if !ok || sb.State == api.StateDestroyed || sb.State.Failed() && sb.DesiredState == api.DesiredDestroyed || !hasLabels(sb.Labels, labels) {
 			continue
 		}
-		match = append(match, s.view())
+		match = append(match, sb)
 	}
 	f.mu.Unlock()
+	slices.SortStableFunc(match, func(a, b api.Sandbox) int {
+		if c := strings.Compare(b.LastActivityAt, a.LastActivityAt); c != 0 {
+			return c
+		}
+		return strings.Compare(b.ID, a.ID)
+	})
 	page := struct {
 		Items      []map[string]any `json:"items"`
 		NextCursor *string          `json:"nextCursor"`
@@ -343,12 +410,17 @@ func (f *Fake) createSandbox(w http.ResponseWriter, r *http.Request) {
 		target:          defaultTarget,
 		cpu:             defaultCPU, memory: defaultMemory, disk: defaultDisk,
 		autoStop: defaultAutoStop, autoArchive: defaultAutoArchive, autoDelete: defaultAutoDelete,
-		buildInfo:  build,
-		toolboxURL: f.base + "/toolbox",
-		orgID:      f.org,
-		desired:    "started",
-		createdAt:  now,
-		image:      img,
+		buildInfo:    build,
+		toolboxURL:   f.base + "/toolbox",
+		orgID:        f.org,
+		class:        api.ClassContainer,
+		desired:      api.DesiredStarted,
+		createdAt:    now,
+		lastActivity: f.activityLocked(),
+		image:        img,
+	}
+	if c, ok := f.opts.SnapshotClasses[snapshot]; ok && snapshot != "" {
+		s.class = c
 	}
 	if s.name == "" {
 		s.name = id
@@ -401,46 +473,142 @@ func parseDockerfile(content string) (string, bool) {
 }
 
 func (f *Fake) getSandbox(_ *http.Request, s *sandbox) answer {
-	return answer{http.StatusOK, s.view()}
+	return answer{status: http.StatusOK, body: s.view()}
 }
 
-// startSandbox starts a stopped sandbox: starting → started. A sandbox
-// started, or on its way there, is answered as it is.
+// startSandbox starts a stopped sandbox, or resumes a paused VM, as
+// Daytona's start does (sandbox.service.ts start): a started one is
+// answered as it is; a failed one is refused (400), as is one whose state
+// is changing (409), one in another state (400) and a paused one that is
+// not a VM (422). Then, as Daytona's controller does, it holds the answer
+// until the sandbox is started (400 when it fails instead), or
+// Options.StartWait has passed: the answer then shows the change still
+// under way.
 func (f *Fake) startSandbox(_ *http.Request, s *sandbox) answer {
-	switch s.state {
-	case api.StateStopped:
-		s.desired = "started"
-		f.transition(s, f.startSteps(), api.StateStarted, "")
-	case api.StateError, api.StateBuildFailed:
-		return refusal(http.StatusBadRequest, "Sandbox %s is in state %s and cannot be started: %s", s.id, s.state, s.errorReason)
-	case api.StateStopping, api.StateDestroying:
-		return refusal(http.StatusBadRequest, "Sandbox %s is %s: a state change is in progress", s.id, s.state)
+	switch {
+	case s.state == api.StateStarted && s.desired == api.DesiredStarted:
+		return answer{status: http.StatusOK, body: s.view()}
+	case s.state.Failed():
+		return refusal(http.StatusBadRequest, "Sandbox is in an errored state")
+	case s.pending():
+		return refusal(http.StatusConflict, "Sandbox state change in progress")
+	case s.state != api.StateStopped && s.state != api.StatePaused:
+		return refusal(http.StatusBadRequest, "Sandbox is not in valid state")
+	case s.state == api.StatePaused && !s.vm():
+		return refusal(http.StatusUnprocessableEntity, "Resuming is not supported for this sandbox")
 	}
-	return answer{http.StatusOK, s.view()}
+	s.desired = api.DesiredStarted
+	op := f.transition(s, f.startSteps(s), api.StateStarted, "")
+	return answer{then: func() answer {
+		t := time.NewTimer(f.opts.StartWait)
+		defer t.Stop()
+		select {
+		case <-op.done:
+		case <-t.C:
+		case <-f.ctx.Done():
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if s.state.Failed() {
+			return refusal(http.StatusBadRequest, "Sandbox failed to start: %s", s.errorReason)
+		}
+		return answer{status: http.StatusOK, body: s.view()}
+	}}
 }
 
-// stopSandbox stops a started sandbox: stopping → stopped. A sandbox
-// stopped, or stopping, is answered as it is.
+// stopSandbox stops a started or paused sandbox, as Daytona's stop does
+// (sandbox.service.ts stop): a failed one is refused (400), as is one
+// whose state is changing (409) and one in another state, stopped
+// included (400). The answer shows the change asked for, not its end.
 func (f *Fake) stopSandbox(_ *http.Request, s *sandbox) answer {
-	switch s.state {
-	case api.StateStarted:
-		s.desired = "stopped"
-		f.transition(s, f.stopSteps(), api.StateStopped, "")
-	case api.StateStopped, api.StateStopping:
-	case api.StateError, api.StateBuildFailed:
-		return refusal(http.StatusBadRequest, "Sandbox %s is in state %s and cannot be stopped: %s", s.id, s.state, s.errorReason)
-	default:
-		return refusal(http.StatusBadRequest, "Sandbox %s is %s: a state change is in progress", s.id, s.state)
+	switch {
+	case s.state.Failed():
+		return refusal(http.StatusBadRequest, "Sandbox is in an errored state")
+	case s.pending():
+		return refusal(http.StatusConflict, "Sandbox state change in progress")
+	case s.state != api.StateStarted && s.state != api.StatePaused:
+		return refusal(http.StatusBadRequest, "Sandbox is not in a stoppable state")
 	}
-	return answer{http.StatusOK, s.view()}
+	s.desired = api.DesiredStopped
+	f.transition(s, f.stopSteps(s), api.StateStopped, "")
+	return answer{status: http.StatusOK, body: s.view()}
 }
 
-// deleteSandbox destroys a sandbox in any state: destroying → destroyed
-// (then GET answers 404).
+// deleteSandbox deletes a sandbox as Daytona does (sandbox.service.ts
+// destroy): refused (409) while a state change is pending, unless it
+// waits for a build; else softly, at once: the sandbox keeps its state,
+// gets desiredState destroyed and the name DESTROYED_<name>_<ms>
+// (sandbox.entity.ts getSoftDeleteUpdate), so its name is free again; it
+// is destroyed in the background (then GET answers 404).
 func (f *Fake) deleteSandbox(_ *http.Request, s *sandbox) answer {
-	if s.state != api.StateDestroying {
-		s.desired = "destroyed"
-		f.transition(s, f.destroySteps(s.op), api.StateDestroyed, "")
+	if s.pending() && s.state != api.StatePendingBuild {
+		return refusal(http.StatusConflict, "Sandbox state change in progress")
 	}
-	return answer{http.StatusOK, s.view()}
+	s.desired = api.DesiredDestroyed
+	s.name = fmt.Sprintf("DESTROYED_%s_%d", s.name, time.Now().UnixMilli())
+	f.transition(s, f.destroySteps(s, s.op), api.StateDestroyed, "")
+	return answer{status: http.StatusOK, body: s.view()}
+}
+
+// updateLastActivity answers POST /sandbox/{id}/last-activity, which
+// Daytona's SSH gateway sends while a session is open: 201, no body.
+func (f *Fake) updateLastActivity(r *http.Request, s *sandbox) answer {
+	if len(bytes.TrimSpace(mustBody(r))) > 0 {
+		var body struct {
+			ActivityType string `json:"activityType"`
+		}
+		if err := json.Unmarshal(mustBody(r), &body); err != nil {
+			return refusal(http.StatusBadRequest, "Invalid request body: %v", err)
+		}
+	}
+	s.lastActivity = f.activityLocked()
+	f.changedLocked(s)
+	return answer{status: http.StatusCreated}
+}
+
+// runnerBySandbox answers GET /runners/by-sandbox/{sandboxId}: the
+// runner the sandbox runs on (RunnerFull), whose domain Daytona's SSH
+// gateway dials on port 2220 (Options.RunnerDomain). The fake has one
+// runner; its apiKey is made up, as Daytona's is a secret.
+func (f *Fake) runnerBySandbox(_ *http.Request, s *sandbox) answer {
+	now := f.started.UTC().Format(isoTime)
+	return answer{status: http.StatusOK, body: map[string]any{
+		"id":            f.runnerID,
+		"domain":        f.opts.RunnerDomain,
+		"cpu":           4,
+		"memory":        8,
+		"disk":          50,
+		"sandboxClass":  s.class,
+		"region":        s.target,
+		"name":          "daytonatest",
+		"state":         "ready",
+		"unschedulable": false,
+		"tags":          []string{},
+		"createdAt":     now,
+		"updatedAt":     now,
+		"version":       "0",
+		"apiVersion":    "0",
+		"runnerClass":   "container",
+		"apiKey":        f.runnerKey,
+	}}
+}
+
+// activityLocked is the time of an activity now: at least a millisecond
+// (the resolution of Daytona's times) after the one before, so that the
+// list's order is the order activities happened in, never a tie. The
+// caller holds f.mu.
+func (f *Fake) activityLocked() time.Time {
+	t := time.Now().Truncate(time.Millisecond)
+	if next := f.lastActivity.Add(time.Millisecond); t.Before(next) {
+		t = next
+	}
+	f.lastActivity = t
+	return t
+}
+
+// mustBody is the request's body, which front has read into memory.
+func mustBody(r *http.Request) []byte {
+	b, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return b
 }

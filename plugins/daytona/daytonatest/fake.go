@@ -58,8 +58,32 @@ type Options struct {
 	TokenTTL time.Duration
 	// User is the sandbox user (default "daytona", uid 1000, home
 	// /home/daytona).
-	User   string
-	Logger *slog.Logger
+	User string
+	// ListLag is how far behind GET /sandbox is: it answers from the
+	// sandboxes as they were ListLag ago. Daytona's list is "eventually
+	// consistent" (sandbox.controller.ts listSandboxes): it is served from
+	// a search index (OpenSearch) that is fed from the database. Default
+	// 1 s (OpenSearch makes writes searchable at its refresh, every second
+	// by default); negative: no lag, for a test of something else that
+	// must list what it just made and says why.
+	ListLag time.Duration
+	// StartWait is how long POST /sandbox/{id}/start holds its answer
+	// waiting for the sandbox to be started, as Daytona's does; default,
+	// as there, 30 s.
+	StartWait time.Duration
+	// KeepOtherTokens makes a new SSH access token leave the sandbox's
+	// others valid. Daytona revokes them all (sandbox.service.ts
+	// createSshAccess), which is the default; a test that opts out says
+	// why.
+	KeepOtherTokens bool
+	// SnapshotClasses gives snapshots a sandbox class (api.ClassLinuxVM,
+	// api.ClassWindows...), as Daytona's snapshots have; other snapshots
+	// and Dockerfile builds make containers.
+	SnapshotClasses map[string]string
+	// RunnerDomain is the domain GET /runners/by-sandbox/{id} answers,
+	// which Daytona's SSH gateway dials on port 2220; default "127.0.0.1".
+	RunnerDomain string
+	Logger       *slog.Logger
 }
 
 // Request is one request the fake received (API or toolbox).
@@ -82,18 +106,23 @@ type Stats struct {
 
 // Fake is a running fake Daytona: API, toolbox and SSH gateway.
 type Fake struct {
-	opts    Options
-	logger  *slog.Logger
-	id      string // labels this fake's containers
-	key     string
-	org     string
-	backend backend
+	opts       Options
+	logger     *slog.Logger
+	id         string // labels this fake's containers
+	key        string
+	gatewayKey string // the SSH gateway's API key
+	org        string
+	runnerID   string
+	runnerKey  string
+	started    time.Time
+	backend    backend
 
 	ctx    context.Context // cancelled when the fake stops
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // background work: transitions, gateway
 
 	httpSrv  *http.Server
+	mux      *http.ServeMux
 	sshLn    net.Listener
 	sshCfg   *ssh.ServerConfig
 	hostKey  ssh.PublicKey
@@ -107,8 +136,10 @@ type Fake struct {
 	stats    Stats
 	failNext []failure
 	throttle throttle
-	conns    map[*ssh.ServerConn]struct{}
-	closed   bool
+	// lastActivity is the latest sandbox activity's time.
+	lastActivity time.Time
+	conns        map[*ssh.ServerConn]struct{}
+	closed       bool
 }
 
 type failure struct {
@@ -140,18 +171,34 @@ func Start(t testing.TB, opts Options) *Fake {
 	if opts.User == "" {
 		opts.User = "daytona"
 	}
+	switch {
+	case opts.ListLag == 0:
+		opts.ListLag = time.Second
+	case opts.ListLag < 0:
+		opts.ListLag = 0
+	}
+	if opts.StartWait <= 0 {
+		opts.StartWait = 30 * time.Second
+	}
+	if opts.RunnerDomain == "" {
+		opts.RunnerDomain = "127.0.0.1"
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	f := &Fake{
-		opts:   opts,
-		logger: opts.Logger,
-		id:     randomHex(8),
-		key:    "dtn_" + randomHex(24),
-		org:    newUUID(),
-		boxes:  map[string]*sandbox{},
-		tokens: map[string]*token{},
-		conns:  map[*ssh.ServerConn]struct{}{},
+		opts:       opts,
+		logger:     opts.Logger,
+		id:         randomHex(8),
+		key:        "dtn_" + randomHex(24),
+		gatewayKey: "dtn_" + randomHex(24),
+		org:        newUUID(),
+		runnerID:   newUUID(),
+		runnerKey:  randomHex(16),
+		started:    time.Now(),
+		boxes:      map[string]*sandbox{},
+		tokens:     map[string]*token{},
+		conns:      map[*ssh.ServerConn]struct{}{},
 	}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if opts.Docker != nil {
@@ -205,8 +252,15 @@ func (f *Fake) close() error {
 // URL is the API's base URL: http://127.0.0.1:PORT/api.
 func (f *Fake) URL() string { return f.base + "/api" }
 
-// APIKey is the bearer token every request needs.
+// APIKey is the organization's API key: the bearer token of every
+// request but the two that only the SSH gateway may make.
 func (f *Fake) APIKey() string { return f.key }
+
+// GatewayAPIKey is the SSH gateway's API key, for running Daytona's real
+// gateway against the fake (its API_KEY): it alone may validate SSH
+// access tokens and find a sandbox's runner, and it may read a sandbox
+// and post its activity; anything else answers 403.
+func (f *Fake) GatewayAPIKey() string { return f.gatewayKey }
 
 // Organization is the fake's organization id: X-Daytona-Organization-ID,
 // when a request sends it, must equal it.
@@ -234,8 +288,10 @@ func (f *Fake) FailNext(state api.State, reason string) {
 }
 
 // Throttle makes the next n API and toolbox requests get 429 Too Many
-// Requests, with Retry-After (whole seconds, rounded up) and the
-// X-RateLimit-* headers.
+// Requests, with Retry-After-<throttler> (whole seconds, rounded up), as
+// Daytona's named throttlers send it: sandbox-create for a create,
+// sandbox-lifecycle for a start, stop or delete, authenticated for the
+// rest.
 func (f *Fake) Throttle(n int, retryAfter time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -275,8 +331,8 @@ func (f *Fake) Requests() []Request {
 	return out
 }
 
-// Sandbox returns a sandbox as the API would show it, by id. A deleted
-// sandbox is still found, in state destroyed.
+// Sandbox returns a sandbox as GET would show it, by id, at once. A
+// deleted sandbox is still found, in state destroyed.
 func (f *Fake) Sandbox(id string) (api.Sandbox, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -287,13 +343,15 @@ func (f *Fake) Sandbox(id string) (api.Sandbox, bool) {
 	return s.view(), true
 }
 
-// Sandboxes returns every sandbox not destroyed, oldest first.
+// Sandboxes returns every sandbox GET finds (not destroyed, nor failed
+// and being deleted), oldest first, as GET shows them, at once (not as
+// the lagging list does).
 func (f *Fake) Sandboxes() []api.Sandbox {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []api.Sandbox
 	for _, id := range f.order {
-		if s := f.boxes[id]; s.state != api.StateDestroyed {
+		if s := f.boxes[id]; s.visible() {
 			out = append(out, s.view())
 		}
 	}

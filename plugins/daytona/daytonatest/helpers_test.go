@@ -145,6 +145,36 @@ func (e *testEnv) waitState(t *testing.T, id string, want api.State) (api.Sandbo
 	}
 }
 
+// listUntil lists the sandboxes carrying labels until ok says the list
+// is what the test waits for (the list lags), failing after waitFor; it
+// returns that list.
+func (e *testEnv) listUntil(t *testing.T, labels map[string]string, ok func([]api.Sandbox) bool) []api.Sandbox {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		list, err := e.c.ListSandboxes(context.Background(), labels)
+		if err != nil {
+			t.Fatalf("list %v: %v", labels, err)
+		}
+		if ok(list) {
+			return list
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("list %v: still %+v after %v", labels, list, waitFor)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval
+	}
+}
+
+// ids are the ids of sandboxes, in order.
+func ids(list []api.Sandbox) []string {
+	var out []string
+	for _, sb := range list {
+		out = append(out, sb.ID)
+	}
+	return out
+}
+
 // started creates a sandbox and waits until it is started; it returns
 // the states it went through, the create's answer's first.
 func (e *testEnv) started(t *testing.T, req api.CreateSandbox) (api.Sandbox, []api.State) {

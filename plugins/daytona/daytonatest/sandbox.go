@@ -21,17 +21,36 @@ type sandbox struct {
 	buildInfo                *api.BuildInfo
 	toolboxURL               string
 	orgID                    string
+	class                    string // sandboxClass: container, linux-vm...
 
-	state       api.State
-	desired     string
-	errorReason string
-	createdAt   time.Time
-	updatedAt   time.Time
+	// state is the state as Daytona stores it, desired what it is on its
+	// way to; a GET shows the pair as shownState says, a list as stored.
+	state        api.State
+	desired      api.DesiredState
+	errorReason  string
+	createdAt    time.Time
+	updatedAt    time.Time
+	lastActivity time.Time
+
+	// history is how the list (a lagging search index) has seen the
+	// sandbox: its list items as they were, oldest first, pruned to what
+	// Options.ListLag can still show.
+	history []indexed
 
 	image     string // the local image it runs
 	home      string // the user's home, in the container or on the host
 	container string // Docker container id, once created
 	op        *operation
+}
+
+// isoTime is how Daytona writes times (JavaScript's toISOString):
+// milliseconds, UTC, and so in order as strings.
+const isoTime = "2006-01-02T15:04:05.000Z"
+
+// indexed is the sandbox as a list showed it from a time on.
+type indexed struct {
+	at   time.Time
+	item api.Sandbox
 }
 
 // operation is a transition running in the background.
@@ -40,8 +59,53 @@ type operation struct {
 	done   chan struct{}
 }
 
-// view is the sandbox as the API shows it (the Sandbox schema).
+// pending reports whether a state change is under way: the state is not
+// the desired one. error and build_failed are never pending, as Daytona's
+// entity says (sandbox.entity.ts getInvariantChanges).
+func (s *sandbox) pending() bool {
+	return !s.state.Failed() && string(s.state) != string(s.desired)
+}
+
+// shownState is the state a single sandbox's answer (GET, start, stop,
+// delete) shows: Daytona's SandboxDto names a pending change from started
+// or stopped after where it goes (sandbox.dto.ts getSandboxState), while
+// the list shows the stored state.
+func (s *sandbox) shownState() api.State {
+	switch {
+	case s.state == api.StateStarted && s.desired == api.DesiredStopped:
+		return api.StateStopping
+	case s.state == api.StateStarted && s.desired == api.DesiredDestroyed:
+		return api.StateDestroying
+	case s.state == api.StateStopped && s.desired == api.DesiredStarted:
+		return api.StateStarting
+	case s.state == api.StateStopped && s.desired == api.DesiredDestroyed:
+		return api.StateDestroying
+	case s.state == api.StateStopped && s.desired == api.DesiredArchived:
+		return api.StateArchiving
+	case s.state == api.StateUnknown && s.desired == api.DesiredStarted:
+		return api.StateCreating
+	}
+	return s.state
+}
+
+// visible reports whether GET finds the sandbox: not destroyed, and not a
+// failed one being deleted (sandbox.service.ts findOneByIdOrName).
+func (s *sandbox) visible() bool {
+	return s.state != api.StateDestroyed && !(s.state.Failed() && s.desired == api.DesiredDestroyed)
+}
+
+// vm reports whether the sandbox's class can be paused and resumed.
+func (s *sandbox) vm() bool { return s.class == api.ClassLinuxVM || s.class == api.ClassWindows }
+
+// view is the sandbox as GET shows it (the Sandbox schema).
 func (s *sandbox) view() api.Sandbox {
+	sb := s.stored()
+	sb.State = s.shownState()
+	return sb
+}
+
+// stored is the sandbox with its stored state, as the list shows it.
+func (s *sandbox) stored() api.Sandbox {
 	autoStop, autoArchive, autoDelete := s.autoStop, s.autoArchive, s.autoDelete
 	sb := api.Sandbox{
 		ID:                  s.id,
@@ -64,8 +128,10 @@ func (s *sandbox) view() api.Sandbox {
 		AutoStopInterval:    &autoStop,
 		AutoArchiveInterval: &autoArchive,
 		AutoDeleteInterval:  &autoDelete,
-		CreatedAt:           s.createdAt.UTC().Format(time.RFC3339Nano),
-		UpdatedAt:           s.updatedAt.UTC().Format(time.RFC3339Nano),
+		SandboxClass:        s.class,
+		CreatedAt:           s.createdAt.UTC().Format(isoTime),
+		UpdatedAt:           s.updatedAt.UTC().Format(isoTime),
+		LastActivityAt:      s.lastActivity.UTC().Format(isoTime),
 		ToolboxProxyURL:     s.toolboxURL,
 	}
 	if s.buildInfo != nil {
@@ -79,6 +145,34 @@ func (s *sandbox) view() api.Sandbox {
 		sb.Labels = map[string]string{}
 	}
 	return sb
+}
+
+// changedLocked records a change of the sandbox: updatedAt, and what the
+// list will show once Options.ListLag has passed. The caller holds f.mu.
+func (f *Fake) changedLocked(s *sandbox) {
+	now := time.Now()
+	s.updatedAt = now
+	s.history = append(s.history, indexed{at: now, item: s.stored()})
+	// Keep the newest item the list can show already, and all after it.
+	cut := now.Add(-f.opts.ListLag)
+	first := 0
+	for i, h := range s.history {
+		if !h.at.After(cut) {
+			first = i
+		}
+	}
+	s.history = s.history[first:]
+}
+
+// indexedAt is the sandbox as the list shows it at t: false when the
+// index had not seen it yet.
+func (s *sandbox) indexedAt(t time.Time) (api.Sandbox, bool) {
+	for i := len(s.history) - 1; i >= 0; i-- {
+		if !s.history[i].at.After(t) {
+			return s.history[i].item, true
+		}
+	}
+	return api.Sandbox{}, false
 }
 
 // step is one stage of a transition: the state shown while it runs and
@@ -98,10 +192,10 @@ type endState struct {
 
 func (e *endState) Error() string { return e.reason }
 
-// setState changes a sandbox's state; the caller holds f.mu.
-func (s *sandbox) setState(st api.State) {
+// setStateLocked changes a sandbox's state; the caller holds f.mu.
+func (f *Fake) setStateLocked(s *sandbox, st api.State) {
 	s.state = st
-	s.updatedAt = time.Now()
+	f.changedLocked(s)
 }
 
 // transition starts steps in the background, ending in final with reason
@@ -114,7 +208,7 @@ func (f *Fake) transition(s *sandbox, steps []step, final api.State, reason stri
 	op := &operation{cancel: cancel, done: make(chan struct{})}
 	s.op = op
 	s.errorReason = ""
-	s.setState(steps[0].state)
+	f.setStateLocked(s, steps[0].state)
 	dwell := f.opts.StartDelay / time.Duration(len(steps))
 	f.wg.Add(1)
 	go func() {
@@ -162,7 +256,7 @@ func (f *Fake) showState(s *sandbox, op *operation, st api.State) bool {
 	if s.op != op {
 		return false
 	}
-	s.setState(st)
+	f.setStateLocked(s, st)
 	return true
 }
 
@@ -174,8 +268,8 @@ func (f *Fake) finish(s *sandbox, op *operation, st api.State, reason string) {
 		return
 	}
 	s.op = nil
-	s.setState(st)
 	s.errorReason = reason
+	f.setStateLocked(s, st)
 	f.logger.Debug("daytonatest: sandbox state", "sandbox", s.id, "state", st, "reason", reason)
 }
 
@@ -217,20 +311,36 @@ func (f *Fake) createSteps(s *sandbox, build bool, fail *failure) ([]step, api.S
 	return steps, api.StateStarted, ""
 }
 
-// startSteps start a stopped sandbox: starting → started.
-func (f *Fake) startSteps() []step {
-	return []step{{api.StateStarting, func(ctx context.Context, s *sandbox) error { return f.backend.start(ctx, s) }}}
+// startSteps start a stopped sandbox (stopped → starting → started) or
+// resume a paused one (paused → resuming → started). The first step keeps
+// the state the sandbox had: Daytona's start only records the desired
+// state, which its sandbox manager acts on a moment later.
+func (f *Fake) startSteps(s *sandbox) []step {
+	if s.state == api.StatePaused {
+		// A paused sandbox's processes live on (see PauseSandbox).
+		return []step{{s.state, nil}, {api.StateResuming, nil}}
+	}
+	return []step{{s.state, nil}, {api.StateStarting, func(ctx context.Context, s *sandbox) error { return f.backend.start(ctx, s) }}}
 }
 
-// stopSteps stop a started sandbox: stopping → stopped.
-func (f *Fake) stopSteps() []step {
-	return []step{{api.StateStopping, func(ctx context.Context, s *sandbox) error { return f.backend.stop(ctx, s) }}}
+// stopSteps stop a started or paused sandbox: (as it was) → stopping →
+// stopped.
+func (f *Fake) stopSteps(s *sandbox) []step {
+	return []step{{s.state, nil}, {api.StateStopping, func(ctx context.Context, s *sandbox) error { return f.backend.stop(ctx, s) }}}
+}
+
+// pauseSteps pause a started sandbox: pausing → paused. Unlike Daytona's
+// (a VM's memory is kept), the fake's pause leaves the processes running:
+// only the gateway and toolbox, which serve started sandboxes alone, stop
+// reaching them.
+func (f *Fake) pauseSteps() []step {
+	return []step{{api.StatePausing, nil}}
 }
 
 // destroySteps delete a sandbox after cancelling the transition it was
-// in: destroying → destroyed.
-func (f *Fake) destroySteps(prev *operation) []step {
-	return []step{{api.StateDestroying, func(ctx context.Context, s *sandbox) error {
+// in: (as it was) → destroying → destroyed.
+func (f *Fake) destroySteps(s *sandbox, prev *operation) []step {
+	return []step{{s.state, nil}, {api.StateDestroying, func(ctx context.Context, s *sandbox) error {
 		if prev != nil {
 			prev.cancel()
 			<-prev.done
@@ -243,24 +353,45 @@ func (f *Fake) destroySteps(prev *operation) []step {
 // and returns once it is stopped. A sandbox on its way to started is
 // stopped once there; one that fails, or is deleted, meanwhile is left
 // as it is.
-func (f *Fake) StopSandbox(id string) {
+func (f *Fake) StopSandbox(id string) { f.outOfBand(id, api.DesiredStopped) }
+
+// PauseSandbox pauses a started sandbox out of band and returns once it is
+// paused, whatever its class. Daytona's API pauses only VM sandboxes
+// (POST /sandbox/{id}/pause answers 422 for a container), but its start
+// refuses to resume a paused one that is not a VM (422, "Resuming is not
+// supported for this sandbox"): this is how a test gets one, or a paused
+// VM (Options.SnapshotClasses).
+func (f *Fake) PauseSandbox(id string) { f.outOfBand(id, api.DesiredPaused) }
+
+// outOfBand moves a sandbox to want (stopped or paused) as Daytona's
+// sandbox manager would, waiting out a change under way first.
+func (f *Fake) outOfBand(id string, want api.DesiredState) {
 	for {
 		f.mu.Lock()
 		s, ok := f.boxes[id]
-		if !ok || s.state == api.StateStopped || f.ctx.Err() != nil {
+		if !ok || f.ctx.Err() != nil || s.desired == api.DesiredDestroyed {
 			f.mu.Unlock()
 			return
 		}
 		op := s.op
 		switch {
-		case s.state == api.StateStarted:
-			s.desired = "stopped"
-			op = f.transition(s, f.stopSteps(), api.StateStopped, "")
-		case op == nil: // failed, or destroyed
-			f.mu.Unlock()
-			return
+		case s.pending():
+			// Wait for the change under way.
+		case string(s.state) == string(want):
+			op = nil
+		case s.state == api.StateStarted && want == api.DesiredPaused:
+			s.desired = want
+			op = f.transition(s, f.pauseSteps(), api.StatePaused, "")
+		case (s.state == api.StateStarted || s.state == api.StatePaused) && want == api.DesiredStopped:
+			s.desired = want
+			op = f.transition(s, f.stopSteps(s), api.StateStopped, "")
+		default: // failed, or stopped when a pause was asked
+			op = nil
 		}
 		f.mu.Unlock()
+		if op == nil {
+			return
+		}
 		<-op.done
 	}
 }

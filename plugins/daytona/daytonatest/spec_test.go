@@ -40,6 +40,16 @@ var loadSpecs = sync.OnceValues(func() (*specs, error) {
 			return fmt.Errorf("api.yaml: no %s to drop, revisit the fix", drop)
 		}
 		doc.Paths.Delete(drop)
+		// SshAccessValidationDto.sandboxId is a string, but Daytona's
+		// validateSshAccess answers null for a token that is not valid
+		// (sandbox.service.ts validateSshAccess: { valid: false,
+		// sandboxId: null }), and its Go client takes that. The field is
+		// made nullable, nothing more.
+		v := doc.Components.Schemas["SshAccessValidationDto"]
+		if v == nil || v.Value == nil || v.Value.Properties["sandboxId"] == nil || !v.Value.Properties["sandboxId"].Value.Type.Is("string") {
+			return fmt.Errorf("api.yaml: no SshAccessValidationDto.sandboxId string to make nullable, revisit the fix")
+		}
+		v.Value.Properties["sandboxId"].Value.Nullable = true
 		return nil
 	})
 	if err != nil {

@@ -1,0 +1,316 @@
+package daytona_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/plugins/daytona"
+	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
+	"github.com/amelia-sandbox/amelia/plugins/daytona/daytonatest"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// How the provider copes with what Daytona's API does beyond its OpenAPI
+// file (see daytonatest's daytona_test.go for the fake doing it): one
+// test per behaviour. The fake runs on the host backend here: these are
+// about the API, and the gateway logs in to it all the same.
+
+// client is a client of the fake's API: another Daytona user.
+func client(t *testing.T, f *daytonatest.Fake) *api.Client {
+	t.Helper()
+	c, err := api.New(api.Options{BaseURL: f.URL(), APIKey: f.APIKey()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// count is how many requests the fake got with that method and path.
+func count(f *daytonatest.Fake, method, path string) int { return len(requests(f, method, path)) }
+
+// `sandbox down` while a start or stop is in flight waits for it and
+// deletes the sandbox: Daytona refuses (409) to delete while a state
+// change is pending.
+func TestTeardownWaitsOutATransition(t *testing.T) {
+	// Transitions slow enough to tear down in the middle of one.
+	f, cfg := startWith(t, daytonatest.Options{StartDelay: 2 * time.Second}, nil)
+	p := newProvider(t)
+	sb, err := p.EnsureRunning(t.Context(), spec("busy", cfg, sdk.NetworkOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client(t, f).StopSandbox(t.Context(), sb.Ref.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Teardown(t.Context(), sb.Ref); err != nil {
+		t.Fatalf("Teardown while stopping: %v", err)
+	}
+	if got, _ := f.Sandbox(sb.Ref.ID); got.State != api.StateDestroyed {
+		t.Errorf("after Teardown: %s", got.State)
+	}
+
+	// Another amelia is creating it: Teardown waits, then deletes.
+	created, err := client(t, f).CreateSandbox(t.Context(), api.CreateSandbox{Name: "creating", Labels: map[string]string{daytona.LabelSandbox: "creating"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := newProvider(t).Teardown(t.Context(), sdk.SandboxRef{Name: "creating", Config: cfg}); err != nil {
+		t.Fatalf("Teardown while creating: %v", err)
+	}
+	if got, _ := f.Sandbox(created.ID); got.State != api.StateDestroyed {
+		t.Errorf("after Teardown while creating: %s", got.State)
+	}
+
+	// Bounded by the context all the same.
+	other, err := client(t, f).CreateSandbox(t.Context(), api.CreateSandbox{Name: "bounded", Labels: map[string]string{daytona.LabelSandbox: "bounded"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	err = newProvider(t).Teardown(ctx, sdk.SandboxRef{Name: "bounded", ID: other.ID, Config: cfg})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "still creating") {
+		t.Errorf("Teardown past its context: %v", err)
+	}
+}
+
+// A sandbox being deleted (desiredState destroyed, its state kept, as the
+// list shows it) is gone: not adopted, not listed; a new one is made.
+func TestBeingDeletedIsGone(t *testing.T) {
+	// Deletion slow enough to be seen half done; the list shows it soon.
+	f, cfg := startWith(t, daytonatest.Options{StartDelay: 3 * time.Second, ListLag: 100 * time.Millisecond}, nil)
+	first, err := newProvider(t).EnsureRunning(t.Context(), spec("doomed", cfg, sdk.NetworkOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client(t, f)
+	if err := c.DeleteSandbox(t.Context(), first.Ref.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Until the list shows it started, with desiredState destroyed (the
+	// deletion takes 3 s: the loop ends with it at the latest).
+	for {
+		l, err := c.ListSandboxes(t.Context(), map[string]string{daytona.LabelSandbox: "doomed"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l) == 1 && l[0].State == api.StateStarted && l[0].DesiredState == api.DesiredDestroyed {
+			break
+		}
+		if got, _ := f.Sandbox(first.Ref.ID); got.State == api.StateDestroyed {
+			t.Fatal("destroyed before the list showed it being deleted")
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval
+	}
+	p := newProvider(t) // knows nothing of it: reads the list
+	listed, err := p.List(t.Context(), sdk.ListRequest{Config: cfg, Labels: map[string]string{"amelia.profile": "doomed"}})
+	if err != nil || len(listed) != 0 {
+		t.Errorf("List shows the sandbox being deleted: %+v, %v", listed, err)
+	}
+	if _, err := p.HealthCheck(t.Context(), sdk.SandboxRef{Name: "doomed", Config: cfg}); !errors.Is(err, sdk.ErrNotFound) {
+		t.Errorf("HealthCheck of the sandbox being deleted: %v, want not found", err)
+	}
+	again, err := p.EnsureRunning(t.Context(), spec("doomed", cfg, sdk.NetworkOpen))
+	if err != nil || !again.Created || again.Ref.ID == first.Ref.ID {
+		t.Fatalf("EnsureRunning beside the sandbox being deleted: %+v, %v; want a new one", again, err)
+	}
+}
+
+// A sandbox created a moment ago is found by GET (by name) although the
+// list, which lags, does not show it yet: no second create.
+func TestFindsWhatTheListLacks(t *testing.T) {
+	// A lag the test can be sure to act within.
+	f, cfg := startWith(t, daytonatest.Options{ListLag: 5 * time.Second}, nil)
+	begun := time.Now()
+	first, err := newProvider(t).EnsureRunning(t.Context(), spec("fresh", cfg, sdk.NetworkOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := client(t, f).ListSandboxes(t.Context(), nil); err != nil || len(l) != 0 {
+		t.Fatalf("the list already shows it (%v, %v): the test proves nothing", l, err)
+	}
+	again, err := newProvider(t).EnsureRunning(t.Context(), spec("fresh", cfg, sdk.NetworkOpen))
+	if err != nil || again.Created || again.Ref.ID != first.Ref.ID {
+		t.Fatalf("second EnsureRunning: %+v, %v; want the same sandbox", again, err)
+	}
+	if n := count(f, "POST", "/api/sandbox"); n != 1 {
+		t.Errorf("%d creates, want 1", n)
+	}
+	if time.Since(begun) > 5*time.Second {
+		t.Fatalf("took longer than the list's lag: the test proves nothing")
+	}
+}
+
+// List answers what this process made or removed a moment ago, which the
+// list, lagging, does not show (or still shows).
+func TestListReconcilesTheLaggingList(t *testing.T) {
+	const lag = 3 * time.Second // longer than a teardown takes
+	f, cfg := startWith(t, daytonatest.Options{ListLag: lag}, nil)
+	p := newProvider(t)
+	sb, err := p.EnsureRunning(t.Context(), spec("lagging", cfg, sdk.NetworkOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client(t, f)
+	mine := map[string]string{"amelia.profile": "lagging"}
+	raw, err := c.ListSandboxes(t.Context(), mine)
+	if err != nil || len(raw) != 0 {
+		t.Fatalf("Daytona's list already shows it (%v, %v): the test proves nothing", raw, err)
+	}
+	listed, err := p.List(t.Context(), sdk.ListRequest{Config: cfg, Labels: mine})
+	if err != nil || len(listed) != 1 || listed[0].Ref.ID != sb.Ref.ID || listed[0].State != sdk.HealthReady {
+		t.Fatalf("List right after EnsureRunning: %+v, %v", listed, err)
+	}
+	if other, err := p.List(t.Context(), sdk.ListRequest{Config: cfg, Labels: map[string]string{"amelia.profile": "other"}}); err != nil || len(other) != 0 {
+		t.Errorf("List with other labels: %+v, %v", other, err)
+	}
+	for deadline := time.Now().Add(time.Minute); len(raw) == 0; {
+		if raw, err = c.ListSandboxes(t.Context(), mine); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Daytona's list never showed the sandbox")
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+	removed := time.Now()
+	if err := p.Teardown(t.Context(), sb.Ref); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = c.ListSandboxes(t.Context(), mine); err != nil || len(raw) != 1 || time.Since(removed) > lag {
+		t.Fatalf("Daytona's list no longer shows it (%v, %v): the test proves nothing", raw, err)
+	}
+	if listed, err := p.List(t.Context(), sdk.ListRequest{Config: cfg, Labels: mine}); err != nil || len(listed) != 0 {
+		t.Errorf("List right after Teardown: %+v, %v", listed, err)
+	}
+}
+
+// Start's answer is not taken as the sandbox's state: it is polled until
+// started. A stop in flight is waited out before the start.
+func TestStartIsPolled(t *testing.T) {
+	// Daytona's start answers after at most 30 s, started or not; a
+	// short wait makes it answer before the sandbox is started.
+	f, cfg := startWith(t, daytonatest.Options{
+		StartDelay:      time.Second,
+		StartWait:       10 * time.Millisecond,
+		Snapshots:       map[string]string{"vm": "amelia-base:bookworm"},
+		SnapshotClasses: map[string]string{"vm": api.ClassLinuxVM},
+	}, nil)
+	sb, err := newProvider(t).EnsureRunning(t.Context(), spec("polled", cfg, sdk.NetworkOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client(t, f)
+	f.StopSandbox(sb.Ref.ID)
+	again, err := newProvider(t).EnsureRunning(t.Context(), spec("polled", cfg, sdk.NetworkOpen))
+	if err != nil || again.Details["state"] != "started" {
+		t.Fatalf("EnsureRunning on the stopped sandbox: %+v, %v", again, err)
+	}
+	if got, _ := f.Sandbox(sb.Ref.ID); got.State != api.StateStarted {
+		t.Errorf("EnsureRunning returned with the sandbox %s", got.State)
+	}
+	starts := count(f, "POST", "/api/sandbox/"+sb.Ref.ID+"/start")
+	if starts != 1 {
+		t.Errorf("%d starts, want 1", starts)
+	}
+
+	// Stopping when EnsureRunning comes: no start until it is stopped.
+	if _, err := c.StopSandbox(t.Context(), sb.Ref.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newProvider(t).EnsureRunning(t.Context(), spec("polled", cfg, sdk.NetworkOpen)); err != nil {
+		t.Fatalf("EnsureRunning while it stops: %v", err)
+	}
+	if got, _ := f.Sandbox(sb.Ref.ID); got.State != api.StateStarted {
+		t.Errorf("EnsureRunning returned with the sandbox %s", got.State)
+	}
+	if n := count(f, "POST", "/api/sandbox/"+sb.Ref.ID+"/start") - starts; n != 1 {
+		t.Errorf("%d starts while it stopped, want 1 once it had", n)
+	}
+
+	// A paused VM's start answers it paused still, with desiredState
+	// started (SandboxDto maps no pending change from paused): started
+	// once, then waited for.
+	vmCfg := withSetting(t, cfg, "snapshot", "vm")
+	vm, err := newProvider(t).EnsureRunning(t.Context(), spec("polled-vm", vmCfg, sdk.NetworkOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.PauseSandbox(vm.Ref.ID)
+	if _, err := newProvider(t).EnsureRunning(t.Context(), spec("polled-vm", vmCfg, sdk.NetworkOpen)); err != nil {
+		t.Fatalf("EnsureRunning on the paused VM: %v", err)
+	}
+	if n := count(f, "POST", "/api/sandbox/"+vm.Ref.ID+"/start"); n != 1 {
+		t.Errorf("%d starts of the paused VM, want 1", n)
+	}
+}
+
+// A paused sandbox is started as Daytona allows: a VM's start resumes it;
+// another's is refused (422), so it is stopped (Daytona stops a paused
+// sandbox), then started.
+func TestPausedSandbox(t *testing.T) {
+	f, cfg := startWith(t, daytonatest.Options{
+		Snapshots:       map[string]string{"vm": "amelia-base:bookworm"},
+		SnapshotClasses: map[string]string{"vm": api.ClassLinuxVM},
+	}, nil)
+	for _, c := range []struct {
+		name, snapshot string
+		starts, stops  int
+	}{
+		{"container", "", 2, 1},
+		{"vm", "vm", 1, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := cfg
+			if c.snapshot != "" {
+				cfg = withSetting(t, cfg, "snapshot", c.snapshot)
+			}
+			p := newProvider(t)
+			sb, err := p.EnsureRunning(t.Context(), spec("paused-"+c.name, cfg, sdk.NetworkOpen))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := run(t, p, sb.Ref, "echo kept > kept.txt"); err != nil {
+				t.Fatal(err)
+			}
+			f.PauseSandbox(sb.Ref.ID)
+			if h, err := p.HealthCheck(t.Context(), sb.Ref); err != nil || h.State != sdk.HealthStopped {
+				t.Errorf("health of the paused sandbox: %+v, %v", h, err)
+			}
+			if _, err := newProvider(t).EnsureRunning(t.Context(), spec("paused-"+c.name, cfg, sdk.NetworkOpen)); err != nil {
+				t.Fatalf("EnsureRunning on the paused sandbox: %v", err)
+			}
+			if got, _ := f.Sandbox(sb.Ref.ID); got.State != api.StateStarted {
+				t.Errorf("state after EnsureRunning: %s", got.State)
+			}
+			if n := count(f, "POST", "/api/sandbox/"+sb.Ref.ID+"/stop"); n != c.stops {
+				t.Errorf("%d stops, want %d", n, c.stops)
+			}
+			if n := count(f, "POST", "/api/sandbox/"+sb.Ref.ID+"/start"); n != c.starts {
+				t.Errorf("%d starts, want %d", n, c.starts)
+			}
+			if out, _, err := run(t, newProvider(t), sb.Ref, "cat kept.txt"); err != nil || out != "kept\n" {
+				t.Errorf("the file written before the pause: %q, %v", out, err)
+			}
+		})
+	}
+}
+
+// withSetting is a daytona settings block with key set to value.
+func withSetting(t *testing.T, cfg json.RawMessage, key string, value any) json.RawMessage {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(cfg, &m); err != nil {
+		t.Fatal(err)
+	}
+	m[key] = value
+	out, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
