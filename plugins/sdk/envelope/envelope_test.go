@@ -54,13 +54,13 @@ type worker struct {
 // startWorker starts the worker, behind a shell that prints banner first
 // when banner is not empty (a login shell's rc files). It is killed when
 // the test ends.
-func startWorker(t *testing.T, banner string) *worker {
+func startWorker(t testing.TB, banner string) *worker {
 	t.Helper()
 	return startServing(t, banner, "exec")
 }
 
 // startServing starts the worker serving mode: exec, or mux.
-func startServing(t *testing.T, banner, mode string) *worker {
+func startServing(t testing.TB, banner, mode string) *worker {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -90,7 +90,7 @@ func startServing(t *testing.T, banner, mode string) *worker {
 	return &worker{cmd: cmd, in: in, out: out}
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w *testWriter) Write(p []byte) (int, error) {
 	w.t.Logf("worker stderr: %s", bytes.TrimSpace(p))

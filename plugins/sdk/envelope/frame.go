@@ -59,7 +59,7 @@ const (
 // maxPayload bounds a frame's payload; data goes in chunks of chunkSize.
 const (
 	maxPayload = 1 << 20
-	chunkSize  = 32 << 10
+	chunkSize  = 64 << 10
 )
 
 // stdinWindow is how many bytes of input may be on their way to the
@@ -128,6 +128,18 @@ func (fw *frameWriter) write(typ byte, payload []byte) error {
 	if cap(fw.buf) > 2*chunkSize {
 		fw.buf = nil // one large control frame need not stay
 	}
+	return err
+}
+
+// writeFrame writes a frame already laid out in buf: headerSize bytes for
+// the header, which it fills in, then the payload. Output goes out this
+// way, without a copy.
+func (fw *frameWriter) writeFrame(typ byte, buf []byte) error {
+	buf[0] = typ
+	binary.BigEndian.PutUint32(buf[1:headerSize], uint32(len(buf)-headerSize))
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	_, err := fw.w.Write(buf)
 	return err
 }
 

@@ -18,6 +18,9 @@ import (
 // yamux session on its stdin and stdout and serves the envelope on every
 // stream the client opens; Mux is the client.
 
+// streamWindow is how much of one command's output may be in flight.
+const streamWindow = 4 << 20
+
 // MuxHello is the first line ServeMux writes; the yamux session follows.
 const MuxHello = "amelia-envelope-mux 1\n"
 
@@ -32,6 +35,10 @@ func muxConfig() *yamux.Config {
 	cfg.EnableKeepAlive = true
 	cfg.KeepAliveInterval = 15 * time.Second
 	cfg.LogOutput = io.Discard
+	// yamux's default 256 KiB is all a stream may have in flight: through
+	// a gateway a few milliseconds away, that caps a command's output well
+	// below what the connection carries.
+	cfg.MaxStreamWindowSize = streamWindow
 	return cfg
 }
 

@@ -16,7 +16,7 @@ import (
 )
 
 // startMux starts a worker serving mux and the client end over it.
-func startMux(t *testing.T, banner string) (*worker, *envelope.Mux) {
+func startMux(t testing.TB, banner string) (*worker, *envelope.Mux) {
 	t.Helper()
 	w := startServing(t, banner, "mux")
 	m, err := envelope.NewMux(w.in, w.out)

@@ -220,11 +220,11 @@ func tail(b []byte) []byte {
 // send sends the input in chunks, within the window, then its end.
 func (c *client) send(stdin io.Reader) {
 	if stdin != nil {
-		buf := make([]byte, chunkSize)
+		buf := make([]byte, headerSize+chunkSize)
 		for {
-			n, err := stdin.Read(buf)
+			n, err := stdin.Read(buf[headerSize:])
 			if n > 0 {
-				if !c.credit.acquire(n) || c.fw.write(frameStdin, buf[:n]) != nil {
+				if !c.credit.acquire(n) || c.fw.writeFrame(frameStdin, buf[:headerSize+n]) != nil {
 					return
 				}
 			}

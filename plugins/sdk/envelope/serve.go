@@ -150,11 +150,11 @@ func (r *run) start(path string, cmd Command, env []string) (*os.Process, error)
 // pump frames one output stream until it ends.
 func (r *run) pump(f *os.File, typ byte) {
 	defer r.outputs.Done()
-	buf := make([]byte, chunkSize)
+	buf := make([]byte, headerSize+chunkSize)
 	for {
-		n, err := f.Read(buf)
+		n, err := f.Read(buf[headerSize:])
 		if n > 0 {
-			if werr := r.fw.write(typ, buf[:n]); werr != nil {
+			if werr := r.fw.writeFrame(typ, buf[:headerSize+n]); werr != nil {
 				r.clientGone()
 			}
 		}
