@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -14,41 +13,6 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
 	"github.com/amelia-sandbox/amelia/plugins/shexec"
 )
-
-// Envelope runs cmd in a session through the worker at path worker
-// (`amelia-worker exec`, package envelope): for servers whose sessions lose
-// stderr or the exit status, or leave commands in a process group of their
-// own choosing, as Daytona's gateway does. The command's streams, pid and
-// exit travel on the session's stdout; its stderr is never used.
-//
-// A stream that ends before the exit is ErrUnavailable (and
-// envelope.ErrBroken): the worker kills the command when it sees its
-// client gone. A shell that answers instead of the worker is
-// envelope.ErrNoWorker: nothing ran.
-func (c *Conn) Envelope(ctx context.Context, worker string, cmd envelope.Command, eio envelope.IO, grace time.Duration) (envelope.Result, error) {
-	s, release, err := c.Session(ctx)
-	if err != nil {
-		return envelope.Result{}, err
-	}
-	defer release()
-	defer s.Close()
-	in, err := s.StdinPipe()
-	if err != nil {
-		return envelope.Result{}, fmt.Errorf("ssh %s: %w", c.target, err)
-	}
-	out, err := s.StdoutPipe()
-	if err != nil {
-		return envelope.Result{}, fmt.Errorf("ssh %s: %w", c.target, err)
-	}
-	if err := s.Start("exec " + shexec.Quote(worker) + " exec"); err != nil {
-		return envelope.Result{}, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: start the worker: %v", c.target, err)
-	}
-	res, err := envelope.Run(ctx, in, out, cmd, eio, grace)
-	if errors.Is(err, envelope.ErrBroken) {
-		err = fmt.Errorf("%w: ssh %s: %w", sdk.ErrUnavailable, c.target, err)
-	}
-	return res, err
-}
 
 // Bootstrap runs script (args its positional parameters) with sh in a
 // session as envelope.Bootstrap writes it: stderr merged into stdout, the
