@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+
+	"github.com/amelia-sandbox/amelia/plugins/shexec"
 )
 
 // Many commands over one stream: a session through Daytona's gateway costs
@@ -83,6 +85,15 @@ func ServeMux(in io.Reader, out io.Writer, environ []string) error {
 	sess.Close()
 	wg.Wait()
 	return nil
+}
+
+// MuxLine is the shell command line that starts the worker at path
+// worker serving ServeMux. A worker that is not there says so on stdout,
+// the one stream every transport carries, so that NewMux reports
+// ErrNoWorker with the path.
+func MuxLine(worker string) string {
+	w := shexec.Quote(worker)
+	return "test -x " + w + " || { echo 'no amelia-worker at '" + w + "; exit 127; }; exec " + w + " mux"
 }
 
 // Mux runs commands on a ServeMux at the other end of one stream.

@@ -80,7 +80,7 @@ func (c *Conn) startMux(ctx context.Context, s *ssh.Session, worker string) (*en
 	if err != nil {
 		return nil, fmt.Errorf("ssh %s: %w", c.target, err)
 	}
-	if err := s.Start("exec " + shexec.Quote(worker) + " mux"); err != nil {
+	if err := s.Start(envelope.MuxLine(worker)); err != nil {
 		return nil, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: start the worker: %v", c.target, err)
 	}
 	type started struct {
