@@ -164,24 +164,27 @@ func (b *box) bootstrapOnce(ctx context.Context, open func() (io.ReadCloser, err
 // and a session found ended before the command started is started again,
 // once each: nothing ran.
 func (b *box) run(ctx context.Context, cmd envelope.Command, eio sdk.ExecIO, grace time.Duration) (sdk.ExitStatus, error) {
-	for try := 0; ; try++ {
+	reinstalled, restarted := false, false
+	for {
 		s, err := b.ready(ctx)
 		if err != nil {
 			return sdk.ExitStatus{}, err
 		}
 		m, err := b.session(ctx, s.worker)
-		if errors.Is(err, envelope.ErrNoWorker) && try == 0 {
+		if errors.Is(err, envelope.ErrNoWorker) && !reinstalled {
 			b.acct.logger.Warn("amelia-worker is gone from the sandbox: installing it again", "sandbox", b.name, "error", err)
 			b.forgetSetup(s)
+			reinstalled = true
 			continue
 		}
 		if err != nil {
 			return sdk.ExitStatus{}, err
 		}
 		res, err := m.Run(ctx, cmd, envelope.IO{Stdin: eio.Stdin, Stdout: eio.Stdout, Stderr: eio.Stderr}, grace)
-		if try == 0 && (errors.Is(err, envelope.ErrClosed) || errors.Is(err, envelope.ErrBroken) && res.Pid == 0 && ended(m)) {
+		if !restarted && (errors.Is(err, envelope.ErrClosed) || errors.Is(err, envelope.ErrBroken) && res.Pid == 0 && ended(m)) {
 			// The session was gone before the command started (a dropped
 			// connection not yet noticed): nothing ran.
+			restarted = true
 			continue
 		}
 		if errors.Is(err, envelope.ErrBroken) {
