@@ -24,16 +24,20 @@ const labelKey = "amelia.daytonatest"
 // it kills or cleans up.
 const killTimeout = 15 * time.Second
 
-// dockerBackend runs each sandbox as a container, "daytonatest-<id>", of
-// the sandbox's image with tini as init, and its commands as docker execs.
+// dockerBackend runs each sandbox as a container named by the sandbox's
+// id, as Daytona's runner names it, of the sandbox's image with tini as
+// init, and its commands as docker execs.
 type dockerBackend struct {
 	cli    *client.Client
 	label  string      // the fake's id
 	mu     *sync.Mutex // the fake's lock, which guards sandbox.container
 	logger *slog.Logger
+	cmd    []string // the container's main process, under tini
 }
 
-func containerName(id string) string { return "daytonatest-" + id }
+// containerName is the name of a sandbox's container: its id, which is
+// what Daytona's runner (and its SSH hop) inspect the container by.
+func containerName(id string) string { return id }
 
 func (d *dockerBackend) imageExists(ctx context.Context, ref string) (bool, error) {
 	_, err := d.cli.ImageInspect(ctx, ref)
@@ -80,7 +84,7 @@ func (d *dockerBackend) create(ctx context.Context, s *sandbox) error {
 		Config: &container.Config{
 			Image:      s.image,
 			Entrypoint: []string{"tini", "--"},
-			Cmd:        []string{"sleep", "infinity"},
+			Cmd:        d.cmd,
 			Env:        env,
 			Labels:     map[string]string{labelKey: d.label, labelKey + ".sandbox": s.id},
 		},

@@ -60,6 +60,15 @@ type Options struct {
 	// /home/daytona).
 	User   string
 	Logger *slog.Logger
+
+	// ExternalGateway ("host:port"), when set, starts no gateway: SSH
+	// accesses name this address in their sshCommand, so that Daytona's
+	// real gateway can be run against the fake.
+	ExternalGateway string
+	// Command is the main process of a sandbox's container, under tini
+	// (default: sleep infinity), for instance Daytona's daemon for a
+	// harness that runs the real chain against the fake. Docker only.
+	Command []string
 }
 
 // Request is one request the fake received (API or toolbox).
@@ -143,6 +152,9 @@ func Start(t testing.TB, opts Options) *Fake {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if len(opts.Command) == 0 {
+		opts.Command = []string{"sleep", "infinity"}
+	}
 	f := &Fake{
 		opts:   opts,
 		logger: opts.Logger,
@@ -155,18 +167,25 @@ func Start(t testing.TB, opts Options) *Fake {
 	}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if opts.Docker != nil {
-		f.backend = &dockerBackend{cli: opts.Docker, label: f.id, mu: &f.mu, logger: f.logger}
+		f.backend = &dockerBackend{cli: opts.Docker, label: f.id, mu: &f.mu, logger: f.logger, cmd: opts.Command}
 	} else {
 		// Made before the cleanup below is registered, so removed after it
 		// (cleanups run last first), when every process is dead.
 		f.backend = &hostBackend{root: t.TempDir(), groups: map[string]map[int]struct{}{}, logger: f.logger}
 	}
 
-	if err := f.startGateway(); err != nil {
+	if opts.ExternalGateway != "" {
+		if _, _, err := net.SplitHostPort(opts.ExternalGateway); err != nil {
+			t.Fatalf("daytonatest: Options.ExternalGateway %q is not host:port: %v", opts.ExternalGateway, err)
+		}
+		f.gateway = opts.ExternalGateway
+	} else if err := f.startGateway(); err != nil {
 		t.Fatalf("daytonatest: %v", err)
 	}
 	if err := f.startHTTP(); err != nil {
-		f.sshLn.Close()
+		if f.sshLn != nil {
+			f.sshLn.Close()
+		}
 		t.Fatalf("daytonatest: %v", err)
 	}
 	t.Cleanup(func() {
@@ -186,7 +205,9 @@ func (f *Fake) close() error {
 	f.conns = map[*ssh.ServerConn]struct{}{}
 	f.mu.Unlock()
 	f.cancel()
-	f.sshLn.Close()
+	if f.sshLn != nil {
+		f.sshLn.Close()
+	}
 	for c := range conns {
 		c.Close()
 	}
@@ -212,15 +233,20 @@ func (f *Fake) APIKey() string { return f.key }
 // when a request sends it, must equal it.
 func (f *Fake) Organization() string { return f.org }
 
-// GatewayAddr is the SSH gateway's address, 127.0.0.1:PORT.
+// GatewayAddr is the SSH gateway's address, 127.0.0.1:PORT, or
+// Options.ExternalGateway.
 func (f *Fake) GatewayAddr() string { return f.gateway }
 
-// HostKey is the gateway's (ed25519) host key.
+// HostKey is the gateway's (ed25519) host key (nil with an external
+// gateway).
 func (f *Fake) HostKey() ssh.PublicKey { return f.hostKey }
 
 // KnownHostsLine is a known_hosts line for the gateway's host key, for the
-// host "[127.0.0.1]:PORT".
+// host "[127.0.0.1]:PORT" ("" with an external gateway).
 func (f *Fake) KnownHostsLine() string {
+	if f.hostKey == nil {
+		return ""
+	}
 	_, port, _ := net.SplitHostPort(f.gateway)
 	return fmt.Sprintf("[127.0.0.1]:%s %s", port, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(f.hostKey))))
 }

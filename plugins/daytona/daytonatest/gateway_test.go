@@ -7,8 +7,10 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
 )
 
@@ -287,4 +290,51 @@ func TestLifecycle(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestExternalGateway checks what a harness that runs Daytona's real
+// gateway against the fake needs: no gateway of the fake's, SSH accesses
+// that name the external one, containers named by their sandbox's id (as
+// the runner's SSH hop looks them up) and a main process of its choosing
+// (Daytona's daemon).
+func TestExternalGateway(t *testing.T) {
+	t.Parallel()
+	// Stands for the real gateway; the test never speaks to it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	cli := dockertest.Engine(t)
+	main := []string{"sh", "-c", "echo main > /tmp/main; exec sleep infinity"}
+	f := Start(t, Options{Docker: cli, ExternalGateway: ln.Addr().String(), Command: main})
+	if f.GatewayAddr() != ln.Addr().String() || f.HostKey() != nil || f.KnownHostsLine() != "" {
+		t.Errorf("gateway %s, host key %v, known_hosts %q", f.GatewayAddr(), f.HostKey(), f.KnownHostsLine())
+	}
+	e := newEnv(t, f)
+	ctx := context.Background()
+	sb, _ := e.started(t, api.CreateSandbox{})
+
+	a, err := e.c.CreateSSHAccess(ctx, sb.ID, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	if want := "ssh -p " + port + " " + a.Token + "@127.0.0.1"; a.SSHCommand != want {
+		t.Errorf("sshCommand %q, want %q", a.SSHCommand, want)
+	}
+
+	insp, err := cli.ContainerInspect(ctx, sb.ID, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatalf("inspect the container by the sandbox's id: %v", err)
+	}
+	c := insp.Container
+	if c.Name != "/"+sb.ID || !slices.Equal(c.Config.Cmd, main) || c.Config.Labels[labelKey] != f.id || c.ID != f.Container(sb.ID) {
+		t.Errorf("container %s: name %s, cmd %q, labels %v", c.ID, c.Name, c.Config.Cmd, c.Config.Labels)
+	}
+	// The main process ran.
+	res, err := e.c.Execute(ctx, sb, api.ExecuteRequest{Command: "cat /tmp/main"})
+	if err != nil || res.Result != "main\n" {
+		t.Errorf("in the container: %+v, %v", res, err)
+	}
 }
