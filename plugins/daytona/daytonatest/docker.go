@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,16 +25,25 @@ const labelKey = "amelia.daytonatest"
 // it kills or cleans up.
 const killTimeout = 15 * time.Second
 
-// dockerBackend runs each sandbox as a container, "daytonatest-<id>", of
-// the sandbox's image with tini as init, and its commands as docker execs.
+// dockerBackend runs each sandbox as a container named by the sandbox's
+// id, as Daytona's runner names it, of the sandbox's image with tini as
+// init, and its commands as docker execs, or as children of the
+// container's daemon (see containerDaemon).
 type dockerBackend struct {
 	cli    *client.Client
 	label  string      // the fake's id
-	mu     *sync.Mutex // the fake's lock, which guards sandbox.container
+	mu     *sync.Mutex // the fake's lock, which guards sandbox.container and daemons
 	logger *slog.Logger
+	cmd    []string // the container's main process, under tini
+	daemon bool     // start a daemon whenever a container starts
+
+	daemons map[string]*containerDaemon // by sandbox id
+	wg      sync.WaitGroup              // the daemons' readers
 }
 
-func containerName(id string) string { return "daytonatest-" + id }
+// containerName is the name of a sandbox's container: its id, which is
+// what Daytona's runner (and its SSH hop) inspect the container by.
+func containerName(id string) string { return id }
 
 func (d *dockerBackend) imageExists(ctx context.Context, ref string) (bool, error) {
 	_, err := d.cli.ImageInspect(ctx, ref)
@@ -80,7 +90,7 @@ func (d *dockerBackend) create(ctx context.Context, s *sandbox) error {
 		Config: &container.Config{
 			Image:      s.image,
 			Entrypoint: []string{"tini", "--"},
-			Cmd:        []string{"sleep", "infinity"},
+			Cmd:        d.cmd,
 			Env:        env,
 			Labels:     map[string]string{labelKey: d.label, labelKey + ".sandbox": s.id},
 		},
@@ -100,18 +110,32 @@ func (d *dockerBackend) start(ctx context.Context, s *sandbox) error {
 	if _, err := d.cli.ContainerStart(ctx, target, client.ContainerStartOptions{}); err != nil {
 		return fmt.Errorf("start the container of sandbox %s: %w", s.id, err)
 	}
-	if s.user == "root" {
-		return nil
+	if s.user != "root" {
+		script := fmt.Sprintf("id -u %[1]s >/dev/null 2>&1 || useradd -m -u 1000 -s /bin/bash %[1]s", s.user)
+		code, out, err := d.runAs(ctx, target, "root", []string{"sh", "-c", script})
+		if err != nil {
+			return fmt.Errorf("add user %s to sandbox %s: %w", s.user, s.id, err)
+		}
+		if code != 0 {
+			return fmt.Errorf("add user %s to sandbox %s: exit code %d: %s", s.user, s.id, code, out)
+		}
 	}
-	script := fmt.Sprintf("id -u %[1]s >/dev/null 2>&1 || useradd -m -u 1000 -s /bin/bash %[1]s", s.user)
-	code, out, err := d.runAs(ctx, target, "root", []string{"sh", "-c", script})
-	if err != nil {
-		return fmt.Errorf("add user %s to sandbox %s: %w", s.user, s.id, err)
-	}
-	if code != 0 {
-		return fmt.Errorf("add user %s to sandbox %s: exit code %d: %s", s.user, s.id, code, out)
+	if d.daemon {
+		return d.startDaemon(ctx, s, target)
 	}
 	return nil
+}
+
+// dropDaemon forgets a sandbox's daemon, which its container's stop or
+// removal ends.
+func (d *dockerBackend) dropDaemon(s *sandbox) {
+	d.mu.Lock()
+	cd := d.daemons[s.id]
+	delete(d.daemons, s.id)
+	d.mu.Unlock()
+	if cd != nil {
+		cd.conn.Close()
+	}
 }
 
 func (d *dockerBackend) stop(ctx context.Context, s *sandbox) error {
@@ -119,6 +143,7 @@ func (d *dockerBackend) stop(ctx context.Context, s *sandbox) error {
 	if _, err := d.cli.ContainerStop(ctx, d.target(s), client.ContainerStopOptions{Timeout: &timeout}); err != nil {
 		return fmt.Errorf("stop the container of sandbox %s: %w", s.id, err)
 	}
+	d.dropDaemon(s)
 	return nil
 }
 
@@ -127,6 +152,7 @@ func (d *dockerBackend) remove(ctx context.Context, s *sandbox) error {
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("remove the container of sandbox %s: %w", s.id, err)
 	}
+	d.dropDaemon(s)
 	return nil
 }
 
@@ -142,6 +168,14 @@ func (d *dockerBackend) close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("remove container %s: %w", c.ID, err))
 		}
 	}
+	d.mu.Lock()
+	daemons := d.daemons
+	d.daemons = map[string]*containerDaemon{}
+	d.mu.Unlock()
+	for _, cd := range daemons {
+		cd.conn.Close()
+	}
+	d.wg.Wait()
 	return errors.Join(errs...)
 }
 
@@ -151,6 +185,12 @@ func (d *dockerBackend) close(ctx context.Context) error {
 const execTagEnv = "DAYTONATEST_EXEC"
 
 func (d *dockerBackend) run(ctx context.Context, s *sandbox, req execRequest) (exitStatus, error) {
+	switch {
+	case req.pty != nil:
+		return d.runPty(ctx, s, req)
+	case req.daemonChild:
+		return d.runChild(ctx, s, req)
+	}
 	target := d.target(s)
 	dir := req.dir
 	if dir == "" {
@@ -320,4 +360,242 @@ type limited struct {
 func (l *limited) Write(p []byte) (int, error) {
 	l.b.Write(p[:min(len(p), l.n-l.b.Len())])
 	return len(p), nil
+}
+
+// runChild runs a command as a child of the container's daemon, through
+// a bridge (see containerDaemon).
+func (d *dockerBackend) runChild(ctx context.Context, s *sandbox, req execRequest) (exitStatus, error) {
+	d.mu.Lock()
+	cd := d.daemons[s.id]
+	d.mu.Unlock()
+	if cd == nil {
+		return exitStatus{}, fmt.Errorf("sandbox %s has no daemon to run the command", s.id)
+	}
+	dir := req.dir
+	if dir == "" {
+		dir = s.home
+	}
+	mode := "c"
+	if req.noCommand {
+		mode = "s"
+	}
+	nonce := randomHex(8)
+	status := cd.expect(nonce)
+	defer cd.forget(nonce)
+	created, err := d.cli.ExecCreate(ctx, d.target(s), client.ExecCreateOptions{
+		User:         s.user,
+		Cmd:          []string{"perl", "-e", bridgeScript, daemonSocket, nonce, mode, req.cmd},
+		WorkingDir:   dir,
+		Env:          append(baseEnv(s.user, s.home), req.env...),
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+	})
+	if err != nil {
+		return exitStatus{}, fmt.Errorf("run a command in sandbox %s: %w", s.id, err)
+	}
+	att, err := d.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return exitStatus{}, fmt.Errorf("run a command in sandbox %s: %w", s.id, err)
+	}
+	conn := att.HijackedResponse
+	defer conn.Close()
+	if req.started != nil {
+		req.started()
+	}
+	copyStdin(conn, req.stdin)
+	if req.signals != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				select {
+				case name := <-req.signals:
+					cd.signal(nonce, sshSignal(name))
+				case <-stop:
+					return
+				}
+			}
+		}()
+	}
+	stdout, stderr := orDiscard(req.stdout), orDiscard(req.stderr)
+	output := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, conn.Reader)
+		output <- err
+	}()
+	select {
+	case err = <-output:
+	case <-ctx.Done():
+		conn.Close()
+		<-output
+		return exitStatus{}, fmt.Errorf("run a command in sandbox %s: %w", s.id, ctx.Err())
+	}
+	if err != nil {
+		return exitStatus{}, fmt.Errorf("copy the output of a command in sandbox %s: %w", s.id, err)
+	}
+	// The daemon reports how the command ended just before it lets the
+	// bridge go, so the report is here or on its way, unless the bridge
+	// never reached the daemon.
+	select {
+	case st := <-status:
+		return st, nil
+	default:
+	}
+	code, err := d.exitCode(created.ID)
+	if err != nil {
+		return exitStatus{}, fmt.Errorf("read how a command in sandbox %s ended: %w", s.id, err)
+	}
+	if code != 0 {
+		return exitStatus{}, fmt.Errorf("the daemon of sandbox %s did not run the command (its bridge exited %d)", s.id, code)
+	}
+	t := time.NewTimer(killTimeout)
+	defer t.Stop()
+	select {
+	case st := <-status:
+		return st, nil
+	case <-cd.gone:
+		return exitStatus{}, fmt.Errorf("the daemon of sandbox %s ended before it said how the command did", s.id)
+	case <-t.C:
+		return exitStatus{}, fmt.Errorf("the daemon of sandbox %s did not say how the command ended within %v", s.id, killTimeout)
+	}
+}
+
+// runPty runs a login shell on a new pseudo-terminal: a docker exec with
+// a TTY, which leads its own session, as a pty shell does on Daytona.
+func (d *dockerBackend) runPty(ctx context.Context, s *sandbox, req execRequest) (exitStatus, error) {
+	size := client.ConsoleSize{Height: uint(req.pty.rows), Width: uint(req.pty.cols)}
+	created, err := d.cli.ExecCreate(ctx, d.target(s), client.ExecCreateOptions{
+		User:         s.user,
+		Cmd:          []string{"/bin/sh", "-c", pickShell},
+		WorkingDir:   s.home,
+		Env:          append(baseEnv(s.user, s.home), append([]string{"TERM=" + req.pty.term}, req.env...)...),
+		TTY:          true,
+		ConsoleSize:  size,
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+	})
+	if err != nil {
+		return exitStatus{}, fmt.Errorf("run a shell in sandbox %s: %w", s.id, err)
+	}
+	att, err := d.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{TTY: true, ConsoleSize: size})
+	if err != nil {
+		return exitStatus{}, fmt.Errorf("run a shell in sandbox %s: %w", s.id, err)
+	}
+	conn := att.HijackedResponse
+	defer conn.Close()
+	// ConsoleSize alone left the terminal 0x0 here: size it explicitly,
+	// before the shell reads its first line.
+	d.resizeExec(ctx, created.ID, req.pty.cols, req.pty.rows)
+	if req.started != nil {
+		req.started()
+	}
+	copyStdin(conn, req.stdin)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case sz := <-req.pty.resize:
+				d.resizeExec(ctx, created.ID, sz.cols, sz.rows)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	output := make(chan error, 1)
+	go func() {
+		// A TTY's stream is raw, not multiplexed.
+		_, err := io.Copy(orDiscard(req.stdout), conn.Reader)
+		output <- err
+	}()
+	select {
+	case err = <-output:
+	case <-ctx.Done():
+		conn.Close()
+		<-output
+		return exitStatus{}, fmt.Errorf("run a shell in sandbox %s: %w", s.id, ctx.Err())
+	}
+	if err != nil {
+		return exitStatus{}, fmt.Errorf("copy the output of a shell in sandbox %s: %w", s.id, err)
+	}
+	code, err := d.exitCode(created.ID)
+	if err != nil {
+		return exitStatus{}, fmt.Errorf("read how a shell in sandbox %s ended: %w", s.id, err)
+	}
+	return exitStatus{code: code}, nil
+}
+
+// resizeExec sets the size of an exec's terminal (nothing for a zero
+// size).
+func (d *dockerBackend) resizeExec(ctx context.Context, id string, cols, rows uint32) {
+	if cols == 0 || rows == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, killTimeout)
+	defer cancel()
+	if _, err := d.cli.ExecResize(ctx, id, client.ExecResizeOptions{Height: uint(rows), Width: uint(cols)}); err != nil {
+		d.logger.Debug("daytonatest: resize a terminal", "exec", id, "error", err)
+	}
+}
+
+// dial connects to host:port from inside the sandbox's container, through
+// a relay started there.
+func (d *dockerBackend) dial(ctx context.Context, s *sandbox, host string, port uint32) (io.ReadWriteCloser, error) {
+	created, err := d.cli.ExecCreate(ctx, d.target(s), client.ExecCreateOptions{
+		User:         s.user,
+		Cmd:          []string{"perl", "-e", relayScript, host, strconv.FormatUint(uint64(port), 10)},
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("forward to %s:%d in sandbox %s: %w", host, port, s.id, err)
+	}
+	att, err := d.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("forward to %s:%d in sandbox %s: %w", host, port, s.id, err)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := stdcopy.StdCopy(pw, io.Discard, att.HijackedResponse.Reader)
+		pw.CloseWithError(err)
+	}()
+	return &relayConn{conn: att.HijackedResponse, r: pr}, nil
+}
+
+// relayConn is a relay's streams: its stdout, demultiplexed, to read; its
+// stdin to write.
+type relayConn struct {
+	conn client.HijackedResponse
+	r    *io.PipeReader
+}
+
+func (c *relayConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c *relayConn) Write(p []byte) (int, error) { return c.conn.Conn.Write(p) }
+func (c *relayConn) Close() error {
+	c.conn.Close()
+	return c.r.Close()
+}
+
+// copyStdin copies stdin, when not nil, to an exec's stdin, which it
+// closes when stdin ends.
+func copyStdin(conn client.HijackedResponse, stdin io.Reader) {
+	if stdin == nil {
+		return
+	}
+	go func() {
+		// Ends when stdin does, or when the connection closes.
+		if _, err := io.Copy(conn.Conn, stdin); err == nil {
+			_ = conn.CloseWrite()
+		}
+	}()
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
 }

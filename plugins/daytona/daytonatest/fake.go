@@ -2,11 +2,46 @@
 // subset the Daytona provider uses, shaped as Daytona's OpenAPI file says:
 // paths, JSON field names, states and transitions, error bodies), the
 // toolbox's process/execute, and an SSH gateway that takes an SSH access
-// token as the user name and runs session execs in the sandbox, as
+// token as the user name and runs session commands in the sandbox, as
 // Daytona's gateway does.
 //
+// The gateway behaves like Daytona's real SSH path, which is three hops
+// (the ssh-gateway, the runner's SSH hop, the daemon's SSH server in the
+// sandbox) that copy only a channel's data stream and forward its
+// requests in a goroutine that races the channel's close. So, unless
+// Options.IdealGateway:
+//   - stderr never reaches the client, and once a window's worth of it
+//     (Options.Window) is unread, the command's output stops until the
+//     session ends;
+//   - the exit-status is lost now and then (Options.ExitStatusLoss), and
+//     there is never an exit-signal: a command killed by a signal ends
+//     with exit-status 1;
+//   - commands have no session or process group of their own: they are
+//     children of a long-lived process per sandbox (the daemon), in its
+//     group; a "signal" request reaches the shell only; when the client
+//     goes away, a command gets EOF on stdin and nothing else;
+//   - "env" requests are accepted and ignored; a pty is given only to a
+//     "shell" (an "exec" after a pty-req runs without one); "shell"
+//     without a pty runs /bin/sh on stdin;
+//   - direct-tcpip channels are forwarded (dialled from the sandbox),
+//     every global request (tcpip-forward, keepalives) is answered false,
+//     and every channel is accepted before the sandbox is reached, then
+//     closed if it cannot be served;
+//   - a token whose sandbox is not started is let through the handshake,
+//     then the connection is closed.
+//
+// Not modelled: the daemon's sftp subsystem and agent forwarding (refused
+// here) and its Unix-socket forwards (closed at once). The toolbox's
+// process/execute runs each command in a session of its own (on Daytona,
+// they too are the daemon's children). In Docker, a command whose client
+// went away has its output drained by the engine, where Daytona's daemon
+// would close the pipe (EPIPE); and the engine's buffers let a command
+// write some more stderr than the window before it blocks.
+//
 // Sandboxes are real Docker containers when Options.Docker is set, and
-// directories on the host (commands run on the host) otherwise.
+// directories on the host (commands run on the host) otherwise. In
+// Docker, the daemon's stand-in is a small Perl program (perl-base is in
+// every Debian-based image) started in the container whenever it starts.
 //
 // The fake checks its own answers against Daytona's OpenAPI files
 // (testdata/api.yaml, testdata/toolbox.yaml) in its tests, so drift from
@@ -84,7 +119,42 @@ type Options struct {
 	// which Daytona's SSH gateway dials on port 2220; default "127.0.0.1".
 	RunnerDomain string
 	Logger       *slog.Logger
+
+	// IdealGateway makes the gateway a clean SSH server rather than one
+	// that behaves like Daytona's real chain (see Fake): it delivers
+	// stderr, exit-status and exit-signal, runs each exec as the leader of
+	// its own session and process group, refuses env, pty-req and shell,
+	// ignores signal, and serves no channel but session. Tests that need it
+	// say why.
+	IdealGateway bool
+	// ExitStatusLoss is the share of session commands whose exit-status
+	// the gateway loses, as Daytona's chain loses it to a race between
+	// forwarding the request and closing the channel: 0 means
+	// DefaultExitStatusLoss, a negative value none, 1 every one.
+	ExitStatusLoss float64
+	// Window is the SSH channel window of the gateway's hops, in bytes:
+	// the stderr they never read counts against it, so a command's output
+	// stops once this much stderr is unread, until the session ends. 0
+	// means DefaultWindow; a negative value, no limit.
+	Window int
+	// ExternalGateway ("host:port"), when set, starts no gateway: SSH
+	// accesses name this address in their sshCommand, so that Daytona's
+	// real gateway can be run against the fake.
+	ExternalGateway string
+	// Command is the main process of a sandbox's container, under tini
+	// (default: sleep infinity), for instance Daytona's daemon for a
+	// harness that runs the real chain against the fake. Docker only.
+	Command []string
 }
+
+// DefaultExitStatusLoss is how often the gateway loses an exit-status
+// unless Options.ExitStatusLoss says otherwise: Daytona's chain loses it
+// for 1 to 7 % of short commands.
+const DefaultExitStatusLoss = 0.05
+
+// DefaultWindow is the channel window unless Options.Window says
+// otherwise: x/crypto/ssh's, which Daytona's hops use.
+const DefaultWindow = 2 << 20
 
 // Request is one request the fake received (API or toolbox).
 type Request struct {
@@ -99,9 +169,23 @@ type Stats struct {
 	TokensIssued, TokensRevoked int
 	// Logins and RefusedLogins count gateway connections by their token.
 	Logins, RefusedLogins int
-	// Execs counts gateway execs, ToolboxExecs toolbox process/execute
-	// calls that ran a command.
+	// Channels counts the channels logins opened, of any type. On Daytona
+	// each one, however short, costs two new upstream SSH connections
+	// (gateway to runner, runner to daemon) and a last-activity API call.
+	Channels int
+	// Sessions and Forwards count the session and direct-tcpip channels
+	// among them.
+	Sessions, Forwards int
+	// Execs counts gateway commands (exec, and shell), ToolboxExecs
+	// toolbox process/execute calls that ran a command.
 	Execs, ToolboxExecs int
+	// ExitStatusesLost counts gateway commands that ended without an
+	// exit-status (Options.ExitStatusLoss).
+	ExitStatusesLost int
+	// StderrDropped counts the bytes of stderr the gateway dropped, and
+	// Stalls the sessions whose output stopped because their unread
+	// stderr filled the channel window (Options.Window).
+	StderrDropped, Stalls int
 }
 
 // Fake is a running fake Daytona: API, toolbox and SSH gateway.
@@ -186,6 +270,19 @@ func Start(t testing.TB, opts Options) *Fake {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.ExitStatusLoss == 0 {
+		opts.ExitStatusLoss = DefaultExitStatusLoss
+	}
+	if opts.Window == 0 {
+		opts.Window = DefaultWindow
+	}
+	if len(opts.Command) == 0 {
+		opts.Command = []string{"sleep", "infinity"}
+	}
+	// The daemon's stand-in runs the realistic gateway's commands; an
+	// external gateway brings its own daemon, and the ideal gateway needs
+	// none.
+	daemon := !opts.IdealGateway && opts.ExternalGateway == ""
 	f := &Fake{
 		opts:       opts,
 		logger:     opts.Logger,
@@ -202,18 +299,25 @@ func Start(t testing.TB, opts Options) *Fake {
 	}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if opts.Docker != nil {
-		f.backend = &dockerBackend{cli: opts.Docker, label: f.id, mu: &f.mu, logger: f.logger}
+		f.backend = &dockerBackend{cli: opts.Docker, label: f.id, mu: &f.mu, logger: f.logger, cmd: opts.Command, daemon: daemon, daemons: map[string]*containerDaemon{}}
 	} else {
 		// Made before the cleanup below is registered, so removed after it
 		// (cleanups run last first), when every process is dead.
-		f.backend = &hostBackend{root: t.TempDir(), groups: map[string]map[int]struct{}{}, logger: f.logger}
+		f.backend = &hostBackend{root: t.TempDir(), groups: map[string]map[int]struct{}{}, logger: f.logger, daemon: daemon, daemons: map[string]*hostDaemon{}}
 	}
 
-	if err := f.startGateway(); err != nil {
+	if opts.ExternalGateway != "" {
+		if _, _, err := net.SplitHostPort(opts.ExternalGateway); err != nil {
+			t.Fatalf("daytonatest: Options.ExternalGateway %q is not host:port: %v", opts.ExternalGateway, err)
+		}
+		f.gateway = opts.ExternalGateway
+	} else if err := f.startGateway(); err != nil {
 		t.Fatalf("daytonatest: %v", err)
 	}
 	if err := f.startHTTP(); err != nil {
-		f.sshLn.Close()
+		if f.sshLn != nil {
+			f.sshLn.Close()
+		}
 		t.Fatalf("daytonatest: %v", err)
 	}
 	t.Cleanup(func() {
@@ -233,7 +337,9 @@ func (f *Fake) close() error {
 	f.conns = map[*ssh.ServerConn]struct{}{}
 	f.mu.Unlock()
 	f.cancel()
-	f.sshLn.Close()
+	if f.sshLn != nil {
+		f.sshLn.Close()
+	}
 	for c := range conns {
 		c.Close()
 	}
@@ -266,15 +372,20 @@ func (f *Fake) GatewayAPIKey() string { return f.gatewayKey }
 // when a request sends it, must equal it.
 func (f *Fake) Organization() string { return f.org }
 
-// GatewayAddr is the SSH gateway's address, 127.0.0.1:PORT.
+// GatewayAddr is the SSH gateway's address, 127.0.0.1:PORT, or
+// Options.ExternalGateway.
 func (f *Fake) GatewayAddr() string { return f.gateway }
 
-// HostKey is the gateway's (ed25519) host key.
+// HostKey is the gateway's (ed25519) host key (nil with an external
+// gateway).
 func (f *Fake) HostKey() ssh.PublicKey { return f.hostKey }
 
 // KnownHostsLine is a known_hosts line for the gateway's host key, for the
-// host "[127.0.0.1]:PORT".
+// host "[127.0.0.1]:PORT" ("" with an external gateway).
 func (f *Fake) KnownHostsLine() string {
+	if f.hostKey == nil {
+		return ""
+	}
 	_, port, _ := net.SplitHostPort(f.gateway)
 	return fmt.Sprintf("[127.0.0.1]:%s %s", port, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(f.hostKey))))
 }

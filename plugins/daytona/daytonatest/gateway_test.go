@@ -1,14 +1,12 @@
 package daytonatest
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,72 +16,42 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
 )
 
-// TestGatewayExec checks exec over the gateway: output streams, exit
-// codes, stdin, environment, sessions, big binary streams.
-func TestGatewayExec(t *testing.T) {
+// TestIdealGateway checks the escape hatch, Options.IdealGateway, which
+// tests use to set the realistic gateway's faults aside: a clean SSH
+// server whose commands lead their own session and process group, with
+// stderr, exit-status and exit-signal, and nothing but exec.
+func TestIdealGateway(t *testing.T) {
 	t.Parallel()
-	forEachBackend(t, Options{}, func(t *testing.T, f *Fake) {
+	forEachBackend(t, Options{IdealGateway: true}, func(t *testing.T, f *Fake) {
 		e := newEnv(t, f)
-		sb, _ := e.started(t, api.CreateSandbox{Env: map[string]string{"FOO": "bar baz"}})
+		sb, _ := e.started(t, api.CreateSandbox{})
 		c := e.login(t, sb.ID)
 
 		if r := run(t, c, "echo hello; echo oops >&2; exit 3", ""); r.stdout != "hello\n" || r.stderr != "oops\n" || r.code != 3 {
 			t.Errorf("echo: %+v", r)
 		}
-		if r := run(t, c, "true", ""); r.code != 0 || r.stdout != "" {
-			t.Errorf("true: %+v", r)
-		}
-		home := f.Home(sb.ID)
-		want := fmt.Sprintf("%s|%s|daytona|/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin|C.UTF-8|bar baz\n", home, home)
-		if r := run(t, c, `echo "$(pwd)|$HOME|$USER|$PATH|$LANG|$FOO"`, ""); r.stdout != want {
-			t.Errorf("environment: %q, want %q", r.stdout, want)
-		}
-		if r := run(t, c, "cat", "round trip\x00\xff"); r.stdout != "round trip\x00\xff" {
-			t.Errorf("stdin round trip: %q", r.stdout)
-		}
-
 		// The command leads its own session and process group.
 		r := run(t, c, `echo $$; awk '{print $5; print $6}' /proc/$$/stat`, "")
 		if f := strings.Fields(r.stdout); len(f) != 3 || f[0] != f[1] || f[0] != f[2] {
 			t.Errorf("pid, pgid, sid: %q (stderr %q)", r.stdout, r.stderr)
 		}
+		// A command killed by a signal: exit-signal on the host; in Docker,
+		// whose exec reports only a code, 128+N.
+		r = run(t, c, "echo before; kill -TERM $$", "")
+		if f.Container(sb.ID) == "" {
+			if r.signal != "TERM" || r.stdout != "before\n" {
+				t.Errorf("host: %+v, want signal TERM", r)
+			}
+		} else if r.code != 128+15 {
+			t.Errorf("docker: %+v, want code 143", r)
+		}
 
-		// stdin's EOF ends cat.
+		// Sessions: env, pty, shell are refused.
 		s, err := c.NewSession()
-		if err != nil {
-			t.Fatal(err)
-		}
-		in, _ := s.StdinPipe()
-		var out bytes.Buffer
-		s.Stdout = &out
-		if err := s.Start("cat; echo done"); err != nil {
-			t.Fatal(err)
-		}
-		io.WriteString(in, "abc")
-		in.Close()
-		if err := s.Wait(); err != nil || out.String() != "abcdone\n" {
-			t.Errorf("cat until EOF: %q, %v", out.String(), err)
-		}
-
-		// A big binary stream both ways, never held whole by the fake.
-		const size = 64 << 20
-		s, err = c.NewSession()
-		if err != nil {
-			t.Fatal(err)
-		}
-		inH, outH := sha256.New(), sha256.New()
-		s.Stdin = io.TeeReader(io.LimitReader(rand.Reader, size), inH)
-		var n countWriter
-		s.Stdout = io.MultiWriter(outH, &n)
-		if err := s.Run("cat"); err != nil || n != size || !bytes.Equal(inH.Sum(nil), outH.Sum(nil)) {
-			t.Errorf("64 MiB through cat: %d bytes, %v", n, err)
-		}
-
-		// Sessions: env, pty, shell and subsystem are refused.
-		s, err = c.NewSession()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,33 +72,8 @@ func TestGatewayExec(t *testing.T) {
 			ln.Close()
 			t.Errorf("tcpip-forward accepted")
 		}
-		if st := f.Stats(); st.Execs < 7 || st.Logins != 1 || st.TokensIssued != 1 {
+		if st := f.Stats(); st.Execs != 3 || st.Sessions != 4 || st.Channels != 4 || st.Logins != 1 {
 			t.Errorf("stats: %+v", st)
-		}
-	})
-}
-
-type countWriter int64
-
-func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); return len(p), nil }
-
-// TestGatewaySignal: a command killed by a signal on the host backend
-// ends with exit-signal; in Docker with 128+N.
-func TestGatewaySignal(t *testing.T) {
-	t.Parallel()
-	forEachBackend(t, Options{}, func(t *testing.T, f *Fake) {
-		e := newEnv(t, f)
-		sb, _ := e.started(t, api.CreateSandbox{})
-		r := run(t, e.login(t, sb.ID), "echo before; kill -TERM $$", "")
-		if r.stdout != "before\n" {
-			t.Errorf("output: %q", r.stdout)
-		}
-		if f.Container(sb.ID) == "" {
-			if r.signal != "TERM" {
-				t.Errorf("host: %+v, want signal TERM", r)
-			}
-		} else if r.code != 128+15 {
-			t.Errorf("docker: %+v, want code 143", r)
 		}
 	})
 }
@@ -139,7 +82,7 @@ func TestGatewaySignal(t *testing.T) {
 // connections.
 func TestGatewayRefuses(t *testing.T) {
 	t.Parallel()
-	f := Start(t, Options{StartDelay: 20 * time.Millisecond})
+	f := Start(t, Options{StartDelay: 20 * time.Millisecond, ExitStatusLoss: -1})
 	e := newEnv(t, f)
 	ctx := context.Background()
 	sb, _ := e.started(t, api.CreateSandbox{})
@@ -202,10 +145,17 @@ func TestGatewayRefuses(t *testing.T) {
 	}
 
 	// A valid token of a stopped sandbox is refused; started again, it
-	// logs in.
+	// logs in. A connection made before the stop opens channels, which
+	// close at once: nothing behind the gateway serves them.
 	fresh := e.token(t, sb.ID)
+	before := e.login(t, sb.ID)
 	f.StopSandbox(sb.ID)
 	refused(t, f, fresh, "a token of a stopped sandbox")
+	if s, err := before.NewSession(); err == nil {
+		if err := s.Run("true"); err == nil {
+			t.Errorf("a session ran a command in a stopped sandbox")
+		}
+	}
 	if _, err := e.c.StartSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -213,9 +163,10 @@ func TestGatewayRefuses(t *testing.T) {
 	if r := run(t, e.login(t, sb.ID), "echo back", ""); r.stdout != "back\n" {
 		t.Errorf("after restart: %+v", r)
 	}
-	// Revoked: tok and revoked by hand, fresh by the last login's token
-	// (a new token revokes the sandbox's others, as on Daytona).
-	if st := f.Stats(); st.RefusedLogins != 4 || st.Logins != 2 || st.TokensRevoked != 3 {
+	// Revoked: tok by the next token (a new token revokes the sandbox's
+	// others, as on Daytona), revoked by hand, fresh by before's login,
+	// and before's by the last login's.
+	if st := f.Stats(); st.RefusedLogins != 4 || st.Logins != 3 || st.TokensRevoked != 4 {
 		t.Errorf("stats: %+v", st)
 	}
 }
@@ -242,7 +193,7 @@ func TestTokenTTL(t *testing.T) {
 // files; deleting it removes it.
 func TestLifecycle(t *testing.T) {
 	t.Parallel()
-	forEachBackend(t, Options{}, func(t *testing.T, f *Fake) {
+	forEachBackend(t, Options{ExitStatusLoss: -1}, func(t *testing.T, f *Fake) {
 		e := newEnv(t, f)
 		ctx := context.Background()
 		sb, _ := e.started(t, api.CreateSandbox{NetworkBlockAll: true, Labels: map[string]string{"a": "b"}})
@@ -289,4 +240,52 @@ func TestLifecycle(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestExternalGateway checks what a harness that runs Daytona's real
+// gateway against the fake needs: no gateway of the fake's, SSH accesses
+// that name the external one, containers named by their sandbox's id (as
+// the runner's SSH hop looks them up) and a main process of its choosing
+// (Daytona's daemon).
+func TestExternalGateway(t *testing.T) {
+	t.Parallel()
+	// Stands for the real gateway; the test never speaks to it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	cli := dockertest.Engine(t)
+	main := []string{"sh", "-c", "echo main > /tmp/main; exec sleep infinity"}
+	f := Start(t, Options{Docker: cli, ExternalGateway: ln.Addr().String(), Command: main})
+	if f.GatewayAddr() != ln.Addr().String() || f.HostKey() != nil || f.KnownHostsLine() != "" {
+		t.Errorf("gateway %s, host key %v, known_hosts %q", f.GatewayAddr(), f.HostKey(), f.KnownHostsLine())
+	}
+	e := newEnv(t, f)
+	ctx := context.Background()
+	sb, _ := e.started(t, api.CreateSandbox{})
+
+	a, err := e.c.CreateSSHAccess(ctx, sb.ID, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	if want := "ssh -p " + port + " " + a.Token + "@127.0.0.1"; a.SSHCommand != want {
+		t.Errorf("sshCommand %q, want %q", a.SSHCommand, want)
+	}
+
+	insp, err := cli.ContainerInspect(ctx, sb.ID, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatalf("inspect the container by the sandbox's id: %v", err)
+	}
+	c := insp.Container
+	if c.Name != "/"+sb.ID || !slices.Equal(c.Config.Cmd, main) || c.Config.Labels[labelKey] != f.id || c.ID != f.Container(sb.ID) {
+		t.Errorf("container %s: name %s, cmd %q, labels %v", c.ID, c.Name, c.Config.Cmd, c.Config.Labels)
+	}
+	// The main process ran, and the fake started no daemon of its own:
+	// the external gateway's chain brings one.
+	res, err := e.c.Execute(ctx, sb, api.ExecuteRequest{Command: "cat /tmp/main; ps -eo args | grep -c '[d]aytonatest-daemon'; true"})
+	if err != nil || res.Result != "main\n0\n" {
+		t.Errorf("in the container: %+v, %v", res, err)
+	}
 }

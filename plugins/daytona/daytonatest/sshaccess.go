@@ -68,7 +68,7 @@ func (f *Fake) createSSHAccess(r *http.Request, s *sandbox) answer {
 	tk := &token{id: newUUID(), value: randomHex(24), sandboxID: s.id, createdAt: now, expiresAt: now.Add(ttl)}
 	f.tokens[tk.value] = tk
 	f.stats.TokensIssued++
-	_, port, _ := net.SplitHostPort(f.gateway)
+	host, port, _ := net.SplitHostPort(f.gateway)
 	return answer{status: http.StatusOK, body: api.SSHAccess{
 		ID:         tk.id,
 		SandboxID:  tk.sandboxID,
@@ -76,7 +76,7 @@ func (f *Fake) createSSHAccess(r *http.Request, s *sandbox) answer {
 		ExpiresAt:  tk.expiresAt.UTC(),
 		CreatedAt:  tk.createdAt.UTC(),
 		UpdatedAt:  tk.createdAt.UTC(),
-		SSHCommand: fmt.Sprintf("ssh -p %s %s@127.0.0.1", port, tk.value),
+		SSHCommand: fmt.Sprintf("ssh -p %s %s@%s", port, tk.value, host),
 	}}
 }
 
