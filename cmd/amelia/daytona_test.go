@@ -45,8 +45,7 @@ func daytonaSandbox(t *testing.T, f *daytonatest.Fake, network string, checkTarg
 
 func TestRunOnDaytona(t *testing.T) {
 	cli, outside := dockerOutside(t)
-	// Ideal gateway until the provider's exec envelope lands (issue 17).
-	f := daytonatest.Start(t, daytonatest.Options{Docker: cli, IdealGateway: true})
+	f := daytonatest.Start(t, daytonatest.Options{Docker: cli})
 	h := newHostWith(t, daytonaSandbox(t, f, "none", outside.Addr()), "", llmtest.Options{},
 		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("cloud.txt", "written in the cloud\n")}},
 		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall("id -un; pwd; " + probe(outside.DevTCP()) + "\n" + daytonaTunnelProbe)}},
@@ -135,8 +134,7 @@ func TestRunOnDaytona(t *testing.T) {
 // naming what it reached. The LLM is never asked and no branch comes back.
 func TestRunRefusesUnenforcedNetwork(t *testing.T) {
 	outside := reachtest.Listen(t, "127.0.0.1")
-	// Ideal gateway until the provider's exec envelope lands (issue 17).
-	f := daytonatest.Start(t, daytonatest.Options{IdealGateway: true})
+	f := daytonatest.Start(t, daytonatest.Options{})
 	h := newHostWith(t, daytonaSandbox(t, f, "none", outside.Addr()), "", llmtest.Options{}, llmtest.Turn{Text: "never asked"})
 	h.env = append(h.env, "DAYTONA_E2E_KEY="+f.APIKey())
 	t.Cleanup(func() { h.amelia(t, "sandbox", "down") })

@@ -58,7 +58,6 @@ func start(t testing.TB, opts daytonatest.Options, extra map[string]any) (*dayto
 // Docker).
 func startWith(t testing.TB, opts daytonatest.Options, extra map[string]any) (*daytonatest.Fake, json.RawMessage) {
 	t.Helper()
-	opts.IdealGateway = true // Ideal gateway until the provider's exec envelope lands (issue 17).
 	f := daytonatest.Start(t, opts)
 	t.Setenv(keyEnv, f.APIKey())
 	// The providers of a test (and their plugin subprocesses) are the
