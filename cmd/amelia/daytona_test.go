@@ -26,6 +26,9 @@ const daytonaTunnelProbe = `for p in /proc/[0-9]*; do
   tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'amelia-worker-[0-9a-f]* tunnel' && echo TUNNEL-EXEC
 done; echo PROBED`
 
+// fiveMiBStderr writes 5 MiB of "e" to stderr.
+const fiveMiBStderr = `head -c 5242880 /dev/zero | tr '\0' e >&2`
+
 // daytonaSandbox is the e2e profile's sandbox block on the fake f, its
 // host key known; the egress check tries checkTargets.
 func daytonaSandbox(t *testing.T, f *daytonatest.Fake, network string, checkTargets ...string) string {
@@ -49,6 +52,9 @@ func TestRunOnDaytona(t *testing.T) {
 	h := newHostWith(t, daytonaSandbox(t, f, "none", outside.Addr()), "", llmtest.Options{},
 		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("cloud.txt", "written in the cloud\n")}},
 		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall("id -un; pwd; " + probe(outside.DevTCP()) + "\n" + daytonaTunnelProbe)}},
+		// A tool that writes 5 MiB to stderr: more than Daytona's gateway
+		// lets through before it hangs, had it reached the gateway.
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall(fiveMiBStderr + "; echo LOUD-DONE")}},
 		llmtest.Turn{Text: "Done.", Usage: &llmtest.Usage{PromptTokens: 10, CompletionTokens: 5}},
 	)
 	h.env = append(h.env, "DAYTONA_E2E_KEY="+f.APIKey())
@@ -74,6 +80,15 @@ func TestRunOnDaytona(t *testing.T) {
 	}
 	if strings.Contains(probed, "REACHED") || !strings.Contains(probed, "UNREACHABLE "+outside.DevTCP()) || outside.Accepted() != 0 || !strings.Contains(probed, "TUNNEL-EXEC") {
 		t.Errorf("the sandbox reached the host's bridge address directly (%d connections), or no exec tunnel served it:\n%s", outside.Accepted(), probed)
+	}
+	if loud := toolOutput(t, r.stdout, "LOUD-DONE"); !strings.HasPrefix(loud, "eeee") {
+		t.Errorf("the tool that wrote 5 MiB to stderr: %.200q", loud)
+	}
+	// A command's 5 MiB of stderr reaches amelia's stderr whole through the
+	// gateway, which drops stderr, and its stdout after it too.
+	loud := h.amelia(t, "sandbox", "exec", "--", "sh", "-c", fiveMiBStderr+"; echo after")
+	if loud.code != 0 || loud.stdout != "after\n" || strings.Count(loud.stderr, "e") < 5<<20 {
+		t.Errorf("sandbox exec with 5 MiB of stderr: exit %d, stdout %q, %d bytes of stderr", loud.code, loud.stdout, len(loud.stderr))
 	}
 	for i, req := range h.up.Requests() {
 		if got := req.Header.Get("Authorization"); got != "Bearer "+upstreamKey {
