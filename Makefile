@@ -92,6 +92,9 @@ bench: base-image
 	$(GO) test -run='^$$' -bench='WarmExecTrue|Connect' -benchtime=30x ./plugins/ssh/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./plugins/ssh/
 	$(GO) test -run='^$$' -bench='ExecGatewayVsToolbox|EnsureRunningStarted' -benchtime=30x ./plugins/daytona/
+	$(GO) test -run='^$$' -bench='FramedExecTrue|Cancel' -benchtime=30x ./plugins/daytona/
+	$(GO) test -run='^$$' -bench=FramedStream -benchtime=3x ./plugins/daytona/
+	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./plugins/sdk/envelope/
 
 ## fuzz: fuzz the protocol decoder, the git credential parser and the egress host matcher (FUZZTIME=60s each by default)
 fuzz:
