@@ -73,7 +73,9 @@ func (d *dockerBackend) target(s *sandbox) string {
 }
 
 func (d *dockerBackend) create(ctx context.Context, s *sandbox) error {
-	env := make([]string, 0, len(s.env))
+	// As Daytona's runner sets them (its daemon needs the id), then the
+	// sandbox's own.
+	env := []string{"DAYTONA_SANDBOX_ID=" + s.id, "DAYTONA_SANDBOX_SNAPSHOT=" + s.snapshot, "DAYTONA_SANDBOX_USER=" + s.user}
 	for k, v := range s.env {
 		env = append(env, k+"="+v)
 	}

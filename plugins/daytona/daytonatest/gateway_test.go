@@ -282,6 +282,11 @@ func TestExternalGateway(t *testing.T) {
 	if c.Name != "/"+sb.ID || !slices.Equal(c.Config.Cmd, main) || c.Config.Labels[labelKey] != f.id || c.ID != f.Container(sb.ID) {
 		t.Errorf("container %s: name %s, cmd %q, labels %v", c.ID, c.Name, c.Config.Cmd, c.Config.Labels)
 	}
+	// The environment Daytona's runner gives a sandbox, which its daemon
+	// needs.
+	if !slices.Contains(c.Config.Env, "DAYTONA_SANDBOX_ID="+sb.ID) || !slices.Contains(c.Config.Env, "DAYTONA_SANDBOX_USER=daytona") {
+		t.Errorf("container environment %q lacks the runner's DAYTONA_SANDBOX_*", c.Config.Env)
+	}
 	// The main process ran, and the fake started no daemon of its own:
 	// the external gateway's chain brings one.
 	res, err := e.c.Execute(ctx, sb, api.ExecuteRequest{Command: "cat /tmp/main; ps -eo args | grep -c '[d]aytonatest-daemon'; true"})
