@@ -30,7 +30,7 @@ import (
 	"github.com/moby/moby/client"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/amelia-sandbox/amelia/plugins/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 )
 
 // RequireEnv makes a missing sshd a test failure when set.

@@ -14,7 +14,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
-	"github.com/amelia-sandbox/amelia/plugins/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 )
 
 // Every command in a Daytona sandbox runs inside amelia-worker's exec

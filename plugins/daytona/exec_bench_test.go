@@ -19,7 +19,7 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/daytona/daytonatest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
-	"github.com/amelia-sandbox/amelia/plugins/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 	"github.com/amelia-sandbox/amelia/plugins/ssh/transport"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/image"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 )
 
 // internalTimeout bounds the provider's own short commands (readiness,

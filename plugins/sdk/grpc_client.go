@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 
+	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/flow"
 	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
 )
 
@@ -136,8 +136,8 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitSta
 
 	done := make(chan struct{})
 	defer close(done)
-	credit := newStdinCredit()
-	defer credit.close()
+	credit := flow.NewCredit(StdinWindow)
+	defer credit.Close()
 	if eio.Stdin != nil {
 		go s.pumpStdin(eio.Stdin, credit, done)
 	}
@@ -194,7 +194,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitSta
 				return ExitStatus{}, fmt.Errorf("write exec %s: %w", name, err)
 			}
 		case *pb.ExecResponse_StdinAck:
-			credit.give(int(m.StdinAck.GetBytes()))
+			credit.Give(int(m.StdinAck.GetBytes()))
 		case *pb.ExecResponse_Exit:
 			return exitFromPB(m.Exit), nil
 		}
@@ -238,7 +238,7 @@ func (s *execClientSender) trySend(m *pb.ExecRequest, wait time.Duration) bool {
 // as the process reads, and ends it with StdinEOF. A read error other than EOF
 // also ends stdin. If r blocks after the exec ends, this goroutine waits with
 // it until r returns.
-func (s *execClientSender) pumpStdin(r io.Reader, credit *stdinCredit, done <-chan struct{}) {
+func (s *execClientSender) pumpStdin(r io.Reader, credit *flow.Credit, done <-chan struct{}) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := r.Read(buf)
@@ -248,7 +248,7 @@ func (s *execClientSender) pumpStdin(r io.Reader, credit *stdinCredit, done <-ch
 		default:
 		}
 		if n > 0 {
-			if !credit.take(n) {
+			if !credit.Take(n) {
 				return
 			}
 			if s.send(&pb.ExecRequest{Msg: &pb.ExecRequest_Stdin{Stdin: buf[:n]}}) != nil {
@@ -276,43 +276,4 @@ func (s *execClientSender) pumpResize(ch <-chan TermSize, done <-chan struct{}) 
 			}
 		}
 	}
-}
-
-// stdinCredit is how much stdin the client may still send unacknowledged.
-type stdinCredit struct {
-	mu     sync.Mutex
-	more   *sync.Cond
-	avail  int
-	closed bool
-}
-
-func newStdinCredit() *stdinCredit {
-	c := &stdinCredit{avail: StdinWindow}
-	c.more = sync.NewCond(&c.mu)
-	return c
-}
-
-// take waits for n bytes of credit; false means the exec is over.
-func (c *stdinCredit) take(n int) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for c.avail < n && !c.closed {
-		c.more.Wait()
-	}
-	c.avail -= n
-	return !c.closed
-}
-
-func (c *stdinCredit) give(n int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.avail += n
-	c.more.Broadcast()
-}
-
-func (c *stdinCredit) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.closed = true
-	c.more.Broadcast()
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/flow"
 	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
 )
 
@@ -235,14 +236,14 @@ func (s *Server) Exec(stream pb.Provider_ExecServer) error {
 		Stdout: streamWriter{out, pb.Stream_STREAM_STDOUT},
 		Stderr: streamWriter{out, pb.Stream_STREAM_STDERR},
 	}
-	var stdin *stdinQueue
+	var stdin *flow.Queue
 	if start.GetStdin() {
-		stdin = newStdinQueue()
+		stdin = flow.NewQueue(StdinWindow)
 		r, w := io.Pipe()
 		eio.Stdin = r
-		go stdin.feed(w, out)
+		go feed(stdin, w, out)
 		defer func() {
-			stdin.stop()
+			stdin.Stop()
 			r.CloseWithError(errExecDone) // unblocks a write the provider never read
 		}()
 	}
@@ -272,23 +273,23 @@ func (s *Server) Exec(stream pb.Provider_ExecServer) error {
 // receiveExec handles what the host sends after ExecStart. It never blocks
 // on the process: stdin goes into a queue the host's credit bounds, so a
 // Cancel is always seen. It ends when the stream does.
-func receiveExec(stream pb.Provider_ExecServer, stdin *stdinQueue, resize chan TermSize, cancel context.CancelCauseFunc) {
+func receiveExec(stream pb.Provider_ExecServer, stdin *flow.Queue, resize chan TermSize, cancel context.CancelCauseFunc) {
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
 			// io.EOF: the host closed its side, which also ends stdin. Any
 			// other error means the stream is gone and ctx ends with it.
-			stdin.close()
+			stdin.Close()
 			return
 		}
 		switch m := msg.GetMsg().(type) {
 		case *pb.ExecRequest_Stdin:
-			if !stdin.push(m.Stdin) {
+			if !stdin.Push(m.Stdin) {
 				cancel(errStdinOverflow)
 				return
 			}
 		case *pb.ExecRequest_StdinEof:
-			stdin.close()
+			stdin.Close()
 		case *pb.ExecRequest_Cancel:
 			cancel(errClientCancel)
 		case *pb.ExecRequest_Resize:
@@ -306,87 +307,11 @@ func receiveExec(stream pb.Provider_ExecServer, stdin *stdinQueue, resize chan T
 // RPC in provider.proto).
 const StdinWindow = 1 << 20
 
-// stdinQueue holds the stdin the host sent and the process has not read yet;
-// size counts it until the process has read it, as the host's credit does,
-// which bounds it to StdinWindow bytes. A nil queue (an exec
-// without stdin) ignores everything.
-type stdinQueue struct {
-	mu      sync.Mutex
-	ready   *sync.Cond
-	chunks  [][]byte
-	size    int
-	eof     bool // the host sent StdinEOF (or went away)
-	stopped bool // the exec is over
-}
-
-func newStdinQueue() *stdinQueue {
-	q := &stdinQueue{}
-	q.ready = sync.NewCond(&q.mu)
-	return q
-}
-
-// push queues a chunk; false means the host exceeded its credit.
-func (q *stdinQueue) push(b []byte) bool {
-	if q == nil {
-		return true
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.size+len(b) > StdinWindow {
-		return false
-	}
-	q.chunks = append(q.chunks, b)
-	q.size += len(b)
-	q.ready.Signal()
-	return true
-}
-
-// close marks the end of stdin: what is queued is still delivered.
-func (q *stdinQueue) close() {
-	if q == nil {
-		return
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.eof = true
-	q.ready.Signal()
-}
-
-// stop ends delivery: the exec is over.
-func (q *stdinQueue) stop() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.stopped = true
-	q.ready.Signal()
-}
-
-// next waits for the next chunk; false means stdin ended or the exec did.
-func (q *stdinQueue) next() ([]byte, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for len(q.chunks) == 0 && !q.eof && !q.stopped {
-		q.ready.Wait()
-	}
-	if len(q.chunks) == 0 || q.stopped {
-		return nil, false
-	}
-	b := q.chunks[0]
-	q.chunks = q.chunks[1:]
-	return b, true
-}
-
-// consumed returns the credit of a chunk the process has read.
-func (q *stdinQueue) consumed(n int) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.size -= n
-}
-
 // feed writes the queue to the provider's stdin as the process reads it and
 // gives the host credit back for each chunk consumed.
-func (q *stdinQueue) feed(w *io.PipeWriter, out *outputSender) {
+func feed(q *flow.Queue, w *io.PipeWriter, out *outputSender) {
 	for {
-		b, ok := q.next()
+		b, ok := q.Next()
 		if !ok {
 			_ = w.Close()
 			return
@@ -394,7 +319,7 @@ func (q *stdinQueue) feed(w *io.PipeWriter, out *outputSender) {
 		if _, err := w.Write(b); err != nil {
 			return // the exec is over
 		}
-		q.consumed(len(b))
+		q.Consumed(len(b))
 		_ = out.sendMsg(&pb.ExecResponse{Msg: &pb.ExecResponse_StdinAck{StdinAck: &pb.StdinAck{Bytes: uint64(len(b))}}})
 	}
 }

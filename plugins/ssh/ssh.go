@@ -29,7 +29,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/tunnel"
 	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 	"github.com/amelia-sandbox/amelia/plugins/ssh/transport"
 )
 

@@ -33,7 +33,7 @@ import (
 	"io"
 	"sync"
 
-	"github.com/amelia-sandbox/amelia/plugins/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 )
 
 // Hello is the first line Serve writes, before any frame; the client skips

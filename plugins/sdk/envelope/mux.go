@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 
-	"github.com/amelia-sandbox/amelia/plugins/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 )
 
 // Many commands over one stream: a session through Daytona's gateway costs

@@ -13,7 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/plugins/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/flow"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 )
 
 // Errors Run's error matches.
@@ -71,8 +72,7 @@ func Run(ctx context.Context, in io.WriteCloser, out io.Reader, cmd Command, eio
 	// A failed send shows as the stream's end, where read quotes what came
 	// instead of the worker (a shell saying it has none, say).
 	_ = fw.json(frameStart, cmd)
-	c := &client{fw: fw, eio: eio}
-	c.credit.init()
+	c := &client{fw: fw, eio: eio, credit: flow.NewCredit(stdinWindow)}
 	done := make(chan struct{})
 	var res Result
 	var err error
@@ -81,7 +81,7 @@ func Run(ctx context.Context, in io.WriteCloser, out io.Reader, cmd Command, eio
 		res, err = c.read(out)
 	}()
 	go c.send(eio.Stdin)
-	defer c.credit.close()
+	defer c.credit.Close()
 
 	select {
 	case <-done:
@@ -113,7 +113,7 @@ func Run(ctx context.Context, in io.WriteCloser, out io.Reader, cmd Command, eio
 type client struct {
 	fw     *frameWriter
 	eio    IO
-	credit credit
+	credit *flow.Credit
 
 	mu  sync.Mutex
 	pid int
@@ -162,7 +162,7 @@ func (c *client) read(out io.Reader) (Result, error) {
 			write(c.eio.Stderr, p, "stderr")
 		case frameAck:
 			if len(p) == 4 {
-				c.credit.release(int(binary.BigEndian.Uint32(p)))
+				c.credit.Give(int(binary.BigEndian.Uint32(p)))
 			}
 		case frameFailed:
 			fail = &failure{}
@@ -224,7 +224,7 @@ func (c *client) send(stdin io.Reader) {
 		for {
 			n, err := stdin.Read(buf[headerSize:])
 			if n > 0 {
-				if !c.credit.acquire(n) || c.fw.writeFrame(frameStdin, buf[:headerSize+n]) != nil {
+				if !c.credit.Take(n) || c.fw.writeFrame(frameStdin, buf[:headerSize+n]) != nil {
 					return
 				}
 			}
@@ -234,39 +234,4 @@ func (c *client) send(stdin io.Reader) {
 		}
 	}
 	_ = c.fw.write(frameStdinClose, nil)
-}
-
-// credit counts input sent and not yet acknowledged.
-type credit struct {
-	mu       sync.Mutex
-	freed    *sync.Cond
-	inflight int
-	closed   bool
-}
-
-func (c *credit) init() { c.freed = sync.NewCond(&c.mu) }
-
-// acquire waits until n more bytes fit the window; false once closed.
-func (c *credit) acquire(n int) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for c.inflight > 0 && c.inflight+n > stdinWindow && !c.closed {
-		c.freed.Wait()
-	}
-	c.inflight += n
-	return !c.closed
-}
-
-func (c *credit) release(n int) {
-	c.mu.Lock()
-	c.inflight -= n
-	c.freed.Broadcast()
-	c.mu.Unlock()
-}
-
-func (c *credit) close() {
-	c.mu.Lock()
-	c.closed = true
-	c.freed.Broadcast()
-	c.mu.Unlock()
 }

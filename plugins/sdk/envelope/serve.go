@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/flow"
 )
 
 // Timings of a kill, in the worker.
@@ -97,7 +100,7 @@ type run struct {
 
 	outputs  sync.WaitGroup // the stdout and stderr pumps
 	outFiles []*os.File     // their read ends, closed to give up on them
-	input    inputQueue     // input on its way to the command
+	input    *flow.Queue    // input on its way to the command
 
 	mu      sync.Mutex
 	gone    bool          // the client went away
@@ -136,7 +139,7 @@ func (r *run) start(path string, cmd Command, env []string) (*os.Process, error)
 		return nil, fmt.Errorf("%s: %w", cmd.Argv[0], err)
 	}
 	r.stdin = inW
-	r.input.init()
+	r.input = flow.NewQueue(stdinWindow)
 	r.killed = make(chan struct{})
 	r.stop = make(chan time.Duration, 1)
 	r.outFiles = []*os.File{outR, errR}
@@ -171,7 +174,7 @@ func (r *run) feed() {
 	broken := false
 	var ack [4]byte
 	for {
-		chunk, ok := r.input.pop()
+		chunk, ok := r.input.Next()
 		if !ok {
 			break
 		}
@@ -181,7 +184,8 @@ func (r *run) feed() {
 				r.stdin.Close()
 			}
 		}
-		ack = [4]byte{byte(len(chunk) >> 24), byte(len(chunk) >> 16), byte(len(chunk) >> 8), byte(len(chunk))}
+		r.input.Consumed(len(chunk))
+		binary.BigEndian.PutUint32(ack[:], uint32(len(chunk)))
 		_ = r.fw.write(frameAck, ack[:])
 	}
 	if !broken {
@@ -200,12 +204,12 @@ func (r *run) readFrames(fr *frameReader) {
 		}
 		switch typ {
 		case frameStdin:
-			if !r.input.push(bytes.Clone(p)) { // more than the window: not our client
+			if !r.input.Push(bytes.Clone(p)) { // more than the window: not our client
 				r.clientGone()
 				return
 			}
 		case frameStdinClose:
-			r.input.close()
+			r.input.Close()
 		case frameCancel:
 			var c cancel
 			if json.Unmarshal(p, &c) != nil {
@@ -225,61 +229,8 @@ func (r *run) clientGone() {
 	r.mu.Lock()
 	r.gone = true
 	r.mu.Unlock()
-	r.input.close()
+	r.input.Close()
 	r.kill(goneGrace)
-}
-
-// inputQueue holds the input frames the command has not read yet: at most
-// stdinWindow bytes, which a client waiting for acknowledgements never
-// exceeds.
-type inputQueue struct {
-	mu     sync.Mutex
-	more   *sync.Cond
-	chunks [][]byte
-	bytes  int
-	closed bool
-}
-
-func (q *inputQueue) init() { q.more = sync.NewCond(&q.mu) }
-
-// push queues a chunk, reporting false when it would exceed the window.
-func (q *inputQueue) push(p []byte) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return true // input after its end, or after the client left: dropped
-	}
-	if q.bytes+len(p) > stdinWindow {
-		return false
-	}
-	q.chunks = append(q.chunks, p)
-	q.bytes += len(p)
-	q.more.Signal()
-	return true
-}
-
-// close ends the input once what is queued has been written.
-func (q *inputQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.more.Signal()
-	q.mu.Unlock()
-}
-
-// pop waits for the next chunk; false once the input ended and is empty.
-func (q *inputQueue) pop() ([]byte, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for len(q.chunks) == 0 && !q.closed {
-		q.more.Wait()
-	}
-	if len(q.chunks) == 0 {
-		return nil, false
-	}
-	c := q.chunks[0]
-	q.chunks = q.chunks[1:]
-	q.bytes -= len(c)
-	return c, true
 }
 
 // kill sends SIGTERM to the command's session and tagged processes, and

@@ -11,7 +11,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
-	"github.com/amelia-sandbox/amelia/plugins/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 )
 
 // Bootstrap runs script (args its positional parameters) with sh in a

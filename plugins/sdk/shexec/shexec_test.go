@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/plugins/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 )
 
 func TestQuote(t *testing.T) {
