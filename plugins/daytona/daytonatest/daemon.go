@@ -150,17 +150,13 @@ type containerDaemon struct {
 // startDaemon starts the daemon in a sandbox's container (started, with
 // its user) and waits until it listens.
 func (d *dockerBackend) startDaemon(ctx context.Context, s *sandbox, target string) error {
-	created, err := d.cli.ExecCreate(ctx, target, client.ExecCreateOptions{
+	_, att, err := d.attach(ctx, target, client.ExecCreateOptions{
 		User:         s.user,
 		Cmd:          []string{"perl", "-e", daemonScript, daemonSocket},
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
 	})
-	if err != nil {
-		return fmt.Errorf("start the daemon of sandbox %s: %w", s.id, err)
-	}
-	att, err := d.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
 	if err != nil {
 		return fmt.Errorf("start the daemon of sandbox %s: %w", s.id, err)
 	}

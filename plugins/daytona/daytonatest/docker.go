@@ -210,7 +210,7 @@ func (d *dockerBackend) run(ctx context.Context, s *sandbox, req execRequest) (e
 		// the shell replaces itself with one whose stderr is its stdout.
 		argv = []string{"sh", "-c", `exec sh -c "$0" 2>&1`, req.cmd}
 	}
-	created, err := d.cli.ExecCreate(ctx, target, client.ExecCreateOptions{
+	id, att, err := d.attach(ctx, target, client.ExecCreateOptions{
 		User:         s.user,
 		Cmd:          argv,
 		WorkingDir:   dir,
@@ -219,10 +219,6 @@ func (d *dockerBackend) run(ctx context.Context, s *sandbox, req execRequest) (e
 		AttachStdout: true,
 		AttachStderr: true,
 	})
-	if err != nil {
-		return exitStatus{}, fmt.Errorf("run a command in sandbox %s: %w", s.id, err)
-	}
-	att, err := d.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
 	if err != nil {
 		return exitStatus{}, fmt.Errorf("run a command in sandbox %s: %w", s.id, err)
 	}
@@ -274,7 +270,7 @@ func (d *dockerBackend) run(ctx context.Context, s *sandbox, req execRequest) (e
 		// nowhere to go, so is its stream.
 		return exitStatus{}, fmt.Errorf("copy the output of a command in sandbox %s: %w", s.id, err)
 	}
-	code, err := d.exitCode(created.ID)
+	code, err := d.exitCode(id)
 	if err != nil {
 		return exitStatus{}, fmt.Errorf("read the exit code of a command in sandbox %s: %w", s.id, err)
 	}
@@ -323,11 +319,7 @@ func (d *dockerBackend) exitCode(id string) (int, error) {
 // runAs runs a short command of the fake's own and returns its exit code
 // and combined output (the first 64 KiB).
 func (d *dockerBackend) runAs(ctx context.Context, target, user string, argv []string) (int, string, error) {
-	created, err := d.cli.ExecCreate(ctx, target, client.ExecCreateOptions{User: user, Cmd: argv, AttachStdout: true, AttachStderr: true})
-	if err != nil {
-		return 0, "", err
-	}
-	att, err := d.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
+	id, att, err := d.attach(ctx, target, client.ExecCreateOptions{User: user, Cmd: argv, AttachStdout: true, AttachStderr: true})
 	if err != nil {
 		return 0, "", err
 	}
@@ -349,7 +341,7 @@ func (d *dockerBackend) runAs(ctx context.Context, target, user string, argv []s
 	if err != nil {
 		return 0, "", err
 	}
-	code, err := d.exitCode(created.ID)
+	code, err := d.exitCode(id)
 	return code, strings.TrimSpace(out.b.String()), err
 }
 
@@ -384,7 +376,7 @@ func (d *dockerBackend) runChild(ctx context.Context, s *sandbox, req execReques
 	nonce := randomHex(8)
 	status := cd.expect(nonce)
 	defer cd.forget(nonce)
-	created, err := d.cli.ExecCreate(ctx, d.target(s), client.ExecCreateOptions{
+	id, att, err := d.attach(ctx, d.target(s), client.ExecCreateOptions{
 		User:         s.user,
 		Cmd:          []string{"perl", "-e", bridgeScript, daemonSocket, nonce, mode, req.cmd},
 		WorkingDir:   dir,
@@ -393,10 +385,6 @@ func (d *dockerBackend) runChild(ctx context.Context, s *sandbox, req execReques
 		AttachStdout: true,
 		AttachStderr: true,
 	})
-	if err != nil {
-		return exitStatus{}, fmt.Errorf("run a command in sandbox %s: %w", s.id, err)
-	}
-	att, err := d.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
 	if err != nil {
 		return exitStatus{}, fmt.Errorf("run a command in sandbox %s: %w", s.id, err)
 	}
@@ -444,7 +432,7 @@ func (d *dockerBackend) runChild(ctx context.Context, s *sandbox, req execReques
 		return st, nil
 	default:
 	}
-	code, err := d.exitCode(created.ID)
+	code, err := d.exitCode(id)
 	if err != nil {
 		return exitStatus{}, fmt.Errorf("read how a command in sandbox %s ended: %w", s.id, err)
 	}
@@ -467,7 +455,7 @@ func (d *dockerBackend) runChild(ctx context.Context, s *sandbox, req execReques
 // a TTY, which leads its own session, as a pty shell does on Daytona.
 func (d *dockerBackend) runPty(ctx context.Context, s *sandbox, req execRequest) (exitStatus, error) {
 	size := client.ConsoleSize{Height: uint(req.pty.rows), Width: uint(req.pty.cols)}
-	created, err := d.cli.ExecCreate(ctx, d.target(s), client.ExecCreateOptions{
+	id, att, err := d.attach(ctx, d.target(s), client.ExecCreateOptions{
 		User:         s.user,
 		Cmd:          []string{"/bin/sh", "-c", pickShell},
 		WorkingDir:   s.home,
@@ -481,15 +469,11 @@ func (d *dockerBackend) runPty(ctx context.Context, s *sandbox, req execRequest)
 	if err != nil {
 		return exitStatus{}, fmt.Errorf("run a shell in sandbox %s: %w", s.id, err)
 	}
-	att, err := d.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{TTY: true, ConsoleSize: size})
-	if err != nil {
-		return exitStatus{}, fmt.Errorf("run a shell in sandbox %s: %w", s.id, err)
-	}
 	conn := att.HijackedResponse
 	defer conn.Close()
 	// ConsoleSize alone left the terminal 0x0 here: size it explicitly,
 	// before the shell reads its first line.
-	d.resizeExec(ctx, created.ID, req.pty.cols, req.pty.rows)
+	d.resizeExec(ctx, id, req.pty.cols, req.pty.rows)
 	if req.started != nil {
 		req.started()
 	}
@@ -500,7 +484,7 @@ func (d *dockerBackend) runPty(ctx context.Context, s *sandbox, req execRequest)
 		for {
 			select {
 			case sz := <-req.pty.resize:
-				d.resizeExec(ctx, created.ID, sz.cols, sz.rows)
+				d.resizeExec(ctx, id, sz.cols, sz.rows)
 			case <-stop:
 				return
 			}
@@ -522,7 +506,7 @@ func (d *dockerBackend) runPty(ctx context.Context, s *sandbox, req execRequest)
 	if err != nil {
 		return exitStatus{}, fmt.Errorf("copy the output of a shell in sandbox %s: %w", s.id, err)
 	}
-	code, err := d.exitCode(created.ID)
+	code, err := d.exitCode(id)
 	if err != nil {
 		return exitStatus{}, fmt.Errorf("read how a shell in sandbox %s ended: %w", s.id, err)
 	}
@@ -545,17 +529,13 @@ func (d *dockerBackend) resizeExec(ctx context.Context, id string, cols, rows ui
 // dial connects to host:port from inside the sandbox's container, through
 // a relay started there.
 func (d *dockerBackend) dial(ctx context.Context, s *sandbox, host string, port uint32) (io.ReadWriteCloser, error) {
-	created, err := d.cli.ExecCreate(ctx, d.target(s), client.ExecCreateOptions{
+	_, att, err := d.attach(ctx, d.target(s), client.ExecCreateOptions{
 		User:         s.user,
 		Cmd:          []string{"perl", "-e", relayScript, host, strconv.FormatUint(uint64(port), 10)},
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("forward to %s:%d in sandbox %s: %w", host, port, s.id, err)
-	}
-	att, err := d.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("forward to %s:%d in sandbox %s: %w", host, port, s.id, err)
 	}
@@ -600,4 +580,18 @@ func orDiscard(w io.Writer) io.Writer {
 		return io.Discard
 	}
 	return w
+}
+
+// attach creates an exec in target and attaches to its streams (as a
+// terminal when opts asks for one); the caller closes them.
+func (d *dockerBackend) attach(ctx context.Context, target string, opts client.ExecCreateOptions) (string, client.ExecAttachResult, error) {
+	created, err := d.cli.ExecCreate(ctx, target, opts)
+	if err != nil {
+		return "", client.ExecAttachResult{}, err
+	}
+	att, err := d.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{TTY: opts.TTY, ConsoleSize: opts.ConsoleSize})
+	if err != nil {
+		return "", client.ExecAttachResult{}, err
+	}
+	return created.ID, att, nil
 }
