@@ -43,8 +43,12 @@ type setup struct {
 const prepareScript = `mkdir -p -- "$HOME/workspace" "$HOME/.amelia/bin" && printf '%s\n%s\n' "$HOME" "$(uname -m)"`
 
 // bootstrapTries is how often a bootstrap script whose session was cut
-// before its exit code is run again: each is safe to repeat.
-const bootstrapTries = 3
+// before its exit code is run: each is safe to repeat. bootstrapPause is
+// the first wait between two tries; each next one doubles.
+const (
+	bootstrapTries = 3
+	bootstrapPause = 200 * time.Millisecond
+)
 
 // killTimeout bounds the session that kills what a broken exec left.
 const killTimeout = 10 * time.Second
@@ -124,7 +128,17 @@ func (b *box) forgetSetup(s setup) {
 // its output. open, when not nil, opens its stdin afresh for each try.
 func (b *box) bootstrap(ctx context.Context, what string, open func() (io.ReadCloser, error), script string, args ...string) ([]byte, error) {
 	var err error
+	wait := bootstrapPause
 	for try := 0; try < bootstrapTries; try++ {
+		if try > 0 {
+			// The chain's last hop, the daemon's SSH server, may not be
+			// up yet (it starts after the sandbox is reported started,
+			// which a runner may do early), or a hop failed for a moment:
+			// give it a little time rather than every try at once.
+			if perr := pause(ctx, &wait, time.Second); perr != nil {
+				return nil, fmt.Errorf("%s in Daytona sandbox %s: %w", what, b.name, perr)
+			}
+		}
 		var out []byte
 		var code int
 		out, code, err = b.bootstrapOnce(ctx, open, script, args...)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"golang.org/x/crypto/ssh"
 
@@ -41,7 +42,13 @@ func (c *Conn) Bootstrap(ctx context.Context, script string, stdin io.Reader, ar
 	}
 	output, code, ok := envelope.BootstrapResult(tag, out.Bytes())
 	if !ok {
-		return output, 0, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: the session ended before the script's exit code came (%v)", c.target, err)
+		why := "the session ended before the script's exit code came"
+		if errors.As(err, new(*ssh.ExitMissingError)) || err == nil || strings.HasPrefix(err.Error(), "ssh: command ") {
+			// The server's own account says nothing more (the last names
+			// the whole command line).
+			return output, 0, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: %s", c.target, why)
+		}
+		return output, 0, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: %s: %v", c.target, why, err)
 	}
 	return output, code, nil
 }
