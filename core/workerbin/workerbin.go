@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -45,8 +47,11 @@ func Find(dirs []string, arch string) (string, error) {
 }
 
 // Sums hashes worker binaries, keeping each file's sha256 until the file
-// changes (by size and modification time). The zero value is ready; it is
-// safe for concurrent use.
+// changes (by size and modification time): in memory, and beside the file
+// (FILE.sha256, when its directory is writable), since hashing a worker
+// takes longer than setting up a sandbox that already has it, and every
+// amelia process would do it again. The zero value is ready; it is safe
+// for concurrent use.
 type Sums struct {
 	mu   sync.Mutex
 	sums map[fileKey]string
@@ -69,19 +74,15 @@ func (s *Sums) Sum(path string) (string, int64, error) {
 	s.mu.Lock()
 	sum, ok := s.sums[key]
 	s.mu.Unlock()
-	if ok {
-		return sum, fi.Size(), nil
+	if !ok {
+		sum, ok = readSidecar(key)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, fmt.Errorf("worker binary: %w", err)
+	if !ok {
+		if sum, err = hashFile(path); err != nil {
+			return "", 0, err
+		}
+		writeSidecar(key, sum)
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", 0, fmt.Errorf("hash worker binary %s: %w", path, err)
-	}
-	sum = hex.EncodeToString(h.Sum(nil))
 	s.mu.Lock()
 	if s.sums == nil {
 		s.sums = make(map[fileKey]string)
@@ -89,4 +90,56 @@ func (s *Sums) Sum(path string) (string, int64, error) {
 	s.sums[key] = sum
 	s.mu.Unlock()
 	return sum, fi.Size(), nil
+}
+
+func hashFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("worker binary: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hash worker binary %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// sidecarSuffix names the file beside a worker that keeps its sha256, as
+// "SHA256 SIZE MTIME_UNIX_NANO": valid while the worker's size and
+// modification time are those.
+const sidecarSuffix = ".sha256"
+
+func readSidecar(key fileKey) (string, bool) {
+	b, err := os.ReadFile(key.path + sidecarSuffix)
+	if err != nil {
+		return "", false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 3 || len(f[0]) != sha256.Size*2 || f[1] != strconv.FormatInt(key.size, 10) || f[2] != strconv.FormatInt(key.mtime, 10) {
+		return "", false
+	}
+	if _, err := hex.DecodeString(f[0]); err != nil {
+		return "", false
+	}
+	return f[0], true
+}
+
+// writeSidecar keeps sum beside the worker, replacing the file whole; a
+// directory that cannot be written only means hashing again next time.
+func writeSidecar(key fileKey, sum string) {
+	tmp, err := os.CreateTemp(filepath.Dir(key.path), filepath.Base(key.path)+sidecarSuffix+".*")
+	if err != nil {
+		return
+	}
+	_, err = fmt.Fprintf(tmp, "%s %d %d\n", sum, key.size, key.mtime)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), key.path+sidecarSuffix)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
 }
