@@ -493,7 +493,7 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	st, err := b.run(ctx, cmd, eio, req.Grace())
 	if errors.Is(err, envelope.ErrNoDir) && dir == workdir {
 		// The workspace went missing.
-		if _, _, err = b.prepare(ctx); err == nil {
+		if _, _, _, err = b.prepare(ctx); err == nil {
 			st, err = b.run(ctx, cmd, eio, req.Grace())
 		}
 	}

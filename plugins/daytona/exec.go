@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,30 @@ type workers struct {
 	sums workerbin.Sums
 }
 
+// build is one of them: its file, architecture, sha256 and size.
+type build struct {
+	path, arch, sum string
+	size            int64
+}
+
+// builds are the builds found for each architecture, hashed (once per
+// version of each file).
+func (w *workers) builds() ([]build, error) {
+	var found []build
+	for _, arch := range workerbin.Arches() {
+		path, err := workerbin.Find(w.dirs, arch)
+		if err != nil {
+			continue
+		}
+		sum, size, err := w.sums.Sum(path)
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, build{path: path, arch: arch, sum: sum, size: size})
+	}
+	return found, nil
+}
+
 // setup is what commands in a sandbox need: the login's home (the
 // workspace is under it) and the path of the worker there.
 type setup struct {
@@ -39,8 +64,19 @@ type setup struct {
 }
 
 // prepareScript makes the workspace and the worker's directory under the
-// login's home, and prints the home and the machine's architecture.
-const prepareScript = `mkdir -p -- "$HOME/workspace" "$HOME/.amelia/bin" && printf '%s\n%s\n' "$HOME" "$(uname -m)"`
+// login's home, and prints the home, the machine's architecture, and the
+// size of each executable worker its arguments name in that directory
+// ("-" for one that is not there), one per line: a sandbox is set up in
+// one session, the upload aside. A worker's name carries its sha256 and
+// the install renames it into place only once its sha256 was checked, so
+// the size is enough to tell it whole; hashing it again, as amelia's
+// installer does before a run, would cost more than the rest.
+const prepareScript = `mkdir -p -- "$HOME/workspace" "$HOME/.amelia/bin" || exit
+printf '%s\n%s\n' "$HOME" "$(uname -m)"
+for n do
+	f="$HOME/.amelia/bin/$n"
+	if [ -f "$f" ] && [ -x "$f" ]; then wc -c < "$f"; else echo -; fi
+done`
 
 // bootstrapTries is how often a bootstrap script whose session was cut
 // before its exit code is run: each is safe to repeat. bootstrapPause is
@@ -65,7 +101,15 @@ func (b *box) ready(ctx context.Context) (setup, error) {
 	if b.setup.worker != "" {
 		return b.setup, nil
 	}
-	home, machine, err := b.prepare(ctx)
+	builds, err := b.acct.workers.builds()
+	if err != nil {
+		return setup{}, err
+	}
+	names := make([]string, len(builds))
+	for i, w := range builds {
+		names[i] = envelope.WorkerName(w.sum)
+	}
+	home, machine, sizes, err := b.prepare(ctx, names...)
 	if err != nil {
 		return setup{}, err
 	}
@@ -73,44 +117,39 @@ func (b *box) ready(ctx context.Context) (setup, error) {
 	if err != nil {
 		return setup{}, fmt.Errorf("Daytona sandbox %s: %w", b.name, err)
 	}
-	bin, err := workerbin.Find(b.acct.workers.dirs, arch)
-	if err != nil {
+	i := slices.IndexFunc(builds, func(w build) bool { return w.arch == arch })
+	if i < 0 {
+		_, err := workerbin.Find(b.acct.workers.dirs, arch)
 		return setup{}, fmt.Errorf("the daytona provider runs commands through amelia-worker: %w", err)
 	}
-	sum, size, err := b.acct.workers.sums.Sum(bin)
-	if err != nil {
-		return setup{}, err
-	}
+	w := builds[i]
 	dir := home + "/.amelia/bin"
-	dest := dir + "/" + envelope.WorkerName(sum)
-	out, err := b.bootstrap(ctx, "check the worker", nil, envelope.SumScript, dest)
-	if err != nil {
-		return setup{}, err
-	}
-	if strings.TrimSpace(string(out)) != sum {
-		open := func() (io.ReadCloser, error) { return os.Open(bin) }
-		if _, err := b.bootstrap(ctx, "upload the worker", open, envelope.InstallScript, dir, dest, sum, strconv.FormatInt(size, 10)); err != nil {
+	dest := dir + "/" + names[i]
+	if i >= len(sizes) || strings.TrimSpace(sizes[i]) != strconv.FormatInt(w.size, 10) {
+		open := func() (io.ReadCloser, error) { return os.Open(w.path) }
+		if _, err := b.bootstrap(ctx, "upload the worker", open, envelope.InstallScript, dir, dest, w.sum, strconv.FormatInt(w.size, 10)); err != nil {
 			return setup{}, err
 		}
-		b.acct.logger.Info("installed amelia-worker", "sandbox", b.name, "path", dest, "bytes", size)
+		b.acct.logger.Info("installed amelia-worker", "sandbox", b.name, "path", dest, "bytes", w.size)
 	}
 	b.setup = setup{home: home, worker: dest}
 	return b.setup, nil
 }
 
 // prepare makes the workspace, and learns the home it is in (Daytona's
-// snapshots put the user's in /home/daytona, but an image may not) and the
-// machine's architecture.
-func (b *box) prepare(ctx context.Context) (home, machine string, err error) {
-	out, err := b.bootstrap(ctx, "prepare the workspace", nil, prepareScript)
+// snapshots put the user's in /home/daytona, but an image may not), the
+// machine's architecture, and the sizes of the workers named (see
+// prepareScript).
+func (b *box) prepare(ctx context.Context, workers ...string) (home, machine string, sizes []string, err error) {
+	out, err := b.bootstrap(ctx, "prepare the workspace", nil, prepareScript, workers...)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
-	home, machine, _ = strings.Cut(strings.TrimSuffix(string(out), "\n"), "\n")
-	if !path.IsAbs(home) || strings.ContainsAny(home, "\x00") {
-		return "", "", fmt.Errorf("Daytona sandbox %s: the user's $HOME is %q, not an absolute path", b.name, home)
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(lines) < 2 || !path.IsAbs(lines[0]) || strings.ContainsAny(lines[0], "\x00") {
+		return "", "", nil, fmt.Errorf("Daytona sandbox %s: the user's $HOME is %q, not an absolute path", b.name, lines[0])
 	}
-	return path.Clean(home), machine, nil
+	return path.Clean(lines[0]), lines[1], lines[2:], nil
 }
 
 // forgetSetup drops the setup s, found wrong (the worker is gone), so that
