@@ -19,6 +19,7 @@ import (
 	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
 
+	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/image"
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/plugins/docker"
@@ -105,7 +106,7 @@ func TestImageRebuiltWhenTheWorkerChanges(t *testing.T) {
 
 	// Another build of the worker: the same program, other bytes (new ones
 	// each run, so the image is new).
-	name := filepath.Base(mustGlob(t, filepath.Join(workerDir, "amelia-worker-linux-*")))
+	name := builtWorker(t)
 	b, err := os.ReadFile(filepath.Join(workerDir, name))
 	if err != nil {
 		t.Fatal(err)
@@ -202,11 +203,19 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
-func mustGlob(t *testing.T, pattern string) string {
+// builtWorker names the one worker build the test binary made (its
+// sha256 sidecar lies beside it and is not a build).
+func builtWorker(t *testing.T) string {
 	t.Helper()
-	m, err := filepath.Glob(pattern)
-	if err != nil || len(m) != 1 {
-		t.Fatalf("glob %s: %v %v", pattern, m, err)
+	var found []string
+	for _, arch := range workerbin.Arches() {
+		name := workerbin.FileName(arch)
+		if _, err := os.Stat(filepath.Join(workerDir, name)); err == nil {
+			found = append(found, name)
+		}
 	}
-	return m[0]
+	if len(found) != 1 {
+		t.Fatalf("worker builds in %s: %v, want exactly one", workerDir, found)
+	}
+	return found[0]
 }
