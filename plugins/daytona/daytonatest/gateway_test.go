@@ -149,6 +149,11 @@ func TestGatewayRefuses(t *testing.T) {
 	// close at once: nothing behind the gateway serves them.
 	fresh := e.token(t, sb.ID)
 	before := e.login(t, sb.ID)
+	// The gateway checks a login after the handshake, as Daytona's does:
+	// a session that ran proves before's login was taken before the stop.
+	if r := run(t, before, "true", ""); r.code != 0 {
+		t.Fatalf("before the stop: %+v", r)
+	}
 	f.StopSandbox(sb.ID)
 	refused(t, f, fresh, "a token of a stopped sandbox")
 	if s, err := before.NewSession(); err == nil {
