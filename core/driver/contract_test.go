@@ -5,6 +5,7 @@ import (
 	"errors"
 	"iter"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/core/driver"
@@ -96,9 +97,40 @@ echo '`+resultLine+`'`)
 		t.Errorf("Usage() = %+v after a run without a usage line", d.Usage())
 	}
 	noFilesLeft(t, sb, wf)
-	if driver.PromptPath(wf) != "/tmp/amelia/prompt-"+wf+".txt" {
-		t.Errorf("PromptPath = %s", driver.PromptPath(wf))
+}
+
+// Two runs of one workflow id at the same time (two profiles on one
+// machine, say) each read their own prompt: the fake waits until both
+// have written theirs before it reads it.
+func TestSameWorkflowKeepsPrompts(t *testing.T) {
+	barrier := t.TempDir()
+	d, sb, _ := fakeDriver(t, `
+touch "$BARRIER/$$"
+until [ "$(ls "$BARRIER" | wc -l)" -ge 2 ]; do sleep 0.01; done
+printf '{"type":"thinking","content":"%s"}\n' "$(cat "$3")"
+echo '`+resultLine+`'`)
+	d.Env["BARRIER"] = barrier
+	wf := workflowID(t)
+	prompts := []string{"first task", "second task"}
+	got := make([]string, len(prompts))
+	errs := make([]error, len(prompts))
+	var wg sync.WaitGroup
+	for i, p := range prompts {
+		wg.Go(func() {
+			var msgs []protocol.AgenticMessage
+			msgs, errs[i] = collect(t, d.ExecuteAgentic(t.Context(), driver.AgenticRequest{Workflow: wf, Prompt: p, Cwd: sb.Workdir, Model: "m"}), nil)
+			if len(msgs) > 0 {
+				got[i] = str(msgs[0].Content)
+			}
+		})
 	}
+	wg.Wait()
+	for i, p := range prompts {
+		if errs[i] != nil || got[i] != p {
+			t.Errorf("run %d read %q (%v), want its own prompt %q", i, got[i], errs[i], p)
+		}
+	}
+	noFilesLeft(t, sb, wf)
 }
 
 // A line that is not a protocol message stops the worker at once, and the

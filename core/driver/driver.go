@@ -165,10 +165,9 @@ type GenerateRequest struct {
 // turns ran out, it was interrupted) ends with a Result message whose
 // IsError is set and no error: check it to tell success from failure.
 //
-// The prompt goes to [PromptPath](req.Workflow), and the instructions
-// beside it, passed with --instructions-file rather than on the command
-// line; one agentic run per workflow at a time, then, which a workflow's
-// single worktree implies anyway.
+// The prompt and the instructions go to files of this call alone in
+// [FileDir] (agentic-<workflow>-<random>-*), passed with --prompt-file and
+// --instructions-file rather than on the command line.
 func (d *Driver) ExecuteAgentic(ctx context.Context, req AgenticRequest) iter.Seq2[protocol.AgenticMessage, error] {
 	return func(yield func(protocol.AgenticMessage, error) bool) {
 		d.setUsage(nil)
@@ -176,10 +175,11 @@ func (d *Driver) ExecuteAgentic(ctx context.Context, req AgenticRequest) iter.Se
 			yield(protocol.AgenticMessage{}, err)
 			return
 		}
-		files := []sandboxFile{{what: "prompt", path: promptPath(req.Workflow), data: req.Prompt}}
+		base := callFiles("agentic", req.Workflow)
+		files := []sandboxFile{{what: "prompt", path: base + "-prompt.txt", data: req.Prompt}}
 		argv := []string{d.Worker, "agentic", "--prompt-file", files[0].path, "--cwd", req.Cwd, "--model", req.Model}
 		if req.Instructions != "" {
-			f := sandboxFile{what: "instructions", path: instructionsPath(req.Workflow), data: req.Instructions}
+			f := sandboxFile{what: "instructions", path: base + "-instructions.txt", data: req.Instructions}
 			files = append(files, f)
 			argv = append(argv, "--instructions-file", f.path)
 		}
@@ -237,7 +237,7 @@ func (d *Driver) Generate(ctx context.Context, req GenerateRequest, schema json.
 		}
 	}
 	// Generate calls of one workflow may run concurrently (reviewers, say).
-	base := FileDir + "/generate-" + req.Workflow + "-" + randomHex(4)
+	base := callFiles("generate", req.Workflow)
 	files := []sandboxFile{{what: "prompt", path: base + "-prompt.txt", data: req.Prompt}}
 	argv := []string{d.Worker, "generate", "--prompt-file", files[0].path, "--model", req.Model}
 	if resolved != nil {

@@ -15,14 +15,12 @@ import (
 // a worker runs. It is made mode 0700 and the files 0600.
 const FileDir = "/tmp/amelia"
 
-// PromptPath is where ExecuteAgentic writes the prompt of workflow inside
-// the sandbox (and removes it afterwards).
-func PromptPath(workflow string) string { return promptPath(workflow) }
-
-func promptPath(workflow string) string { return FileDir + "/prompt-" + workflow + ".txt" }
-
-func instructionsPath(workflow string) string {
-	return FileDir + "/instructions-" + workflow + ".txt"
+// callFiles is the stem of one call's files in FileDir: the mode, the
+// workflow, and a random part, so that no two calls share a file — not two
+// runs of one workflow id from different profiles or hosts on a shared
+// machine, nor a run and its own retry.
+func callFiles(mode, workflow string) string {
+	return FileDir + "/" + mode + "-" + workflow + "-" + randomHex(8)
 }
 
 // sandboxFile is a file the worker reads, written for one call.
