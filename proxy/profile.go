@@ -47,10 +47,15 @@ func ProfileRun(p *config.Profile, lookupEnv func(string) (string, bool), id str
 	return cfg, nil
 }
 
-// NewRunID returns a fresh run id with the given prefix (a valid run id
-// itself): prefix-YYYYMMDD-HHMMSS-xxxx.
+// NewRunID returns a fresh run id from prefix (a valid run id itself):
+// prefix-YYYYMMDD-HHMMSS-xxxx, the prefix cut short where the whole would
+// pass 63 characters (a workflow id may take all 63).
 func NewRunID(prefix string, now time.Time) string {
 	b := make([]byte, 2)
 	rand.Read(b)
-	return prefix + "-" + now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b)
+	suffix := "-" + now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b)
+	if max := 63 - len(suffix); len(prefix) > max {
+		prefix = prefix[:max]
+	}
+	return prefix + suffix
 }

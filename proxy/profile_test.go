@@ -78,4 +78,9 @@ func TestNewRunID(t *testing.T) {
 	if !strings.HasPrefix(id, "proxy-20261123-054600-") || !proxy.ValidRunID(id) {
 		t.Errorf("NewRunID = %q", id)
 	}
+	// A workflow id may be 63 characters long: the run id stays valid.
+	long := strings.Repeat("w", 63)
+	if id := proxy.NewRunID(long, time.Now()); !proxy.ValidRunID(id) || !strings.HasPrefix(id, long[:42]+"-") {
+		t.Errorf("NewRunID of a 63-character prefix = %q", id)
+	}
 }

@@ -315,6 +315,7 @@ func TestRunBringsBackTheBranch(t *testing.T) {
 func TestRunRefusesBeforeStarting(t *testing.T) {
 	h := newHost(t, llmtest.Options{})
 	h.git(t, "branch", "amelia/taken")
+	h.git(t, "branch", "amelia/y/z")
 	for _, c := range []struct {
 		name string
 		args []string
@@ -326,6 +327,8 @@ func TestRunRefusesBeforeStarting(t *testing.T) {
 		{"leading dash", []string{"--workflow", "-x", "do it"}, "workflow"},
 		{"too long", []string{"--workflow", strings.Repeat("a", 64), "do it"}, "64 characters"},
 		{"branch exists", []string{"--workflow", "taken", "do it"}, "amelia/taken already exists"},
+		{"branch in the way", []string{"--workflow", "y", "do it"}, "'refs/heads/amelia/y/z' exists"},
+		{"prompt not UTF-8", []string{"--workflow", "ok", "fix caf\xe9"}, "not UTF-8 (byte 0xe9 at offset 7)"},
 		{"unknown base", []string{"--workflow", "ok", "--base", "nosuch", "do it"}, "nosuch"},
 		{"URL without --push", []string{"--repo", "https://host.example/r.git", "do it"}, "--push"},
 		{"empty prompt", []string{"--workflow", "ok", "  "}, "no task"},
@@ -540,10 +543,10 @@ func TestRunPluginCrashes(t *testing.T) {
 }
 
 // An agent that changes nothing: a successful run, no branch, and the
-// summary says so.
+// summary says so. Its workflow id is as long as one may be.
 func TestRunWithoutChanges(t *testing.T) {
 	h := newHost(t, llmtest.Options{}, llmtest.Turn{Text: "Nothing needs changing."})
-	r := h.amelia(t, "run", "--json", "--workflow", "noop", "is anything wrong?")
+	r := h.amelia(t, "run", "--json", "--workflow", "noop-"+strings.Repeat("x", 58), "is anything wrong?")
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}

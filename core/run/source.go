@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/amelia-sandbox/amelia/core/workspace"
 )
@@ -46,8 +47,8 @@ func isURL(repo string) bool {
 func (r *runner) check(ctx context.Context) (source, error) {
 	req := r.req
 	src := source{workflow: req.Workflow, base: req.Base}
-	if strings.TrimSpace(req.Prompt) == "" {
-		return src, refuse(errors.New("no task: the prompt is empty"))
+	if err := checkPrompt(req.Prompt); err != nil {
+		return src, refuse(err)
 	}
 	if src.workflow == "" {
 		src.workflow = workspace.NewWorkflowID(req.Prompt)
@@ -83,15 +84,17 @@ func (r *runner) check(ctx context.Context) (source, error) {
 			return src, refuse(err)
 		}
 	}
-	if _, err := repo.ResolveBranch(ctx, src.base); err != nil {
+	baseCommit, err := repo.ResolveBranch(ctx, src.base)
+	if err != nil {
 		return src, refuse(fmt.Errorf("--base: %w", err))
 	}
-	exists, err := repo.BranchExists(ctx, branch)
-	if err != nil {
-		return src, err
-	}
-	if exists {
-		return src, refuse(fmt.Errorf("branch %s already exists in %s: pick another --workflow, or delete it (git branch -D %s)", branch, repo.Dir, branch))
+	// The branch the result comes back as must be creatable now: it is
+	// created only at the end, after the agent's tokens are spent.
+	if err := repo.CheckNewBranch(ctx, branch, baseCommit); err != nil {
+		if errors.Is(err, workspace.ErrBranchExists) {
+			return src, refuse(fmt.Errorf("branch %s already exists in %s: pick another --workflow, or delete it (git branch -D %s)", branch, repo.Dir, branch))
+		}
+		return src, refuse(fmt.Errorf("%w: pick another --workflow, or rename the branch in the way", err))
 	}
 	if !req.IncludeDirty {
 		dirty, err := repo.Dirty(ctx)
@@ -111,4 +114,32 @@ func listSome(items []string, n int) string {
 		return strings.Join(items, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(items[:n], ", "), len(items)-n)
+}
+
+// checkPrompt refuses a prompt that could not travel: blank, not UTF-8
+// (gRPC strings and JSON need it), or holding NUL (git refuses it in the
+// commit message).
+func checkPrompt(p string) error {
+	switch {
+	case strings.TrimSpace(p) == "":
+		return errors.New("no task: the prompt is empty")
+	case !utf8.ValidString(p):
+		i := invalidUTF8At(p)
+		return fmt.Errorf("the prompt is not UTF-8 (byte 0x%02x at offset %d): save it as UTF-8, e.g. iconv -f latin1 -t utf-8", p[i], i)
+	case strings.IndexByte(p, 0) >= 0:
+		return fmt.Errorf("the prompt holds a NUL byte at offset %d: remove it", strings.IndexByte(p, 0))
+	}
+	return nil
+}
+
+// invalidUTF8At is the offset of the first byte of s that is not UTF-8.
+func invalidUTF8At(s string) int {
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				return i
+			}
+		}
+	}
+	return len(s)
 }

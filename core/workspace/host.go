@@ -81,6 +81,32 @@ func (h *HostRepo) BranchExists(ctx context.Context, branch string) (bool, error
 	return false, fmt.Errorf("look up branch %s in %s: %w", branch, h.Dir, err)
 }
 
+// CheckNewBranch asks git whether refs/heads/<branch> could be created at
+// commit now, in a transaction it prepares and aborts: it fails when the
+// branch exists (ErrBranchExists) or when another ref stands in its way —
+// a branch "amelia" blocks "amelia/x", and "amelia/x/y" blocks it too.
+// Nothing is written.
+func (h *HostRepo) CheckNewBranch(ctx context.Context, branch, commit string) error {
+	if exists, err := h.BranchExists(ctx, branch); err != nil {
+		return err
+	} else if exists {
+		return fmt.Errorf("branch %s in %s: %w", branch, h.Dir, ErrBranchExists)
+	}
+	tx := fmt.Sprintf("start\ncreate refs/heads/%s %s\nprepare\nabort\n", branch, commit)
+	if err := h.gitIO(ctx, nil, strings.NewReader(tx), io.Discard, "update-ref", "--stdin"); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			_, why, _ := strings.Cut(ee.stderr, "cannot lock ref ")
+			if why == "" {
+				why = ee.stderr
+			}
+			return fmt.Errorf("branch %s cannot be created in %s: %s", branch, h.Dir, strings.TrimSpace(why))
+		}
+		return fmt.Errorf("check branch %s in %s: %w", branch, h.Dir, err)
+	}
+	return nil
+}
+
 // ResolveBranch returns the commit refs/heads/<branch> points at.
 func (h *HostRepo) ResolveBranch(ctx context.Context, branch string) (string, error) {
 	if err := checkBranchName(branch); err != nil {

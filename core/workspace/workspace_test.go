@@ -470,3 +470,41 @@ func TestRemoveWorktreeIdempotent(t *testing.T) {
 		t.Errorf("RemoveWorktree(../x) = %v", err)
 	}
 }
+
+// A result branch that git could not create at the end is known at the
+// start: taken, blocked by a branch named like its directory, or by one
+// below it. Nothing is written by asking.
+func TestCheckNewBranch(t *testing.T) {
+	ctx := t.Context()
+	host, dir := newHostRepo(t)
+	head := gitT(t, dir, "rev-parse", "HEAD")
+	before := refs(t, dir)
+	for _, c := range []struct {
+		name, existing, branch, want string
+	}{
+		{"free", "", "amelia/free", ""},
+		{"taken", "amelia/taken", "amelia/taken", "already exists"},
+		{"parent is a branch", "amelia", "amelia/df1", "'refs/heads/amelia' exists"},
+		{"child is a branch", "amelia/y/z", "amelia/y", "'refs/heads/amelia/y/z' exists"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.existing != "" {
+				gitT(t, dir, "branch", c.existing)
+				t.Cleanup(func() { gitT(t, dir, "branch", "-D", c.existing) })
+			}
+			err := host.CheckNewBranch(ctx, c.branch, head)
+			switch {
+			case c.want == "" && err != nil:
+				t.Errorf("CheckNewBranch(%s) = %v, want nil", c.branch, err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Errorf("CheckNewBranch(%s) = %v, want an error with %q", c.branch, err, c.want)
+			}
+			if ok, _ := host.BranchExists(ctx, c.branch); ok && c.existing != c.branch {
+				t.Errorf("asking created %s", c.branch)
+			}
+		})
+	}
+	if after := refs(t, dir); strings.Join(after, " ") != strings.Join(before, " ") {
+		t.Errorf("refs changed: %v, were %v", after, before)
+	}
+}
