@@ -62,18 +62,11 @@ type sval struct {
 
 func (s sval) expanded() bool { return s.val != s.raw }
 
-// quote renders the value for a message: the value, and what it was
-// expanded from if it was.
+// quote renders the value for a message as it was written. A value that
+// came from ${VAR}s is never shown expanded, in any message: a variable
+// may hold a secret (the wrong variable named, or a key put in the wrong
+// variable), and messages end up in terminals, logs and bug reports.
 func (s sval) quote() string {
-	if s.expanded() {
-		return fmt.Sprintf("%q (from %q)", s.val, s.raw)
-	}
-	return fmt.Sprintf("%q", s.val)
-}
-
-// quoteRaw renders what was written but not what it expanded to, for
-// values that may hold a secret when misused.
-func (s sval) quoteRaw() string {
 	if s.expanded() {
 		return fmt.Sprintf("%q (as expanded)", s.raw)
 	}
@@ -88,12 +81,12 @@ func (d *decoder) envName(at path, v any, key, example string) (string, bool) {
 	switch {
 	case !ok:
 	case looksLikeSecret(s.val) && s.expanded():
-		d.problemf(at, "%s looks like a secret, not a variable name: %s takes the variable's name (like %s), not its value", s.quoteRaw(), key, example)
+		d.problemf(at, "%s looks like a secret, not a variable name: %s takes the variable's name (like %s), not its value", s.quote(), key, example)
 	case looksLikeSecret(s.val):
 		// Not echoed, even as written: it would end up in logs.
 		d.problemf(at, "this looks like a secret, not a variable name: %s takes the variable's name (like %s), not its value", key, example)
 	case !validEnvName(s.val) && s.expanded():
-		d.problemf(at, "%s is not a valid environment variable name: %s takes the variable's name (like %s), not its value", s.quoteRaw(), key, example)
+		d.problemf(at, "%s is not a valid environment variable name: %s takes the variable's name (like %s), not its value", s.quote(), key, example)
 	case !validEnvName(s.val):
 		d.problemf(at, "%q is not a valid environment variable name (letters, digits and _, not starting with a digit)", s.val)
 	default:
