@@ -18,6 +18,9 @@ type decoder struct {
 	envKeys  map[string]string // lowercased key path → env variable that set it
 	problems []Problem
 	bad      map[string]bool // paths with a problem
+	// expanded counts the bytes ${VAR}s have expanded to so far, held to
+	// maxConfigBytes like the file.
+	expanded int
 }
 
 // problemf records a problem at a path, naming the environment variables
@@ -208,6 +211,17 @@ func (d *decoder) expand(at path, s string) (sval, bool) {
 	}
 	if len(x.unset) > 0 {
 		return sval{}, false
+	}
+	if x.changed {
+		over := d.expanded > maxConfigBytes
+		d.expanded += len(x.value)
+		switch {
+		case over:
+			return sval{}, false // said once already
+		case d.expanded > maxConfigBytes:
+			d.problemf(at, "${VAR}s in the config expand to more than %s in all, the limit of config text", formatSize(maxConfigBytes))
+			return sval{}, false
+		}
 	}
 	return sval{val: x.value, raw: s}, true
 }

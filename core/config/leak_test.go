@@ -2,6 +2,10 @@ package config
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -73,4 +77,99 @@ func TestProblemsNeverShowExpandedValues(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A config file over maxConfigBytes is refused with one line naming it,
+// its size and the limit, before it is read; one at the limit loads.
+func TestConfigFileSizeLimit(t *testing.T) {
+	dir := t.TempDir()
+	// Just over the limit, sparse: 1 MiB of NULs it never reads.
+	over := filepath.Join(dir, "over.yaml")
+	f, err := os.Create(over)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(maxConfigBytes + 1); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	_, err = Load(testEnv{}.options(over, dir))
+	if err == nil {
+		t.Fatal("Load of a file over the limit succeeded")
+	}
+	for _, want := range []string{over, strconv.Itoa(maxConfigBytes + 1), "1MiB", "--config"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("error %q is more than one line", err)
+	}
+
+	// Exactly at the limit: a valid config padded with a comment.
+	at := filepath.Join(dir, "at.yaml")
+	content := minimal + "#"
+	content += strings.Repeat("x", maxConfigBytes-len(content)-1) + "\n"
+	if err := os.WriteFile(at, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(at); fi.Size() != maxConfigBytes {
+		t.Fatalf("test file is %d bytes, want %d", fi.Size(), maxConfigBytes)
+	}
+	c, err := Load(testEnv{}.options(at, dir))
+	if err != nil {
+		t.Fatalf("Load of a file at the limit: %v", err)
+	}
+	equal(t, "profiles", c.ProfileNames(), []string{"dev"})
+}
+
+// A config that is not a regular file (a pipe, /dev/stdin, a device) has
+// no size to check first: it is read up to the limit and no further.
+func TestConfigStreamSizeLimit(t *testing.T) {
+	if _, err := os.Stat("/dev/fd/0"); err != nil {
+		t.Skip("no /dev/fd on this system")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	go func() {
+		// Endless: Load must stop reading on its own.
+		defer w.Close()
+		line := []byte("# padding padding padding padding padding padding\n")
+		for {
+			if _, err := w.Write(line); err != nil {
+				return
+			}
+		}
+	}()
+	name := fmt.Sprintf("/dev/fd/%d", r.Fd())
+	_, err = Load(testEnv{}.options(name, t.TempDir()))
+	if err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "more than 1048576 bytes") {
+		t.Fatalf("Load of an endless pipe: %v", err)
+	}
+}
+
+// Environment overrides and ${VAR}s are config text too: they are held
+// to the same limit.
+func TestEnvironmentConfigSizeLimit(t *testing.T) {
+	big := strings.Repeat("a", maxConfigBytes/4)
+	t.Run("overrides", func(t *testing.T) {
+		env := testEnv{}
+		for i := range 5 {
+			env[fmt.Sprintf("AMELIA_PROFILES__DEV__X%d", i)] = big
+		}
+		_, _, err := loadString(t, minimal, env)
+		if err == nil || !strings.Contains(err.Error(), "AMELIA_") || !strings.Contains(err.Error(), "1MiB") {
+			t.Fatalf("Load with %d bytes of overrides: %v", 5*len(big), err)
+		}
+	})
+	t.Run("expansions", func(t *testing.T) {
+		content := profileWith("sandbox:\n  provider: docker\n  docker: {a: '${BIG}', b: '${BIG}', c: '${BIG}', d: '${BIG}', e: '${BIG}'}\n")
+		got := problems(t, content, testEnv{"BIG": big})
+		if len(got) != 1 || !strings.Contains(got[0], "1MiB") || strings.Contains(got[0], big[:64]) {
+			t.Fatalf("problems: %.300q", got)
+		}
+	})
 }
