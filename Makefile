@@ -84,6 +84,7 @@ bench: base-image
 	$(GO) test -run='^$$' -bench=ToolRoundTrip -benchtime=1x ./internal/worker/agent/
 	$(GO) test -run='^$$' -bench='ProxyLatency|SSEFirstByte' -benchtime=2000x ./core/tunnel/
 	$(GO) test -run='^$$' -bench=ProxyThroughput -benchtime=4000x ./core/tunnel/
+	$(GO) test -run='^$$' -bench=Redact -benchtime=200x ./proxy/
 	$(GO) test -run='^$$' -bench=RunToFirstRequest -benchtime=20x ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=TenConcurrentRuns -benchtime=2x ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=WorkspaceSetup -benchtime=3x ./core/workspace/
@@ -96,11 +97,12 @@ bench: base-image
 	$(GO) test -run='^$$' -bench=FramedStream -benchtime=3x ./plugins/daytona/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./plugins/sdk/envelope/
 
-## fuzz: fuzz the protocol decoder, the git credential parser and the egress host matcher (FUZZTIME=60s each by default)
+## fuzz: fuzz the protocol decoder, the git credential parser, the egress host matcher and the response redactor (FUZZTIME=60s each by default)
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecoder -fuzztime=$${FUZZTIME:-60s} ./core/protocol/
 	$(GO) test -run='^$$' -fuzz=FuzzRead -fuzztime=$${FUZZTIME:-60s} ./core/gitcredential/
 	$(GO) test -run='^$$' -fuzz=FuzzMatchHost -fuzztime=$${FUZZTIME:-60s} ./proxy/
+	$(GO) test -run='^$$' -fuzz=FuzzRedact -fuzztime=$${FUZZTIME:-60s} ./proxy/
 
 clean:
 	rm -rf bin

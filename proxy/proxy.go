@@ -127,6 +127,7 @@ type Run struct {
 	anthro   *upstream
 	git      *gitCredentials
 	egress   *egress
+	redact   *redactor // the run's keys and token, kept out of LLM responses
 	audit    *auditLog
 	ctx      context.Context // cancelled by Close: ends the run's requests
 	cancel   context.CancelFunc
@@ -160,6 +161,7 @@ func (s *Server) Start(cfg RunConfig) (*Run, error) {
 		return nil, fmt.Errorf("run %s: %w", cfg.ID, err)
 	}
 	r.egress = newEgress(cfg, s.opts.EgressDial, s.log)
+	r.redact = newRedactor(cfg.runSecrets()...)
 	if r.audit, err = openAuditLog(cfg.AuditDir, cfg.ID, cfg.Profile); err != nil {
 		return nil, fmt.Errorf("run %s: %w", cfg.ID, err)
 	}
@@ -193,6 +195,15 @@ func (c *RunConfig) check() error {
 		c.Git.Username = config.DefaultGitUsername
 	}
 	return nil
+}
+
+// runSecrets are the run's upstream keys and git token.
+func (c *RunConfig) runSecrets() []string {
+	s := []string{c.OpenAI.Key, c.Git.Token}
+	if c.Anthropic != nil {
+		s = append(s, c.Anthropic.Key)
+	}
+	return s
 }
 
 // ValidRunID reports whether id can name a run (and its audit file):
@@ -317,15 +328,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	s.withRun(w, req, route, apiToken(req, route == routeAnthropic), refuse, func(run *Run, w http.ResponseWriter, req *http.Request, rec *Record) {
 		switch route {
-		case routeOpenAI:
-			run.openai.serve(w, req, rec)
-		case routeAnthropic:
-			if run.anthro == nil {
-				writeError(w, route, http.StatusNotFound, "not_found",
-					fmt.Sprintf("profile %s has no Anthropic upstream: add llm.anthropic to it", run.cfg.Profile))
-				return
-			}
-			run.anthro.serve(w, req, rec)
+		case routeOpenAI, routeAnthropic:
+			run.serveLLM(w, req, route, rec)
 		case routeGit:
 			run.git.serve(w, req, rec)
 		default:
@@ -333,6 +337,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 				fmt.Sprintf("no route %s: the proxy serves %s*, %s* and %s", path, openAIPrefix, anthropicPrefix, gitPath))
 		}
 	})
+}
+
+// serveLLM forwards a request on an LLM route, with the run's secrets
+// replaced in everything the response carries back (see redactor).
+func (r *Run) serveLLM(w http.ResponseWriter, req *http.Request, route string, rec *Record) {
+	w, finish := r.redact.wrap(w)
+	defer finish()
+	up := r.openai
+	if route == routeAnthropic {
+		up = r.anthro
+	}
+	if up == nil {
+		writeError(w, route, http.StatusNotFound, "not_found",
+			fmt.Sprintf("profile %s has no Anthropic upstream: add llm.anthropic to it", r.cfg.Profile))
+		return
+	}
+	up.serve(w, req, rec)
 }
 
 // withRun serves req on route for the run whose token it carries: written

@@ -18,6 +18,9 @@ type decoder struct {
 	envKeys  map[string]string // lowercased key path → env variable that set it
 	problems []Problem
 	bad      map[string]bool // paths with a problem
+	// expanded counts the bytes ${VAR}s have expanded to so far, held to
+	// maxConfigBytes like the file.
+	expanded int
 }
 
 // problemf records a problem at a path, naming the environment variables
@@ -62,18 +65,11 @@ type sval struct {
 
 func (s sval) expanded() bool { return s.val != s.raw }
 
-// quote renders the value for a message: the value, and what it was
-// expanded from if it was.
+// quote renders the value for a message as it was written. A value that
+// came from ${VAR}s is never shown expanded, in any message: a variable
+// may hold a secret (the wrong variable named, or a key put in the wrong
+// variable), and messages end up in terminals, logs and bug reports.
 func (s sval) quote() string {
-	if s.expanded() {
-		return fmt.Sprintf("%q (from %q)", s.val, s.raw)
-	}
-	return fmt.Sprintf("%q", s.val)
-}
-
-// quoteRaw renders what was written but not what it expanded to, for
-// values that may hold a secret when misused.
-func (s sval) quoteRaw() string {
 	if s.expanded() {
 		return fmt.Sprintf("%q (as expanded)", s.raw)
 	}
@@ -88,12 +84,12 @@ func (d *decoder) envName(at path, v any, key, example string) (string, bool) {
 	switch {
 	case !ok:
 	case looksLikeSecret(s.val) && s.expanded():
-		d.problemf(at, "%s looks like a secret, not a variable name: %s takes the variable's name (like %s), not its value", s.quoteRaw(), key, example)
+		d.problemf(at, "%s looks like a secret, not a variable name: %s takes the variable's name (like %s), not its value", s.quote(), key, example)
 	case looksLikeSecret(s.val):
 		// Not echoed, even as written: it would end up in logs.
 		d.problemf(at, "this looks like a secret, not a variable name: %s takes the variable's name (like %s), not its value", key, example)
 	case !validEnvName(s.val) && s.expanded():
-		d.problemf(at, "%s is not a valid environment variable name: %s takes the variable's name (like %s), not its value", s.quoteRaw(), key, example)
+		d.problemf(at, "%s is not a valid environment variable name: %s takes the variable's name (like %s), not its value", s.quote(), key, example)
 	case !validEnvName(s.val):
 		d.problemf(at, "%q is not a valid environment variable name (letters, digits and _, not starting with a digit)", s.val)
 	default:
@@ -215,6 +211,17 @@ func (d *decoder) expand(at path, s string) (sval, bool) {
 	}
 	if len(x.unset) > 0 {
 		return sval{}, false
+	}
+	if x.changed {
+		over := d.expanded > maxConfigBytes
+		d.expanded += len(x.value)
+		switch {
+		case over:
+			return sval{}, false // said once already
+		case d.expanded > maxConfigBytes:
+			d.problemf(at, "${VAR}s in the config expand to more than %s in all, the limit of config text", formatSize(maxConfigBytes))
+			return sval{}, false
+		}
 	}
 	return sval{val: x.value, raw: s}, true
 }

@@ -20,7 +20,8 @@ type expansion struct {
 //     or empty; the default may itself contain references.
 //   - $${ is a literal "${"; any other "$" is left alone.
 //
-// A "${" that does not start a well-formed reference is an error.
+// A "${" that does not start a well-formed reference is an error, and so
+// is a value that expands to more than maxConfigBytes.
 func expand(s string, lookup func(string) (string, bool)) (expansion, error) {
 	var out expansion
 	if !strings.Contains(s, "$") {
@@ -64,6 +65,9 @@ func expand(s string, lookup func(string) (string, bool)) (expansion, error) {
 				out.unset = append(out.unset, name)
 			default:
 				b.WriteString(v)
+			}
+			if b.Len() > maxConfigBytes {
+				return out, fmt.Errorf("${%s} makes the value longer than %s, the limit of config text", name, formatSize(maxConfigBytes))
 			}
 			i = end + 1
 		default:

@@ -3,13 +3,14 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
 	kyaml "github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/env/v2"
-	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 	"go.yaml.in/yaml/v3"
 )
@@ -28,6 +29,15 @@ const (
 	envProfilesPrefix = "AMELIA_PROFILES__"
 	envNestSep        = "__"
 )
+
+// maxConfigBytes bounds config text: the file, the environment overrides
+// together, and what ${VAR}s expand to in all. The largest real configs
+// are tens of KiB (configs/example.yaml, every key documented, is 12 KiB),
+// so 1 MiB leaves room for thousands of profiles and still validates in
+// about a second at worst (4,400 dense profiles), while a wrong --config
+// (a log, a disk image, a pipe that never ends) fails at once instead of
+// being parsed into a tree many times its size.
+const maxConfigBytes = 1 << 20
 
 // builtinConfig is used when there is no --config, no AMELIA_CONFIG and no
 // file at the default path.
@@ -69,7 +79,10 @@ func Load(opts Options) (*Config, error) {
 	k := koanf.NewWithConf(koanf.Conf{Delim: keyDelim})
 	source := ""
 	if name != "" {
-		err := k.Load(file.Provider(name), yamlParser{})
+		b, err := readConfig(name)
+		if err == nil {
+			err = k.Load(bytesProvider(b), yamlParser{})
+		}
 		var perr *parseError
 		switch {
 		case err == nil:
@@ -90,6 +103,10 @@ func Load(opts Options) (*Config, error) {
 		}
 	}
 
+	if n := overridesSize(opts.Environ); n > maxConfigBytes {
+		return nil, fmt.Errorf("environment overrides: the %s and %s* variables hold %d bytes, over the limit of %s for config text",
+			envDefaultProfile, envProfilesPrefix, n, formatSize(maxConfigBytes))
+	}
 	envKeys := map[string]string{} // lowercased key path → variable that set it
 	ep := env.Provider(keyDelim, env.Opt{
 		Prefix:        envPrefix,
@@ -111,6 +128,40 @@ func Load(opts Options) (*Config, error) {
 		p.lookupEnv = lookup
 	}
 	return &Config{Source: source, DefaultProfile: r.defaultProfile, Profiles: r.profiles}, nil
+}
+
+// readConfig reads the config file name, refusing one over maxConfigBytes
+// before reading it: a regular file by its size, anything else (a pipe, a
+// device) by reading one byte more than the limit at most.
+func readConfig(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > maxConfigBytes {
+		return nil, fmt.Errorf("%s is %d bytes, over the limit of %s for a config file (is it the right file?)", name, fi.Size(), formatSize(maxConfigBytes))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	switch {
+	case err != nil:
+		return nil, err
+	case len(b) > maxConfigBytes:
+		return nil, fmt.Errorf("%s holds more than %d bytes, over the limit of %s for a config file (is it the right file?)", name, maxConfigBytes, formatSize(maxConfigBytes))
+	}
+	return b, nil
+}
+
+// overridesSize is the size of the environment overrides in environ, as
+// NAME=value.
+func overridesSize(environ []string) int {
+	n := 0
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, envDefaultProfile+"=") || strings.HasPrefix(kv, envProfilesPrefix) {
+			n += len(kv)
+		}
+	}
+	return n
 }
 
 // lookup returns the environment lookup function: LookupEnv, else a
@@ -273,9 +324,9 @@ func nodeKind(n *yaml.Node) string {
 }
 
 // bytesProvider is a koanf provider for a document in memory.
-type bytesProvider string
+type bytesProvider []byte
 
-func (b bytesProvider) ReadBytes() ([]byte, error) { return []byte(b), nil }
+func (b bytesProvider) ReadBytes() ([]byte, error) { return b, nil }
 func (b bytesProvider) Read() (map[string]any, error) {
 	return nil, errors.New("bytesProvider: use ReadBytes")
 }

@@ -17,6 +17,7 @@ import (
 // root is the top level of the file.
 type root struct {
 	defaultProfile string
+	defaultShown   string // default_profile as written, for messages
 	defaultSet     bool
 	profiles       map[string]*Profile
 	names          []string // every profile name, valid or not, sorted
@@ -33,7 +34,7 @@ func rootSection() section[root] {
 						return
 					}
 					if s, ok := d.str(at, v); ok && s.val != "" {
-						r.defaultProfile, r.defaultSet = s.val, true
+						r.defaultProfile, r.defaultShown, r.defaultSet = s.val, s.quote(), true
 					}
 				},
 			},
@@ -73,7 +74,7 @@ func rootSection() section[root] {
 			switch {
 			case r.defaultSet:
 				if !slices.Contains(r.names, r.defaultProfile) {
-					d.problemf(dp, "%q is not a profile (profiles: %s)", r.defaultProfile, list)
+					d.problemf(dp, "%s is not a profile (profiles: %s)", r.defaultShown, list)
 				}
 			case d.failed(dp):
 			case len(r.names) == 1:
@@ -207,7 +208,7 @@ func upstreamSection(defBaseURL, defKeyEnv string) section[Upstream] {
 					}
 					if pu, err := url.Parse(s.val); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
 						s.val, s.raw = redactURL(s.val), redactURL(s.raw)
-						d.problemf(at, "%s is not an absolute http(s) URL", s.quoteRaw())
+						d.problemf(at, "%s is not an absolute http(s) URL", s.quote())
 						return
 					}
 					u.BaseURL = s.val

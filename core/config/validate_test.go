@@ -152,7 +152,7 @@ func TestValidationRules(t *testing.T) {
 			name:    "timeout from a variable",
 			content: profileWith("llm: {timeout: '${T}'}\n" + sandbox),
 			env:     testEnv{"T": "soon"},
-			want:    []string{`profiles.dev.llm.timeout: "soon" (from "${T}") is not a duration (like 90s, 10m)`},
+			want:    []string{`profiles.dev.llm.timeout: "${T}" (as expanded) is not a duration (like 90s, 10m)`},
 		},
 		// llm.anthropic: the same rules as llm, under its own path.
 		{
@@ -272,7 +272,7 @@ func TestValidationRules(t *testing.T) {
 			name:    "audit_dir relative from a variable",
 			content: profileWith("proxy: {audit_dir: '${D}/audit'}\n" + sandbox),
 			env:     testEnv{"D": "state"},
-			want:    []string{`profiles.dev.proxy.audit_dir: "state/audit" (from "${D}/audit") is not an absolute path (write /dir or ~/dir)`},
+			want:    []string{`profiles.dev.proxy.audit_dir: "${D}/audit" (as expanded) is not an absolute path (write /dir or ~/dir)`},
 		},
 		{
 			name:    "audit_dir is not a string",
@@ -349,7 +349,7 @@ func TestValidationRules(t *testing.T) {
 			name:    "max_request_bytes from a variable",
 			content: profileWith("proxy: {max_request_bytes: '${S}'}\n" + sandbox),
 			env:     testEnv{"S": "big"},
-			want:    []string{`profiles.dev.proxy.max_request_bytes: "big" (from "${S}") is not a size (an integer of bytes, or like 512KiB, 10MiB)`},
+			want:    []string{`profiles.dev.proxy.max_request_bytes: "${S}" (as expanded) is not a size (an integer of bytes, or like 512KiB, 10MiB)`},
 		},
 		{
 			name:    "unknown proxy keys",
@@ -406,7 +406,7 @@ func TestValidationRules(t *testing.T) {
 			name:    "network from a variable",
 			content: profileWith("sandbox: {provider: docker, network: '${NET}'}\n"),
 			env:     testEnv{"NET": "closed"},
-			want:    []string{`profiles.dev.sandbox.network: "closed" (from "${NET}") is not one of open, allowlist, none`},
+			want:    []string{`profiles.dev.sandbox.network: "${NET}" (as expanded) is not one of open, allowlist, none`},
 		},
 		// sandbox.allowed_hosts.
 		{

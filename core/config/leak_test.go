@@ -1,0 +1,175 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// A value that comes from ${VAR}s is never shown expanded in a problem:
+// the variable may hold a key (the wrong variable named, or a key put in
+// the wrong variable). The problem still names the file, the key and what
+// was written.
+func TestProblemsNeverShowExpandedValues(t *testing.T) {
+	// Fails every rule: upper case, '/', '+', '=', not a number or a URL.
+	const secret = "sk-proj/Abc+123=SECRETsecret9f3a"
+	env := testEnv{"OPENAI_API_KEY": secret}
+	const sandbox = "sandbox: {provider: docker}\n"
+	tests := []struct {
+		name    string
+		content string
+		env     testEnv // added to env
+		key     string  // the problem's key
+	}{
+		{"enum", profileWith("sandbox: {provider: docker, network: '${OPENAI_API_KEY}'}\n"), nil, "profiles.dev.sandbox.network"},
+		{"enum with text around", profileWith("sandbox: {provider: docker, network: 'x-${OPENAI_API_KEY}-y'}\n"), nil, "profiles.dev.sandbox.network"},
+		{"name", profileWith("sandbox: {provider: '${OPENAI_API_KEY}'}\n"), nil, "profiles.dev.sandbox.provider"},
+		{"duration", profileWith("llm: {timeout: '${OPENAI_API_KEY}'}\n" + sandbox), nil, "profiles.dev.llm.timeout"},
+		{"size", profileWith("proxy: {max_request_bytes: '${OPENAI_API_KEY}'}\n" + sandbox), nil, "profiles.dev.proxy.max_request_bytes"},
+		{"size too large", profileWith("proxy: {max_request_bytes: '${BIG}'}\n" + sandbox), testEnv{"BIG": "98765432109876543"}, "profiles.dev.proxy.max_request_bytes"},
+		{"path", profileWith("proxy: {audit_dir: '${OPENAI_API_KEY}'}\n" + sandbox), nil, "profiles.dev.proxy.audit_dir"},
+		{"list item", profileWith("sandbox: {provider: docker, allowed_hosts: [github.com, '${OPENAI_API_KEY}']}\n"), nil, "profiles.dev.sandbox.allowed_hosts[1]"},
+		{"host:port", profileWith("sandbox: {provider: docker, egress_check_targets: ['${OPENAI_API_KEY}']}\n"), nil, "profiles.dev.sandbox.egress_check_targets[0]"},
+		{"nested upstream URL", profileWith("llm: {anthropic: {base_url: '${OPENAI_API_KEY}'}}\n" + sandbox), nil, "profiles.dev.llm.anthropic.base_url"},
+		{"nested upstream key variable", profileWith("llm: {anthropic: {api_key_env: '${OPENAI_API_KEY}'}}\n" + sandbox), nil, "profiles.dev.llm.anthropic.api_key_env"},
+		{"git username", profileWith("git: {username: '${OPENAI_API_KEY}'}\n" + sandbox), testEnv{"OPENAI_API_KEY": secret + "\n"}, "profiles.dev.git.username"},
+		{"default_profile", "default_profile: '${OPENAI_API_KEY}'\n" + profileWith(sandbox), nil, "default_profile"},
+		{"environment override", profileWith(sandbox), testEnv{"AMELIA_PROFILES__DEV__SANDBOX__NETWORK": "${OPENAI_API_KEY}"}, "profiles.dev.sandbox.network"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := testEnv{}
+			for k, v := range env {
+				e[k] = v
+			}
+			for k, v := range tt.env {
+				e[k] = v
+			}
+			_, path, err := loadString(t, tt.content, e)
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("Load: %v, want a *ValidationError", err)
+			}
+			all := err.Error() + "\n" + problemLines(ve)
+			for _, s := range []string{strings.TrimSpace(e["OPENAI_API_KEY"]), "SECRETsecret", "98765432109876543"} {
+				if strings.Contains(all, s) || strings.Contains(strings.ToLower(all), strings.ToLower(s)) {
+					t.Errorf("the error shows the expanded value %q:\n%s", s, all)
+				}
+			}
+			if !strings.Contains(err.Error(), path) {
+				t.Errorf("error %q does not name the file %s", err, path)
+			}
+			var found bool
+			for _, p := range ve.Problems {
+				if p.Key == tt.key {
+					found = true
+					if !strings.Contains(p.Message, "${") {
+						t.Errorf("%s: %q does not show the value as written", p.Key, p.Message)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("no problem at %s:\n%s", tt.key, problemLines(ve))
+			}
+		})
+	}
+}
+
+// A config file over maxConfigBytes is refused with one line naming it,
+// its size and the limit, before it is read; one at the limit loads.
+func TestConfigFileSizeLimit(t *testing.T) {
+	dir := t.TempDir()
+	// Just over the limit, sparse: 1 MiB of NULs it never reads.
+	over := filepath.Join(dir, "over.yaml")
+	f, err := os.Create(over)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(maxConfigBytes + 1); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	_, err = Load(testEnv{}.options(over, dir))
+	if err == nil {
+		t.Fatal("Load of a file over the limit succeeded")
+	}
+	for _, want := range []string{over, strconv.Itoa(maxConfigBytes + 1), "1MiB", "--config"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("error %q is more than one line", err)
+	}
+
+	// Exactly at the limit: a valid config padded with a comment.
+	at := filepath.Join(dir, "at.yaml")
+	content := minimal + "#"
+	content += strings.Repeat("x", maxConfigBytes-len(content)-1) + "\n"
+	if err := os.WriteFile(at, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(at); fi.Size() != maxConfigBytes {
+		t.Fatalf("test file is %d bytes, want %d", fi.Size(), maxConfigBytes)
+	}
+	c, err := Load(testEnv{}.options(at, dir))
+	if err != nil {
+		t.Fatalf("Load of a file at the limit: %v", err)
+	}
+	equal(t, "profiles", c.ProfileNames(), []string{"dev"})
+}
+
+// A config that is not a regular file (a pipe, /dev/stdin, a device) has
+// no size to check first: it is read up to the limit and no further.
+func TestConfigStreamSizeLimit(t *testing.T) {
+	if _, err := os.Stat("/dev/fd/0"); err != nil {
+		t.Skip("no /dev/fd on this system")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	go func() {
+		// Endless: Load must stop reading on its own.
+		defer w.Close()
+		line := []byte("# padding padding padding padding padding padding\n")
+		for {
+			if _, err := w.Write(line); err != nil {
+				return
+			}
+		}
+	}()
+	name := fmt.Sprintf("/dev/fd/%d", r.Fd())
+	_, err = Load(testEnv{}.options(name, t.TempDir()))
+	if err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "more than 1048576 bytes") {
+		t.Fatalf("Load of an endless pipe: %v", err)
+	}
+}
+
+// Environment overrides and ${VAR}s are config text too: they are held
+// to the same limit.
+func TestEnvironmentConfigSizeLimit(t *testing.T) {
+	big := strings.Repeat("a", maxConfigBytes/4)
+	t.Run("overrides", func(t *testing.T) {
+		env := testEnv{}
+		for i := range 5 {
+			env[fmt.Sprintf("AMELIA_PROFILES__DEV__X%d", i)] = big
+		}
+		_, _, err := loadString(t, minimal, env)
+		if err == nil || !strings.Contains(err.Error(), "AMELIA_") || !strings.Contains(err.Error(), "1MiB") {
+			t.Fatalf("Load with %d bytes of overrides: %v", 5*len(big), err)
+		}
+	})
+	t.Run("expansions", func(t *testing.T) {
+		content := profileWith("sandbox:\n  provider: docker\n  docker: {a: '${BIG}', b: '${BIG}', c: '${BIG}', d: '${BIG}', e: '${BIG}'}\n")
+		got := problems(t, content, testEnv{"BIG": big})
+		if len(got) != 1 || !strings.Contains(got[0], "1MiB") || strings.Contains(got[0], big[:64]) {
+			t.Fatalf("problems: %.300q", got)
+		}
+	})
+}
