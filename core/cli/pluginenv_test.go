@@ -121,4 +121,10 @@ func TestPluginEnvRefusesTheLLMKey(t *testing.T) {
 	if r.code != 1 || r.stdout != "" || r.stderr != want {
 		t.Errorf("exit %d stdout %q stderr %q; want 1 and %q", r.code, r.stdout, r.stderr, want)
 	}
+	// config validate says so before anything runs.
+	r = amelia(t, "", "config", "validate")
+	want = e.home + "/.config/amelia/config.yaml: profiles.dev: sandbox.plugin_env: OPENAI_API_KEY is the profile's llm.api_key_env; the LLM key never goes to a provider\n"
+	if r.code != 1 || r.stderr != want {
+		t.Errorf("validate: exit %d stderr %q; want 1 and %q", r.code, r.stderr, want)
+	}
 }
