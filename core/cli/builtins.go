@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/amelia-sandbox/amelia/core/buildinfo"
+	"github.com/amelia-sandbox/amelia/core/pluginhost"
 	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/daytona"
 	"github.com/amelia-sandbox/amelia/plugins/docker"
@@ -18,6 +19,27 @@ import (
 func builtinNames() []string { return []string{local.Name, docker.Name, ssh.Name, daytona.Name} }
 
 func builtinAliases() map[string]string { return map[string]string{local.Alias: local.Name} }
+
+// builtinEnv is what each built-in provider reads from the host's
+// environment beyond what every plugin gets (pluginhost's base: PATH,
+// HOME, USER, locale, XDG directories, AMELIA_WORKER_DIR...). local needs
+// nothing more: it passes commands only PATH, locale and user variables.
+func builtinEnv() map[string]pluginhost.Env {
+	// The proxy and CA variables of Go's HTTP client, for the API clients
+	// that may cross a proxy (a tcp:// Docker engine, Daytona's API).
+	netEnv := []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR"}
+	return map[string]pluginhost.Env{
+		local.Name: {},
+		// plugins/docker/engine.go, and the client library's FromEnv.
+		docker.Name: {Vars: append([]string{
+			"DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY", "DOCKER_API_VERSION",
+		}, netEnv...)},
+		// The agent; known_hosts and ~/.ssh/config come from HOME.
+		ssh.Name: {Vars: []string{"SSH_AUTH_SOCK"}},
+		// The API key's variable is the profile's daytona.api_key_env.
+		daytona.Name: {Vars: netEnv, Named: []pluginhost.NamedVar{{Key: "api_key_env", Default: "DAYTONA_API_KEY"}}},
+	}
+}
 
 // builtinProvider builds the built-in provider called name, for a plugin
 // process whose logs go to logger.

@@ -216,6 +216,8 @@ func (a *app) pluginHost() *pluginhost.Host {
 		Builtins: builtinNames(),
 		Aliases:  builtinAliases(),
 		Dirs:     pluginhost.SearchPath(a.getenv("AMELIA_PLUGIN_PATH"), a.configDir(), a.self),
+		Environ:  a.environ,
+		Env:      builtinEnv(),
 		Logger:   a.logger,
 	})
 }

@@ -407,7 +407,7 @@ func TestThirdPartyProvider(t *testing.T) {
 	}
 	golden(t, "plugin-ls", strings.NewReplacer(dir, "$HELLODIR", filepath.Dir(shadow), "$SHADOWDIR").Replace(e.normalize(r.stdout+r.stderr)))
 
-	e.writeConfig(t, "profiles:\n  hi:\n    sandbox:\n      provider: hello\n      hello: {root: "+t.TempDir()+"}\n")
+	e.writeConfig(t, "profiles:\n  hi:\n    sandbox:\n      provider: hello\n      plugin_env: [KUBECONFIG]\n      hello: {root: "+t.TempDir()+"}\n")
 	if r := amelia(t, "", "config", "validate"); r.code != 0 {
 		t.Errorf("validate: %s", r.stderr)
 	}
@@ -415,6 +415,17 @@ func TestThirdPartyProvider(t *testing.T) {
 	if r.code != 7 || r.stdout != "from hello\n" {
 		t.Errorf("exec through hello: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
 	}
+
+	// The plugin has the base and what the profile grants, nothing else of
+	// the host's.
+	secrets := hostSecrets(t, "hi")
+	t.Setenv("KUBECONFIG", "/etc/kube/config")
+	t.Setenv("DOCKER_HOST", "unix:///nowhere.sock")
+	r = amelia(t, "", "sandbox", "exec", "--", "sh", "-c", parentEnviron)
+	if r.code != 0 {
+		t.Fatalf("exec through hello: exit %d: %s", r.code, r.stderr)
+	}
+	checkPluginEnviron(t, r.stdout, secrets, []string{"PATH", "HOME", "KUBECONFIG"}, []string{"DOCKER_HOST", "AMELIA_PLUGIN_PATH"})
 }
 
 func TestDoctor(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/sandbox"
 )
 
 func (a *app) configCommand() *cobra.Command {
@@ -46,12 +47,20 @@ func (a *app) configCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// Every profile's provider must be one amelia can start.
+			// Every profile's provider must be one amelia can start, with
+			// an environment that keeps the profile's secrets out.
 			host := a.pluginHost()
 			bad := 0
 			for _, name := range c.ProfileNames() {
-				if _, err := host.Find(c.Profiles[name].Sandbox.Provider); err != nil {
+				p := c.Profiles[name]
+				pl, err := host.Find(p.Sandbox.Provider)
+				if err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s: profiles.%s.sandbox.provider: %v\n", sourceName(c), name, err)
+					bad++
+					continue
+				}
+				if _, err := host.Environment(pl, sandbox.PluginProfile(p)); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: profiles.%s: %v\n", sourceName(c), name, err)
 					bad++
 				}
 			}

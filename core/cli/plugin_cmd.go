@@ -122,10 +122,11 @@ func (a *app) listPlugins(cmd *cobra.Command, asJSON bool) error {
 	return nil
 }
 
-// describePlugin starts p and asks for its Info.
+// describePlugin starts p, for no profile (the base environment and its
+// provider's declared variables only), and asks for its Info.
 func describePlugin(ctx context.Context, host *pluginhost.Host, p pluginhost.Plugin) pluginRow {
 	row := pluginRow{Name: p.Name, Source: p.Source(), EgressModes: []string{}}
-	pl, err := host.Start(p)
+	pl, err := host.Start(p, nil)
 	if err != nil {
 		row.Error = err.Error()
 		return row

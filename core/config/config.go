@@ -203,6 +203,11 @@ type Sandbox struct {
 	// network allowlist or none (lowercased); empty means the worker's
 	// defaults, public resolvers over IPv4 and IPv6.
 	EgressCheckTargets []string
+	// PluginEnv are host environment variables the profile grants its
+	// provider plugin, beyond the few every plugin gets and those its
+	// provider declares (a third-party plugin's KUBECONFIG, say). Valid
+	// names; the plugin host refuses the profile's key and token variables.
+	PluginEnv []string
 	// Settings maps a provider name to its settings block, as written
 	// (after ${VAR} expansion). Blocks for providers other than Provider
 	// are kept so that overriding the provider keeps working.

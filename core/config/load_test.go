@@ -525,6 +525,13 @@ profiles:
 			},
 		},
 		{
+			name: "plugin_env from the environment",
+			env:  testEnv{"AMELIA_PROFILES__DEV__SANDBOX__PLUGIN_ENV": "KUBECONFIG, AWS_PROFILE,,"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "plugin_env", c.Profiles["dev"].Sandbox.PluginEnv, []string{"KUBECONFIG", "AWS_PROFILE"})
+			},
+		},
+		{
 			name: "egress check targets from the environment",
 			env: testEnv{
 				"AMELIA_PROFILES__DEV__SANDBOX__NETWORK":              "none",

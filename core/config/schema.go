@@ -472,6 +472,24 @@ func sandboxSection() section[Sandbox] {
 					return append([]string{}, sb.EgressCheckTargets...)
 				},
 			},
+			{
+				key: "plugin_env",
+				decode: func(d *decoder, at path, v any, sb *Sandbox) {
+					if v == nil {
+						return
+					}
+					sb.PluginEnv, _ = d.strList(at, v, func(at path, s sval) (string, bool) {
+						// envName expands the item as written again, to the same value.
+						return d.envName(at, s.raw, "plugin_env", "KUBECONFIG")
+					})
+				},
+				show: func(_ *shower, _ path, sb *Sandbox) any {
+					if len(sb.PluginEnv) == 0 {
+						return nil
+					}
+					return append([]string{}, sb.PluginEnv...)
+				},
+			},
 		},
 		// Any other key holding a map is a provider's settings block, kept
 		// as written for the plugin.

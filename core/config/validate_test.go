@@ -483,6 +483,33 @@ func TestValidationRules(t *testing.T) {
 				`profiles.dev.sandbox.egress_check_targets[11]: "" is not HOST:PORT (a hostname or IP address, [IPv6] in brackets, and a port from 1 to 65535)`,
 			},
 		},
+		// sandbox.plugin_env.
+		{
+			name: "plugin_env entries",
+			content: profileWith(`sandbox:
+  provider: kubernetes
+  plugin_env:
+    - KUBECONFIG
+    - _OK_2
+    - KUBE CONFIG
+    - 2FAST
+    - KUBECONFIG=/tmp/k
+    - ""
+    - ghp_abcdefghijklmnopqrstuvwxyz0123456789
+`),
+			want: []string{
+				`profiles.dev.sandbox.plugin_env[2]: "KUBE CONFIG" is not a valid environment variable name (letters, digits and _, not starting with a digit)`,
+				`profiles.dev.sandbox.plugin_env[3]: "2FAST" is not a valid environment variable name (letters, digits and _, not starting with a digit)`,
+				`profiles.dev.sandbox.plugin_env[4]: "KUBECONFIG=/tmp/k" is not a valid environment variable name (letters, digits and _, not starting with a digit)`,
+				`profiles.dev.sandbox.plugin_env[5]: "" is not a valid environment variable name (letters, digits and _, not starting with a digit)`,
+				`profiles.dev.sandbox.plugin_env[6]: this looks like a secret, not a variable name: plugin_env takes the variable's name (like KUBECONFIG), not its value`,
+			},
+		},
+		{
+			name:    "plugin_env not a list",
+			content: profileWith("sandbox: {provider: kubernetes, plugin_env: KUBECONFIG}\n"),
+			want:    []string{`profiles.dev.sandbox.plugin_env: must be a list, got a string`},
+		},
 		// Unknown keys.
 		{
 			name:    "unknown top-level key",
@@ -512,9 +539,9 @@ func TestValidationRules(t *testing.T) {
 			name:    "unknown scalar or list under sandbox",
 			content: profileWith("sandbox: {provider: docker, netwrok: none, image: x, hosts: [a]}\n"),
 			want: []string{
-				`profiles.dev.sandbox.hosts: unknown key (known: provider, network, allowed_hosts, egress_check_targets, or a map of provider settings)`,
-				`profiles.dev.sandbox.image: unknown key (known: provider, network, allowed_hosts, egress_check_targets, or a map of provider settings)`,
-				`profiles.dev.sandbox.netwrok: unknown key, did you mean network? (known: provider, network, allowed_hosts, egress_check_targets, or a map of provider settings)`,
+				`profiles.dev.sandbox.hosts: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, or a map of provider settings)`,
+				`profiles.dev.sandbox.image: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, or a map of provider settings)`,
+				`profiles.dev.sandbox.netwrok: unknown key, did you mean network? (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, or a map of provider settings)`,
 			},
 		},
 		// Provider settings blocks.

@@ -51,7 +51,13 @@ type Options struct {
 	// Aliases map alternative names to canonical ones ("none" → "local").
 	Aliases map[string]string
 	// Dirs is the search path for amelia-provider-NAME binaries, in order.
-	Dirs   []string
+	Dirs []string
+	// Environ is the host's environment (os.Environ()), which plugins'
+	// environments are drawn from (see Environment).
+	Environ []string
+	// Env says what each provider reads from the host's environment
+	// beyond the base, by provider name: the built-ins' declarations.
+	Env    map[string]Env
 	Logger *slog.Logger
 }
 
@@ -172,20 +178,37 @@ func (h *Host) List() ([]Plugin, []Ignored) {
 	return append(plugins, found...), ignored
 }
 
-// Start launches the plugin. The caller closes it.
-func (h *Host) Start(p Plugin) (*sdk.Plugin, error) {
+// Environment is the environment plugin p starts with when started for
+// prof (nil: for no profile, as `plugin ls` does): the host's PATH, HOME,
+// USER, locale, TZ, TMPDIR, XDG directories, Go runtime settings and
+// AMELIA_WORKER_DIR, the variables p's provider declares (Options.Env),
+// and those prof grants. A variable that holds one of prof's secrets is
+// refused with an error naming it and the key it came from.
+func (h *Host) Environment(p Plugin, prof *Profile) ([]string, error) {
+	return environment(h.opts.Environ, p.Name, h.opts.Env[p.Name], prof)
+}
+
+// Start launches the plugin with its Environment for prof (nil: no
+// profile). The caller closes it.
+func (h *Host) Start(p Plugin, prof *Profile) (*sdk.Plugin, error) {
+	env, err := h.Environment(p, prof)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(p.Path, p.Args...)
-	h.opts.Logger.Debug("starting provider plugin", "plugin", p.Name, "path", p.Path, "args", p.Args)
+	cmd.Env = env // never nil: with nil, the plugin would get the host's environment
+	h.opts.Logger.Debug("starting provider plugin", "plugin", p.Name, "path", p.Path, "args", p.Args, "env", names(env))
 	return sdk.Launch(cmd, sdk.LaunchOptions{Name: p.Name, Logger: h.opts.Logger})
 }
 
-// Open finds the provider called name and starts it.
-func (h *Host) Open(name string) (*sdk.Plugin, error) {
+// Open finds the provider called name and starts it for prof (nil: no
+// profile).
+func (h *Host) Open(name string, prof *Profile) (*sdk.Plugin, error) {
 	p, err := h.Find(name)
 	if err != nil {
 		return nil, err
 	}
-	return h.Start(p)
+	return h.Start(p, prof)
 }
 
 func isExecutable(path string) bool {

@@ -70,7 +70,7 @@ func Open(ctx context.Context, host *pluginhost.Host, p *config.Profile, logger 
 	if string(settings) == "null" {
 		settings = nil
 	}
-	pl, err := host.Open(p.Sandbox.Provider)
+	pl, err := host.Open(p.Sandbox.Provider, PluginProfile(p))
 	if err != nil {
 		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
 	}
@@ -88,6 +88,28 @@ func Open(ctx context.Context, host *pluginhost.Host, p *config.Profile, logger 
 		logger:   logger,
 		owner:    Owner(),
 	}, nil
+}
+
+// PluginProfile is what profile p adds to its provider plugin's
+// environment (sandbox.plugin_env, the provider's settings) and keeps out
+// of it (the variables or values of its LLM keys and git token).
+func PluginProfile(p *config.Profile) *pluginhost.Profile {
+	const llmKey, gitToken = "the LLM key", "the git token"
+	prof := &pluginhost.Profile{Settings: p.Sandbox.ProviderSettings(), Grant: p.Sandbox.PluginEnv}
+	add := func(key, envName, literal, what string) {
+		switch {
+		case envName != "":
+			prof.Secrets = append(prof.Secrets, pluginhost.Secret{Key: key + "_env", Var: envName, What: what})
+		case literal != "":
+			prof.Secrets = append(prof.Secrets, pluginhost.Secret{Key: key, Value: literal, What: what})
+		}
+	}
+	add("llm.api_key", p.LLM.APIKeyEnv, p.LLM.APIKey, llmKey)
+	if a := p.LLM.Anthropic; a != nil {
+		add("llm.anthropic.api_key", a.APIKeyEnv, a.APIKey, llmKey)
+	}
+	add("git.token", p.Git.TokenEnv, p.Git.Token, gitToken)
+	return prof
 }
 
 // Close stops the provider plugin.

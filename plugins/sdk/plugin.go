@@ -184,6 +184,11 @@ type Plugin struct {
 // Launch starts the plugin binary cmd (not yet started) and connects to it
 // over go-plugin's gRPC transport with automatic mutual TLS. The plugin is
 // managed: plugin.CleanupClients stops it if Close is never called.
+//
+// The plugin's environment follows os/exec: a nil cmd.Env means the host's
+// whole environment; a non-nil one is all the plugin gets, besides the
+// handshake variables go-plugin adds (its cookie and PLUGIN_*). go-plugin
+// would otherwise add the host's environment to any cmd.Env.
 func Launch(cmd *exec.Cmd, opts LaunchOptions) (*Plugin, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -196,6 +201,7 @@ func Launch(cmd *exec.Cmd, opts LaunchOptions) (*Plugin, error) {
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: map[int]plugin.PluginSet{APIVersion: {pluginKey: &grpcPlugin{}}},
 		Cmd:              cmd,
+		SkipHostEnv:      cmd.Env != nil,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		Managed:          true,

@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,9 +70,15 @@ func (p *testProvider) EnsureRunning(_ context.Context, spec sdk.Spec) (sdk.Sand
 }
 
 func (p *testProvider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
-	if p.mode == "crashy" {
+	switch p.mode {
+	case "crashy":
 		_, _ = fmt.Fprintln(eio.Stdout, "partial output")
 		panic("test provider exploded")
+	case "environ":
+		// The plugin's own environment, NUL-separated (go-plugin's
+		// certificate spans lines).
+		_, err := io.WriteString(eio.Stdout, strings.Join(os.Environ(), "\x00"))
+		return sdk.ExitStatus{}, err
 	}
 	return hostproc.Run(ctx, exec.Command(req.Argv[0], req.Argv[1:]...), eio, req.Grace())
 }
@@ -143,6 +152,59 @@ func runHost(pidfile string) int {
 	_, err = p.Exec(context.Background(), sdk.ExecRequest{Sandbox: ref, Argv: []string{"sh", "-c", "echo $$ > " + pidfile + "; exec sleep 600"}}, sdk.ExecIO{})
 	fmt.Fprintln(os.Stderr, "exec ended:", err)
 	return 1
+}
+
+// A plugin's environment is its command's, plus go-plugin's handshake
+// variables; a command without one inherits the host's, as os/exec does.
+func TestLaunchEnvironment(t *testing.T) {
+	t.Setenv("AMELIA_SDK_TEST_SECRET", "host-only")
+	t.Setenv(testModeEnv, "environ")
+	for _, tc := range []struct {
+		name string
+		env  []string // the command's; nil inherits
+		// want are variables the plugin must have, not those it must not.
+		want, notWant []string
+	}{
+		{
+			name:    "the command's environment",
+			env:     []string{"AMELIA_SDK_TEST_GIVEN=yes", testModeEnv + "=environ"},
+			want:    []string{"AMELIA_SDK_TEST_GIVEN", testModeEnv, sdk.Handshake.MagicCookieKey, "PLUGIN_CLIENT_CERT"},
+			notWant: []string{"AMELIA_SDK_TEST_SECRET", "PATH"},
+		},
+		{
+			name: "inherited",
+			want: []string{"AMELIA_SDK_TEST_SECRET", "PATH", sdk.Handshake.MagicCookieKey},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0])
+			cmd.Env = tc.env
+			p, err := sdk.Launch(cmd, sdk.LaunchOptions{Name: "test-environ"})
+			if err != nil {
+				t.Fatalf("launch: %v", err)
+			}
+			t.Cleanup(p.Close)
+			var out bytes.Buffer
+			if _, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: ref, Argv: []string{"env"}}, sdk.ExecIO{Stdout: &out}); err != nil {
+				t.Fatalf("exec: %v", err)
+			}
+			got := map[string]bool{}
+			for kv := range strings.SplitSeq(out.String(), "\x00") {
+				name, _, _ := strings.Cut(kv, "=")
+				got[name] = true
+			}
+			for _, name := range tc.want {
+				if !got[name] {
+					t.Errorf("the plugin lacks %s; it has %v", name, slices.Sorted(maps.Keys(got)))
+				}
+			}
+			for _, name := range tc.notWant {
+				if got[name] {
+					t.Errorf("the plugin has %s", name)
+				}
+			}
+		})
+	}
 }
 
 func TestPluginExitsWhenItsHostDies(t *testing.T) {
