@@ -153,8 +153,10 @@ func TestAgenticRealWorkerCancelled(t *testing.T) {
 		t.Fatalf("last yield = %v, want context.Canceled", last)
 	}
 	// The prompt file existed while the worker ran.
-	if ls := <-during; !slices.Contains(strings.Fields(ls), "prompt-"+wf+".txt") {
-		t.Errorf("%s while the worker ran: %q, want prompt-%s.txt in it", driver.FileDir, ls, wf)
+	if ls := <-during; !slices.ContainsFunc(strings.Fields(ls), func(f string) bool {
+		return strings.HasPrefix(f, "agentic-"+wf+"-") && strings.HasSuffix(f, "-prompt.txt")
+	}) {
+		t.Errorf("%s while the worker ran: %q, want agentic-%s-*-prompt.txt in it", driver.FileDir, ls, wf)
 	}
 	// The worker ends an interrupted run with a result that says so.
 	if len(msgs) != 1 || !strings.HasPrefix(describe(msgs[0]), "result:") {
