@@ -20,6 +20,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/pluginhost"
 	"github.com/amelia-sandbox/amelia/core/protocol"
+	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/runview"
 )
 
@@ -73,7 +74,10 @@ type Host struct {
 	LookupEnv func(string) (string, bool)
 	// Environ is the environment of host-side git credential lookups.
 	Environ []string
-	Logger  *slog.Logger
+	// Runs records where the work of a run that did not deliver is kept;
+	// nil records nothing.
+	Runs   *runstore.Store
+	Logger *slog.Logger
 }
 
 // Result is what a run produced.
@@ -85,6 +89,10 @@ type Result struct {
 	DiffStat string
 	Usage    *protocol.DriverUsage
 	Pushed   bool
+	// Kept is where the work is when the run failed or was interrupted
+	// after its agent started: committed on its branch in the sandbox,
+	// with the worktree left in place. Nil when there was none.
+	Kept *runstore.Record
 }
 
 // Run runs req, reporting its phases and the agent's messages to view, and
@@ -99,7 +107,13 @@ func Run(ctx context.Context, host Host, req Request, view runview.View) (Result
 	}
 	r := &runner{host: host, req: req, view: view, start: time.Now()}
 	res, err := r.run(ctx)
+	r.failure = err
 	r.cleanup()
+	res.Kept = r.kept
+	var kept *runview.Kept
+	if r.kept != nil {
+		kept = &runview.Kept{Sandbox: r.kept.Profile, Branch: r.kept.Branch, Dir: r.kept.Worktree, Recover: RecoverCommand(*r.kept)}
+	}
 	view.Summary(runview.Summary{
 		Workflow: res.Workflow,
 		Branch:   res.Branch,
@@ -108,6 +122,7 @@ func Run(ctx context.Context, host Host, req Request, view runview.View) (Result
 		Wall:     time.Since(r.start),
 		Pushed:   res.Pushed,
 		Err:      err,
+		Kept:     kept,
 	})
 	return res, err
 }
@@ -120,6 +135,18 @@ type runner struct {
 	start time.Time
 
 	cleanups []cleanup // in the order they were registered
+
+	// agentStarted is set when the agent may have produced work, and
+	// delivered once that work reached the host or the origin; between
+	// the two, the worktree is kept (kept says where).
+	agentStarted, delivered bool
+	kept                    *runstore.Record
+	failure                 error // why the run ended, for the cleanups
+}
+
+// RecoverCommand is the command that brings a kept run's work back.
+func RecoverCommand(r runstore.Record) string {
+	return "amelia results --profile " + r.Profile + " " + r.Workflow
 }
 
 type cleanup struct {

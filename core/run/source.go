@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/workspace"
 )
 
@@ -31,6 +32,14 @@ type source struct {
 	url string
 	// base is the base branch; "" for a URL means its default branch.
 	base string
+}
+
+// repo is the host checkout's directory or the URL.
+func (s source) repo() string {
+	if s.local != nil {
+		return s.local.Dir
+	}
+	return s.url
 }
 
 // scpLike matches git's scp-like syntax, user@host:path.
@@ -57,6 +66,9 @@ func (r *runner) check(ctx context.Context) (source, error) {
 		return src, refuse(fmt.Errorf("--workflow: %w", err))
 	}
 	branch := workspace.Branch(src.workflow)
+	if err := r.checkNotKept(src.workflow); err != nil {
+		return src, refuse(err)
+	}
 
 	if isURL(req.Repo) {
 		if strings.HasPrefix(req.Repo, "-") || strings.ContainsAny(req.Repo, " \n\t") {
@@ -142,4 +154,24 @@ func invalidUTF8At(s string) int {
 		}
 	}
 	return len(s)
+}
+
+// checkNotKept refuses a workflow id whose earlier run's work is still in
+// the profile's sandbox: a new run could not add its worktree there.
+func (r *runner) checkNotKept(workflow string) error {
+	if r.host.Runs == nil {
+		return nil
+	}
+	rec, err := r.host.Runs.Get(r.req.Profile.Name, workflow)
+	switch {
+	case errors.Is(err, runstore.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case rec.State == runstore.Kept:
+		return fmt.Errorf("workflow %s has work in sandbox %s from a run that did not finish (%s): bring it back with %s, or pick another --workflow",
+			workflow, rec.Profile, rec.Reason, RecoverCommand(rec))
+	}
+	return fmt.Errorf("workflow %s still has its worktree in sandbox %s (--keep-worktree): remove it with %s --discard, or pick another --workflow",
+		workflow, rec.Profile, RecoverCommand(rec))
 }

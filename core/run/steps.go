@@ -11,6 +11,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/protocol"
+	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
 	"github.com/amelia-sandbox/amelia/core/tunnel"
 	"github.com/amelia-sandbox/amelia/core/workspace"
@@ -124,6 +125,9 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 	}
 
 	d := &driver.Driver{Exec: sb, Worker: worker, Provider: sb.Info.Name, Env: env, Logger: r.host.Logger}
+	// From here on the worktree may hold work that cost tokens: it is kept
+	// unless it is delivered (see keepWork).
+	r.agentStarted = true
 	if err := r.phase(PhaseAgent, func() error {
 		var failed error
 		for m, err := range d.ExecuteAgentic(ctx, driver.AgenticRequest{
@@ -152,6 +156,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		res.Usage = usage
 		return res, causeOf(ctx, err)
 	}
+	r.delivered = true
 	res.Usage = usage
 	return res, nil
 }
@@ -260,17 +265,65 @@ func (r *runner) prepareWorkspace(ctx context.Context, ws *workspace.Workspace, 
 		}
 	}
 	dir, err := ws.AddWorktree(ctx, src.workflow, base)
+	if errors.Is(err, workspace.ErrBranchExists) {
+		return base, "", fmt.Errorf("%w: a run of workflow %s left work in this sandbox; if it is yours, bring it back with amelia results --profile %s %s (or --discard it there), else pick another --workflow",
+			err, src.workflow, r.req.Profile.Name, src.workflow)
+	}
 	if err != nil {
 		return base, "", err
 	}
 	r.onEnd("remove the worktree", func(ctx context.Context) error {
-		if r.req.KeepWorktree {
+		switch {
+		case r.agentStarted && !r.delivered:
+			return r.keepWork(ctx, ws, src, base, dir)
+		case r.req.KeepWorktree:
 			r.host.Logger.Info("worktree kept", "dir", dir)
-			return nil
+			return r.record(runstore.Delivered, src, base, dir, nil)
 		}
 		return ws.RemoveWorktree(ctx, src.workflow)
 	})
 	return base, dir, nil
+}
+
+// keepWork is the end of a run that did not deliver after its agent
+// started: whatever the agent left is committed to the workflow branch in
+// the sandbox, and unless that branch holds nothing beyond the base, the
+// worktree stays and the run is recorded as kept, for `amelia results`.
+// When the sandbox cannot be asked (its transport is gone), the work is
+// kept too: nothing is removed on a guess.
+func (r *runner) keepWork(ctx context.Context, ws *workspace.Workspace, src source, base workspace.Base, dir string) error {
+	_, commitErr := ws.CommitAll(ctx, src.workflow, r.req.Prompt)
+	if commitErr == nil {
+		has, err := ws.HasWork(ctx, src.workflow, base.Start)
+		if err == nil && !has {
+			r.host.Logger.Info("the agent left no work; worktree removed", "workflow", src.workflow)
+			return ws.RemoveWorktree(ctx, src.workflow)
+		}
+		commitErr = err
+	}
+	if commitErr != nil {
+		r.host.Logger.Warn("could not commit the agent's work; the worktree is kept as it is", "workflow", src.workflow, "err", commitErr)
+	}
+	return r.record(runstore.Kept, src, base, dir, r.failure)
+}
+
+// record notes on the host where the run's worktree is kept.
+func (r *runner) record(state runstore.State, src source, base workspace.Base, dir string, reason error) error {
+	rec := runstore.Record{
+		Workflow: src.workflow, Profile: r.req.Profile.Name, Provider: r.req.Profile.Sandbox.Provider,
+		Repo: src.repo(), BaseBranch: base.Branch, BaseCommit: base.Commit,
+		Branch: workspace.Branch(src.workflow), Worktree: dir, State: state, Ended: time.Now().UTC(),
+	}
+	if reason != nil {
+		rec.Reason = firstLine(new(reason.Error()))
+	}
+	if state == runstore.Kept {
+		r.kept = &rec
+	}
+	if r.host.Runs == nil {
+		return nil
+	}
+	return r.host.Runs.Put(rec)
 }
 
 // deliver commits what the agent left uncommitted, then brings the branch

@@ -70,6 +70,10 @@ func (v *ttyView) box(s Summary) []string {
 			add(label(i, "error"), l, sgrRed)
 		}
 	}
+	if k := s.Kept; k != nil {
+		add("kept", oneLine(k.Branch)+" in sandbox "+oneLine(k.Sandbox), sgrYellow)
+		add("recover", oneLine(k.Recover), "")
+	}
 
 	title, titleSGR := markDone+" done", sgrGreen
 	if s.Err != nil {

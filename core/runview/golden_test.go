@@ -46,6 +46,7 @@ var scripts = []struct {
 }{
 	{"success", successRun},
 	{"failed", failedRun},
+	{"kept", keptRun},
 	{"interrupted", interruptedRun},
 }
 

@@ -47,6 +47,15 @@ type summaryLine struct {
 	Usage    *protocol.DriverUsage `json:"usage"`
 	WallMs   int64                 `json:"wall_ms"`
 	Error    *string               `json:"error"`
+	Kept     *keptLine             `json:"kept"`
+}
+
+// keptLine is the JSON form of Kept.
+type keptLine struct {
+	Sandbox string `json:"sandbox"`
+	Branch  string `json:"branch"`
+	Dir     string `json:"dir"`
+	Recover string `json:"recover"`
 }
 
 // jsonView writes one JSON line per event; see NewJSON.
@@ -77,7 +86,9 @@ type jsonView struct {
 //	 "pushed":false,"diff_stat":" main.go | 2 +-\n 1 file changed, ...","usage":{...},"wall_ms":61234,"error":null}
 //
 // (the summary is one line). A summary's status is "failed" and its error
-// set when the run failed; its usage is a DriverUsage as the worker writes
+// set when the run failed; its kept is null, or where the work of a run
+// that failed after its agent started is kept ({"sandbox","branch","dir",
+// "recover"}, the last the command that brings it back); its usage is a DriverUsage as the worker writes
 // it; empty strings are written as null. Durations are whole milliseconds.
 func NewJSON(w io.Writer) View {
 	v := &jsonView{w: w}
@@ -112,6 +123,9 @@ func (v *jsonView) Summary(s Summary) {
 	}
 	if s.Err != nil {
 		l.Status, l.Error = statusFailed, new(s.Err.Error())
+	}
+	if k := s.Kept; k != nil {
+		l.Kept = &keptLine{Sandbox: k.Sandbox, Branch: k.Branch, Dir: k.Dir, Recover: k.Recover}
 	}
 	v.write(l)
 }

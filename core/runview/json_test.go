@@ -63,7 +63,7 @@ func checkHostLine(t *testing.T, line string) {
 	t.Helper()
 	keys := map[string][]string{
 		"phase":   {"type", "content", "status", "duration_ms", "error"},
-		"summary": {"type", "status", "workflow", "branch", "pushed", "diff_stat", "usage", "wall_ms", "error"},
+		"summary": {"type", "status", "workflow", "branch", "pushed", "diff_stat", "usage", "wall_ms", "error", "kept"},
 	}
 	dec := json.NewDecoder(strings.NewReader(line))
 	var got []string
@@ -110,8 +110,8 @@ func TestJSONShapes(t *testing.T) {
 	want := `{"type":"phase","content":"workspace","status":"started","duration_ms":null,"error":null}
 {"type":"phase","content":"workspace","status":"done","duration_ms":412,"error":null}
 {"type":"phase","content":"workspace","status":"failed","duration_ms":412,"error":"clone: \"<nope>\" & more"}
-{"type":"summary","status":"done","workflow":"w","branch":"amelia/w","pushed":true,"diff_stat":"x","usage":{"input_tokens":null,"output_tokens":null,"cache_read_tokens":null,"cache_creation_tokens":null,"cost_usd":0.00001,"duration_ms":null,"num_turns":null,"model":null},"wall_ms":1500,"error":null}
-{"type":"summary","status":"failed","workflow":null,"branch":null,"pushed":false,"diff_stat":null,"usage":null,"wall_ms":0,"error":"boom"}
+{"type":"summary","status":"done","workflow":"w","branch":"amelia/w","pushed":true,"diff_stat":"x","usage":{"input_tokens":null,"output_tokens":null,"cache_read_tokens":null,"cache_creation_tokens":null,"cost_usd":0.00001,"duration_ms":null,"num_turns":null,"model":null},"wall_ms":1500,"error":null,"kept":null}
+{"type":"summary","status":"failed","workflow":null,"branch":null,"pushed":false,"diff_stat":null,"usage":null,"wall_ms":0,"error":"boom","kept":null}
 `
 	if out.String() != want {
 		t.Errorf("got:\n%s\nwant:\n%s", out.String(), want)

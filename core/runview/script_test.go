@@ -119,6 +119,28 @@ func failedRun() []event {
 	}})
 }
 
+// keptRun is a run whose agent wrote a file, then failed: its work is
+// kept in the sandbox, and the summary says where and how to get it.
+func keptRun() []event {
+	cause := errors.New("the agent failed: 400 This model's maximum context length is 128000 tokens")
+	evs := phases("profile", "proxy", "plugin", "sandbox", "worker", "tunnel", "workspace")
+	evs = append(evs,
+		event{start: "agent"},
+		event{msg: callMsg("call_1", "write_file", `{"file_path": "main.go", "content": "package main\n"}`)},
+		event{msg: resultMsg("call_1", "write_file", "Updated file main.go", false)},
+		event{msg: answerMsg("400 This model's maximum context length is 128000 tokens", true)},
+		event{end: "agent", d: 9 * time.Second, err: cause},
+	)
+	evs = append(evs, phases("cleanup")...)
+	return append(evs, event{summary: &Summary{
+		Workflow: "fix-login-3f9a",
+		Wall:     9500 * time.Millisecond,
+		Err:      fmt.Errorf("agent: %w", cause),
+		Kept: &Kept{Sandbox: "dev", Branch: "amelia/fix-login-3f9a", Dir: "/workspace/worktrees/fix-login-3f9a",
+			Recover: "amelia results --profile dev fix-login-3f9a"},
+	}})
+}
+
 // interruptedRun is a run closed in the middle of a tool call (Ctrl-C):
 // the view is closed with a phase and a tool call still running.
 func interruptedRun() []event {

@@ -33,11 +33,12 @@ const eraseLine = "\r\x1b[2K"
 
 // SGR parameters of the few styles the display uses.
 const (
-	sgrBold  = "1"
-	sgrDim   = "2"
-	sgrRed   = "31"
-	sgrGreen = "32"
-	sgrCyan  = "36"
+	sgrBold   = "1"
+	sgrDim    = "2"
+	sgrRed    = "31"
+	sgrGreen  = "32"
+	sgrYellow = "33"
+	sgrCyan   = "36"
 )
 
 // Marks that start a finished line.

@@ -55,6 +55,17 @@ type Summary struct {
 	Usage *protocol.DriverUsage
 	Wall  time.Duration // the run's wall time
 	Err   error         // why the run failed, or nil
+	// Kept is where the work of a failed or interrupted run is, or nil.
+	Kept *Kept
+}
+
+// Kept is the work of a run that failed or was interrupted after its agent
+// started, kept in the sandbox.
+type Kept struct {
+	Sandbox string // the profile whose sandbox holds it
+	Branch  string // the workflow branch in the sandbox, its work committed
+	Dir     string // the worktree inside the sandbox
+	Recover string // the command that brings it back
 }
 
 // New returns the view `amelia run` uses: JSON lines when jsonMode is set or

@@ -257,3 +257,22 @@ func Workflows(ctx context.Context, ex Execer) ([]string, error) {
 
 // workflowsTimeout bounds Workflows' exec.
 const workflowsTimeout = 10 * time.Second
+
+// HasWork reports whether the workflow branch of id has moved from start
+// (the commit its worktree was added at, Base.Start): work that removing
+// the worktree would lose once CommitAll has run. A branch that is not
+// there holds none.
+func (w *Workspace) HasWork(ctx context.Context, id, start string) (bool, error) {
+	if err := ValidateWorkflowID(id); err != nil {
+		return false, err
+	}
+	const body = `repo=$1 br=$2 base=$3
+tip=$(g -C "$repo" rev-parse --verify --quiet "refs/heads/$br^{commit}") || { echo none; exit 0; }
+if [ "$tip" = "$base" ]; then echo none; else echo work; fi
+`
+	var out strings.Builder
+	if err := w.script(ctx, "git rev-parse", nil, nil, &out, body, w.RepoDir(), Branch(id), start); err != nil {
+		return false, fmt.Errorf("look for the work of %s: %w", id, err)
+	}
+	return strings.TrimSpace(out.String()) == "work", nil
+}

@@ -1,0 +1,189 @@
+// Package runstore is this host's record of the runs whose work is still
+// in a sandbox: a run that failed or was interrupted after its agent
+// started keeps its worktree, and its record says where that work is and
+// what it started from, so `amelia results` can bring it back and `amelia
+// stop` knows what removing a sandbox would lose.
+//
+// A record is one small JSON file, DIR/<profile>/<workflow>.json, written
+// whole through a temporary file and a rename: a reader never sees half
+// of one. Records hold no secrets.
+package runstore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// State is what became of a run's work.
+type State string
+
+const (
+	// Kept: the run failed or was interrupted after its agent started;
+	// the work is committed on its branch in the sandbox, not on the host.
+	Kept State = "kept"
+	// Delivered: the branch reached the host (or the origin), and the
+	// worktree was kept on request (--keep-worktree); removing it loses
+	// nothing.
+	Delivered State = "delivered"
+)
+
+// Record is one run's work in a sandbox.
+type Record struct {
+	Workflow string `json:"workflow"`
+	Profile  string `json:"profile"`
+	// Provider is the provider the run used (--sandbox may differ from
+	// the profile's).
+	Provider string `json:"provider"`
+	// Repo is the host checkout the run started from, or its URL.
+	Repo string `json:"repo"`
+	// BaseBranch and BaseCommit are what the workflow branch started from.
+	BaseBranch string `json:"base_branch"`
+	BaseCommit string `json:"base_commit"`
+	Branch     string `json:"branch"`
+	// Worktree is the worktree's directory inside the sandbox.
+	Worktree string `json:"worktree"`
+	State    State  `json:"state"`
+	// Reason is why the run ended without delivering (its error).
+	Reason string    `json:"reason,omitempty"`
+	Ended  time.Time `json:"ended"`
+}
+
+// Store is the records under one directory.
+type Store struct{ dir string }
+
+// New is the store in dir (created when the first record is written).
+func New(dir string) *Store { return &Store{dir: dir} }
+
+// ErrNotFound: no record matches.
+var ErrNotFound = errors.New("no such run")
+
+func (s *Store) path(profile, workflow string) (string, error) {
+	for _, n := range []string{profile, workflow} {
+		if n == "" || n == "." || n == ".." || strings.ContainsAny(n, "/\\\x00") {
+			return "", fmt.Errorf("run record: %q cannot be a file name", n)
+		}
+	}
+	return filepath.Join(s.dir, profile, workflow+".json"), nil
+}
+
+// Put writes r, replacing any record of its profile and workflow.
+func (s *Store) Put(r Record) error {
+	p, err := s.path(r.Profile, r.Workflow)
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode the record of %s: %w", r.Workflow, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return fmt.Errorf("record run %s: %w", r.Workflow, err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("record run %s: %w", r.Workflow, err)
+	}
+	_, werr := f.Write(append(b, '\n'))
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(f.Name(), p)
+	}
+	if werr != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("record run %s: %w", r.Workflow, werr)
+	}
+	return nil
+}
+
+// Get reads the record of workflow in profile; ErrNotFound when none.
+func (s *Store) Get(profile, workflow string) (Record, error) {
+	p, err := s.path(profile, workflow)
+	if err != nil {
+		return Record{}, err
+	}
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Record{}, fmt.Errorf("run %s of profile %s: %w", workflow, profile, ErrNotFound)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("read the record of run %s: %w", workflow, err)
+	}
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Record{}, fmt.Errorf("read the record of run %s (%s): %w", workflow, p, err)
+	}
+	return r, nil
+}
+
+// Delete removes the record of workflow in profile; a missing one is fine.
+func (s *Store) Delete(profile, workflow string) error {
+	p, err := s.path(profile, workflow)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove the record of run %s: %w", workflow, err)
+	}
+	return nil
+}
+
+// Find returns the records of workflow, of every profile, by profile name.
+func (s *Store) Find(workflow string) ([]Record, error) {
+	var out []Record
+	for _, profile := range s.profiles() {
+		r, err := s.Get(profile, workflow)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Of returns the records of profile, by workflow.
+func (s *Store) Of(profile string) ([]Record, error) {
+	entries, err := os.ReadDir(filepath.Join(s.dir, profile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the run records of profile %s: %w", profile, err)
+	}
+	var out []Record
+	for _, e := range entries {
+		wf, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		r, err := s.Get(profile, wf)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (s *Store) profiles() []string {
+	entries, _ := os.ReadDir(s.dir)
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	slices.Sort(names)
+	return names
+}

@@ -1,0 +1,64 @@
+package runstore_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/core/runstore"
+)
+
+func TestStore(t *testing.T) {
+	dir := t.TempDir()
+	s := runstore.New(dir)
+	kept := runstore.Record{Workflow: "fix-1", Profile: "dev", Provider: "docker", Repo: "/src/app",
+		BaseBranch: "main", BaseCommit: "abc", Branch: "amelia/fix-1", Worktree: "/workspace/worktrees/fix-1",
+		State: runstore.Kept, Reason: "agent: boom", Ended: time.Date(2026, 11, 24, 17, 0, 0, 0, time.UTC)}
+	other := kept
+	other.Profile = "remote"
+	for _, r := range []runstore.Record{kept, other} {
+		if err := s.Put(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.Get("dev", "fix-1"); err != nil || got != kept {
+		t.Errorf("Get = %+v, %v; want %+v", got, err, kept)
+	}
+	if got, err := s.Find("fix-1"); err != nil || len(got) != 2 || got[0].Profile != "dev" || got[1].Profile != "remote" {
+		t.Errorf("Find = %+v, %v; want the records of dev and remote", got, err)
+	}
+	if got, err := s.Of("dev"); err != nil || len(got) != 1 {
+		t.Errorf("Of(dev) = %+v, %v", got, err)
+	}
+	if err := s.Delete("dev", "fix-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete("dev", "fix-1"); err != nil {
+		t.Errorf("a second Delete = %v, want nil", err)
+	}
+	if _, err := s.Get("dev", "fix-1"); !errors.Is(err, runstore.ErrNotFound) {
+		t.Errorf("Get after Delete = %v, want ErrNotFound", err)
+	}
+	// Nothing but records is left behind, and they are private.
+	fi, err := os.Stat(filepath.Join(dir, "remote"))
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("record directory: %v %v, want mode 0700", fi.Mode(), err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*", ".tmp-*")); len(m) != 0 {
+		t.Errorf("temporary files left: %v", m)
+	}
+}
+
+func TestStoreRefusesPaths(t *testing.T) {
+	s := runstore.New(t.TempDir())
+	for _, name := range []string{"", ".", "..", "a/b", `a\b`} {
+		if err := s.Put(runstore.Record{Workflow: "w", Profile: name}); err == nil {
+			t.Errorf("Put with profile %q succeeded", name)
+		}
+		if _, err := s.Get("p", name); err == nil || errors.Is(err, runstore.ErrNotFound) {
+			t.Errorf("Get of workflow %q = %v, want a refusal", name, err)
+		}
+	}
+}
