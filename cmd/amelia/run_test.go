@@ -306,8 +306,8 @@ func TestRunBringsBackTheBranch(t *testing.T) {
 	if m, _ := filepath.Glob(filepath.Join(h.root, "*", "workspace", "worktrees", "*")); len(m) != 0 {
 		t.Errorf("worktrees left in the sandbox: %v", m)
 	}
-	if _, err := os.Stat("/tmp/amelia/prompt-add-hello.txt"); !os.IsNotExist(err) {
-		t.Errorf("the prompt file is still there: %v", err)
+	if m, _ := filepath.Glob("/tmp/amelia/agentic-add-hello-*"); len(m) != 0 {
+		t.Errorf("prompt files are still there: %v", m)
 	}
 }
 
@@ -403,6 +403,13 @@ type running struct {
 // and returns once the agent's first tool call has been shown.
 func (h *host) startUntilToolCall(t *testing.T, args ...string) *running {
 	t.Helper()
+	return h.startUntil(t, "", args...)
+}
+
+// startUntil is startUntilToolCall for the first tool call whose line
+// holds marker.
+func (h *host) startUntil(t *testing.T, marker string, args ...string) *running {
+	t.Helper()
 	r := &running{cmd: h.command(args...)}
 	stdout, err := r.cmd.StdoutPipe()
 	if err != nil {
@@ -417,7 +424,7 @@ func (h *host) startUntilToolCall(t *testing.T, args ...string) *running {
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		if strings.Contains(sc.Text(), `"type":"tool_call"`) {
+		if strings.Contains(sc.Text(), `"type":"tool_call"`) && strings.Contains(sc.Text(), marker) {
 			return r
 		}
 	}
@@ -444,27 +451,67 @@ func (r *running) wait(t *testing.T, what string) int {
 	return r.cmd.ProcessState.ExitCode()
 }
 
-// Ctrl-C mid-run: exit 130, no worker process and no worktree left.
+// Ctrl-C mid-run: exit 130, no worker process left, and the agent's work
+// so far kept in the sandbox, where amelia results gets it.
 func TestRunInterrupted(t *testing.T) {
 	h := newHost(t, llmtest.Options{},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("wip.txt", "half done\n")}},
 		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall("sleep 299.5")}},
 		llmtest.Turn{Text: "interrupted"},
 	)
-	r := h.startUntilToolCall(t, "run", "--json", "--workflow", "stop-me", "sleep a long time")
+	r := h.startUntil(t, "sleep 299.5", "run", "--json", "--workflow", "stop-me", "sleep a long time")
 	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	if code := r.wait(t, "Ctrl-C"); code != 130 {
 		t.Errorf("exit %d after Ctrl-C, want 130; stderr: %s", code, r.stderr.String())
 	}
-	if m, _ := filepath.Glob(filepath.Join(h.root, "*", "workspace", "worktrees", "*")); len(m) != 0 {
-		t.Errorf("worktrees left after Ctrl-C: %v", m)
-	}
 	if out, _ := exec.Command("pgrep", "-f", "sleep 299.5").Output(); len(out) != 0 {
 		t.Errorf("the agent's command is still running after Ctrl-C: pids %s", out)
 	}
+	h.bringsBackKept(t, "stop-me", r.stderr.String(), "wip.txt", "half done")
 	if out, _ := exec.Command("pgrep", "-f", filepath.Join(h.root)).Output(); len(out) != 0 {
 		t.Errorf("processes of the sandbox still running after Ctrl-C: pids %s", out)
+	}
+}
+
+// bringsBackKept checks what a run of wf that failed after its agent wrote
+// file leaves: its stderr (or output) names the command that brings the
+// work back; the worktree is still in the sandbox; a rerun of wf is
+// refused with that command; `amelia stop` will not remove the sandbox;
+// and amelia results creates amelia/<wf> in the host repo holding file,
+// then removes the worktree.
+func (h *host) bringsBackKept(t *testing.T, wf, output, file, content string) {
+	t.Helper()
+	recover := "amelia results --profile e2e " + wf
+	if !strings.Contains(output, recover) {
+		t.Errorf("the failed run's output does not say how to get the work back (%q):\n%s", recover, output)
+	}
+	worktrees := filepath.Join(h.root, "*", "workspace", "worktrees", wf)
+	if m, _ := filepath.Glob(worktrees); len(m) != 1 {
+		t.Fatalf("the worktree of %s is not kept in the sandbox: %v", wf, m)
+	}
+	if r := h.amelia(t, "run", "--workflow", wf, "again"); r.code != 2 || !strings.Contains(r.stderr, recover) {
+		t.Errorf("a rerun of %s: exit %d, stderr %q; want a refusal naming %q", wf, r.code, r.stderr, recover)
+	}
+	if r := h.amelia(t, "stop"); r.code != 1 || !strings.Contains(r.stderr, wf+" (kept)") || !strings.Contains(r.stderr, "--force") {
+		t.Errorf("amelia stop with kept work: exit %d, stderr %q; want a refusal", r.code, r.stderr)
+	}
+	if r := h.amelia(t, "sandbox", "ls"); !strings.Contains(r.stdout, wf+"(kept)") {
+		t.Errorf("sandbox ls does not show %s as kept:\n%s%s", wf, r.stdout, r.stderr)
+	}
+	r := h.amelia(t, "results", wf)
+	if r.code != 0 || !strings.Contains(r.stdout, "branch amelia/"+wf) {
+		t.Fatalf("amelia results %s: exit %d\nstdout: %s\nstderr: %s", wf, r.code, r.stdout, r.stderr)
+	}
+	if got := h.git(t, "show", "amelia/"+wf+":"+file); got != content {
+		t.Errorf("%s on the brought-back branch: %q, want %q", file, got, content)
+	}
+	if m, _ := filepath.Glob(worktrees); len(m) != 0 {
+		t.Errorf("the worktree is still there after amelia results: %v", m)
+	}
+	if r := h.amelia(t, "results", wf); r.code == 0 || !strings.Contains(r.stderr, "no work of workflow "+wf) {
+		t.Errorf("a second amelia results: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 
@@ -509,9 +556,11 @@ func TestRunWorkerFailures(t *testing.T) {
 }
 
 // The provider plugin crashes mid-run: a clear error naming the provider, a
-// non-zero exit, no hang and no branch.
+// non-zero exit, no hang, no branch yet, and the work kept: the sandbox
+// could not be asked to commit it, and amelia results still gets it.
 func TestRunPluginCrashes(t *testing.T) {
 	h := newHost(t, llmtest.Options{},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("wip.txt", "before the crash\n")}},
 		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall("sleep 298.5")}},
 		llmtest.Turn{Text: "never reached"},
 	)
@@ -519,9 +568,13 @@ func TestRunPluginCrashes(t *testing.T) {
 	// prompt file.
 	t.Cleanup(func() {
 		exec.Command("pkill", "-f", "sleep 298.5").Run()
-		os.Remove("/tmp/amelia/prompt-crash.txt")
+		if m, _ := filepath.Glob("/tmp/amelia/agentic-crash-*"); len(m) > 0 {
+			for _, f := range m {
+				os.Remove(f)
+			}
+		}
 	})
-	r := h.startUntilToolCall(t, "run", "--json", "--workflow", "crash", "sleep a long time")
+	r := h.startUntil(t, "sleep 298.5", "run", "--json", "--workflow", "crash", "sleep a long time")
 	pid := r.cmd.Process.Pid
 	out, err := exec.Command("pgrep", "-P", fmt.Sprint(pid), "-f", "plugin serve").Output()
 	plugin := strings.TrimSpace(string(out))
@@ -540,6 +593,8 @@ func TestRunPluginCrashes(t *testing.T) {
 	if h.git(t, "branch", "--list", "amelia/*") != "" {
 		t.Error("a failed run left a branch in the host repo")
 	}
+	exec.Command("pkill", "-f", "sleep 298.5").Run() // the agent's command: its plugin could not stop it
+	h.bringsBackKept(t, "crash", r.stderr.String(), "wip.txt", "before the crash")
 }
 
 // An agent that changes nothing: a successful run, no branch, and the
@@ -564,15 +619,36 @@ func TestRunWithoutChanges(t *testing.T) {
 	}
 }
 
-// The model refuses the request: the worker reports a failed result, and
-// the run fails with its reason, without a branch.
+// The model refuses a request mid-run (as a context-length error does):
+// the worker reports a failed result, the run fails with its reason, and
+// what the agent wrote before is kept for amelia results.
 func TestRunAgentFails(t *testing.T) {
-	h := newHost(t, llmtest.Options{}, llmtest.Turn{Status: 400, Error: "model not available"})
+	h := newHost(t, llmtest.Options{},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("wip.txt", "written before the 400\n")}},
+		llmtest.Turn{Status: 400, Error: "maximum context length exceeded"})
 	r := h.amelia(t, "run", "--workflow", "refused", "do it")
-	if r.code != 1 || !strings.Contains(r.stderr, "the agent failed") || !strings.Contains(r.stderr, "model not available") {
+	if r.code != 1 || !strings.Contains(r.stderr, "the agent failed") || !strings.Contains(r.stderr, "maximum context length") {
 		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
 	}
 	if got := h.git(t, "branch", "--list", "amelia/*"); got != "" {
 		t.Errorf("branches: %q", got)
+	}
+	h.bringsBackKept(t, "refused", r.stderr, "wip.txt", "written before the 400")
+	// The id is free again.
+	if r := h.amelia(t, "run", "--workflow", "refused", "do it"); strings.Contains(r.stderr, "amelia results") {
+		t.Errorf("a run of the id after amelia results was refused: %s", r.stderr)
+	}
+}
+
+// The model refuses the first request: nothing was written, so nothing
+// is kept, and the worktree goes.
+func TestRunAgentFailsAtOnce(t *testing.T) {
+	h := newHost(t, llmtest.Options{}, llmtest.Turn{Status: 400, Error: "model not available"})
+	r := h.amelia(t, "run", "--workflow", "refused", "do it")
+	if r.code != 1 || !strings.Contains(r.stderr, "model not available") || strings.Contains(r.stderr, "amelia results") {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	if m, _ := filepath.Glob(filepath.Join(h.root, "*", "workspace", "worktrees", "*")); len(m) != 0 {
+		t.Errorf("worktrees left: %v", m)
 	}
 }

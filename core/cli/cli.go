@@ -134,6 +134,7 @@ streams what it does back to you. Sandbox providers are plugins.`,
 		a.proxyCommand(),
 		a.doctorCommand(),
 		a.runCommand(),
+		a.resultsCommand(),
 	)
 	return root
 }

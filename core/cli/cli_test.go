@@ -242,14 +242,18 @@ func TestStopAndOrphans(t *testing.T) {
 		{[]string{"sandbox", "ls", "--json"}, 0},
 		{[]string{"--profile", "b", "stop"}, 0},
 		{[]string{"sandbox", "ls"}, 0},
-		{[]string{"stop"}, 0},
+		// a's worktree is work nobody brought back: a is left alone.
+		{[]string{"stop"}, 1},
+		{[]string{"sandbox", "ls"}, 0},
+		{[]string{"sandbox", "down", "--profile", "a"}, 1},
+		{[]string{"stop", "--force"}, 0},
 		{[]string{"sandbox", "ls"}, 0},
 	} {
 		r := amelia(t, "", step.args...)
 		if r.code != step.code {
 			t.Errorf("amelia %s: exit %d, want %d (stderr %q)", strings.Join(step.args, " "), r.code, step.code, r.stderr)
 		}
-		transcript.WriteString("$ amelia " + strings.Join(step.args, " ") + "\n" + r.stdout)
+		transcript.WriteString("$ amelia " + strings.Join(step.args, " ") + "\n" + r.stdout + r.stderr)
 	}
 	golden(t, "stop", e.normalize(transcript.String()))
 	if _, err := os.Stat(filepath.Join(e.home, ".local", "state", "amelia", "local", "gone")); !os.IsNotExist(err) {

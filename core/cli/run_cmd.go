@@ -73,18 +73,23 @@ up and exits 130.`,
 				AuditDir:  a.auditDir(),
 				LookupEnv: a.lookup,
 				Environ:   a.environ,
+				Runs:      a.runs(),
 				Logger:    a.logger,
 			}
 			view := runview.New(cmd.OutOrStdout(), asJSON)
-			_, err = run.Run(cmd.Context(), host, req, view)
+			res, err := run.Run(cmd.Context(), host, req, view)
 			if cerr := view.Close(); err == nil {
 				err = cerr
+			}
+			if err != nil && res.Kept != nil {
+				k := res.Kept
+				fmt.Fprintf(cmd.ErrOrStderr(), "amelia: the agent's work is kept on %s in sandbox %s; bring it back with: %s\n", k.Branch, k.Profile, run.RecoverCommand(*k))
 			}
 			switch {
 			case err == nil:
 				return nil
 			case cmd.Context().Err() != nil:
-				fmt.Fprintln(cmd.ErrOrStderr(), "amelia: interrupted; the agent was stopped and the sandbox cleaned up")
+				fmt.Fprintln(cmd.ErrOrStderr(), "amelia: interrupted; the agent was stopped")
 				return exitError{130}
 			case errors.Is(err, run.ErrRefused):
 				return usageError{err}

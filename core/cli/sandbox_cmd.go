@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
 	"github.com/amelia-sandbox/amelia/core/workspace"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
@@ -66,13 +67,17 @@ func (a *app) sandboxUpCommand() *cobra.Command {
 }
 
 func (a *app) sandboxDownCommand() *cobra.Command {
-	return &cobra.Command{
+	var force bool
+	cmd := &cobra.Command{
 		Use:   "down",
 		Short: "Remove the profile's sandbox and everything running in it",
-		Args:  noArgs,
+		Long: `Remove the profile's sandbox and everything running in it. A sandbox that
+holds work not brought back (a run in progress, or the kept work of a run
+that failed or was interrupted) is not removed without --force.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withSandbox(cmd.Context(), func(sb *sandbox.Sandbox) error {
-				if err := sb.Down(cmd.Context()); err != nil {
+				if err := a.removeSandbox(cmd.Context(), sb, sb.Profile.Name, force); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "sandbox %s removed (provider %s)\n", sb.Ref.Name, sb.Info.Name)
@@ -80,6 +85,81 @@ func (a *app) sandboxDownCommand() *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "remove it even when it holds work not brought back")
+	return cmd
+}
+
+// removeSandbox tears sb (of profile) down, unless it holds work that
+// was not brought back and force is not set. With force, the records of
+// that work go with it.
+func (a *app) removeSandbox(ctx context.Context, sb *sandbox.Sandbox, profile string, force bool) error {
+	if !force {
+		atRisk, err := a.workAtRisk(ctx, sb, profile)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: cannot tell whether it holds work not brought back (%w); pass --force to remove it anyway", profile, err)
+		}
+		if len(atRisk) > 0 {
+			return fmt.Errorf("sandbox %s holds work not brought back: %s; bring kept work back with amelia results --profile %s WORKFLOW, or pass --force to delete it all",
+				profile, strings.Join(atRisk, ", "), profile)
+		}
+	}
+	if err := sb.Down(ctx); err != nil {
+		return err
+	}
+	recs, err := a.runs().Of(profile)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if err := a.runs().Delete(profile, r.Workflow); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// workAtRisk lists what removing sb (of profile) would lose: the kept work
+// of runs recorded on this host, and every worktree in it but those
+// already delivered (a run in progress, or one nobody recorded).
+func (a *app) workAtRisk(ctx context.Context, sb *sandbox.Sandbox, profile string) ([]string, error) {
+	st := a.sandboxState(ctx, sb)
+	if st.State == "absent" {
+		return nil, nil // nothing there to lose
+	}
+	recs, err := a.runs().Of(profile)
+	if err != nil {
+		return nil, err
+	}
+	state := map[string]runstore.State{}
+	for _, r := range recs {
+		state[r.Workflow] = r.State
+	}
+	var atRisk []string
+	if st.State == string(sdk.HealthReady) {
+		wctx, cancel := context.WithTimeout(ctx, sdk.HealthCheckTimeout)
+		defer cancel()
+		ids, err := workspace.Workflows(wctx, sb)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			switch state[id] {
+			case runstore.Delivered:
+			case runstore.Kept:
+				atRisk = append(atRisk, id+" (kept)")
+			default:
+				atRisk = append(atRisk, id+" (in progress, or left by a run this host did not record)")
+			}
+			delete(state, id)
+		}
+	}
+	// Kept work the sandbox could not be asked about (it is stopped).
+	for _, r := range recs {
+		if state[r.Workflow] == runstore.Kept {
+			atRisk = append(atRisk, r.Workflow+" (kept)")
+		}
+	}
+	return atRisk, nil
 }
 
 func (a *app) sandboxExecCommand() *cobra.Command {
@@ -188,9 +268,15 @@ type sandboxRow struct {
 	// Created is when the sandbox was created, where the provider can list
 	// its sandboxes.
 	Created *time.Time `json:"created,omitempty"`
-	// Workflows have a worktree in the sandbox: runs in progress, and
-	// worktrees kept with --keep-worktree.
+	// Workflows have a worktree in the sandbox: runs in progress, the
+	// kept work of runs that failed or were interrupted, and worktrees
+	// kept with --keep-worktree.
 	Workflows []string `json:"workflows"`
+	// WorkflowStates says what each workflow's worktree is, by what this
+	// host recorded: "kept" (work not brought back: amelia results),
+	// "delivered" (kept with --keep-worktree after its branch came back),
+	// or "active" (a run in progress, or one this host did not record).
+	WorkflowStates map[string]string `json:"workflow_states,omitempty"`
 	// Orphan: this host created it, and no configured profile owns it.
 	Orphan  bool   `json:"orphan,omitempty"`
 	Message string `json:"message,omitempty"`
@@ -244,6 +330,7 @@ func (a *app) sandboxLsCommand() *cobra.Command {
 						row.Message = strings.TrimSpace(row.Message + "; " + oneLine(err.Error()))
 					}
 					row.Workflows = ids
+					row.WorkflowStates = a.workflowStates(row.Profile, ids)
 				}
 				rows = append(rows, row)
 			})
@@ -286,7 +373,11 @@ func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool, now time.Time
 			age = humanAge(now.Sub(*r.Created))
 		}
 		if len(r.Workflows) > 0 {
-			workflows = strings.Join(r.Workflows, ",")
+			ws := make([]string, len(r.Workflows))
+			for i, id := range r.Workflows {
+				ws[i] = id + "(" + r.WorkflowStates[id] + ")"
+			}
+			workflows = strings.Join(ws, ",")
 		}
 		if r.Orphan {
 			detail = strings.TrimSpace("orphan (no profile owns it; amelia stop removes it) " + detail)
@@ -294,6 +385,22 @@ func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool, now time.Time
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Profile, r.Provider, r.State, age, workflows, detail)
 	}
 	return tw.Flush()
+}
+
+// workflowStates is the state of each workflow of profile's sandbox, by
+// the records of this host.
+func (a *app) workflowStates(profile string, ids []string) map[string]string {
+	if len(ids) == 0 {
+		return nil
+	}
+	states := map[string]string{}
+	for _, id := range ids {
+		states[id] = "active"
+		if r, err := a.runs().Get(profile, id); err == nil {
+			states[id] = string(r.State)
+		}
+	}
+	return states
 }
 
 // humanAge is d in its largest whole unit: 45s, 12m, 5h, 3d.
@@ -395,16 +502,21 @@ func (a *app) visitProfile(ctx context.Context, sb *sandbox.Sandbox, orphans boo
 }
 
 func (a *app) stopCommand() *cobra.Command {
-	return &cobra.Command{
+	var force bool
+	cmd := &cobra.Command{
 		Use:   "stop",
 		Short: "Tear down the sandbox of every configured profile and the orphans this host left, or only the sandbox of the profile --profile names",
-		Args:  noArgs,
+		Long: `Tear down the sandbox of every configured profile and the orphans this host
+left, or only the sandbox of the profile --profile names. A sandbox that
+holds work not brought back (a run in progress, or the kept work of a run
+that failed or was interrupted) is left alone without --force.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			failed := 0
 			err := a.eachSandbox(cmd.Context(), a.profile, func(v sandboxVisit) {
 				err := v.err
 				if err == nil {
-					err = v.sb.Down(cmd.Context())
+					err = a.removeSandbox(cmd.Context(), v.sb, v.profile, force)
 				}
 				if err != nil {
 					failed++
@@ -426,4 +538,6 @@ func (a *app) stopCommand() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "remove sandboxes even when they hold work not brought back")
+	return cmd
 }

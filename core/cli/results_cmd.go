@@ -1,0 +1,171 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/amelia-sandbox/amelia/core/run"
+	"github.com/amelia-sandbox/amelia/core/runstore"
+	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/core/workspace"
+)
+
+// runs is this host's record of runs whose work is in a sandbox.
+func (a *app) runs() *runstore.Store {
+	return runstore.New(filepath.Join(a.stateDir(), "amelia", "runs"))
+}
+
+func (a *app) resultsCommand() *cobra.Command {
+	var (
+		discard bool
+		repo    string
+	)
+	cmd := &cobra.Command{
+		Use:   "results [--profile P] [--repo DIR | --discard] WORKFLOW",
+		Short: "Bring back the work of a run that failed or was interrupted, or discard it",
+		Long: `A run that fails or is interrupted after its agent started keeps its work:
+what the agent left is committed to the branch amelia/<workflow> in the
+sandbox, and the worktree stays. amelia results brings that branch into the
+host checkout the run started from (or the one --repo names, which a run on
+a URL needs), then removes the worktree from the sandbox. --discard removes
+it without bringing anything back.`,
+		Example: `  amelia results fix-login-3f9a
+  amelia results --profile dev --repo ~/src/app fix-login-3f9a
+  amelia results --discard fix-login-3f9a`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError{errors.New("results needs one workflow id: amelia results WORKFLOW")}
+			}
+			if discard && repo != "" {
+				return usageError{errors.New("--discard brings nothing back: leave out --repo")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rec, err := a.keptRun(args[0])
+			if err != nil {
+				return err
+			}
+			return a.withKeptRun(cmd.Context(), rec, func(ws *workspace.Workspace) error {
+				if discard {
+					if err := ws.RemoveWorktree(cmd.Context(), rec.Workflow); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "discarded the work of %s from sandbox %s\n", rec.Workflow, rec.Profile)
+					return a.runs().Delete(rec.Profile, rec.Workflow)
+				}
+				if rec.State == runstore.Delivered {
+					return fmt.Errorf("the run of %s delivered %s already; its worktree was kept with --keep-worktree: remove it with %s --discard", rec.Workflow, rec.Branch, run.RecoverCommand(rec))
+				}
+				return a.bringBack(cmd, ws, rec, repo)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&discard, "discard", false, "remove the kept work from the sandbox instead of bringing it back")
+	cmd.Flags().StringVar(&repo, "repo", "", "host checkout to bring the branch into (default: the one the run started from)")
+	return cmd
+}
+
+// keptRun is the record of workflow: of --profile's sandbox when given,
+// else the only one there is.
+func (a *app) keptRun(workflow string) (runstore.Record, error) {
+	if err := workspace.ValidateWorkflowID(workflow); err != nil {
+		return runstore.Record{}, usageError{err}
+	}
+	store := a.runs()
+	if a.profile != "" {
+		rec, err := store.Get(a.profile, workflow)
+		if errors.Is(err, runstore.ErrNotFound) {
+			return rec, fmt.Errorf("no work of workflow %s is kept in the sandbox of profile %s on this host (amelia sandbox ls lists each sandbox's workflows)", workflow, a.profile)
+		}
+		return rec, err
+	}
+	recs, err := store.Find(workflow)
+	if err != nil {
+		return runstore.Record{}, err
+	}
+	switch len(recs) {
+	case 0:
+		return runstore.Record{}, fmt.Errorf("no work of workflow %s is kept on this host (amelia sandbox ls lists each sandbox's workflows)", workflow)
+	case 1:
+		return recs[0], nil
+	}
+	profiles := make([]string, len(recs))
+	for i, r := range recs {
+		profiles[i] = r.Profile
+	}
+	return runstore.Record{}, fmt.Errorf("workflow %s has work in the sandboxes of profiles %s: pick one with --profile", workflow, strings.Join(profiles, ", "))
+}
+
+// withKeptRun starts the sandbox that holds rec's work (with the provider
+// the run used) and gives fn its workspace.
+func (a *app) withKeptRun(ctx context.Context, rec runstore.Record, fn func(*workspace.Workspace) error) error {
+	c, err := a.loadConfig()
+	if err != nil {
+		return err
+	}
+	p, err := c.Profile(rec.Profile)
+	if err != nil {
+		return fmt.Errorf("the work of %s is in the sandbox of profile %s: %w", rec.Workflow, rec.Profile, err)
+	}
+	p.Sandbox.Provider = rec.Provider
+	sb, err := sandbox.Open(ctx, a.pluginHost(), p, a.logger)
+	if err != nil {
+		return err
+	}
+	defer sb.Close()
+	s, err := sb.Up(ctx)
+	if err != nil {
+		return err
+	}
+	ws, err := workspace.New(sb, s.Workdir, workspace.Options{Logger: a.logger})
+	if err != nil {
+		return err
+	}
+	return fn(ws)
+}
+
+// bringBack fetches rec's branch into the host checkout and removes the
+// worktree once the branch is there.
+func (a *app) bringBack(cmd *cobra.Command, ws *workspace.Workspace, rec runstore.Record, dir string) error {
+	ctx := cmd.Context()
+	if dir == "" {
+		dir = rec.Repo
+		if strings.Contains(dir, "://") || !filepath.IsAbs(dir) {
+			return fmt.Errorf("the run of %s worked on %s: bring its work into a local clone of it with %s --repo DIR", rec.Workflow, rec.Repo, run.RecoverCommand(rec))
+		}
+	}
+	host, err := workspace.OpenHostRepo(ctx, dir, a.logger)
+	if err != nil {
+		return err
+	}
+	if _, err := ws.CommitAll(ctx, rec.Workflow, ""); err != nil {
+		return err
+	}
+	base := workspace.Base{Branch: rec.BaseBranch, Commit: rec.BaseCommit}
+	_, err = ws.FetchResult(ctx, host, rec.Workflow, base, workspace.ResultOptions{})
+	switch {
+	case errors.Is(err, workspace.ErrNoChanges):
+		fmt.Fprintf(cmd.OutOrStdout(), "the run of %s left no changes\n", rec.Workflow)
+	case errors.Is(err, workspace.ErrBranchExists):
+		return fmt.Errorf("%w: rename that branch, or bring the work into another checkout with --repo", err)
+	case err != nil:
+		return err
+	default:
+		stat, err := host.DiffStat(ctx, rec.BaseCommit, rec.Branch)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "branch %s in %s\n%s", rec.Branch, host.Dir, stat)
+	}
+	// The work is on the host now: the sandbox's copy can go.
+	if err := ws.RemoveWorktree(ctx, rec.Workflow); err != nil {
+		return err
+	}
+	return a.runs().Delete(rec.Profile, rec.Workflow)
+}
