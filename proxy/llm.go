@@ -107,10 +107,15 @@ func (u *upstream) serve(w http.ResponseWriter, req *http.Request, rec *Record) 
 	if len(body) > 0 {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 	}
+	// Deferred: when the run ends while the body is still streaming, the
+	// reverse proxy aborts the handler with a panic (http.ErrAbortHandler),
+	// and the usage already seen must still reach the audit record.
+	defer func() {
+		if rec.sniff != nil {
+			rec.usage(rec.sniff.result())
+		}
+	}()
 	u.rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), recordKey{}, rec)))
-	if rec.sniff != nil {
-		rec.usage(rec.sniff.result())
-	}
 }
 
 func (u *upstream) tooLarge(w http.ResponseWriter) {

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -225,6 +227,9 @@ func TestChatCompletionsThroughTheProxy(t *testing.T) {
 	if len(recs) != 2 {
 		t.Fatalf("audit has %d records, want 2: %+v", len(recs), recs)
 	}
+	// Records are written as requests end, and the first one's handler
+	// may end after the second: take them in the order they began.
+	slices.SortFunc(recs, func(a, b proxy.Record) int { return a.Time.Compare(b.Time) })
 	for i, want := range []struct{ in, out int64 }{{11, 3}, {21, 5}} {
 		rec := recs[i]
 		if rec.Route != "openai" || rec.Method != "POST" || rec.Path != "/v1/chat/completions" || rec.Status != 200 ||
@@ -235,11 +240,11 @@ func TestChatCompletionsThroughTheProxy(t *testing.T) {
 			t.Errorf("record %d: sizes and duration not recorded: %+v", i, rec)
 		}
 		if rec.InputTokens == nil || *rec.InputTokens != want.in || rec.OutputTokens == nil || *rec.OutputTokens != want.out {
-			t.Errorf("record %d: tokens %v/%v, want %d/%d", i, rec.InputTokens, rec.OutputTokens, want.in, want.out)
+			t.Errorf("record %d: tokens %s/%s, want %d/%d", i, shown(rec.InputTokens), shown(rec.OutputTokens), want.in, want.out)
 		}
 	}
 	if c := recs[1].CacheReadTokens; c == nil || *c != 4 {
-		t.Errorf("streamed record: cache read tokens %v, want 4", c)
+		t.Errorf("streamed record: cache read tokens %s, want 4", shown(c))
 	}
 	assertNoSecret(t, auditDir, realKey, run.Token())
 }
@@ -583,4 +588,12 @@ func TestCloseStopsServing(t *testing.T) {
 	if _, err := srv.ListenAndServe("0.0.0.0:0"); err == nil || !strings.Contains(err.Error(), "loopback") {
 		t.Errorf("ListenAndServe on 0.0.0.0: %v, want the loopback refusal", err)
 	}
+}
+
+// shown is what p points at, or nil.
+func shown[T any](p *T) string {
+	if p == nil {
+		return "nil"
+	}
+	return fmt.Sprint(*p)
 }
