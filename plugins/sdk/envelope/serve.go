@@ -87,6 +87,12 @@ func Serve(in io.Reader, out io.Writer, environ []string) error {
 		r.clientGone()
 	}
 	r.pid = proc.Pid
+	// The pumps start after the started frame, so no output comes first:
+	// a client that sees output knows the pid.
+	r.outputs.Add(2)
+	go r.pump(r.outFiles[0], frameStdout)
+	go r.pump(r.outFiles[1], frameStderr)
+	go r.feed()
 	go r.readFrames(fr)
 	return r.wait(proc)
 }
@@ -109,7 +115,8 @@ type run struct {
 	stop    chan time.Duration
 }
 
-// start starts the command with its streams on pipes, and the pumps.
+// start starts the command with its streams on pipes; the caller starts
+// the pumps.
 func (r *run) start(path string, cmd Command, env []string) (*os.Process, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -143,10 +150,6 @@ func (r *run) start(path string, cmd Command, env []string) (*os.Process, error)
 	r.killed = make(chan struct{})
 	r.stop = make(chan time.Duration, 1)
 	r.outFiles = []*os.File{outR, errR}
-	r.outputs.Add(2)
-	go r.pump(outR, frameStdout)
-	go r.pump(errR, frameStderr)
-	go r.feed()
 	return proc, nil
 }
 
