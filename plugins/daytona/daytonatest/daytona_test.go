@@ -23,7 +23,8 @@ import (
 // connections made with them stay up.
 func TestMintRevokesOtherTokens(t *testing.T) {
 	t.Parallel()
-	f := Start(t, Options{})
+	// Its commands must report their exit: no exit-status loss here.
+	f := Start(t, noLoss())
 	e := newEnv(t, f)
 	sb, _ := e.started(t, api.CreateSandbox{})
 	first := e.token(t, sb.ID)
