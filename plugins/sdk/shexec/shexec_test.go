@@ -121,9 +121,11 @@ func TestControl(t *testing.T) {
 }
 
 // Stop kills the group and a tagged process that left it (setsid): TERM
-// first, KILL after the grace period when TERM is ignored.
+// first, KILL after the grace period when TERM is ignored. Its sleeps'
+// durations are its own: pgrep sees every test's processes, containers'
+// included.
 func TestStopKillsGroupAndTagged(t *testing.T) {
-	line := shexec.Command{Tag: "t4", Argv: []string{"sh", "-c", `setsid sleep 601 & sleep 602 & trap '' TERM; echo ready; while :; do sleep 0.1; done`}}.Line()
+	line := shexec.Command{Tag: "t4", Argv: []string{"sh", "-c", `setsid sleep 611 & sleep 612 & trap '' TERM; echo ready; while :; do sleep 0.1; done`}}.Line()
 	outR, outW := io.Pipe()
 	cmd := exec.Command("sh", "-c", line)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -154,8 +156,8 @@ func TestStopKillsGroupAndTagged(t *testing.T) {
 	if last != "KILL" || strings.Join(sent, ",") != "TERM,KILL" || time.Since(stopped) < 300*time.Millisecond {
 		t.Errorf("Stop sent %v (last %s) after %v: want TERM, then KILL after the grace period; end %v", sent, last, time.Since(stopped), err)
 	}
-	if err := exec.Command("pgrep", "-f", "sleep 60[12]").Run(); err == nil {
-		out, _ := exec.Command("pgrep", "-af", "sleep 60[12]").Output()
+	if err := exec.Command("pgrep", "-f", "sleep 61[12]").Run(); err == nil {
+		out, _ := exec.Command("pgrep", "-af", "sleep 61[12]").Output()
 		t.Errorf("processes of the exec survived:\n%s", out)
 	}
 }
