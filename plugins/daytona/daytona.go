@@ -403,14 +403,8 @@ func (a *account) lookup(ctx context.Context, name, id string) (api.Sandbox, err
 		if key == "" {
 			continue
 		}
-		sb, err := a.api.GetSandbox(ctx, key)
-		switch {
-		case errors.Is(err, sdk.ErrNotFound):
-		case err != nil:
-			return sb, fmt.Errorf("find Daytona sandbox %s: %w", name, err)
-		case sb.Labels[LabelSandbox] == name && !sb.Gone():
-			a.saw(sb)
-			return sb, nil
+		if sb, ok, err := a.fetch(ctx, key, name); ok || err != nil {
+			return sb, err
 		}
 	}
 	all, err := a.api.ListSandboxes(ctx, map[string]string{LabelSandbox: name})
@@ -422,17 +416,27 @@ func (a *account) lookup(ctx context.Context, name, id string) (api.Sandbox, err
 		return cmp.Compare(stateRank(x.State), stateRank(y.State))
 	})
 	for _, listed := range all {
-		sb, err := a.api.GetSandbox(ctx, listed.ID)
-		switch {
-		case errors.Is(err, sdk.ErrNotFound):
-		case err != nil:
-			return sb, fmt.Errorf("find Daytona sandbox %s: %w", name, err)
-		case sb.Labels[LabelSandbox] == name && !sb.Gone():
-			a.saw(sb)
-			return sb, nil
+		if sb, ok, err := a.fetch(ctx, listed.ID, name); ok || err != nil {
+			return sb, err
 		}
 	}
 	return api.Sandbox{}, sdk.Errorf(sdk.ErrNotFound, "sandbox %s does not exist in Daytona (no sandbox labelled %s=%s): start it with `amelia sandbox up`", name, LabelSandbox, name)
+}
+
+// fetch GETs the sandbox key (an id or a name) and reports whether it is
+// the live sandbox called name.
+func (a *account) fetch(ctx context.Context, key, name string) (api.Sandbox, bool, error) {
+	sb, err := a.api.GetSandbox(ctx, key)
+	switch {
+	case errors.Is(err, sdk.ErrNotFound):
+		return sb, false, nil
+	case err != nil:
+		return sb, false, fmt.Errorf("find Daytona sandbox %s: %w", name, err)
+	case sb.Labels[LabelSandbox] != name || sb.Gone():
+		return sb, false, nil
+	}
+	a.saw(sb)
+	return sb, true, nil
 }
 
 // stateRank orders the sandboxes lookup may pick: started ones first.
