@@ -351,7 +351,8 @@ func TestRunRefusesBeforeStarting(t *testing.T) {
 	}
 }
 
-// Two runs on one profile at once: each gets its own branch and output.
+// Two runs on one profile at once, which the profile allows
+// (sandbox.concurrent_runs): each gets its own branch and output.
 func TestConcurrentRuns(t *testing.T) {
 	h := newHost(t, llmtest.Options{Script: func(i int, req *llmtest.Request) llmtest.Turn {
 		// Each run writes a file named after its workflow (from the
@@ -369,6 +370,7 @@ func TestConcurrentRuns(t *testing.T) {
 		}
 		return llmtest.Turn{Text: "no task found"}
 	}})
+	h.env = append(h.env, "AMELIA_PROFILES__E2E__SANDBOX__CONCURRENT_RUNS=true")
 	ids := []string{"one", "two"}
 	results := make([]result, len(ids))
 	var wg sync.WaitGroup
@@ -389,6 +391,35 @@ func TestConcurrentRuns(t *testing.T) {
 		if got := h.git(t, "diff", "--name-only", "main", "amelia/"+id); got != id+".txt" {
 			t.Errorf("amelia/%s changes %q, want %s.txt only", id, got, id)
 		}
+	}
+}
+
+// Without sandbox.concurrent_runs, a second run on a profile whose
+// sandbox a run holds is refused before its agent starts, told which run
+// holds it and how to share; once the first ends, the sandbox is free.
+func TestRunsDoNotShareASandbox(t *testing.T) {
+	h := newHost(t, llmtest.Options{},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall("sleep 297.5")}},
+		llmtest.Turn{Text: "stopped"},
+		llmtest.Turn{Text: "Nothing to do."},
+	)
+	t.Cleanup(func() { exec.Command("pkill", "-f", "sleep 297.5").Run() })
+	first := h.startUntil(t, "sleep 297.5", "run", "--json", "--workflow", "holder", "sleep a long time")
+	r := h.amelia(t, "run", "--workflow", "second", "do it")
+	if r.code != 1 || !strings.Contains(r.stderr, "in use by another run (workflow holder,") || !strings.Contains(r.stderr, "sandbox.concurrent_runs: true") {
+		t.Errorf("a second run while the first holds the sandbox: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if n := len(h.up.Requests()); n != 1 {
+		t.Errorf("the LLM got %d requests, want the first run's one only", n)
+	}
+	if err := first.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := first.wait(t, "Ctrl-C"); code != 130 {
+		t.Errorf("the first run: exit %d after Ctrl-C; stderr: %s", code, first.stderr.String())
+	}
+	if r := h.amelia(t, "run", "--workflow", "third", "do it"); r.code != 0 {
+		t.Errorf("a run after the first ended: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 

@@ -208,6 +208,12 @@ type Sandbox struct {
 	// provider declares (a third-party plugin's KUBECONFIG, say). Valid
 	// names; the plugin host refuses the profile's key and token variables.
 	PluginEnv []string
+	// ConcurrentRuns lets runs of the profile share its sandbox at the
+	// same time. Runs sharing a sandbox are not separated from each other
+	// (same user: each can read the other's token and write its
+	// worktree), so without it a run waits for no one: it is refused
+	// while another holds the sandbox.
+	ConcurrentRuns bool
 	// Settings maps a provider name to its settings block, as written
 	// (after ${VAR} expansion). Blocks for providers other than Provider
 	// are kept so that overriding the provider keeps working.

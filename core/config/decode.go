@@ -200,6 +200,31 @@ func (d *decoder) str(at path, v any) (sval, bool) {
 	return d.expand(at, s)
 }
 
+// boolean is v as a bool: YAML's true or false, or the strings "true" and
+// "false" (an environment override, or a ${VAR} that expands to one).
+func (d *decoder) boolean(at path, v any) (bool, bool) {
+	if b, ok := v.(bool); ok {
+		return b, true
+	}
+	s, ok := v.(string)
+	if !ok {
+		d.problemf(at, "must be true or false, got %s", typeName(v))
+		return false, false
+	}
+	x, ok := d.expand(at, s)
+	if !ok {
+		return false, false
+	}
+	switch strings.ToLower(strings.TrimSpace(x.val)) {
+	case "true":
+		return true, true
+	case "false":
+		return false, true
+	}
+	d.problemf(at, "%s is not true or false", x.quote())
+	return false, false
+}
+
 func (d *decoder) expand(at path, s string) (sval, bool) {
 	x, err := expand(s, d.lookup)
 	if err != nil {

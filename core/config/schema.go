@@ -490,6 +490,16 @@ func sandboxSection() section[Sandbox] {
 					return append([]string{}, sb.PluginEnv...)
 				},
 			},
+			{
+				key: "concurrent_runs",
+				decode: func(d *decoder, at path, v any, sb *Sandbox) {
+					if v == nil {
+						return
+					}
+					sb.ConcurrentRuns, _ = d.boolean(at, v)
+				},
+				show: func(_ *shower, _ path, sb *Sandbox) any { return sb.ConcurrentRuns },
+			},
 		},
 		// Any other key holding a map is a provider's settings block, kept
 		// as written for the plugin.

@@ -391,6 +391,16 @@ func TestValidationRules(t *testing.T) {
 			content: profileWith("sandbox: {provider: true}\n"),
 			want:    []string{`profiles.dev.sandbox.provider: must be a string, got a boolean`},
 		},
+		{
+			name:    "concurrent_runs not a boolean",
+			content: profileWith("sandbox: {provider: local, concurrent_runs: sometimes}\n"),
+			want:    []string{`profiles.dev.sandbox.concurrent_runs: "sometimes" is not true or false`},
+		},
+		{
+			name:    "concurrent_runs a list",
+			content: profileWith("sandbox: {provider: local, concurrent_runs: [true]}\n"),
+			want:    []string{`profiles.dev.sandbox.concurrent_runs: must be true or false, got a list`},
+		},
 		// sandbox.network.
 		{
 			name:    "network misspelled",
@@ -539,9 +549,9 @@ func TestValidationRules(t *testing.T) {
 			name:    "unknown scalar or list under sandbox",
 			content: profileWith("sandbox: {provider: docker, netwrok: none, image: x, hosts: [a]}\n"),
 			want: []string{
-				`profiles.dev.sandbox.hosts: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, or a map of provider settings)`,
-				`profiles.dev.sandbox.image: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, or a map of provider settings)`,
-				`profiles.dev.sandbox.netwrok: unknown key, did you mean network? (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, or a map of provider settings)`,
+				`profiles.dev.sandbox.hosts: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, or a map of provider settings)`,
+				`profiles.dev.sandbox.image: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, or a map of provider settings)`,
+				`profiles.dev.sandbox.netwrok: unknown key, did you mean network? (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, or a map of provider settings)`,
 			},
 		},
 		// Provider settings blocks.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -118,6 +119,9 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 	var wt string
 	var base workspace.Base
 	if err := r.phase(PhaseWorkspace, func() (err error) {
+		if err := r.holdSandbox(ctx, ws, src.workflow); err != nil {
+			return err
+		}
 		base, wt, err = r.prepareWorkspace(ctx, ws, src)
 		return err
 	}); err != nil {
@@ -243,6 +247,25 @@ func workerEnv(addr, token string, network config.NetworkMode) map[string]string
 		env["NO_PROXY"], env["no_proxy"] = noProxy, noProxy
 	}
 	return env
+}
+
+// holdSandbox makes this run the only one in the profile's sandbox until
+// it ends, unless the profile lets runs share it (sandbox.concurrent_runs):
+// runs sharing a sandbox are not separated from each other.
+func (r *runner) holdSandbox(ctx context.Context, ws *workspace.Workspace, workflow string) error {
+	p := r.req.Profile
+	if p.Sandbox.ConcurrentRuns {
+		return nil
+	}
+	release, err := ws.Hold(ctx, fmt.Sprintf("workflow %s, host %s, pid %d", workflow, sandbox.Owner(), os.Getpid()))
+	if errors.Is(err, workspace.ErrBusy) {
+		return fmt.Errorf("%w: runs sharing a sandbox are not separated from each other; wait for it to end, run on another profile, or set sandbox.concurrent_runs: true in profile %s to share it anyway", err, p.Name)
+	}
+	if err != nil {
+		return err
+	}
+	r.onEnd("release the sandbox", release)
+	return nil
 }
 
 // prepareWorkspace brings the repository into the sandbox and adds the
