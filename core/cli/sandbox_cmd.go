@@ -277,6 +277,11 @@ type sandboxRow struct {
 	// "delivered" (kept with --keep-worktree after its branch came back),
 	// or "active" (a run in progress, or one this host did not record).
 	WorkflowStates map[string]string `json:"workflow_states,omitempty"`
+	// Runs says how runs share the sandbox: "one-at-a-time", or
+	// "shared,unseparated" with sandbox.concurrent_runs (no provider
+	// separates runs in one sandbox from each other yet). Empty for
+	// orphans.
+	Runs string `json:"runs,omitempty"`
 	// Orphan: this host created it, and no configured profile owns it.
 	Orphan  bool   `json:"orphan,omitempty"`
 	Message string `json:"message,omitempty"`
@@ -286,7 +291,7 @@ type sandboxRow struct {
 func (a *app) sandboxState(ctx context.Context, sb *sandbox.Sandbox) sandboxRow {
 	ctx, cancel := context.WithTimeout(ctx, sdk.HealthCheckTimeout+5*time.Second)
 	defer cancel()
-	row := sandboxRow{Profile: sb.Profile.Name, Provider: sb.Info.Name}
+	row := sandboxRow{Profile: sb.Profile.Name, Provider: sb.Info.Name, Runs: runsMode(sb.Profile.Sandbox.ConcurrentRuns)}
 	h, err := sb.Health(ctx)
 	switch {
 	case errors.Is(err, sdk.ErrNotFound):
@@ -366,9 +371,12 @@ func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool, now time.Time
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROFILE\tPROVIDER\tSTATE\tAGE\tWORKFLOWS\tDETAIL")
+	fmt.Fprintln(tw, "PROFILE\tPROVIDER\tSTATE\tAGE\tRUNS\tWORKFLOWS\tDETAIL")
 	for _, r := range rows {
-		age, workflows, detail := "-", "-", r.Message
+		age, workflows, detail, runs := "-", "-", r.Message, r.Runs
+		if runs == "" {
+			runs = "-"
+		}
 		if r.Created != nil {
 			age = humanAge(now.Sub(*r.Created))
 		}
@@ -382,9 +390,17 @@ func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool, now time.Time
 		if r.Orphan {
 			detail = strings.TrimSpace("orphan (no profile owns it; amelia stop removes it) " + detail)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Profile, r.Provider, r.State, age, workflows, detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Profile, r.Provider, r.State, age, runs, workflows, detail)
 	}
 	return tw.Flush()
+}
+
+// runsMode says how runs share a profile's sandbox.
+func runsMode(concurrent bool) string {
+	if concurrent {
+		return "shared,unseparated"
+	}
+	return "one-at-a-time"
 }
 
 // workflowStates is the state of each workflow of profile's sandbox, by
