@@ -270,7 +270,7 @@ func (r *runner) holdSandbox(ctx context.Context, ws *workspace.Workspace, workf
 
 // prepareWorkspace brings the repository into the sandbox and adds the
 // workflow's worktree; the worktree is removed when the run ends unless
-// --keep-worktree.
+// --keep-worktree, or the run failed after its agent started (keepWork).
 func (r *runner) prepareWorkspace(ctx context.Context, ws *workspace.Workspace, src source) (workspace.Base, string, error) {
 	var base workspace.Base
 	if src.local != nil {
