@@ -395,34 +395,14 @@ func (d *dockerBackend) runChild(ctx context.Context, s *sandbox, req execReques
 	}
 	copyStdin(conn, req.stdin)
 	if req.signals != nil {
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			for {
-				select {
-				case name := <-req.signals:
-					cd.signal(nonce, sshSignal(name))
-				case <-stop:
-					return
-				}
-			}
-		}()
+		defer forward(req.signals, func(name string) { cd.signal(nonce, sshSignal(name)) })()
 	}
 	stdout, stderr := orDiscard(req.stdout), orDiscard(req.stderr)
-	output := make(chan error, 1)
-	go func() {
+	if err := copyOutput(ctx, conn.Close, func() error {
 		_, err := stdcopy.StdCopy(stdout, stderr, conn.Reader)
-		output <- err
-	}()
-	select {
-	case err = <-output:
-	case <-ctx.Done():
-		conn.Close()
-		<-output
-		return exitStatus{}, fmt.Errorf("run a command in sandbox %s: %w", s.id, ctx.Err())
-	}
-	if err != nil {
-		return exitStatus{}, fmt.Errorf("copy the output of a command in sandbox %s: %w", s.id, err)
+		return err
+	}); err != nil {
+		return exitStatus{}, fmt.Errorf("the output of a command in sandbox %s: %w", s.id, err)
 	}
 	// The daemon reports how the command ended just before it lets the
 	// bridge go, so the report is here or on its way, unless the bridge
@@ -478,39 +458,51 @@ func (d *dockerBackend) runPty(ctx context.Context, s *sandbox, req execRequest)
 		req.started()
 	}
 	copyStdin(conn, req.stdin)
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for {
-			select {
-			case sz := <-req.pty.resize:
-				d.resizeExec(ctx, id, sz.cols, sz.rows)
-			case <-stop:
-				return
-			}
-		}
-	}()
-	output := make(chan error, 1)
-	go func() {
+	defer forward(req.pty.resize, func(sz windowSize) { d.resizeExec(ctx, id, sz.cols, sz.rows) })()
+	if err := copyOutput(ctx, conn.Close, func() error {
 		// A TTY's stream is raw, not multiplexed.
 		_, err := io.Copy(orDiscard(req.stdout), conn.Reader)
-		output <- err
-	}()
-	select {
-	case err = <-output:
-	case <-ctx.Done():
-		conn.Close()
-		<-output
-		return exitStatus{}, fmt.Errorf("run a shell in sandbox %s: %w", s.id, ctx.Err())
-	}
-	if err != nil {
-		return exitStatus{}, fmt.Errorf("copy the output of a shell in sandbox %s: %w", s.id, err)
+		return err
+	}); err != nil {
+		return exitStatus{}, fmt.Errorf("the output of a shell in sandbox %s: %w", s.id, err)
 	}
 	code, err := d.exitCode(id)
 	if err != nil {
 		return exitStatus{}, fmt.Errorf("read how a shell in sandbox %s ended: %w", s.id, err)
 	}
 	return exitStatus{code: code}, nil
+}
+
+// forward hands what arrives on ch to fn until the returned stop is
+// called.
+func forward[T any](ch <-chan T, fn func(T)) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case v := <-ch:
+				fn(v)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// copyOutput runs copy (which reads a connection) to its end; when ctx
+// ends first, closeConn stops copy and ctx's error is returned.
+func copyOutput(ctx context.Context, closeConn func(), copy func() error) error {
+	output := make(chan error, 1)
+	go func() { output <- copy() }()
+	select {
+	case err := <-output:
+		return err
+	case <-ctx.Done():
+		closeConn()
+		<-output
+		return ctx.Err()
+	}
 }
 
 // resizeExec sets the size of an exec's terminal (nothing for a zero
