@@ -98,9 +98,7 @@ func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); 
 func TestGatewayDropsStderr(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, noLoss(), func(t *testing.T, f *Fake) {
-		e := newEnv(t, f)
-		sb, _ := e.started(t, api.CreateSandbox{})
-		c := e.login(t, sb.ID)
+		c := loginToNew(t, f)
 
 		// Under the window: stdout and the exit code arrive, stderr not.
 		under := DefaultWindow - 64<<10
@@ -153,9 +151,7 @@ func TestGatewayWindow(t *testing.T) {
 	opts := noLoss()
 	opts.Window = 64 << 10
 	f := Start(t, opts)
-	e := newEnv(t, f)
-	sb, _ := e.started(t, api.CreateSandbox{})
-	c := e.login(t, sb.ID)
+	c := loginToNew(t, f)
 	// Under it, with room to spare: a full window would stop stdout as
 	// well, whichever came first.
 	if r := run(t, c, "head -c 60000 /dev/zero >&2; echo fits", ""); r.stdout != "fits\n" {
@@ -197,9 +193,7 @@ func TestGatewayLosesExitStatus(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			test := func(t *testing.T, f *Fake) {
-				e := newEnv(t, f)
-				sb, _ := e.started(t, api.CreateSandbox{})
-				c := e.login(t, sb.ID)
+				c := loginToNew(t, f)
 				lost, kept := 0, 0
 				for range tc.n {
 					s, err := c.NewSession()
@@ -242,9 +236,7 @@ func TestGatewayLosesExitStatus(t *testing.T) {
 func TestGatewayNoExitSignal(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, noLoss(), func(t *testing.T, f *Fake) {
-		e := newEnv(t, f)
-		sb, _ := e.started(t, api.CreateSandbox{})
-		c := e.login(t, sb.ID)
+		c := loginToNew(t, f)
 		if r := run(t, c, "echo before; kill -TERM $$", ""); r.stdout != "before\n" || r.code != 1 || r.signal != "" {
 			t.Errorf("killed by TERM: %+v, want exit-status 1", r)
 		}
@@ -275,9 +267,7 @@ func TestGatewayNoExitSignal(t *testing.T) {
 func TestGatewayNoProcessGroup(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, noLoss(), func(t *testing.T, f *Fake) {
-		e := newEnv(t, f)
-		sb, _ := e.started(t, api.CreateSandbox{})
-		c := e.login(t, sb.ID)
+		c := loginToNew(t, f)
 		ids := func() (pid, pgid, sid string) {
 			r := run(t, c, `echo $$ $(ps -o pgid= -p $$) $(ps -o sid= -p $$)`, "")
 			f := strings.Fields(r.stdout)
@@ -308,9 +298,7 @@ func TestGatewayNoProcessGroup(t *testing.T) {
 func TestGatewaySignalReachesShellOnly(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, noLoss(), func(t *testing.T, f *Fake) {
-		e := newEnv(t, f)
-		sb, _ := e.started(t, api.CreateSandbox{})
-		c := e.login(t, sb.ID)
+		c := loginToNew(t, f)
 		s, err := c.NewSession()
 		if err != nil {
 			t.Fatal(err)
@@ -371,9 +359,7 @@ func TestGatewayDisconnect(t *testing.T) {
 func TestGatewaySessionRequests(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, noLoss(), func(t *testing.T, f *Fake) {
-		e := newEnv(t, f)
-		sb, _ := e.started(t, api.CreateSandbox{})
-		c := e.login(t, sb.ID)
+		c := loginToNew(t, f)
 
 		s, err := c.NewSession()
 		if err != nil {

@@ -263,3 +263,11 @@ func refused(t *testing.T, f *Fake, token, why string) {
 		t.Errorf("%s: the gateway let the token open a session", why)
 	}
 }
+
+// loginToNew starts a sandbox on f and logs in to it through the gateway.
+func loginToNew(t *testing.T, f *Fake) *ssh.Client {
+	t.Helper()
+	e := newEnv(t, f)
+	sb, _ := e.started(t, api.CreateSandbox{})
+	return e.login(t, sb.ID)
+}
