@@ -137,7 +137,7 @@ func (c *Conn) Session(ctx context.Context) (s *ssh.Session, release func(), err
 		if pick != nil {
 			pick.open++
 			c.mu.Unlock()
-			s, err := pick.ssh.NewSession()
+			s, err := c.openSession(ctx, pick.ssh)
 			if err == nil {
 				c.mu.Lock()
 				pick.est++
@@ -158,6 +158,9 @@ func (c *Conn) Session(ctx context.Context) (s *ssh.Session, release func(), err
 				continue
 			}
 			c.mu.Unlock()
+			if ctx.Err() != nil {
+				return nil, nil, fmt.Errorf("open an ssh session on %s: %w", c.target, ctx.Err())
+			}
 			c.drop(pick, err)
 			continue
 		}
@@ -176,6 +179,41 @@ func (c *Conn) Session(ctx context.Context) (s *ssh.Session, release func(), err
 		if err := c.wait(ctx); err != nil {
 			return nil, nil, fmt.Errorf("wait for an ssh session on %s: %w", c.target, err)
 		}
+	}
+}
+
+// openSession opens a session on cl, within ctx and DialTimeout: a
+// connection whose server stopped answering (its peer gone without the TCP
+// connection closing) would otherwise block NewSession for good. On the
+// timeout cl is closed, which ends the wait and marks it dead.
+func (c *Conn) openSession(ctx context.Context, cl *ssh.Client) (*ssh.Session, error) {
+	type opened struct {
+		s   *ssh.Session
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		s, err := cl.NewSession()
+		done <- opened{s, err}
+	}()
+	t := time.NewTimer(c.opts.DialTimeout)
+	defer t.Stop()
+	select {
+	case o := <-done:
+		return o.s, o.err
+	case <-t.C:
+		cl.Close()
+		<-done
+		return nil, fmt.Errorf("ssh %s did not open a session within %v", c.target, c.opts.DialTimeout)
+	case <-ctx.Done():
+		// Other sessions share cl: leave it open, and close the session
+		// if it comes after all.
+		go func() {
+			if o := <-done; o.err == nil {
+				o.s.Close()
+			}
+		}()
+		return nil, ctx.Err()
 	}
 }
 
