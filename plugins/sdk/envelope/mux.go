@@ -104,7 +104,10 @@ type Mux struct {
 // NewMux starts the client end: in carries the session to the worker, out
 // is its output, read up to MuxHello first (past a login shell's banner).
 // It gives ErrNoWorker when something else answered, ErrBroken when the
-// stream ended first.
+// stream ended first. The session closes in when it ends, possibly while a
+// Write is under way, so in's Close must be safe then: close the whole
+// transport, not just its write half (x/crypto/ssh's CloseWrite races a
+// concurrent Write).
 func NewMux(in io.WriteCloser, out io.Reader) (*Mux, error) {
 	br := bufio.NewReaderSize(out, 64<<10)
 	if err := skipTo(br, MuxHello); err != nil {

@@ -96,7 +96,12 @@ func (c *Conn) startMux(ctx context.Context, s *ssh.Session, worker string) (*en
 	}
 	ch := make(chan started, 1)
 	go func() {
-		m, err := envelope.NewMux(in, out)
+		// Closing the session, not its stdin, ends the stream: stdin's
+		// Close races yamux's writer.
+		m, err := envelope.NewMux(struct {
+			io.Writer
+			io.Closer
+		}{in, s}, out)
 		ch <- started{m, err}
 	}()
 	select {
