@@ -93,7 +93,8 @@ func (w *worker) commands() *cobra.Command {
 	root.SetOut(w.p.Stderr) // help and usage never go to stdout, which is the protocol's
 	root.SetErr(w.p.Stderr)
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(w.agenticCmd(), w.generateCmd(), w.tunnelCmd(), w.gitCredentialCmd(), w.flockCmd(), w.egressCheckCmd(), w.execCmd(), w.muxCmd(), w.versionCmd())
+	root.AddCommand(w.agenticCmd(), w.generateCmd(), w.tunnelCmd(), w.gitCredentialCmd(), w.flockCmd(), w.egressCheckCmd(), w.execCmd(), w.muxCmd(),
+		w.detachCmd(), w.superviseCmd(), w.followCmd(), w.stopCmd(), w.statusCmd(), w.versionCmd())
 	return root
 }
 

@@ -1,0 +1,524 @@
+package worker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+)
+
+// A detached run lives in a directory of its own inside the sandbox, apart
+// from any connection to the host: `detach` starts a supervisor there,
+// which runs the command and outlives whoever started it; `follow` streams
+// what it wrote, from any line on, as often as a host reconnects; `stop`
+// ends it. The directory holds:
+const (
+	runPID      = "pid"            // the supervisor's pid, once the command runs
+	runMessages = "messages.jsonl" // the command's stdout: the protocol lines
+	runStderr   = "stderr.log"     // the command's stderr, and the supervisor's
+	runExit     = "exit"           // how the command ended (runEnd), once all of it is gone
+)
+
+// exitNoRun is follow's and stop's exit code when the directory holds no
+// run, or a run whose supervisor died without saying how it ended.
+const exitNoRun = 3
+
+// runEnd is the exit file's content.
+type runEnd struct {
+	// Code is the command's exit code, or 128+N when signal N killed it.
+	Code   int    `json:"code"`
+	Signal string `json:"signal,omitempty"`
+}
+
+// followPoll is how often follow looks for new lines while a run is quiet.
+const followPoll = 50 * time.Millisecond
+
+func (w *worker) detachCmd() *cobra.Command {
+	var dir, lock string
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "detach --dir D [--lock FILE] -- COMMAND...",
+		Short: "Start an amelia-worker command that outlives this connection, in run directory D",
+		Long: `Start a supervisor that runs "amelia-worker COMMAND..." with its stdout in
+D/messages.jsonl and its stderr in D/stderr.log, in a session of its own, and
+return once it runs. The supervisor outlives the connection that started it;
+when the command ends it kills whatever the command left running and writes
+D/exit. With --lock, the supervisor holds an exclusive flock on FILE for as
+long as it runs, and refuses to start (exit 3) when another process holds it.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return w.detach(dir, lock, grace, args)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "dir", "", "the run's directory (required; made 0700)")
+	f.StringVar(&lock, "lock", "", "a file to hold an exclusive flock on while the run lives")
+	f.DurationVar(&grace, "grace", 10*time.Second, "how long a stopped command has between SIGTERM and SIGKILL")
+	cmd.MarkFlagRequired("dir")
+	return cmd
+}
+
+// detach starts the supervisor and waits for its word on the ready pipe:
+// "ok" once the command runs, or why it could not start.
+func (w *worker) detach(dir, lock string, grace time.Duration, args []string) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("detach: --dir %q: want an absolute path", dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("detach: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("detach: %w", err)
+	}
+	// O_EXCL: a directory runs one command, ever; a host that retries a
+	// start it is unsure of finds the first one here.
+	stderr, err := os.OpenFile(filepath.Join(dir, runStderr), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		fmt.Fprintf(w.p.Stderr, "amelia-worker detach: a run was already started in %s\n", dir)
+		return exitCode(exitNoRun)
+	}
+	if err != nil {
+		return fmt.Errorf("detach: %w", err)
+	}
+	defer stderr.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("detach: find amelia-worker: %w", err)
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("detach: %w", err)
+	}
+	defer readyR.Close()
+	argv := append([]string{self, "supervise", "--dir", dir, "--grace", grace.String(), "--lock", lock, "--"}, args...)
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		readyW.Close()
+		return fmt.Errorf("detach: %w", err)
+	}
+	defer null.Close()
+	p, err := os.StartProcess(self, argv, &os.ProcAttr{
+		Dir:   dir,
+		Files: []*os.File{null, stderr, stderr, readyW}, // the ready pipe is fd 3
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	readyW.Close()
+	if err != nil {
+		return fmt.Errorf("detach: start the supervisor: %w", err)
+	}
+	word, _ := io.ReadAll(io.LimitReader(readyR, 4096))
+	if string(word) == "ok\n" {
+		p.Release() // it is on its own now: its parent's death reparents it
+		return nil
+	}
+	p.Wait()
+	msg := strings.TrimSpace(string(word))
+	if msg == "" {
+		msg = "the supervisor exited before the command started; see " + filepath.Join(dir, runStderr)
+	}
+	fmt.Fprintf(w.p.Stderr, "amelia-worker detach: %s\n", msg)
+	return exitCode(exitNoRun)
+}
+
+func (w *worker) superviseCmd() *cobra.Command {
+	var dir, lock string
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:    "supervise --dir D -- COMMAND...",
+		Short:  "The supervisor detach starts (not for direct use)",
+		Hidden: true,
+		Args:   cobra.MinimumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			// fd 3 is the ready pipe; the command must not inherit it, or
+			// detach would wait for the command's end.
+			syscall.CloseOnExec(3)
+			ready := os.NewFile(3, "ready")
+			defer ready.Close()
+			err := supervise(dir, lock, grace, args, ready)
+			if err != nil {
+				fmt.Fprintf(ready, "%v\n", err)
+				fmt.Fprintf(w.p.Stderr, "amelia-worker supervise: %v\n", err)
+				return exitCode(exitNoRun)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "dir", "", "the run's directory")
+	f.StringVar(&lock, "lock", "", "a file to hold an exclusive flock on")
+	f.DurationVar(&grace, "grace", 10*time.Second, "SIGTERM to SIGKILL")
+	return cmd
+}
+
+// supervise runs args as a child of this process, which becomes the
+// subreaper of everything the child starts: when the child ends, or after
+// the grace once this process is asked to stop, everything left below it
+// is killed, and only then is the exit file written. An error means the
+// command never started.
+func supervise(dir, lock string, grace time.Duration, args []string, ready *os.File) error {
+	if lock != "" {
+		f, err := os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return fmt.Errorf("open the lock: %w", err)
+		}
+		// Held (fd open, close-on-exec) until this process exits.
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			return fmt.Errorf("the sandbox is in use by another run (%s is locked)", lock)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("become the subreaper: %w", err)
+	}
+	out, err := os.OpenFile(filepath.Join(dir, runMessages), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer null.Close()
+	// Signals are caught before the child exists, so none is lost.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	child, err := os.StartProcess(self, append([]string{self}, args...), &os.ProcAttr{
+		Dir:   dir,
+		Files: []*os.File{null, out, os.Stderr},
+	})
+	if err != nil {
+		return fmt.Errorf("start amelia-worker %s: %w", args[0], err)
+	}
+	if err := writeAtomic(filepath.Join(dir, runPID), []byte(strconv.Itoa(os.Getpid())+"\n")); err != nil {
+		child.Kill()
+		return err
+	}
+	io.WriteString(ready, "ok\n")
+	ready.Close()
+
+	go func() {
+		<-sigs
+		// The worker writes its interrupted result on SIGTERM; what is
+		// still alive after the grace is killed.
+		child.Signal(syscall.SIGTERM)
+		time.Sleep(grace)
+		killDescendants(os.Getpid())
+	}()
+	end := reapAll(child.Pid)
+	data, _ := json.Marshal(end)
+	return writeAtomic(filepath.Join(dir, runExit), append(data, '\n'))
+}
+
+// reapAll reaps every child of this process until none is left, and
+// returns how the one with pid ended. Once that one has ended, whatever it
+// left (reparented here, the subreaper) is killed.
+func reapAll(pid int) runEnd {
+	var end runEnd
+	childDone := false
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil { // ECHILD: nothing left
+			return end
+		}
+		if got == pid {
+			childDone = true
+			end = endOf(ws)
+		}
+		if childDone {
+			killDescendants(os.Getpid())
+		}
+	}
+}
+
+func endOf(ws unix.WaitStatus) runEnd {
+	if ws.Signaled() {
+		return runEnd{Code: 128 + int(ws.Signal()), Signal: unix.SignalName(ws.Signal())}
+	}
+	return runEnd{Code: ws.ExitStatus()}
+}
+
+// killDescendants sends SIGKILL to every process below pid.
+func killDescendants(pid int) {
+	for _, p := range descendants(pid) {
+		unix.Kill(p, unix.SIGKILL)
+	}
+}
+
+// descendants lists the processes below pid, from /proc.
+func descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(fields[1]); err == nil {
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+func (w *worker) followCmd() *cobra.Command {
+	var dir string
+	var skip int
+	cmd := &cobra.Command{
+		Use:   "follow --dir D [--skip N]",
+		Short: "Stream a detached run's protocol lines, from line N+1, until it ends",
+		Long: `Copy D/messages.jsonl to stdout from line N+1 on, whole lines only, waiting
+for more until the run has ended; then exit with the run's exit code, its
+stderr's tail on stderr when that is not 0. Stopping follow leaves the run
+running. Exit 3: no run in D, or its supervisor died without an exit status.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return w.follow(cmd.Context(), dir, skip)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the run's directory (required)")
+	cmd.Flags().IntVar(&skip, "skip", 0, "lines already seen")
+	cmd.MarkFlagRequired("dir")
+	return cmd
+}
+
+func (w *worker) follow(ctx context.Context, dir string, skip int) error {
+	f, err := os.Open(filepath.Join(dir, runMessages))
+	if err != nil {
+		fmt.Fprintf(w.p.Stderr, "amelia-worker follow: no run in %s (%v)\n", dir, err)
+		return exitCode(exitNoRun)
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 64<<10)
+	out := bufio.NewWriterSize(w.p.Stdout, 64<<10)
+	var partial []byte // the start of a line still being written
+	tick := time.NewTicker(followPoll)
+	defer tick.Stop()
+	for {
+		ended, end, err := runEnded(dir)
+		if err != nil {
+			fmt.Fprintf(w.p.Stderr, "amelia-worker follow: %v\n", err)
+			return exitCode(exitNoRun)
+		}
+		for {
+			chunk, err := r.ReadSlice('\n')
+			if err == bufio.ErrBufferFull {
+				partial = append(partial, chunk...)
+				continue
+			}
+			if err != nil { // io.EOF: the rest of the line is not there yet
+				partial = append(partial, chunk...)
+				break
+			}
+			if skip > 0 {
+				skip--
+			} else {
+				out.Write(partial)
+				out.Write(chunk)
+			}
+			partial = partial[:0]
+		}
+		if ended {
+			// Read after the exit file was seen: nothing more will come.
+			if skip == 0 && len(partial) > 0 {
+				out.Write(partial)
+			}
+			if err := out.Flush(); err != nil {
+				return exitCode(exitFailed)
+			}
+			if end.Code != 0 {
+				w.stderrTail(dir)
+			}
+			return exitCode(end.Code)
+		}
+		if err := out.Flush(); err != nil {
+			return exitCode(exitFailed) // the host went away
+		}
+		select {
+		case <-ctx.Done():
+			return exitCode(exitInterrupted)
+		case <-tick.C:
+		}
+	}
+}
+
+// runEnded says whether the run in dir has ended, and how. A run whose
+// supervisor is gone without an exit file is an error.
+func runEnded(dir string) (bool, runEnd, error) {
+	var end runEnd
+	data, err := os.ReadFile(filepath.Join(dir, runExit))
+	if err == nil {
+		if err := json.Unmarshal(data, &end); err != nil {
+			return false, end, fmt.Errorf("%s: %v", filepath.Join(dir, runExit), err)
+		}
+		return true, end, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return false, end, err
+	}
+	pid, err := supervisorPID(dir)
+	if err != nil {
+		return false, end, err
+	}
+	if unix.Kill(pid, 0) == unix.ESRCH {
+		// It may have written the exit file just before it ended.
+		if _, err := os.Stat(filepath.Join(dir, runExit)); err == nil {
+			return runEnded(dir)
+		}
+		return false, end, fmt.Errorf("the run's supervisor (pid %d) is gone without an exit status: the sandbox restarted, or something killed it", pid)
+	}
+	return false, end, nil
+}
+
+func supervisorPID(dir string) (int, error) {
+	data, err := os.ReadFile(filepath.Join(dir, runPID))
+	if err != nil {
+		return 0, fmt.Errorf("no run in %s: %w", dir, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 1 {
+		return 0, fmt.Errorf("%s: not a pid", filepath.Join(dir, runPID))
+	}
+	return pid, nil
+}
+
+// stderrTail copies the last 4 KiB of the run's stderr to stderr.
+func (w *worker) stderrTail(dir string) {
+	f, err := os.Open(filepath.Join(dir, runStderr))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > 4096 {
+		f.Seek(st.Size()-4096, io.SeekStart)
+	}
+	io.Copy(w.p.Stderr, f)
+}
+
+func (w *worker) stopCmd() *cobra.Command {
+	var dir string
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "stop --dir D",
+		Short: "Stop a detached run and everything it started, and wait until it has ended",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ended, _, err := runEnded(dir)
+			if err != nil {
+				fmt.Fprintf(w.p.Stderr, "amelia-worker stop: %v\n", err)
+				return exitCode(exitNoRun)
+			}
+			if ended {
+				return nil
+			}
+			pid, err := supervisorPID(dir)
+			if err != nil {
+				return err
+			}
+			if err := unix.Kill(pid, unix.SIGTERM); err != nil && err != unix.ESRCH {
+				return fmt.Errorf("stop: signal the supervisor (pid %d): %w", pid, err)
+			}
+			deadline := time.Now().Add(wait)
+			for time.Now().Before(deadline) {
+				ended, _, err := runEnded(dir)
+				if ended || err != nil {
+					return nil
+				}
+				time.Sleep(followPoll)
+			}
+			fmt.Fprintf(w.p.Stderr, "amelia-worker stop: the run in %s has not ended after %s\n", dir, wait)
+			return exitCode(exitFailed)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the run's directory (required)")
+	cmd.Flags().DurationVar(&wait, "wait", time.Minute, "how long to wait for the run to end")
+	cmd.MarkFlagRequired("dir")
+	return cmd
+}
+
+func (w *worker) statusCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "status --dir D",
+		Short: `Say how a detached run is: {"state":"running"|"ended"|"lost"|"none","code":N}`,
+		Args:  noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			st := struct {
+				State string `json:"state"`
+				Code  *int   `json:"code,omitempty"`
+			}{State: "running"}
+			ended, end, err := runEnded(dir)
+			switch {
+			case ended:
+				st.State, st.Code = "ended", &end.Code
+			case err != nil && errors.Is(err, os.ErrNotExist):
+				st.State = "none"
+			case err != nil:
+				if _, statErr := os.Stat(filepath.Join(dir, runPID)); statErr != nil {
+					st.State = "none"
+				} else {
+					st.State = "lost"
+				}
+			}
+			return json.NewEncoder(w.p.Stdout).Encode(st)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the run's directory (required)")
+	cmd.MarkFlagRequired("dir")
+	return cmd
+}
+
+// writeAtomic writes data to path through a temporary file and a rename.
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
