@@ -81,6 +81,10 @@ type RunConfig struct {
 	Git   GitAuth
 	// AuditDir holds the run's audit log, AuditDir/ID.jsonl (created 0700).
 	AuditDir string
+	// Token, when set, is the run's token instead of a new one: a host
+	// that attaches to a detached run serves the token its worker holds.
+	// It must be one Start minted.
+	Token string
 }
 
 // Options configure a Server.
@@ -165,7 +169,10 @@ func (s *Server) Start(cfg RunConfig) (*Run, error) {
 	if r.audit, err = openAuditLog(cfg.AuditDir, cfg.ID, cfg.Profile); err != nil {
 		return nil, fmt.Errorf("run %s: %w", cfg.ID, err)
 	}
-	r.token, err = mintToken()
+	r.token = cfg.Token
+	if r.token == "" {
+		r.token, err = mintToken()
+	}
 	if err != nil {
 		r.audit.Close()
 		return nil, err
@@ -181,6 +188,9 @@ func (s *Server) Start(cfg RunConfig) (*Run, error) {
 func (c *RunConfig) check() error {
 	if !ValidRunID(c.ID) {
 		return fmt.Errorf("run id %q: use letters, digits, '.', '_' and '-', starting with a letter or digit, at most 63 characters, no \"..\"", c.ID)
+	}
+	if c.Token != "" && !validToken(c.Token) {
+		return fmt.Errorf("run %s: the given token is not one amelia minted", c.ID)
 	}
 	if c.AuditDir == "" {
 		return fmt.Errorf("run %s: no audit directory", c.ID)
@@ -230,6 +240,16 @@ func mintToken() (string, error) {
 		return "", fmt.Errorf("mint run token: %w", err)
 	}
 	return "amr_" + base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// validToken: what mintToken makes, 32 bytes in base64url after "amr_".
+func validToken(t string) bool {
+	raw, ok := strings.CutPrefix(t, "amr_")
+	if !ok {
+		return false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(raw)
+	return err == nil && len(b) == 32
 }
 
 // Token is the run's bearer token, for AMELIA_PROXY_TOKEN in the sandbox.

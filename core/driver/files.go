@@ -61,19 +61,19 @@ func (d *Driver) withFiles(ctx context.Context, files []sandboxFile, fn func() e
 		}
 	}()
 	for _, f := range files {
-		if err := d.writeFile(ctx, f); err != nil {
+		if err := d.writeFile(ctx, FileDir, f); err != nil {
 			return err
 		}
 	}
 	return fn()
 }
 
-// writeFile writes f through the exec's stdin, so its content is never on
-// a command line.
-func (d *Driver) writeFile(ctx context.Context, f sandboxFile) error {
+// writeFile writes f, a file in dir, through the exec's stdin, so its
+// content is never on a command line.
+func (d *Driver) writeFile(ctx context.Context, dir string, f sandboxFile) error {
 	var stderr execreport.Stderr
 	req := sdk.ExecRequest{
-		Argv:    []string{"sh", "-c", writeScript, "sh", FileDir, f.path},
+		Argv:    []string{"sh", "-c", writeScript, "sh", dir, f.path},
 		Timeout: fileTimeout,
 	}
 	st, err := d.Exec.Exec(ctx, req, sdk.ExecIO{Stdin: strings.NewReader(f.data), Stderr: &stderr})

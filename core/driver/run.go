@@ -15,6 +15,7 @@ import (
 type workerOutput struct {
 	result *protocol.AgenticMessage // the result line, or nil
 	usage  *protocol.DriverUsage    // the usage line's usage, or nil
+	lines  int                      // lines read, blank ones included
 }
 
 // execEnd is how a worker's exec ended.
@@ -51,7 +52,12 @@ func (d *Driver) runWorker(ctx context.Context, sub string, argv []string, each 
 	}()
 	log.Debug("worker started", "argv", argv[1:])
 
-	dec := protocol.NewDecoder(pr, protocol.WithMaxLineBytes(d.MaxLineBytes))
+	var lines io.Reader = pr
+	if sub == "follow" {
+		// A line the connection cut is read again when following resumes.
+		lines = &wholeLines{r: pr}
+	}
+	dec := protocol.NewDecoder(lines, protocol.WithMaxLineBytes(d.MaxLineBytes))
 	var lineErr error
 	stopped := false
 	for {
@@ -83,6 +89,7 @@ func (d *Driver) runWorker(ctx context.Context, sub string, argv []string, each 
 	// the stream without an exit status).
 	_, _ = io.Copy(io.Discard, pr)
 	end := <-ended
+	out.lines = dec.Line()
 	log.Debug("worker ended", "status", execreport.Status(end.status), "exec_err", end.err,
 		"stopped", stopped, "bad_line", lineErr != nil, "duration", time.Since(start))
 
@@ -97,8 +104,12 @@ func (d *Driver) runWorker(ctx context.Context, sub string, argv []string, each 
 	case stopped:
 		// The consumer is gone; how the stopped worker ended is no news.
 		return out, nil
+	case end.err != nil && sub == "follow":
+		return out, fmt.Errorf("follow the agent on %s: %w: %w", d.provider(), ErrDisconnected, end.err)
 	case end.err != nil:
 		return out, fmt.Errorf("run amelia-worker %s on %s: %w%s", sub, d.provider(), end.err, stderr.Note())
+	case sub == "follow" && end.status.Code == exitNoRun && out.result == nil:
+		return out, fmt.Errorf("follow the agent on %s: %w%s", d.provider(), ErrRunLost, stderr.Note())
 	case out.result == nil:
 		return out, fmt.Errorf("amelia-worker %s on %s: %w (%s)%s", sub, d.provider(), ErrNoResult, execreport.Status(end.status), stderr.Note())
 	case end.status.Code != 0 && !out.result.IsError:

@@ -138,10 +138,16 @@ type runner struct {
 
 	// agentStarted is set when the agent may have produced work, and
 	// delivered once that work reached the host or the origin; between
-	// the two, the worktree is kept (kept says where).
-	agentStarted, delivered bool
-	kept                    *runstore.Record
-	failure                 error // why the run ended, for the cleanups
+	// the two, the worktree is kept (kept says where). agentRunning is
+	// set while the agent may be running in the sandbox: its worktree is
+	// left alone then, and the run stays recorded as running.
+	agentStarted, delivered, agentRunning bool
+	kept                                  *runstore.Record
+	failure                               error // why the run ended, for the cleanups
+
+	lv      *live     // the way into the sandbox, once the tunnel is open
+	agent   *agentRun // the agent, once started
+	release func(context.Context) error // ends this process's hold on the sandbox
 }
 
 // RecoverCommand is the command that brings a kept run's work back.

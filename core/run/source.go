@@ -168,6 +168,9 @@ func (r *runner) checkNotKept(workflow string) error {
 		return nil
 	case err != nil:
 		return err
+	case rec.State == runstore.Running:
+		return fmt.Errorf("workflow %s is running in sandbox %s, or was when its host last saw it: follow it with amelia attach --profile %s %s, or pick another --workflow",
+			workflow, rec.Profile, rec.Profile, workflow)
 	case rec.State == runstore.Kept:
 		return fmt.Errorf("workflow %s has work in sandbox %s from a run that did not finish (%s): bring it back with %s, or pick another --workflow",
 			workflow, rec.Profile, rec.Reason, RecoverCommand(rec))

@@ -49,7 +49,13 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		if err != nil {
 			return err
 		}
-		r.onEnd("stop the provider plugin", func(context.Context) error { sb.Close(); return nil })
+		r.onEnd("stop the provider plugin", func(context.Context) error {
+			if r.lv != nil {
+				r.lv.sandbox().Close() // the one that replaced sb, if any
+			}
+			sb.Close()
+			return nil
+		})
 		return nil
 	}); err != nil {
 		return res, err
@@ -93,26 +99,17 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		if err != nil {
 			return err
 		}
-		r.onEnd("close the tunnel", func(context.Context) error { return tun.Close() })
+		r.lv = &live{r: r, sb: sb, tun: tun, worker: worker, listen: tun.Addr(), target: prx.addr}
+		r.onEnd("close the tunnel", func(context.Context) error { return r.lv.closeTunnel() })
 		return nil
 	}); err != nil {
 		return res, err
 	}
-	// From here on, a tunnel that dies ends the run with its reason.
-	ctx, cancel := context.WithCancelCause(ctx)
+	ctx, cancel := r.keepTunnel(ctx)
 	defer cancel(nil)
-	go func() {
-		select {
-		case <-tun.Done():
-			if err := tun.Err(); err != nil {
-				cancel(err)
-			}
-		case <-ctx.Done():
-		}
-	}()
-	env := workerEnv(tun.Addr(), prx.run.Token(), req.Profile.Sandbox.Network)
+	env := workerEnv(r.lv.listen, prx.run.Token(), req.Profile.Sandbox.Network)
 
-	ws, err := workspace.New(sb, workdir, workspace.Options{Worker: worker, GitEnv: env, Logger: r.host.Logger})
+	ws, err := workspace.New(r.lv, workdir, workspace.Options{Worker: worker, GitEnv: env, Logger: r.host.Logger})
 	if err != nil {
 		return res, err
 	}
@@ -123,41 +120,44 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 			return err
 		}
 		base, wt, err = r.prepareWorkspace(ctx, ws, src)
+		r.agent = &agentRun{src: src, base: base, worktree: wt, runID: prx.run.ID(), token: prx.run.Token()}
 		return err
 	}); err != nil {
 		return res, causeOf(ctx, err)
 	}
 
-	d := &driver.Driver{Exec: sb, Worker: worker, Provider: sb.Info.Name, Env: env, Logger: r.host.Logger}
-	// From here on the worktree may hold work that cost tokens: it is kept
-	// unless it is delivered (see keepWork).
-	r.agentStarted = true
+	d := &driver.Driver{Exec: r.lv, Worker: worker, Provider: sb.Info.Name, Env: env, Logger: r.host.Logger}
+	a := r.agent
 	if err := r.phase(PhaseAgent, func() error {
-		var failed error
-		for m, err := range d.ExecuteAgentic(ctx, driver.AgenticRequest{
-			Workflow: src.workflow, Prompt: req.Prompt, Cwd: wt, Model: r.model(),
-		}) {
-			if err != nil {
-				return err
-			}
-			r.view.Message(&m)
-			if m.Type == protocol.Result && m.IsError {
-				// The worker's own account of a failed run: nothing to
-				// deliver. Read on to the end for its usage.
-				failed = fmt.Errorf("the agent failed: %s", firstLine(m.Content))
-			}
+		if err := r.startAgent(ctx, ws, d, a); err != nil {
+			return err
 		}
-		return failed
+		return r.followAgent(ctx, d, a)
 	}); err != nil {
 		res.Usage = d.Usage()
 		return res, causeOf(ctx, err)
 	}
-	usage := d.Usage()
+	return r.results(ctx, ws, a, d.Usage())
+}
+
+// keepTunnel returns a context that the run goes on under: the tunnel is
+// reopened whenever it closes, and the context is cancelled, with the
+// reason, when it cannot be.
+func (r *runner) keepTunnel(ctx context.Context) (context.Context, context.CancelCauseFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go r.lv.keepTunnel(ctx, cancel)
+	return ctx, cancel
+}
+
+// results brings the agent's work back: onto the host or the origin.
+func (r *runner) results(ctx context.Context, ws *workspace.Workspace, a *agentRun, usage *protocol.DriverUsage) (Result, error) {
+	var res Result
 	if err := r.phase(PhaseResults, func() (err error) {
-		res, err = r.deliver(ctx, ws, src, base)
+		res, err = r.deliver(ctx, ws, a.src, a.base)
 		return err
 	}); err != nil {
 		res.Usage = usage
+		res.Workflow = a.src.workflow
 		return res, causeOf(ctx, err)
 	}
 	r.delivered = true
@@ -264,8 +264,19 @@ func (r *runner) holdSandbox(ctx context.Context, ws *workspace.Workspace, workf
 	if err != nil {
 		return err
 	}
-	r.onEnd("release the sandbox", release)
+	r.release = release
+	r.onEnd("release the sandbox", r.releaseHold)
 	return nil
+}
+
+// releaseHold ends this process's hold on the sandbox, once.
+func (r *runner) releaseHold(ctx context.Context) error {
+	release := r.release
+	r.release = nil
+	if release == nil {
+		return nil
+	}
+	return release(ctx)
 }
 
 // prepareWorkspace brings the repository into the sandbox and adds the
@@ -297,13 +308,16 @@ func (r *runner) prepareWorkspace(ctx context.Context, ws *workspace.Workspace, 
 	}
 	r.onEnd("remove the worktree", func(ctx context.Context) error {
 		switch {
+		case r.agentRunning:
+			r.host.Logger.Warn("the agent may still be running in the sandbox; its worktree stays", "workflow", src.workflow)
+			return nil
 		case r.agentStarted && !r.delivered:
 			return r.keepWork(ctx, ws, src, base, dir)
 		case r.req.KeepWorktree:
 			r.host.Logger.Info("worktree kept", "dir", dir)
-			return r.record(runstore.Delivered, src, base, dir, nil)
+			return errors.Join(r.removeRunDir(ctx, ws), r.record(runstore.Delivered, nil))
 		}
-		return ws.RemoveWorktree(ctx, src.workflow)
+		return errors.Join(r.removeRunDir(ctx, ws), ws.RemoveWorktree(ctx, src.workflow), r.forget())
 	})
 	return base, dir, nil
 }
@@ -320,22 +334,31 @@ func (r *runner) keepWork(ctx context.Context, ws *workspace.Workspace, src sour
 		has, err := ws.HasWork(ctx, src.workflow, base.Start)
 		if err == nil && !has {
 			r.host.Logger.Info("the agent left no work; worktree removed", "workflow", src.workflow)
-			return ws.RemoveWorktree(ctx, src.workflow)
+			return errors.Join(r.removeRunDir(ctx, ws), ws.RemoveWorktree(ctx, src.workflow), r.forget())
 		}
 		commitErr = err
 	}
 	if commitErr != nil {
 		r.host.Logger.Warn("could not commit the agent's work; the worktree is kept as it is", "workflow", src.workflow, "err", commitErr)
 	}
-	return r.record(runstore.Kept, src, base, dir, r.failure)
+	return r.record(runstore.Kept, r.failure)
 }
 
-// record notes on the host where the run's worktree is kept.
-func (r *runner) record(state runstore.State, src source, base workspace.Base, dir string, reason error) error {
+// record notes on the host how the run's agent and work are: running,
+// kept after a failure, or delivered with the worktree kept on request.
+func (r *runner) record(state runstore.State, reason error) error {
+	a := r.agent
 	rec := runstore.Record{
-		Workflow: src.workflow, Profile: r.req.Profile.Name, Provider: r.req.Profile.Sandbox.Provider,
-		Repo: src.repo(), BaseBranch: base.Branch, BaseCommit: base.Commit,
-		Branch: workspace.Branch(src.workflow), Worktree: dir, State: state, Ended: time.Now().UTC(),
+		Workflow: a.src.workflow, Profile: r.req.Profile.Name, Provider: r.req.Profile.Sandbox.Provider,
+		Repo: a.src.repo(), BaseBranch: a.base.Branch, BaseCommit: a.base.Commit,
+		Branch: workspace.Branch(a.src.workflow), Worktree: a.worktree, State: state, Ended: time.Now().UTC(),
+		RunID: a.runID, Title: commitTitle(r.req.Prompt),
+	}
+	if a.det != nil {
+		rec.RunDir = a.det.Dir
+	}
+	if state == runstore.Running {
+		rec.ProxyListen, rec.ProxyToken = r.lv.listen, a.token
 	}
 	if reason != nil {
 		rec.Reason = firstLine(new(reason.Error()))
@@ -347,6 +370,29 @@ func (r *runner) record(state runstore.State, src source, base workspace.Base, d
 		return nil
 	}
 	return r.host.Runs.Put(rec)
+}
+
+// forget removes the run's record: nothing of it is left in the sandbox.
+func (r *runner) forget() error {
+	if r.host.Runs == nil || r.agent == nil {
+		return nil
+	}
+	return r.host.Runs.Delete(r.req.Profile.Name, r.agent.src.workflow)
+}
+
+// removeRunDir removes the agent's run directory, once nothing of the run
+// is to be kept.
+func (r *runner) removeRunDir(ctx context.Context, ws *workspace.Workspace) error {
+	if r.agent == nil || r.agent.det == nil {
+		return nil
+	}
+	return ws.RemoveRunDir(ctx, r.agent.det.Dir)
+}
+
+// commitTitle is the prompt's first line, as CommitAll uses it.
+func commitTitle(prompt string) string {
+	first, _, _ := strings.Cut(strings.TrimSpace(prompt), "\n")
+	return first
 }
 
 // deliver commits what the agent left uncommitted, then brings the branch

@@ -4,9 +4,13 @@
 // what it started from, so `amelia results` can bring it back and `amelia
 // stop` knows what removing a sandbox would lose.
 //
-// A record is one small JSON file, DIR/<profile>/<workflow>.json, written
-// whole through a temporary file and a rename: a reader never sees half
-// of one. Records hold no secrets.
+// A record is one small JSON file, DIR/<profile>/<workflow>.json, mode
+// 0600 in a 0700 directory, written whole through a temporary file and a
+// rename: a reader never sees half of one. The record of a running run
+// holds its proxy token, so that a host process that attaches to it later
+// can serve the worker that holds that token; the token opens nothing but
+// a proxy this host runs for that run, and leaves the record when the run
+// ends. No record holds an API key or a git token.
 package runstore
 
 import (
@@ -25,6 +29,9 @@ import (
 type State string
 
 const (
+	// Running: the agent was started detached in the sandbox and has not
+	// been seen to end; `amelia attach` follows it.
+	Running State = "running"
 	// Kept: the run failed or was interrupted after its agent started;
 	// the work is committed on its branch in the sandbox, not on the host.
 	Kept State = "kept"
@@ -50,6 +57,17 @@ type Record struct {
 	// Worktree is the worktree's directory inside the sandbox.
 	Worktree string `json:"worktree"`
 	State    State  `json:"state"`
+	// RunDir is the detached run's directory in the sandbox: its prompt,
+	// its message log, how it ended.
+	RunDir string `json:"run_dir,omitempty"`
+	// RunID names the run at the proxy (its audit log).
+	RunID string `json:"run_id,omitempty"`
+	// ProxyListen is where the worker reaches the proxy inside the
+	// sandbox, and ProxyToken the run token it holds: only while Running.
+	ProxyListen string `json:"proxy_listen,omitempty"`
+	ProxyToken  string `json:"proxy_token,omitempty"`
+	// Title is the commit message's first line for the agent's work.
+	Title string `json:"title,omitempty"`
 	// Reason is why the run ended without delivering (its error).
 	Reason string    `json:"reason,omitempty"`
 	Ended  time.Time `json:"ended"`

@@ -115,6 +115,9 @@ func PluginProfile(p *config.Profile) *pluginhost.Profile {
 // Close stops the provider plugin.
 func (s *Sandbox) Close() { s.plugin.Close() }
 
+// PluginExited reports whether the provider plugin has ended.
+func (s *Sandbox) PluginExited() bool { return s.plugin.Exited() }
+
 // Spec is what the sandbox is started with.
 func (s *Sandbox) Spec() sdk.Spec {
 	return sdk.Spec{

@@ -63,6 +63,22 @@ func (w *Workspace) RepoDir() string { return path.Join(w.root, "repo") }
 // WorktreeDir is the worktree of workflow id inside the sandbox.
 func (w *Workspace) WorktreeDir(id string) string { return path.Join(w.root, "worktrees", id) }
 
+// RunDir is the directory of run runID's detached agent: its prompt,
+// message log and exit (see driver.StartAgentic).
+func (w *Workspace) RunDir(runID string) string { return path.Join(w.root, ".amelia", "runs", runID) }
+
+// LockFile is the file whose flock makes a run the only one in the
+// workspace (see Hold).
+func (w *Workspace) LockFile() string { return path.Join(w.root, ".amelia-run.lock") }
+
+// RemoveRunDir removes a run directory RunDir made.
+func (w *Workspace) RemoveRunDir(ctx context.Context, dir string) error {
+	if path.Dir(dir) != path.Join(w.root, ".amelia", "runs") {
+		return fmt.Errorf("remove run directory %q: not one of this workspace's", dir)
+	}
+	return w.script(ctx, "remove the run directory", nil, nil, nil, `rm -rf -- "$1"`, dir)
+}
+
 // dirtyRef holds the commit that carries a workflow's uncommitted host
 // changes in the sandbox's bare repo; RemoveWorktree deletes it.
 func dirtyRef(id string) string { return "refs/amelia/dirty/" + id }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -32,9 +33,18 @@ const (
 	runExit     = "exit"           // how the command ended (runEnd), once all of it is gone
 )
 
-// exitNoRun is follow's and stop's exit code when the directory holds no
-// run, or a run whose supervisor died without saying how it ended.
-const exitNoRun = 3
+// Exit codes of detach, follow and stop.
+const (
+	// exitStarted: detach found a run in the directory already.
+	exitStarted = 3
+	// exitBusy: detach's lock is held by another process.
+	exitBusy = 4
+	// exitNoRun: follow's and stop's when the directory holds no run, or
+	// a run whose supervisor died without saying how it ended. follow
+	// otherwise exits with the run's own code: 125 is what env(1) and
+	// docker use for their own failures, and the worker never does.
+	exitNoRun = 125
+)
 
 // runEnd is the exit file's content.
 type runEnd struct {
@@ -50,14 +60,15 @@ func (w *worker) detachCmd() *cobra.Command {
 	var dir, lock string
 	var grace time.Duration
 	cmd := &cobra.Command{
-		Use:   "detach --dir D [--lock FILE] -- COMMAND...",
-		Short: "Start an amelia-worker command that outlives this connection, in run directory D",
-		Long: `Start a supervisor that runs "amelia-worker COMMAND..." with its stdout in
+		Use:   "detach --dir D [--lock FILE] -- PROGRAM ARGS...",
+		Short: "Start a command that outlives this connection, in run directory D",
+		Long: `Start a supervisor that runs PROGRAM ARGS... (amelia-worker agentic, say) with its stdout in
 D/messages.jsonl and its stderr in D/stderr.log, in a session of its own, and
 return once it runs. The supervisor outlives the connection that started it;
 when the command ends it kills whatever the command left running and writes
 D/exit. With --lock, the supervisor holds an exclusive flock on FILE for as
-long as it runs, and refuses to start (exit 3) when another process holds it.`,
+long as it runs, and refuses to start (exit 4) when another process holds it.
+Exit 3: D already holds a run.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			return w.detach(dir, lock, grace, args)
@@ -88,7 +99,7 @@ func (w *worker) detach(dir, lock string, grace time.Duration, args []string) er
 	stderr, err := os.OpenFile(filepath.Join(dir, runStderr), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 	if errors.Is(err, os.ErrExist) {
 		fmt.Fprintf(w.p.Stderr, "amelia-worker detach: a run was already started in %s\n", dir)
-		return exitCode(exitNoRun)
+		return exitCode(exitStarted)
 	}
 	if err != nil {
 		return fmt.Errorf("detach: %w", err)
@@ -124,20 +135,30 @@ func (w *worker) detach(dir, lock string, grace time.Duration, args []string) er
 		p.Release() // it is on its own now: its parent's death reparents it
 		return nil
 	}
-	p.Wait()
+	code := exitFailed
+	if st, err := p.Wait(); err == nil && st.ExitCode() == exitBusy {
+		code = exitBusy
+	}
 	msg := strings.TrimSpace(string(word))
 	if msg == "" {
 		msg = "the supervisor exited before the command started; see " + filepath.Join(dir, runStderr)
 	}
 	fmt.Fprintf(w.p.Stderr, "amelia-worker detach: %s\n", msg)
-	return exitCode(exitNoRun)
+	return exitCode(code)
+}
+
+// errBusy: another process holds the run's lock.
+type errBusy struct{ lock string }
+
+func (e errBusy) Error() string {
+	return "the sandbox is in use by another run (" + e.lock + " is locked)"
 }
 
 func (w *worker) superviseCmd() *cobra.Command {
 	var dir, lock string
 	var grace time.Duration
 	cmd := &cobra.Command{
-		Use:    "supervise --dir D -- COMMAND...",
+		Use:    "supervise --dir D -- PROGRAM ARGS...",
 		Short:  "The supervisor detach starts (not for direct use)",
 		Hidden: true,
 		Args:   cobra.MinimumNArgs(1),
@@ -151,6 +172,9 @@ func (w *worker) superviseCmd() *cobra.Command {
 			if err != nil {
 				fmt.Fprintf(ready, "%v\n", err)
 				fmt.Fprintf(w.p.Stderr, "amelia-worker supervise: %v\n", err)
+				if _, ok := errors.AsType[errBusy](err); ok {
+					return exitCode(exitBusy)
+				}
 				return exitCode(exitNoRun)
 			}
 			return nil
@@ -176,7 +200,7 @@ func supervise(dir, lock string, grace time.Duration, args []string, ready *os.F
 		}
 		// Held (fd open, close-on-exec) until this process exits.
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			return fmt.Errorf("the sandbox is in use by another run (%s is locked)", lock)
+			return errBusy{lock}
 		}
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -187,9 +211,9 @@ func supervise(dir, lock string, grace time.Duration, args []string, ready *os.F
 		return err
 	}
 	defer out.Close()
-	self, err := os.Executable()
+	prog, err := exec.LookPath(args[0])
 	if err != nil {
-		return err
+		return fmt.Errorf("start %s: %w", args[0], err)
 	}
 	null, err := os.Open(os.DevNull)
 	if err != nil {
@@ -199,12 +223,12 @@ func supervise(dir, lock string, grace time.Duration, args []string, ready *os.F
 	// Signals are caught before the child exists, so none is lost.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	child, err := os.StartProcess(self, append([]string{self}, args...), &os.ProcAttr{
+	child, err := os.StartProcess(prog, args, &os.ProcAttr{
 		Dir:   dir,
 		Files: []*os.File{null, out, os.Stderr},
 	})
 	if err != nil {
-		return fmt.Errorf("start amelia-worker %s: %w", args[0], err)
+		return fmt.Errorf("start %s: %w", args[0], err)
 	}
 	if err := writeAtomic(filepath.Join(dir, runPID), []byte(strconv.Itoa(os.Getpid())+"\n")); err != nil {
 		child.Kill()
@@ -316,7 +340,7 @@ func (w *worker) followCmd() *cobra.Command {
 		Long: `Copy D/messages.jsonl to stdout from line N+1 on, whole lines only, waiting
 for more until the run has ended; then exit with the run's exit code, its
 stderr's tail on stderr when that is not 0. Stopping follow leaves the run
-running. Exit 3: no run in D, or its supervisor died without an exit status.`,
+running. Exit 125: no run in D, or its supervisor died without an exit status.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return w.follow(cmd.Context(), dir, skip)

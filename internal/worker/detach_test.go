@@ -23,15 +23,15 @@ func detached(t *testing.T, srv *llmtest.Server, cwd string, extra ...string) st
 	dir := filepath.Join(t.TempDir(), "run")
 	prompt := writeFile(t, t.TempDir(), "p.txt", "work")
 	args := append([]string{"detach", "--dir", dir, "--grace", "2s"}, extra...)
-	args = append(args, "--", "agentic", "--prompt-file", prompt, "--cwd", cwd, "--model", "m")
+	args = append(args, "--", workerBin, "agentic", "--prompt-file", prompt, "--cwd", cwd, "--model", "m")
 	r := runWorker(t, proxyEnv(srv), nil, args...)
 	if r.code != 0 {
 		t.Fatalf("detach: exit %d: %s", r.code, r.stderr)
 	}
 	t.Cleanup(func() {
-		// Exit 3 is a run whose supervisor the test killed.
+		// Exit 125 is a run whose supervisor the test killed.
 		out, err := exec.Command(workerBin, "stop", "--dir", dir).CombinedOutput()
-		if exitErr, ok := errors.AsType[*exec.ExitError](err); err != nil && (!ok || exitErr.ExitCode() != 3) {
+		if exitErr, ok := errors.AsType[*exec.ExitError](err); err != nil && (!ok || exitErr.ExitCode() != 125) {
 			t.Errorf("stop the run: %v: %s", err, out)
 		}
 	})
@@ -145,7 +145,7 @@ func TestDetachRefusals(t *testing.T) {
 	srv := llmtest.New(t, llmtest.Turn{Text: "done"})
 	dir := detached(t, srv, t.TempDir())
 	prompt := writeFile(t, t.TempDir(), "p.txt", "work")
-	again := runWorker(t, proxyEnv(srv), nil, "detach", "--dir", dir, "--", "agentic", "--prompt-file", prompt, "--cwd", "/", "--model", "m")
+	again := runWorker(t, proxyEnv(srv), nil, "detach", "--dir", dir, "--", workerBin, "agentic", "--prompt-file", prompt, "--cwd", "/", "--model", "m")
 	if again.code != 3 || !bytes.Contains(again.stderr, []byte("already started")) {
 		t.Errorf("second detach in one directory: exit %d, %s", again.code, again.stderr)
 	}
@@ -164,12 +164,12 @@ func TestDetachRefusals(t *testing.T) {
 		t.Fatalf("flock(1) said %q, %v", line, err)
 	}
 	busy := runWorker(t, proxyEnv(srv), nil, "detach", "--dir", filepath.Join(t.TempDir(), "r"), "--lock", lock, "--",
-		"agentic", "--prompt-file", prompt, "--cwd", "/", "--model", "m")
-	if busy.code != 3 || !bytes.Contains(busy.stderr, []byte("in use by another run")) {
+		workerBin, "agentic", "--prompt-file", prompt, "--cwd", "/", "--model", "m")
+	if busy.code != 4 || !bytes.Contains(busy.stderr, []byte("in use by another run")) {
 		t.Errorf("detach with the lock held: exit %d, %s", busy.code, busy.stderr)
 	}
 
-	if _, r := follow(t, t.TempDir()); r.code != 3 || !bytes.Contains(r.stderr, []byte("no run in")) {
+	if _, r := follow(t, t.TempDir()); r.code != 125 || !bytes.Contains(r.stderr, []byte("no run in")) {
 		t.Errorf("follow of an empty directory: exit %d, %s", r.code, r.stderr)
 	}
 
@@ -184,7 +184,7 @@ func TestDetachRefusals(t *testing.T) {
 	supervisor := pidFrom(t, filepath.Join(lost, "pid"))
 	syscall.Kill(supervisor, syscall.SIGKILL)
 	waitGone(t, supervisor)
-	if _, r := follow(t, lost); r.code != 3 || !bytes.Contains(r.stderr, []byte("gone without an exit status")) {
+	if _, r := follow(t, lost); r.code != 125 || !bytes.Contains(r.stderr, []byte("gone without an exit status")) {
 		t.Errorf("follow after the supervisor died: exit %d, %s", r.code, r.stderr)
 	}
 	if st := runWorker(t, nil, nil, "status", "--dir", lost); string(st.stdout) != `{"state":"lost"}`+"\n" {

@@ -228,6 +228,10 @@ func Launch(cmd *exec.Cmd, opts LaunchOptions) (*Plugin, error) {
 // Close stops the plugin process.
 func (p *Plugin) Close() { p.client.Kill() }
 
+// Exited reports whether the plugin process has ended (crashed, or was
+// killed).
+func (p *Plugin) Exited() bool { return p.client.Exited() }
+
 var (
 	_ Provider  = (*Plugin)(nil)
 	_ Lister    = (*Plugin)(nil)

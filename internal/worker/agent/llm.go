@@ -24,8 +24,17 @@ type LLM struct {
 	retries int
 	// backoff is the wait before the first retry; it doubles after each.
 	backoff time.Duration
-	logger  *slog.Logger
+	// Outage is how long requests that get no answer at all are tried
+	// again: the tunnel to the proxy is down while its host reconnects.
+	Outage time.Duration
+	logger *slog.Logger
 }
+
+// DefaultOutage is how long an LLM request waits out a tunnel outage.
+const DefaultOutage = 2 * time.Minute
+
+// maxBackoff is the longest wait between two tries.
+const maxBackoff = 5 * time.Second
 
 // NewLLM returns a client for the chat API at baseURL (ending in /v1) that
 // authenticates with token.
@@ -36,7 +45,7 @@ func NewLLM(baseURL, token string, logger *slog.Logger) *LLM {
 	// Keepalive comments (": PROCESSING") are counted as empty messages;
 	// a slow upstream may send many.
 	cfg.EmptyMessagesLimit = 10000
-	return &LLM{client: openai.NewClientWithConfig(cfg), baseURL: cfg.BaseURL, retries: 2, backoff: time.Second, logger: logger}
+	return &LLM{client: openai.NewClientWithConfig(cfg), baseURL: cfg.BaseURL, retries: 2, backoff: time.Second, Outage: DefaultOutage, logger: logger}
 }
 
 // reply is one assistant answer, reassembled from the stream.
@@ -77,27 +86,46 @@ type chunk struct {
 }
 
 // complete sends req as a streaming request and reassembles the answer.
-// Requests that fail before the stream starts are retried as Retries says.
+// Requests the upstream failed with a transient status are retried as
+// retries says; requests that got no answer at all, or whose stream broke
+// off, are retried for as long as Outage, so that a run survives its host
+// reconnecting.
 func (l *LLM) complete(ctx context.Context, req *chatRequest) (*reply, error) {
 	// go-openai gets the model alone; the body is assembled (see request.go).
 	ctx = withBody(ctx, req.body())
 	backoff := l.backoff
+	var outage time.Time // when requests stopped getting answers
 	for attempt := 0; ; attempt++ {
 		stream, err := l.client.CreateChatCompletionStream(ctx, openai.ChatCompletionRequest{Model: req.model})
 		if err == nil {
-			defer stream.Close()
-			r, err := readStream(stream)
-			if err != nil && ctx.Err() != nil {
+			r, rerr := readStream(stream)
+			stream.Close()
+			switch {
+			case rerr == nil:
+				return r, nil
+			case ctx.Err() != nil:
 				return nil, errInterrupted
+			case !errors.Is(rerr, errBrokeOff):
+				return nil, rerr
 			}
-			return r, err
+			err = rerr
 		}
-		if !retryable(err) || attempt >= l.retries || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return nil, l.describe(err)
+		}
+		if noAnswer(err) {
+			if outage.IsZero() {
+				outage = time.Now()
+			}
+			if time.Since(outage) > l.Outage {
+				return nil, fmt.Errorf("%w (no answer for %s)", l.describe(err), l.Outage.Round(time.Second))
+			}
+		} else if !retryable(err) || attempt >= l.retries {
 			return nil, l.describe(err)
 		}
 		l.logger.Warn("LLM request failed; retrying", "err", err, "in", backoff)
 		t := time.NewTimer(backoff)
-		backoff *= 2
+		backoff = min(backoff*2, maxBackoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -116,7 +144,7 @@ func readStream(stream *openai.ChatCompletionStream) (*reply, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("LLM stream broke off: %w", err)
+			return nil, fmt.Errorf("%w: %w", errBrokeOff, err)
 		}
 		var c chunk
 		if err := json.Unmarshal(raw, &c); err != nil {
@@ -162,6 +190,24 @@ func (r *reply) addToolDelta(pos int, d openai.ToolCall) {
 	}
 	tc.Function.Name += d.Function.Name
 	tc.Function.Arguments += d.Function.Arguments
+}
+
+// errBrokeOff: the answer's stream ended before it was complete.
+var errBrokeOff = errors.New("LLM stream broke off")
+
+// noAnswer says whether err means no answer came at all: the connection
+// was refused, reset or cut, rather than an HTTP error.
+func noAnswer(err error) bool {
+	if errors.Is(err, errBrokeOff) {
+		return true
+	}
+	if _, ok := errors.AsType[*openai.APIError](err); ok {
+		return false
+	}
+	if _, ok := errors.AsType[*openai.RequestError](err); ok {
+		return false
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // retryable says whether err is worth another attempt: a rate limit, a

@@ -1,0 +1,226 @@
+package driver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"path"
+	"strconv"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/core/execreport"
+	"github.com/amelia-sandbox/amelia/core/protocol"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// Errors of detached runs.
+var (
+	// ErrDisconnected: the connection to the sandbox broke while following
+	// a detached run; the run itself goes on, and following it again
+	// resumes where this stopped.
+	ErrDisconnected = errors.New("the connection to the sandbox broke")
+	// ErrRunBusy: another run holds the lock a detached run was to take.
+	ErrRunBusy = errors.New("the sandbox is in use by another run")
+	// ErrRunLost: the run's supervisor in the sandbox is gone without
+	// saying how the run ended (the sandbox restarted).
+	ErrRunLost = errors.New("the run is gone from the sandbox")
+)
+
+// Exit codes of the worker's detach, follow and stop.
+const (
+	exitBusy  = 4   // detach: the lock is held
+	exitNoRun = 125 // follow, stop: no run, or its supervisor is gone
+)
+
+// Detached is an agentic run that lives in the sandbox on its own, in the
+// run directory Dir (see StartAgentic), whatever happens to the connection
+// that started it.
+type Detached struct {
+	Dir string
+	// Seen counts the lines of the run read so far: following again goes
+	// on after them.
+	Seen int
+
+	result bool // the result line was among them
+}
+
+// DetachOptions are a detached run's options.
+type DetachOptions struct {
+	// Lock is a file in the sandbox the run holds an exclusive flock on
+	// while it lives; its start fails with ErrRunBusy when another holds
+	// it. Empty: none.
+	Lock string
+	// Grace is how long a stopped run has between SIGTERM and SIGKILL;
+	// zero is cancelGrace.
+	Grace time.Duration
+}
+
+// PromptFile is the name of the prompt in a detached run's directory.
+const PromptFile = "prompt.txt"
+
+// StartAgentic starts `amelia-worker agentic` for req detached in the run
+// directory dir, an absolute path inside the sandbox that holds no run
+// yet, and returns once it runs. The prompt goes to dir/prompt.txt and
+// stays there for the life of the run; the worker's environment is d.Env.
+func (d *Driver) StartAgentic(ctx context.Context, req AgenticRequest, dir string, opts DetachOptions) (*Detached, error) {
+	if err := d.checkAgentic(req); err != nil {
+		return nil, err
+	}
+	if !path.IsAbs(dir) || path.Clean(dir) != dir {
+		return nil, fmt.Errorf("%w: run directory %q: want a clean absolute path", ErrInvalidArgument, dir)
+	}
+	files := []sandboxFile{{what: "prompt", path: dir + "/" + PromptFile, data: req.Prompt}}
+	if req.Instructions != "" {
+		files = append(files, sandboxFile{what: "instructions", path: dir + "/instructions.txt", data: req.Instructions})
+	}
+	for _, f := range files {
+		if err := d.writeFile(ctx, dir, f); err != nil {
+			return nil, err
+		}
+	}
+	grace := opts.Grace
+	if grace == 0 {
+		grace = cancelGrace
+	}
+	argv := []string{d.Worker, "detach", "--dir", dir, "--grace", grace.String()}
+	if opts.Lock != "" {
+		argv = append(argv, "--lock", opts.Lock)
+	}
+	argv = append(argv, "--", d.Worker, "agentic", "--prompt-file", files[0].path, "--cwd", req.Cwd, "--model", req.Model)
+	if len(files) > 1 {
+		argv = append(argv, "--instructions-file", files[1].path)
+	}
+	if req.MaxTurns > 0 {
+		argv = append(argv, "--max-turns", strconv.Itoa(req.MaxTurns))
+	}
+	var stderr execreport.Stderr
+	st, err := d.Exec.Exec(ctx, sdk.ExecRequest{Argv: argv, Env: d.Env, Timeout: fileTimeout}, sdk.ExecIO{Stderr: &stderr})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("start the agent on %s: %w", d.provider(), err)
+	case st.Code == exitBusy:
+		return nil, fmt.Errorf("start the agent on %s: %w%s", d.provider(), ErrRunBusy, stderr.Note())
+	case st.Code != 0:
+		return nil, fmt.Errorf("start the agent on %s: %s%s", d.provider(), execreport.Status(st), stderr.Note())
+	}
+	d.logger().Debug("agent detached", "dir", dir)
+	return &Detached{Dir: dir}, nil
+}
+
+// FollowAgentic yields the messages of the detached run r from r.Seen on,
+// as ExecuteAgentic yields those of a run it started, until the run ends,
+// and counts them in r.Seen. When the connection breaks first, the last
+// thing yielded is an error matching ErrDisconnected: the run goes on, and
+// FollowAgentic on r again resumes after the last line seen. Stopping the
+// iteration or cancelling ctx stops following, not the run. Usage reports
+// the usage line once it was seen.
+func (d *Driver) FollowAgentic(ctx context.Context, r *Detached) iter.Seq2[protocol.AgenticMessage, error] {
+	return func(yield func(protocol.AgenticMessage, error) bool) {
+		argv := []string{d.Worker, "follow", "--dir", r.Dir, "--skip", strconv.Itoa(r.Seen)}
+		stopped := false
+		out, err := d.runWorker(ctx, "follow", argv, func(m *protocol.AgenticMessage) bool {
+			if m.Type == protocol.Result {
+				r.result = true
+			}
+			if !yield(*m, nil) {
+				stopped = true
+				return false
+			}
+			return true
+		})
+		r.Seen += out.lines
+		if out.usage != nil {
+			d.setUsage(out.usage)
+		}
+		if errors.Is(err, ErrNoResult) && r.result {
+			err = nil // it came before the connection broke
+		}
+		if err != nil && !stopped {
+			yield(protocol.AgenticMessage{}, err)
+		}
+	}
+}
+
+// StopAgentic stops the detached run in dir and everything it started,
+// and waits until it has ended: the worker writes its interrupted result,
+// which following the run reads. It runs even when ctx is done.
+func (d *Driver) StopAgentic(ctx context.Context, dir string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout+cancelGrace)
+	defer cancel()
+	var stderr execreport.Stderr
+	argv := []string{d.Worker, "stop", "--dir", dir, "--wait", cleanupTimeout.String()}
+	st, err := d.Exec.Exec(ctx, sdk.ExecRequest{Argv: argv}, sdk.ExecIO{Stderr: &stderr})
+	switch {
+	case err != nil:
+		return fmt.Errorf("stop the agent on %s: %w", d.provider(), err)
+	case st.Code == exitNoRun:
+		return fmt.Errorf("stop the agent on %s: %w%s", d.provider(), ErrRunLost, stderr.Note())
+	case st.Code != 0:
+		return fmt.Errorf("stop the agent on %s: %s%s", d.provider(), execreport.Status(st), stderr.Note())
+	}
+	return nil
+}
+
+// RunState is how a detached run is.
+type RunState struct {
+	// State is "running", "ended", "lost" (its supervisor died without an
+	// exit status) or "none" (no run in the directory).
+	State string `json:"state"`
+	// Code is the run's exit code once it ended.
+	Code *int `json:"code,omitempty"`
+}
+
+// AgenticState says how the detached run in dir is.
+func (d *Driver) AgenticState(ctx context.Context, dir string) (RunState, error) {
+	var rs RunState
+	var stdout bytes.Buffer
+	var stderr execreport.Stderr
+	argv := []string{d.Worker, "status", "--dir", dir}
+	st, err := d.Exec.Exec(ctx, sdk.ExecRequest{Argv: argv, Timeout: fileTimeout}, sdk.ExecIO{Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		return rs, fmt.Errorf("ask %s how the agent is: %w", d.provider(), err)
+	}
+	if st.Code != 0 {
+		return rs, fmt.Errorf("ask %s how the agent is: %s%s", d.provider(), execreport.Status(st), stderr.Note())
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &rs); err != nil {
+		return rs, fmt.Errorf("ask %s how the agent is: %v: %s", d.provider(), err, clip(stdout.String()))
+	}
+	return rs, nil
+}
+
+// wholeLines passes on only whole lines: a line the stream was cut in
+// the middle of (the connection broke) is dropped at the end, so that
+// nothing is counted as seen that was not.
+type wholeLines struct {
+	r     io.Reader
+	chunk []byte
+	tail  []byte // read, after the last newline passed on
+	buf   []byte
+	err   error
+}
+
+func (w *wholeLines) Read(p []byte) (int, error) {
+	for len(w.buf) == 0 {
+		if w.err != nil {
+			return 0, w.err
+		}
+		if w.chunk == nil {
+			w.chunk = make([]byte, 32<<10)
+		}
+		n, err := w.r.Read(w.chunk)
+		w.tail = append(w.tail, w.chunk[:n]...)
+		if i := bytes.LastIndexByte(w.tail, '\n'); i >= 0 {
+			w.buf = append(w.buf, w.tail[:i+1]...)
+			w.tail = append(w.tail[:0], w.tail[i+1:]...)
+		}
+		w.err = err
+	}
+	n := copy(p, w.buf)
+	w.buf = w.buf[n:]
+	return n, nil
+}

@@ -1,0 +1,142 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/protocol"
+	"github.com/amelia-sandbox/amelia/core/runstore"
+	"github.com/amelia-sandbox/amelia/core/workspace"
+)
+
+// agentRun is the agent of a run: what it works on, and where it runs
+// detached in the sandbox.
+type agentRun struct {
+	src      source
+	base     workspace.Base
+	worktree string
+	runID    string
+	token    string
+	det      *driver.Detached
+}
+
+// drainTimeout bounds the reading of what a stopped agent wrote last.
+const drainTimeout = 30 * time.Second
+
+// startAgent starts the agent detached in the sandbox, in a run directory
+// of its own. Unless runs may share the sandbox, the agent's supervisor
+// takes the sandbox's lock over from this process, so that the sandbox
+// stays held for as long as the agent runs, whatever becomes of this
+// process. From then on the run is recorded as running, for attach.
+func (r *runner) startAgent(ctx context.Context, ws *workspace.Workspace, d *driver.Driver, a *agentRun) error {
+	var opts driver.DetachOptions
+	if r.release != nil {
+		// Between this release and the supervisor's lock, another run
+		// could take the sandbox: the start then fails with ErrRunBusy,
+		// before the agent did anything.
+		if err := r.releaseHold(ctx); err != nil {
+			return err
+		}
+		opts.Lock = ws.LockFile()
+	}
+	det, err := d.StartAgentic(ctx, driver.AgenticRequest{
+		Workflow: a.src.workflow, Prompt: r.req.Prompt, Cwd: a.worktree, Model: r.model(),
+	}, ws.RunDir(a.runID), opts)
+	if errors.Is(err, driver.ErrRunBusy) {
+		return fmt.Errorf("%w: another run took the sandbox while this one prepared; nothing ran, try again", err)
+	}
+	if err != nil {
+		return err
+	}
+	a.det = det
+	r.agentStarted, r.agentRunning = true, true
+	return r.record(runstore.Running, nil)
+}
+
+// followAgent shows the agent's messages until it ends. When the sandbox
+// is lost (the connection broke, the plugin died), the agent goes on
+// there, and following resumes after the last line seen once the sandbox
+// is back; after reconnectWindow without it, the run ends with the agent
+// still running, recorded for attach. A cancelled ctx stops the agent and
+// everything it started.
+func (r *runner) followAgent(ctx context.Context, d *driver.Driver, a *agentRun) error {
+	var failed error
+	var lost time.Time // when the sandbox was lost, or zero
+	wait := retryFirst
+	for {
+		var ferr error
+		for m, err := range d.FollowAgentic(ctx, a.det) {
+			if err != nil {
+				ferr = err
+				break
+			}
+			lost, wait = time.Time{}, retryFirst
+			r.view.Message(&m)
+			if m.Type == protocol.Result && m.IsError {
+				// The worker's own account of a failed run: nothing to
+				// deliver. Read on to the end for its usage.
+				failed = fmt.Errorf("the agent failed: %s", firstLine(m.Content))
+			}
+		}
+		switch {
+		case ferr == nil:
+			r.agentRunning = false
+			return failed
+		case ctx.Err() != nil:
+			return r.stopAgent(ctx, d, a, ctx.Err())
+		case errors.Is(ferr, driver.ErrRunLost):
+			r.agentRunning = false
+			return ferr
+		case !errors.Is(ferr, driver.ErrDisconnected):
+			// The worker wrote something that is not the protocol: it is
+			// stopped, as a one-shot worker would be.
+			return r.stopAgent(ctx, d, a, ferr)
+		}
+		if lost.IsZero() {
+			lost = time.Now()
+			r.host.Logger.Warn("lost the sandbox; the agent goes on there; reconnecting", "err", ferr)
+		}
+		if time.Since(lost) > reconnectWindow {
+			return fmt.Errorf("%w; gave up after %s: the agent may still be running there; follow it with %s",
+				ferr, reconnectWindow, attachCommand(r.req.Profile.Name, a.src.workflow))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return r.stopAgent(ctx, d, a, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(wait*2, retryMost)
+		if err := r.lv.repair(ctx); err != nil {
+			r.host.Logger.Warn("could not get the sandbox back yet", "err", err)
+		}
+	}
+}
+
+// stopAgent stops the agent and everything it started, then shows what
+// it wrote last (its interrupted result, its usage); why is the run's
+// error. An agent that cannot be stopped stays recorded as running.
+func (r *runner) stopAgent(ctx context.Context, d *driver.Driver, a *agentRun, why error) error {
+	if err := d.StopAgentic(ctx, a.det.Dir); err != nil && !errors.Is(err, driver.ErrRunLost) {
+		return fmt.Errorf("%w; and the agent could not be stopped, it may still be running: %v", why, err)
+	}
+	r.agentRunning = false
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
+	defer cancel()
+	for m, err := range d.FollowAgentic(dctx, a.det) {
+		if err != nil {
+			break
+		}
+		r.view.Message(&m)
+	}
+	return why
+}
+
+// attachCommand follows a running workflow.
+func attachCommand(profile, workflow string) string {
+	return "amelia attach --profile " + profile + " " + workflow
+}
