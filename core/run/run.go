@@ -145,8 +145,8 @@ type runner struct {
 	kept                                  *runstore.Record
 	failure                               error // why the run ended, for the cleanups
 
-	lv      *live     // the way into the sandbox, once the tunnel is open
-	agent   *agentRun // the agent, once started
+	lv      *live                       // the way into the sandbox, once the tunnel is open
+	agent   *agentRun                   // the agent, once started
 	release func(context.Context) error // ends this process's hold on the sandbox
 }
 
