@@ -631,6 +631,66 @@ func TestRunSurvivesPluginCrash(t *testing.T) {
 	}
 }
 
+// The host process is killed mid-run (kill -9: no cleanup at all): the
+// agent goes on in the sandbox, waiting out the dead proxy; sandbox ls
+// says it runs, logs shows what it said, a rerun of its id is refused
+// with the way to it, and attach takes it over from its first message to
+// its branch.
+func TestAttachAfterTheHostDied(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "go-on")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := newHost(t, llmtest.Options{},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("wip.txt", "before the host died\n")}},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall("cat " + fifo)}},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("after.txt", "after the attach\n")}},
+		llmtest.Turn{Text: "done under a new host"},
+	)
+	r := h.startUntil(t, "cat "+fifo, "run", "--json", "--workflow", "orphan", "outlive the host")
+	if err := r.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	r.cmd.Wait()
+
+	if ls := h.amelia(t, "sandbox", "ls", "--json"); !strings.Contains(ls.stdout, `"orphan": "running"`) {
+		t.Errorf("sandbox ls does not show the orphan running: %s\n%s", ls.stdout, ls.stderr)
+	}
+	logs := h.amelia(t, "logs", "--json", "orphan")
+	if logs.code != 0 || !strings.Contains(logs.stdout, "wip.txt") || !strings.Contains(logs.stdout, "cat "+fifo) {
+		t.Errorf("logs: exit %d, stdout %q, stderr %q; want the two tool calls so far", logs.code, logs.stdout, logs.stderr)
+	}
+	if again := h.amelia(t, "run", "--workflow", "orphan", "again"); again.code == 0 || !strings.Contains(again.stderr, "amelia attach --profile e2e orphan") {
+		t.Errorf("a rerun of the running id: exit %d, stderr %q", again.code, again.stderr)
+	}
+	if res := h.amelia(t, "results", "orphan"); res.code == 0 || !strings.Contains(res.stderr, "still running") {
+		t.Errorf("results of a running agent: exit %d, stderr %q", res.code, res.stderr)
+	}
+
+	at := h.command("attach", "--json", "orphan")
+	var out, errb bytes.Buffer
+	at.Stdout, at.Stderr = &out, &errb
+	if err := at.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { at.Process.Kill() })
+	writeFile(t, fifo, "go on\n") // the agent's command ends; its next call waits for a proxy
+	if err := at.Wait(); err != nil {
+		t.Fatalf("attach: %v; stderr: %s", err, errb.String())
+	}
+	if n := strings.Count(out.String(), `"type":"tool_call"`); n != 3 || !strings.Contains(out.String(), "done under a new host") {
+		t.Errorf("attach showed %d tool calls, want the run's 3 from its start, and its result:\n%s", n, out.String())
+	}
+	for file, want := range map[string]string{"wip.txt": "before the host died", "after.txt": "after the attach"} {
+		if got := h.git(t, "show", "amelia/orphan:"+file); got != want {
+			t.Errorf("amelia/orphan:%s = %q, want %q", file, got, want)
+		}
+	}
+	if res := h.amelia(t, "results", "orphan"); res.code == 0 || !strings.Contains(res.stderr, "no work of workflow orphan") {
+		t.Errorf("the run is still recorded after attach delivered it: exit %d, %s", res.code, res.stderr)
+	}
+}
+
 // An agent that changes nothing: a successful run, no branch, and the
 // summary says so. Its workflow id is as long as one may be.
 func TestRunWithoutChanges(t *testing.T) {

@@ -135,6 +135,8 @@ streams what it does back to you. Sandbox providers are plugins.`,
 		a.doctorCommand(),
 		a.runCommand(),
 		a.resultsCommand(),
+		a.attachCommand(),
+		a.logsCommand(),
 	)
 	return root
 }

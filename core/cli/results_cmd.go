@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/run"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
@@ -27,19 +29,22 @@ func (a *app) resultsCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "results [--profile P] [--repo DIR | --discard] WORKFLOW",
-		Short: "Bring back the work of a run that failed or was interrupted, or discard it",
+		Short: "Bring back the work of a run that failed, was interrupted or lost its host, or discard it",
 		Long: `A run that fails or is interrupted after its agent started keeps its work:
 what the agent left is committed to the branch amelia/<workflow> in the
 sandbox, and the worktree stays. amelia results brings that branch into the
 host checkout the run started from (or the one --repo names, which a run on
 a URL needs), then removes the worktree from the sandbox. --discard removes
-it without bringing anything back.`,
+it without bringing anything back, stopping the agent first if it still
+runs. The agent of a run whose host died goes on in the sandbox: once it
+has ended, amelia results brings its work back; while it runs, amelia
+attach follows it.`,
 		Example: `  amelia results fix-login-3f9a
   amelia results --profile dev --repo ~/src/app fix-login-3f9a
   amelia results --discard fix-login-3f9a`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return usageError{errors.New("results needs one workflow id: amelia results WORKFLOW")}
+			if err := oneWorkflow("results WORKFLOW")(cmd, args); err != nil {
+				return err
 			}
 			if discard && repo != "" {
 				return usageError{errors.New("--discard brings nothing back: leave out --repo")}
@@ -51,18 +56,21 @@ it without bringing anything back.`,
 			if err != nil {
 				return err
 			}
-			return a.withKeptRun(cmd.Context(), rec, func(ws *workspace.Workspace) error {
+			return a.withRecordedRun(cmd.Context(), rec, func(rs recordedSandbox) error {
+				if err := settleRunning(cmd.Context(), rs, rec, discard); err != nil {
+					return err
+				}
 				if discard {
-					if err := ws.RemoveWorktree(cmd.Context(), rec.Workflow); err != nil {
+					if err := a.forgetRun(cmd.Context(), rs.ws, rec); err != nil {
 						return err
 					}
 					fmt.Fprintf(cmd.OutOrStdout(), "discarded the work of %s from sandbox %s\n", rec.Workflow, rec.Profile)
-					return a.runs().Delete(rec.Profile, rec.Workflow)
+					return nil
 				}
 				if rec.State == runstore.Delivered {
 					return fmt.Errorf("the run of %s delivered %s already; its worktree was kept with --keep-worktree: remove it with %s --discard", rec.Workflow, rec.Branch, run.RecoverCommand(rec))
 				}
-				return a.bringBack(cmd, ws, rec, repo)
+				return a.bringBack(cmd, rs.ws, rec, repo)
 			})
 		},
 	}
@@ -102,18 +110,36 @@ func (a *app) keptRun(workflow string) (runstore.Record, error) {
 	return runstore.Record{}, fmt.Errorf("workflow %s has work in the sandboxes of profiles %s: pick one with --profile", workflow, strings.Join(profiles, ", "))
 }
 
-// withKeptRun starts the sandbox that holds rec's work (with the provider
-// the run used) and gives fn its workspace.
-func (a *app) withKeptRun(ctx context.Context, rec runstore.Record, fn func(*workspace.Workspace) error) error {
+// recordedProfile is the profile rec's run ran with, with the provider
+// it used.
+func (a *app) recordedProfile(rec runstore.Record) (*config.Profile, error) {
 	c, err := a.loadConfig()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p, err := c.Profile(rec.Profile)
 	if err != nil {
-		return fmt.Errorf("the work of %s is in the sandbox of profile %s: %w", rec.Workflow, rec.Profile, err)
+		return nil, fmt.Errorf("the work of %s is in the sandbox of profile %s: %w", rec.Workflow, rec.Profile, err)
 	}
 	p.Sandbox.Provider = rec.Provider
+	return p, nil
+}
+
+// recordedSandbox is what a command on a recorded run works with: the
+// sandbox (started), its workspace, and a driver for the run's agent.
+type recordedSandbox struct {
+	sb     *sandbox.Sandbox
+	ws     *workspace.Workspace
+	driver *driver.Driver
+}
+
+// withRecordedRun starts the sandbox that holds rec's work (with the
+// provider the run used), puts the worker in, and gives fn the lot.
+func (a *app) withRecordedRun(ctx context.Context, rec runstore.Record, fn func(recordedSandbox) error) error {
+	p, err := a.recordedProfile(rec)
+	if err != nil {
+		return err
+	}
 	sb, err := sandbox.Open(ctx, a.pluginHost(), p, a.logger)
 	if err != nil {
 		return err
@@ -123,11 +149,53 @@ func (a *app) withKeptRun(ctx context.Context, rec runstore.Record, fn func(*wor
 	if err != nil {
 		return err
 	}
-	ws, err := workspace.New(sb, s.Workdir, workspace.Options{Logger: a.logger})
+	worker, err := a.workers().EnsureWorker(ctx, sb)
 	if err != nil {
 		return err
 	}
-	return fn(ws)
+	ws, err := workspace.New(sb, s.Workdir, workspace.Options{Worker: worker, Logger: a.logger})
+	if err != nil {
+		return err
+	}
+	d := &driver.Driver{Exec: sb, Worker: worker, Provider: sb.Info.Name, Logger: a.logger}
+	return fn(recordedSandbox{sb: sb, ws: ws, driver: d})
+}
+
+// settleRunning makes sure rec's agent no longer runs: with stop, it is
+// stopped; without, a running one is an error that says how to follow it.
+func settleRunning(ctx context.Context, rs recordedSandbox, rec runstore.Record, stop bool) error {
+	if rec.State != runstore.Running || rec.RunDir == "" {
+		return nil
+	}
+	if stop {
+		if err := rs.driver.StopAgentic(ctx, rec.RunDir); err != nil && !errors.Is(err, driver.ErrRunLost) {
+			return err
+		}
+		return nil
+	}
+	st, err := rs.driver.AgenticState(ctx, rec.RunDir)
+	if err != nil {
+		return err
+	}
+	if st.State == "running" {
+		return fmt.Errorf("the agent of %s is still running in sandbox %s: follow it, and get its result at the end, with amelia attach --profile %s %s",
+			rec.Workflow, rec.Profile, rec.Profile, rec.Workflow)
+	}
+	return nil
+}
+
+// forgetRun removes what is left of rec's run in the sandbox and on the
+// host, once its work is back or discarded.
+func (a *app) forgetRun(ctx context.Context, ws *workspace.Workspace, rec runstore.Record) error {
+	if err := ws.RemoveWorktree(ctx, rec.Workflow); err != nil {
+		return err
+	}
+	if rec.RunDir != "" {
+		if err := ws.RemoveRunDir(ctx, rec.RunDir); err != nil {
+			return err
+		}
+	}
+	return a.runs().Delete(rec.Profile, rec.Workflow)
 }
 
 // bringBack fetches rec's branch into the host checkout and removes the
@@ -164,8 +232,5 @@ func (a *app) bringBack(cmd *cobra.Command, ws *workspace.Workspace, rec runstor
 		fmt.Fprintf(cmd.OutOrStdout(), "branch %s in %s\n%s", rec.Branch, host.Dir, stat)
 	}
 	// The work is on the host now: the sandbox's copy can go.
-	if err := ws.RemoveWorktree(ctx, rec.Workflow); err != nil {
-		return err
-	}
-	return a.runs().Delete(rec.Profile, rec.Workflow)
+	return a.forgetRun(ctx, ws, rec)
 }

@@ -62,39 +62,9 @@ up and exits 130.`,
 					return err
 				}
 			}
-			host := run.Host{
-				Plugins: a.pluginHost(),
-				Workers: &driver.Installer{
-					Dirs: workerbin.Dirs(a.getenv("AMELIA_WORKER_DIR"), a.self),
-					// The Docker sandbox image holds the worker already.
-					Candidates: []string{image.WorkerPath},
-					Logger:     a.logger,
-				},
-				AuditDir:  a.auditDir(),
-				LookupEnv: a.lookup,
-				Environ:   a.environ,
-				Runs:      a.runs(),
-				Logger:    a.logger,
-			}
-			view := runview.New(cmd.OutOrStdout(), asJSON)
-			res, err := run.Run(cmd.Context(), host, req, view)
-			if cerr := view.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil && res.Kept != nil {
-				k := res.Kept
-				fmt.Fprintf(cmd.ErrOrStderr(), "amelia: the agent's work is kept on %s in sandbox %s; bring it back with: %s\n", k.Branch, k.Profile, run.RecoverCommand(*k))
-			}
-			switch {
-			case err == nil:
-				return nil
-			case cmd.Context().Err() != nil:
-				fmt.Fprintln(cmd.ErrOrStderr(), "amelia: interrupted; the agent was stopped")
-				return exitError{130}
-			case errors.Is(err, run.ErrRefused):
-				return usageError{err}
-			}
-			return err
+			return a.showRun(cmd, asJSON, func(view runview.View) (run.Result, error) {
+				return run.Run(cmd.Context(), a.runHost(), req, view)
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -109,6 +79,53 @@ up and exits 130.`,
 	f.BoolVar(&req.KeepWorktree, "keep-worktree", false, "leave the workflow's worktree in the sandbox")
 	f.BoolVar(&req.IncludeDirty, "include-dirty", false, "carry uncommitted changes of the local checkout in as a commit")
 	return cmd
+}
+
+// runHost is what runs need of this machine.
+func (a *app) runHost() run.Host {
+	return run.Host{
+		Plugins:   a.pluginHost(),
+		Workers:   a.workers(),
+		AuditDir:  a.auditDir(),
+		LookupEnv: a.lookup,
+		Environ:   a.environ,
+		Runs:      a.runs(),
+		Logger:    a.logger,
+	}
+}
+
+// workers puts the right amelia-worker into sandboxes.
+func (a *app) workers() *driver.Installer {
+	return &driver.Installer{
+		Dirs: workerbin.Dirs(a.getenv("AMELIA_WORKER_DIR"), a.self),
+		// The Docker sandbox image holds the worker already.
+		Candidates: []string{image.WorkerPath},
+		Logger:     a.logger,
+	}
+}
+
+// showRun runs fn with a view on stdout and turns its outcome into the
+// command's: where kept work is, exit 130 when interrupted.
+func (a *app) showRun(cmd *cobra.Command, asJSON bool, fn func(runview.View) (run.Result, error)) error {
+	view := runview.New(cmd.OutOrStdout(), asJSON)
+	res, err := fn(view)
+	if cerr := view.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && res.Kept != nil {
+		k := res.Kept
+		fmt.Fprintf(cmd.ErrOrStderr(), "amelia: the agent's work is kept on %s in sandbox %s; bring it back with: %s\n", k.Branch, k.Profile, run.RecoverCommand(*k))
+	}
+	switch {
+	case err == nil:
+		return nil
+	case cmd.Context().Err() != nil:
+		fmt.Fprintln(cmd.ErrOrStderr(), "amelia: interrupted; the agent was stopped")
+		return exitError{130}
+	case errors.Is(err, run.ErrRefused):
+		return usageError{err}
+	}
+	return err
 }
 
 // maxPrompt bounds the task's size.

@@ -147,6 +147,8 @@ func (a *app) workAtRisk(ctx context.Context, sb *sandbox.Sandbox, profile strin
 			case runstore.Delivered:
 			case runstore.Kept:
 				atRisk = append(atRisk, id+" (kept)")
+			case runstore.Running:
+				atRisk = append(atRisk, id+" (running)")
 			default:
 				atRisk = append(atRisk, id+" (in progress, or left by a run this host did not record)")
 			}
@@ -155,8 +157,8 @@ func (a *app) workAtRisk(ctx context.Context, sb *sandbox.Sandbox, profile strin
 	}
 	// Kept work the sandbox could not be asked about (it is stopped).
 	for _, r := range recs {
-		if state[r.Workflow] == runstore.Kept {
-			atRisk = append(atRisk, r.Workflow+" (kept)")
+		if st := state[r.Workflow]; st == runstore.Kept || st == runstore.Running {
+			atRisk = append(atRisk, r.Workflow+" ("+string(st)+")")
 		}
 	}
 	return atRisk, nil

@@ -145,6 +145,29 @@ func (d *Driver) FollowAgentic(ctx context.Context, r *Detached) iter.Seq2[proto
 	}
 }
 
+// AgenticLog yields the messages the detached run in dir wrote so far,
+// and with wait those it writes until it ends, as FollowAgentic does.
+// Without wait, a run still going is no error.
+func (d *Driver) AgenticLog(ctx context.Context, dir string, wait bool) iter.Seq2[protocol.AgenticMessage, error] {
+	return func(yield func(protocol.AgenticMessage, error) bool) {
+		argv := []string{d.Worker, "follow", "--dir", dir}
+		if !wait {
+			argv = append(argv, "--no-wait")
+		}
+		stopped := false
+		_, err := d.runWorker(ctx, "follow", argv, func(m *protocol.AgenticMessage) bool {
+			stopped = !yield(*m, nil)
+			return !stopped
+		})
+		if !wait && errors.Is(err, ErrNoResult) {
+			err = nil
+		}
+		if err != nil && !stopped {
+			yield(protocol.AgenticMessage{}, err)
+		}
+	}
+}
+
 // StopAgentic stops the detached run in dir and everything it started,
 // and waits until it has ended: the worker writes its interrupted result,
 // which following the run reads. It runs even when ctx is done.

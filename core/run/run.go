@@ -99,14 +99,24 @@ type Result struct {
 // ends with view's summary. The error is one line that says which phase
 // failed and why; a cancelled ctx gives an error matching context.Canceled.
 func Run(ctx context.Context, host Host, req Request, view runview.View) (Result, error) {
+	r := newRunner(host, req, view)
+	return r.end(r.run(ctx))
+}
+
+func newRunner(host Host, req Request, view runview.View) *runner {
 	if host.Logger == nil {
 		host.Logger = slog.New(slog.DiscardHandler)
 	}
 	if host.Workers == nil {
 		host.Workers = &driver.Installer{Logger: host.Logger} // finds no worker: a clear error at the worker phase
 	}
-	r := &runner{host: host, req: req, view: view, start: time.Now()}
-	res, err := r.run(ctx)
+	return &runner{host: host, req: req, view: view, start: time.Now()}
+}
+
+// end runs the cleanups of a run that ended with res and err, and shows
+// its summary.
+func (r *runner) end(res Result, err error) (Result, error) {
+	view := r.view
 	r.failure = err
 	r.cleanup()
 	res.Kept = r.kept

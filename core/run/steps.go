@@ -37,44 +37,14 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 
 	var prx *proxyRun
 	if err := r.phase(PhaseProxy, func() (err error) {
-		prx, err = r.startProxy(src)
+		prx, err = r.startProxy(src, proxy.NewRunID(src.workflow, time.Now()), "")
 		return err
 	}); err != nil {
 		return res, err
 	}
 
-	var sb *sandbox.Sandbox
-	if err := r.phase(PhasePlugin, func() (err error) {
-		sb, err = sandbox.Open(ctx, r.host.Plugins, req.Profile, r.host.Logger)
-		if err != nil {
-			return err
-		}
-		r.onEnd("stop the provider plugin", func(context.Context) error {
-			if r.lv != nil {
-				r.lv.sandbox().Close() // the one that replaced sb, if any
-			}
-			sb.Close()
-			return nil
-		})
-		return nil
-	}); err != nil {
-		return res, err
-	}
-
-	var workdir string
-	if err := r.phase(PhaseSandbox, func() error {
-		s, err := sb.Up(ctx)
-		workdir = s.Workdir
-		return err
-	}); err != nil {
-		return res, err
-	}
-
-	var worker string
-	if err := r.phase(PhaseWorker, func() (err error) {
-		worker, err = r.host.Workers.EnsureWorker(ctx, sb)
-		return err
-	}); err != nil {
+	sb, workdir, worker, err := r.openSandbox(ctx)
+	if err != nil {
 		return res, err
 	}
 
@@ -93,16 +63,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		}
 	}
 
-	var tun tunnel.Tunnel
-	if err := r.phase(PhaseTunnel, func() (err error) {
-		tun, err = r.openTunnel(ctx, sb, worker, prx.addr)
-		if err != nil {
-			return err
-		}
-		r.lv = &live{r: r, sb: sb, tun: tun, worker: worker, listen: tun.Addr(), target: prx.addr}
-		r.onEnd("close the tunnel", func(context.Context) error { return r.lv.closeTunnel() })
-		return nil
-	}); err != nil {
+	if err := r.openLive(ctx, sb, worker, prx.addr, ""); err != nil {
 		return res, err
 	}
 	ctx, cancel := r.keepTunnel(ctx)
@@ -138,6 +99,62 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		return res, causeOf(ctx, err)
 	}
 	return r.results(ctx, ws, a, d.Usage())
+}
+
+// openSandbox starts the profile's provider plugin and its sandbox, and
+// puts the worker inside; it returns the sandbox's workspace root and the
+// worker's path there.
+func (r *runner) openSandbox(ctx context.Context) (sb *sandbox.Sandbox, workdir, worker string, err error) {
+	if err := r.phase(PhasePlugin, func() (err error) {
+		sb, err = sandbox.Open(ctx, r.host.Plugins, r.req.Profile, r.host.Logger)
+		if err != nil {
+			return err
+		}
+		r.onEnd("stop the provider plugin", func(context.Context) error {
+			if r.lv != nil {
+				r.lv.sandbox().Close() // the one that replaced sb, if any
+			}
+			sb.Close()
+			return nil
+		})
+		return nil
+	}); err != nil {
+		return nil, "", "", err
+	}
+	if err := r.phase(PhaseSandbox, func() error {
+		s, err := sb.Up(ctx)
+		workdir = s.Workdir
+		return err
+	}); err != nil {
+		return nil, "", "", err
+	}
+	if err := r.phase(PhaseWorker, func() (err error) {
+		worker, err = r.host.Workers.EnsureWorker(ctx, sb)
+		return err
+	}); err != nil {
+		return nil, "", "", err
+	}
+	return sb, workdir, worker, nil
+}
+
+// openLive opens the tunnel to the proxy at target: at listen inside the
+// sandbox when given (the address a running worker knows), else wherever
+// it suits the provider.
+func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, target, listen string) error {
+	return r.phase(PhaseTunnel, func() (err error) {
+		var tun tunnel.Tunnel
+		if listen == "" {
+			tun, err = r.openTunnel(ctx, sb, worker, target)
+		} else {
+			tun, err = tunnel.Open(ctx, sb, tunnel.HostOptions{Worker: worker, Listen: listen, Target: target, Logger: r.host.Logger})
+		}
+		if err != nil {
+			return err
+		}
+		r.lv = &live{r: r, sb: sb, tun: tun, worker: worker, listen: tun.Addr(), target: target}
+		r.onEnd("close the tunnel", func(context.Context) error { return r.lv.closeTunnel() })
+		return nil
+	})
 }
 
 // keepTunnel returns a context that the run goes on under: the tunnel is
@@ -205,17 +222,19 @@ type proxyRun struct {
 	run  *proxy.Run
 }
 
-// startProxy starts a proxy on host loopback for this run alone and mints
-// its token. The profile's keys are read here, from the host's environment.
-func (r *runner) startProxy(src source) (*proxyRun, error) {
+// startProxy starts a proxy on host loopback for run id alone, serving
+// token, or a new one when token is "". The profile's keys are read here,
+// from the host's environment.
+func (r *runner) startProxy(src source, id, token string) (*proxyRun, error) {
 	var repos []string
 	if src.url != "" {
 		repos = []string{src.url}
 	}
-	cfg, err := proxy.ProfileRun(r.req.Profile, r.host.LookupEnv, proxy.NewRunID(src.workflow, time.Now()), repos, r.host.AuditDir)
+	cfg, err := proxy.ProfileRun(r.req.Profile, r.host.LookupEnv, id, repos, r.host.AuditDir)
 	if err != nil {
 		return nil, err
 	}
+	cfg.Token = token
 	srv := proxy.New(proxy.Options{Logger: r.host.Logger, Environ: r.host.Environ})
 	run, err := srv.Start(cfg)
 	if err != nil {
@@ -306,6 +325,14 @@ func (r *runner) prepareWorkspace(ctx context.Context, ws *workspace.Workspace, 
 	if err != nil {
 		return base, "", err
 	}
+	r.worktreeAtEnd(ws, src, base, dir)
+	return base, dir, nil
+}
+
+// worktreeAtEnd registers what becomes of the worktree dir when the run
+// ends: left alone while the agent may run, kept after a failure once the
+// agent started, removed otherwise (unless --keep-worktree).
+func (r *runner) worktreeAtEnd(ws *workspace.Workspace, src source, base workspace.Base, dir string) {
 	r.onEnd("remove the worktree", func(ctx context.Context) error {
 		switch {
 		case r.agentRunning:
@@ -319,7 +346,6 @@ func (r *runner) prepareWorkspace(ctx context.Context, ws *workspace.Workspace, 
 		}
 		return errors.Join(r.removeRunDir(ctx, ws), ws.RemoveWorktree(ctx, src.workflow), r.forget())
 	})
-	return base, dir, nil
 }
 
 // keepWork is the end of a run that did not deliver after its agent
@@ -350,7 +376,7 @@ func (r *runner) record(state runstore.State, reason error) error {
 	a := r.agent
 	rec := runstore.Record{
 		Workflow: a.src.workflow, Profile: r.req.Profile.Name, Provider: r.req.Profile.Sandbox.Provider,
-		Repo: a.src.repo(), BaseBranch: a.base.Branch, BaseCommit: a.base.Commit,
+		Repo: a.src.repo(), BaseBranch: a.base.Branch, BaseCommit: a.base.Commit, StartCommit: a.base.Start, Push: r.req.Push,
 		Branch: workspace.Branch(a.src.workflow), Worktree: a.worktree, State: state, Ended: time.Now().UTC(),
 		RunID: a.runID, Title: commitTitle(r.req.Prompt),
 	}

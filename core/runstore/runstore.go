@@ -53,6 +53,11 @@ type Record struct {
 	// BaseBranch and BaseCommit are what the workflow branch started from.
 	BaseBranch string `json:"base_branch"`
 	BaseCommit string `json:"base_commit"`
+	// StartCommit is the commit the worktree started from: BaseCommit, or
+	// the one carrying the host's uncommitted changes on top of it.
+	StartCommit string `json:"start_commit,omitempty"`
+	// Push: the run pushes its branch to the origin of its URL.
+	Push bool `json:"push,omitempty"`
 	Branch     string `json:"branch"`
 	// Worktree is the worktree's directory inside the sandbox.
 	Worktree string `json:"worktree"`

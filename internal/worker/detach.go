@@ -334,25 +334,29 @@ func descendants(pid int) []int {
 func (w *worker) followCmd() *cobra.Command {
 	var dir string
 	var skip int
+	var noWait bool
 	cmd := &cobra.Command{
-		Use:   "follow --dir D [--skip N]",
+		Use:   "follow --dir D [--skip N] [--no-wait]",
 		Short: "Stream a detached run's protocol lines, from line N+1, until it ends",
 		Long: `Copy D/messages.jsonl to stdout from line N+1 on, whole lines only, waiting
 for more until the run has ended; then exit with the run's exit code, its
 stderr's tail on stderr when that is not 0. Stopping follow leaves the run
-running. Exit 125: no run in D, or its supervisor died without an exit status.`,
+running. With --no-wait, exit 0 at the end of what is there while the run
+goes on. Exit 125: no run in D, or its supervisor died without an exit
+status.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return w.follow(cmd.Context(), dir, skip)
+			return w.follow(cmd.Context(), dir, skip, noWait)
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "the run's directory (required)")
 	cmd.Flags().IntVar(&skip, "skip", 0, "lines already seen")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "stop at the end of what the run wrote so far")
 	cmd.MarkFlagRequired("dir")
 	return cmd
 }
 
-func (w *worker) follow(ctx context.Context, dir string, skip int) error {
+func (w *worker) follow(ctx context.Context, dir string, skip int, noWait bool) error {
 	f, err := os.Open(filepath.Join(dir, runMessages))
 	if err != nil {
 		fmt.Fprintf(w.p.Stderr, "amelia-worker follow: no run in %s (%v)\n", dir, err)
@@ -403,6 +407,9 @@ func (w *worker) follow(ctx context.Context, dir string, skip int) error {
 		}
 		if err := out.Flush(); err != nil {
 			return exitCode(exitFailed) // the host went away
+		}
+		if noWait {
+			return nil
 		}
 		select {
 		case <-ctx.Done():

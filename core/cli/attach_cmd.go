@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/amelia-sandbox/amelia/core/run"
+	"github.com/amelia-sandbox/amelia/core/runview"
+)
+
+// oneWorkflow is the Args of commands on one workflow.
+func oneWorkflow(use string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return usageError{fmt.Errorf("%s needs one workflow id: amelia %s", cmd.Name(), use)}
+		}
+		return nil
+	}
+}
+
+func (a *app) attachCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "attach [--profile P] [--json] WORKFLOW",
+		Short: "Take over a run whose agent is still going: show it from the start, then bring its result back",
+		Long: `The agent of a run goes on in its sandbox when amelia loses it: the
+connection broke for longer than amelia waits, or the amelia process died
+(killed, the terminal closed, the machine slept). amelia attach takes the run
+over from any terminal of this host: it serves the agent's model calls
+again, shows the run from its first message, and at its end brings the
+branch back as amelia run would, or keeps the work if it failed.
+
+Ctrl-C stops the agent, as it does for amelia run; to watch a run without
+taking it over, use amelia logs -f.`,
+		Example: `  amelia attach fix-login-3f9a
+  amelia attach --profile dev --json fix-login-3f9a`,
+		Args: oneWorkflow("attach WORKFLOW"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rec, err := a.keptRun(args[0])
+			if err != nil {
+				return err
+			}
+			p, err := a.recordedProfile(rec)
+			if err != nil {
+				return err
+			}
+			return a.showRun(cmd, asJSON, func(view runview.View) (run.Result, error) {
+				return run.Attach(cmd.Context(), a.runHost(), rec, p, view)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON line per event, for programs")
+	return cmd
+}
+
+func (a *app) logsCommand() *cobra.Command {
+	var asJSON, follow bool
+	cmd := &cobra.Command{
+		Use:   "logs [--profile P] [-f] [--json] WORKFLOW",
+		Short: "Show what the agent of a run said, running or kept; -f follows it until it ends",
+		Long: `Show the messages of a run's agent, as amelia run showed them, from the log
+its sandbox keeps: of a run still going (whether or not an amelia process
+follows it) or of one whose work is kept. With -f, go on showing them until
+the agent ends; stopping amelia logs leaves the agent running.`,
+		Example: `  amelia logs fix-login-3f9a
+  amelia logs -f --json fix-login-3f9a`,
+		Args: oneWorkflow("logs WORKFLOW"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rec, err := a.keptRun(args[0])
+			if err != nil {
+				return err
+			}
+			if rec.RunDir == "" {
+				return fmt.Errorf("the run of %s kept no log in its sandbox", rec.Workflow)
+			}
+			return a.withRecordedRun(cmd.Context(), rec, func(rs recordedSandbox) error {
+				view := runview.New(cmd.OutOrStdout(), asJSON)
+				var ferr error
+				for m, err := range rs.driver.AgenticLog(cmd.Context(), rec.RunDir, follow) {
+					if err != nil {
+						ferr = err
+						break
+					}
+					view.Message(&m)
+				}
+				return errors.Join(ferr, view.Close())
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON line per message, for programs")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "go on until the agent ends")
+	return cmd
+}

@@ -1,0 +1,90 @@
+package run
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/runstore"
+	"github.com/amelia-sandbox/amelia/core/runview"
+	"github.com/amelia-sandbox/amelia/core/workspace"
+)
+
+// Attach follows the run rec records as running, from its first message,
+// and ends it as Run does: the work comes back as a branch, or is kept
+// when the run failed. It is how a run goes on after the process that
+// started it died or lost its sandbox: a proxy serves the run's token
+// again and a tunnel opens at the address the worker knows, so an agent
+// still waiting out the outage carries on. p is rec's profile, its
+// provider the one the run used.
+func Attach(ctx context.Context, host Host, rec runstore.Record, p *config.Profile, view runview.View) (Result, error) {
+	req := Request{Profile: p, Repo: rec.Repo, Base: rec.BaseBranch, Workflow: rec.Workflow, Prompt: rec.Title, Push: rec.Push}
+	r := newRunner(host, req, view)
+	return r.end(r.attach(ctx, rec))
+}
+
+func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error) {
+	res := Result{Workflow: rec.Workflow}
+	if rec.State != runstore.Running || rec.RunDir == "" || rec.ProxyListen == "" {
+		return res, fmt.Errorf("%w: the run of %s is not running (it is %s): bring its work back with %s", ErrRefused, rec.Workflow, rec.State, RecoverCommand(rec))
+	}
+	var src source
+	if err := r.phase(PhaseCheck, func() (err error) {
+		src, err = r.recordedSource(ctx, rec)
+		return err
+	}); err != nil {
+		return res, err
+	}
+	var prx *proxyRun
+	if err := r.phase(PhaseProxy, func() (err error) {
+		prx, err = r.startProxy(src, rec.RunID, rec.ProxyToken)
+		return err
+	}); err != nil {
+		return res, err
+	}
+	sb, workdir, worker, err := r.openSandbox(ctx)
+	if err != nil {
+		return res, err
+	}
+	if err := r.openLive(ctx, sb, worker, prx.addr, rec.ProxyListen); err != nil {
+		return res, err
+	}
+	ctx, cancel := r.keepTunnel(ctx)
+	defer cancel(nil)
+	env := workerEnv(r.lv.listen, prx.run.Token(), r.req.Profile.Sandbox.Network)
+	ws, err := workspace.New(r.lv, workdir, workspace.Options{Worker: worker, GitEnv: env, Logger: r.host.Logger})
+	if err != nil {
+		return res, err
+	}
+	base := workspace.Base{Branch: rec.BaseBranch, Commit: rec.BaseCommit, Start: rec.StartCommit}
+	a := &agentRun{src: src, base: base, worktree: rec.Worktree, runID: rec.RunID, token: rec.ProxyToken,
+		det: &driver.Detached{Dir: rec.RunDir}}
+	r.agent = a
+	r.agentStarted, r.agentRunning = true, true
+	r.worktreeAtEnd(ws, src, base, rec.Worktree)
+
+	d := &driver.Driver{Exec: r.lv, Worker: worker, Provider: sb.Info.Name, Env: env, Logger: r.host.Logger}
+	if err := r.phase(PhaseAgent, func() error {
+		return r.followAgent(ctx, d, a)
+	}); err != nil {
+		res.Usage = d.Usage()
+		return res, causeOf(ctx, err)
+	}
+	return r.results(ctx, ws, a, d.Usage())
+}
+
+// recordedSource is the repository rec's run works on.
+func (r *runner) recordedSource(ctx context.Context, rec runstore.Record) (source, error) {
+	src := source{workflow: rec.Workflow, base: rec.BaseBranch}
+	if isURL(rec.Repo) {
+		src.url = rec.Repo
+		return src, nil
+	}
+	local, err := workspace.OpenHostRepo(ctx, rec.Repo, r.host.Logger)
+	if err != nil {
+		return src, fmt.Errorf("the run of %s started from %s: %w", rec.Workflow, rec.Repo, err)
+	}
+	src.local = local
+	return src, nil
+}
