@@ -57,8 +57,8 @@ type Record struct {
 	// the one carrying the host's uncommitted changes on top of it.
 	StartCommit string `json:"start_commit,omitempty"`
 	// Push: the run pushes its branch to the origin of its URL.
-	Push bool `json:"push,omitempty"`
-	Branch     string `json:"branch"`
+	Push   bool   `json:"push,omitempty"`
+	Branch string `json:"branch"`
 	// Worktree is the worktree's directory inside the sandbox.
 	Worktree string `json:"worktree"`
 	State    State  `json:"state"`
