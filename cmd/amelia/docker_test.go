@@ -228,3 +228,19 @@ func TestImageBuildCommand(t *testing.T) {
 		t.Errorf("image build of a local profile: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// kill -9 of the host process mid-run on docker: amelia attach takes
+// over; and a crashed plugin mid-run is started again, the run carrying on.
+func TestDockerRunsOutliveTheirHost(t *testing.T) {
+	cli := dockertest.Engine(t)
+	t.Run("attach", func(t *testing.T) {
+		g := newGate(t)
+		h := newDockerHost(t, cli, dockerSandbox("open"), gatedTurns(g)...)
+		h.attachAfterHostDied(t, g, "orphan")
+	})
+	t.Run("plugin crash", func(t *testing.T) {
+		g := newGate(t)
+		h := newDockerHost(t, cli, dockerSandbox("open"), gatedTurns(g)...)
+		h.survivesFault(t, g, "crash", "starting it again", func(r *running) { killPlugin(t, r) })
+	})
+}

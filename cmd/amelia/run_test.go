@@ -3,6 +3,8 @@ package main_test
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -586,22 +588,78 @@ func TestRunWorkerFailures(t *testing.T) {
 	}
 }
 
-// The provider plugin crashes mid-run: the agent goes on in the sandbox,
-// amelia starts the plugin again, reopens the tunnel at the address the
-// worker knows, resumes following after the last line it showed, and the
-// run delivers all of the agent's work, each message shown once.
-func TestRunSurvivesPluginCrash(t *testing.T) {
-	fifo := filepath.Join(t.TempDir(), "go-on")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
+// gate is a command the agent runs that waits until the test opens the
+// gate: a FIFO in the sandbox's /tmp (the host's, for local and ssh).
+type gate struct{ path string }
+
+func newGate(t *testing.T) gate {
+	b := make([]byte, 6)
+	rand.Read(b)
+	g := gate{path: "/tmp/amelia-gate-" + hex.EncodeToString(b)}
+	t.Cleanup(func() { os.Remove(g.path) })
+	return g
+}
+
+// command waits at the gate. Opened before the FIFO was made, the gate is
+// a plain file, which cat reads at once.
+func (g gate) command() string { return "mkfifo " + g.path + " 2>/dev/null; cat " + g.path }
+
+// open lets the agent through, from a command of the test's own in the
+// sandbox.
+func (g gate) open(t *testing.T, h *host) {
+	t.Helper()
+	if r := h.amelia(t, "sandbox", "exec", "--", "sh", "-c", "echo go > "+g.path); r.code != 0 {
+		t.Fatalf("open the gate: exit %d: %s", r.code, r.stderr)
 	}
-	h := newHost(t, llmtest.Options{},
-		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("wip.txt", "before the crash\n")}},
-		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall("cat " + fifo)}},
-		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("after.txt", "after the crash\n")}},
-		llmtest.Turn{Text: "done despite the crash"},
-	)
-	r := h.startUntil(t, "cat "+fifo, "run", "--json", "--workflow", "crash", "survive a crash")
+}
+
+// gatedTurns is an agent that writes before.txt, waits at g, writes
+// after.txt and says done: what a fault hits in the middle of.
+func gatedTurns(g gate) []llmtest.Turn {
+	return []llmtest.Turn{
+		{ToolCalls: []llmtest.ToolCall{writeCall("before.txt", "before the fault\n")}},
+		{ToolCalls: []llmtest.ToolCall{executeCall(g.command())}},
+		{ToolCalls: []llmtest.ToolCall{writeCall("after.txt", "after the fault\n")}},
+		{Text: "done despite the fault"},
+	}
+}
+
+// deliveredDespite checks that a run of wf hit by a fault while its agent
+// waited at the gate delivered all of its work, and that rest (what it
+// showed after the fault) holds the agent's one later tool call, once.
+func (h *host) deliveredDespite(t *testing.T, wf, rest string) {
+	t.Helper()
+	if n := strings.Count(rest, `"type":"tool_call"`); n != 1 || !strings.Contains(rest, "done despite the fault") {
+		t.Errorf("%d tool calls shown after the fault, want the one the agent made then, and its result:\n%s", n, rest)
+	}
+	for file, want := range map[string]string{"before.txt": "before the fault", "after.txt": "after the fault"} {
+		if got := h.git(t, "show", "amelia/"+wf+":"+file); got != want {
+			t.Errorf("amelia/%s:%s = %q, want %q", wf, file, got, want)
+		}
+	}
+}
+
+// survivesFault runs wf, does fault while the agent waits at g, opens the
+// gate, and checks that the run carries on and delivers; the run's stderr
+// must say what happened (want).
+func (h *host) survivesFault(t *testing.T, g gate, wf, want string, fault func(r *running)) {
+	t.Helper()
+	r := h.startUntil(t, g.path, "run", "--json", "--workflow", wf, "survive a fault")
+	fault(r)
+	g.open(t, h)
+	rest, _ := io.ReadAll(r.stdout)
+	if code := r.wait(t, "the run's end"); code != 0 {
+		t.Fatalf("exit %d after the fault, want the run to carry on; stderr: %s", code, r.stderr.String())
+	}
+	if !strings.Contains(r.stderr.String(), want) {
+		t.Errorf("stderr does not say %q: %s", want, r.stderr.String())
+	}
+	h.deliveredDespite(t, wf, string(rest))
+}
+
+// killPlugin kills amelia's provider plugin.
+func killPlugin(t *testing.T, r *running) {
+	t.Helper()
 	pid := r.cmd.Process.Pid
 	out, err := exec.Command("pgrep", "-P", fmt.Sprint(pid), "-f", "plugin serve").Output()
 	plugin := strings.TrimSpace(string(out))
@@ -611,84 +669,71 @@ func TestRunSurvivesPluginCrash(t *testing.T) {
 	if err := exec.Command("kill", "-KILL", plugin).Run(); err != nil {
 		t.Fatal(err)
 	}
-	// The agent's command ends after the crash; its next LLM call waits
-	// for the tunnel to come back.
-	writeFile(t, fifo, "go on\n")
-	rest, _ := io.ReadAll(r.stdout)
-	if code := r.wait(t, "the run's end"); code != 0 {
-		t.Fatalf("exit %d after the plugin crashed, want the run to carry on; stderr: %s", code, r.stderr.String())
-	}
-	if !strings.Contains(r.stderr.String(), "starting it again") {
-		t.Errorf("stderr does not say the plugin was started again: %s", r.stderr.String())
-	}
-	if n := strings.Count(string(rest), `"type":"tool_call"`); n != 1 {
-		t.Errorf("%d tool calls shown after the crash, want the one the agent made then (none again):\n%s", n, rest)
-	}
-	for file, want := range map[string]string{"wip.txt": "before the crash", "after.txt": "after the crash"} {
-		if got := h.git(t, "show", "amelia/crash:"+file); got != want {
-			t.Errorf("amelia/crash:%s = %q, want %q", file, got, want)
-		}
-	}
 }
 
-// The host process is killed mid-run (kill -9: no cleanup at all): the
-// agent goes on in the sandbox, waiting out the dead proxy; sandbox ls
-// says it runs, logs shows what it said, a rerun of its id is refused
-// with the way to it, and attach takes it over from its first message to
-// its branch.
-func TestAttachAfterTheHostDied(t *testing.T) {
-	fifo := filepath.Join(t.TempDir(), "go-on")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	h := newHost(t, llmtest.Options{},
-		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("wip.txt", "before the host died\n")}},
-		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall("cat " + fifo)}},
-		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("after.txt", "after the attach\n")}},
-		llmtest.Turn{Text: "done under a new host"},
-	)
-	r := h.startUntil(t, "cat "+fifo, "run", "--json", "--workflow", "orphan", "outlive the host")
+// The provider plugin crashes mid-run: the agent goes on in the sandbox,
+// amelia starts the plugin again, reopens the tunnel at the address the
+// worker knows, resumes following after the last line it showed, and the
+// run delivers all of the agent's work, each message shown once.
+func TestRunSurvivesPluginCrash(t *testing.T) {
+	g := newGate(t)
+	h := newHost(t, llmtest.Options{}, gatedTurns(g)...)
+	h.survivesFault(t, g, "crash", "starting it again", func(r *running) { killPlugin(t, r) })
+}
+
+// attachAfterHostDied kills the host process of a run of wf mid-run (kill
+// -9: no cleanup at all): the agent goes on in the sandbox, waiting out
+// the dead proxy; sandbox ls says it runs, logs shows what it said, a
+// rerun of its id and results are refused with the way to it, and attach
+// takes it over from its first message to its branch.
+func (h *host) attachAfterHostDied(t *testing.T, g gate, wf string) {
+	t.Helper()
+	r := h.startUntil(t, g.path, "run", "--json", "--workflow", wf, "outlive the host")
 	if err := r.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	r.cmd.Wait()
 
-	if ls := h.amelia(t, "sandbox", "ls", "--json"); !strings.Contains(ls.stdout, `"orphan": "running"`) {
-		t.Errorf("sandbox ls does not show the orphan running: %s\n%s", ls.stdout, ls.stderr)
+	if ls := h.amelia(t, "sandbox", "ls", "--json"); !strings.Contains(ls.stdout, `"`+wf+`": "running"`) {
+		t.Errorf("sandbox ls does not show %s running: %s\n%s", wf, ls.stdout, ls.stderr)
 	}
-	logs := h.amelia(t, "logs", "--json", "orphan")
-	if logs.code != 0 || !strings.Contains(logs.stdout, "wip.txt") || !strings.Contains(logs.stdout, "cat "+fifo) {
+	logs := h.amelia(t, "logs", "--json", wf)
+	if logs.code != 0 || !strings.Contains(logs.stdout, "before.txt") || !strings.Contains(logs.stdout, g.path) {
 		t.Errorf("logs: exit %d, stdout %q, stderr %q; want the two tool calls so far", logs.code, logs.stdout, logs.stderr)
 	}
-	if again := h.amelia(t, "run", "--workflow", "orphan", "again"); again.code == 0 || !strings.Contains(again.stderr, "amelia attach --profile e2e orphan") {
+	if again := h.amelia(t, "run", "--workflow", wf, "again"); again.code == 0 || !strings.Contains(again.stderr, "amelia attach --profile e2e "+wf) {
 		t.Errorf("a rerun of the running id: exit %d, stderr %q", again.code, again.stderr)
 	}
-	if res := h.amelia(t, "results", "orphan"); res.code == 0 || !strings.Contains(res.stderr, "still running") {
+	if res := h.amelia(t, "results", wf); res.code == 0 || !strings.Contains(res.stderr, "still running") {
 		t.Errorf("results of a running agent: exit %d, stderr %q", res.code, res.stderr)
 	}
 
-	at := h.command("attach", "--json", "orphan")
+	at := h.command("attach", "--json", wf)
 	var out, errb bytes.Buffer
 	at.Stdout, at.Stderr = &out, &errb
 	if err := at.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { at.Process.Kill() })
-	writeFile(t, fifo, "go on\n") // the agent's command ends; its next call waits for a proxy
+	g.open(t, h) // the agent's next call waits for a proxy: attach's
 	if err := at.Wait(); err != nil {
 		t.Fatalf("attach: %v; stderr: %s", err, errb.String())
 	}
-	if n := strings.Count(out.String(), `"type":"tool_call"`); n != 3 || !strings.Contains(out.String(), "done under a new host") {
-		t.Errorf("attach showed %d tool calls, want the run's 3 from its start, and its result:\n%s", n, out.String())
+	// From its start: the two tool calls before the kill, one after.
+	if n := strings.Count(out.String(), `"type":"tool_call"`); n != 3 {
+		t.Errorf("attach showed %d tool calls, want the run's 3 from its start:\n%s", n, out.String())
 	}
-	for file, want := range map[string]string{"wip.txt": "before the host died", "after.txt": "after the attach"} {
-		if got := h.git(t, "show", "amelia/orphan:"+file); got != want {
-			t.Errorf("amelia/orphan:%s = %q, want %q", file, got, want)
-		}
-	}
-	if res := h.amelia(t, "results", "orphan"); res.code == 0 || !strings.Contains(res.stderr, "no work of workflow orphan") {
+	_, after, _ := strings.Cut(out.String(), g.path)
+	h.deliveredDespite(t, wf, after)
+	if res := h.amelia(t, "results", wf); res.code == 0 || !strings.Contains(res.stderr, "no work of workflow "+wf) {
 		t.Errorf("the run is still recorded after attach delivered it: exit %d, %s", res.code, res.stderr)
 	}
+}
+
+func TestAttachAfterTheHostDied(t *testing.T) {
+	g := newGate(t)
+	h := newHost(t, llmtest.Options{}, gatedTurns(g)...)
+	h.attachAfterHostDied(t, g, "orphan")
 }
 
 // An agent that changes nothing: a successful run, no branch, and the

@@ -157,3 +157,25 @@ func dockerExec(t *testing.T, cli *client.Client, id string, argv ...string) str
 	stdcopy.StdCopy(&out, &out, att.Reader)
 	return out.String()
 }
+
+// The SSH connection drops mid-run (sshd's session processes die): the
+// agent goes on on the remote, amelia reconnects, reopens the tunnel at
+// the address the worker knows, and the run delivers all of its work.
+func TestRunOnSSHSurvivesADrop(t *testing.T) {
+	srv := sshtest.Start(t, sshtest.Options{})
+	root := t.TempDir()
+	g := newGate(t)
+	h := newHostWith(t, sshSandbox(t, srv, root), root, llmtest.Options{}, gatedTurns(g)...)
+	t.Cleanup(func() { h.amelia(t, "sandbox", "down") })
+	h.survivesFault(t, g, "dropped", "reopening it", func(*running) { srv.KillSessions() })
+}
+
+// kill -9 of the host process mid-run on ssh: amelia attach takes over.
+func TestAttachOnSSH(t *testing.T) {
+	srv := sshtest.Start(t, sshtest.Options{})
+	root := t.TempDir()
+	g := newGate(t)
+	h := newHostWith(t, sshSandbox(t, srv, root), root, llmtest.Options{}, gatedTurns(g)...)
+	t.Cleanup(func() { h.amelia(t, "sandbox", "down") })
+	h.attachAfterHostDied(t, g, "orphan")
+}
