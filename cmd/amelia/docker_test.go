@@ -230,7 +230,8 @@ func TestImageBuildCommand(t *testing.T) {
 }
 
 // kill -9 of the host process mid-run on docker: amelia attach takes
-// over; and a crashed plugin mid-run is started again, the run carrying on.
+// over; a crashed plugin mid-run is started again, the run carrying on;
+// Ctrl-C stops the agent and all it started.
 func TestDockerRunsOutliveTheirHost(t *testing.T) {
 	cli := dockertest.Engine(t)
 	t.Run("attach", func(t *testing.T) {
@@ -242,5 +243,10 @@ func TestDockerRunsOutliveTheirHost(t *testing.T) {
 		g := newGate(t)
 		h := newDockerHost(t, cli, dockerSandbox("open"), gatedTurns(g)...)
 		h.survivesFault(t, g, "crash", "starting it again", func(r *running) { killPlugin(t, r) })
+	})
+	t.Run("Ctrl-C", func(t *testing.T) {
+		g := newGate(t)
+		h := newDockerHost(t, cli, dockerSandbox("open"), gatedTurns(g)...)
+		h.interruptedKillsAll(t, g, "stop-me")
 	})
 }

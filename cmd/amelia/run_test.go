@@ -520,8 +520,10 @@ func (h *host) bringsBackKept(t *testing.T, wf, output, file, content string) {
 	if !strings.Contains(output, recover) {
 		t.Errorf("the failed run's output does not say how to get the work back (%q):\n%s", recover, output)
 	}
+	// The sandbox's files are on this machine (local, ssh) or in a
+	// container, where sandbox ls below finds the worktree.
 	worktrees := filepath.Join(h.root, "*", "workspace", "worktrees", wf)
-	if m, _ := filepath.Glob(worktrees); len(m) != 1 {
+	if m, _ := filepath.Glob(worktrees); h.root != "" && len(m) != 1 {
 		t.Fatalf("the worktree of %s is not kept in the sandbox: %v", wf, m)
 	}
 	if r := h.amelia(t, "run", "--workflow", wf, "again"); r.code != 2 || !strings.Contains(r.stderr, recover) {
@@ -655,6 +657,27 @@ func (h *host) survivesFault(t *testing.T, g gate, wf, want string, fault func(r
 		t.Errorf("stderr does not say %q: %s", want, r.stderr.String())
 	}
 	h.deliveredDespite(t, wf, string(rest))
+}
+
+// interruptedKillsAll sends Ctrl-C to a run of wf while its agent waits
+// at g: amelia exits 130, nothing the agent started still runs in the
+// sandbox, and the work so far is kept.
+func (h *host) interruptedKillsAll(t *testing.T, g gate, wf string) {
+	t.Helper()
+	r := h.startUntil(t, g.path, "run", "--json", "--workflow", wf, "be interrupted")
+	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t, "Ctrl-C"); code != 130 {
+		t.Errorf("exit %d after Ctrl-C, want 130; stderr: %s", code, r.stderr.String())
+	}
+	// [c]: the pattern does not match the command line that holds it.
+	ps := h.amelia(t, "sandbox", "exec", "--", "sh", "-c",
+		`for p in /proc/[0-9]*; do tr '\0' ' ' <$p/cmdline 2>/dev/null; echo; done | grep -c "[c]at `+g.path+`"`)
+	if strings.TrimSpace(ps.stdout) != "0" {
+		t.Errorf("the agent's command still runs in the sandbox after Ctrl-C: %q %s", ps.stdout, ps.stderr)
+	}
+	h.bringsBackKept(t, wf, r.stderr.String(), "before.txt", "before the fault")
 }
 
 // killPlugin kills amelia's provider plugin.

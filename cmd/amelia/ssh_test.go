@@ -179,3 +179,13 @@ func TestAttachOnSSH(t *testing.T) {
 	t.Cleanup(func() { h.amelia(t, "sandbox", "down") })
 	h.attachAfterHostDied(t, g, "orphan")
 }
+
+// Ctrl-C on ssh stops the agent and all it started on the remote.
+func TestInterruptOnSSH(t *testing.T) {
+	srv := sshtest.Start(t, sshtest.Options{})
+	root := t.TempDir()
+	g := newGate(t)
+	h := newHostWith(t, sshSandbox(t, srv, root), root, llmtest.Options{}, gatedTurns(g)...)
+	t.Cleanup(func() { h.amelia(t, "sandbox", "down", "--force") })
+	h.interruptedKillsAll(t, g, "stop-me")
+}
