@@ -671,13 +671,38 @@ func (h *host) interruptedKillsAll(t *testing.T, g gate, wf string) {
 	if code := r.wait(t, "Ctrl-C"); code != 130 {
 		t.Errorf("exit %d after Ctrl-C, want 130; stderr: %s", code, r.stderr.String())
 	}
+	h.gateClosed(t, g, "Ctrl-C")
+	h.bringsBackKept(t, wf, r.stderr.String(), "before.txt", "before the fault")
+}
+
+// gateClosed fails the test if anything in the sandbox still waits at g
+// after what.
+func (h *host) gateClosed(t *testing.T, g gate, what string) {
+	t.Helper()
 	// [c]: the pattern does not match the command line that holds it.
 	ps := h.amelia(t, "sandbox", "exec", "--", "sh", "-c",
 		`for p in /proc/[0-9]*; do tr '\0' ' ' <$p/cmdline 2>/dev/null; echo; done | grep -c "[c]at `+g.path+`"`)
 	if strings.TrimSpace(ps.stdout) != "0" {
-		t.Errorf("the agent's command still runs in the sandbox after Ctrl-C: %q %s", ps.stdout, ps.stderr)
+		t.Errorf("the agent's command still runs in the sandbox after %s: %q %s", what, ps.stdout, ps.stderr)
 	}
-	h.bringsBackKept(t, wf, r.stderr.String(), "before.txt", "before the fault")
+}
+
+// amelia stop refuses to remove a sandbox whose agent runs on after its
+// host died, and with --force stops the agent before removing it: a
+// local or remote directory's removal alone would leave it running.
+func TestStopForceEndsAnOrphanedAgent(t *testing.T) {
+	g := newGate(t)
+	h := newHost(t, llmtest.Options{}, gatedTurns(g)...)
+	r := h.startUntil(t, g.path, "run", "--json", "--workflow", "orphan", "outlive the host")
+	r.cmd.Process.Kill()
+	r.cmd.Wait()
+	if st := h.amelia(t, "stop"); st.code != 1 || !strings.Contains(st.stderr, "orphan (running)") {
+		t.Errorf("amelia stop with a running agent: exit %d, stderr %q", st.code, st.stderr)
+	}
+	if st := h.amelia(t, "stop", "--force"); st.code != 0 {
+		t.Fatalf("amelia stop --force: exit %d, stderr %q", st.code, st.stderr)
+	}
+	h.gateClosed(t, g, "amelia stop --force")
 }
 
 // killPlugin kills amelia's provider plugin.
