@@ -101,9 +101,11 @@ func TestRefusedTokenIsReplacedOnce(t *testing.T) {
 }
 
 // The renewal goes through the cache too: processes renewing the same
-// token take the one the first renewed, so none revokes another's.
+// token take the one the first renewed, so together they mint as one
+// process would, and none revokes another's.
 func TestRenewalShared(t *testing.T) {
-	f, cfg := startWith(t, daytonatest.Options{TokenTTL: 2 * time.Second}, nil)
+	const ttl = 2 * time.Second
+	f, cfg := startWith(t, daytonatest.Options{TokenTTL: ttl}, nil)
 	a, b := newProvider(t), newProvider(t)
 	sb, err := a.EnsureRunning(t.Context(), spec("renewed", cfg, sdk.NetworkOpen))
 	if err != nil {
@@ -112,6 +114,7 @@ func TestRenewalShared(t *testing.T) {
 	if _, err := b.EnsureRunning(t.Context(), spec("renewed", cfg, sdk.NetworkOpen)); err != nil {
 		t.Fatal(err)
 	}
+	start, issued := time.Now(), f.Stats().TokensIssued
 	var wg sync.WaitGroup
 	for _, p := range []sdk.Provider{a, b} {
 		wg.Add(1)
@@ -130,7 +133,16 @@ func TestRenewalShared(t *testing.T) {
 			t.Fatalf("exec after the renewals: %q, %v", out, err)
 		}
 	}
-	if s := f.Stats(); s.RefusedLogins != 0 {
-		t.Errorf("%d logins refused: a renewal revoked another process's token", s.RefusedLogins)
+	s := f.Stats()
+	// One chain of renewals mints a token every 3/4 of a token's life;
+	// two processes each renewing their own would mint twice as many.
+	if most := int(time.Since(start)/(ttl*3/4)) + 2; s.TokensIssued-issued > most {
+		t.Errorf("%d tokens minted in %s, want at most %d: the processes renewed each their own", s.TokensIssued-issued, time.Since(start), most)
+	}
+	// A login may race the other process's renewal (its token is read,
+	// then revoked before the gateway checks it): it is refused once and
+	// takes the new token from the cache. More means they do not share.
+	if s.RefusedLogins > 2 {
+		t.Errorf("%d logins refused: renewals revoked another process's token", s.RefusedLogins)
 	}
 }
