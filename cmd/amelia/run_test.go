@@ -687,6 +687,40 @@ func (h *host) gateClosed(t *testing.T, g gate, what string) {
 	}
 }
 
+// The host dies, then its agent ends (here: stopped from inside the
+// sandbox) before anyone attaches: sandbox ls says how it ended, and
+// amelia results brings back its work and removes its run directory.
+func TestResultsAfterTheHostDied(t *testing.T) {
+	g := newGate(t)
+	h := newHost(t, llmtest.Options{}, gatedTurns(g)...)
+	r := h.startUntil(t, g.path, "run", "--json", "--workflow", "orphan", "outlive the host")
+	r.cmd.Process.Kill()
+	r.cmd.Wait()
+	runs := filepath.Join(h.root, "*", "workspace", ".amelia", "runs", "orphan-*")
+	dirs, _ := filepath.Glob(runs)
+	if len(dirs) != 1 {
+		t.Fatalf("run directories of orphan: %v, want one", dirs)
+	}
+	// The local sandbox is this machine: its worker is the one built here.
+	worker := filepath.Join(binDir, "amelia-worker-linux-"+runtime.GOARCH)
+	if out, err := exec.Command(worker, "stop", "--dir", dirs[0]).CombinedOutput(); err != nil {
+		t.Fatalf("stop the agent: %v: %s", err, out)
+	}
+	if ls := h.amelia(t, "sandbox", "ls", "--json"); !strings.Contains(ls.stdout, `"orphan": "failed"`) {
+		t.Errorf("sandbox ls does not show the stopped orphan as failed: %s\n%s", ls.stdout, ls.stderr)
+	}
+	res := h.amelia(t, "results", "orphan")
+	if res.code != 0 || !strings.Contains(res.stdout, "branch amelia/orphan") {
+		t.Fatalf("amelia results: exit %d\nstdout: %s\nstderr: %s", res.code, res.stdout, res.stderr)
+	}
+	if got := h.git(t, "show", "amelia/orphan:before.txt"); got != "before the fault" {
+		t.Errorf("before.txt on the brought-back branch: %q", got)
+	}
+	if left, _ := filepath.Glob(runs); len(left) != 0 {
+		t.Errorf("run directory left after amelia results: %v", left)
+	}
+}
+
 // amelia stop refuses to remove a sandbox whose agent runs on after its
 // host died, and with --force stops the agent before removing it: a
 // local or remote directory's removal alone would leave it running.

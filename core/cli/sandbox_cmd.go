@@ -367,7 +367,7 @@ func (a *app) sandboxLsCommand() *cobra.Command {
 						row.Message = strings.TrimSpace(row.Message + "; " + oneLine(err.Error()))
 					}
 					row.Workflows = ids
-					row.WorkflowStates = a.workflowStates(row.Profile, ids)
+					row.WorkflowStates = a.workflowStates(wctx, v.sb, row.Profile, ids)
 				}
 				rows = append(rows, row)
 			})
@@ -435,20 +435,51 @@ func runsMode(concurrent bool) string {
 	return "one-at-a-time"
 }
 
-// workflowStates is the state of each workflow of profile's sandbox, by
-// the records of this host.
-func (a *app) workflowStates(profile string, ids []string) map[string]string {
+// workflowStates is the state of each workflow of profile's sandbox sb,
+// by the records of this host; for a run recorded as running, by its
+// agent in sb: still running, or finished, failed or lost (its
+// supervisor gone) since its host last saw it.
+func (a *app) workflowStates(ctx context.Context, sb *sandbox.Sandbox, profile string, ids []string) map[string]string {
 	if len(ids) == 0 {
 		return nil
 	}
 	states := map[string]string{}
+	var d *driver.Driver
 	for _, id := range ids {
 		states[id] = "active"
-		if r, err := a.runs().Get(profile, id); err == nil {
-			states[id] = string(r.State)
+		r, err := a.runs().Get(profile, id)
+		if err != nil {
+			continue
+		}
+		states[id] = string(r.State)
+		if r.State != runstore.Running || r.RunDir == "" {
+			continue
+		}
+		if d == nil {
+			worker, err := a.workers().EnsureWorker(ctx, sb)
+			if err != nil {
+				continue
+			}
+			d = &driver.Driver{Exec: sb, Worker: worker, Provider: sb.Info.Name, Logger: a.logger}
+		}
+		if st, err := d.AgenticState(ctx, r.RunDir); err == nil {
+			states[id] = agentState(st)
 		}
 	}
 	return states
+}
+
+// agentState names how a detached agent is, for sandbox ls.
+func agentState(st driver.RunState) string {
+	switch {
+	case st.State == "ended" && st.Code != nil && *st.Code == 0:
+		return "finished"
+	case st.State == "ended":
+		return "failed"
+	case st.State == "running":
+		return "running"
+	}
+	return "lost"
 }
 
 // humanAge is d in its largest whole unit: 45s, 12m, 5h, 3d.
