@@ -1,11 +1,16 @@
 // Package run is the whole of `amelia run`: it starts the proxy on host
 // loopback and mints the run's token, starts the profile's provider plugin
 // and its sandbox, puts the right amelia-worker inside, opens the tunnel to
-// the proxy, prepares the workspace, runs the agent while streaming its
-// messages to a view, and brings the result back as a git branch. Every
-// step is a phase of the view, with its duration; whatever happens, the
-// steps' cleanups run in reverse order (prompt file, worktree, tunnel, run
-// token, plugin), also when the context is cancelled (Ctrl-C).
+// the proxy, prepares the workspace, starts the agent detached in the
+// sandbox and follows its messages to a view, and brings the result back
+// as a git branch. Every step is a phase of the view, with its duration;
+// whatever happens, the steps' cleanups run in reverse order (worktree and
+// run directory, hold, tunnel, proxy, plugin), also when the context is
+// cancelled (Ctrl-C).
+//
+// The agent outlives the connection to its sandbox: when the plugin dies
+// or the tunnel closes, the run repairs them and follows on (live.go,
+// agent.go); when this process dies, Attach takes the run over.
 package run
 
 import (
