@@ -722,8 +722,9 @@ func TestResultsAfterTheHostDied(t *testing.T) {
 }
 
 // amelia stop refuses to remove a sandbox whose agent runs on after its
-// host died, and with --force stops the agent before removing it: a
-// local or remote directory's removal alone would leave it running.
+// host died, and with --force removes it with everything running there:
+// the agent has left its exec's process group, and the provider's
+// teardown still finds it.
 func TestStopForceEndsAnOrphanedAgent(t *testing.T) {
 	g := newGate(t)
 	h := newHost(t, llmtest.Options{}, gatedTurns(g)...)

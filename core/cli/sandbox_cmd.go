@@ -104,45 +104,16 @@ func (a *app) removeSandbox(ctx context.Context, sb *sandbox.Sandbox, profile st
 				profile, strings.Join(atRisk, ", "), profile)
 		}
 	}
+	if err := sb.Down(ctx); err != nil {
+		return err
+	}
 	recs, err := a.runs().Of(profile)
 	if err != nil {
-		return err
-	}
-	if err := a.stopAgents(ctx, sb, recs); err != nil {
-		return err
-	}
-	if err := sb.Down(ctx); err != nil {
 		return err
 	}
 	for _, r := range recs {
 		if err := a.runs().Delete(profile, r.Workflow); err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-// stopAgents stops the agents of recs still running in sb before it goes,
-// so that they end as a stopped run does (their interrupted result
-// written) whatever the provider's teardown does with processes.
-func (a *app) stopAgents(ctx context.Context, sb *sandbox.Sandbox, recs []runstore.Record) error {
-	var running []runstore.Record
-	for _, r := range recs {
-		if r.State == runstore.Running && r.RunDir != "" {
-			running = append(running, r)
-		}
-	}
-	if len(running) == 0 || a.sandboxState(ctx, sb).State != string(sdk.HealthReady) {
-		return nil
-	}
-	worker, err := a.workers().EnsureWorker(ctx, sb)
-	if err != nil {
-		return err
-	}
-	d := &driver.Driver{Exec: sb, Worker: worker, Provider: sb.Info.Name, Logger: a.logger}
-	for _, r := range running {
-		if err := d.StopAgentic(ctx, r.RunDir); err != nil && !errors.Is(err, driver.ErrRunLost) {
-			return fmt.Errorf("stop the agent of %s: %w", r.Workflow, err)
 		}
 	}
 	return nil
