@@ -38,7 +38,7 @@ taking it over, use amelia logs -f.`,
   amelia attach --profile dev --json fix-login-3f9a`,
 		Args: oneWorkflow("attach WORKFLOW"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rec, err := a.keptRun(args[0])
+			rec, err := a.recordedRun(args[0])
 			if err != nil {
 				return err
 			}
@@ -68,7 +68,7 @@ the agent ends; stopping amelia logs leaves the agent running.`,
   amelia logs -f --json fix-login-3f9a`,
 		Args: oneWorkflow("logs WORKFLOW"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rec, err := a.keptRun(args[0])
+			rec, err := a.recordedRun(args[0])
 			if err != nil {
 				return err
 			}

@@ -52,7 +52,7 @@ attach follows it.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rec, err := a.keptRun(args[0])
+			rec, err := a.recordedRun(args[0])
 			if err != nil {
 				return err
 			}
@@ -79,9 +79,9 @@ attach follows it.`,
 	return cmd
 }
 
-// keptRun is the record of workflow: of --profile's sandbox when given,
+// recordedRun is the record of workflow: of --profile's sandbox when given,
 // else the only one there is.
-func (a *app) keptRun(workflow string) (runstore.Record, error) {
+func (a *app) recordedRun(workflow string) (runstore.Record, error) {
 	if err := workspace.ValidateWorkflowID(workflow); err != nil {
 		return runstore.Record{}, usageError{err}
 	}
@@ -126,11 +126,20 @@ func (a *app) recordedProfile(rec runstore.Record) (*config.Profile, error) {
 }
 
 // recordedSandbox is what a command on a recorded run works with: the
-// sandbox (started), its workspace, and a driver for the run's agent.
+// workspace of its sandbox (started) and a driver for its agent.
 type recordedSandbox struct {
-	sb     *sandbox.Sandbox
 	ws     *workspace.Workspace
 	driver *driver.Driver
+}
+
+// agentDriver puts the worker into sb and returns a driver for the
+// detached agents there.
+func (a *app) agentDriver(ctx context.Context, sb *sandbox.Sandbox) (*driver.Driver, error) {
+	worker, err := a.workers().EnsureWorker(ctx, sb)
+	if err != nil {
+		return nil, err
+	}
+	return &driver.Driver{Exec: sb, Worker: worker, Provider: sb.Info.Name, Logger: a.logger}, nil
 }
 
 // withRecordedRun starts the sandbox that holds rec's work (with the
@@ -149,16 +158,15 @@ func (a *app) withRecordedRun(ctx context.Context, rec runstore.Record, fn func(
 	if err != nil {
 		return err
 	}
-	worker, err := a.workers().EnsureWorker(ctx, sb)
+	d, err := a.agentDriver(ctx, sb)
 	if err != nil {
 		return err
 	}
-	ws, err := workspace.New(sb, s.Workdir, workspace.Options{Worker: worker, Logger: a.logger})
+	ws, err := workspace.New(sb, s.Workdir, workspace.Options{Worker: d.Worker, Logger: a.logger})
 	if err != nil {
 		return err
 	}
-	d := &driver.Driver{Exec: sb, Worker: worker, Provider: sb.Info.Name, Logger: a.logger}
-	return fn(recordedSandbox{sb: sb, ws: ws, driver: d})
+	return fn(recordedSandbox{ws: ws, driver: d})
 }
 
 // settleRunning makes sure rec's agent no longer runs: with stop, it is
@@ -177,7 +185,7 @@ func settleRunning(ctx context.Context, rs recordedSandbox, rec runstore.Record,
 	if err != nil {
 		return err
 	}
-	if st.State == "running" {
+	if st.State == driver.AgentRunning {
 		return fmt.Errorf("the agent of %s is still running in sandbox %s: follow it, and get its result at the end, with amelia attach --profile %s %s",
 			rec.Workflow, rec.Profile, rec.Profile, rec.Workflow)
 	}

@@ -427,11 +427,9 @@ func (a *app) workflowStates(ctx context.Context, sb *sandbox.Sandbox, profile s
 			continue
 		}
 		if d == nil {
-			worker, err := a.workers().EnsureWorker(ctx, sb)
-			if err != nil {
+			if d, err = a.agentDriver(ctx, sb); err != nil {
 				continue
 			}
-			d = &driver.Driver{Exec: sb, Worker: worker, Provider: sb.Info.Name, Logger: a.logger}
 		}
 		if st, err := d.AgenticState(ctx, r.RunDir); err == nil {
 			states[id] = agentState(st)
@@ -443,11 +441,11 @@ func (a *app) workflowStates(ctx context.Context, sb *sandbox.Sandbox, profile s
 // agentState names how a detached agent is, for sandbox ls.
 func agentState(st driver.RunState) string {
 	switch {
-	case st.State == "ended" && st.Code != nil && *st.Code == 0:
+	case st.State == driver.AgentEnded && st.Code != nil && *st.Code == 0:
 		return "finished"
-	case st.State == "ended":
+	case st.State == driver.AgentEnded:
 		return "failed"
-	case st.State == "running":
+	case st.State == driver.AgentRunning:
 		return "running"
 	}
 	return "lost"

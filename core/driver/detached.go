@@ -190,12 +190,22 @@ func (d *Driver) StopAgentic(ctx context.Context, dir string) error {
 
 // RunState is how a detached run is.
 type RunState struct {
-	// State is "running", "ended", "lost" (its supervisor died without an
-	// exit status) or "none" (no run in the directory).
-	State string `json:"state"`
+	State AgentState `json:"state"`
 	// Code is the run's exit code once it ended.
 	Code *int `json:"code,omitempty"`
 }
+
+// AgentState is what amelia-worker status says of a detached run.
+type AgentState string
+
+const (
+	AgentRunning AgentState = "running"
+	AgentEnded   AgentState = "ended"
+	// AgentLost: its supervisor died without an exit status.
+	AgentLost AgentState = "lost"
+	// AgentNone: no run in the directory.
+	AgentNone AgentState = "none"
+)
 
 // AgenticState says how the detached run in dir is.
 func (d *Driver) AgenticState(ctx context.Context, dir string) (RunState, error) {
