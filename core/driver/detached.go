@@ -119,47 +119,39 @@ func (d *Driver) StartAgentic(ctx context.Context, req AgenticRequest, dir strin
 // iteration or cancelling ctx stops following, not the run. Usage reports
 // the usage line once it was seen.
 func (d *Driver) FollowAgentic(ctx context.Context, r *Detached) iter.Seq2[protocol.AgenticMessage, error] {
-	return func(yield func(protocol.AgenticMessage, error) bool) {
-		argv := []string{d.Worker, "follow", "--dir", r.Dir, "--skip", strconv.Itoa(r.Seen)}
-		stopped := false
-		out, err := d.runWorker(ctx, "follow", argv, func(m *protocol.AgenticMessage) bool {
-			if m.Type == protocol.Result {
-				r.result = true
-			}
-			if !yield(*m, nil) {
-				stopped = true
-				return false
-			}
-			return true
-		})
-		r.Seen += out.lines
-		if out.usage != nil {
-			d.setUsage(out.usage)
-		}
-		if errors.Is(err, ErrNoResult) && r.result {
-			err = nil // it came before the connection broke
-		}
-		if err != nil && !stopped {
-			yield(protocol.AgenticMessage{}, err)
-		}
-	}
+	return d.follow(ctx, r, false)
 }
 
 // AgenticLog yields the messages the detached run in dir wrote so far,
 // and with wait those it writes until it ends, as FollowAgentic does.
 // Without wait, a run still going is no error.
 func (d *Driver) AgenticLog(ctx context.Context, dir string, wait bool) iter.Seq2[protocol.AgenticMessage, error] {
+	return d.follow(ctx, &Detached{Dir: dir}, !wait)
+}
+
+// follow runs `amelia-worker follow` on r from r.Seen on; with noWait it
+// stops at the end of what the run wrote so far.
+func (d *Driver) follow(ctx context.Context, r *Detached, noWait bool) iter.Seq2[protocol.AgenticMessage, error] {
 	return func(yield func(protocol.AgenticMessage, error) bool) {
-		argv := []string{d.Worker, "follow", "--dir", dir}
-		if !wait {
+		argv := []string{d.Worker, "follow", "--dir", r.Dir, "--skip", strconv.Itoa(r.Seen)}
+		if noWait {
 			argv = append(argv, "--no-wait")
 		}
 		stopped := false
-		_, err := d.runWorker(ctx, "follow", argv, func(m *protocol.AgenticMessage) bool {
+		out, err := d.runWorker(ctx, argv, true, func(m *protocol.AgenticMessage) bool {
+			if m.Type == protocol.Result {
+				r.result = true
+			}
 			stopped = !yield(*m, nil)
 			return !stopped
 		})
-		if !wait && errors.Is(err, ErrNoResult) {
+		r.Seen += out.lines
+		if out.usage != nil {
+			d.setUsage(out.usage)
+		}
+		// No result line yet is no error when it came before the
+		// connection broke, or when the run goes on.
+		if errors.Is(err, ErrNoResult) && (r.result || noWait) {
 			err = nil
 		}
 		if err != nil && !stopped {

@@ -188,7 +188,7 @@ func (d *Driver) ExecuteAgentic(ctx context.Context, req AgenticRequest) iter.Se
 		}
 		stopped := false
 		err := d.withFiles(ctx, files, func() error {
-			out, err := d.runWorker(ctx, "agentic", argv, func(m *protocol.AgenticMessage) bool {
+			out, err := d.runWorker(ctx, argv, false, func(m *protocol.AgenticMessage) bool {
 				if !yield(*m, nil) {
 					stopped = true
 					return false
@@ -254,7 +254,7 @@ func (d *Driver) Generate(ctx context.Context, req GenerateRequest, schema json.
 	var out workerOutput
 	err := d.withFiles(ctx, files, func() error {
 		var err error
-		out, err = d.runWorker(ctx, "generate", argv, func(*protocol.AgenticMessage) bool { return true })
+		out, err = d.runWorker(ctx, argv, false, func(*protocol.AgenticMessage) bool { return true })
 		return err
 	})
 	if out.usage != nil {

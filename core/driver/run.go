@@ -24,12 +24,16 @@ type execEnd struct {
 	err    error
 }
 
-// runWorker runs argv (an amelia-worker subcommand, sub) and calls each for
+// runWorker runs argv (amelia-worker and a subcommand) and calls each for
 // every message but usage, as the lines arrive. It returns when the exec is
 // over: after the worker exited, or after it was stopped because a line was
 // bad, each returned false, or ctx is done. The error follows the package's
-// error contract; when each returned false it is nil.
-func (d *Driver) runWorker(ctx context.Context, sub string, argv []string, each func(*protocol.AgenticMessage) bool) (workerOutput, error) {
+// error contract; when each returned false it is nil. With follow, argv
+// reads a detached run's log, which outlives the exec: a line the stream
+// was cut in is left to be read again, a broken exec is ErrDisconnected,
+// and exit 125 says the run is gone (ErrRunLost).
+func (d *Driver) runWorker(ctx context.Context, argv []string, follow bool, each func(*protocol.AgenticMessage) bool) (workerOutput, error) {
+	sub := argv[1]
 	var out workerOutput
 	log := d.logger().With("worker", sub)
 	start := time.Now()
@@ -53,8 +57,7 @@ func (d *Driver) runWorker(ctx context.Context, sub string, argv []string, each 
 	log.Debug("worker started", "argv", argv[1:])
 
 	var lines io.Reader = pr
-	if sub == "follow" {
-		// A line the connection cut is read again when following resumes.
+	if follow {
 		lines = &wholeLines{r: pr}
 	}
 	dec := protocol.NewDecoder(lines, protocol.WithMaxLineBytes(d.MaxLineBytes))
@@ -104,11 +107,11 @@ func (d *Driver) runWorker(ctx context.Context, sub string, argv []string, each 
 	case stopped:
 		// The consumer is gone; how the stopped worker ended is no news.
 		return out, nil
-	case end.err != nil && sub == "follow":
+	case end.err != nil && follow:
 		return out, fmt.Errorf("follow the agent on %s: %w: %w", d.provider(), ErrDisconnected, end.err)
 	case end.err != nil:
 		return out, fmt.Errorf("run amelia-worker %s on %s: %w%s", sub, d.provider(), end.err, stderr.Note())
-	case sub == "follow" && end.status.Code == exitNoRun && out.result == nil:
+	case follow && end.status.Code == exitNoRun && out.result == nil:
 		return out, fmt.Errorf("follow the agent on %s: %w%s", d.provider(), ErrRunLost, stderr.Note())
 	case out.result == nil:
 		return out, fmt.Errorf("amelia-worker %s on %s: %w (%s)%s", sub, d.provider(), ErrNoResult, execreport.Status(end.status), stderr.Note())
