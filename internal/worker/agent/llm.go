@@ -120,7 +120,7 @@ func (l *LLM) complete(ctx context.Context, req *chatRequest) (*reply, error) {
 			if time.Since(outage) > l.Outage {
 				return nil, fmt.Errorf("%w (no answer for %s)", l.describe(err), l.Outage.Round(time.Second))
 			}
-		} else if !retryable(err) || attempt >= l.retries {
+		} else if !transient(err) || attempt >= l.retries {
 			return nil, l.describe(err)
 		}
 		l.logger.Warn("LLM request failed; retrying", "err", err, "in", backoff)
@@ -210,16 +210,17 @@ func noAnswer(err error) bool {
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
-// retryable says whether err is worth another attempt: a rate limit, a
-// server or gateway error, or no connection at all.
-func retryable(err error) bool {
+// transient says whether an answer that is an HTTP error is worth another
+// attempt: a rate limit, a server or gateway error. (No answer at all is
+// noAnswer's.)
+func transient(err error) bool {
 	if apiErr, ok := errors.AsType[*openai.APIError](err); ok {
 		return transientStatus(apiErr.HTTPStatusCode)
 	}
 	if reqErr, ok := errors.AsType[*openai.RequestError](err); ok {
 		return transientStatus(reqErr.HTTPStatusCode)
 	}
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	return false
 }
 
 func transientStatus(code int) bool {
