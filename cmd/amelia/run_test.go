@@ -693,9 +693,7 @@ func (h *host) gateClosed(t *testing.T, g gate, what string) {
 func TestResultsAfterTheHostDied(t *testing.T) {
 	g := newGate(t)
 	h := newHost(t, llmtest.Options{}, gatedTurns(g)...)
-	r := h.startUntil(t, g.path, "run", "--json", "--workflow", "orphan", "outlive the host")
-	r.cmd.Process.Kill()
-	r.cmd.Wait()
+	h.orphan(t, g, "orphan")
 	runs := filepath.Join(h.root, "*", "workspace", ".amelia", "runs", "orphan-*")
 	dirs, _ := filepath.Glob(runs)
 	if len(dirs) != 1 {
@@ -728,9 +726,7 @@ func TestResultsAfterTheHostDied(t *testing.T) {
 func TestStopForceEndsAnOrphanedAgent(t *testing.T) {
 	g := newGate(t)
 	h := newHost(t, llmtest.Options{}, gatedTurns(g)...)
-	r := h.startUntil(t, g.path, "run", "--json", "--workflow", "orphan", "outlive the host")
-	r.cmd.Process.Kill()
-	r.cmd.Wait()
+	h.orphan(t, g, "orphan")
 	if st := h.amelia(t, "stop"); st.code != 1 || !strings.Contains(st.stderr, "orphan (running)") {
 		t.Errorf("amelia stop with a running agent: exit %d, stderr %q", st.code, st.stderr)
 	}
@@ -764,6 +760,17 @@ func TestRunSurvivesPluginCrash(t *testing.T) {
 	h.survivesFault(t, g, "crash", "starting it again", func(r *running) { killPlugin(t, r) })
 }
 
+// orphan starts a run of wf and kills its host process (kill -9: no
+// cleanup at all) while the agent waits at g.
+func (h *host) orphan(t *testing.T, g gate, wf string) {
+	t.Helper()
+	r := h.startUntil(t, g.path, "run", "--json", "--workflow", wf, "outlive the host")
+	if err := r.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	r.cmd.Wait()
+}
+
 // attachAfterHostDied kills the host process of a run of wf mid-run (kill
 // -9: no cleanup at all): the agent goes on in the sandbox, waiting out
 // the dead proxy; sandbox ls says it runs, logs shows what it said, a
@@ -771,11 +778,7 @@ func TestRunSurvivesPluginCrash(t *testing.T) {
 // takes it over from its first message to its branch.
 func (h *host) attachAfterHostDied(t *testing.T, g gate, wf string) {
 	t.Helper()
-	r := h.startUntil(t, g.path, "run", "--json", "--workflow", wf, "outlive the host")
-	if err := r.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	r.cmd.Wait()
+	h.orphan(t, g, wf)
 
 	if ls := h.amelia(t, "sandbox", "ls", "--json"); !strings.Contains(ls.stdout, `"`+wf+`": "running"`) {
 		t.Errorf("sandbox ls does not show %s running: %s\n%s", wf, ls.stdout, ls.stderr)
