@@ -52,8 +52,7 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 	}
 	ctx, cancel := r.keepTunnel(ctx)
 	defer cancel(nil)
-	env := workerEnv(r.lv.listen, prx.run.Token(), r.req.Profile.Sandbox.Network)
-	ws, err := workspace.New(r.lv, workdir, workspace.Options{Worker: worker, GitEnv: env, Logger: r.host.Logger})
+	ws, d, err := r.workIn(sb, workdir, worker, prx)
 	if err != nil {
 		return res, err
 	}
@@ -64,7 +63,6 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 	r.agentStarted, r.agentRunning = true, true
 	r.worktreeAtEnd(ws, src, base, rec.Worktree)
 
-	d := &driver.Driver{Exec: r.lv, Worker: worker, Provider: sb.Info.Name, Env: env, Logger: r.host.Logger}
 	if err := r.phase(PhaseAgent, func() error {
 		return r.followAgent(ctx, d, a)
 	}); err != nil {

@@ -68,9 +68,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 	}
 	ctx, cancel := r.keepTunnel(ctx)
 	defer cancel(nil)
-	env := workerEnv(r.lv.listen, prx.run.Token(), req.Profile.Sandbox.Network)
-
-	ws, err := workspace.New(r.lv, workdir, workspace.Options{Worker: worker, GitEnv: env, Logger: r.host.Logger})
+	ws, d, err := r.workIn(sb, workdir, worker, prx)
 	if err != nil {
 		return res, err
 	}
@@ -87,7 +85,6 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		return res, causeOf(ctx, err)
 	}
 
-	d := &driver.Driver{Exec: r.lv, Worker: worker, Provider: sb.Info.Name, Env: env, Logger: r.host.Logger}
 	a := r.agent
 	if err := r.phase(PhaseAgent, func() error {
 		if err := r.startAgent(ctx, ws, d, a); err != nil {
@@ -155,6 +152,17 @@ func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, targ
 		r.onEnd("close the tunnel", func(context.Context) error { return r.lv.closeTunnel() })
 		return nil
 	})
+}
+
+// workIn is the workspace and the agent's driver, both reaching the
+// sandbox through the live connection, with the worker's environment.
+func (r *runner) workIn(sb *sandbox.Sandbox, workdir, worker string, prx *proxyRun) (*workspace.Workspace, *driver.Driver, error) {
+	env := workerEnv(r.lv.listen, prx.run.Token(), r.req.Profile.Sandbox.Network)
+	ws, err := workspace.New(r.lv, workdir, workspace.Options{Worker: worker, GitEnv: env, Logger: r.host.Logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	return ws, &driver.Driver{Exec: r.lv, Worker: worker, Provider: sb.Info.Name, Env: env, Logger: r.host.Logger}, nil
 }
 
 // keepTunnel returns a context that the run goes on under: the tunnel is
