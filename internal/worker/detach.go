@@ -528,14 +528,10 @@ func (w *worker) statusCmd() *cobra.Command {
 			switch {
 			case ended:
 				st.State, st.Code = "ended", &end.Code
-			case err != nil && errors.Is(err, os.ErrNotExist):
+			case errors.Is(err, os.ErrNotExist): // no pid file: never started
 				st.State = "none"
 			case err != nil:
-				if _, statErr := os.Stat(filepath.Join(dir, runPID)); statErr != nil {
-					st.State = "none"
-				} else {
-					st.State = "lost"
-				}
+				st.State = "lost"
 			}
 			return json.NewEncoder(w.p.Stdout).Encode(st)
 		},
