@@ -1,4 +1,4 @@
-// Command amelia runs coding agents in isolated sandboxes. See core/cli.
+// Command amelia runs coding agents in isolated sandboxes. See cmd/amelia/cli.
 package main
 
 import (
@@ -7,7 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/amelia-sandbox/amelia/core/cli"
+	"github.com/amelia-sandbox/amelia/cmd/amelia/cli"
 )
 
 func main() {
