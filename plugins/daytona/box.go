@@ -9,7 +9,7 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
-	"github.com/amelia-sandbox/amelia/plugins/ssh/transport"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
 )
 
 // box is a started sandbox this process works in: its gateway connection
@@ -29,7 +29,7 @@ type box struct {
 	mu      sync.Mutex
 	access  api.SSHAccess // the current token; zero before the first
 	minutes int           // the lifetime asked for each token
-	conn    *transport.Conn
+	conn    *sshtransport.Conn
 	cancel  context.CancelFunc // stops the renewal
 }
 
@@ -64,7 +64,7 @@ func (a *account) forget(b *box) {
 
 // connection returns the gateway connection, minting the first token
 // (whose command names the gateway) when there is none yet.
-func (b *box) connection(ctx context.Context) (*transport.Conn, error) {
+func (b *box) connection(ctx context.Context) (*sshtransport.Conn, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.conn != nil {
@@ -77,13 +77,13 @@ func (b *box) connection(ctx context.Context) (*transport.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.conn = transport.New(transport.Target{
+	b.conn = sshtransport.New(sshtransport.Target{
 		Addr: addr,
 		// Names the target in messages; the login is the token.
 		User:     "sandbox-" + b.name,
 		Login:    b.login,
 		HostKeys: b.acct.hostKeys,
-	}, transport.Options{Logger: b.acct.logger})
+	}, sshtransport.Options{Logger: b.acct.logger})
 	rctx, cancel := context.WithCancel(context.Background())
 	b.cancel = cancel
 	go b.renew(rctx)

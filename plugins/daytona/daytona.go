@@ -35,7 +35,7 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
-	"github.com/amelia-sandbox/amelia/plugins/ssh/transport"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
 )
 
 // Name is the provider's name.
@@ -111,7 +111,7 @@ func (p *Provider) Info(context.Context) (sdk.Info, error) {
 // account is one API endpoint and key, and the sandboxes used through it.
 type account struct {
 	api      *api.Client
-	hostKeys *transport.HostKeys
+	hostKeys *sshtransport.HostKeys
 	workers  *workers
 	logger   *slog.Logger
 	tokens   *tokenCache
@@ -198,7 +198,7 @@ func (p *Provider) account(raw json.RawMessage) (resolved, error) {
 	if err != nil {
 		return resolved{}, err
 	}
-	hostKeys, err := transport.KnownHosts(known, transport.HostKeyPolicy(set.HostKeyPolicy))
+	hostKeys, err := sshtransport.KnownHosts(known, sshtransport.HostKeyPolicy(set.HostKeyPolicy))
 	if err != nil {
 		return resolved{}, err
 	}

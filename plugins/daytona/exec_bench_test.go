@@ -20,7 +20,7 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
-	"github.com/amelia-sandbox/amelia/plugins/ssh/transport"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
 )
 
 // The exec envelope against what it replaces, through the fake's gateway
@@ -187,7 +187,7 @@ func BenchmarkCancel(b *testing.B) {
 		b.Fatal(err)
 	}
 	hostKeys := knownHosts(b, g.cfg)
-	conn := transport.New(transport.Target{Addr: g.f.GatewayAddr(), User: access.Token, HostKeys: hostKeys}, transport.Options{})
+	conn := sshtransport.New(sshtransport.Target{Addr: g.f.GatewayAddr(), User: access.Token, HostKeys: hostKeys}, sshtransport.Options{})
 	b.Cleanup(func() { conn.Close() })
 	// cancelAfterStart runs exec until its first line, then cancels and
 	// times the rest.
@@ -238,14 +238,14 @@ func BenchmarkCancel(b *testing.B) {
 
 // knownHosts is the host key store of the fake's gateway, from the
 // settings block.
-func knownHosts(b *testing.B, cfg json.RawMessage) *transport.HostKeys {
+func knownHosts(b *testing.B, cfg json.RawMessage) *sshtransport.HostKeys {
 	var set struct {
 		KnownHosts string `json:"known_hosts"`
 	}
 	if err := json.Unmarshal(cfg, &set); err != nil {
 		b.Fatal(err)
 	}
-	hk, err := transport.KnownHosts(set.KnownHosts, transport.HostKeyPolicy("strict"))
+	hk, err := sshtransport.KnownHosts(set.KnownHosts, sshtransport.HostKeyPolicy("strict"))
 	if err != nil {
 		b.Fatal(err)
 	}

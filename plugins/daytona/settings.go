@@ -11,7 +11,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/ssh/transport"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
 )
 
 // Settings is a profile's `sandbox.daytona` block.
@@ -142,8 +142,8 @@ func decodeSettings(raw json.RawMessage) (Settings, time.Duration, error) {
 	}
 	switch s.HostKeyPolicy {
 	case "":
-		s.HostKeyPolicy = string(transport.AcceptNew)
-	case string(transport.Strict), string(transport.AcceptNew):
+		s.HostKeyPolicy = string(sshtransport.AcceptNew)
+	case string(sshtransport.Strict), string(sshtransport.AcceptNew):
 	default:
 		return s, 0, invalid("host_key_policy", "%q is not accept-new or strict (host keys are always checked)", s.HostKeyPolicy)
 	}

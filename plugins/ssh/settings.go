@@ -16,7 +16,7 @@ import (
 	"github.com/kevinburke/ssh_config"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/ssh/transport"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
 )
 
 // Settings is a profile's `sandbox.ssh` block.
@@ -82,8 +82,8 @@ func decodeSettings(raw json.RawMessage) (Settings, error) {
 	}
 	switch s.HostKeyPolicy {
 	case "":
-		s.HostKeyPolicy = string(transport.Strict)
-	case string(transport.Strict), string(transport.AcceptNew):
+		s.HostKeyPolicy = string(sshtransport.Strict)
+	case string(sshtransport.Strict), string(sshtransport.AcceptNew):
 	default:
 		return s, invalid("host_key_policy", "%q is not strict or accept-new (host keys are always checked)", s.HostKeyPolicy)
 	}
@@ -144,10 +144,10 @@ func loadSSHConfig(path string) (sshConfig, error) {
 
 // target resolves the settings, with the ssh config's Host blocks, into
 // the machine to log in to (and the jump host on the way).
-func (s Settings) target(agentSocket string) (transport.Target, error) {
+func (s Settings) target(agentSocket string) (sshtransport.Target, error) {
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return transport.Target{}, fmt.Errorf("ssh: find the home directory: %w", err)
+		return sshtransport.Target{}, fmt.Errorf("ssh: find the home directory: %w", err)
 	}
 	expand := func(p string) string {
 		if rest, ok := strings.CutPrefix(p, "~/"); ok {
@@ -161,7 +161,7 @@ func (s Settings) target(agentSocket string) (transport.Target, error) {
 	}
 	cfg, err := loadSSHConfig(cfgPath)
 	if err != nil {
-		return transport.Target{}, err
+		return sshtransport.Target{}, err
 	}
 	knownHosts := expand(s.KnownHosts)
 	if knownHosts == "" {
@@ -171,16 +171,16 @@ func (s Settings) target(agentSocket string) (transport.Target, error) {
 			knownHosts = filepath.Join(home, ".ssh", "known_hosts")
 		}
 	}
-	hostKeys, err := transport.KnownHosts(knownHosts, transport.HostKeyPolicy(s.HostKeyPolicy))
+	hostKeys, err := sshtransport.KnownHosts(knownHosts, sshtransport.HostKeyPolicy(s.HostKeyPolicy))
 	if err != nil {
-		return transport.Target{}, err
+		return sshtransport.Target{}, err
 	}
 	local := ""
 	if u, err := user.Current(); err == nil {
 		local = u.Username
 	}
 	// one resolves a host (an alias or a name) with explicit overrides.
-	one := func(alias, user string, port int, identities []string) (transport.Target, error) {
+	one := func(alias, user string, port int, identities []string) (sshtransport.Target, error) {
 		name := cfg.get(alias, "HostName")
 		if name == "" {
 			name = alias
@@ -188,7 +188,7 @@ func (s Settings) target(agentSocket string) (transport.Target, error) {
 		if port == 0 {
 			if p := cfg.get(alias, "Port"); p != "" {
 				if port, err = strconv.Atoi(p); err != nil {
-					return transport.Target{}, sdk.Errorf(sdk.ErrInvalid, "ssh config %s: Port %q of %s is not a number", cfgPath, p, alias)
+					return sshtransport.Target{}, sdk.Errorf(sdk.ErrInvalid, "ssh config %s: Port %q of %s is not a number", cfgPath, p, alias)
 				}
 			} else {
 				port = 22
@@ -199,7 +199,7 @@ func (s Settings) target(agentSocket string) (transport.Target, error) {
 				user = local
 			}
 		}
-		auth := transport.Auth{AgentSocket: agentSocket}
+		auth := sshtransport.Auth{AgentSocket: agentSocket}
 		switch {
 		case len(identities) > 0:
 			for _, f := range identities {
@@ -216,7 +216,7 @@ func (s Settings) target(agentSocket string) (transport.Target, error) {
 				auth.IdentityFiles = append(auth.IdentityFiles, filepath.Join(home, ".ssh", k))
 			}
 		}
-		return transport.Target{Addr: net.JoinHostPort(name, strconv.Itoa(port)), User: user, Auth: auth, HostKeys: hostKeys}, nil
+		return sshtransport.Target{Addr: net.JoinHostPort(name, strconv.Itoa(port)), User: user, Auth: auth, HostKeys: hostKeys}, nil
 	}
 	t, err := one(s.Host, s.User, s.Port, s.IdentityFiles)
 	if err != nil {

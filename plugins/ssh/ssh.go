@@ -30,7 +30,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
-	"github.com/amelia-sandbox/amelia/plugins/ssh/transport"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
 )
 
 // Name is the provider's name.
@@ -63,7 +63,7 @@ type Provider struct {
 
 // remote is a machine the provider logged in to.
 type remote struct {
-	conn        *transport.Conn
+	conn        *sshtransport.Conn
 	refusedOnce sync.Once // logs that the server refuses forwarding
 
 	homeMu sync.Mutex
@@ -118,7 +118,7 @@ func (p *Provider) remoteFor(set Settings) (*remote, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &remote{conn: transport.New(target, transport.Options{Logger: p.opts.Logger})}
+	r := &remote{conn: sshtransport.New(target, sshtransport.Options{Logger: p.opts.Logger})}
 	p.remotes[string(key)] = r
 	return r, nil
 }
@@ -253,9 +253,9 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	cmd := shexec.Command{Dir: dir, Env: env, Tag: shexec.NewTag(), Require: sb.marker(), Argv: req.Argv}
 	st, err := sb.r.conn.Exec(ctx, cmd, eio, req.Grace())
 	switch {
-	case errors.Is(err, transport.ErrNoSandbox):
+	case errors.Is(err, sshtransport.ErrNoSandbox):
 		return st, sdk.Errorf(sdk.ErrNotFound, "sandbox %s does not exist on %s (no %s): start it with `amelia sandbox up`", sb.name, sb.r.conn.Target(), sb.marker())
-	case errors.Is(err, transport.ErrNoDir):
+	case errors.Is(err, sshtransport.ErrNoDir):
 		return st, sdk.Errorf(sdk.ErrInvalid, "working directory %q does not exist in the sandbox", dir)
 	}
 	return st, err

@@ -1,4 +1,4 @@
-package transport_test
+package sshtransport_test
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	"github.com/amelia-sandbox/amelia/internal/sshtest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
-	"github.com/amelia-sandbox/amelia/plugins/ssh/transport"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
 )
 
 var workerBin string
@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 // through a real sshd without its exit status.
 func TestBootstrap(t *testing.T) {
 	srv := sshtest.Start(t, sshtest.Options{})
-	c := conn(t, srv, keyAuth(srv), srv.KnownHosts, transport.Strict)
+	c := conn(t, srv, keyAuth(srv), srv.KnownHosts, sshtransport.Strict)
 	out, code, err := c.Bootstrap(t.Context(), `echo "out $1"; echo "err $2" >&2; exit 4`, nil, "a b", "c'd")
 	if err != nil || code != 4 || string(out) != "out a b\nerr c'd\n" {
 		t.Errorf("Bootstrap: %q %d %v", out, code, err)
@@ -43,7 +43,7 @@ func TestBootstrap(t *testing.T) {
 // session. A missing worker is ErrNoWorker, saying what the shell said.
 func TestMux(t *testing.T) {
 	srv := sshtest.Start(t, sshtest.Options{})
-	c := conn(t, srv, keyAuth(srv), srv.KnownHosts, transport.Strict)
+	c := conn(t, srv, keyAuth(srv), srv.KnownHosts, sshtransport.Strict)
 	m, err := c.Mux(t.Context(), workerBin)
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,11 @@
-// Package transport is an SSH connection to a remote machine for sandbox
+// Package sshtransport is an SSH connection to a remote machine for sandbox
 // providers: dialling (through a jump host), verified host keys, agent and
 // key-file authentication, keepalives and reconnection, sessions within
 // the server's MaxSessions, commands with streamed I/O and cancellation
 // (Exec), short commands (Output), and remote port forwards (Listen).
 // The SSH provider and the Daytona provider (whose exec goes through its
 // SSH gateway) build on it.
-package transport
+package sshtransport
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package transport_test
+package sshtransport_test
 
 import (
 	"context"
@@ -17,28 +17,28 @@ import (
 
 	"github.com/amelia-sandbox/amelia/internal/sshtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/ssh/transport"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
 )
 
 // conn is a Conn to srv with its client key and known_hosts.
-func conn(t *testing.T, srv *sshtest.Server, auth transport.Auth, knownHosts string, policy transport.HostKeyPolicy) *transport.Conn {
+func conn(t *testing.T, srv *sshtest.Server, auth sshtransport.Auth, knownHosts string, policy sshtransport.HostKeyPolicy) *sshtransport.Conn {
 	t.Helper()
-	hk, err := transport.KnownHosts(knownHosts, policy)
+	hk, err := sshtransport.KnownHosts(knownHosts, policy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := transport.New(transport.Target{Addr: srv.Addr(), User: srv.User, Auth: auth, HostKeys: hk}, transport.Options{})
+	c := sshtransport.New(sshtransport.Target{Addr: srv.Addr(), User: srv.User, Auth: auth, HostKeys: hk}, sshtransport.Options{})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
 
-func keyAuth(srv *sshtest.Server) transport.Auth {
-	return transport.Auth{IdentityFiles: []string{srv.ClientKey}}
+func keyAuth(srv *sshtest.Server) sshtransport.Auth {
+	return sshtransport.Auth{IdentityFiles: []string{srv.ClientKey}}
 }
 
 func TestKeyFileLogin(t *testing.T) {
 	srv := sshtest.Start(t, sshtest.Options{})
-	c := conn(t, srv, keyAuth(srv), srv.KnownHosts, transport.Strict)
+	c := conn(t, srv, keyAuth(srv), srv.KnownHosts, sshtransport.Strict)
 	out, err := c.Output(t.Context(), "echo hello; id -un", nil)
 	if err != nil || out != "hello\n"+srv.User+"\n" {
 		t.Fatalf("Output: %q, %v", out, err)
@@ -55,17 +55,17 @@ func TestAgentLoginAndEncryptedKey(t *testing.T) {
 	key := filepath.Join(t.TempDir(), "id_locked")
 	srv.Authorize(sshtest.Keygen(t, key, "correct horse"))
 
-	_, err := conn(t, srv, transport.Auth{IdentityFiles: []string{key}}, srv.KnownHosts, transport.Strict).Output(t.Context(), "true", nil)
+	_, err := conn(t, srv, sshtransport.Auth{IdentityFiles: []string{key}}, srv.KnownHosts, sshtransport.Strict).Output(t.Context(), "true", nil)
 	if !errors.Is(err, sdk.ErrPermission) || !strings.Contains(err.Error(), "has a passphrase and no ssh-agent holds the key: add it with `ssh-add "+key+"`") {
 		t.Errorf("an encrypted key without an agent: %v", err)
 	}
 
 	agent := sshtest.StartAgent(t, key, "correct horse")
-	for _, auth := range []transport.Auth{
+	for _, auth := range []sshtransport.Auth{
 		{AgentSocket: agent.Socket},
 		{AgentSocket: agent.Socket, IdentityFiles: []string{key}}, // the file is the agent's key: skipped
 	} {
-		if out, err := conn(t, srv, auth, srv.KnownHosts, transport.Strict).Output(t.Context(), "echo via-agent", nil); err != nil || out != "via-agent\n" {
+		if out, err := conn(t, srv, auth, srv.KnownHosts, sshtransport.Strict).Output(t.Context(), "echo via-agent", nil); err != nil || out != "via-agent\n" {
 			t.Errorf("login with %+v: %q, %v", auth, out, err)
 		}
 	}
@@ -73,7 +73,7 @@ func TestAgentLoginAndEncryptedKey(t *testing.T) {
 	// A key the server does not accept: the error names what was tried.
 	other := filepath.Join(t.TempDir(), "id_other")
 	sshtest.Keygen(t, other, "")
-	_, err = conn(t, srv, transport.Auth{IdentityFiles: []string{other}}, srv.KnownHosts, transport.Strict).Output(t.Context(), "true", nil)
+	_, err = conn(t, srv, sshtransport.Auth{IdentityFiles: []string{other}}, srv.KnownHosts, sshtransport.Strict).Output(t.Context(), "true", nil)
 	if !errors.Is(err, sdk.ErrPermission) || !strings.Contains(err.Error(), "refused the login (tried "+other+")") {
 		t.Errorf("a key the server does not know: %v", err)
 	}
@@ -84,7 +84,7 @@ func TestAgentLoginAndEncryptedKey(t *testing.T) {
 func TestHostKeys(t *testing.T) {
 	srv := sshtest.Start(t, sshtest.Options{})
 	empty := filepath.Join(t.TempDir(), "known_hosts")
-	_, err := conn(t, srv, keyAuth(srv), empty, transport.Strict).Output(t.Context(), "true", nil)
+	_, err := conn(t, srv, keyAuth(srv), empty, sshtransport.Strict).Output(t.Context(), "true", nil)
 	line := fmt.Sprintf("[127.0.0.1]:%d %s", srv.Port, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(srv.HostKey))))
 	if !errors.Is(err, sdk.ErrPermission) || !strings.Contains(err.Error(), "is not known (ssh-ed25519 "+ssh.FingerprintSHA256(srv.HostKey)+")") || !strings.Contains(err.Error(), line) {
 		t.Errorf("unknown host under strict:\n%v\nwant the fingerprint and the line %s", err, line)
@@ -93,19 +93,19 @@ func TestHostKeys(t *testing.T) {
 		t.Errorf("strict wrote the known_hosts file: %v", err)
 	}
 
-	if _, err := conn(t, srv, keyAuth(srv), empty, transport.AcceptNew).Output(t.Context(), "true", nil); err != nil {
+	if _, err := conn(t, srv, keyAuth(srv), empty, sshtransport.AcceptNew).Output(t.Context(), "true", nil); err != nil {
 		t.Fatalf("unknown host under accept-new: %v", err)
 	}
 	b, _ := os.ReadFile(empty)
 	if strings.TrimSpace(string(b)) != line {
 		t.Errorf("accept-new recorded %q, want %q", b, line)
 	}
-	if _, err := conn(t, srv, keyAuth(srv), empty, transport.Strict).Output(t.Context(), "true", nil); err != nil {
+	if _, err := conn(t, srv, keyAuth(srv), empty, sshtransport.Strict).Output(t.Context(), "true", nil); err != nil {
 		t.Errorf("the recorded host under strict: %v", err)
 	}
 
 	srv.ChangeHostKey()
-	for _, policy := range []transport.HostKeyPolicy{transport.Strict, transport.AcceptNew} {
+	for _, policy := range []sshtransport.HostKeyPolicy{sshtransport.Strict, sshtransport.AcceptNew} {
 		_, err := conn(t, srv, keyAuth(srv), empty, policy).Output(t.Context(), "true", nil)
 		if !errors.Is(err, sdk.ErrPermission) || !strings.Contains(err.Error(), "REMOTE HOST IDENTIFICATION HAS CHANGED") || !strings.Contains(err.Error(), ssh.FingerprintSHA256(srv.HostKey)) {
 			t.Errorf("changed host key under %s: %v", policy, err)
@@ -117,7 +117,7 @@ func TestHostKeys(t *testing.T) {
 // connections rather than failing.
 func TestMaxSessions(t *testing.T) {
 	srv := sshtest.Start(t, sshtest.Options{MaxSessions: 2})
-	c := conn(t, srv, keyAuth(srv), srv.KnownHosts, transport.Strict)
+	c := conn(t, srv, keyAuth(srv), srv.KnownHosts, sshtransport.Strict)
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
 	for i := range errs {
@@ -141,7 +141,7 @@ func TestMaxSessions(t *testing.T) {
 // connects again.
 func TestReconnect(t *testing.T) {
 	srv := sshtest.Start(t, sshtest.Options{})
-	c := conn(t, srv, keyAuth(srv), srv.KnownHosts, transport.Strict)
+	c := conn(t, srv, keyAuth(srv), srv.KnownHosts, sshtransport.Strict)
 	s, release, err := c.Session(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestReconnect(t *testing.T) {
 // server that refuses forwarding says so.
 func TestListen(t *testing.T) {
 	srv := sshtest.Start(t, sshtest.Options{})
-	c := conn(t, srv, keyAuth(srv), srv.KnownHosts, transport.Strict)
+	c := conn(t, srv, keyAuth(srv), srv.KnownHosts, sshtransport.Strict)
 	lis, err := c.Listen(t.Context(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +191,7 @@ func TestListen(t *testing.T) {
 	closed := sshtest.Start(t, sshtest.Options{NoForwarding: true})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	if _, err := conn(t, closed, keyAuth(closed), closed.KnownHosts, transport.Strict).Listen(ctx, "127.0.0.1:0"); !errors.Is(err, sdk.ErrUnsupported) {
+	if _, err := conn(t, closed, keyAuth(closed), closed.KnownHosts, sshtransport.Strict).Listen(ctx, "127.0.0.1:0"); !errors.Is(err, sdk.ErrUnsupported) {
 		t.Errorf("Listen on a server without forwarding: %v, want ErrUnsupported", err)
 	}
 }
