@@ -19,7 +19,9 @@ import (
 	"github.com/hashicorp/yamux"
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
+	"github.com/amelia-sandbox/amelia/core/tunnel/sandboxend"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/netpipe"
 )
 
 // Execer is what the tunnel needs of a sandbox: core/sandbox.Sandbox and
@@ -52,9 +54,6 @@ const defaultListen = "127.0.0.1:0"
 
 // Bounds of the host end.
 const (
-	// dialTimeout bounds a dial to Target (on host loopback, so a dial that
-	// takes longer has gone wrong).
-	dialTimeout = 3 * time.Second
 	// closeWait is how long Close waits for the worker to exit on its own
 	// once its stdin is closed, before it cancels the exec.
 	closeWait = 5 * time.Second
@@ -84,10 +83,10 @@ type Host struct {
 	ctx     context.Context
 	cancel  context.CancelFunc // ends the exec and pending dials
 
-	hello    chan Hello    // the control stream's Hello, once
-	stop     chan struct{} // closed by Close, or by Open giving up
-	execDone chan struct{} // closed when Exec has returned
-	done     chan struct{} // closed when everything has returned
+	hello    chan sandboxend.Hello // the control stream's Hello, once
+	stop     chan struct{}         // closed by Close, or by Open giving up
+	execDone chan struct{}         // closed when Exec has returned
+	done     chan struct{}         // closed when everything has returned
 	tasks    sync.WaitGroup
 	stopping sync.Once
 
@@ -146,13 +145,13 @@ func Open(ctx context.Context, ex Execer, opts HostOptions) (*Host, error) {
 		yamuxed:  &lastError{},
 		ctx:      runCtx,
 		cancel:   cancel,
-		hello:    make(chan Hello, 1),
+		hello:    make(chan sandboxend.Hello, 1),
 		stop:     make(chan struct{}),
 		execDone: make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	h.stderr = &execreport.Stderr{}
-	cfg := SessionConfig(opts.Logger)
+	cfg := sandboxend.SessionConfig(opts.Logger)
 	cfg.Logger = log.New(io.MultiWriter(h.yamuxed, slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug).Writer()), "", 0)
 	// The session never fails to start on a valid config and a fresh conn.
 	h.session, _ = yamux.Server(&execConn{in: stdinW, out: h.out}, cfg)
@@ -341,7 +340,7 @@ func (h *Host) acceptLoop() {
 	if err != nil {
 		return
 	}
-	hello, err := ReadHello(control)
+	hello, err := sandboxend.ReadHello(control)
 	control.Close()
 	if err != nil {
 		h.log.Warn("tunnel: bad control stream", "err", err)
@@ -369,14 +368,9 @@ func (h *Host) acceptLoop() {
 // Target cannot be reached, the stream is closed, and so is the connection.
 func (h *Host) serveStream(s *yamux.Stream) {
 	defer s.Close()
-	d := net.Dialer{Timeout: dialTimeout}
-	c, err := d.DialContext(h.ctx, "tcp", h.target)
-	if err != nil {
+	if err := netpipe.Forward(h.ctx, s, h.target); err != nil {
 		h.log.Warn("tunnel: cannot reach the target; closing the connection", "err", err)
-		return
 	}
-	defer c.Close()
-	Pipe(c, s)
 }
 
 // checkTarget accepts only a loopback IP and port: the host end never pipes

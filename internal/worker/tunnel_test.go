@@ -13,7 +13,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 
-	"github.com/amelia-sandbox/amelia/core/tunnel"
+	"github.com/amelia-sandbox/amelia/core/tunnel/sandboxend"
 )
 
 // The real binary's tunnel, driven by an in-process yamux peer standing in
@@ -39,7 +39,7 @@ func TestTunnelBinary(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 
-	session, err := yamux.Server(pipeConn{stdout, stdin}, tunnel.SessionConfig(slog.New(slog.DiscardHandler)))
+	session, err := yamux.Server(pipeConn{stdout, stdin}, sandboxend.SessionConfig(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestTunnelBinary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("accept control stream: %v", err)
 	}
-	hello, err := tunnel.ReadHello(control)
+	hello, err := sandboxend.ReadHello(control)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/buildinfo"
 	"github.com/amelia-sandbox/amelia/core/protocol"
-	"github.com/amelia-sandbox/amelia/core/tunnel"
+	"github.com/amelia-sandbox/amelia/core/tunnel/sandboxend"
 	"github.com/amelia-sandbox/amelia/internal/worker/agent"
 	"github.com/amelia-sandbox/amelia/internal/worker/gitcred"
 	"github.com/amelia-sandbox/amelia/internal/worker/tools"
@@ -271,7 +271,7 @@ func (w *worker) tunnelCmd() *cobra.Command {
 				return fmt.Errorf("tunnel: %w", err)
 			}
 			conn := stdio{Reader: w.p.Stdin, Writer: w.p.Stdout}
-			if err := tunnel.Serve(cmd.Context(), ln, conn, buildinfo.Version(), w.log); err != nil {
+			if err := sandboxend.Serve(cmd.Context(), ln, conn, buildinfo.Version(), w.log); err != nil {
 				w.log.Error("tunnel failed", "err", err)
 				return exitCode(exitFailed)
 			}

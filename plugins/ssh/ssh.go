@@ -19,16 +19,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/core/tunnel"
 	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/netpipe"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
 )
@@ -419,22 +418,8 @@ func (p *Provider) Forward(ctx context.Context, req sdk.ForwardRequest, listenin
 			}
 			return fmt.Errorf("ssh %s: the forward stopped: %w", sb.r.conn.Target(), err)
 		}
-		conns.Go(func() { pipe(ctx, c, req.Target) })
+		conns.Go(func() { netpipe.Forward(ctx, c, req.Target) })
 	}
-}
-
-// pipe joins a forwarded connection to target until either side closes,
-// or ctx ends.
-func pipe(ctx context.Context, c net.Conn, target string) {
-	defer c.Close()
-	d, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", target)
-	if err != nil {
-		return
-	}
-	defer d.Close()
-	stop := context.AfterFunc(ctx, func() { c.Close(); d.Close() })
-	defer stop()
-	tunnel.Pipe(c, d)
 }
 
 // Close closes the connections; the SDK calls it when the plugin stops.

@@ -1,4 +1,9 @@
-// Package tunnel carries TCP connections made inside a sandbox to the host,
+// Package sandboxend is the sandbox end of the tunnel and the tunnel's wire
+// format, which the host end (core/tunnel) speaks too. It links no gRPC,
+// protobuf or go-plugin: amelia-worker, which goes into every sandbox,
+// serves it.
+//
+// The tunnel carries TCP connections made inside a sandbox to the host,
 // over a single byte stream the host opened: the stdin and stdout of an
 // `amelia-worker tunnel` exec. The stream is a yamux session. The sandbox end
 // is a yamux client that listens on a loopback address inside the sandbox and
@@ -10,7 +15,7 @@
 // one JSON [Hello] line, then closes. The host reads it to learn that the
 // listener is up and where (the port may have been chosen by the kernel), so
 // nothing in the sandbox dials the tunnel before it exists.
-package tunnel
+package sandboxend
 
 import (
 	"context"
@@ -24,6 +29,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk/netpipe"
 )
 
 // Hello is the sandbox end's first message, on the control stream.
@@ -139,35 +146,5 @@ func forward(session *yamux.Session, c net.Conn, logger *slog.Logger) {
 		case <-done:
 		}
 	}()
-	Pipe(c, s)
-}
-
-// Pipe copies bytes between a and b in both directions until both
-// directions are done. When one side stops sending, the other side's write
-// half is closed (a yamux stream's Close is such a half-close), so
-// request/response exchanges that rely on EOF work through the tunnel. An
-// error in either direction closes both sides, which ends the other.
-func Pipe(a, b io.ReadWriteCloser) {
-	done := make(chan struct{}, 2)
-	copyHalf := func(dst, src io.ReadWriteCloser) {
-		if _, err := io.Copy(dst, src); err != nil {
-			a.Close()
-			b.Close()
-		} else {
-			closeWrite(dst)
-		}
-		done <- struct{}{}
-	}
-	go copyHalf(a, b)
-	go copyHalf(b, a)
-	<-done
-	<-done
-}
-
-func closeWrite(c io.Closer) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-		return
-	}
-	c.Close()
+	netpipe.Pipe(c, s)
 }
