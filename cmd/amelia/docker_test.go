@@ -11,10 +11,10 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/amelia-sandbox/amelia/image"
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/reachtest"
+	"github.com/amelia-sandbox/amelia/plugins/docker/image"
 )
 
 // End-to-end tests of amelia on the docker provider, against the real

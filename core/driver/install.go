@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
-	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
 // Installer puts the right amelia-worker into sandboxes. The right one is

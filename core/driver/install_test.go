@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/core/driver"
-	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
 // hostWorker is the content of the worker binary the tests install.

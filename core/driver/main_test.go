@@ -16,11 +16,11 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/driver"
 	coresandbox "github.com/amelia-sandbox/amelia/core/sandbox"
-	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
 // workerDir holds amelia-worker-linux-<this machine's arch>: the worker

@@ -23,8 +23,8 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/amelia-sandbox/amelia/image"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/plugins/docker/image"
 )
 
 func main() {

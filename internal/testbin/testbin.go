@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 
-	"github.com/amelia-sandbox/amelia/core/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
 // Main is the body of a TestMain whose tests run built binaries: build

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
 // Every command in a Daytona sandbox runs inside amelia-worker's exec

@@ -19,11 +19,11 @@ import (
 	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
 
-	"github.com/amelia-sandbox/amelia/core/workerbin"
-	"github.com/amelia-sandbox/amelia/image"
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/plugins/docker"
+	"github.com/amelia-sandbox/amelia/plugins/docker/image"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
 // buildImage builds dockerfile (a context of that file alone) as tag with

@@ -27,9 +27,9 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
-	"github.com/amelia-sandbox/amelia/core/workerbin"
-	"github.com/amelia-sandbox/amelia/image"
+	"github.com/amelia-sandbox/amelia/plugins/docker/image"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
 // Name is the provider's name.

@@ -15,7 +15,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
-	"github.com/amelia-sandbox/amelia/image"
+	"github.com/amelia-sandbox/amelia/plugins/docker/image"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 )

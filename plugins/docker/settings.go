@@ -11,7 +11,7 @@ import (
 
 	"github.com/docker/go-units"
 
-	"github.com/amelia-sandbox/amelia/image"
+	"github.com/amelia-sandbox/amelia/plugins/docker/image"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 

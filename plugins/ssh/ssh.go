@@ -25,11 +25,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/netpipe"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
 // Name is the provider's name.

@@ -6,11 +6,11 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/buildinfo"
 	"github.com/amelia-sandbox/amelia/core/pluginhost"
-	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/daytona"
 	"github.com/amelia-sandbox/amelia/plugins/docker"
 	"github.com/amelia-sandbox/amelia/plugins/local"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/ssh"
 )
 

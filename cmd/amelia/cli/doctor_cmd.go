@@ -13,8 +13,8 @@ import (
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/pluginhost"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
-	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
 // doctor writes one line per check: ✓ when it passed, ✗ with a fix when it

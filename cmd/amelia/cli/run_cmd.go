@@ -12,8 +12,8 @@ import (
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/run"
 	"github.com/amelia-sandbox/amelia/core/runview"
-	"github.com/amelia-sandbox/amelia/core/workerbin"
-	"github.com/amelia-sandbox/amelia/image"
+	"github.com/amelia-sandbox/amelia/plugins/docker/image"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
 func (a *app) runCommand() *cobra.Command {

@@ -65,8 +65,8 @@ import (
 	"github.com/moby/moby/client"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/amelia-sandbox/amelia/image"
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
+	"github.com/amelia-sandbox/amelia/plugins/docker/image"
 )
 
 // DefaultSnapshot is the snapshot a create that names neither a snapshot

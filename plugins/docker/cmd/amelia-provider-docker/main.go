@@ -8,9 +8,9 @@ import (
 	"os"
 
 	"github.com/amelia-sandbox/amelia/core/buildinfo"
-	"github.com/amelia-sandbox/amelia/core/workerbin"
 	"github.com/amelia-sandbox/amelia/plugins/docker"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
 func main() {

@@ -1,4 +1,5 @@
-// Package image is the Docker sandbox image: its Dockerfile, embedded so
+// Package image is the Docker provider's sandbox image: its Dockerfile
+// (image/Dockerfile at the top of the repository is a link to it), embedded so
 // that amelia builds it wherever it runs, and the facts about the image that
 // the Docker provider and its tests rely on.
 package image
