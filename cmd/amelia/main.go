@@ -1,4 +1,6 @@
-// Command amelia runs coding agents in isolated sandboxes. See cmd/amelia/cli.
+// Command amelia runs coding agents in isolated sandboxes. The program is
+// cmd/amelia/cli; main hands it the process and the table of the providers
+// it serves itself (cmd/amelia/builtin).
 package main
 
 import (
@@ -7,12 +9,13 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin"
 	"github.com/amelia-sandbox/amelia/cmd/amelia/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr, builtin.Providers())
 	stop()
 	os.Exit(code)
 }

@@ -215,3 +215,35 @@ func isExecutable(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
+
+// Builtin is a provider the amelia binary serves itself (`amelia plugin
+// serve NAME`). The composition root (cmd/amelia) hands the table of them
+// to the CLI; core imports none.
+type Builtin struct {
+	Name string
+	// Aliases are other names a profile may give it ("none" for local).
+	Aliases []string
+	// Env is what it reads from the host's environment beyond the base.
+	Env Env
+	// New builds it, in the plugin process.
+	New func(BuiltinDeps) sdk.Provider
+}
+
+// BuiltinDeps is what the amelia process serving a built-in provider gives
+// it.
+type BuiltinDeps struct {
+	// Version is amelia's.
+	Version string
+	// StateDir is the provider's own directory for state it keeps on the
+	// host ($XDG_STATE_HOME/amelia/NAME); it may not exist yet.
+	StateDir string
+	// WorkerDirs hold the amelia-worker-linux-ARCH binaries
+	// (workerbin.Dirs).
+	WorkerDirs []string
+	// Getenv and Environ are the plugin process's environment, which the
+	// host scrubbed to what the provider declared (Env).
+	Getenv  func(string) string
+	Environ []string
+	// Logger is the plugin's log, which the host reads back.
+	Logger *slog.Logger
+}

@@ -22,23 +22,24 @@ import (
 )
 
 // Run runs amelia with args (without the program name) and returns the
-// process exit code.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return newApp(os.Stdin, stdout, stderr).run(ctx, args)
+// process exit code. builtins are the providers it serves itself.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, builtins []pluginhost.Builtin) int {
+	return newApp(os.Stdin, stdout, stderr, builtins).run(ctx, args)
 }
 
 // newApp is an invocation with the process's environment.
-func newApp(stdin io.Reader, stdout, stderr io.Writer) *app {
+func newApp(stdin io.Reader, stdout, stderr io.Writer, builtins []pluginhost.Builtin) *app {
 	self, _ := os.Executable()
 	home, _ := os.UserHomeDir()
 	return &app{
-		stdin:   stdin,
-		stdout:  stdout,
-		stderr:  stderr,
-		lookup:  os.LookupEnv,
-		environ: os.Environ(),
-		home:    home,
-		self:    self,
+		stdin:    stdin,
+		stdout:   stdout,
+		stderr:   stderr,
+		lookup:   os.LookupEnv,
+		environ:  os.Environ(),
+		home:     home,
+		self:     self,
+		builtins: builtins,
 	}
 }
 
@@ -50,6 +51,7 @@ type app struct {
 	environ        []string
 	home           string
 	self           string // the amelia executable
+	builtins       []pluginhost.Builtin
 
 	configPath string
 	profile    string
@@ -216,11 +218,11 @@ func (a *app) loadProfile() (*config.Profile, error) {
 func (a *app) pluginHost() *pluginhost.Host {
 	return pluginhost.New(pluginhost.Options{
 		Self:     a.self,
-		Builtins: builtinNames(),
-		Aliases:  builtinAliases(),
+		Builtins: a.builtinNames(),
+		Aliases:  a.builtinAliases(),
 		Dirs:     pluginhost.SearchPath(a.getenv("AMELIA_PLUGIN_PATH"), a.configDir(), a.self),
 		Environ:  a.environ,
-		Env:      builtinEnv(),
+		Env:      a.builtinEnv(),
 		Logger:   a.logger,
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin"
 	"github.com/amelia-sandbox/amelia/core/buildinfo"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -28,7 +29,7 @@ var startEnv = os.Environ()
 // is amelia serving a built-in provider.
 func TestMain(m *testing.M) {
 	if os.Getenv(sdk.Handshake.MagicCookieKey) != "" {
-		os.Exit(Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+		os.Exit(Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, builtin.Providers()))
 	}
 	os.Exit(m.Run())
 }
@@ -73,7 +74,7 @@ type result struct {
 func amelia(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := newApp(strings.NewReader(stdin), &out, &errb).run(t.Context(), args)
+	code := newApp(strings.NewReader(stdin), &out, &errb, builtin.Providers()).run(t.Context(), args)
 	return result{code, out.String(), errb.String()}
 }
 
@@ -386,7 +387,7 @@ func buildHello(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "amelia-provider-hello"), ".")
-	cmd.Dir = filepath.Join("..", "..", "examples", "provider-hello")
+	cmd.Dir = filepath.Join("..", "..", "..", "examples", "provider-hello")
 	cmd.Env = startEnv
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build examples/provider-hello: %v\n%s", err, out)

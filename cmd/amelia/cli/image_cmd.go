@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-
-	"github.com/amelia-sandbox/amelia/plugins/docker"
 )
 
 func (a *app) imageCommand() *cobra.Command {
@@ -31,16 +29,20 @@ of time and shows the output.`,
 			if err != nil {
 				return err
 			}
-			if p.Sandbox.Provider != docker.Name {
-				return usageError{fmt.Errorf("profile %s uses provider %s: amelia image build builds the image of a docker profile (pick one with --profile)", p.Name, p.Sandbox.Provider)}
+			prov, _ := a.builtinProvider(p.Sandbox.Provider, a.logger)
+			builder, ok := prov.(imageBuilder)
+			if !ok {
+				if prov != nil {
+					closeProvider(prov)
+				}
+				return usageError{fmt.Errorf("profile %s uses provider %s, which builds no image: amelia image build builds the image of a docker profile (pick one with --profile)", p.Name, p.Sandbox.Provider)}
 			}
+			defer closeProvider(prov)
 			settings, err := json.Marshal(p.Sandbox.ProviderSettings())
 			if err != nil {
 				return fmt.Errorf("profile %s: encode docker settings: %w", p.Name, err)
 			}
-			prov := a.dockerProvider(a.logger)
-			defer prov.Close()
-			tag, err := prov.BuildImage(cmd.Context(), settings, noCache, cmd.OutOrStdout())
+			tag, err := builder.BuildImage(cmd.Context(), settings, noCache, cmd.OutOrStdout())
 			if err != nil {
 				return fmt.Errorf("profile %s: %w", p.Name, err)
 			}

@@ -43,9 +43,9 @@ replaced.`,
 		Short: "Serve a built-in provider over go-plugin (amelia starts this itself)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, ok := a.builtinProvider(args[0])
+			p, ok := a.builtinProvider(args[0], a.pluginLogger())
 			if !ok {
-				return usageError{fmt.Errorf("no built-in provider named %q (built in: %s)", args[0], strings.Join(builtinNames(), ", "))}
+				return usageError{fmt.Errorf("no built-in provider named %q (built in: %s)", args[0], strings.Join(a.builtinNames(), ", "))}
 			}
 			sdk.Serve(p, sdk.WithLogger(a.pluginLogger()))
 			return nil

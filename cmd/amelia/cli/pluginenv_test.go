@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin"
 )
 
 // parentEnviron prints, one a line, the environment the process that
@@ -106,8 +108,8 @@ func TestPluginEnvironment(t *testing.T) {
 			t.Errorf("only docker declares DOCKER_CONFIG: %s", line)
 		}
 	}
-	if starts != len(builtinNames()) {
-		t.Errorf("plugin ls logged %d plugin starts, want %d:\n%s", starts, len(builtinNames()), r.stderr)
+	if starts != len(builtin.Providers()) {
+		t.Errorf("plugin ls logged %d plugin starts, want %d:\n%s", starts, len(builtin.Providers()), r.stderr)
 	}
 }
 

@@ -7,17 +7,19 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/amelia-sandbox/amelia/core/buildinfo"
 	"github.com/amelia-sandbox/amelia/plugins/daytona"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
+// version is set at link time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
 func main() {
 	logger := sdk.NewLogger(os.Stderr, slog.LevelDebug)
 	self, _ := os.Executable()
 	sdk.Serve(daytona.New(daytona.Options{
-		Version:    buildinfo.Version(),
+		Version:    version,
 		WorkerDirs: workerbin.Dirs(os.Getenv("AMELIA_WORKER_DIR"), self),
 		Logger:     logger,
 	}), sdk.WithLogger(logger))

@@ -7,17 +7,19 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/amelia-sandbox/amelia/core/buildinfo"
 	"github.com/amelia-sandbox/amelia/plugins/docker"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
+// version is set at link time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
 func main() {
 	self, _ := os.Executable()
 	logger := sdk.NewLogger(os.Stderr, slog.LevelDebug)
 	sdk.Serve(docker.New(docker.Options{
-		Version:    buildinfo.Version(),
+		Version:    version,
 		WorkerDirs: workerbin.Dirs(os.Getenv("AMELIA_WORKER_DIR"), self),
 		Logger:     logger,
 	}), sdk.WithLogger(logger))

@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/amelia-sandbox/amelia/core/buildinfo"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/ssh"
 )
 
+// version is set at link time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
 func main() {
 	logger := sdk.NewLogger(os.Stderr, slog.LevelDebug)
-	sdk.Serve(ssh.New(ssh.Options{Version: buildinfo.Version(), Logger: logger}), sdk.WithLogger(logger))
+	sdk.Serve(ssh.New(ssh.Options{Version: version, Logger: logger}), sdk.WithLogger(logger))
 }
