@@ -32,10 +32,6 @@ type Installer struct {
 	// Binary, when set, is the host worker to install whatever the
 	// sandbox's architecture: for tests and development.
 	Binary string
-	// Candidates are paths inside the sandbox where a provider may have
-	// baked a worker in (a Docker image's /opt/amelia/bin/amelia-worker);
-	// one whose sha256 is the host binary's is used as it is.
-	Candidates []string
 	// Provider is the provider's name, for error messages.
 	Provider string
 	Logger   *slog.Logger
@@ -43,20 +39,19 @@ type Installer struct {
 	sums workerbin.Sums
 }
 
-// probeScript prints the machine's architecture and the install directory
-// (workerbin.BinDirEnv), one per line.
-const probeScript = `printf '%s\n%s\n' "$(uname -m)" "${AMELIA_BIN_DIR:-${HOME:+$HOME/.amelia/bin}}"`
+// probeScript prints the machine's architecture and the install directory,
+// one per line: $1 (sdk.WorkerPlace.Dir), else $HOME/.amelia/bin.
+const probeScript = `printf '%s\n%s\n' "$(uname -m)" "${1:-${HOME:+$HOME/.amelia/bin}}"`
 
 // EnsureWorker makes sure the worker for the sandbox's architecture is in
-// the sandbox and returns its absolute path there:
-// $AMELIA_BIN_DIR (else $HOME/.amelia/bin)/amelia-worker-<first 16 hex
-// digits of its sha256>,
-// or a matching Candidate. It reuses a copy whose sha256 matches and
-// otherwise streams the binary in through Exec stdin, which works on every
-// provider.
-func (in *Installer) EnsureWorker(ctx context.Context, ex Execer) (string, error) {
+// the sandbox and returns its absolute path there: one of
+// place.Preinstalled whose sha256 is the host binary's, else
+// place.Dir (default $HOME/.amelia/bin)/amelia-worker-<first 16 hex digits
+// of its sha256>. It reuses a copy whose sha256 matches and otherwise
+// streams the binary in through Exec stdin, which works on every provider.
+func (in *Installer) EnsureWorker(ctx context.Context, ex Execer, place sdk.WorkerPlace) (string, error) {
 	start := time.Now()
-	arch, dir, err := in.probe(ctx, ex)
+	arch, dir, err := in.probe(ctx, ex, place.Dir)
 	if err != nil {
 		return "", err
 	}
@@ -70,7 +65,7 @@ func (in *Installer) EnsureWorker(ctx context.Context, ex Execer) (string, error
 	}
 	dest := dir + "/" + envelope.WorkerName(sum)
 
-	found, err := in.findInstalled(ctx, ex, sum, append([]string{dest}, in.Candidates...))
+	found, err := in.findInstalled(ctx, ex, sum, append([]string{dest}, place.Preinstalled...))
 	if err != nil {
 		return "", err
 	}
@@ -88,8 +83,8 @@ func (in *Installer) EnsureWorker(ctx context.Context, ex Execer) (string, error
 
 // probe asks the sandbox for its architecture and install directory, in
 // one exec.
-func (in *Installer) probe(ctx context.Context, ex Execer) (arch, dir string, err error) {
-	out, err := in.run(ctx, ex, "probe the sandbox", []string{"sh", "-c", probeScript}, nil)
+func (in *Installer) probe(ctx context.Context, ex Execer, placeDir string) (arch, dir string, err error) {
+	out, err := in.run(ctx, ex, "probe the sandbox", []string{"sh", "-c", probeScript, "sh", placeDir}, nil)
 	if err != nil {
 		return "", "", err
 	}
@@ -98,7 +93,7 @@ func (in *Installer) probe(ctx context.Context, ex Execer) (arch, dir string, er
 		return "", "", fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
 	}
 	if !strings.HasPrefix(dir, "/") || strings.ContainsAny(dir, "\n\x00") {
-		return "", "", fmt.Errorf("install amelia-worker on %s: the install directory is %q, not an absolute path: the worker goes to $%s, else $HOME/.amelia/bin", in.provider(), dir, workerbin.BinDirEnv)
+		return "", "", fmt.Errorf("install amelia-worker on %s: the install directory is %q, not an absolute path: the worker goes where the provider says (sdk.WorkerPlace.Dir), else to $HOME/.amelia/bin", in.provider(), dir)
 	}
 	return arch, strings.TrimRight(dir, "/"), nil
 }

@@ -53,7 +53,7 @@ func TestEnsureWorker(t *testing.T) {
 	ex := &countingExecer{Execer: sb}
 	in := &driver.Installer{Dirs: []string{t.TempDir(), workerDir}, Provider: "local"}
 
-	path, err := in.EnsureWorker(t.Context(), ex)
+	path, err := in.EnsureWorker(t.Context(), ex, sdk.WorkerPlace{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestEnsureWorker(t *testing.T) {
 
 	ex.withStdin.Store(0)
 	ex.execs.Store(0)
-	again, err := in.EnsureWorker(t.Context(), ex)
+	again, err := in.EnsureWorker(t.Context(), ex, sdk.WorkerPlace{})
 	if err != nil || again != path {
 		t.Fatalf("second EnsureWorker = %s, %v; want %s", again, err, path)
 	}
@@ -86,7 +86,7 @@ func TestEnsureWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	ex.withStdin.Store(0)
-	if again, err = in.EnsureWorker(t.Context(), ex); err != nil || again != path {
+	if again, err = in.EnsureWorker(t.Context(), ex, sdk.WorkerPlace{}); err != nil || again != path {
 		t.Fatalf("EnsureWorker over a damaged copy = %s, %v", again, err)
 	}
 	if n := ex.withStdin.Load(); n != 1 {
@@ -105,7 +105,7 @@ func TestEnsureWorkerConcurrent(t *testing.T) {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { paths[i], errs[i] = in.EnsureWorker(t.Context(), sb) })
+		wg.Go(func() { paths[i], errs[i] = in.EnsureWorker(t.Context(), sb, sdk.WorkerPlace{}) })
 	}
 	wg.Wait()
 	for i := range n {
@@ -124,9 +124,9 @@ func TestEnsureWorkerConcurrent(t *testing.T) {
 	}
 }
 
-// A worker baked into the sandbox (a Docker image's) is used when its
-// sha256 is the right one, and ignored when it is not.
-func TestEnsureWorkerCandidates(t *testing.T) {
+// A worker the provider put into the sandbox (a Docker image's) is used
+// when its sha256 is the right one, and ignored when it is not.
+func TestEnsureWorkerPreinstalled(t *testing.T) {
 	sb := sandboxtest.New(t, "baked")
 	baked := filepath.Join(t.TempDir(), "amelia-worker")
 	stale := filepath.Join(t.TempDir(), "amelia-worker")
@@ -137,17 +137,32 @@ func TestEnsureWorkerCandidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	ex := &countingExecer{Execer: sb}
-	in := &driver.Installer{Dirs: []string{workerDir}, Candidates: []string{"/nonexistent/amelia-worker", stale, baked}}
-	path, err := in.EnsureWorker(t.Context(), ex)
+	in := &driver.Installer{Dirs: []string{workerDir}}
+	place := sdk.WorkerPlace{Preinstalled: []string{"/nonexistent/amelia-worker", stale, baked}}
+	path, err := in.EnsureWorker(t.Context(), ex, place)
 	if err != nil || path != baked || ex.withStdin.Load() != 0 {
 		t.Errorf("EnsureWorker = %s, %v with %d uploads; want the baked-in %s and none", path, err, ex.withStdin.Load(), baked)
 	}
 
-	in.Candidates = []string{stale}
-	path, err = in.EnsureWorker(t.Context(), ex)
+	path, err = in.EnsureWorker(t.Context(), ex, sdk.WorkerPlace{Preinstalled: []string{stale}})
 	if err != nil || !strings.HasPrefix(path, homeOf(sb)) || ex.withStdin.Load() != 1 {
-		t.Errorf("with a stale candidate: %s, %v, %d uploads", path, err, ex.withStdin.Load())
+		t.Errorf("with a stale copy: %s, %v, %d uploads", path, err, ex.withStdin.Load())
 	}
+}
+
+// The provider's install directory is where the worker goes.
+func TestEnsureWorkerPlaceDir(t *testing.T) {
+	sb := sandboxtest.New(t, "placed")
+	dir := filepath.Join(t.TempDir(), "sandbox-bin")
+	in := &driver.Installer{Dirs: []string{workerDir}}
+	path, err := in.EnsureWorker(t.Context(), sb, sdk.WorkerPlace{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(path) != dir {
+		t.Errorf("installed at %s, want it in %s", path, dir)
+	}
+	installedOK(t, sb, path)
 }
 
 // An architecture there is no worker for, and a missing host binary, are
@@ -158,7 +173,7 @@ func TestEnsureWorkerErrors(t *testing.T) {
 	// real $HOME: the local sandbox's files are the host's).
 	machine := func(m string) driver.Execer {
 		return execerFunc(func(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
-			if len(req.Argv) == 3 && strings.Contains(req.Argv[2], "uname -m") {
+			if len(req.Argv) >= 3 && strings.Contains(req.Argv[2], "uname -m") {
 				eio.Stdout.Write([]byte(m + "\n" + homeOf(sb) + "\n"))
 				return sdk.ExitStatus{}, nil
 			}
@@ -166,14 +181,14 @@ func TestEnsureWorkerErrors(t *testing.T) {
 		})
 	}
 	in := &driver.Installer{Dirs: []string{workerDir}, Provider: "ssh"}
-	_, err := in.EnsureWorker(t.Context(), machine("riscv64"))
+	_, err := in.EnsureWorker(t.Context(), machine("riscv64"), sdk.WorkerPlace{})
 	if err == nil || !strings.Contains(err.Error(), `"riscv64" is not supported`) || !strings.Contains(err.Error(), "provider ssh") {
 		t.Errorf("riscv64: %v", err)
 	}
 
 	other := map[string]string{"amd64": "aarch64", "arm64": "x86_64"}[runtime.GOARCH]
 	dirs := []string{workerDir}
-	_, err = in.EnsureWorker(t.Context(), machine(other))
+	_, err = in.EnsureWorker(t.Context(), machine(other), sdk.WorkerPlace{})
 	want := "no " + workerbin.FileName(map[string]string{"aarch64": "arm64", "x86_64": "amd64"}[other]) + " in "
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "make build") {
 		t.Errorf("%s with %v: %v, want %q", other, dirs, err, want)
@@ -181,7 +196,7 @@ func TestEnsureWorkerErrors(t *testing.T) {
 
 	// Binary overrides the lookup, whatever the architecture.
 	in.Binary = filepath.Join(workerDir, workerbin.FileName(runtime.GOARCH))
-	if _, err := in.EnsureWorker(t.Context(), machine(other)); err != nil {
+	if _, err := in.EnsureWorker(t.Context(), machine(other), sdk.WorkerPlace{}); err != nil {
 		t.Errorf("with Binary: %v", err)
 	}
 }

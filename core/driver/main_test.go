@@ -87,7 +87,7 @@ func (f execerFunc) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecI
 func installWorker(t *testing.T, sb driver.Execer) string {
 	t.Helper()
 	in := &driver.Installer{Dirs: []string{workerDir}, Provider: "local"}
-	path, err := in.EnsureWorker(t.Context(), sb)
+	path, err := in.EnsureWorker(t.Context(), sb, sdk.WorkerPlace{})
 	if err != nil {
 		t.Fatalf("EnsureWorker: %v", err)
 	}

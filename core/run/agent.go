@@ -20,6 +20,7 @@ type agentRun struct {
 	worktree string
 	runID    string
 	token    string
+	worker   string // the amelia-worker in the sandbox that runs the agent
 	det      *driver.Detached
 }
 

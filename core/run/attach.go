@@ -57,7 +57,7 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 		return res, err
 	}
 	base := workspace.Base{Branch: rec.BaseBranch, Commit: rec.BaseCommit, Start: rec.StartCommit}
-	a := &agentRun{src: src, base: base, worktree: rec.Worktree, runID: rec.RunID, token: rec.ProxyToken,
+	a := &agentRun{src: src, base: base, worktree: rec.Worktree, runID: rec.RunID, token: rec.ProxyToken, worker: worker,
 		det: &driver.Detached{Dir: rec.RunDir}}
 	r.agent = a
 	r.agentStarted, r.agentRunning = true, true

@@ -79,7 +79,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 			return err
 		}
 		base, wt, err = r.prepareWorkspace(ctx, ws, src)
-		r.agent = &agentRun{src: src, base: base, worktree: wt, runID: prx.run.ID(), token: prx.run.Token()}
+		r.agent = &agentRun{src: src, base: base, worktree: wt, runID: prx.run.ID(), token: prx.run.Token(), worker: worker}
 		return err
 	}); err != nil {
 		return res, causeOf(ctx, err)
@@ -118,15 +118,16 @@ func (r *runner) openSandbox(ctx context.Context) (sb *sandbox.Sandbox, workdir,
 	}); err != nil {
 		return nil, "", "", err
 	}
-	if err := r.phase(PhaseSandbox, func() error {
-		s, err := sb.Up(ctx)
-		workdir = s.Workdir
+	var running sdk.Sandbox
+	if err := r.phase(PhaseSandbox, func() (err error) {
+		running, err = sb.Up(ctx)
+		workdir = running.Workdir
 		return err
 	}); err != nil {
 		return nil, "", "", err
 	}
 	if err := r.phase(PhaseWorker, func() (err error) {
-		worker, err = r.host.Workers.EnsureWorker(ctx, sb)
+		worker, err = r.host.Workers.EnsureWorker(ctx, sb, running.Worker)
 		return err
 	}); err != nil {
 		return nil, "", "", err
@@ -386,7 +387,7 @@ func (r *runner) record(state runstore.State, reason error) error {
 		Workflow: a.src.workflow, Profile: r.req.Profile.Name, Provider: r.req.Profile.Sandbox.Provider,
 		Repo: a.src.repo(), BaseBranch: a.base.Branch, BaseCommit: a.base.Commit, StartCommit: a.base.Start, Push: r.req.Push,
 		Branch: workspace.Branch(a.src.workflow), Worktree: a.worktree, State: state, Ended: time.Now().UTC(),
-		RunID: a.runID, Title: commitTitle(r.req.Prompt),
+		RunID: a.runID, Title: commitTitle(r.req.Prompt), Worker: a.worker,
 	}
 	if a.det != nil {
 		rec.RunDir = a.det.Dir

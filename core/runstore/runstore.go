@@ -65,6 +65,9 @@ type Record struct {
 	// RunDir is the detached run's directory in the sandbox: its prompt,
 	// its message log, how it ended.
 	RunDir string `json:"run_dir,omitempty"`
+	// Worker is the amelia-worker inside the sandbox that started the
+	// agent: it answers for the run (status, follow, stop).
+	Worker string `json:"worker,omitempty"`
 	// RunID names the run at the proxy (its audit log).
 	RunID string `json:"run_id,omitempty"`
 	// ProxyListen is where the worker reaches the proxy inside the

@@ -247,7 +247,12 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 	if sb.Target != "" {
 		details["region"] = sb.Target
 	}
-	return sdk.Sandbox{Ref: ref, Created: created, Workdir: workspace(set.home), Details: details}, nil
+	return sdk.Sandbox{
+		Ref: ref, Created: created, Workdir: workspace(set.home), Details: details,
+		// The worker ready() put there; amelia's installer finds it by
+		// its sha256 without another upload.
+		Worker: sdk.WorkerPlace{Dir: workerDir(set.home), Preinstalled: []string{set.worker}},
+	}, nil
 }
 
 // findOrCreate finds the sandbox labelled with spec's name, or creates it.

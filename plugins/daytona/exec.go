@@ -92,6 +92,10 @@ const killTimeout = 10 * time.Second
 // workspace is the sandbox's workdir under the user's home.
 func workspace(home string) string { return home + "/workspace" }
 
+// workerDir is where workers go, under the user's home (prepareScript
+// makes it).
+func workerDir(home string) string { return home + "/.amelia/bin" }
+
 // ready returns the box's setup, making it the first time: the workspace,
 // and the worker for the sandbox's architecture, uploaded unless a copy
 // with the same sha256 is there (amelia's own installer then finds it).
@@ -123,7 +127,7 @@ func (b *box) ready(ctx context.Context) (setup, error) {
 		return setup{}, fmt.Errorf("the daytona provider runs commands through amelia-worker: %w", err)
 	}
 	w := builds[i]
-	dir := home + "/.amelia/bin"
+	dir := workerDir(home)
 	dest := dir + "/" + names[i]
 	if i >= len(sizes) || strings.TrimSpace(sizes[i]) != strconv.FormatInt(w.size, 10) {
 		open := func() (io.ReadCloser, error) { return os.Open(w.path) }

@@ -323,7 +323,7 @@ func sandboxOf(spec sdk.Spec, id, img, hash string) sdk.Sandbox {
 	if hash != "" {
 		details["image-hash"] = hash
 	}
-	return sdk.Sandbox{Ref: ref, Workdir: image.Workdir, Details: details}
+	return sdk.Sandbox{Ref: ref, Workdir: image.Workdir, Details: details, Worker: sdk.WorkerPlace{Preinstalled: []string{image.WorkerPath}}}
 }
 
 // inspectOwned finds the sandbox's container; one that is missing, or not

@@ -85,11 +85,17 @@ func specFromPB(r *pb.EnsureRunningRequest) Spec {
 }
 
 func sandboxToPB(s Sandbox) *pb.EnsureRunningResponse {
-	return &pb.EnsureRunningResponse{Ref: refToPB(s.Ref), Created: s.Created, Workdir: s.Workdir, Details: s.Details}
+	return &pb.EnsureRunningResponse{
+		Ref: refToPB(s.Ref), Created: s.Created, Workdir: s.Workdir, Details: s.Details,
+		WorkerDir: s.Worker.Dir, WorkerPreinstalled: s.Worker.Preinstalled,
+	}
 }
 
 func sandboxFromPB(r *pb.EnsureRunningResponse) Sandbox {
-	return Sandbox{Ref: refFromPB(r.GetRef()), Created: r.GetCreated(), Workdir: r.GetWorkdir(), Details: r.GetDetails()}
+	return Sandbox{
+		Ref: refFromPB(r.GetRef()), Created: r.GetCreated(), Workdir: r.GetWorkdir(), Details: r.GetDetails(),
+		Worker: WorkerPlace{Dir: r.GetWorkerDir(), Preinstalled: r.GetWorkerPreinstalled()},
+	}
 }
 
 func listedToPB(l Listed) *pb.ListedSandbox {

@@ -215,8 +215,25 @@ type Sandbox struct {
 	// Workdir is the absolute path inside the sandbox where work happens and
 	// the default working directory of Exec.
 	Workdir string
+	// Worker says where amelia-worker is, or goes, in this sandbox.
+	Worker WorkerPlace
 	// Details are human-readable facts (container id, host, region...).
 	Details map[string]string
+}
+
+// WorkerPlace says where the host finds amelia-worker in a sandbox, or
+// puts it. The host installs the worker for the sandbox's architecture
+// itself, through Exec stdin, as Dir/amelia-worker-<sha256 prefix>; a
+// provider that can do better (an image that has it) names its copies.
+type WorkerPlace struct {
+	// Dir is the absolute directory, inside the sandbox and writable by the
+	// default exec user, that the host installs the worker in. Empty means
+	// $HOME/.amelia/bin of that user.
+	Dir string
+	// Preinstalled are absolute paths inside the sandbox where the provider
+	// put a worker itself (a Docker image's /opt/amelia/bin/amelia-worker);
+	// one whose sha256 is the host's binary's is used as it is.
+	Preinstalled []string
 }
 
 // ExecRequest is one process to run in a sandbox.

@@ -36,13 +36,14 @@ func TestErrorsCrossTheBoundary(t *testing.T) {
 
 // stubProvider answers every call; its health check can hang.
 type stubProvider struct {
-	hang chan struct{}
-	seen []ExecRequest
+	hang    chan struct{}
+	seen    []ExecRequest
+	running Sandbox
 }
 
 func (s *stubProvider) Info(context.Context) (Info, error) { return Info{Name: "stub"}, nil }
 func (s *stubProvider) EnsureRunning(_ context.Context, spec Spec) (Sandbox, error) {
-	return Sandbox{}, nil
+	return s.running, nil
 }
 func (s *stubProvider) Exec(_ context.Context, req ExecRequest, _ ExecIO) (ExitStatus, error) {
 	s.seen = append(s.seen, req)
@@ -145,6 +146,24 @@ func TestExecRequestCrossesIntact(t *testing.T) {
 	}
 	if len(stub.seen) != 1 || fmt.Sprint(stub.seen[0]) != fmt.Sprint(req) {
 		t.Errorf("provider saw %+v, want %+v", stub.seen, req)
+	}
+}
+
+func TestSandboxCrossesIntact(t *testing.T) {
+	want := Sandbox{
+		Ref:     SandboxRef{Name: "a", ID: "id-1", Config: []byte(`{"root":"/x"}`)},
+		Created: true,
+		Workdir: "/workspace",
+		Details: map[string]string{"container": "c1"},
+		Worker:  WorkerPlace{Dir: "/srv/bin", Preinstalled: []string{"/opt/amelia/bin/amelia-worker"}},
+	}
+	c := serve(t, &stubProvider{running: want}, nil)
+	got, err := c.EnsureRunning(t.Context(), Spec{SandboxRef: SandboxRef{Name: "a"}, Network: NetworkPolicy{Mode: NetworkOpen}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the host got %+v, want %+v", got, want)
 	}
 }
 

@@ -29,7 +29,6 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/sdk/netpipe"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
 // Name is the provider's name.
@@ -218,7 +217,7 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 	return sdk.Sandbox{Ref: ref, Created: created, Workdir: sb.workdir(), Details: map[string]string{
 		"host": sb.r.conn.Target().String(),
 		"dir":  sb.dir,
-	}}, nil
+	}, Worker: sdk.WorkerPlace{Dir: sb.dir + "/bin"}}, nil
 }
 
 func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
@@ -240,10 +239,9 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 		dir = path.Join(sb.workdir(), dir)
 	}
 	env := map[string]string{
-		"HOME":              sb.dir + "/home",
-		"TMPDIR":            sb.dir + "/tmp",
-		"AMELIA_SANDBOX":    sb.name,
-		workerbin.BinDirEnv: sb.dir + "/bin",
+		"HOME":           sb.dir + "/home",
+		"TMPDIR":         sb.dir + "/tmp",
+		"AMELIA_SANDBOX": sb.name,
 	}
 	for k, v := range req.Env {
 		env[k] = v

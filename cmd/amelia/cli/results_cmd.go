@@ -15,6 +15,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
 	"github.com/amelia-sandbox/amelia/core/workspace"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // runs is this host's record of runs whose work is in a sandbox.
@@ -132,10 +133,10 @@ type recordedSandbox struct {
 	driver *driver.Driver
 }
 
-// agentDriver puts the worker into sb and returns a driver for the
-// detached agents there.
-func (a *app) agentDriver(ctx context.Context, sb *sandbox.Sandbox) (*driver.Driver, error) {
-	worker, err := a.workers().EnsureWorker(ctx, sb)
+// agentDriver puts the worker into sb, started as running says, and
+// returns a driver for the detached agents there.
+func (a *app) agentDriver(ctx context.Context, sb *sandbox.Sandbox, running sdk.Sandbox) (*driver.Driver, error) {
+	worker, err := a.workers().EnsureWorker(ctx, sb, running.Worker)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +159,7 @@ func (a *app) withRecordedRun(ctx context.Context, rec runstore.Record, fn func(
 	if err != nil {
 		return err
 	}
-	d, err := a.agentDriver(ctx, sb)
+	d, err := a.agentDriver(ctx, sb, s)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/run"
 	"github.com/amelia-sandbox/amelia/core/runview"
-	"github.com/amelia-sandbox/amelia/plugins/docker/image"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
@@ -97,10 +96,8 @@ func (a *app) runHost() run.Host {
 // workers puts the right amelia-worker into sandboxes.
 func (a *app) workers() *driver.Installer {
 	return &driver.Installer{
-		Dirs: workerbin.Dirs(a.getenv("AMELIA_WORKER_DIR"), a.self),
-		// The Docker sandbox image holds the worker already.
-		Candidates: []string{image.WorkerPath},
-		Logger:     a.logger,
+		Dirs:   workerbin.Dirs(a.getenv("AMELIA_WORKER_DIR"), a.self),
+		Logger: a.logger,
 	}
 }
 

@@ -415,7 +415,6 @@ func (a *app) workflowStates(ctx context.Context, sb *sandbox.Sandbox, profile s
 		return nil
 	}
 	states := map[string]string{}
-	var d *driver.Driver
 	for _, id := range ids {
 		states[id] = "active"
 		r, err := a.runs().Get(profile, id)
@@ -423,14 +422,12 @@ func (a *app) workflowStates(ctx context.Context, sb *sandbox.Sandbox, profile s
 			continue
 		}
 		states[id] = string(r.State)
-		if r.State != runstore.Running || r.RunDir == "" {
+		if r.State != runstore.Running || r.RunDir == "" || r.Worker == "" {
 			continue
 		}
-		if d == nil {
-			if d, err = a.agentDriver(ctx, sb); err != nil {
-				continue
-			}
-		}
+		// The worker that started the agent answers for it; ls starts
+		// nothing and installs nothing.
+		d := &driver.Driver{Exec: sb, Worker: r.Worker, Provider: sb.Info.Name, Logger: a.logger}
 		if st, err := d.AgenticState(ctx, r.RunDir); err == nil {
 			states[id] = agentState(st)
 		}

@@ -469,9 +469,13 @@ type EnsureRunningResponse struct {
 	// Absolute path inside the sandbox where work happens; the default cwd.
 	Workdir string `protobuf:"bytes,3,opt,name=workdir,proto3" json:"workdir,omitempty"`
 	// Human-readable facts about the sandbox (container id, host, region...).
-	Details       map[string]string `protobuf:"bytes,4,rep,name=details,proto3" json:"details,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Details map[string]string `protobuf:"bytes,4,rep,name=details,proto3" json:"details,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Where the host installs amelia-worker; empty: $HOME/.amelia/bin.
+	WorkerDir string `protobuf:"bytes,5,opt,name=worker_dir,json=workerDir,proto3" json:"worker_dir,omitempty"`
+	// Where the provider put a worker itself (an image's copy).
+	WorkerPreinstalled []string `protobuf:"bytes,6,rep,name=worker_preinstalled,json=workerPreinstalled,proto3" json:"worker_preinstalled,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *EnsureRunningResponse) Reset() {
@@ -528,6 +532,20 @@ func (x *EnsureRunningResponse) GetWorkdir() string {
 func (x *EnsureRunningResponse) GetDetails() map[string]string {
 	if x != nil {
 		return x.Details
+	}
+	return nil
+}
+
+func (x *EnsureRunningResponse) GetWorkerDir() string {
+	if x != nil {
+		return x.WorkerDir
+	}
+	return ""
+}
+
+func (x *EnsureRunningResponse) GetWorkerPreinstalled() []string {
+	if x != nil {
+		return x.WorkerPreinstalled
 	}
 	return nil
 }
@@ -1657,12 +1675,15 @@ const file_provider_proto_rawDesc = "" +
 	"\x06labels\x18\x03 \x03(\v24.amelia.provider.v1.EnsureRunningRequest.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x02\n" +
 	"\x15EnsureRunningResponse\x120\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\x03ref\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\x12\x18\n" +
 	"\aworkdir\x18\x03 \x01(\tR\aworkdir\x12P\n" +
-	"\adetails\x18\x04 \x03(\v26.amelia.provider.v1.EnsureRunningResponse.DetailsEntryR\adetails\x1a:\n" +
+	"\adetails\x18\x04 \x03(\v26.amelia.provider.v1.EnsureRunningResponse.DetailsEntryR\adetails\x12\x1d\n" +
+	"\n" +
+	"worker_dir\x18\x05 \x01(\tR\tworkerDir\x12/\n" +
+	"\x13worker_preinstalled\x18\x06 \x03(\tR\x12workerPreinstalled\x1a:\n" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x02\n" +

@@ -1,6 +1,8 @@
-// Package workerbin finds the amelia-worker binaries that go into sandboxes:
-// static linux builds named amelia-worker-linux-ARCH, beside the amelia
-// executable or in the directory AMELIA_WORKER_DIR names.
+// Package workerbin finds the amelia-worker binaries that go into sandboxes
+// on the host: static linux builds named amelia-worker-linux-ARCH, beside
+// the amelia executable or in the directory AMELIA_WORKER_DIR names. Where
+// a worker goes inside a sandbox is the provider's answer to EnsureRunning
+// (sdk.WorkerPlace).
 package workerbin
 
 import (
@@ -14,11 +16,6 @@ import (
 	"strings"
 	"sync"
 )
-
-// BinDirEnv names the directory of a sandbox that workers are installed in,
-// when its provider sets it in the commands' environment (the SSH
-// provider: the sandbox's bin/); otherwise they go to $HOME/.amelia/bin.
-const BinDirEnv = "AMELIA_BIN_DIR"
 
 // Arches are the sandbox architectures a worker is built for.
 func Arches() []string { return []string{"amd64", "arm64"} }
