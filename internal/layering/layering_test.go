@@ -1,0 +1,165 @@
+// Package layering checks the import rules of DESIGN.md's layout, in the
+// spirit of tailscale's depaware: each rule names the packages it covers
+// and what they must not reach, and a failure names the import chain that
+// breaks it.
+package layering
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/amelia-sandbox/amelia"
+
+// providers are the provider trees under plugins/ (everything but the SDK).
+var providers = []string{"plugins/local", "plugins/docker", "plugins/ssh", "plugins/daytona"}
+
+// graph is the import graph of the packages go list loaded, with the
+// standard library's and third parties' included.
+type graph map[string][]string
+
+// load lists patterns, run in dir, with every dependency.
+func load(t *testing.T, dir string, patterns ...string) graph {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list", "-deps", "-json=ImportPath,Imports,Standard"}, patterns...)...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", strings.Join(patterns, " "), err, stderr.String())
+	}
+	g := graph{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		g[p.ImportPath] = p.Imports
+	}
+	return g
+}
+
+// chain is the shortest import chain from pkg to a package bad says is
+// forbidden, or nil.
+func (g graph) chain(pkg string, bad func(string) bool) []string {
+	prev := map[string]string{pkg: ""}
+	queue := []string{pkg}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if p != pkg && bad(p) {
+			var path []string
+			for ; p != ""; p = prev[p] {
+				path = append(path, p)
+			}
+			slices.Reverse(path)
+			return path
+		}
+		for _, q := range g[p] {
+			if _, seen := prev[q]; !seen {
+				prev[q] = p
+				queue = append(queue, q)
+			}
+		}
+	}
+	return nil
+}
+
+func ours(p string) bool { return p == module || strings.HasPrefix(p, module+"/") }
+
+func under(p, dir string) bool {
+	full := module + "/" + dir
+	return p == full || strings.HasPrefix(p, full+"/")
+}
+
+// isTestKit: a package of fakes and helpers for tests (sdktest,
+// daytonatest), which may reach further than the code it tests.
+func isTestKit(p string) bool { return strings.HasSuffix(p, "test") }
+
+// rule is one import rule: no package of covered may reach a package
+// forbidden says is out of bounds for it.
+type rule struct {
+	name      string
+	covered   func(pkg string) bool
+	forbidden func(pkg, to string) bool
+}
+
+func TestLayering(t *testing.T) {
+	g := load(t, ".", module+"/...")
+	rules := []rule{{
+		name:    "core is a library that imports no provider",
+		covered: func(p string) bool { return under(p, "core") },
+		forbidden: func(_, to string) bool {
+			return slices.ContainsFunc(providers, func(d string) bool { return under(to, d) })
+		},
+	}, {
+		name:    "the SDK imports nothing of Amelia's outside plugins/sdk",
+		covered: func(p string) bool { return under(p, "plugins/sdk") && !isTestKit(p) },
+		forbidden: func(_, to string) bool {
+			return ours(to) && !under(to, "plugins/sdk")
+		},
+	}, {
+		name: "a provider imports only plugins/sdk/... and its own packages",
+		covered: func(p string) bool {
+			return !isTestKit(p) && slices.ContainsFunc(providers, func(d string) bool { return under(p, d) })
+		},
+		forbidden: func(p, to string) bool {
+			own := slices.ContainsFunc(providers, func(d string) bool { return under(p, d) && under(to, d) })
+			return ours(to) && !own && !under(to, "plugins/sdk")
+		},
+	}, {
+		name:    "the worker that goes into every sandbox links no gRPC, protobuf or go-plugin",
+		covered: func(p string) bool { return p == module+"/cmd/worker" },
+		forbidden: func(_, to string) bool {
+			return strings.HasPrefix(to, "google.golang.org/grpc") || strings.HasPrefix(to, "google.golang.org/protobuf") ||
+				strings.HasPrefix(to, "github.com/hashicorp/go-plugin") || to == module+"/plugins/sdk"
+		},
+	}}
+	for _, r := range rules {
+		t.Run(r.name, func(t *testing.T) {
+			n := 0
+			for p := range g {
+				if !ours(p) || !r.covered(p) {
+					continue
+				}
+				n++
+				if c := g.chain(p, func(to string) bool { return r.forbidden(p, to) }); c != nil {
+					t.Errorf("%s imports %s: %s", p, c[len(c)-1], strings.Join(c, " -> "))
+				}
+			}
+			if n == 0 {
+				t.Fatal("the rule covers no package: the layout changed; update the rule")
+			}
+		})
+	}
+}
+
+// The example provider is the template third parties copy: a module of its
+// own that imports nothing of Amelia's but the SDK.
+func TestExampleProviderImportsOnlyTheSDK(t *testing.T) {
+	dir := filepath.Join("..", "..", "examples", "provider-hello")
+	g := load(t, dir, "./...")
+	n := 0
+	for p := range g {
+		if !strings.HasPrefix(p, "example.com/amelia-provider-hello") {
+			continue
+		}
+		n++
+		if c := g.chain(p, func(to string) bool { return ours(to) && !under(to, "plugins/sdk") }); c != nil {
+			t.Errorf("%s imports %s: %s", p, c[len(c)-1], strings.Join(c, " -> "))
+		}
+	}
+	if n == 0 {
+		t.Fatal("found no package of module example.com/amelia-provider-hello in examples/provider-hello")
+	}
+}
