@@ -590,6 +590,10 @@ var plainString = func() (t [256]bool) {
 	return t
 }()
 
+// unescape[c] is what the escape \c stands for in a JSON string, or 0
+// for a c that makes no one-character escape.
+var unescape = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
 // appendString reads the JSON string at p.pos and appends its decoded
 // contents to dst. Invalid UTF-8 and lone surrogates become U+FFFD.
 func (p *parser) appendString(dst []byte) ([]byte, error) {
@@ -614,26 +618,11 @@ func (p *parser) appendString(dst []byte) ([]byte, error) {
 				p.pos = i + 1
 				return dst, p.syntaxError("in string escape")
 			}
-			switch e := data[i+1]; e {
-			case '"', '\\', '/':
-				dst = append(dst, e)
+			switch e := data[i+1]; {
+			case unescape[e] != 0:
+				dst = append(dst, unescape[e])
 				i += 2
-			case 'b':
-				dst = append(dst, '\b')
-				i += 2
-			case 'f':
-				dst = append(dst, '\f')
-				i += 2
-			case 'n':
-				dst = append(dst, '\n')
-				i += 2
-			case 'r':
-				dst = append(dst, '\r')
-				i += 2
-			case 't':
-				dst = append(dst, '\t')
-				i += 2
-			case 'u':
+			case e == 'u':
 				r, bad := hex4(data, i+2)
 				if bad >= 0 {
 					p.pos = bad
@@ -691,10 +680,10 @@ func (p *parser) appendRawString(dst []byte) ([]byte, error) {
 				p.pos = i + 1
 				return dst, p.syntaxError("in string escape")
 			}
-			switch data[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			switch e := data[i+1]; {
+			case unescape[e] != 0:
 				i += 2
-			case 'u':
+			case e == 'u':
 				r, bad := hex4(data, i+2)
 				if bad >= 0 {
 					p.pos = bad
