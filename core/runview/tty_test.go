@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/protocol"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
 )
 
 var sgr = regexp.MustCompile(`\x1b\[[0-9;]*m`)
@@ -41,7 +42,7 @@ func TestNoColor(t *testing.T) {
 // it were left behind).
 func TestSpinner(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var out syncBuffer
+		var out sdktest.Buffer
 		v := NewTTY(&out, TTYOptions{Width: 80, NoColor: true})
 		time.Sleep(time.Second) // nothing runs: no output
 		synctest.Wait()
@@ -70,28 +71,8 @@ func TestSpinner(t *testing.T) {
 	})
 }
 
-// syncBuffer is a bytes.Buffer safe for the ticker and the test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// TestTTYConcurrent sends events from many goroutines while the spinner
-// turns (run it with -race): every tool call ends on the screen once.
 func TestTTYConcurrent(t *testing.T) {
-	var out syncBuffer
+	var out sdktest.Buffer
 	v := NewTTY(&out, TTYOptions{Width: 80, NoColor: true, Tick: time.Microsecond})
 	v.PhaseStart("agent")
 	const goroutines, each = 8, 50

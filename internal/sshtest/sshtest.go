@@ -30,6 +30,7 @@ import (
 	"github.com/moby/moby/client"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 )
 
@@ -61,7 +62,7 @@ type Server struct {
 	config string
 	mu     sync.Mutex
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *sdktest.Buffer
 }
 
 // Addr is host:port.
@@ -118,7 +119,7 @@ func Start(t testing.TB, opts Options) *Server {
 		}
 	}
 	dir := t.TempDir()
-	s := &Server{Host: "127.0.0.1", User: u.Username, t: t, dir: dir, log: &syncBuffer{}}
+	s := &Server{Host: "127.0.0.1", User: u.Username, t: t, dir: dir, log: &sdktest.Buffer{}}
 	s.HostKey = Keygen(t, filepath.Join(dir, "host_key"), "")
 	s.ClientKey = filepath.Join(dir, "client_key")
 	client := Keygen(t, s.ClientKey, "")
@@ -330,23 +331,6 @@ func StartAgent(t testing.TB, keyPath, passphrase string) *Agent {
 		t.Fatalf("ssh-add: %v\n%s", err, b)
 	}
 	return &Agent{Socket: sock}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // ContainerImage is the image of a remote machine in a container, made by

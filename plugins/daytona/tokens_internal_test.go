@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
 )
 
 // minter counts the tokens it makes: t1, t2... each live for an hour.
@@ -200,7 +201,7 @@ func TestTokenCacheUnusable(t *testing.T) {
 	if err := os.WriteFile(state, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs sdktest.Buffer
 	c := newTokenCache(state, slog.New(slog.NewTextHandler(&logs, nil)))
 	var m minter
 	a, err := c.token(t.Context(), tokenRequest{sandboxID: "sb-1", current: access("mine", time.Hour), margin: margin, mint: m.mint})
@@ -211,28 +212,10 @@ func TestTokenCacheUnusable(t *testing.T) {
 	if err != nil || a.Token != "t1" || m.n.Load() != 1 {
 		t.Errorf("with the token refused: %s, %v after %d mints", a.Token, err, m.n.Load())
 	}
-	if n := logs.count("cannot share SSH gateway tokens"); n != 1 {
+	if n := count(&logs, "cannot share SSH gateway tokens"); n != 1 {
 		t.Errorf("warned %d times, want once:\n%s", n, logs.String())
 	}
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	return len(p), nil
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
-}
-
-func (b *syncBuffer) count(s string) int { return strings.Count(b.String(), s) }
+// count is how often s was logged.
+func count(b *sdktest.Buffer, s string) int { return strings.Count(b.String(), s) }

@@ -14,13 +14,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/hostproc"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
 )
 
 // The test binary plays three parts, chosen by environment:
@@ -90,7 +90,7 @@ func (p *testProvider) HealthCheck(context.Context, sdk.SandboxRef) (sdk.Health,
 }
 
 // launch starts the test binary as a plugin in mode, logging to logs.
-func launch(t *testing.T, mode string, logs *syncBuffer) *sdk.Plugin {
+func launch(t *testing.T, mode string, logs *sdktest.Buffer) *sdk.Plugin {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), testModeEnv+"="+mode)
@@ -106,7 +106,7 @@ func launch(t *testing.T, mode string, logs *syncBuffer) *sdk.Plugin {
 var ref = sdk.SandboxRef{Name: "t"}
 
 func TestCrashMidExecIsAClearError(t *testing.T) {
-	p := launch(t, "crashy", &syncBuffer{})
+	p := launch(t, "crashy", &sdktest.Buffer{})
 	_, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: ref, Argv: []string{"true"}}, sdk.ExecIO{Stdout: &bytes.Buffer{}})
 	if err == nil {
 		t.Fatal("Exec on a plugin that panics returned no error")
@@ -118,7 +118,7 @@ func TestCrashMidExecIsAClearError(t *testing.T) {
 }
 
 func TestPluginOutputReachesTheHostLog(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &sdktest.Buffer{}
 	p := launch(t, "noisy", logs)
 	for range 2 { // the stray output must not break later calls either
 		if _, err := p.Info(t.Context()); err != nil {
@@ -270,21 +270,4 @@ func parentOf(t *testing.T, pid int) int {
 		t.Fatal(err)
 	}
 	return ppid
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
