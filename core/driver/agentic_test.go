@@ -215,8 +215,8 @@ func TestInvalidArguments(t *testing.T) {
 			n := 0
 			for _, err := range d.ExecuteAgentic(t.Context(), req) {
 				n++
-				if !errors.Is(err, driver.ErrInvalidArgument) {
-					t.Errorf("error %v, want ErrInvalidArgument", err)
+				if !errors.Is(err, sdk.ErrInvalid) {
+					t.Errorf("error %v, want sdk.ErrInvalid", err)
 				}
 			}
 			if n != 1 {
@@ -226,13 +226,13 @@ func TestInvalidArguments(t *testing.T) {
 				return // Generate has neither
 			}
 			_, _, err := d.Generate(t.Context(), driver.GenerateRequest{Workflow: req.Workflow, Prompt: req.Prompt, Model: req.Model}, nil)
-			if !errors.Is(err, driver.ErrInvalidArgument) {
-				t.Errorf("Generate: %v, want ErrInvalidArgument", err)
+			if !errors.Is(err, sdk.ErrInvalid) {
+				t.Errorf("Generate: %v, want sdk.ErrInvalid", err)
 			}
 		})
 	}
 	_, _, err := d.Generate(t.Context(), driver.GenerateRequest{Workflow: "w", Prompt: "p", Model: "m"}, []byte(`{"type": 12}`))
-	if !errors.Is(err, driver.ErrInvalidArgument) || !strings.Contains(err.Error(), "schema") {
+	if !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), "schema") {
 		t.Errorf("bad schema: %v", err)
 	}
 }

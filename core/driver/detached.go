@@ -71,7 +71,7 @@ func (d *Driver) StartAgentic(ctx context.Context, req AgenticRequest, dir strin
 		return nil, err
 	}
 	if !path.IsAbs(dir) || path.Clean(dir) != dir {
-		return nil, fmt.Errorf("%w: run directory %q: want a clean absolute path", ErrInvalidArgument, dir)
+		return nil, fmt.Errorf("%w: run directory %q: want a clean absolute path", sdk.ErrInvalid, dir)
 	}
 	files := []sandboxFile{{what: "prompt", path: dir + "/" + PromptFile, data: req.Prompt}}
 	if req.Instructions != "" {

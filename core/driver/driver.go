@@ -1,6 +1,6 @@
 // Package driver runs amelia-worker inside a sandbox and turns what it writes
 // into Go values: the library under `amelia run`, usable by any program that
-// holds an [Execer] (core/sandbox's Sandbox, or a provider with a ref).
+// holds an [sdk.Execer] (core/sandbox's Sandbox, or a provider with a ref).
 //
 // Everything goes through Exec, so it works on every provider: the worker is
 // streamed in over Exec stdin ([Installer.EnsureWorker]), prompts are written
@@ -13,7 +13,7 @@
 // The contract of the Python ContainerDriver, in Go terms:
 //
 //   - An empty or whitespace prompt, a bad workflow id or a missing model or
-//     cwd: an error matching [ErrInvalidArgument], before anything runs.
+//     cwd: an error matching [sdk.ErrInvalid], before anything runs.
 //   - A stdout line that is not JSON or not an AgenticMessage: an error at
 //     once, wrapping the *protocol.LineError (line number and the line's
 //     first 200 bytes); the worker is stopped, nothing more is read.
@@ -64,19 +64,10 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
-// Execer runs one process in the sandbox: core/sandbox.Sandbox satisfies
-// it, and so does a provider wrapped with its sandbox ref. The request's
-// Sandbox field is left for the Execer to fill in.
-type Execer interface {
-	Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error)
-}
-
 // Errors the driver's errors match with errors.Is; see the package
-// documentation for when each one happens.
+// documentation for when each one happens. A request that is wrong (the
+// caller's fault; nothing ran in the sandbox) matches sdk.ErrInvalid.
 var (
-	// ErrInvalidArgument: the request is wrong (the caller's fault);
-	// nothing ran in the sandbox.
-	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrNoResult: the worker exited without writing a result line.
 	ErrNoResult = errors.New("worker did not emit a result message")
 	// ErrWorkerFailed: the worker reported a failure (a result with
@@ -107,7 +98,7 @@ const (
 // Driver and may be called concurrently.
 type Driver struct {
 	// Exec reaches the sandbox.
-	Exec Execer
+	Exec sdk.Execer
 	// Worker is amelia-worker's absolute path inside the sandbox, as
 	// [Installer.EnsureWorker] returns it.
 	Worker string
@@ -286,12 +277,12 @@ func (d *Driver) Generate(ctx context.Context, req GenerateRequest, schema json.
 func compileSchema(schema json.RawMessage) (*jsonschema.Resolved, error) {
 	var s jsonschema.Schema
 	if err := json.Unmarshal(schema, &s); err != nil {
-		return nil, fmt.Errorf("%w: the schema is not a JSON Schema document: %v", ErrInvalidArgument, err)
+		return nil, fmt.Errorf("%w: the schema is not a JSON Schema document: %v", sdk.ErrInvalid, err)
 	}
 	// No loader: a schema cannot make the host fetch or read anything.
 	resolved, err := s.Resolve(nil)
 	if err != nil {
-		return nil, fmt.Errorf("%w: the schema is not a valid JSON Schema: %v", ErrInvalidArgument, oneLine(err.Error()))
+		return nil, fmt.Errorf("%w: the schema is not a valid JSON Schema: %v", sdk.ErrInvalid, oneLine(err.Error()))
 	}
 	return resolved, nil
 }
@@ -319,10 +310,10 @@ func (d *Driver) checkAgentic(req AgenticRequest) error {
 		return err
 	}
 	if req.Cwd == "" {
-		return fmt.Errorf("%w: no cwd: the worker needs the directory its tools act in", ErrInvalidArgument)
+		return fmt.Errorf("%w: no cwd: the worker needs the directory its tools act in", sdk.ErrInvalid)
 	}
 	if req.MaxTurns < 0 {
-		return fmt.Errorf("%w: max turns %d is negative", ErrInvalidArgument, req.MaxTurns)
+		return fmt.Errorf("%w: max turns %d is negative", sdk.ErrInvalid, req.MaxTurns)
 	}
 	return nil
 }
@@ -333,16 +324,16 @@ func (d *Driver) checkGenerate(req GenerateRequest) error {
 
 func (d *Driver) checkCommon(workflow, prompt, model string) error {
 	if strings.TrimSpace(prompt) == "" {
-		return fmt.Errorf("%w: the prompt is empty", ErrInvalidArgument)
+		return fmt.Errorf("%w: the prompt is empty", sdk.ErrInvalid)
 	}
 	if err := workspace.ValidateWorkflowID(workflow); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		return fmt.Errorf("%w: %w", sdk.ErrInvalid, err)
 	}
 	if model == "" {
-		return fmt.Errorf("%w: no model", ErrInvalidArgument)
+		return fmt.Errorf("%w: no model", sdk.ErrInvalid)
 	}
 	if d.Worker == "" {
-		return fmt.Errorf("%w: Driver.Worker is empty: install the worker with EnsureWorker first", ErrInvalidArgument)
+		return fmt.Errorf("%w: Driver.Worker is empty: install the worker with EnsureWorker first", sdk.ErrInvalid)
 	}
 	return nil
 }
