@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // egressDialTimeout bounds connecting to an egress target.
@@ -26,7 +26,7 @@ const egressDialTimeout = 30 * time.Second
 // in absolute form, to the profile's allowed hosts only.
 type egress struct {
 	profile string
-	mode    config.NetworkMode
+	mode    sdk.NetworkMode
 	allowed []string
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
 	rp      *httputil.ReverseProxy
@@ -154,7 +154,7 @@ func (e *egress) serve(w http.ResponseWriter, req *http.Request, rec *Record) {
 
 // refusal says why host may not be reached, or "" if it may.
 func (e *egress) refusal(host string) string {
-	if e.mode == config.NetworkNone {
+	if e.mode == sdk.NetworkNone {
 		return fmt.Sprintf("%s: profile %s has sandbox.network: none, so the sandbox reaches nothing but the LLM and git proxy; use network: allowlist with %s in sandbox.allowed_hosts", host, e.profile, host)
 	}
 	if MatchHost(host, e.allowed) {

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/proxy"
 )
 
@@ -214,7 +214,7 @@ func TestEgressWithNetworkNone(t *testing.T) {
 	p := newProxy(t, proxy.Options{EgressDial: (&dialRecorder{}).dial})
 	run := p.start(t, proxy.RunConfig{
 		OpenAI:       proxy.Upstream{BaseURL: "http://127.0.0.1:1/v1"},
-		Network:      config.NetworkNone,
+		Network:      sdk.NetworkNone,
 		AllowedHosts: []string{"allowed.example"},
 	})
 	r := curl(t, "-x", proxyURL(p.URL, run.Token()), "-w", "\n%{http_code}", "http://allowed.example/")

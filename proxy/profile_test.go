@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/proxy"
 )
 
@@ -53,7 +54,7 @@ profiles:
 	}
 	if cfg.ID != "run-7" || cfg.Profile != "dev" || cfg.OpenAI != (proxy.Upstream{BaseURL: "https://llm.test/api/v1", Key: "sk-or"}) ||
 		cfg.Anthropic == nil || *cfg.Anthropic != (proxy.Upstream{BaseURL: config.DefaultAnthropicBaseURL, Key: "sk-ant"}) ||
-		cfg.Timeout != 90*time.Second || cfg.MaxRequestBytes != 1<<20 || cfg.Network != config.NetworkAllowlist ||
+		cfg.Timeout != 90*time.Second || cfg.MaxRequestBytes != 1<<20 || cfg.Network != sdk.NetworkAllowlist ||
 		strings.Join(cfg.AllowedHosts, ",") != "forge.test" || cfg.Git != (proxy.GitAuth{Token: "ghs_x", Username: config.DefaultGitUsername}) ||
 		cfg.AuditDir != "/var/log/amelia" || len(cfg.Repos) != 1 {
 		t.Errorf("RunConfig %+v", cfg)

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // Upstream is an LLM API the proxy forwards to.
@@ -73,7 +74,7 @@ type RunConfig struct {
 	MaxRequestBytes int64
 	// Network is the profile's policy: with NetworkNone the egress proxy
 	// allows nothing; otherwise it allows AllowedHosts.
-	Network      config.NetworkMode
+	Network      sdk.NetworkMode
 	AllowedHosts []string
 	// Repos are the run's repository URLs; only their scheme and host (with
 	// port) get git credentials.

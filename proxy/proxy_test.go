@@ -19,9 +19,9 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/proxy"
 )
 
@@ -73,7 +73,7 @@ func (p *testProxy) start(t *testing.T, cfg proxy.RunConfig) *proxy.Run {
 		cfg.AuditDir = t.TempDir()
 	}
 	if cfg.Network == "" {
-		cfg.Network = config.NetworkAllowlist
+		cfg.Network = sdk.NetworkAllowlist
 	}
 	r, err := p.Start(cfg)
 	if err != nil {

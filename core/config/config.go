@@ -34,6 +34,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // Defaults applied to profiles that do not set these keys.
@@ -175,26 +177,16 @@ type Proxy struct {
 	MaxRequestBytes int64
 }
 
-// NetworkMode is a sandbox's egress policy.
-type NetworkMode string
-
-// Network modes.
-const (
-	NetworkOpen      NetworkMode = "open"      // no restriction
-	NetworkAllowlist NetworkMode = "allowlist" // only AllowedHosts, through the egress proxy
-	NetworkNone      NetworkMode = "none"      // no egress except the tunnel to the host proxy
-)
-
 // networkModes lists the valid modes in the order they are documented.
-func networkModes() []NetworkMode {
-	return []NetworkMode{NetworkOpen, NetworkAllowlist, NetworkNone}
+func networkModes() []sdk.NetworkMode {
+	return []sdk.NetworkMode{sdk.NetworkOpen, sdk.NetworkAllowlist, sdk.NetworkNone}
 }
 
 // Sandbox selects the provider and its network policy.
 type Sandbox struct {
 	// Provider is local, docker, ssh, daytona or a plugin's name.
 	Provider string
-	Network  NetworkMode
+	Network  sdk.NetworkMode
 	// AllowedHosts are lowercased hostnames, "*.domain" wildcards or IP
 	// literals; they are enforced when Network is allowlist.
 	AllowedHosts []string

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 func TestLoadFindsTheFile(t *testing.T) {
@@ -156,7 +158,7 @@ func TestBuiltinDefault(t *testing.T) {
 		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 		Sandbox: Sandbox{
 			Provider: "local",
-			Network:  NetworkOpen,
+			Network:  sdk.NetworkOpen,
 		},
 	}
 	equal(t, "Source", c.Source, "")
@@ -196,37 +198,37 @@ func TestDefaultsFilled(t *testing.T) {
 			name:    "only the provider",
 			profile: `{sandbox: {provider: docker}}`,
 			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
-				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
+				Sandbox: Sandbox{Provider: "docker", Network: sdk.NetworkOpen}},
 		},
 		{
 			name:    "api_key set: no default api_key_env",
 			profile: `{llm: {api_key: sk-1}, sandbox: {provider: docker}}`,
 			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKey: "sk-1"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
-				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
+				Sandbox: Sandbox{Provider: "docker", Network: sdk.NetworkOpen}},
 		},
 		{
 			name:    "base_url set: the key variable still defaults",
 			profile: `{llm: {base_url: "http://localhost:11434/v1"}, sandbox: {provider: docker}}`,
 			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: "http://localhost:11434/v1", APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
-				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
+				Sandbox: Sandbox{Provider: "docker", Network: sdk.NetworkOpen}},
 		},
 		{
 			name:    "null values count as absent",
 			profile: `{model: null, llm: null, sandbox: {provider: docker, network: null}}`,
 			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
-				Sandbox: Sandbox{Provider: "docker", Network: NetworkOpen}},
+				Sandbox: Sandbox{Provider: "docker", Network: sdk.NetworkOpen}},
 		},
 		{
 			name:    "provider none is local",
 			profile: `{sandbox: {provider: none}}`,
 			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
-				Sandbox: Sandbox{Provider: "local", Network: NetworkOpen}},
+				Sandbox: Sandbox{Provider: "local", Network: sdk.NetworkOpen}},
 		},
 		{
 			name:    "everything set",
 			profile: `{model: o3, llm: {base_url: "https://llm.example/v1", api_key_env: K}, sandbox: {provider: ssh, network: allowlist, allowed_hosts: [Example.COM]}}`,
 			want: Profile{Model: "o3", LLM: LLM{Upstream: Upstream{BaseURL: "https://llm.example/v1", APIKeyEnv: "K"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
-				Sandbox: Sandbox{Provider: "ssh", Network: NetworkAllowlist, AllowedHosts: []string{"example.com"}}},
+				Sandbox: Sandbox{Provider: "ssh", Network: sdk.NetworkAllowlist, AllowedHosts: []string{"example.com"}}},
 		},
 	}
 	for _, tt := range tests {
@@ -503,8 +505,8 @@ profiles:
 			name: "nested scalar",
 			env:  testEnv{"AMELIA_PROFILES__DEV__SANDBOX__NETWORK": "none"},
 			check: func(t *testing.T, c *Config) {
-				equal(t, "network", c.Profiles["dev"].Sandbox.Network, NetworkNone)
-				equal(t, "prod untouched", c.Profiles["prod"].Sandbox.Network, NetworkNone)
+				equal(t, "network", c.Profiles["dev"].Sandbox.Network, sdk.NetworkNone)
+				equal(t, "prod untouched", c.Profiles["prod"].Sandbox.Network, sdk.NetworkNone)
 			},
 		},
 		{
@@ -654,7 +656,7 @@ profiles:
 	equal(t, "base_url", p.LLM.BaseURL, "https://llm.example/v1")
 	equal(t, "api_key", p.LLM.APIKey, "sk-secret")
 	equal(t, "provider", p.Sandbox.Provider, "docker")
-	equal(t, "network (set but empty uses the default)", p.Sandbox.Network, NetworkAllowlist)
+	equal(t, "network (set but empty uses the default)", p.Sandbox.Network, sdk.NetworkAllowlist)
 	equal(t, "allowed_hosts", p.Sandbox.AllowedHosts, []string{"github.com", "pypi.org"})
 	equal(t, "docker settings", p.Sandbox.ProviderSettings(), map[string]any{
 		"image":               "docker.io/amelia:latest",
@@ -885,7 +887,7 @@ profiles:
 		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 		Sandbox: Sandbox{
 			Provider:     "docker",
-			Network:      NetworkOpen,
+			Network:      sdk.NetworkOpen,
 			AllowedHosts: []string{"github.com", "pypi.org"},
 			Settings:     map[string]map[string]any{"docker": {"image": "amelia-sandbox:latest"}},
 		},

@@ -413,18 +413,18 @@ func sandboxSection() section[Sandbox] {
 				key: "network",
 				decode: func(d *decoder, at path, v any, sb *Sandbox) {
 					if v == nil {
-						sb.Network = NetworkOpen
+						sb.Network = sdk.NetworkOpen
 						return
 					}
 					s, ok := d.str(at, v)
 					if !ok {
 						return
 					}
-					if !slices.Contains(networkModes(), NetworkMode(s.val)) {
+					if !slices.Contains(networkModes(), sdk.NetworkMode(s.val)) {
 						d.problemf(at, "%s is not one of %s", s.quote(), joinModes(networkModes()))
 						return
 					}
-					sb.Network = NetworkMode(s.val)
+					sb.Network = sdk.NetworkMode(s.val)
 				},
 				show: func(_ *shower, _ path, sb *Sandbox) any { return string(sb.Network) },
 			},
@@ -444,7 +444,7 @@ func sandboxSection() section[Sandbox] {
 					})
 				},
 				show: func(_ *shower, _ path, sb *Sandbox) any {
-					if len(sb.AllowedHosts) == 0 && sb.Network != NetworkAllowlist {
+					if len(sb.AllowedHosts) == 0 && sb.Network != sdk.NetworkAllowlist {
 						return nil
 					}
 					return append([]string{}, sb.AllowedHosts...)
@@ -541,7 +541,7 @@ func sandboxSection() section[Sandbox] {
 	}
 }
 
-func joinModes(modes []NetworkMode) string {
+func joinModes(modes []sdk.NetworkMode) string {
 	s := make([]string, len(modes))
 	for i, m := range modes {
 		s[i] = string(m)

@@ -18,7 +18,7 @@ import (
 // exec stops after cut bytes, the middle of a line, and the exec fails as
 // a dropped transport does.
 type cuttingExec struct {
-	driver.Execer
+	sdk.Execer
 	cut int
 }
 

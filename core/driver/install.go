@@ -49,7 +49,7 @@ const probeScript = `printf '%s\n%s\n' "$(uname -m)" "${1:-${HOME:+$HOME/.amelia
 // place.Dir (default $HOME/.amelia/bin)/amelia-worker-<first 16 hex digits
 // of its sha256>. It reuses a copy whose sha256 matches and otherwise
 // streams the binary in through Exec stdin, which works on every provider.
-func (in *Installer) EnsureWorker(ctx context.Context, ex Execer, place sdk.WorkerPlace) (string, error) {
+func (in *Installer) EnsureWorker(ctx context.Context, ex sdk.Execer, place sdk.WorkerPlace) (string, error) {
 	start := time.Now()
 	arch, dir, err := in.probe(ctx, ex, place.Dir)
 	if err != nil {
@@ -83,7 +83,7 @@ func (in *Installer) EnsureWorker(ctx context.Context, ex Execer, place sdk.Work
 
 // probe asks the sandbox for its architecture and install directory, in
 // one exec.
-func (in *Installer) probe(ctx context.Context, ex Execer, placeDir string) (arch, dir string, err error) {
+func (in *Installer) probe(ctx context.Context, ex sdk.Execer, placeDir string) (arch, dir string, err error) {
 	out, err := in.run(ctx, ex, "probe the sandbox", []string{"sh", "-c", probeScript, "sh", placeDir}, nil)
 	if err != nil {
 		return "", "", err
@@ -108,7 +108,7 @@ func (in *Installer) hostBinary(arch string) (string, error) {
 
 // findInstalled returns the first of paths whose sha256 inside the sandbox
 // is sum, or "".
-func (in *Installer) findInstalled(ctx context.Context, ex Execer, sum string, paths []string) (string, error) {
+func (in *Installer) findInstalled(ctx context.Context, ex sdk.Execer, sum string, paths []string) (string, error) {
 	argv := append([]string{"sh", "-c", envelope.SumScript, "sh"}, paths...)
 	out, err := in.run(ctx, ex, "check the installed amelia-worker", argv, nil)
 	if err != nil {
@@ -125,7 +125,7 @@ func (in *Installer) findInstalled(ctx context.Context, ex Execer, sum string, p
 
 // upload streams the host binary bin (size bytes) into the sandbox as
 // dest.
-func (in *Installer) upload(ctx context.Context, ex Execer, bin, dir, dest, sum string, size int64) error {
+func (in *Installer) upload(ctx context.Context, ex sdk.Execer, bin, dir, dest, sum string, size int64) error {
 	f, err := os.Open(bin)
 	if err != nil {
 		return fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
@@ -138,7 +138,7 @@ func (in *Installer) upload(ctx context.Context, ex Execer, bin, dir, dest, sum 
 
 // run runs argv in the sandbox and returns its stdout; a failure to run or
 // a non-zero exit is an error saying what was being done.
-func (in *Installer) run(ctx context.Context, ex Execer, what string, argv []string, stdin io.Reader) (string, error) {
+func (in *Installer) run(ctx context.Context, ex sdk.Execer, what string, argv []string, stdin io.Reader) (string, error) {
 	var stdout bytes.Buffer
 	var stderr execreport.Stderr
 	eio := sdk.ExecIO{Stdout: &limitedWriter{w: &stdout, n: 64 << 10}, Stderr: &stderr}

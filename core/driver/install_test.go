@@ -171,7 +171,7 @@ func TestEnsureWorkerErrors(t *testing.T) {
 	sb := sandboxtest.New(t, "errors")
 	// The sandbox answers the probe as another machine would (with its
 	// real $HOME: the local sandbox's files are the host's).
-	machine := func(m string) driver.Execer {
+	machine := func(m string) sdk.Execer {
 		return execerFunc(func(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
 			if len(req.Argv) >= 3 && strings.Contains(req.Argv[2], "uname -m") {
 				eio.Stdout.Write([]byte(m + "\n" + homeOf(sb) + "\n"))

@@ -56,7 +56,7 @@ func runTests(m *testing.M) int {
 }
 
 // amelia run drives core/sandbox's sandboxes.
-var _ driver.Execer = (*coresandbox.Sandbox)(nil)
+var _ sdk.Execer = (*coresandbox.Sandbox)(nil)
 
 // raceEnv keeps a race-enabled worker from sleeping a second at exit.
 const raceEnv = "atexit_sleep_ms=0"
@@ -64,7 +64,7 @@ const raceEnv = "atexit_sleep_ms=0"
 // countingExecer passes execs on to a sandbox and counts them, and those
 // that carry stdin (uploads and file writes).
 type countingExecer struct {
-	driver.Execer
+	sdk.Execer
 	execs, withStdin atomic.Int32
 }
 
@@ -76,15 +76,17 @@ func (c *countingExecer) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.
 	return c.Execer.Exec(ctx, req, eio)
 }
 
-// execerFunc is an Execer made of a function.
+// execerFunc is an sdk.Execer made of a function.
 type execerFunc func(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error)
 
 func (f execerFunc) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
 	return f(ctx, req, eio)
 }
 
+func (execerFunc) SandboxRef() sdk.SandboxRef { return sdk.SandboxRef{Name: "func"} }
+
 // installWorker installs the test worker in sb and returns its path there.
-func installWorker(t *testing.T, sb driver.Execer) string {
+func installWorker(t *testing.T, sb sdk.Execer) string {
 	t.Helper()
 	in := &driver.Installer{Dirs: []string{workerDir}, Provider: "local"}
 	path, err := in.EnsureWorker(t.Context(), sb, sdk.WorkerPlace{})

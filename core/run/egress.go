@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -15,7 +14,7 @@ import (
 // addresses from inside the sandbox without the proxy (targets, or its
 // defaults: public resolvers over IPv4 and IPv6). It returns those that
 // answered; any at all means the provider did not enforce the policy.
-func reachedDirectly(ctx context.Context, ex driver.Execer, worker string, targets ...string) ([]string, error) {
+func reachedDirectly(ctx context.Context, ex sdk.Execer, worker string, targets ...string) ([]string, error) {
 	var out, stderr execreport.Stderr // each keeps its last 4 KiB
 	st, err := ex.Exec(ctx, sdk.ExecRequest{Argv: append([]string{worker, "egress-check", "--"}, targets...)}, sdk.ExecIO{Stdout: &out, Stderr: &stderr})
 	if err != nil {

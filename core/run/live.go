@@ -47,6 +47,9 @@ func (l *live) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (s
 	return l.sandbox().Exec(ctx, req, eio)
 }
 
+// SandboxRef is the sandbox it runs in.
+func (l *live) SandboxRef() sdk.SandboxRef { return l.sandbox().Ref }
+
 func (l *live) sandbox() *sandbox.Sandbox {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
@@ -50,7 +49,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 
 	// Fail closed: a policy without direct egress is checked from inside
 	// before anything runs there.
-	if mode := req.Profile.Sandbox.Network; mode != config.NetworkOpen {
+	if mode := req.Profile.Sandbox.Network; mode != sdk.NetworkOpen {
 		if err := r.phase(PhaseEgress, func() error {
 			reached, err := reachedDirectly(ctx, sb, worker, req.Profile.Sandbox.EgressCheckTargets...)
 			if err == nil && len(reached) > 0 {
@@ -260,12 +259,12 @@ func (r *runner) startProxy(src source, id, token string) (*proxyRun, error) {
 
 // workerEnv is the worker's environment: the proxy through the tunnel, and
 // for a policy other than open, the egress proxy for everything else.
-func workerEnv(addr, token string, network config.NetworkMode) map[string]string {
+func workerEnv(addr, token string, network sdk.NetworkMode) map[string]string {
 	env := map[string]string{
 		"AMELIA_PROXY_URL":   "http://" + addr,
 		"AMELIA_PROXY_TOKEN": token,
 	}
-	if network != config.NetworkOpen {
+	if network != sdk.NetworkOpen {
 		host, port, _ := net.SplitHostPort(addr)
 		egress := "http://amelia:" + token + "@" + net.JoinHostPort(host, port)
 		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {

@@ -123,7 +123,7 @@ func (s *Sandbox) Spec() sdk.Spec {
 	return sdk.Spec{
 		SandboxRef: s.Ref,
 		Network: sdk.NetworkPolicy{
-			Mode:         sdk.NetworkMode(s.Profile.Sandbox.Network),
+			Mode:         s.Profile.Sandbox.Network,
 			AllowedHosts: s.Profile.Sandbox.AllowedHosts,
 		},
 		Labels: map[string]string{
@@ -160,7 +160,7 @@ func (s *Sandbox) Other(ref sdk.SandboxRef) *Sandbox {
 // CheckPolicy refuses a profile whose network policy the provider cannot
 // enforce.
 func (s *Sandbox) CheckPolicy() error {
-	mode := sdk.NetworkMode(s.Profile.Sandbox.Network)
+	mode := s.Profile.Sandbox.Network
 	if s.Info.Supports(mode) {
 		return nil
 	}
@@ -188,6 +188,9 @@ func (s *Sandbox) Up(ctx context.Context) (sdk.Sandbox, error) {
 	s.Ref = sb.Ref
 	return sb, nil
 }
+
+// SandboxRef is the sandbox Exec runs in: s is an sdk.Execer.
+func (s *Sandbox) SandboxRef() sdk.SandboxRef { return s.Ref }
 
 // Exec runs req in the sandbox.
 func (s *Sandbox) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/tunnel"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/proxy"
 )
 
@@ -55,7 +55,7 @@ func benchRoutes(b *testing.B) [3]route {
 	const key = "sk-bench-upstream-key"
 	srv, addr := serveProxy(b, proxy.Options{})
 	run, err := srv.Start(proxy.RunConfig{
-		ID: "bench", Profile: "bench", Network: config.NetworkOpen,
+		ID: "bench", Profile: "bench", Network: sdk.NetworkOpen,
 		OpenAI:   proxy.Upstream{BaseURL: up.URL() + "/v1", Key: key},
 		AuditDir: b.TempDir(),
 	})

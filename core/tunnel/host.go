@@ -24,13 +24,6 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/sdk/netpipe"
 )
 
-// Execer is what the tunnel needs of a sandbox: core/sandbox.Sandbox and
-// sdk.Provider-with-ref wrappers satisfy it. The request's Sandbox is left for
-// the Execer to fill in.
-type Execer interface {
-	Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error)
-}
-
 // HostOptions configure Open.
 type HostOptions struct {
 	// Worker is argv[0] of the tunnel exec: the path of amelia-worker inside
@@ -113,7 +106,7 @@ const (
 // and the tail of its stderr if it exited before saying Hello (a wrong worker
 // path exits 127) — bounded by ctx. The tunnel's own lifetime is not ctx's:
 // it runs until Close, or until the exec or the session dies (see Done).
-func Open(ctx context.Context, ex Execer, opts HostOptions) (*Host, error) {
+func Open(ctx context.Context, ex sdk.Execer, opts HostOptions) (*Host, error) {
 	if opts.Worker == "" {
 		return nil, errors.New("open tunnel: no worker path")
 	}
@@ -272,7 +265,7 @@ func (h *Host) supervise() {
 }
 
 // run runs the tunnel exec, then takes everything else down and closes done.
-func (h *Host) run(ex Execer, req sdk.ExecRequest) {
+func (h *Host) run(ex sdk.Execer, req sdk.ExecRequest) {
 	st, err := ex.Exec(h.ctx, req, sdk.ExecIO{Stdin: h.stdin, Stdout: h.out, Stderr: io.MultiWriter(h.stderr, &debugLines{log: h.log})})
 	h.mu.Lock()
 	h.status, h.execErr, h.execOver = st, err, true

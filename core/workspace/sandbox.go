@@ -19,7 +19,7 @@ import (
 // so several Workspaces (several amelia processes) may share one sandbox:
 // what must be serialised is serialised by the lock inside the sandbox.
 type Workspace struct {
-	ex     Execer
+	ex     sdk.Execer
 	root   string
 	worker string
 	gitEnv map[string]string
@@ -45,7 +45,7 @@ type Options struct {
 
 // New returns the workspace under root, an absolute path inside the
 // sandbox (its workdir).
-func New(ex Execer, root string, opts Options) (*Workspace, error) {
+func New(ex sdk.Execer, root string, opts Options) (*Workspace, error) {
 	if !path.IsAbs(root) || strings.ContainsAny(root, "\n\x00") {
 		return nil, fmt.Errorf("workspace root %q: must be an absolute path inside the sandbox", root)
 	}
@@ -250,7 +250,7 @@ echo committed
 // Workflows lists, in name order, the workflows that have a worktree in the
 // workspace at the sandbox's workdir (where amelia run keeps it): the runs
 // in progress, and worktrees kept with --keep-worktree. It runs one `ls`.
-func Workflows(ctx context.Context, ex Execer) ([]string, error) {
+func Workflows(ctx context.Context, ex sdk.Execer) ([]string, error) {
 	var out, stderr strings.Builder
 	st, err := ex.Exec(ctx, sdk.ExecRequest{
 		Argv:    []string{"sh", "-c", `[ ! -d worktrees ] || ls -1A worktrees`},

@@ -23,23 +23,13 @@
 package workspace
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
 	"strings"
-
-	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
-
-// Execer runs one process in the sandbox (core/sandbox.Sandbox and
-// sandboxtest.Sandbox satisfy it). The request's Sandbox is left for the
-// Execer to fill in.
-type Execer interface {
-	Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error)
-}
 
 // Errors callers can tell apart with errors.Is.
 var (

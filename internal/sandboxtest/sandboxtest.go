@@ -73,6 +73,9 @@ func New(t testing.TB, name string) *Sandbox {
 	return &Sandbox{Provider: p, Ref: sb.Ref, Workdir: sb.Workdir}
 }
 
+// SandboxRef is the sandbox Exec runs in: s is an sdk.Execer.
+func (s *Sandbox) SandboxRef() sdk.SandboxRef { return s.Ref }
+
 // Exec runs req in the sandbox; it fills in req.Sandbox.
 func (s *Sandbox) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
 	req.Sandbox = s.Ref
