@@ -9,7 +9,7 @@ EXAMPLES := examples/provider-hello
 # plugin processes.
 export GORACE = atexit_sleep_ms=0
 
-.PHONY: all build worker run demo test fmt-check vet base-image proto proto-check bench fuzz clean
+.PHONY: all build worker run demo test fmt-check vet lint base-image proto proto-check bench fuzz clean
 
 all: build
 
@@ -42,8 +42,8 @@ base-image:
 		echo "make base-image: no Docker engine answers: SKIPPING the base image; the Docker tests will skip, saying so"; \
 	fi
 
-## test: gofmt, go vet and all tests with the race detector, examples included
-test: fmt-check vet base-image
+## test: gofmt, go vet, staticcheck and all tests with the race detector, examples included
+test: fmt-check vet lint base-image
 	@python3 -c 'import pydantic, sys; sys.exit(not pydantic.VERSION.startswith("2."))' 2>/dev/null || \
 		echo "make test: SKIPPING the check of the worker's output with the Python models: python3 with pydantic v2 not found"
 	$(GO) test -race -count=1 ./...
@@ -56,6 +56,10 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 	cd $(EXAMPLES) && $(GO) vet ./...
+
+## lint: staticcheck, a tool of go.mod (`go tool staticcheck`), so CI downloads nothing else
+lint:
+	$(GO) tool staticcheck ./...
 
 PROTO_DIR := plugins/sdk/providerv1
 PROTOC    := protoc --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) \

@@ -432,15 +432,9 @@ type running struct {
 	stderr bytes.Buffer
 }
 
-// startUntilToolCall starts amelia with args (which must include --json)
-// and returns once the agent's first tool call has been shown.
-func (h *host) startUntilToolCall(t *testing.T, args ...string) *running {
-	t.Helper()
-	return h.startUntil(t, "", args...)
-}
-
-// startUntil is startUntilToolCall for the first tool call whose line
-// holds marker.
+// startUntil starts amelia with args (which must include --json) and
+// returns once the agent's first tool call whose line holds marker has
+// been shown.
 func (h *host) startUntil(t *testing.T, marker string, args ...string) *running {
 	t.Helper()
 	r := &running{cmd: h.command(args...)}

@@ -69,9 +69,9 @@ func (l *live) repair(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	log := l.r.host.Logger
-	if l.sb.PluginExited() {
+	if l.sb.ProviderExited() {
 		log.Warn("the provider plugin is gone; starting it again", "provider", l.sb.Info.Name)
-		sb, err := sandbox.Open(ctx, l.r.host.Plugins, l.r.req.Profile, log)
+		sb, err := l.r.host.Sandboxes.Open(ctx, l.r.req.Profile, log)
 		if err != nil {
 			return err
 		}

@@ -23,10 +23,10 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
-	"github.com/amelia-sandbox/amelia/core/pluginhost"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/runview"
+	"github.com/amelia-sandbox/amelia/core/sandbox"
 )
 
 // Phases, in the order a run goes through them.
@@ -69,7 +69,8 @@ type Request struct {
 
 // Host is what a run needs of the machine it runs on.
 type Host struct {
-	Plugins *pluginhost.Host
+	// Sandboxes starts a profile's provider: sandbox.Plugins for amelia.
+	Sandboxes sandbox.Opener
 	// Workers puts the right amelia-worker into sandboxes; one per process,
 	// so it hashes each host binary once.
 	Workers *driver.Installer

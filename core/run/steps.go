@@ -102,15 +102,19 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 // worker's path there.
 func (r *runner) openSandbox(ctx context.Context) (sb *sandbox.Sandbox, workdir, worker string, err error) {
 	if err := r.phase(PhasePlugin, func() (err error) {
-		sb, err = sandbox.Open(ctx, r.host.Plugins, r.req.Profile, r.host.Logger)
+		sb, err = r.host.Sandboxes.Open(ctx, r.req.Profile, r.host.Logger)
 		if err != nil {
 			return err
 		}
+		// opened, not sb: a later phase's failure returns a nil sb.
+		opened := sb
 		r.onEnd("stop the provider plugin", func(context.Context) error {
 			if r.lv != nil {
-				r.lv.sandbox().Close() // the one that replaced sb, if any
+				if now := r.lv.sandbox(); now != opened {
+					now.Close() // the one that replaced it after a crash
+				}
 			}
-			sb.Close()
+			opened.Close()
 			return nil
 		})
 		return nil

@@ -1,5 +1,6 @@
 // Package sandbox is a profile's sandbox as the host sees it: the profile's
-// provider plugin, started through the plugin host, and the sandbox it names.
+// provider (a plugin started through the plugin host, or any sdk.Provider),
+// and the sandbox it names.
 // It checks the profile against what the provider can enforce before
 // anything starts (fail closed).
 package sandbox
@@ -45,21 +46,52 @@ func Owner() string {
 	return "unknown-host"
 }
 
-// Sandbox is a profile's sandbox behind its provider plugin. Close stops the
-// plugin (not the sandbox).
+// Sandbox is a profile's sandbox behind its provider: a plugin (Open), or
+// any sdk.Provider (New). Close stops the provider (not the sandbox).
 type Sandbox struct {
 	Profile  *config.Profile
 	Provider sdk.Provider
 	Info     sdk.Info
 	Ref      sdk.SandboxRef
 
-	plugin *sdk.Plugin
 	logger *slog.Logger
 	owner  string
 }
 
-// Open starts the profile's provider plugin.
+// Opener starts the provider of a profile and returns its sandbox, not
+// started yet (see Up). Plugins is the one amelia uses; tests and programs
+// that embed a provider give their own, with New.
+type Opener interface {
+	Open(ctx context.Context, p *config.Profile, logger *slog.Logger) (*Sandbox, error)
+}
+
+// Plugins opens each profile's provider as a plugin, through host.
+func Plugins(host *pluginhost.Host) Opener { return plugins{host} }
+
+type plugins struct{ host *pluginhost.Host }
+
+func (o plugins) Open(ctx context.Context, p *config.Profile, logger *slog.Logger) (*Sandbox, error) {
+	pl, err := o.host.Open(p.Sandbox.Provider, PluginProfile(p))
+	if err != nil {
+		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
+	}
+	sb, err := New(ctx, p, pl, logger)
+	if err != nil {
+		pl.Close()
+		return nil, err
+	}
+	return sb, nil
+}
+
+// Open starts the profile's provider plugin through host.
 func Open(ctx context.Context, host *pluginhost.Host, p *config.Profile, logger *slog.Logger) (*Sandbox, error) {
+	return Plugins(host).Open(ctx, p, logger)
+}
+
+// New is profile p's sandbox behind prov, which it asks to describe
+// itself. Close calls prov's Close when it has one (a plugin's ends its
+// process).
+func New(ctx context.Context, p *config.Profile, prov sdk.Provider, logger *slog.Logger) (*Sandbox, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -70,21 +102,15 @@ func Open(ctx context.Context, host *pluginhost.Host, p *config.Profile, logger 
 	if string(settings) == "null" {
 		settings = nil
 	}
-	pl, err := host.Open(p.Sandbox.Provider, PluginProfile(p))
+	info, err := prov.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
-	}
-	info, err := pl.Info(ctx)
-	if err != nil {
-		pl.Close()
 		return nil, fmt.Errorf("profile %s: describe provider %s: %w", p.Name, p.Sandbox.Provider, err)
 	}
 	return &Sandbox{
 		Profile:  p,
-		Provider: pl,
+		Provider: prov,
 		Info:     info,
 		Ref:      sdk.SandboxRef{Name: p.Name, Config: settings},
-		plugin:   pl,
 		logger:   logger,
 		owner:    Owner(),
 	}, nil
@@ -112,11 +138,22 @@ func PluginProfile(p *config.Profile) *pluginhost.Profile {
 	return prof
 }
 
-// Close stops the provider plugin.
-func (s *Sandbox) Close() { s.plugin.Close() }
+// Close stops the provider: a plugin's process ends.
+func (s *Sandbox) Close() {
+	switch c := s.Provider.(type) {
+	case interface{ Close() }:
+		c.Close()
+	case interface{ Close() error }:
+		c.Close()
+	}
+}
 
-// PluginExited reports whether the provider plugin has ended.
-func (s *Sandbox) PluginExited() bool { return s.plugin.Exited() }
+// ProviderExited reports whether the provider has ended: a plugin whose
+// process is gone. A provider in this process never ends on its own.
+func (s *Sandbox) ProviderExited() bool {
+	e, ok := s.Provider.(interface{ Exited() bool })
+	return ok && e.Exited()
+}
 
 // Spec is what the sandbox is started with.
 func (s *Sandbox) Spec() sdk.Spec {
@@ -142,7 +179,11 @@ func (s *Sandbox) Spec() sdk.Spec {
 // gives an error matching sdk.ErrUnsupported.
 func (s *Sandbox) Owned(ctx context.Context) ([]sdk.Listed, error) {
 	labels := map[string]string{LabelOwner: s.owner, LabelConfig: configLabel(s.Profile)}
-	found, err := s.plugin.List(ctx, sdk.ListRequest{Config: s.Ref.Config, Labels: labels})
+	l, ok := s.Provider.(sdk.Lister)
+	if !ok {
+		return nil, fmt.Errorf("list the sandboxes of provider %s: %w", s.Info.Name, sdk.ErrUnsupported)
+	}
+	found, err := l.List(ctx, sdk.ListRequest{Config: s.Ref.Config, Labels: labels})
 	if err != nil {
 		return nil, fmt.Errorf("list the sandboxes of provider %s: %w", s.Info.Name, err)
 	}

@@ -303,18 +303,19 @@ func (h *Host) endReason(when string) error {
 	if h.addr == "" {
 		msg += " (" + h.worker + ")"
 	}
-	if h.execErr != nil {
-		msg = fmt.Sprintf("exec %s: %v", msg, h.execErr)
-	} else {
-		msg += " ended with " + execreport.Status(h.status)
-	}
 	if when != "" {
-		msg += " " + when
+		when = " " + when
 	}
-	if tail := h.stderr.Tail(); tail != "" {
-		msg += ": " + tail
+	tail := h.stderr.Tail()
+	if tail != "" {
+		tail = ": " + tail
 	}
-	return errors.New(msg)
+	if h.execErr != nil {
+		// Wrapped: callers tell a sandbox that is gone (sdk.ErrNotFound)
+		// from the rest.
+		return fmt.Errorf("exec %s%s: %w%s", msg, when, h.execErr, tail)
+	}
+	return fmt.Errorf("%s ended with %s%s%s", msg, execreport.Status(h.status), when, tail)
 }
 
 // describeExit is how the exec ended: its status, or why it failed to run.

@@ -394,7 +394,7 @@ func (p *Provider) unpause(ctx context.Context, a *account, name string, sb api.
 	if err == nil || api.StatusOf(err) == http.StatusConflict {
 		return nil
 	}
-	return fmt.Errorf("Daytona sandbox %s (%s) is paused, and Daytona resumes only VM sandboxes (this one is %q); stopping it to start it again failed: %w: remove it (amelia sandbox down) to recreate it", name, sb.ID, sb.SandboxClass, err)
+	return fmt.Errorf("daytona sandbox %s (%s) is paused, and Daytona resumes only VM sandboxes (this one is %q); stopping it to start it again failed: %w: remove it (amelia sandbox down) to recreate it", name, sb.ID, sb.SandboxClass, err)
 }
 
 // lookup finds the sandbox of an Amelia sandbox name: by id when known,
@@ -533,7 +533,7 @@ func (b *box) failed(ctx context.Context, cause error) error {
 	case err == nil && sb.State != api.StateStarted:
 		return sdk.Errorf(sdk.ErrConflict, "Daytona sandbox %s (%s) is %s, not started (auto-stop stops idle sandboxes): `amelia sandbox up` starts it", b.name, b.id, sb.State)
 	}
-	return fmt.Errorf("Daytona sandbox %s (%s) through the SSH gateway: %w", b.name, b.id, cause)
+	return fmt.Errorf("daytona sandbox %s (%s) through the SSH gateway: %w", b.name, b.id, cause)
 }
 
 func (p *Provider) Teardown(ctx context.Context, ref sdk.SandboxRef) error {

@@ -119,7 +119,7 @@ func (b *box) ready(ctx context.Context) (setup, error) {
 	}
 	arch, err := envelope.GoArch(machine)
 	if err != nil {
-		return setup{}, fmt.Errorf("Daytona sandbox %s: %w", b.name, err)
+		return setup{}, fmt.Errorf("daytona sandbox %s: %w", b.name, err)
 	}
 	i := slices.IndexFunc(builds, func(w build) bool { return w.arch == arch })
 	if i < 0 {
@@ -151,7 +151,7 @@ func (b *box) prepare(ctx context.Context, workers ...string) (home, machine str
 	}
 	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
 	if len(lines) < 2 || !path.IsAbs(lines[0]) || strings.ContainsAny(lines[0], "\x00") {
-		return "", "", nil, fmt.Errorf("Daytona sandbox %s: the user's $HOME is %q, not an absolute path", b.name, lines[0])
+		return "", "", nil, fmt.Errorf("daytona sandbox %s: the user's $HOME is %q, not an absolute path", b.name, lines[0])
 	}
 	return path.Clean(lines[0]), lines[1], lines[2:], nil
 }

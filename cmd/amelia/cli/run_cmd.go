@@ -12,6 +12,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/run"
 	"github.com/amelia-sandbox/amelia/core/runview"
+	"github.com/amelia-sandbox/amelia/core/sandbox"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
@@ -83,7 +84,7 @@ up and exits 130.`,
 // runHost is what runs need of this machine.
 func (a *app) runHost() run.Host {
 	return run.Host{
-		Plugins:   a.pluginHost(),
+		Sandboxes: sandbox.Plugins(a.pluginHost()),
 		Workers:   a.workers(),
 		AuditDir:  a.auditDir(),
 		LookupEnv: a.lookup,

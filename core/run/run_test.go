@@ -1,0 +1,353 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/protocol"
+	"github.com/amelia-sandbox/amelia/core/runstore"
+	"github.com/amelia-sandbox/amelia/core/runview"
+	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/plugins/local"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// These tests run the whole of Run in this process, over the local
+// provider served in process through the sandbox.Opener seam, the real
+// worker, a real git repository and a scripted model: what they check is
+// the order of the phases and what the cleanups leave, on success,
+// failure and cancel.
+
+// recorder is a runview.View that keeps what it is shown.
+type recorder struct {
+	mu      sync.Mutex
+	events  []string
+	summary *runview.Summary
+	// onMessage, when set, sees each message of the agent.
+	onMessage func(*protocol.AgenticMessage)
+}
+
+func (r *recorder) PhaseStart(name string) { r.add("start " + name) }
+
+func (r *recorder) PhaseEnd(name string, _ time.Duration, err error) {
+	if err != nil {
+		r.add("fail " + name)
+		return
+	}
+	r.add("end " + name)
+}
+
+func (r *recorder) Message(m *protocol.AgenticMessage) {
+	if r.onMessage != nil {
+		r.onMessage(m)
+	}
+}
+
+func (r *recorder) Summary(s runview.Summary) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.summary = &s
+}
+
+func (r *recorder) Close() error { return nil }
+
+func (r *recorder) add(e string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+// started is the phases in the order they started.
+func (r *recorder) started() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var names []string
+	for _, e := range r.events {
+		if name, ok := strings.CutPrefix(e, "start "); ok {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// failed is the phase that failed, or "".
+func (r *recorder) failed() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.events {
+		if name, ok := strings.CutPrefix(e, "fail "); ok {
+			return name
+		}
+	}
+	return ""
+}
+
+// opener serves the local provider in this process, through wrap when a
+// test breaks it, and counts the providers it opened and closed.
+type opener struct {
+	root           string
+	wrap           func(sdk.Provider) sdk.Provider
+	opened, closed atomic.Int32
+}
+
+func (o *opener) Open(ctx context.Context, p *config.Profile, logger *slog.Logger) (*sandbox.Sandbox, error) {
+	var prov sdk.Provider = local.New(local.Options{Version: "test", DefaultRoot: o.root, HostEnv: os.Environ()})
+	if o.wrap != nil {
+		prov = o.wrap(prov)
+	}
+	o.opened.Add(1)
+	return sandbox.New(ctx, p, closeCounter{prov, &o.closed}, logger)
+}
+
+// closeCounter counts the Close calls of the provider it wraps.
+type closeCounter struct {
+	sdk.Provider
+	n *atomic.Int32
+}
+
+func (c closeCounter) Close() { c.n.Add(1) }
+
+// failing fails every exec whose command line holds match, with err, and
+// EnsureRunning when match is "EnsureRunning".
+type failing struct {
+	sdk.Provider
+	match string
+	err   error
+}
+
+func (f failing) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
+	if f.match == "EnsureRunning" {
+		return sdk.Sandbox{}, f.err
+	}
+	return f.Provider.EnsureRunning(ctx, spec)
+}
+
+func (f failing) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	if strings.Contains(strings.Join(req.Argv, " "), f.match) {
+		return sdk.ExitStatus{}, f.err
+	}
+	return f.Provider.Exec(ctx, req, eio)
+}
+
+// fixture is a host, a repository and a scripted model for one run.
+type fixture struct {
+	host   Host
+	req    Request
+	open   *opener
+	up     *llmtest.Server
+	repo   string
+	runs   *runstore.Store
+	sbRoot string
+}
+
+const upstreamKey = "sk-run-test-key"
+
+func newFixture(t *testing.T, opts llmtest.Options, turns ...llmtest.Turn) *fixture {
+	t.Helper()
+	f := &fixture{repo: t.TempDir(), sbRoot: t.TempDir()}
+	f.up = llmtest.NewWithOptions(t, opts, turns...)
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	yaml := fmt.Sprintf(`default_profile: t
+profiles:
+  t:
+    model: test-model
+    llm: {base_url: %q, api_key_env: RUN_TEST_KEY}
+    sandbox: {provider: local, local: {root: %q}}
+`, f.up.URL()+"/v1", f.sbRoot)
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"RUN_TEST_KEY": upstreamKey}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg, err := config.Load(config.Options{Path: cfgPath, LookupEnv: lookup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof, err := cfg.Profile("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"init", "-q", "-b", "main"},
+		{"config", "user.name", "Dev"},
+		{"config", "user.email", "dev@example.com"},
+		{"commit", "-q", "--allow-empty", "-m", "initial"},
+	} {
+		gitIn(t, f.repo, args...)
+	}
+	f.open = &opener{root: f.sbRoot}
+	f.runs = runstore.New(t.TempDir())
+	f.host = Host{
+		Sandboxes: f.open,
+		Workers:   &driver.Installer{Binary: workerBin},
+		AuditDir:  t.TempDir(),
+		LookupEnv: lookup,
+		Environ:   os.Environ(),
+		Runs:      f.runs,
+	}
+	f.req = Request{Profile: prof, Repo: f.repo, Workflow: "wf", Prompt: "add hello.txt"}
+	return f
+}
+
+func gitIn(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// worktrees lists what is left in the sandbox's worktrees directory.
+func (f *fixture) worktrees(t *testing.T) []string {
+	t.Helper()
+	matches, err := filepath.Glob(filepath.Join(f.sbRoot, "*", "*", "worktrees", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return matches
+}
+
+func writeHello() llmtest.Turn {
+	return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{Name: "write_file", Arguments: `{"file_path":"hello.txt","content":"hello\n"}`}}}
+}
+
+var allPhases = []string{PhaseCheck, PhaseProxy, PhasePlugin, PhaseSandbox, PhaseWorker, PhaseTunnel, PhaseWorkspace, PhaseAgent, PhaseResults, PhaseCleanup}
+
+func TestRunPhasesInOrder(t *testing.T) {
+	f := newFixture(t, llmtest.Options{}, writeHello(), llmtest.Turn{Text: "done"})
+	view := &recorder{}
+	res, err := Run(t.Context(), f.host, f.req, view)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := view.started(); !slices.Equal(got, allPhases) {
+		t.Errorf("phases %v, want %v", got, allPhases)
+	}
+	if p := view.failed(); p != "" {
+		t.Errorf("phase %s failed", p)
+	}
+	if res.Branch != "amelia/wf" || res.Kept != nil {
+		t.Errorf("result %+v, want branch amelia/wf and nothing kept", res)
+	}
+	if got := gitIn(t, f.repo, "show", "amelia/wf:hello.txt"); got != "hello" {
+		t.Errorf("hello.txt on the branch: %q", got)
+	}
+	if view.summary == nil || view.summary.Err != nil || view.summary.Branch != "amelia/wf" {
+		t.Errorf("summary %+v", view.summary)
+	}
+	if wt := f.worktrees(t); len(wt) != 0 {
+		t.Errorf("worktrees left in the sandbox: %v", wt)
+	}
+	if o, c := f.open.opened.Load(), f.open.closed.Load(); o != 1 || c != 1 {
+		t.Errorf("providers opened %d, closed %d; want 1 and 1", o, c)
+	}
+	if recs, err := f.runs.Of("t"); err != nil || len(recs) != 0 {
+		t.Errorf("run records %+v, %v; want none for a delivered run", recs, err)
+	}
+}
+
+// A failure before the agent starts ends the run at that phase, with its
+// cleanups: the provider closed, no worktree, nothing recorded.
+func TestRunFailureBeforeTheAgentCleansUp(t *testing.T) {
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name, match, phase string
+	}{
+		{"sandbox", "EnsureRunning", PhaseSandbox},
+		{"worker", "uname -m", PhaseWorker},
+		{"tunnel", "tunnel --listen", PhaseTunnel},
+		{"workspace", "worktree add", PhaseWorkspace},
+		{"agent", "detach", PhaseAgent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, llmtest.Options{}, writeHello(), llmtest.Turn{Text: "done"})
+			f.open.wrap = func(p sdk.Provider) sdk.Provider { return failing{p, tc.match, boom} }
+			view := &recorder{}
+			res, err := Run(t.Context(), f.host, f.req, view)
+			if !errors.Is(err, boom) {
+				t.Fatalf("Run: %v, want the provider's error", err)
+			}
+			if got := view.failed(); got != tc.phase {
+				t.Errorf("failed phase %q, want %q (events %v)", got, tc.phase, view.events)
+			}
+			want := allPhases[:slices.Index(allPhases, tc.phase)+1]
+			if got := view.started(); !slices.Equal(got[:min(len(got), len(want))], want) || !slices.Contains(got, PhaseCleanup) {
+				t.Errorf("phases %v, want %v then cleanup", got, want)
+			}
+			if res.Kept != nil {
+				t.Errorf("kept %+v: the agent never ran", res.Kept)
+			}
+			if wt := f.worktrees(t); len(wt) != 0 {
+				t.Errorf("worktrees left in the sandbox: %v", wt)
+			}
+			if o, c := f.open.opened.Load(), f.open.closed.Load(); o != c {
+				t.Errorf("providers opened %d, closed %d", o, c)
+			}
+			if recs, err := f.runs.Of("t"); err != nil || len(recs) != 0 {
+				t.Errorf("run records %+v, %v; want none", recs, err)
+			}
+		})
+	}
+}
+
+// A cancel while the agent works keeps its work: committed on its branch
+// in the sandbox, the worktree left, the run recorded as kept.
+func TestRunCancelledKeepsTheWork(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	hold := make(chan struct{})
+	f := newFixture(t, llmtest.Options{Script: func(i int, _ *llmtest.Request) llmtest.Turn {
+		if i == 0 {
+			return writeHello()
+		}
+		// The first tool ran; the model thinks until the test has
+		// cancelled the run.
+		cancel()
+		<-hold
+		return llmtest.Turn{Text: "too late"}
+	}})
+	// Before the server's own cleanup, which waits for its handlers.
+	t.Cleanup(func() { close(hold) })
+	view := &recorder{}
+	res, err := Run(ctx, f.host, f.req, view)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v, want context.Canceled", err)
+	}
+	if res.Kept == nil || res.Kept.Branch != "amelia/wf" {
+		t.Fatalf("kept %+v, want the work on amelia/wf", res.Kept)
+	}
+	if got := view.started(); got[len(got)-1] != PhaseCleanup {
+		t.Errorf("phases %v, want cleanup last", got)
+	}
+	wt := res.Kept.Worktree
+	if b, err := os.ReadFile(filepath.Join(wt, "hello.txt")); err != nil || string(b) != "hello\n" {
+		t.Errorf("the kept worktree's hello.txt: %q, %v", b, err)
+	}
+	if got := gitIn(t, wt, "show", "amelia/wf:hello.txt"); got != "hello" {
+		t.Errorf("hello.txt committed on the sandbox's branch: %q", got)
+	}
+	recs, err := f.runs.Of("t")
+	if err != nil || len(recs) != 1 || recs[0].State != runstore.Kept {
+		t.Errorf("run records %+v, %v; want one, kept", recs, err)
+	}
+	if o, c := f.open.opened.Load(), f.open.closed.Load(); o != c {
+		t.Errorf("providers opened %d, closed %d", o, c)
+	}
+}
