@@ -66,6 +66,8 @@ const PromptFile = "prompt.txt"
 // directory dir, an absolute path inside the sandbox that holds no run
 // yet, and returns once it runs. The prompt goes to dir/prompt.txt and
 // stays there for the life of the run; the worker's environment is d.Env.
+// Once the start itself has begun, a cancelled ctx does not cut it short:
+// it returns the run it started, for the caller to stop.
 func (d *Driver) StartAgentic(ctx context.Context, req AgenticRequest, dir string, opts DetachOptions) (*Detached, error) {
 	if err := d.checkAgentic(req); err != nil {
 		return nil, err
@@ -98,7 +100,11 @@ func (d *Driver) StartAgentic(ctx context.Context, req AgenticRequest, dir strin
 		argv = append(argv, "--max-turns", strconv.Itoa(req.MaxTurns))
 	}
 	var stderr execreport.Stderr
-	st, err := d.Exec.Exec(ctx, sdk.ExecRequest{Argv: argv, Env: d.Env, Timeout: fileTimeout}, sdk.ExecIO{Stderr: &stderr})
+	// The start runs to its end even when ctx is cancelled meanwhile: a
+	// detach cut short could leave a supervisor running that the caller,
+	// told the start failed, would not know to stop. The caller sees ctx
+	// done and stops the agent it now knows of. fileTimeout bounds it.
+	st, err := d.Exec.Exec(context.WithoutCancel(ctx), sdk.ExecRequest{Argv: argv, Env: d.Env, Timeout: fileTimeout}, sdk.ExecIO{Stderr: &stderr})
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("start the agent on %s: %w", d.provider(), err)

@@ -351,3 +351,65 @@ func TestRunCancelledKeepsTheWork(t *testing.T) {
 		t.Errorf("providers opened %d, closed %d", o, c)
 	}
 }
+
+// cancelling calls cancel when an exec whose command line holds match
+// starts, so that the exec runs under a cancelled context.
+type cancelling struct {
+	sdk.Provider
+	match  string
+	cancel context.CancelFunc
+}
+
+func (c cancelling) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	if strings.Contains(strings.Join(req.Argv, " "), c.match) {
+		c.cancel()
+	}
+	return c.Provider.Exec(ctx, req, eio)
+}
+
+// leftovers are the processes still running from the sandbox root: the
+// worker's path is under it.
+func leftovers(t *testing.T, root string) []string {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), root) {
+			continue
+		}
+		left = append(left, strings.ReplaceAll(string(b), "\x00", " "))
+	}
+	return left
+}
+
+// A cancel that comes while the agent is being started leaves no agent
+// running that the run does not know of: the start runs to its end, and
+// the cancel then stops the agent as it would a running one.
+func TestRunCancelledWhileTheAgentStarts(t *testing.T) {
+	if _, err := os.Stat("/proc/self/cmdline"); err != nil {
+		t.Skipf("no /proc to look for leftover processes in: %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	f := newFixture(t, llmtest.Options{}, writeHello(), llmtest.Turn{Text: "done"})
+	f.open.wrap = func(p sdk.Provider) sdk.Provider { return cancelling{p, " detach ", cancel} }
+	view := &recorder{}
+	res, err := Run(ctx, f.host, f.req, view)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v, want context.Canceled", err)
+	}
+	if left := leftovers(t, f.sbRoot); len(left) != 0 {
+		t.Errorf("processes left running: %q", left)
+	}
+	wt := f.worktrees(t)
+	if res.Kept == nil && len(wt) != 0 {
+		t.Errorf("nothing kept, but worktrees are left: %v", wt)
+	}
+	if res.Kept != nil && !slices.Contains(wt, res.Kept.Worktree) {
+		t.Errorf("kept %s, which is gone (left: %v)", res.Kept.Worktree, wt)
+	}
+}
