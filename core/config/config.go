@@ -134,6 +134,15 @@ type Profile struct {
 // default.
 func (p *Profile) Source() string { return p.source }
 
+// WithProvider is a copy of p whose sandbox is provider's (amelia run
+// --sandbox): the profile's block for that provider, if it has one, says
+// where. The copy keeps p's name, so the sandbox it makes is p's.
+func (p *Profile) WithProvider(provider string) *Profile {
+	q := *p
+	q.Sandbox.Provider = provider
+	return &q
+}
+
 // LLM is the upstream the host-side proxy forwards model calls to. The key
 // itself never enters the sandbox.
 type LLM struct {

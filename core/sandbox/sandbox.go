@@ -95,12 +95,9 @@ func New(ctx context.Context, p *config.Profile, prov sdk.Provider, logger *slog
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	settings, err := json.Marshal(p.Sandbox.ProviderSettings())
+	settings, err := Settings(p)
 	if err != nil {
-		return nil, fmt.Errorf("profile %s: encode %s settings: %w", p.Name, p.Sandbox.Provider, err)
-	}
-	if string(settings) == "null" {
-		settings = nil
+		return nil, err
 	}
 	info, err := prov.Info(ctx)
 	if err != nil {
@@ -114,6 +111,19 @@ func New(ctx context.Context, p *config.Profile, prov sdk.Provider, logger *slog
 		logger:   logger,
 		owner:    Owner(),
 	}, nil
+}
+
+// Settings is profile p's settings block for its provider, as a provider
+// gets it (SandboxRef.Config): JSON, or nil for none.
+func Settings(p *config.Profile) (json.RawMessage, error) {
+	settings, err := json.Marshal(p.Sandbox.ProviderSettings())
+	if err != nil {
+		return nil, fmt.Errorf("profile %s: encode %s settings: %w", p.Name, p.Sandbox.Provider, err)
+	}
+	if string(settings) == "null" {
+		return nil, nil
+	}
+	return settings, nil
 }
 
 // PluginProfile is what profile p adds to its provider plugin's

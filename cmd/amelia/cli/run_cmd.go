@@ -54,7 +54,7 @@ up and exits 130.`,
 				return err
 			}
 			if provider != "" {
-				p.Sandbox.Provider = provider
+				p = p.WithProvider(provider)
 			}
 			req.Profile = p
 			if req.Repo == "" {

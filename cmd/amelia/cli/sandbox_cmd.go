@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
@@ -316,29 +317,29 @@ func (a *app) sandboxLsCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			var rows []sandboxRow
-			err := a.eachSandbox(ctx, "", func(v sandboxVisit) {
-				if v.err != nil {
-					rows = append(rows, sandboxRow{Profile: v.profile, Provider: v.provider, State: "error", Message: oneLine(v.err.Error())})
+			err := a.eachSandbox(ctx, "", func(f sandbox.Found) {
+				if f.Err != nil {
+					rows = append(rows, sandboxRow{Profile: f.Profile, Provider: f.Provider, State: "error", Message: oneLine(f.Err.Error())})
 					return
 				}
 				var row sandboxRow
-				if v.orphan {
-					row = sandboxRow{Profile: v.profile, Provider: v.provider, State: string(v.listed.State), Orphan: true}
+				if f.Orphan {
+					row = sandboxRow{Profile: f.Profile, Provider: f.Provider, State: string(f.Listed.State), Orphan: true}
 				} else {
-					row = a.sandboxState(ctx, v.sb)
+					row = a.sandboxState(ctx, f.Sandbox)
 				}
-				if v.listed != nil && !v.listed.Created.IsZero() {
-					row.Created = &v.listed.Created
+				if f.Listed != nil && !f.Listed.Created.IsZero() {
+					row.Created = &f.Listed.Created
 				}
 				if row.State == string(sdk.HealthReady) {
 					wctx, cancel := context.WithTimeout(ctx, sdk.HealthCheckTimeout)
 					defer cancel()
-					ids, err := workspace.Workflows(wctx, v.sb)
+					ids, err := workspace.Workflows(wctx, f.Sandbox)
 					if err != nil {
 						row.Message = strings.TrimSpace(row.Message + "; " + oneLine(err.Error()))
 					}
 					row.Workflows = ids
-					row.WorkflowStates = a.workflowStates(wctx, v.sb, row.Profile, ids)
+					row.WorkflowStates = a.workflowStates(wctx, f.Sandbox, row.Profile, ids)
 				}
 				rows = append(rows, row)
 			})
@@ -461,89 +462,35 @@ func humanAge(d time.Duration) string {
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
-// sandboxVisit is one sandbox that ls and stop act on: a configured
-// profile's, or an orphan.
-type sandboxVisit struct {
-	// profile is the profile's name; for an orphan, the profile it was
-	// created for (its amelia.profile label), or its name.
-	profile  string
-	provider string
-	// sb reaches the sandbox; nil when err is set.
-	sb *sandbox.Sandbox
-	// listed is what the provider's List said of it, when it lists.
-	listed *sdk.Listed
-	orphan bool
-	// err kept the provider plugin from starting.
-	err error
-}
-
-// eachSandbox visits the sandbox of every configured profile in name order
-// (one plugin process at a time), or only that of the profile only names;
-// with only empty, it also visits the orphans: sandboxes this host created
-// (their amelia.owner label) that no configured profile owns, as far as
-// each profile's provider can list them.
-func (a *app) eachSandbox(ctx context.Context, only string, fn func(sandboxVisit)) error {
+// eachSandbox visits the sandboxes this host made from the config file:
+// each configured profile's own (in name order), then, wherever a built-in
+// provider or a profile's provider can list them, the profiles' sandboxes
+// on other providers (amelia run --sandbox) and the orphans. With only, it
+// visits only that profile's sandboxes.
+func (a *app) eachSandbox(ctx context.Context, only string, fn func(sandbox.Found)) error {
 	c, err := a.loadConfig()
 	if err != nil {
 		return err
 	}
-	names := c.ProfileNames()
 	if only != "" {
 		p, err := c.Profile(only)
 		if err != nil {
 			return err
 		}
-		names = []string{p.Name}
+		only = p.Name
 	}
-	host := a.pluginHost()
-	// A sandbox is a configured profile's when its provider and name are.
-	key := func(provider, name string) string { return host.Canonical(provider) + "/" + name }
-	known := map[string]bool{}
-	for name, p := range c.Profiles {
-		known[key(p.Sandbox.Provider, name)] = true
+	var profiles []*config.Profile
+	for _, name := range c.ProfileNames() {
+		profiles = append(profiles, c.Profiles[name])
 	}
-	for _, name := range names {
-		p := c.Profiles[name]
-		sb, err := sandbox.Open(ctx, host, p, a.logger)
-		if err != nil {
-			fn(sandboxVisit{profile: p.Name, provider: p.Sandbox.Provider, err: err})
-			continue
-		}
-		a.visitProfile(ctx, sb, only == "", known, key, fn)
-		sb.Close()
-	}
+	sandbox.Sweep{
+		Opener:    sandbox.Plugins(a.pluginHost()),
+		Profiles:  profiles,
+		Providers: a.builtinNames(),
+		Only:      only,
+		Logger:    a.logger,
+	}.Visit(ctx, fn)
 	return nil
-}
-
-// visitProfile visits the profile's own sandbox and, with orphans, the
-// orphans its provider lists that were not visited yet.
-func (a *app) visitProfile(ctx context.Context, sb *sandbox.Sandbox, orphans bool, known map[string]bool, key func(string, string) string, fn func(sandboxVisit)) {
-	owned, err := sb.Owned(ctx)
-	if err != nil && !errors.Is(err, sdk.ErrUnsupported) {
-		a.logger.Warn("cannot look for orphaned sandboxes", "profile", sb.Profile.Name, "err", err)
-	}
-	own := sandboxVisit{profile: sb.Profile.Name, provider: sb.Info.Name, sb: sb}
-	for i, l := range owned {
-		if l.Ref.Name == sb.Ref.Name {
-			own.listed = &owned[i]
-		}
-	}
-	fn(own)
-	if !orphans {
-		return
-	}
-	for i, l := range owned {
-		k := key(sb.Info.Name, l.Ref.Name)
-		if known[k] {
-			continue // a configured profile's, or an orphan already visited
-		}
-		known[k] = true
-		profile := l.Labels[sandbox.LabelProfile]
-		if profile == "" {
-			profile = l.Ref.Name
-		}
-		fn(sandboxVisit{profile: profile, provider: sb.Info.Name, sb: sb.Other(l.Ref), listed: &owned[i], orphan: true})
-	}
 }
 
 func (a *app) stopCommand() *cobra.Command {
@@ -558,21 +505,21 @@ that failed or was interrupted) is left alone without --force.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			failed := 0
-			err := a.eachSandbox(cmd.Context(), a.profile, func(v sandboxVisit) {
-				err := v.err
+			err := a.eachSandbox(cmd.Context(), a.profile, func(f sandbox.Found) {
+				err := f.Err
 				if err == nil {
-					err = a.removeSandbox(cmd.Context(), v.sb, v.profile, force)
+					err = a.removeSandbox(cmd.Context(), f.Sandbox, f.Profile, force)
 				}
 				if err != nil {
 					failed++
 					fmt.Fprintf(cmd.ErrOrStderr(), "amelia: %s\n", oneLine(err.Error()))
 					return
 				}
-				what := "sandbox " + v.profile
-				if v.orphan {
-					what = fmt.Sprintf("orphaned sandbox %s (of profile %s)", v.sb.Ref.Name, v.profile)
+				what := "sandbox " + f.Profile
+				if f.Orphan {
+					what = fmt.Sprintf("orphaned sandbox %s (of profile %s)", f.Sandbox.Ref.Name, f.Profile)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s removed (provider %s)\n", what, v.provider)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s removed (provider %s)\n", what, f.Provider)
 			})
 			if err != nil {
 				return err

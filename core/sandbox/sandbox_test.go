@@ -1,0 +1,212 @@
+package sandbox_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/plugins/local"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// opener serves the local provider in process, under any provider name:
+// "local" keeps its sandboxes where the profile's local block says (or in
+// roots["local"]), another name is a second local provider, called that,
+// whose default root is roots[name].
+type opener struct {
+	roots map[string]string
+}
+
+func (o opener) Open(ctx context.Context, p *config.Profile, logger *slog.Logger) (*sandbox.Sandbox, error) {
+	root, ok := o.roots[p.Sandbox.Provider]
+	if !ok {
+		return nil, fmt.Errorf("no provider %s", p.Sandbox.Provider)
+	}
+	var prov sdk.Provider = local.New(local.Options{Version: "test", DefaultRoot: root, HostEnv: os.Environ()})
+	if p.Sandbox.Provider != local.Name {
+		prov = renamed{prov, p.Sandbox.Provider}
+	}
+	return sandbox.New(ctx, p, prov, logger)
+}
+
+// renamed is a provider that calls itself name.
+type renamed struct {
+	sdk.Provider
+	name string
+}
+
+func (r renamed) Info(ctx context.Context) (sdk.Info, error) {
+	info, err := r.Provider.Info(ctx)
+	info.Name = r.name
+	return info, err
+}
+
+func (r renamed) List(ctx context.Context, req sdk.ListRequest) ([]sdk.Listed, error) {
+	return r.Provider.(sdk.Lister).List(ctx, req)
+}
+
+// loadProfiles loads a config file of local profiles.
+func loadProfiles(t *testing.T, yaml string) (*config.Config, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Load(config.Options{Path: path, LookupEnv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, path
+}
+
+func profiles(t *testing.T, c *config.Config) []*config.Profile {
+	t.Helper()
+	var ps []*config.Profile
+	for _, name := range c.ProfileNames() {
+		p, err := c.Profile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// make starts a sandbox named name through provider with labels, as
+// another run (or another host) would have.
+func makeSandbox(t *testing.T, o opener, provider, name string, labels map[string]string) {
+	t.Helper()
+	p := local.New(local.Options{Version: "test", DefaultRoot: o.roots[provider], HostEnv: os.Environ()})
+	if _, err := p.EnsureRunning(t.Context(), sdk.Spec{
+		SandboxRef: sdk.SandboxRef{Name: name},
+		Network:    sdk.NetworkPolicy{Mode: sdk.NetworkOpen},
+		Labels:     labels,
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSweep(t *testing.T) {
+	o := opener{roots: map[string]string{"local": t.TempDir(), "other": t.TempDir()}}
+	c, path := loadProfiles(t, `default_profile: a
+profiles:
+  a: {sandbox: {provider: local}}
+  b: {sandbox: {provider: local}}
+`)
+	ps := profiles(t, c)
+	a := ps[0]
+	sb, err := o.Open(t.Context(), a, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Up(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	mine := func(profile string) map[string]string {
+		return map[string]string{sandbox.LabelProfile: profile, sandbox.LabelOwner: sandbox.Owner(), sandbox.LabelConfig: path}
+	}
+	// a's sandbox on the other provider (amelia run --sandbox other).
+	makeSandbox(t, o, "other", "a", mine("a"))
+	// A removed profile's.
+	makeSandbox(t, o, "local", "gone", mine("gone"))
+	// Another host's, and another config file's.
+	other := mine("x")
+	other[sandbox.LabelOwner] = "another-host"
+	makeSandbox(t, o, "local", "x", other)
+	elsewhere := mine("y")
+	elsewhere[sandbox.LabelConfig] = "/elsewhere/config.yaml"
+	makeSandbox(t, o, "other", "y", elsewhere)
+
+	visit := func(only string) []string {
+		var got []string
+		sandbox.Sweep{Opener: o, Profiles: ps, Providers: []string{"local", "other"}, Only: only}.Visit(t.Context(), func(f sandbox.Found) {
+			if f.Err != nil {
+				t.Errorf("visit %s: %v", f.Profile, f.Err)
+				return
+			}
+			state := "absent"
+			if f.Listed != nil {
+				state = string(f.Listed.State)
+			}
+			got = append(got, fmt.Sprintf("%s/%s %s own=%t orphan=%t ref=%s", f.Provider, f.Profile, state, f.Own, f.Orphan, f.Sandbox.Ref.Name))
+		})
+		return got
+	}
+	want := []string{
+		"local/a ready own=true orphan=false ref=a",
+		"local/b absent own=true orphan=false ref=b",
+		"local/gone ready own=false orphan=true ref=gone",
+		"other/a ready own=false orphan=false ref=a",
+	}
+	if got := visit(""); !slices.Equal(got, want) {
+		t.Errorf("visited:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	wantA := []string{"local/a ready own=true orphan=false ref=a", "other/a ready own=false orphan=false ref=a"}
+	if got := visit("a"); !slices.Equal(got, wantA) {
+		t.Errorf("visited with only a:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantA, "\n"))
+	}
+}
+
+// A profile whose provider cannot start is visited with the error; the
+// others still are.
+func TestSweepProviderThatCannotStart(t *testing.T) {
+	o := opener{roots: map[string]string{"local": t.TempDir()}}
+	c, _ := loadProfiles(t, `default_profile: a
+profiles:
+  a: {sandbox: {provider: local}}
+  z: {sandbox: {provider: nosuch}}
+`)
+	var got []string
+	sandbox.Sweep{Opener: o, Profiles: profiles(t, c)}.Visit(t.Context(), func(f sandbox.Found) {
+		got = append(got, fmt.Sprintf("%s err=%v", f.Profile, f.Err))
+	})
+	want := []string{"a err=<nil>", "z err=no provider nosuch"}
+	if !slices.Equal(got, want) {
+		t.Errorf("visited %q, want %q", got, want)
+	}
+}
+
+// The profile's network policy is checked against what the provider can
+// enforce before anything starts.
+func TestUpFailsClosed(t *testing.T) {
+	o := opener{roots: map[string]string{"local": t.TempDir()}}
+	c, _ := loadProfiles(t, `default_profile: a
+profiles:
+  a: {sandbox: {provider: local, network: none}}
+`)
+	sb, err := o.Open(t.Context(), profiles(t, c)[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sb.Up(t.Context())
+	if err == nil || !strings.Contains(err.Error(), `cannot enforce network "none"`) {
+		t.Fatalf("Up: %v, want a refusal of network none", err)
+	}
+	if l, _ := sb.Owned(t.Context()); len(l) != 0 {
+		t.Errorf("a refused Up left sandboxes: %+v", l)
+	}
+}
+
+// A sandbox carries the labels that let a later sweep find it.
+func TestSpecLabels(t *testing.T) {
+	o := opener{roots: map[string]string{"local": t.TempDir()}}
+	c, path := loadProfiles(t, `default_profile: a
+profiles:
+  a: {sandbox: {provider: local}}
+`)
+	sb, err := o.Open(t.Context(), profiles(t, c)[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := sb.Spec().Labels
+	if l[sandbox.LabelProfile] != "a" || l[sandbox.LabelConfig] != path || l[sandbox.LabelOwner] != sandbox.Owner() || l[sandbox.LabelCreated] == "" {
+		t.Errorf("labels %v", l)
+	}
+}

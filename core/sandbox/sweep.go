@@ -1,0 +1,182 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+
+	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// Found is a sandbox a Sweep visits.
+type Found struct {
+	// Profile is the profile the sandbox is for: a configured profile's
+	// name, or, for an orphan, its amelia.profile label (else its name).
+	Profile string
+	// Provider is the provider that holds it (canonical name).
+	Provider string
+	// Sandbox reaches it, through a provider the sweep keeps open until
+	// the visit returns; nil when Err is set.
+	Sandbox *Sandbox
+	// Listed is what the provider's List said of it; nil when it did not
+	// list it (the profile's own sandbox may be absent, or its provider
+	// cannot list).
+	Listed *sdk.Listed
+	// Own is true for a configured profile's own sandbox: the one its
+	// provider makes under its name. A sandbox of the profile on another
+	// provider (amelia run --sandbox) is not its own, and not an orphan.
+	Own bool
+	// Orphan is true for a sandbox whose profile is not configured (any
+	// more): a removed profile's, or a crash's.
+	Orphan bool
+	// Err kept the profile's provider from starting.
+	Err error
+}
+
+// Sweep finds the sandboxes this host made from one config file, wherever
+// they are: each configured profile's own sandbox, then every other
+// sandbox that a provider lists with this host's and this config file's
+// labels — a profile's on another provider (amelia run --sandbox), and
+// orphans. Sandboxes of other hosts or other config files are not its
+// business.
+type Sweep struct {
+	// Opener starts the providers.
+	Opener Opener
+	// Profiles are the config's profiles, all of them: they tell a
+	// profile's sandbox from an orphan.
+	Profiles []*config.Profile
+	// Providers are the providers to list through besides the profiles'
+	// own (the built-in ones), each with every profile's settings for it.
+	// A provider that cannot list, or cannot be reached with a profile's
+	// settings for it, is passed over.
+	Providers []string
+	// Only, when set, is the one profile whose sandboxes are visited; its
+	// own first. No orphans then.
+	Only string
+	Logger *slog.Logger
+}
+
+// Visit calls fn for each sandbox found: the configured profiles' own in
+// the order of Profiles (or Only's), then the others in the order their
+// providers listed them. fn must not keep f.Sandbox.
+func (s Sweep) Visit(ctx context.Context, fn func(Found)) {
+	log := s.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	configured := map[string]bool{}
+	for _, p := range s.Profiles {
+		configured[p.Name] = true
+	}
+	seen := map[string]bool{} // provider + "\x00" + id or name
+	key := func(provider string, ref sdk.SandboxRef) string {
+		id := ref.ID
+		if id == "" {
+			id = ref.Name
+		}
+		return provider + "\x00" + id
+	}
+	// others are the sandboxes listed that are not a profile's own, to
+	// visit once the own ones have been.
+	type other struct {
+		sb     *Sandbox
+		listed sdk.Listed
+	}
+	var others []other
+	var open []*Sandbox
+	defer func() {
+		for _, sb := range open {
+			sb.Close()
+		}
+	}()
+	lists := map[string][]sdk.Listed{} // by provider and settings
+	// list is what sb's provider lists through sb's settings. A profile's
+	// own provider that fails to list is worth a warning; another that a
+	// profile has no settings for (ssh without a host) is not.
+	list := func(sb *Sandbox, own bool) []sdk.Listed {
+		k := sb.Info.Name + "\x00" + string(sb.Ref.Config)
+		if l, ok := lists[k]; ok {
+			return l // listed already, through an equal block
+		}
+		l, err := sb.Owned(ctx)
+		switch {
+		case err == nil, errors.Is(err, sdk.ErrUnsupported):
+		case own:
+			log.Warn("cannot list the sandboxes this host made", "profile", sb.Profile.Name, "provider", sb.Info.Name, "err", err)
+		default:
+			log.Debug("cannot list the sandboxes this host made", "profile", sb.Profile.Name, "provider", sb.Info.Name, "err", err)
+		}
+		lists[k] = l
+		return l
+	}
+	profiles := s.Profiles
+	if s.Only != "" {
+		profiles = slices.DeleteFunc(slices.Clone(profiles), func(p *config.Profile) bool { return p.Name != s.Only })
+	}
+	for _, p := range profiles {
+		sb, err := s.Opener.Open(ctx, p, log)
+		if err != nil {
+			fn(Found{Profile: p.Name, Provider: p.Sandbox.Provider, Own: true, Err: err})
+			continue
+		}
+		open = append(open, sb)
+		listed := list(sb, true)
+		own := Found{Profile: p.Name, Provider: sb.Info.Name, Sandbox: sb, Own: true}
+		seen[key(sb.Info.Name, sb.Ref)] = true
+		for _, l := range listed {
+			if l.Ref.Name == sb.Ref.Name {
+				own.Listed = &l
+				seen[key(sb.Info.Name, l.Ref)] = true
+				continue
+			}
+			others = append(others, other{sb, l})
+		}
+		fn(own)
+	}
+	// The same profiles' blocks for the other providers.
+	for _, p := range profiles {
+		for _, provider := range s.Providers {
+			if provider == p.Sandbox.Provider {
+				continue
+			}
+			q := p.WithProvider(provider)
+			settings, err := Settings(q)
+			if err != nil || slices.ContainsFunc(open, func(o *Sandbox) bool {
+				return o.Info.Name == provider && bytes.Equal(o.Ref.Config, settings)
+			}) {
+				continue // listed already, through the same place
+			}
+			sb, err := s.Opener.Open(ctx, q, log)
+			if err != nil {
+				log.Debug("cannot start a provider to list its sandboxes", "provider", provider, "err", err)
+				continue
+			}
+			open = append(open, sb)
+			for _, l := range list(sb, false) {
+				others = append(others, other{sb, l})
+			}
+		}
+	}
+	for _, o := range others {
+		k := key(o.sb.Info.Name, o.listed.Ref)
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		profile := o.listed.Labels[LabelProfile]
+		if profile == "" {
+			profile = o.listed.Ref.Name
+		}
+		if s.Only != "" && profile != s.Only {
+			continue
+		}
+		l := o.listed
+		fn(Found{
+			Profile: profile, Provider: o.sb.Info.Name, Sandbox: o.sb.Other(l.Ref), Listed: &l,
+			Orphan: !configured[profile],
+		})
+	}
+}
