@@ -29,7 +29,6 @@ func infoToPB(in Info) *pb.InfoResponse {
 			Isolated:       in.Isolated,
 			ExecAsRoot:     in.ExecAsRoot,
 			ResourceLimits: in.ResourceLimits,
-			Snapshots:      in.Snapshots,
 			Tty:            in.TTY,
 		},
 	}
@@ -52,7 +51,6 @@ func infoFromPB(in *pb.InfoResponse) Info {
 			Isolated:       c.GetIsolated(),
 			ExecAsRoot:     c.GetExecAsRoot(),
 			ResourceLimits: c.GetResourceLimits(),
-			Snapshots:      c.GetSnapshots(),
 			TTY:            c.GetTty(),
 		},
 	}

@@ -138,8 +138,6 @@ type Capabilities struct {
 	ExecAsRoot bool
 	// ResourceLimits reports whether cpu/memory/pids limits are enforced.
 	ResourceLimits bool
-	// Snapshots reports whether the provider can snapshot sandboxes.
-	Snapshots bool
 	// TTY reports whether ExecRequest.TTY is supported.
 	TTY bool
 }

@@ -71,7 +71,6 @@ type pluginRow struct {
 	EgressModes []string `json:"egress_modes"`
 	ExecAsRoot  bool     `json:"exec_as_root"`
 	ResourceLim bool     `json:"resource_limits"`
-	Snapshots   bool     `json:"snapshots"`
 	TTY         bool     `json:"tty"`
 	Error       string   `json:"error,omitempty"`
 }
@@ -143,7 +142,7 @@ func describePlugin(ctx context.Context, host *pluginhost.Host, p pluginhost.Plu
 		row.Error = fmt.Sprintf("the plugin calls itself %q; rename the binary %s%s or fix the plugin", info.Name, pluginhost.BinaryPrefix, info.Name)
 	}
 	row.Version, row.APIVersions, row.Description = info.Version, info.APIVersions, info.Description
-	row.Isolated, row.ExecAsRoot, row.ResourceLim, row.Snapshots, row.TTY = info.Isolated, info.ExecAsRoot, info.ResourceLimits, info.Snapshots, info.TTY
+	row.Isolated, row.ExecAsRoot, row.ResourceLim, row.TTY = info.Isolated, info.ExecAsRoot, info.ResourceLimits, info.TTY
 	for _, m := range info.EgressModes {
 		row.EgressModes = append(row.EgressModes, string(m))
 	}

@@ -5,7 +5,8 @@
 // (github.com/amelia-sandbox/amelia/plugins/sdk) and never see these messages;
 // they are here for plugins written in other languages and for the SDK's shims.
 //
-// Compatibility: fields are only ever added. A change that would break an
+// Compatibility: fields are only ever added; a field retired is reserved,
+// never reused. A change that would break an
 // existing plugin gets a new package (amelia.provider.v2) and a new go-plugin
 // protocol version.
 
@@ -202,11 +203,13 @@ type Capabilities struct {
 	EgressModes []string `protobuf:"bytes,1,rep,name=egress_modes,json=egressModes,proto3" json:"egress_modes,omitempty"`
 	// False when commands run without isolation from the host (the local provider).
 	Isolated bool `protobuf:"varint,2,opt,name=isolated,proto3" json:"isolated,omitempty"`
-	// Whether ExecStart.user may be "root".
-	ExecAsRoot     bool `protobuf:"varint,3,opt,name=exec_as_root,json=execAsRoot,proto3" json:"exec_as_root,omitempty"`
+	// Whether ExecStart.user may be "root"; when false, the provider refuses
+	// it (UNIMPLEMENTED).
+	ExecAsRoot bool `protobuf:"varint,3,opt,name=exec_as_root,json=execAsRoot,proto3" json:"exec_as_root,omitempty"`
+	// Whether the provider enforces its settings' cpu, memory and process limits.
 	ResourceLimits bool `protobuf:"varint,4,opt,name=resource_limits,json=resourceLimits,proto3" json:"resource_limits,omitempty"`
-	Snapshots      bool `protobuf:"varint,5,opt,name=snapshots,proto3" json:"snapshots,omitempty"`
-	// Whether ExecStart.tty is supported.
+	// Whether ExecStart.tty is supported; when false, the provider refuses
+	// a tty (UNIMPLEMENTED).
 	Tty           bool `protobuf:"varint,6,opt,name=tty,proto3" json:"tty,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -266,13 +269,6 @@ func (x *Capabilities) GetExecAsRoot() bool {
 func (x *Capabilities) GetResourceLimits() bool {
 	if x != nil {
 		return x.ResourceLimits
-	}
-	return false
-}
-
-func (x *Capabilities) GetSnapshots() bool {
-	if x != nil {
-		return x.Snapshots
 	}
 	return false
 }
@@ -687,10 +683,14 @@ type ExecStart struct {
 	Env     map[string]string      `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Working directory; empty means the sandbox's workdir.
 	Dir string `protobuf:"bytes,4,opt,name=dir,proto3" json:"dir,omitempty"`
-	// User to run as; empty means the provider's unprivileged default.
+	// User to run as; empty means the provider's unprivileged default. A user
+	// the provider cannot run as is refused (an error), never ignored; "root"
+	// without Capabilities.exec_as_root is refused with UNIMPLEMENTED.
 	User string `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
 	// True when stdin chunks follow (ending in StdinEOF); false means empty stdin.
-	Stdin    bool      `protobuf:"varint,6,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	Stdin bool `protobuf:"varint,6,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// A terminal for the process; without Capabilities.tty, refused with
+	// UNIMPLEMENTED.
 	Tty      bool      `protobuf:"varint,7,opt,name=tty,proto3" json:"tty,omitempty"`
 	TermSize *TermSize `protobuf:"bytes,8,opt,name=term_size,json=termSize,proto3" json:"term_size,omitempty"`
 	// After Cancel (or the timeout), the process tree gets SIGTERM, and SIGKILL
@@ -1652,15 +1652,14 @@ const file_provider_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12!\n" +
 	"\fapi_versions\x18\x03 \x03(\rR\vapiVersions\x12 \n" +
 	"\vdescription\x18\x04 \x01(\tR\vdescription\x12D\n" +
-	"\fcapabilities\x18\x05 \x01(\v2 .amelia.provider.v1.CapabilitiesR\fcapabilities\"\xc8\x01\n" +
+	"\fcapabilities\x18\x05 \x01(\v2 .amelia.provider.v1.CapabilitiesR\fcapabilities\"\xbb\x01\n" +
 	"\fCapabilities\x12!\n" +
 	"\fegress_modes\x18\x01 \x03(\tR\vegressModes\x12\x1a\n" +
 	"\bisolated\x18\x02 \x01(\bR\bisolated\x12 \n" +
 	"\fexec_as_root\x18\x03 \x01(\bR\n" +
 	"execAsRoot\x12'\n" +
-	"\x0fresource_limits\x18\x04 \x01(\bR\x0eresourceLimits\x12\x1c\n" +
-	"\tsnapshots\x18\x05 \x01(\bR\tsnapshots\x12\x10\n" +
-	"\x03tty\x18\x06 \x01(\bR\x03tty\"H\n" +
+	"\x0fresource_limits\x18\x04 \x01(\bR\x0eresourceLimits\x12\x10\n" +
+	"\x03tty\x18\x06 \x01(\bR\x03ttyJ\x04\b\x05\x10\x06R\tsnapshots\"H\n" +
 	"\n" +
 	"SandboxRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +

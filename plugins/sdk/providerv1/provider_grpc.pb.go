@@ -5,7 +5,8 @@
 // (github.com/amelia-sandbox/amelia/plugins/sdk) and never see these messages;
 // they are here for plugins written in other languages and for the SDK's shims.
 //
-// Compatibility: fields are only ever added. A change that would break an
+// Compatibility: fields are only ever added; a field retired is reserved,
+// never reused. A change that would break an
 // existing plugin gets a new package (amelia.provider.v2) and a new go-plugin
 // protocol version.
 
@@ -46,6 +47,10 @@ type ProviderClient interface {
 	// Info describes the provider: name, version, API versions, capabilities.
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error)
 	// EnsureRunning starts the sandbox or reuses a running one. Idempotent.
+	// It fails closed: a network mode the provider did not declare in
+	// Capabilities.egress_modes (or cannot enforce with these settings) is
+	// refused with UNIMPLEMENTED, and settings with a key it does not know
+	// with INVALID_ARGUMENT naming the key.
 	EnsureRunning(ctx context.Context, in *EnsureRunningRequest, opts ...grpc.CallOption) (*EnsureRunningResponse, error)
 	// Exec runs one process in a sandbox. The client sends ExecStart first, then
 	// any stdin chunks ending in StdinEOF, and at most one Cancel; resizes may
@@ -174,6 +179,10 @@ type ProviderServer interface {
 	// Info describes the provider: name, version, API versions, capabilities.
 	Info(context.Context, *InfoRequest) (*InfoResponse, error)
 	// EnsureRunning starts the sandbox or reuses a running one. Idempotent.
+	// It fails closed: a network mode the provider did not declare in
+	// Capabilities.egress_modes (or cannot enforce with these settings) is
+	// refused with UNIMPLEMENTED, and settings with a key it does not know
+	// with INVALID_ARGUMENT naming the key.
 	EnsureRunning(context.Context, *EnsureRunningRequest) (*EnsureRunningResponse, error)
 	// Exec runs one process in a sandbox. The client sends ExecStart first, then
 	// any stdin chunks ending in StdinEOF, and at most one Cancel; resizes may
