@@ -7,6 +7,11 @@
 // Its sandboxes are directories, and commands run as host processes in them:
 // like Amelia's local provider it isolates nothing. A real provider would
 // start a VM or a container in EnsureRunning and exec into it.
+//
+// It fails closed, as every provider must: it declares network open only,
+// no TTY and no root, and refuses each of them, and a user other than its
+// own, with sdk.ErrUnsupported; sdk.DecodeSettings refuses a settings key
+// it does not know. The conformance kit (main_test.go) checks all of it.
 package main
 
 import (
@@ -37,8 +42,11 @@ type settings struct {
 // dir is where the sandbox named by ref lives.
 func (h *hello) dir(ref sdk.SandboxRef) (string, error) {
 	s := settings{Root: h.defaultRoot}
-	if err := ref.DecodeConfig(&s); err != nil {
+	if err := sdk.DecodeSettings(ref.Config, "hello", &s); err != nil {
 		return "", err
+	}
+	if !filepath.IsAbs(s.Root) {
+		return "", sdk.Errorf(sdk.ErrInvalid, "hello.root must be an absolute directory, got %q", s.Root)
 	}
 	return filepath.Join(s.Root, ref.Name), nil
 }
@@ -68,6 +76,12 @@ func (h *hello) EnsureRunning(_ context.Context, spec sdk.Spec) (sdk.Sandbox, er
 }
 
 func (h *hello) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	if req.TTY {
+		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "hello does not allocate terminals")
+	}
+	if req.User != "" {
+		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "hello runs commands as the plugin's own user; it cannot run them as %q", req.User)
+	}
 	dir, err := h.dir(req.Sandbox)
 	if err != nil {
 		return sdk.ExitStatus{}, err

@@ -125,7 +125,7 @@ func (p *Provider) resolve(ref sdk.SandboxRef) (sandbox, error) {
 // root is the directory holding the sandboxes of a profile's settings.
 func (p *Provider) root(config json.RawMessage) (string, error) {
 	var set settings
-	if err := (sdk.SandboxRef{Config: config}).DecodeConfig(&set); err != nil {
+	if err := sdk.DecodeSettings(config, Name, &set); err != nil {
 		return "", err
 	}
 	root := set.Root
@@ -229,7 +229,12 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	if req.TTY {
 		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "the local provider does not allocate terminals")
 	}
-	if req.User != "" && req.User != p.user {
+	switch {
+	case req.User == "root":
+		// Even when the current user is root: Info does not declare
+		// ExecAsRoot, so root is never asked for and never given.
+		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "the local provider does not run commands as root")
+	case req.User != "" && req.User != p.user:
 		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "the local provider runs commands as the current user %q; it cannot run them as %q", p.user, req.User)
 	}
 	sb, err := p.resolve(req.Sandbox)

@@ -105,11 +105,15 @@ func TestHostSecretsStayOut(t *testing.T) {
 	}
 }
 
+// Another user is refused, and so is root even when the current user is
+// root: the provider does not declare ExecAsRoot.
 func TestExecAsAnotherUserIsRefused(t *testing.T) {
 	p, sb := newSandbox(t, local.Options{})
-	_, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"true"}, User: "amelia-nobody"}, sdk.ExecIO{})
-	if !errors.Is(err, sdk.ErrUnsupported) {
-		t.Errorf("err = %v, want ErrUnsupported", err)
+	for _, u := range []string{"amelia-nobody", "root"} {
+		_, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"true"}, User: u}, sdk.ExecIO{})
+		if !errors.Is(err, sdk.ErrUnsupported) {
+			t.Errorf("user %s: err = %v, want ErrUnsupported", u, err)
+		}
 	}
 }
 
@@ -170,6 +174,16 @@ func TestExecPathFromRequestEnv(t *testing.T) {
 	st, out := run(t, p, sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"amelia-test-tool"}, Env: map[string]string{"PATH": filepath.Dir(bin) + ":/usr/bin:/bin"}})
 	if st.Code != 0 || out != "tool ran\n" {
 		t.Errorf("exit %+v output %q, want the tool found on the exec's PATH", st, out)
+	}
+}
+
+func TestUnknownSettingIsRejected(t *testing.T) {
+	_, err := local.New(local.Options{}).EnsureRunning(t.Context(), sdk.Spec{
+		SandboxRef: sdk.SandboxRef{Name: "t1", Config: json.RawMessage(`{"root":"` + t.TempDir() + `","rooot":"/tmp"}`)},
+		Network:    sdk.NetworkPolicy{Mode: sdk.NetworkOpen},
+	})
+	if !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), `"rooot"`) {
+		t.Errorf("err = %v, want ErrInvalid naming the key", err)
 	}
 }
 

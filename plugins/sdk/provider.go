@@ -28,6 +28,21 @@ const APIVersion = 1
 // Provider is what a sandbox provider implements. Every method must honour
 // its context. Errors should wrap the sentinel errors of this package
 // (ErrNotFound, ErrInvalid...) so the host can tell the cases apart.
+//
+// A provider fails closed: what it cannot do as asked it refuses, and never
+// does something else instead.
+//   - EnsureRunning with a network mode not in Capabilities.EgressModes, or
+//     one the settings do not let it enforce, is refused with ErrUnsupported
+//     and starts nothing.
+//   - Settings it cannot read, a key it does not know among them, are
+//     refused with ErrInvalid naming the key (DecodeSettings does this).
+//   - Exec with TTY when Capabilities.TTY is false, or with User "root" when
+//     Capabilities.ExecAsRoot is false, is refused with ErrUnsupported.
+//   - Exec with a User it cannot run as is refused with an error
+//     (ErrUnsupported, or ErrInvalid for a name that is not one); it never
+//     runs the command as someone else.
+//
+// The conformance kit in sdk/sdktest checks each of these rules.
 type Provider interface {
 	// Info describes the provider. APIVersions is filled in by the SDK.
 	Info(ctx context.Context) (Info, error)
@@ -134,11 +149,14 @@ type Capabilities struct {
 	EgressModes []NetworkMode
 	// Isolated is false when commands run unisolated on the host.
 	Isolated bool
-	// ExecAsRoot reports whether ExecRequest.User may be "root".
+	// ExecAsRoot reports whether ExecRequest.User may be "root" (uid 0);
+	// without it, such an exec is refused with ErrUnsupported.
 	ExecAsRoot bool
-	// ResourceLimits reports whether cpu/memory/pids limits are enforced.
+	// ResourceLimits reports whether the cpu/memory/pids limits its
+	// settings name are enforced.
 	ResourceLimits bool
-	// TTY reports whether ExecRequest.TTY is supported.
+	// TTY reports whether ExecRequest.TTY is supported; without it, such an
+	// exec is refused with ErrUnsupported.
 	TTY bool
 }
 
@@ -175,25 +193,14 @@ type NetworkPolicy struct {
 
 // SandboxRef names a sandbox. Name is stable (derived from the profile) so a
 // new host process can find a sandbox it did not create; Config carries the
-// profile's provider settings (a JSON object) needed to reach it.
+// profile's provider settings (a JSON object) needed to reach it, which
+// DecodeSettings reads.
 type SandboxRef struct {
 	Name string
 	// ID is the provider's own id for the sandbox, when known.
 	ID string
 	// Config is the profile's settings block for this provider, as-is.
 	Config json.RawMessage
-}
-
-// DecodeConfig unmarshals the provider settings into v. Empty settings leave
-// v untouched.
-func (r SandboxRef) DecodeConfig(v any) error {
-	if len(r.Config) == 0 {
-		return nil
-	}
-	if err := json.Unmarshal(r.Config, v); err != nil {
-		return Errorf(ErrInvalid, "provider settings of sandbox %q: %v", r.Name, err)
-	}
-	return nil
 }
 
 // Spec is what EnsureRunning starts.

@@ -16,6 +16,10 @@ import (
 // error a value's own UnmarshalJSON returns matching ErrInvalid passes as
 // it is, so it can name its key itself. Empty settings leave v untouched.
 // Every error matches ErrInvalid.
+//
+// It is the SDK's one settings decoder: a provider that reads its settings
+// any other way lets a typo pass unseen, which the conformance kit's
+// FailClosed group reports.
 func DecodeSettings(raw json.RawMessage, prefix string, v any) error {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil
@@ -23,12 +27,19 @@ func DecodeSettings(raw json.RawMessage, prefix string, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		return Errorf(ErrInvalid, "%s settings: more than one JSON value", prefix)
+	}
 	var typeErr *json.UnmarshalTypeError
 	switch {
 	case err == nil, errors.Is(err, ErrInvalid):
 		return err
 	case errors.As(err, &typeErr):
-		return Errorf(ErrInvalid, "%s.%s: want a %s, not %s", prefix, typeErr.Field, kindName(typeErr.Type.Kind()), valueName(typeErr.Value))
+		key := prefix
+		if typeErr.Field != "" {
+			key += "." + typeErr.Field
+		}
+		return Errorf(ErrInvalid, "%s: want a %s, not %s", key, kindName(typeErr.Type.Kind()), valueName(typeErr.Value))
 	}
 	return Errorf(ErrInvalid, "%s settings: %s", prefix, strings.TrimPrefix(err.Error(), "json: "))
 }
