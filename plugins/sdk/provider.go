@@ -39,8 +39,10 @@ const APIVersion = 1
 //   - Exec with TTY when Capabilities.TTY is false, or with User "root" when
 //     Capabilities.ExecAsRoot is false, is refused with ErrUnsupported.
 //   - Exec with a User it cannot run as is refused with an error
-//     (ErrUnsupported, or ErrInvalid for a name that is not one); it never
-//     runs the command as someone else.
+//     (ErrUnsupported, or ErrInvalid for a name that is not one; a
+//     transport that learns it only from the exit status reports 126, as a
+//     shell does for a command it cannot run); it never runs the command
+//     as someone else.
 //
 // The conformance kit in sdk/sdktest checks each of these rules.
 type Provider interface {

@@ -1,0 +1,154 @@
+package sdktest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// The Cancel group.
+
+// startBlocking starts script in the background of the test; it must print
+// lines the caller reads with the returned reader before cancelling.
+func (k *kit) startBlocking(t T, req sdk.ExecRequest) (*lineReader, context.CancelFunc, <-chan result) {
+	t.Helper()
+	req.Sandbox = k.sb.Ref
+	ctx, cancel := context.WithCancel(k.ctx(t))
+	t.Cleanup(cancel)
+	outR, outW := io.Pipe()
+	done := make(chan result, 1)
+	go func() {
+		var errb bytes.Buffer
+		st, err := k.p.Exec(ctx, req, sdk.ExecIO{Stdout: outW, Stderr: &errb})
+		if err != nil {
+			t.Errorf("Exec(%q) after cancel: %v (want an exit status, not an error; stderr %q)", req.Argv, err, errb.String())
+		}
+		_ = outW.Close()
+		done <- result{st: st}
+	}()
+	return newLineReader(outR), cancel, done
+}
+
+func (k *kit) cancelKillsTree(t T) {
+	marker := fmt.Sprintf("cancel-marker-%d", time.Now().UnixNano())
+	// The outer shell, a child shell and its sleep form a tree; the child
+	// would write the marker if it outlived the cancel.
+	lines, cancel, done := k.startBlocking(t, sh(`echo $$; sh -c 'echo $$; sleep 600; echo survived > `+marker+`' & wait`))
+	ctx := k.ctx(t)
+	var pids []string
+	for range 2 {
+		line, err := lines.next(ctx)
+		if err != nil {
+			t.Fatalf("read pid: %v", err)
+		}
+		pids = append(pids, line)
+	}
+	cancel()
+	r := <-done
+	if !r.st.Canceled {
+		t.Errorf("exit = %+v, want Canceled", r.st)
+	}
+	// Gone or a zombie (dead, not yet reaped) counts as killed.
+	check := `for p in ` + strings.Join(pids, " ") + `; do
+	  if kill -0 $p 2>/dev/null && ! grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; then echo "alive $p: $(cat /proc/$p/cmdline | tr '\000' ' ')"; fi
+	done; test -e ` + marker + ` && echo marker written; true`
+	if r := k.run(k.ctx(t), t, sh(check), nil); len(r.stdout) != 0 {
+		t.Errorf("after cancel, processes of the exec are still running:\n%s", r.stdout)
+	}
+}
+
+func (k *kit) cancelTermFirst(t T) {
+	marker := fmt.Sprintf("term-marker-%d", time.Now().UnixNano())
+	req := sh(`trap 'echo term > ` + marker + `; exit 0' TERM; echo ready; while :; do sleep 0.1; done`)
+	req.CancelGrace = time.Minute
+	lines, cancel, done := k.startBlocking(t, req)
+	if line, err := lines.next(k.ctx(t)); err != nil || line != "ready" {
+		t.Fatalf("first line = %q, %v; want ready", line, err)
+	}
+	cancel()
+	r := <-done
+	if !r.st.Canceled || r.st.Code != 0 {
+		t.Errorf("exit = %+v, want Canceled with code 0 (the TERM trap's exit)", r.st)
+	}
+	if out := k.run(k.ctx(t), t, sh("cat "+marker), nil); string(out.stdout) != "term\n" {
+		t.Errorf("the TERM trap did not run before the process ended: marker = %q", out.stdout)
+	}
+}
+
+func (k *kit) cancelGraceThenKill(t T) {
+	const grace = 1500 * time.Millisecond
+	req := sh(`trap '' TERM; echo ready; while :; do sleep 0.1; done`)
+	req.CancelGrace = grace
+	lines, cancel, done := k.startBlocking(t, req)
+	if line, err := lines.next(k.ctx(t)); err != nil || line != "ready" {
+		t.Fatalf("first line = %q, %v; want ready", line, err)
+	}
+	cancelled := time.Now()
+	cancel()
+	r := <-done
+	// The process ignores TERM, so only SIGKILL ends it, and that must not
+	// come before the grace period is over.
+	if elapsed := time.Since(cancelled); elapsed < grace {
+		t.Errorf("a process ignoring SIGTERM ended %v after cancel, before the %v grace period", elapsed, grace)
+	}
+	if !r.st.Canceled || r.st.Signal != "KILL" && r.st.Code != 137 {
+		t.Errorf("exit = %+v, want Canceled and killed by KILL", r.st)
+	}
+}
+
+// endless is stdin that never ends.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'y'
+	}
+	return len(p), nil
+}
+
+// A process that never reads its endless stdin fills every buffer on the way
+// and the stream's flow-control window; cancelling must still stop it.
+func (k *kit) cancelStdinBlocked(t T) {
+	ctx, cancel := context.WithCancel(k.ctx(t))
+	defer cancel()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := k.p.Exec(ctx, sdk.ExecRequest{Sandbox: k.sb.Ref, Argv: []string{"sh", "-c", "echo $$; exec sleep 600"}, CancelGrace: time.Second},
+			sdk.ExecIO{Stdin: endless{}, Stdout: outW})
+		_ = outW.Close()
+		done <- err
+	}()
+	pid, err := newLineReader(outR).next(ctx)
+	if err != nil {
+		t.Fatalf("read pid: %v", err)
+	}
+	cancel()
+	// An exit status (Canceled) or an error matching context.Canceled are
+	// both fine; the process must be gone either way.
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("Exec after cancel: %v", err)
+	}
+	check := `p=` + pid + `; while kill -0 $p 2>/dev/null && ! grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; do sleep 0.05; done; echo gone`
+	ctx2, cancel2 := context.WithTimeout(k.ctx(t), 15*time.Second)
+	defer cancel2()
+	if r := k.run(ctx2, t, sh(check), nil); string(r.stdout) != "gone\n" {
+		t.Errorf("the process that ignored its stdin is still running after cancel: %q", r.stdout)
+	}
+}
+
+func (k *kit) timeout(t T) {
+	req := sh("sleep 600")
+	req.Timeout = 300 * time.Millisecond
+	req.CancelGrace = time.Second
+	r := k.run(k.ctx(t), t, req, nil)
+	if !r.st.TimedOut || r.st.Code == 0 {
+		t.Errorf("exit = %+v, want TimedOut with a non-zero code", r.st)
+	}
+}

@@ -1,0 +1,175 @@
+package sdktest
+
+import (
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// The Exec group: the shared sandbox runs them all.
+
+func (k *kit) streamsApart(t T) {
+	r := k.run(k.ctx(t), t, sh("echo out; echo err >&2; echo out2; exit 43"), nil)
+	if r.st.Code != 43 || r.st.Signal != "" || r.st.Canceled {
+		t.Errorf("exit = %+v, want code 43", r.st)
+	}
+	if string(r.stdout) != "out\nout2\n" {
+		t.Errorf("stdout = %q, want %q", r.stdout, "out\nout2\n")
+	}
+	if string(r.stderr) != "err\n" {
+		t.Errorf("stderr = %q, want %q", r.stderr, "err\n")
+	}
+	if r := k.run(k.ctx(t), t, sdk.ExecRequest{Argv: []string{"true"}}, nil); r.st != (sdk.ExitStatus{}) {
+		t.Errorf("true: exit = %+v, want code 0", r.st)
+	}
+}
+
+func (k *kit) envAndWorkdir(t T) {
+	req := sh(`printf '%s|%s' "$AMELIA_SDKTEST" "$(pwd -P)"`)
+	req.Env = map[string]string{"AMELIA_SDKTEST": "a b'c"}
+	r := k.run(k.ctx(t), t, req, nil)
+	got := strings.SplitN(string(r.stdout), "|", 2)
+	if len(got) != 2 || got[0] != "a b'c" {
+		t.Fatalf("env: stdout = %q, want the variable's value %q first", r.stdout, "a b'c")
+	}
+	wd := k.run(k.ctx(t), t, sdk.ExecRequest{Argv: []string{"sh", "-c", "cd " + shellQuote(k.sb.Workdir) + " && pwd -P"}}, nil)
+	if got[1] != strings.TrimSpace(string(wd.stdout)) {
+		t.Errorf("default working directory = %q, want the workdir %q", got[1], k.sb.Workdir)
+	}
+	k.run(k.ctx(t), t, sh("mkdir -p sub"), nil)
+	req = sdk.ExecRequest{Argv: []string{"sh", "-c", "pwd -P"}, Dir: k.sb.Workdir + "/sub"}
+	if r := k.run(k.ctx(t), t, req, nil); !strings.HasSuffix(strings.TrimSpace(string(r.stdout)), "/sub") {
+		t.Errorf("Dir %q: pwd = %q", req.Dir, r.stdout)
+	}
+}
+
+func (k *kit) unknownCommand(t T) {
+	r := k.run(k.ctx(t), t, sdk.ExecRequest{Argv: []string{"amelia-sdktest-no-such-command"}}, nil)
+	if r.st.Code != 127 {
+		t.Errorf("unknown command: exit = %+v, want code 127 (as a shell reports it)", r.st)
+	}
+}
+
+func (k *kit) firstLineBeforeExit(t T) {
+	ctx := k.ctx(t)
+	stdinR, stdinW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan result, 1)
+	go func() {
+		var errb bytes.Buffer
+		st, err := k.p.Exec(ctx, sdk.ExecRequest{Sandbox: k.sb.Ref, Argv: []string{"sh", "-c", "echo first; read x; echo second $x"}},
+			sdk.ExecIO{Stdin: stdinR, Stdout: outW, Stderr: &errb})
+		outW.CloseWithError(err)
+		done <- result{st: st}
+	}()
+	lines := newLineReader(outR)
+	// The process is blocked on stdin until after this line is read, so the
+	// line can only arrive here if output streams while the process runs.
+	if line, err := lines.next(ctx); err != nil || line != "first" {
+		t.Fatalf("first line = %q, %v; want \"first\" before the process exits", line, err)
+	}
+	_, _ = io.WriteString(stdinW, "go\n")
+	_ = stdinW.Close()
+	if line, err := lines.next(ctx); err != nil || line != "second go" {
+		t.Fatalf("second line = %q, %v; want \"second go\"", line, err)
+	}
+	if r := <-done; r.st.Code != 0 {
+		t.Errorf("exit = %+v, want 0", r.st)
+	}
+}
+
+func (k *kit) stdin(t T) {
+	in := "hello\x00world\nno newline at the end"
+	r := k.run(k.ctx(t), t, sdk.ExecRequest{Argv: []string{"cat"}}, strings.NewReader(in))
+	if string(r.stdout) != in || r.st.Code != 0 {
+		t.Errorf("cat: stdout = %q exit %+v, want %q exit 0", r.stdout, r.st, in)
+	}
+}
+
+func (k *kit) noStdin(t T) {
+	r := k.run(k.ctx(t), t, sdk.ExecRequest{Argv: []string{"cat"}}, nil)
+	if len(r.stdout) != 0 || r.st.Code != 0 {
+		t.Errorf("cat without stdin: stdout = %q exit %+v, want nothing and 0", r.stdout, r.st)
+	}
+}
+
+const eightMiB = 8 << 20
+
+func (k *kit) largeOutput(t T) {
+	r := k.run(k.ctx(t), t, sh("head -c 8388608 /dev/zero | tr '\\000' x"), nil)
+	if len(r.stdout) != eightMiB || bytes.Count(r.stdout, []byte("x")) != eightMiB {
+		t.Errorf("got %d bytes of output (%d of them 'x'), want %d x's", len(r.stdout), bytes.Count(r.stdout, []byte("x")), eightMiB)
+	}
+}
+
+// Five MiB of stderr, between lines of stdout, comes back whole: a
+// transport that drops stderr, or stops reading it while the command
+// still writes (an SSH hop that never reads extended data hangs once its
+// window of about 2 MiB is full), fails here.
+func (k *kit) largeStderr(t T) {
+	r := k.run(k.ctx(t), t, sh(`i=0; while [ $i -lt 80 ]; do head -c 65536 /dev/zero | tr '\000' e >&2; echo $i; i=$((i+1)); done`), nil)
+	var lines strings.Builder
+	for i := range 80 {
+		fmt.Fprintf(&lines, "%d\n", i)
+	}
+	if len(r.stderr) != 5<<20 || bytes.Count(r.stderr, []byte("e")) != 5<<20 || string(r.stdout) != lines.String() || r.st.Code != 0 {
+		t.Errorf("got %d bytes of stderr (%d of them 'e'), %d of stdout, exit %+v; want %d e's and the 80 lines", len(r.stderr), bytes.Count(r.stderr, []byte("e")), len(r.stdout), r.st, 5<<20)
+	}
+}
+
+func (k *kit) largeStdin(t T) {
+	in := make([]byte, eightMiB+123)
+	_, _ = rand.Read(in)
+	r := k.run(k.ctx(t), t, sdk.ExecRequest{Argv: []string{"cat"}}, bytes.NewReader(in))
+	if !bytes.Equal(r.stdout, in) {
+		t.Errorf("8 MiB of random bytes through cat: got %d bytes back, equal=%v", len(r.stdout), bytes.Equal(r.stdout, in))
+	}
+}
+
+func (k *kit) binaryOutput(t T) {
+	r := k.run(k.ctx(t), t, sh(`printf 'a\000b\377\r\nc'; printf 'e\001' >&2`), nil)
+	if want := "a\x00b\xff\r\nc"; string(r.stdout) != want {
+		t.Errorf("stdout = %q, want %q", r.stdout, want)
+	}
+	if want := "e\x01"; string(r.stderr) != want {
+		t.Errorf("stderr = %q, want %q", r.stderr, want)
+	}
+}
+
+func (k *kit) concurrent(t T) {
+	const n, lines = 16, 300
+	ctx := k.ctx(t)
+	var wg sync.WaitGroup
+	results := make([]result, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			var out, errb bytes.Buffer
+			script := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do echo "exec-%d line-$i"; i=$((i+1)); done; echo "err-%d" >&2; exit %d`, lines, i, i, i)
+			st, err := k.p.Exec(ctx, sdk.ExecRequest{Sandbox: k.sb.Ref, Argv: []string{"sh", "-c", script}}, sdk.ExecIO{Stdout: &out, Stderr: &errb})
+			results[i], errs[i] = result{st, out.Bytes(), errb.Bytes()}, err
+		})
+	}
+	wg.Wait()
+	for i, r := range results {
+		if errs[i] != nil {
+			t.Errorf("exec %d: %v", i, errs[i])
+			continue
+		}
+		var want strings.Builder
+		for j := range lines {
+			fmt.Fprintf(&want, "exec-%d line-%d\n", i, j)
+		}
+		if string(r.stdout) != want.String() {
+			t.Errorf("exec %d: stdout is not exactly its own %d lines (got %d bytes)", i, lines, len(r.stdout))
+		}
+		if string(r.stderr) != fmt.Sprintf("err-%d\n", i) || r.st.Code != i {
+			t.Errorf("exec %d: stderr %q exit %+v", i, r.stderr, r.st)
+		}
+	}
+}

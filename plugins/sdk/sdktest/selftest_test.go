@@ -1,0 +1,578 @@
+//go:build unix
+
+package sdktest_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
+)
+
+// The kit's self-tests: the reference provider passes every group, and
+// each broken variant of it fails the case that checks the rule it breaks.
+
+func TestReferencePassesEveryGroup(t *testing.T) {
+	sdktest.Run(t, sdktest.Config{Provider: newReference(t), Settings: settingsFor(t.TempDir())})
+}
+
+// Each variant breaks one rule of the contract; the kit must fail it in
+// the case named, and nowhere else on the way there.
+func TestBrokenProvidersFail(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		broken func(*reference) sdk.Provider
+		config func(*sdktest.Config)
+		fails  string // the case, as Group/Case
+	}{
+		{"CreatedEveryTime", func(r *reference) sdk.Provider { return alwaysCreated{r} }, nil, "Lifecycle/EnsureRunningIdempotent"},
+		{"TeardownDoesNothing", func(r *reference) sdk.Provider { return teardownNothing{r} }, nil, "Lifecycle/TeardownThenExecIsNotFound"},
+		{"TeardownLeavesFiles", func(r *reference) sdk.Provider { return teardownLeavesFiles{r} }, nil, "Lifecycle/EnsureAfterTeardown"},
+		{"MergesStderrIntoStdout", func(r *reference) sdk.Provider { return mergesStderr{r} }, nil, "Exec/ExitCodeAndStreamsKeptApart"},
+		{"WrongExitCode", func(r *reference) sdk.Provider { return wrongExitCode{r} }, nil, "Exec/ExitCodeAndStreamsKeptApart"},
+		{"IgnoresCancel", func(r *reference) sdk.Provider { return ignoresCancel{r} }, nil, "Cancel/CancelKillsProcessTree"},
+		{"KillsWithoutTerm", func(r *reference) sdk.Provider { return killsWithoutTerm{r} }, nil, "Cancel/CancelSendsTermFirst"},
+		{"AcceptsUndeclaredNetwork", func(r *reference) sdk.Provider { return anyNetwork{r} }, nil, "FailClosed/UndeclaredNetworkModeRefused"},
+		{"IgnoresUnknownSettings", func(r *reference) sdk.Provider { return lenientSettings{r} }, nil, "FailClosed/UnknownSettingsKeyRefused"},
+		{"IgnoresTTY", func(r *reference) sdk.Provider { return ignoresTTY{r} }, nil, "FailClosed/TTYRefusedWhenNotDeclared"},
+		{"RunsRootWhenNotDeclared", func(r *reference) sdk.Provider { return acceptsRoot{r} }, nil, "FailClosed/RootRefusedWhenNotDeclared"},
+		{"IgnoresUser", func(r *reference) sdk.Provider { return ignoresUser{r} }, nil, "FailClosed/UserHonouredOrRefused"},
+		{"DeclaresTTYWithoutOne", func(r *reference) sdk.Provider { return claimsTTY{r} }, nil, "Capabilities/TTYWhenDeclared"},
+		{"DeclaresRootWithoutIt", claimsRoot, nil, "Capabilities/RootWhenDeclared"},
+		{"DeclaresLimitsWithoutThem", func(r *reference) sdk.Provider { return claimsLimits{r} }, func(c *sdktest.Config) { c.PidsLimit = 24 }, "Capabilities/PidsLimit"},
+		{"ForwarderNeverConnects", func(r *reference) sdk.Provider { return forwardsNowhere{r} }, nil, "Forwarder/ForwardReachesTarget"},
+		{"ForwarderOutlivesContext", func(r *reference) sdk.Provider { return &forwardsForever{reference: r} }, nil, "Forwarder/ForwardStopsWithContext"},
+		{"ListerMissesLabels", func(r *reference) sdk.Provider { return listsWithoutLabels{r} }, nil, "Lister/ListedWithLabels"},
+		{"ListerKeepsTornDown", func(r *reference) sdk.Provider { return &listsTornDown{reference: r} }, nil, "Lister/NotListedAfterTeardown"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := sdktest.Config{Provider: tc.broken(newReference(t)), Settings: settingsFor(t.TempDir())}
+			if tc.config != nil {
+				tc.config(&cfg)
+			}
+			got := runKit(t, cfg, tc.fails)
+			o, ran := got[tc.fails]
+			switch {
+			case !ran:
+				t.Fatalf("the kit never ran %s:\n%s", tc.fails, got)
+			case !o.failed:
+				t.Errorf("the kit passed %s for a provider that breaks its rule:\n%s", tc.fails, got)
+			}
+			for path, o := range got {
+				if o.failed && path != "" && !strings.HasPrefix(tc.fails, path) {
+					t.Errorf("the kit failed %s too, on the way to %s:\n%s", path, tc.fails, got)
+				}
+			}
+			t.Logf("%s failed, as it should:\n%s", tc.fails, o.log)
+		})
+	}
+}
+
+// A skip without a reason, or of a case that does not exist, fails before
+// anything runs.
+func TestSkipsNeedAReasonAndACase(t *testing.T) {
+	for _, tc := range []struct {
+		skip map[string]string
+		want string
+	}{
+		{map[string]string{"Timeout": ""}, `case "Timeout" has no reason`},
+		{map[string]string{"Timeout": "  "}, `case "Timeout" has no reason`},
+		{map[string]string{"NoSuchCase": "it does not apply"}, `no case "NoSuchCase"`},
+	} {
+		got := runKit(t, sdktest.Config{Provider: newReference(t), Settings: settingsFor(t.TempDir()), Skip: tc.skip}, "")
+		if root := got[""]; !root.failed || !strings.Contains(root.log, tc.want) {
+			t.Errorf("Skip %q: the kit said %q; want it to fail saying %q", tc.skip, root.log, tc.want)
+		}
+		if len(got) != 1 {
+			t.Errorf("Skip %q: the kit ran cases:\n%s", tc.skip, got)
+		}
+	}
+}
+
+// A case named in Skip is reported as skipped, with its reason.
+func TestSkipIsReportedWithItsReason(t *testing.T) {
+	const reason = "the sandbox's clock cannot be trusted"
+	got := runKit(t, sdktest.Config{Provider: newReference(t), Settings: settingsFor(t.TempDir()), Skip: map[string]string{"Timeout": reason}}, "Cancel/Timeout")
+	o := got["Cancel/Timeout"]
+	if !o.skipped || o.failed || !strings.Contains(o.log, reason) {
+		t.Errorf("Cancel/Timeout: %+v; want it skipped saying %q", o, reason)
+	}
+}
+
+// Config.Groups runs the groups it names; the others are reported as
+// skipped, running nothing.
+func TestGroupsRunsTheGroupsNamed(t *testing.T) {
+	got := runKit(t, sdktest.Config{Provider: newReference(t), Settings: settingsFor(t.TempDir()), Groups: []sdktest.Group{sdktest.Lister}}, "")
+	for _, g := range sdktest.AllGroups() {
+		o, ran := got[string(g)]
+		switch {
+		case !ran:
+			t.Errorf("group %s is not reported", g)
+		case g == sdktest.Lister && (o.failed || o.skipped):
+			t.Errorf("group %s: %+v; want it run and passed", g, o)
+		case g != sdktest.Lister && (!o.skipped || !strings.Contains(o.log, "not in Config.Groups")):
+			t.Errorf("group %s: %+v; want it skipped as not in Config.Groups", g, o)
+		}
+	}
+	for path := range got {
+		if strings.Contains(path, "/") && !strings.HasPrefix(path, string(sdktest.Lister)+"/") {
+			t.Errorf("ran %s, outside the groups asked for", path)
+		}
+	}
+	if _, ran := got["Lister/NotListedAfterTeardown"]; !ran {
+		t.Errorf("did not run Lister/NotListedAfterTeardown:\n%s", got)
+	}
+}
+
+func TestAllGroups(t *testing.T) {
+	want := []sdktest.Group{sdktest.Lifecycle, sdktest.Exec, sdktest.Cancel, sdktest.FailClosed, sdktest.Capabilities, sdktest.Forwarder, sdktest.Lister}
+	if got := sdktest.AllGroups(); !slices.Equal(got, want) {
+		t.Errorf("AllGroups() = %v, want %v", got, want)
+	}
+}
+
+// The broken variants. Each embeds the reference and breaks one rule.
+
+// alwaysCreated says every EnsureRunning created the sandbox.
+type alwaysCreated struct{ *reference }
+
+func (b alwaysCreated) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
+	sb, err := b.reference.EnsureRunning(ctx, spec)
+	sb.Created = true
+	return sb, err
+}
+
+// teardownNothing leaves the sandbox as it is.
+type teardownNothing struct{ *reference }
+
+func (teardownNothing) Teardown(context.Context, sdk.SandboxRef) error { return nil }
+
+// teardownLeavesFiles forgets the sandbox but keeps its files.
+type teardownLeavesFiles struct{ *reference }
+
+func (b teardownLeavesFiles) Teardown(_ context.Context, ref sdk.SandboxRef) error {
+	dir, err := b.dir(ref)
+	if err != nil {
+		return err
+	}
+	b.kill(dir)
+	if err := os.Remove(filepath.Join(dir, markerName)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
+
+// mergesStderr writes stderr into stdout.
+type mergesStderr struct{ *reference }
+
+func (b mergesStderr) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	eio.Stderr = eio.Stdout
+	return b.reference.Exec(ctx, req, eio)
+}
+
+// wrongExitCode reports every failure as exit code 1.
+type wrongExitCode struct{ *reference }
+
+func (b wrongExitCode) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	st, err := b.reference.Exec(ctx, req, eio)
+	if st.Code != 0 {
+		st.Code = 1
+	}
+	return st, err
+}
+
+// ignoresCancel stops waiting when the exec is cancelled, and leaves the
+// process running.
+type ignoresCancel struct{ *reference }
+
+func (b ignoresCancel) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	type result struct {
+		st  sdk.ExitStatus
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := b.reference.Exec(context.WithoutCancel(ctx), req, eio)
+		done <- result{st, err}
+	}()
+	select {
+	case r := <-done:
+		return r.st, r.err
+	case <-ctx.Done():
+		return sdk.ExitStatus{}, nil
+	}
+}
+
+// killsWithoutTerm SIGKILLs a cancelled exec at once.
+type killsWithoutTerm struct{ *reference }
+
+func (b killsWithoutTerm) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	dir, err := b.existing(req.Sandbox)
+	if err != nil {
+		return sdk.ExitStatus{}, err
+	}
+	stop := context.AfterFunc(ctx, func() { b.kill(dir) })
+	defer stop()
+	return b.reference.Exec(context.WithoutCancel(ctx), req, eio)
+}
+
+// anyNetwork starts a sandbox whatever network it is asked for.
+type anyNetwork struct{ *reference }
+
+func (b anyNetwork) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
+	spec.Network.Mode = sdk.NetworkOpen
+	return b.reference.EnsureRunning(ctx, spec)
+}
+
+// lenientSettings drops the settings keys it does not know.
+type lenientSettings struct{ *reference }
+
+func (b lenientSettings) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
+	var s referenceSettings
+	_ = json.Unmarshal(spec.Config, &s)
+	spec.Config = settingsFor(s.Root)
+	return b.reference.EnsureRunning(ctx, spec)
+}
+
+// ignoresTTY runs an exec asking for a terminal without one.
+type ignoresTTY struct{ *reference }
+
+func (b ignoresTTY) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	req.TTY = false
+	return b.reference.Exec(ctx, req, eio)
+}
+
+// acceptsRoot runs an exec asking for root as its own user, without
+// declaring ExecAsRoot.
+type acceptsRoot struct{ *reference }
+
+func (b acceptsRoot) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	if req.User == "root" {
+		req.User = ""
+	}
+	return b.reference.Exec(ctx, req, eio)
+}
+
+// ignoresUser runs every exec as its own user.
+type ignoresUser struct{ *reference }
+
+func (b ignoresUser) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	req.User = ""
+	return b.reference.Exec(ctx, req, eio)
+}
+
+// claimsTTY declares TTY, and runs without a terminal.
+type claimsTTY struct{ *reference }
+
+func (b claimsTTY) Info(ctx context.Context) (sdk.Info, error) {
+	info, err := b.reference.Info(ctx)
+	info.TTY = true
+	return info, err
+}
+
+func (b claimsTTY) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	req.TTY = false
+	return b.reference.Exec(ctx, req, eio)
+}
+
+// claimsRoot declares ExecAsRoot, and runs an exec asking for root as an
+// unprivileged user: its own, or nobody when that is root.
+func claimsRoot(r *reference) sdk.Provider {
+	if os.Geteuid() == 0 {
+		r.cred = &syscall.Credential{Uid: 65534, Gid: 65534}
+	}
+	return claimsRootProvider{r}
+}
+
+type claimsRootProvider struct{ *reference }
+
+func (b claimsRootProvider) Info(ctx context.Context) (sdk.Info, error) {
+	info, err := b.reference.Info(ctx)
+	info.ExecAsRoot = true
+	return info, err
+}
+
+func (b claimsRootProvider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	if req.User == "root" {
+		req.User = ""
+	}
+	return b.reference.Exec(ctx, req, eio)
+}
+
+// claimsLimits declares ResourceLimits, and enforces none.
+type claimsLimits struct{ *reference }
+
+func (b claimsLimits) Info(ctx context.Context) (sdk.Info, error) {
+	info, err := b.reference.Info(ctx)
+	info.ResourceLimits = true
+	return info, err
+}
+
+// forwardsNowhere announces a forward whose connections go nowhere.
+type forwardsNowhere struct{ *reference }
+
+func (forwardsNowhere) Forward(ctx context.Context, _ sdk.ForwardRequest, listening func(addr string)) error {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = lis.Close() })
+	defer stop()
+	listening(lis.Addr().String())
+	for {
+		c, err := lis.Accept()
+		if err != nil {
+			return nil
+		}
+		_ = c.Close()
+	}
+}
+
+// forwardsForever returns when its context ends, and goes on forwarding
+// until the provider closes.
+type forwardsForever struct {
+	*reference
+	mu    sync.Mutex
+	stops []context.CancelFunc
+}
+
+func (b *forwardsForever) Forward(ctx context.Context, req sdk.ForwardRequest, listening func(addr string)) error {
+	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	b.mu.Lock()
+	b.stops = append(b.stops, cancel)
+	b.mu.Unlock()
+	announced := make(chan struct{})
+	go func() {
+		_ = b.reference.Forward(fctx, req, func(addr string) { listening(addr); close(announced) })
+	}()
+	<-announced
+	<-ctx.Done()
+	return nil
+}
+
+func (b *forwardsForever) Close() error {
+	b.mu.Lock()
+	for _, stop := range b.stops {
+		stop()
+	}
+	b.mu.Unlock()
+	return b.reference.Close()
+}
+
+// listsWithoutLabels lists the right sandboxes without their labels.
+type listsWithoutLabels struct{ *reference }
+
+func (b listsWithoutLabels) List(ctx context.Context, req sdk.ListRequest) ([]sdk.Listed, error) {
+	found, err := b.reference.List(ctx, req)
+	for i := range found {
+		found[i].Labels = nil
+	}
+	return found, err
+}
+
+// listsTornDown remembers every sandbox it listed, and lists them still.
+type listsTornDown struct {
+	*reference
+	mu   sync.Mutex
+	seen map[string]sdk.Listed
+}
+
+func (b *listsTornDown) List(ctx context.Context, req sdk.ListRequest) ([]sdk.Listed, error) {
+	found, err := b.reference.List(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seen == nil {
+		b.seen = map[string]sdk.Listed{}
+	}
+	for _, l := range found {
+		b.seen[l.Ref.Name] = l
+	}
+	found = found[:0]
+	for _, l := range b.seen {
+		found = append(found, l)
+	}
+	return found, nil
+}
+
+// runKit runs the kit against cfg under a recorder, as `go test -run only`
+// would (only "" runs everything), and returns what each test did, by
+// path ("" for the kit's own top level).
+func runKit(t *testing.T, cfg sdktest.Config, only string) outcomes {
+	t.Helper()
+	res := &record{got: outcomes{}}
+	root := &recorder{only: only, res: res}
+	root.start()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer root.finish()
+		sdktest.RunT(root, cfg)
+	}()
+	<-done
+	return res.got
+}
+
+// outcome is what one test did.
+type outcome struct {
+	failed, skipped bool
+	log             string
+}
+
+type outcomes map[string]outcome
+
+func (o outcomes) String() string {
+	var b strings.Builder
+	for _, path := range slices.Sorted(maps.Keys(o)) {
+		r := o[path]
+		state := "ok"
+		switch {
+		case r.failed:
+			state = "FAIL"
+		case r.skipped:
+			state = "SKIP"
+		}
+		fmt.Fprintf(&b, "--- %s %q\n%s", state, path, r.log)
+	}
+	return b.String()
+}
+
+type record struct {
+	mu  sync.Mutex
+	got outcomes
+}
+
+// recorder is a sdktest.T that records what each test does instead of
+// reporting it, so that a self-test can expect a case to fail. As in
+// package testing, Fatalf and Skipf end the test's goroutine, subtests run
+// one at a time, each in a goroutine of its own, and a test's context ends
+// before its cleanups run.
+type recorder struct {
+	path string
+	only string
+	res  *record
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	failed   bool
+	skipped  bool
+	log      strings.Builder
+	cleanups []func()
+}
+
+func (r *recorder) start() {
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+}
+
+// finish runs the cleanups, last first, and records the outcome.
+func (r *recorder) finish() {
+	r.cancel()
+	r.mu.Lock()
+	cleanups := r.cleanups
+	r.mu.Unlock()
+	for _, f := range slices.Backward(cleanups) {
+		f()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.mu.Lock()
+	defer r.res.mu.Unlock()
+	r.res.got[r.path] = outcome{failed: r.failed, skipped: r.skipped, log: r.log.String()}
+}
+
+func (r *recorder) Helper() {}
+
+func (r *recorder) Logf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fmt.Fprintf(&r.log, "    "+format+"\n", args...)
+}
+
+func (r *recorder) Errorf(format string, args ...any) {
+	r.Logf(format, args...)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failed = true
+}
+
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.Errorf(format, args...)
+	runtime.Goexit()
+}
+
+func (r *recorder) Skipf(format string, args ...any) {
+	r.Logf(format, args...)
+	r.mu.Lock()
+	r.skipped = true
+	r.mu.Unlock()
+	runtime.Goexit()
+}
+
+func (r *recorder) Failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed
+}
+
+func (r *recorder) Cleanup(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cleanups = append(r.cleanups, f)
+}
+
+func (r *recorder) Context() context.Context { return r.ctx }
+
+func (r *recorder) TempDir() string {
+	dir, err := os.MkdirTemp("", "sdktest-self-")
+	if err != nil {
+		r.Fatalf("TempDir: %v", err)
+	}
+	r.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// Run runs f as the subtest name, unless it is neither on the way to
+// r.only nor under it.
+func (r *recorder) Run(name string, f func(sdktest.T)) bool {
+	path := name
+	if r.path != "" {
+		path = r.path + "/" + name
+	}
+	if r.only != "" && !strings.HasPrefix(r.only+"/", path+"/") && !strings.HasPrefix(path+"/", r.only+"/") {
+		return true
+	}
+	sub := &recorder{path: path, only: r.only, res: r.res}
+	sub.start()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer sub.finish()
+		f(sub)
+	}()
+	<-done
+	if sub.Failed() {
+		r.mu.Lock()
+		r.failed = true
+		r.mu.Unlock()
+	}
+	return !sub.Failed()
+}
+
+// The recorder must be a T; the compiler checks it here.
+var _ sdktest.T = (*recorder)(nil)
