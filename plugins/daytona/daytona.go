@@ -479,7 +479,12 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	if err != nil {
 		return sdk.ExitStatus{}, err
 	}
-	if req.User != "" && req.User != b.user {
+	switch {
+	case req.User == "root":
+		// Even when the sandbox's user is root: Info does not declare
+		// ExecAsRoot.
+		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "the daytona provider does not run commands as root on request; it runs them as the sandbox's user %s", b.user)
+	case req.User != "" && req.User != b.user:
 		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "the daytona provider runs commands as the sandbox's user %s; it cannot run them as %q", b.user, req.User)
 	}
 	set, err := b.ready(ctx)

@@ -228,7 +228,11 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	if err != nil {
 		return sdk.ExitStatus{}, err
 	}
-	if login := sb.r.conn.Target().User; req.User != "" && req.User != login {
+	switch login := sb.r.conn.Target().User; {
+	case req.User == "root":
+		// Even when the login is root: Info does not declare ExecAsRoot.
+		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "the ssh provider does not run commands as root on request; it runs them as the login user %s", login)
+	case req.User != "" && req.User != login:
 		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "the ssh provider runs commands as the login user %s; it cannot run them as %q", login, req.User)
 	}
 	dir := req.Dir
