@@ -57,15 +57,20 @@ func pluginCommand(env ...string) *exec.Cmd {
 	return cmd
 }
 
+// conformancePids is the process limit of the conformance kit's sandboxes,
+// which its PidsLimit case checks: room for its 16 concurrent execs.
+const conformancePids = 256
+
 func TestConformance(t *testing.T) {
 	cli := dockertest.Engine(t)
 	dockertest.RemoveContainers(t, cli, "amelia.sdktest=true")
 	for _, mode := range []sdk.NetworkMode{sdk.NetworkOpen, sdk.NetworkNone} {
 		t.Run(string(mode), func(t *testing.T) {
 			sdktest.Run(t, sdktest.Config{
-				Command:  func() *exec.Cmd { return pluginCommand() },
-				Settings: dockertest.Settings(nil),
-				Network:  mode,
+				Command:   func() *exec.Cmd { return pluginCommand() },
+				Settings:  dockertest.Settings(map[string]any{"resources": map[string]any{"pids": conformancePids}}),
+				Network:   mode,
+				PidsLimit: conformancePids,
 			})
 		})
 	}
