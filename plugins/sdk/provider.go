@@ -87,11 +87,11 @@ type Lister interface {
 type Forwarder interface {
 	// Forward listens on the sandbox's loopback and connects each
 	// connection made there to req.Target, a loopback address on the host,
-	// until ctx ends (then it returns nil). It calls listening once, with
-	// the address it listens on in the sandbox, before any connection. An
-	// error means the forward could not start, or failed; ErrUnsupported
-	// means it may not be used here (the host falls back to the exec
-	// tunnel).
+	// until ctx ends (then it stops listening and returns nil). It calls
+	// listening once, with the address it listens on in the sandbox,
+	// before any connection. An error means the forward could not start,
+	// or failed; ErrUnsupported means it may not be used here (the host
+	// falls back to the exec tunnel).
 	Forward(ctx context.Context, req ForwardRequest, listening func(addr string)) error
 }
 
