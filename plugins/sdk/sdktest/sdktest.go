@@ -40,7 +40,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -289,7 +288,7 @@ type kit struct {
 // connect puts the provider behind the real gRPC shim.
 func connect(t T, cfg Config) sdk.Provider {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("provider log:\n%s", logs.String())
@@ -446,20 +445,3 @@ func (lr *lineReader) next(ctx context.Context) (string, error) {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
