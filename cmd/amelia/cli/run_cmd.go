@@ -56,6 +56,14 @@ up and exits 130.`,
 			if provider != "" {
 				p = p.WithProvider(provider)
 			}
+			if spec, ok := strings.CutPrefix(req.Model, ScriptedPrefix); ok {
+				var srv interface{ Close() }
+				if p, srv, err = startScripted(p, spec); err != nil {
+					return usageError{err}
+				}
+				defer srv.Close()
+				fmt.Fprintf(cmd.ErrOrStderr(), "amelia: the model is a scripted one on this machine (%s): no API key is used\n", req.Model)
+			}
 			req.Profile = p
 			if req.Repo == "" {
 				if req.Repo, err = os.Getwd(); err != nil {
@@ -72,7 +80,7 @@ up and exits 130.`,
 	f.StringVar(&req.Repo, "repo", "", "repository: a local checkout's path or a URL (default: the git repository of the current directory)")
 	f.StringVar(&req.Base, "base", "", "branch to start from (default: the checked-out branch, or the URL's default branch)")
 	f.StringVar(&req.Workflow, "workflow", "", "workflow id; the result branch is amelia/<id> (default: made from the prompt, e.g. fix-login-3f9a)")
-	f.StringVar(&req.Model, "model", "", "model, as the upstream names it (default: the profile's)")
+	f.StringVar(&req.Model, "model", "", "model, as the upstream names it (default: the profile's); "+ScriptedPrefix+"echo or "+ScriptedPrefix+"FILE plays a scripted model on this machine, without a key")
 	f.StringVar(&promptFile, "prompt-file", "", "file holding the task (- for stdin)")
 	f.BoolVar(&asJSON, "json", false, "one JSON line per event, for programs")
 	f.BoolVar(&req.Push, "push", false, "push the result branch to the origin of a URL repository")

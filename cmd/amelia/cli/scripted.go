@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/internal/llmtest"
+)
+
+// ScriptedPrefix starts a --model that is played by a scripted model server
+// amelia starts on loopback for the run, instead of the profile's upstream:
+// scripted:echo, or scripted:FILE for a script of turns. Everything but the
+// model is real: the sandbox, the worker, the tunnel, the proxy, git.
+const ScriptedPrefix = "scripted:"
+
+// EchoFile is what the echo model writes the prompt to.
+const EchoFile = "AMELIA_ECHO.md"
+
+// scriptedTurn is one turn of a script file: what the model says, and the
+// tools it calls (with their arguments as a JSON object).
+type scriptedTurn struct {
+	Text      string `json:"text"`
+	ToolCalls []struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"tool_calls"`
+}
+
+// startScripted starts the model server --model names after "scripted:",
+// and returns the profile p with it as its upstream (and no key).
+func startScripted(p *config.Profile, spec string) (*config.Profile, *llmtest.Server, error) {
+	var opts llmtest.Options
+	var turns []llmtest.Turn
+	switch spec {
+	case "echo":
+		opts.Script = echoTurn
+	case "":
+		return nil, nil, fmt.Errorf("--model %s: name a script: %secho, or %sFILE (a JSON list of turns)", ScriptedPrefix, ScriptedPrefix, ScriptedPrefix)
+	default:
+		var err error
+		if turns, err = readScript(spec); err != nil {
+			return nil, nil, err
+		}
+	}
+	srv, err := llmtest.Start(opts, turns...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("start the scripted model: %w", err)
+	}
+	q := *p
+	q.LLM.Upstream = config.Upstream{BaseURL: srv.URL() + "/v1"}
+	q.LLM.Anthropic = nil
+	return &q, srv, nil
+}
+
+// echoTurn is the echo model: asked a prompt, it writes it to EchoFile;
+// told how that went, it says what it did.
+func echoTurn(_ int, req *llmtest.Request) llmtest.Turn {
+	msgs := req.Chat.Messages
+	if len(msgs) == 0 || msgs[len(msgs)-1].Role != "user" {
+		return llmtest.Turn{Text: "echo model: I wrote your prompt to " + EchoFile + "."}
+	}
+	args, _ := json.Marshal(map[string]string{"file_path": EchoFile, "content": msgs[len(msgs)-1].Text() + "\n"})
+	return llmtest.Turn{
+		Text:      "echo model: writing the prompt to " + EchoFile + ".",
+		ToolCalls: []llmtest.ToolCall{{Name: "write_file", Arguments: string(args)}},
+	}
+}
+
+// readScript reads a script file: a JSON list of turns, played in order.
+func readScript(path string) ([]llmtest.Turn, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--model %s%s: %w", ScriptedPrefix, path, err)
+	}
+	var script []scriptedTurn
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&script); err != nil {
+		return nil, fmt.Errorf("--model %s%s: want a JSON list of turns like [{\"text\": \"...\", \"tool_calls\": [{\"name\": \"write_file\", \"arguments\": {...}}]}]: %v", ScriptedPrefix, path, err)
+	}
+	if len(script) == 0 {
+		return nil, fmt.Errorf("--model %s%s: the script has no turns", ScriptedPrefix, path)
+	}
+	turns := make([]llmtest.Turn, len(script))
+	for i, t := range script {
+		turns[i].Text = t.Text
+		for _, c := range t.ToolCalls {
+			if c.Name == "" {
+				return nil, fmt.Errorf("--model %s%s: turn %d: a tool call without a name", ScriptedPrefix, path, i+1)
+			}
+			turns[i].ToolCalls = append(turns[i].ToolCalls, llmtest.ToolCall{Name: c.Name, Arguments: string(c.Arguments)})
+		}
+	}
+	return turns, nil
+}
