@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -238,7 +239,7 @@ func (w *Workspace) streamBundle(ctx context.Context, h *HostRepo, gitDir string
 	if err := <-done; err != nil {
 		return 0, fmt.Errorf("bundle on the host: %w", err)
 	}
-	return cr.n, nil
+	return cr.n.Load(), nil
 }
 
 // receiveBundle runs in the sandbox under the lock: it creates the bare
@@ -270,13 +271,16 @@ done
 	return w.script(ctx, "receive bundle into the sandbox repo", nil, bundle, nil, body, args...)
 }
 
+// countingReader counts what was read through it. The count is atomic: a
+// provider may still be reading an exec's stdin, at its end, as its Exec
+// returns.
 type countingReader struct {
 	r io.Reader
-	n int64
+	n atomic.Int64
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
-	c.n += int64(n)
+	c.n.Add(int64(n))
 	return n, err
 }
