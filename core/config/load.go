@@ -184,6 +184,17 @@ func (o Options) lookup() func(string) (string, bool) {
 // configPath returns the file to load and what named it ("--config" or
 // "AMELIA_CONFIG"; "" for the default path, which may be missing). An
 // empty name means there is no default path (no home directory).
+// Path is the config file Load reads: Options.Path, else $AMELIA_CONFIG,
+// else the default path ($XDG_CONFIG_HOME/amelia/config.yaml or
+// ~/.config/amelia/config.yaml), whether or not it exists.
+func Path(opts Options) (string, error) {
+	name, _, err := configPath(opts, opts.lookup())
+	if err == nil && name == "" {
+		err = errors.New("no config file: no --config, no AMELIA_CONFIG, and no home directory for the default path")
+	}
+	return name, err
+}
+
 func configPath(opts Options, lookup func(string) (string, bool)) (name, origin string, err error) {
 	switch v, _ := lookup("AMELIA_CONFIG"); {
 	case opts.Path != "":

@@ -128,6 +128,7 @@ streams what it does back to you. Sandbox providers are plugins.`,
 	f.BoolVar(&a.debug, "debug", false, "log details, including the plugins' logs, to stderr")
 	root.AddCommand(
 		a.versionCommand(),
+		a.initCommand(),
 		a.configCommand(),
 		a.pluginCommand(),
 		a.imageCommand(),

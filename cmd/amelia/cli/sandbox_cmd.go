@@ -79,10 +79,11 @@ that failed or was interrupted) is not removed without --force.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withSandbox(cmd.Context(), func(sb *sandbox.Sandbox) error {
-				if err := a.removeSandbox(cmd.Context(), sb, sb.Profile.Name, force); err != nil {
+				removed, err := a.removeSandbox(cmd.Context(), sb, sb.Profile.Name, force)
+				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "sandbox %s removed (provider %s)\n", sb.Ref.Name, sb.Info.Name)
+				fmt.Fprintln(cmd.OutOrStdout(), removedLine("sandbox "+sb.Ref.Name, sb.Info.Name, removed))
 				return nil
 			})
 		},
@@ -92,32 +93,45 @@ that failed or was interrupted) is not removed without --force.`,
 }
 
 // removeSandbox tears sb (of profile) down, unless it holds work that
-// was not brought back and force is not set. With force, the records of
-// that work go with it.
-func (a *app) removeSandbox(ctx context.Context, sb *sandbox.Sandbox, profile string, force bool) error {
-	if !force {
+// was not brought back and force is not set; it reports whether there was
+// a sandbox to remove. With force, the records of the runs it held go with
+// it.
+func (a *app) removeSandbox(ctx context.Context, sb *sandbox.Sandbox, profile string, force bool) (bool, error) {
+	absent := a.sandboxState(ctx, sb).State == "absent"
+	if !force && !absent {
 		atRisk, err := a.workAtRisk(ctx, sb, profile)
 		if err != nil {
-			return fmt.Errorf("sandbox %s: cannot tell whether it holds work not brought back (%w); pass --force to remove it anyway", profile, err)
+			return false, fmt.Errorf("sandbox %s: cannot tell whether it holds work not brought back (%w); pass --force to remove it anyway", profile, err)
 		}
 		if len(atRisk) > 0 {
-			return fmt.Errorf("sandbox %s holds work not brought back: %s; bring kept work back with amelia results --profile %s WORKFLOW, or pass --force to delete it all",
+			return false, fmt.Errorf("sandbox %s holds work not brought back: %s; bring kept work back with amelia results --profile %s WORKFLOW, or pass --force to delete it all",
 				profile, strings.Join(atRisk, ", "), profile)
 		}
 	}
 	if err := sb.Down(ctx); err != nil {
-		return err
+		return false, err
 	}
 	recs, err := a.runs().Of(profile)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, r := range recs {
+		if r.Provider != "" && r.Provider != sb.Info.Name {
+			continue // a run of the profile's sandbox on another provider
+		}
 		if err := a.runs().Delete(profile, r.Workflow); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return !absent, nil
+}
+
+// removedLine says what removing what (on provider) did.
+func removedLine(what, provider string, removed bool) string {
+	if !removed {
+		return fmt.Sprintf("%s (provider %s): none to remove", what, provider)
+	}
+	return fmt.Sprintf("%s removed (provider %s)", what, provider)
 }
 
 // workAtRisk lists what removing sb (of profile) would lose: the kept work
@@ -507,8 +521,9 @@ that failed or was interrupted) is left alone without --force.`,
 			failed := 0
 			err := a.eachSandbox(cmd.Context(), a.profile, func(f sandbox.Found) {
 				err := f.Err
+				removed := false
 				if err == nil {
-					err = a.removeSandbox(cmd.Context(), f.Sandbox, f.Profile, force)
+					removed, err = a.removeSandbox(cmd.Context(), f.Sandbox, f.Profile, force)
 				}
 				if err != nil {
 					failed++
@@ -519,7 +534,7 @@ that failed or was interrupted) is left alone without --force.`,
 				if f.Orphan {
 					what = fmt.Sprintf("orphaned sandbox %s (of profile %s)", f.Sandbox.Ref.Name, f.Profile)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s removed (provider %s)\n", what, f.Provider)
+				fmt.Fprintln(cmd.OutOrStdout(), removedLine(what, f.Provider, removed))
 			})
 			if err != nil {
 				return err

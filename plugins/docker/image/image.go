@@ -12,6 +12,13 @@ import _ "embed"
 //go:embed Dockerfile
 var Dockerfile []byte
 
+// Bootstrap is bootstrap-base.sh: it makes TestBase from Debian's packages
+// with mmdebstrap, for engines that cannot pull (`amelia init
+// --bootstrap`, `make base-image`).
+//
+//go:embed bootstrap-base.sh
+var Bootstrap []byte
+
 const (
 	// WorkerFile is the worker's name in the build context.
 	WorkerFile = "amelia-worker"
