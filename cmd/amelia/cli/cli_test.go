@@ -5,6 +5,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin"
 	"github.com/amelia-sandbox/amelia/core/buildinfo"
+	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -444,21 +447,32 @@ func TestDoctor(t *testing.T) {
 	if err != nil {
 		t.Fatal("the CLI tests need git on PATH")
 	}
-	e.writeConfig(t, `
+	// The upstreams: one that answers, one that refuses the key (quoting
+	// it, as some do), and none at all.
+	up := llmtest.New(t)
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprintf(w, `{"error":{"message":"Incorrect API key provided: %s"}}`, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+	}))
+	t.Cleanup(refusing.Close)
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	e.writeConfig(t, fmt.Sprintf(`
 default_profile: dev
 profiles:
   dev:
-    llm: {api_key_env: DOCTOR_TEST_KEY}
+    llm: {base_url: %q, api_key_env: DOCTOR_TEST_KEY}
     sandbox: {provider: local}
   fenced:
-    llm: {api_key_env: DOCTOR_TEST_KEY}
+    llm: {base_url: %q, api_key_env: DOCTOR_TEST_KEY}
     sandbox: {provider: local, network: none}
   elsewhere:
-    llm: {api_key_env: DOCTOR_TEST_KEY}
+    llm: {base_url: %q, api_key_env: DOCTOR_TEST_KEY}
     sandbox: {provider: nosuch}
-`)
+`, up.URL()+"/v1", refusing.URL+"/v1", gone.URL+"/v1"))
 	normalize := func(s string) string {
-		return strings.NewReplacer(git, "$GIT", workers, "$WORKERS", runtime.GOARCH, "$ARCH").Replace(e.normalize(s))
+		return strings.NewReplacer(git, "$GIT", workers, "$WORKERS", runtime.GOARCH, "$ARCH",
+			up.URL(), "$LLM", refusing.URL, "$REFUSING", gone.URL, "$GONE", gone.Listener.Addr().String(), "$GONEADDR").Replace(e.normalize(s))
 	}
 	var transcript strings.Builder
 	for _, step := range []struct {
@@ -468,6 +482,7 @@ profiles:
 	}{
 		{"", []string{"doctor"}, 1},
 		{"sk-set", []string{"doctor", "--profile", "dev"}, 0},
+		{"sk-set", []string{"doctor"}, 1},
 	} {
 		t.Setenv("DOCTOR_TEST_KEY", step.env)
 		if step.env == "" {

@@ -2,11 +2,16 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os/exec"
 	"runtime"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -100,10 +105,10 @@ func (a *app) doctor(ctx context.Context, d *doctor) {
 
 func (a *app) doctorProfile(ctx context.Context, d *doctor, host *pluginhost.Host, p *config.Profile) {
 	const in = "  "
-	if _, err := p.LLMKey(a.lookup); err != nil {
+	if key, err := p.LLMKey(a.lookup); err != nil {
 		d.fail(in, "LLM key", err, "")
 	} else {
-		d.ok(in, "LLM key for %s", p.LLM.BaseURL)
+		checkLLM(ctx, d, in, p.LLM.BaseURL, key)
 	}
 	if _, err := p.GitToken(a.lookup); err != nil {
 		d.fail(in, "git token", err, "")
@@ -131,4 +136,65 @@ func (a *app) doctorProfile(ctx context.Context, d *doctor, host *pluginhost.Hos
 	default:
 		d.fail(in, "sandbox", errors.New(row.State+suffix(row.Message)), fmt.Sprintf("amelia sandbox down --profile %s recreates it on the next run", p.Name))
 	}
+}
+
+// llmCheckTimeout bounds doctor's request to an LLM upstream.
+const llmCheckTimeout = 10 * time.Second
+
+// checkLLM asks the upstream at baseURL for its models, a request that
+// costs nothing, with key: whether it answers, and whether it takes the
+// key.
+func checkLLM(ctx context.Context, d *doctor, in, baseURL, key string) {
+	ctx, cancel := context.WithTimeout(ctx, llmCheckTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/models", nil)
+	if err != nil {
+		d.fail(in, "LLM "+baseURL, err, "check llm.base_url")
+		return
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		err = ue.Err // the URL is said already
+	}
+	if err != nil {
+		d.fail(in, "LLM "+baseURL, fmt.Errorf("does not answer: %w", err), "check llm.base_url, and that this machine reaches it")
+		return
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	switch {
+	case res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden:
+		// The message may quote the key; it is the user's own, but it
+		// is not printed.
+		msg := strings.ReplaceAll(upstreamStatus(res, body), key, "[the key]")
+		d.fail(in, "LLM key", fmt.Errorf("%s refused it: %s", baseURL, msg), "check the key, and that it is the key of this upstream")
+	case res.StatusCode >= 200 && res.StatusCode < 300:
+		var models struct {
+			Data []json.RawMessage `json:"data"`
+		}
+		_ = json.Unmarshal(body, &models)
+		d.ok(in, "LLM %s answers and takes the key (%d model(s))", baseURL, len(models.Data))
+	case res.StatusCode == http.StatusNotFound || res.StatusCode == http.StatusMethodNotAllowed:
+		d.ok(in, "LLM %s answers (it lists no models, so the key is checked at the first request)", baseURL)
+	default:
+		d.fail(in, "LLM "+baseURL, errors.New(upstreamStatus(res, body)), "check llm.base_url; the upstream may be down")
+	}
+}
+
+// upstreamStatus is an upstream's answer in one line: its status, and
+// the error message an OpenAI-style body carries.
+func upstreamStatus(res *http.Response, body []byte) string {
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	msg := "HTTP " + res.Status
+	if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+		msg += ": " + oneLine(e.Error.Message)
+	}
+	return msg
 }
