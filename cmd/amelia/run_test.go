@@ -335,6 +335,7 @@ func TestRunRefusesBeforeStarting(t *testing.T) {
 		{"URL without --push", []string{"--repo", "https://host.example/r.git", "do it"}, "--push"},
 		{"empty prompt", []string{"--workflow", "ok", "  "}, "no task"},
 		{"prompt file and arguments", []string{"--prompt-file", "task.md", "do it"}, "not both"},
+		{"no such repo", []string{"--workflow", "ok", "--repo", "/no/such/dir", "do it"}, "/no/such/dir: no such directory"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := h.amelia(t, append([]string{"run", "--json"}, c.args...)...)
@@ -347,6 +348,21 @@ func TestRunRefusesBeforeStarting(t *testing.T) {
 	r := h.amelia(t, "run", "--workflow", "dirty", "do it")
 	if r.code == 0 || !strings.Contains(r.stderr, "uncommitted changes") || !strings.Contains(r.stderr, "wip.txt") || !strings.Contains(r.stderr, "--include-dirty") {
 		t.Errorf("dirty checkout: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// A new repository, nothing committed: no --base was given, so none is
+	// blamed.
+	empty := t.TempDir()
+	gitIn := func(args ...string) {
+		cmd := exec.Command("git", append([]string{"-C", empty}, args...)...)
+		cmd.Env = h.env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	gitIn("init", "-q", "-b", "master")
+	r = h.amelia(t, "run", "--workflow", "empty", "--repo", empty, "do it")
+	if r.code == 0 || !strings.Contains(r.stderr, "has no commits yet") || strings.Contains(r.stderr, "--base:") {
+		t.Errorf("empty repository: exit %d, stderr %q", r.code, r.stderr)
 	}
 	if entries, _ := os.ReadDir(h.root); len(entries) != 0 {
 		t.Errorf("a refused run created a sandbox: %v", entries)

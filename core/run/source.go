@@ -91,13 +91,21 @@ func (r *runner) check(ctx context.Context) (source, error) {
 		return src, refuse(err)
 	}
 	src.local = repo
+	if has, err := repo.HasCommits(ctx); err != nil {
+		return src, err
+	} else if !has {
+		return src, refuse(fmt.Errorf("%s has no commits yet: the agent starts from a commit, so commit something first (git commit --allow-empty -m start)", repo.Dir))
+	}
 	if src.base == "" {
 		if src.base, err = repo.DefaultBranch(ctx); err != nil {
 			return src, refuse(err)
 		}
 	}
 	baseCommit, err := repo.ResolveBranch(ctx, src.base)
-	if err != nil {
+	switch {
+	case err != nil && req.Base == "":
+		return src, refuse(fmt.Errorf("the checked-out branch %s of %s has no commits yet: commit on it, or pass --base BRANCH", src.base, repo.Dir))
+	case err != nil:
 		return src, refuse(fmt.Errorf("--base: %w", err))
 	}
 	// The branch the result comes back as must be creatable now: it is

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -47,6 +48,14 @@ type HostRepo struct {
 // later on the host (rev-parse --path-format).
 func OpenHostRepo(ctx context.Context, dir string, log *slog.Logger) (*HostRepo, error) {
 	h := &HostRepo{Dir: dir, log: orDiscard(log)}
+	switch fi, err := os.Stat(dir); {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%s: no such directory (--repo names a git checkout's directory, or a URL)", dir)
+	case err != nil:
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	case !fi.IsDir():
+		return nil, fmt.Errorf("%s is a file, not a directory (--repo names a git checkout's directory, or a URL)", dir)
+	}
 	out, err := h.git(ctx, nil, "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir")
 	if err != nil {
 		return nil, fmt.Errorf("open %s: not inside a git checkout (git init, or pass --repo): %w", dir, err)
@@ -105,6 +114,16 @@ func (h *HostRepo) CheckNewBranch(ctx context.Context, branch, commit string) er
 		return fmt.Errorf("check branch %s in %s: %w", branch, h.Dir, err)
 	}
 	return nil
+}
+
+// HasCommits reports whether the repository has any commit at all: a new
+// one (git init, nothing committed) has none.
+func (h *HostRepo) HasCommits(ctx context.Context) (bool, error) {
+	out, err := h.git(ctx, nil, "rev-list", "--all", "--max-count=1")
+	if err != nil {
+		return false, fmt.Errorf("look for commits in %s: %w", h.Dir, err)
+	}
+	return strings.TrimSpace(out) != "", nil
 }
 
 // ResolveBranch returns the commit refs/heads/<branch> points at.

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"github.com/spf13/cobra"
 
+	"github.com/amelia-sandbox/amelia/core/buildinfo"
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/pluginhost"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
@@ -122,6 +123,9 @@ streams what it does back to you. Sandbox providers are plugins.`,
 		},
 	})
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	// amelia --version says what the first line of amelia version says.
+	root.Version = buildinfo.Version()
+	root.SetVersionTemplate(versionLine() + "\n")
 	f := root.PersistentFlags()
 	f.StringVar(&a.configPath, "config", "", "config file (default $AMELIA_CONFIG, else ~/.config/amelia/config.yaml)")
 	f.StringVarP(&a.profile, "profile", "p", "", "profile to use (default: the config's default_profile)")

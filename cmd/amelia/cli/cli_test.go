@@ -129,6 +129,9 @@ func TestVersion(t *testing.T) {
 		t.Errorf("first line %q, want %q", first, want)
 	}
 	golden(t, "version", e.normalize(rest))
+	if r := amelia(t, "", "--version"); r.code != 0 || r.stdout != first+"\n" {
+		t.Errorf("--version: exit %d, %q; want %q", r.code, r.stdout, first+"\n")
+	}
 }
 
 func TestVersionFindsWorkersInAmeliaWorkerDir(t *testing.T) {

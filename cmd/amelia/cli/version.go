@@ -18,7 +18,7 @@ func (a *app) versionCommand() *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "amelia %s (%s/%s, %s)\n", buildinfo.Version(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+			fmt.Fprintln(w, versionLine())
 			fmt.Fprintf(w, "provider API: v%d\n", sdk.APIVersion)
 			dirs := workerbin.Dirs(a.getenv("AMELIA_WORKER_DIR"), a.self)
 			for _, arch := range workerbin.Arches() {
@@ -31,4 +31,9 @@ func (a *app) versionCommand() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// versionLine is amelia's version, platform and Go.
+func versionLine() string {
+	return fmt.Sprintf("amelia %s (%s/%s, %s)", buildinfo.Version(), runtime.GOOS, runtime.GOARCH, runtime.Version())
 }
