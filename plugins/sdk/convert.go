@@ -30,6 +30,7 @@ func infoToPB(in Info) *pb.InfoResponse {
 			ExecAsRoot:     in.ExecAsRoot,
 			ResourceLimits: in.ResourceLimits,
 			Tty:            in.TTY,
+			RunUsers:       in.RunUsers,
 		},
 	}
 	for _, v := range in.APIVersions {
@@ -52,6 +53,7 @@ func infoFromPB(in *pb.InfoResponse) Info {
 			ExecAsRoot:     c.GetExecAsRoot(),
 			ResourceLimits: c.GetResourceLimits(),
 			TTY:            c.GetTty(),
+			RunUsers:       c.GetRunUsers(),
 		},
 	}
 	for _, v := range in.GetApiVersions() {

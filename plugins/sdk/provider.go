@@ -160,6 +160,12 @@ type Capabilities struct {
 	// TTY reports whether ExecRequest.TTY is supported; without it, such an
 	// exec is refused with ErrUnsupported.
 	TTY bool
+	// RunUsers reports whether ExecRequest.User may be any numeric uid
+	// ("UID" or "UID:GID"), also one no user of the sandbox has, and each
+	// such uid runs with no privilege over another's processes and files.
+	// The host then separates the runs sharing a sandbox by giving each a
+	// uid of its own.
+	RunUsers bool
 }
 
 // Supports reports whether the provider can enforce network mode m.
