@@ -228,6 +228,7 @@ func (k *kit) table() []group {
 			{"TTYWhenDeclared", k.ttyWorks},
 			{"RootWhenDeclared", k.rootWorks},
 			{"PidsLimit", k.pidsLimit},
+			{"RunUsers", k.runUsers},
 		}},
 		{Forwarder, []kcase{
 			{"ForwardReachesTarget", k.forwardReaches},
@@ -237,7 +238,6 @@ func (k *kit) table() []group {
 			{"ListedWithLabels", k.listed},
 			{"NotListedAfterTeardown", k.notListedAfterTeardown},
 		}},
-		// A new group registers here, with one line: {RunUsers, k.runUsersCases()} (runusers.go).
 	}
 }
 
