@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -58,9 +59,10 @@ const followPoll = 50 * time.Millisecond
 
 func (w *worker) detachCmd() *cobra.Command {
 	var dir, lock string
+	var homes privateDirs
 	var grace time.Duration
 	cmd := &cobra.Command{
-		Use:   "detach --dir D [--lock FILE] -- PROGRAM ARGS...",
+		Use:   "detach --dir D [--lock FILE] [--home DIR] [--tmpdir DIR] -- PROGRAM ARGS...",
 		Short: "Start a command that outlives this connection, in run directory D",
 		Long: `Start a supervisor that runs PROGRAM ARGS... (amelia-worker agentic, say) with its stdout in
 D/messages.jsonl and its stderr in D/stderr.log, in a session of its own, and
@@ -68,30 +70,58 @@ return once it runs. The supervisor outlives the connection that started it;
 when the command ends it kills whatever the command left running and writes
 D/exit. With --lock, the supervisor holds an exclusive flock on FILE for as
 long as it runs, and refuses to start (exit 4) when another process holds it.
-Exit 3: D already holds a run.`,
+With --home and --tmpdir, the command's HOME and TMPDIR are those
+directories, made 0700 (inside D, they are the run's own). Exit 3: D
+already holds a run.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			return w.detach(dir, lock, grace, args)
+			return w.detach(dir, lock, homes, grace, args)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&dir, "dir", "", "the run's directory (required; made 0700)")
 	f.StringVar(&lock, "lock", "", "a file to hold an exclusive flock on while the run lives")
+	f.StringVar(&homes.home, "home", "", "the command's HOME (made 0700)")
+	f.StringVar(&homes.tmp, "tmpdir", "", "the command's TMPDIR (made 0700)")
 	f.DurationVar(&grace, "grace", 10*time.Second, "how long a stopped command has between SIGTERM and SIGKILL")
 	cmd.MarkFlagRequired("dir")
 	return cmd
 }
 
-// detach starts the supervisor and waits for its word on the ready pipe:
-// "ok" once the command runs, or why it could not start.
-func (w *worker) detach(dir, lock string, grace time.Duration, args []string) error {
+// privateDirs are a detached command's HOME and TMPDIR; "" keeps the
+// inherited one.
+type privateDirs struct{ home, tmp string }
+
+// env is the environment the supervisor and the command get: this
+// process's, with HOME and TMPDIR replaced where set.
+func (p privateDirs) env() []string {
+	env := os.Environ()
+	for k, v := range map[string]string{"HOME": p.home, "TMPDIR": p.tmp} {
+		if v == "" {
+			continue
+		}
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, k+"=") })
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// makePrivate makes dir, and makes it 0700 (chmod fails when someone else
+// owns it).
+func makePrivate(flag, dir string) error {
 	if !filepath.IsAbs(dir) {
-		return fmt.Errorf("detach: --dir %q: want an absolute path", dir)
+		return fmt.Errorf("%s %q: want an absolute path", flag, dir)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("detach: %w", err)
+		return err
 	}
-	if err := os.Chmod(dir, 0o700); err != nil {
+	return os.Chmod(dir, 0o700)
+}
+
+// detach starts the supervisor and waits for its word on the ready pipe:
+// "ok" once the command runs, or why it could not start.
+func (w *worker) detach(dir, lock string, homes privateDirs, grace time.Duration, args []string) error {
+	if err := makePrivate("--dir", dir); err != nil {
 		return fmt.Errorf("detach: %w", err)
 	}
 	// O_EXCL: a directory runs one command, ever; a host that retries a
@@ -105,6 +135,14 @@ func (w *worker) detach(dir, lock string, grace time.Duration, args []string) er
 		return fmt.Errorf("detach: %w", err)
 	}
 	defer stderr.Close()
+	for flag, d := range map[string]string{"--home": homes.home, "--tmpdir": homes.tmp} {
+		if d == "" {
+			continue
+		}
+		if err := makePrivate(flag, d); err != nil {
+			return fmt.Errorf("detach: %w", err)
+		}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("detach: find amelia-worker: %w", err)
@@ -124,6 +162,7 @@ func (w *worker) detach(dir, lock string, grace time.Duration, args []string) er
 	p, err := os.StartProcess(self, argv, &os.ProcAttr{
 		Dir:   dir,
 		Files: []*os.File{null, stderr, stderr, readyW}, // the ready pipe is fd 3
+		Env:   homes.env(),
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	})
 	readyW.Close()

@@ -191,3 +191,29 @@ func TestDetachRefusals(t *testing.T) {
 		t.Errorf("status = %s", st.stdout)
 	}
 }
+
+// --home and --tmpdir give the command a HOME and a TMPDIR of its own,
+// made 0700.
+func TestDetachPrivateHome(t *testing.T) {
+	srv := llmtest.New(t,
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{call("execute", `{"command": "echo \"home=$HOME tmp=$TMPDIR\"; stat -c %a \"$HOME\" \"$TMPDIR\"; mktemp"}`)}},
+		llmtest.Turn{Text: "done"},
+	)
+	base := t.TempDir()
+	home, tmp := filepath.Join(base, "a", "home"), filepath.Join(base, "b", "tmp")
+	dir := detached(t, srv, t.TempDir(), "--home", home, "--tmpdir", tmp)
+	lines, r := follow(t, dir)
+	if r.code != 0 || len(lines) < 2 {
+		t.Fatalf("follow: exit %d, %q: %s", r.code, lines, r.stderr)
+	}
+	m, err := protocol.NewDecoder(strings.NewReader(lines[1])).Decode()
+	if err != nil || m.Type != protocol.ToolResult {
+		t.Fatalf("second line %q: %v", lines[1], err)
+	}
+	out := str(m.ToolOutput)
+	for _, want := range []string{"home=" + home + " tmp=" + tmp, "700\n700\n", tmp + "/tmp."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the command's output %q does not hold %q", out, want)
+		}
+	}
+}
