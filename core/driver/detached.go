@@ -57,7 +57,18 @@ type DetachOptions struct {
 	// Grace is how long a stopped run has between SIGTERM and SIGKILL;
 	// zero is cancelGrace.
 	Grace time.Duration
+	// PrivateHome gives the agent a HOME and a TMPDIR of its own, made
+	// 0700 inside the run directory (HomeDir and TmpDir): for a run whose
+	// uid no user of the sandbox has, which no other run may reach.
+	PrivateHome bool
 }
+
+// HomeDir and TmpDir are the agent's HOME and TMPDIR inside its run
+// directory, with DetachOptions.PrivateHome.
+const (
+	HomeDir = "home"
+	TmpDir  = "tmp"
+)
 
 // PromptFile is the name of the prompt in a detached run's directory.
 const PromptFile = "prompt.txt"
@@ -91,6 +102,9 @@ func (d *Driver) StartAgentic(ctx context.Context, req AgenticRequest, dir strin
 	argv := []string{d.Worker, "detach", "--dir", dir, "--grace", grace.String()}
 	if opts.Lock != "" {
 		argv = append(argv, "--lock", opts.Lock)
+	}
+	if opts.PrivateHome {
+		argv = append(argv, "--home", dir+"/"+HomeDir, "--tmpdir", dir+"/"+TmpDir)
 	}
 	argv = append(argv, "--", d.Worker, "agentic", "--prompt-file", files[0].path, "--cwd", req.Cwd, "--model", req.Model)
 	if len(files) > 1 {

@@ -3,6 +3,7 @@ package driver_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
@@ -95,5 +96,40 @@ func TestFollowAgenticResumesAfterACut(t *testing.T) {
 	}
 	if all[len(all)-1] != string(protocol.Result) || run.Seen != len(all)+1 { // + the usage line
 		t.Errorf("seen %d lines of %d messages ending %s", run.Seen, len(all), all[len(all)-1])
+	}
+}
+
+// With PrivateHome the agent's HOME and TMPDIR are its own, 0700 in its
+// run directory; without, it keeps the sandbox's.
+func TestStartAgenticPrivateHome(t *testing.T) {
+	for _, private := range []bool{false, true} {
+		t.Run(fmt.Sprint(private), func(t *testing.T) {
+			srv := llmtest.New(t,
+				llmtest.Turn{ToolCalls: []llmtest.ToolCall{{Name: "execute", Arguments: `{"command": "echo \"home=$HOME tmp=${TMPDIR:-unset}\"; stat -c %a \"$HOME\""}`}}},
+				llmtest.Turn{Text: "done"},
+			)
+			sb := newRealSandbox(t)
+			d := sb.driverFor(srv)
+			dir := filepath.Join(t.TempDir(), "run")
+			run, err := d.StartAgentic(t.Context(), driver.AgenticRequest{
+				Workflow: workflowID(t), Prompt: "where", Cwd: t.TempDir(), Model: "m",
+			}, dir, driver.DetachOptions{PrivateHome: private})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out string
+			for m, err := range d.FollowAgentic(t.Context(), run) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m.Type == protocol.ToolResult && m.ToolOutput != nil {
+					out = *m.ToolOutput
+				}
+			}
+			own := "home=" + dir + "/" + driver.HomeDir + " tmp=" + dir + "/" + driver.TmpDir + "\n700"
+			if got := strings.Contains(out, own); got != private {
+				t.Errorf("PrivateHome %v: the agent's command said %q", private, out)
+			}
+		})
 	}
 }
