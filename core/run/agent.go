@@ -21,19 +21,23 @@ type agentRun struct {
 	runID    string
 	token    string
 	worker   string // the amelia-worker in the sandbox that runs the agent
-	det      *driver.Detached
+	// uid is the workflow's uid, which runs the agent; "" for the
+	// sandbox's user.
+	uid string
+	det *driver.Detached
 }
 
 // drainTimeout bounds the reading of what a stopped agent wrote last.
 const drainTimeout = 30 * time.Second
 
 // startAgent starts the agent detached in the sandbox, in a run directory
-// of its own. Unless runs may share the sandbox, the agent's supervisor
+// of its own; an agent with a uid of its own gets its HOME and TMPDIR
+// there too. When this run holds the sandbox, the agent's supervisor
 // takes the sandbox's lock over from this process, so that the sandbox
 // stays held for as long as the agent runs, whatever becomes of this
 // process. From then on the run is recorded as running, for attach.
 func (r *runner) startAgent(ctx context.Context, ws *workspace.Workspace, d *driver.Driver, a *agentRun) error {
-	var opts driver.DetachOptions
+	opts := driver.DetachOptions{PrivateHome: a.uid != ""}
 	if r.release != nil {
 		// Between this release and the supervisor's lock, another run
 		// could take the sandbox: the start then fails with ErrRunBusy,

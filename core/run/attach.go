@@ -60,6 +60,9 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 	a := &agentRun{src: src, base: base, worktree: rec.Worktree, runID: rec.RunID, token: rec.ProxyToken, worker: worker,
 		det: &driver.Detached{Dir: rec.RunDir}}
 	r.agent = a
+	if err := r.runAsItsUser(ctx, ws, d, a); err != nil {
+		return res, err
+	}
 	r.agentStarted, r.agentRunning = true, true
 	r.worktreeAtEnd(ws, src, base, rec.Worktree)
 

@@ -79,7 +79,10 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		}
 		base, wt, err = r.prepareWorkspace(ctx, ws, src)
 		r.agent = &agentRun{src: src, base: base, worktree: wt, runID: prx.run.ID(), token: prx.run.Token(), worker: worker}
-		return err
+		if err != nil {
+			return err
+		}
+		return r.runAsItsUser(ctx, ws, d, r.agent)
 	}); err != nil {
 		return res, causeOf(ctx, err)
 	}
@@ -160,13 +163,27 @@ func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, targ
 
 // workIn is the workspace and the agent's driver, both reaching the
 // sandbox through the live connection, with the worker's environment.
+// Where the provider separates uids, every workflow gets one of its own
+// (see workspace.RunUser).
 func (r *runner) workIn(sb *sandbox.Sandbox, workdir, worker string, prx *proxyRun) (*workspace.Workspace, *driver.Driver, error) {
 	env := workerEnv(r.lv.listen, prx.run.Token(), r.req.Profile.Sandbox.Network)
-	ws, err := workspace.New(r.lv, workdir, workspace.Options{Worker: worker, GitEnv: env, Logger: r.host.Logger})
+	ws, err := workspace.New(r.lv, workdir, workspace.Options{Worker: worker, GitEnv: env, RunUsers: sb.Info.RunUsers, Logger: r.host.Logger})
 	if err != nil {
 		return nil, nil, err
 	}
 	return ws, &driver.Driver{Exec: r.lv, Worker: worker, Provider: sb.Info.Name, Env: env, Logger: r.host.Logger}, nil
+}
+
+// runAsItsUser makes d run the agent of a as its workflow's uid, when it
+// has one: its run directory, the agent, following and stopping it.
+func (r *runner) runAsItsUser(ctx context.Context, ws *workspace.Workspace, d *driver.Driver, a *agentRun) error {
+	uid, err := ws.RunUser(ctx, a.src.workflow)
+	if err != nil {
+		return err
+	}
+	a.uid = uid
+	d.Exec = workspace.RunAs(r.lv, uid)
+	return nil
 }
 
 // keepTunnel returns a context that the run goes on under: the tunnel is
@@ -281,11 +298,12 @@ func workerEnv(addr, token string, network sdk.NetworkMode) map[string]string {
 }
 
 // holdSandbox makes this run the only one in the profile's sandbox until
-// it ends, unless the profile lets runs share it (sandbox.concurrent_runs):
-// runs sharing a sandbox are not separated from each other.
+// it ends, unless its runs are separated from each other (the provider
+// gives each a uid of its own: sdk.Capabilities.RunUsers) or the profile
+// lets them share it unseparated (sandbox.concurrent_runs).
 func (r *runner) holdSandbox(ctx context.Context, ws *workspace.Workspace, workflow string) error {
 	p := r.req.Profile
-	if p.Sandbox.ConcurrentRuns {
+	if p.Sandbox.ConcurrentRuns || r.lv.sandbox().Info.RunUsers {
 		return nil
 	}
 	release, err := ws.Hold(ctx, fmt.Sprintf("workflow %s, host %s, pid %d", workflow, sandbox.Owner(), os.Getpid()))
@@ -424,7 +442,7 @@ func (r *runner) removeRunDir(ctx context.Context, ws *workspace.Workspace) erro
 	if r.agent == nil || r.agent.det == nil {
 		return nil
 	}
-	return ws.RemoveRunDir(ctx, r.agent.det.Dir)
+	return ws.RemoveRunDir(ctx, r.agent.src.workflow, r.agent.det.Dir)
 }
 
 // commitTitle is the prompt's first line, as CommitAll uses it.

@@ -78,10 +78,11 @@ func (w *Workspace) remoteDefault(ctx context.Context, url string, cred []string
 	return "", fmt.Errorf("find the default branch: the remote names none, pass --base BRANCH")
 }
 
-// Push pushes amelia/<id> from the sandbox to url's refs/heads/amelia/<id>.
-// The refspec is built here, never forced (no "+", no --force), and it is
-// refused when the branch is base's branch (the default branch), so a push
-// can only create or fast-forward the workflow's own branch.
+// Push pushes amelia/<id> from the workflow's checkout in the sandbox, as
+// its uid, to url's refs/heads/amelia/<id>. The refspec is built here,
+// never forced (no "+", no --force), and it is refused when the branch is
+// base's branch (the default branch), so a push can only create or
+// fast-forward the workflow's own branch.
 func (w *Workspace) Push(ctx context.Context, id, url string, base Base) error {
 	if err := ValidateWorkflowID(id); err != nil {
 		return err
@@ -93,10 +94,14 @@ func (w *Workspace) Push(ctx context.Context, id, url string, base Base) error {
 	if url == "" || strings.HasPrefix(url, "-") || strings.ContainsAny(url, "\n\x00") {
 		return fmt.Errorf("push %s: invalid repository URL %q", br, url)
 	}
+	uid, err := w.RunUser(ctx, id)
+	if err != nil {
+		return fmt.Errorf("push %s: %w", br, err)
+	}
 	ref := "refs/heads/" + br
-	argv := append(append([]string{"git", "-C", w.RepoDir(), "-c", "core.hooksPath=/dev/null"}, w.credentialArgs()...),
+	argv := append(append([]string{"git", "-C", w.WorktreeDir(id), "-c", "core.hooksPath=/dev/null"}, w.credentialArgs()...),
 		"push", "--quiet", "--no-verify", "--", url, ref+":"+ref)
-	if err := w.exec(ctx, "git push", argv, w.gitEnv, nil, nil); err != nil {
+	if err := w.execAs(ctx, uid, "git push", argv, w.gitEnv, nil, nil); err != nil {
 		return fmt.Errorf("push %s to %s: %w", br, url, err)
 	}
 	w.log.Info("pushed", "branch", br, "url", url)

@@ -31,9 +31,9 @@ type Result struct {
 	Duration    time.Duration
 }
 
-// FetchResult brings amelia/<id> back from the sandbox into host as
-// refs/heads/amelia/<id>. The sandbox streams `git bundle create -
-// refs/heads/amelia/<id> ^<base.Commit>` over Exec stdout into memory (at
+// FetchResult brings amelia/<id> back from the workflow's checkout in the
+// sandbox into host as refs/heads/amelia/<id>. The sandbox streams `git
+// bundle create - refs/heads/amelia/<id> ^<base.Commit>` over Exec stdout into memory (at
 // most MaxBytes); the bundle is untrusted, so it is inspected with go-git
 // before anything reaches the host repo (see inspectBundle). Then host git
 // fetches its objects (hooks off, fsck on, no tags, no FETCH_HEAD, no ref
@@ -72,18 +72,24 @@ func (w *Workspace) FetchResult(ctx context.Context, host *HostRepo, id string, 
 	return res, nil
 }
 
-// resultBundle streams the workflow branch out of the sandbox as a bundle
-// relative to base, reading at most max bytes.
+// resultBundle streams the workflow branch out of its checkout in the
+// sandbox (as the workflow's uid) as a bundle relative to base, reading at
+// most max bytes.
 func (w *Workspace) resultBundle(ctx context.Context, id string, base Base, max int64) ([]byte, error) {
-	const body = `repo=$1 br=$2 base=$3
-tip=$(g -C "$repo" rev-parse --verify --quiet "refs/heads/$br^{commit}") || { echo "branch $br not found in the sandbox" >&2; exit 3; }
+	const body = `wt=$1 br=$2 base=$3
+[ -d "$wt" ] || { echo "the checkout $wt is not in the sandbox" >&2; exit 3; }
+tip=$(g -C "$wt" rev-parse --verify --quiet "refs/heads/$br^{commit}") || { echo "branch $br not found in the sandbox" >&2; exit 3; }
 if [ "$tip" = "$base" ]; then echo "no-changes" >&2; exit 4; fi
-g -C "$repo" bundle create - "refs/heads/$br" "^$base"
+g -C "$wt" bundle create - "refs/heads/$br" "^$base"
 `
+	uid, err := w.RunUser(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("bring %s back: %w", Branch(id), err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	lw := &limitWriter{max: max, onOver: cancel}
-	err := w.script(ctx, "git bundle create", nil, nil, lw, body, w.RepoDir(), Branch(id), base.Commit)
+	err = w.scriptAs(ctx, uid, "git bundle create", nil, nil, lw, body, w.WorktreeDir(id), Branch(id), base.Commit)
 	if lw.over {
 		return nil, fmt.Errorf("bring %s back: %w: the bundle exceeds %d bytes", Branch(id), ErrRefused, max)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
@@ -15,18 +16,27 @@ import (
 )
 
 // Workspace is the workspace of one sandbox: the bare repository and the
-// worktrees under Root. It holds no state of its own beyond its settings,
-// so several Workspaces (several amelia processes) may share one sandbox:
+// workflows' checkouts under Root. It holds no state of its own beyond its
+// settings and what it read of the sandbox's (the workflows' uids), so
+// several Workspaces (several amelia processes) may share one sandbox:
 // what must be serialised is serialised by the lock inside the sandbox.
 type Workspace struct {
-	ex     sdk.Execer
-	root   string
-	worker string
-	gitEnv map[string]string
-	log    *slog.Logger
+	ex       sdk.Execer
+	root     string
+	worker   string
+	gitEnv   map[string]string
+	runUsers bool
+	log      *slog.Logger
 	// lockWith is "flock" (flock(1) when the sandbox has it, else the
 	// worker) or "worker"; tests force the fallback with it.
 	lockWith string
+	// idFiles lists the files of ids no run may get (idFiles), and uids
+	// the range runs get theirs from; tests give their own.
+	idFiles string
+	uids    [2]int
+
+	mu    sync.Mutex
+	users map[string]string // workflow id → its uid, as allocated or read
 }
 
 // Options are a Workspace's settings beyond its sandbox and root.
@@ -40,7 +50,11 @@ type Options struct {
 	// AMELIA_PROXY_TOKEN); it is given to git only where it talks to a
 	// remote.
 	GitEnv map[string]string
-	Logger *slog.Logger
+	// RunUsers gives every workflow a uid of its own, which owns its
+	// checkout and runs every step in it (the provider declares
+	// sdk.Capabilities.RunUsers); see users.go.
+	RunUsers bool
+	Logger   *slog.Logger
 }
 
 // New returns the workspace under root, an absolute path inside the
@@ -54,13 +68,16 @@ func New(ex sdk.Execer, root string, opts Options) (*Workspace, error) {
 	if opts.Worker != "" && (!path.IsAbs(opts.Worker) || strings.ContainsAny(opts.Worker, "'\n\r\x00")) {
 		return nil, fmt.Errorf("worker path %q: must be absolute, with no quote, newline or NUL", opts.Worker)
 	}
-	return &Workspace{ex: ex, root: path.Clean(root), worker: opts.Worker, gitEnv: opts.GitEnv, log: orDiscard(opts.Logger), lockWith: "flock"}, nil
+	return &Workspace{
+		ex: ex, root: path.Clean(root), worker: opts.Worker, gitEnv: opts.GitEnv, runUsers: opts.RunUsers,
+		log: orDiscard(opts.Logger), lockWith: "flock", idFiles: idFiles, uids: [2]int{FirstRunUID, LastRunUID}, users: map[string]string{},
+	}, nil
 }
 
 // RepoDir is the bare repository inside the sandbox.
 func (w *Workspace) RepoDir() string { return path.Join(w.root, "repo") }
 
-// WorktreeDir is the worktree of workflow id inside the sandbox.
+// WorktreeDir is the checkout of workflow id inside the sandbox.
 func (w *Workspace) WorktreeDir(id string) string { return path.Join(w.root, "worktrees", id) }
 
 // RunDir is the directory of run runID's detached agent: its prompt,
@@ -71,12 +88,21 @@ func (w *Workspace) RunDir(runID string) string { return path.Join(w.root, ".ame
 // workspace (see Hold).
 func (w *Workspace) LockFile() string { return path.Join(w.root, ".amelia-run.lock") }
 
-// RemoveRunDir removes a run directory RunDir made.
-func (w *Workspace) RemoveRunDir(ctx context.Context, dir string) error {
+// RemoveRunDir removes a run directory RunDir made for a run of workflow
+// id, as the workflow's uid: call it before RemoveWorktree, which releases
+// that uid.
+func (w *Workspace) RemoveRunDir(ctx context.Context, id, dir string) error {
+	if err := ValidateWorkflowID(id); err != nil {
+		return err
+	}
 	if path.Dir(dir) != path.Join(w.root, ".amelia", "runs") {
 		return fmt.Errorf("remove run directory %q: not one of this workspace's", dir)
 	}
-	return w.script(ctx, "remove the run directory", nil, nil, nil, `rm -rf -- "$1"`, dir)
+	uid, err := w.RunUser(ctx, id)
+	if err != nil {
+		return err
+	}
+	return w.scriptAs(ctx, uid, "remove the run directory", nil, nil, nil, `rm -rf -- "$1"`, dir)
 }
 
 // dirtyRef holds the commit that carries a workflow's uncommitted host
@@ -85,11 +111,12 @@ func dirtyRef(id string) string { return "refs/amelia/dirty/" + id }
 
 // prelude starts every sandbox script. Positional parameters: the root,
 // the worker and the lock mode, then the script's own (shifted into $1...).
-// It gives the script `g` (git with hooks off and no automatic gc: a gc
-// started by an unlocked step such as CommitAll could race a locked one on
-// packed-refs, and a detached one would outlive the script holding the lock;
-// so the sandbox repo is never gc'd by us, which suits a sandbox's
-// lifetime), $tmpd (a private temp directory, removed on exit) and `lock`.
+// It gives the script `g` (git with hooks off and no automatic gc: the
+// checkouts borrow the bare repo's objects, so it must never be pruned,
+// and a detached gc would outlive the script holding the lock; so no
+// sandbox repo is gc'd by us, which suits a sandbox's lifetime), `mktmp`
+// (sets $tmpd to a private temp directory under the root, removed on
+// exit; for the sandbox's user, who owns the root) and `lock`.
 //
 // lock serialises writers of ROOT/repo across concurrent runs: an exclusive
 // flock(2) on ROOT/.amelia-repo.lock held through fd 9, taken by flock(1)
@@ -102,8 +129,9 @@ root=$1 worker=$2 lockwith=$3
 shift 3
 g() { git -c core.hooksPath=/dev/null -c gc.auto=0 -c protocol.ext.allow=never "$@"; }
 mkdir -p "$root"
-tmpd=$(mktemp -d "$root/.amelia-tmp.XXXXXX")
-trap 'rm -rf "$tmpd"' EXIT
+tmpd=
+mktmp() { tmpd=$(mktemp -d "$root/.amelia-tmp.XXXXXX"); }
+trap 'if [ -n "$tmpd" ]; then rm -rf "$tmpd"; fi' EXIT
 trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -127,19 +155,29 @@ const exitRefused = 3
 // script runs prelude+body in the sandbox with args as $1...; stdin and
 // stdout may be nil. A non-zero exit is an *exitError carrying stderr.
 func (w *Workspace) script(ctx context.Context, what string, env map[string]string, stdin io.Reader, stdout io.Writer, body string, args ...string) error {
+	return w.scriptAs(ctx, "", what, env, stdin, stdout, body, args...)
+}
+
+// scriptAs is script as uid ("": the sandbox's user).
+func (w *Workspace) scriptAs(ctx context.Context, uid, what string, env map[string]string, stdin io.Reader, stdout io.Writer, body string, args ...string) error {
 	argv := append([]string{"sh", "-c", prelude + body, "sh", w.root, w.worker, w.lockWith}, args...)
-	return w.exec(ctx, what, argv, env, stdin, stdout)
+	return w.execAs(ctx, uid, what, argv, env, stdin, stdout)
 }
 
 // exec runs argv in the sandbox with the git environment plus env.
 func (w *Workspace) exec(ctx context.Context, what string, argv []string, env map[string]string, stdin io.Reader, stdout io.Writer) error {
+	return w.execAs(ctx, "", what, argv, env, stdin, stdout)
+}
+
+// execAs is exec as uid ("": the sandbox's user).
+func (w *Workspace) execAs(ctx context.Context, uid, what string, argv []string, env map[string]string, stdin io.Reader, stdout io.Writer) error {
 	full := map[string]string{"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
 	for k, v := range env {
 		full[k] = v
 	}
 	var stderr execreport.Stderr
-	w.log.Debug("sandbox exec", "what", what)
-	st, err := w.ex.Exec(ctx, sdk.ExecRequest{Argv: argv, Env: full}, sdk.ExecIO{Stdin: stdin, Stdout: stdout, Stderr: &stderr})
+	w.log.Debug("sandbox exec", "what", what, "uid", uid)
+	st, err := w.ex.Exec(ctx, sdk.ExecRequest{Argv: argv, Env: full, User: execUser(uid)}, sdk.ExecIO{Stdin: stdin, Stdout: stdout, Stderr: &stderr})
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -161,59 +199,114 @@ func refused(err error) (string, bool) {
 	return "", false
 }
 
-// AddWorktree creates ROOT/worktrees/<id> on a new branch amelia/<id> at
-// base.Start and returns its path. It refuses (ErrBranchExists) when the
-// branch or the directory already exists in the sandbox.
+// AddWorktree makes ROOT/worktrees/<id>, the workflow's checkout: a
+// repository of its own, 0700, whose objects are the bare repo's (through
+// objects/info/alternates), on a new branch amelia/<id> at base.Start. So
+// what the agent commits stays in its checkout, out of the repository
+// other workflows read. With run users, the workflow first gets its uid
+// (see allocateUser), and the checkout is made by that uid. It refuses
+// (ErrBranchExists) when the workflow has a checkout or a uid already.
 func (w *Workspace) AddWorktree(ctx context.Context, id string, base Base) (string, error) {
 	if err := ValidateWorkflowID(id); err != nil {
 		return "", err
 	}
 	dir := w.WorktreeDir(id)
-	const body = `repo=$1 wt=$2 br=$3 start=$4
-lock
-if g -C "$repo" show-ref --verify --quiet "refs/heads/$br"; then
-	echo "branch $br already exists in the sandbox" >&2; exit 3
+	uid := ""
+	if w.runUsers {
+		var err error
+		if uid, err = w.allocateUser(ctx, id); err != nil {
+			return "", err
+		}
+	}
+	// Run as the checkout's owner, who may write nothing else under the
+	// root; without run users it also makes the shared directories.
+	const body = `wt=$1 br=$2 start=$3 objects=$4 shared=$5
+if [ -n "$shared" ]; then
+	mkdir -p "$root/worktrees" "$root/.amelia/runs"
+	chmod 1733 "$root/worktrees" "$root/.amelia/runs"
 fi
-if [ -e "$wt" ]; then echo "$wt already exists in the sandbox" >&2; exit 3; fi
-mkdir -p "${wt%/*}"
-g -C "$repo" worktree add --quiet -b "$br" "$wt" "$start"
+if [ -e "$wt" ] || [ -L "$wt" ]; then echo "$wt already exists in the sandbox" >&2; exit 3; fi
+mkdir -m 700 -- "$wt"
+g init --quiet --template= -- "$wt"
+printf '%s\n' "$objects" >"$wt/.git/objects/info/alternates"
+g -C "$wt" checkout --quiet -b "$br" "$start"
 `
-	err := w.script(ctx, "git worktree add", nil, nil, nil, body, w.RepoDir(), dir, Branch(id), base.Start)
+	shared := "yes"
+	if uid != "" {
+		shared = ""
+	}
+	err := w.scriptAs(ctx, uid, "make the checkout", nil, nil, nil, body, dir, Branch(id), base.Start, path.Join(w.RepoDir(), "objects"), shared)
 	if msg, ok := refused(err); ok {
-		return "", fmt.Errorf("add worktree for %s: %w: %s", id, ErrBranchExists, msg)
+		if uid != "" {
+			err = w.releaseUser(ctx, id)
+		}
+		return "", errors.Join(fmt.Errorf("add the checkout of %s: %w: %s", id, ErrBranchExists, msg), err)
 	}
 	if err != nil {
-		return "", fmt.Errorf("add worktree for %s at %.12s: %w", id, base.Start, err)
+		// Whatever was made goes, and the uid with it.
+		rmErr := w.RemoveWorktree(context.WithoutCancel(ctx), id)
+		return "", errors.Join(fmt.Errorf("add the checkout of %s at %.12s: %w", id, base.Start, err), rmErr)
 	}
-	w.log.Info("worktree added", "workflow", id, "dir", dir, "start", base.Start)
+	w.log.Info("checkout added", "workflow", id, "dir", dir, "start", base.Start, "uid", uid)
 	return dir, nil
 }
 
-// RemoveWorktree removes the worktree of id, its branch and its dirty ref
-// from the sandbox. It is idempotent and finishes what a removal that
-// failed half-way left behind: each step tolerates its target being gone.
+// RemoveWorktree removes the checkout of id and its dirty ref from the
+// sandbox, and releases its uid. With a uid, the uid removes the checkout
+// and, first, ends every process it still has and its files in the
+// sandbox's shared temp directories, so a later workflow given the same
+// uid inherits nothing. It is idempotent and finishes what a removal that
+// failed half-way left behind: each step tolerates its target being gone,
+// and the uid is released last. A linked git worktree on a branch of the
+// bare repo, as amelia made them before checkouts were repositories of
+// their own, is removed with its branch.
 func (w *Workspace) RemoveWorktree(ctx context.Context, id string) error {
 	if err := ValidateWorkflowID(id); err != nil {
 		return err
 	}
-	const body = `repo=$1 wt=$2 br=$3 dref=$4
-lock
-if [ -d "$repo" ]; then g -C "$repo" worktree remove --force --force "$wt" >/dev/null 2>&1 || true; fi
-if [ -e "$wt" ]; then chmod -R u+rwx "$wt" 2>/dev/null || true; rm -rf "$wt"; fi
-[ -d "$repo" ] || exit 0
-g -C "$repo" worktree prune
-for r in "refs/heads/$br" "$dref"; do
-	if g -C "$repo" show-ref --verify --quiet "$r"; then g -C "$repo" update-ref -d "$r"; fi
-done
-`
-	if err := w.script(ctx, "git worktree remove", nil, nil, nil, body, w.RepoDir(), w.WorktreeDir(id), Branch(id), dirtyRef(id)); err != nil {
-		return fmt.Errorf("remove worktree of %s: %w", id, err)
+	uid, err := w.RunUser(ctx, id)
+	if err != nil {
+		return fmt.Errorf("remove the checkout of %s: %w", id, err)
 	}
-	w.log.Info("worktree removed", "workflow", id)
+	wt := w.WorktreeDir(id)
+	if uid != "" {
+		// Only what the uid owns is touched, whoever runs this: each
+		// process is checked for its owner before it is killed (never
+		// kill -1, which run as any other user would hit all of that
+		// user's processes), and find deletes the uid's files alone.
+		const body = `wt=$1 uid=$2
+for p in /proc/[0-9]*; do
+	pid=${p#/proc/}
+	if [ "$pid" != "$$" ] && [ "$(stat -c %u "$p" 2>/dev/null)" = "$uid" ]; then kill -KILL "$pid" 2>/dev/null || true; fi
+done
+if [ -e "$wt" ]; then chmod -R u+rwx "$wt" 2>/dev/null || true; rm -rf "$wt"; fi
+find /tmp /var/tmp /dev/shm -xdev -user "$uid" -delete 2>/dev/null || true
+`
+		if err := w.scriptAs(ctx, uid, "remove the checkout", nil, nil, nil, body, wt, uid); err != nil {
+			return fmt.Errorf("remove the checkout of %s: %w", id, err)
+		}
+		wt = "" // the sandbox's user leaves the uid's entry alone
+	}
+	const body = `repo=$1 wt=$2 br=$3 dref=$4 rec=$5
+lock
+if [ -n "$wt" ] && [ -e "$wt" ]; then chmod -R u+rwx "$wt" 2>/dev/null || true; rm -rf "$wt"; fi
+if [ -d "$repo" ]; then
+	g -C "$repo" worktree prune
+	for r in "refs/heads/$br" "$dref"; do
+		if g -C "$repo" show-ref --verify --quiet "$r"; then g -C "$repo" update-ref -d "$r"; fi
+	done
+fi
+rm -f "$rec"
+`
+	if err := w.script(ctx, "remove the checkout", nil, nil, nil, body, w.RepoDir(), wt, Branch(id), dirtyRef(id), w.userRecord(id)); err != nil {
+		return fmt.Errorf("remove the checkout of %s: %w", id, err)
+	}
+	w.forgetUser(id)
+	w.log.Info("checkout removed", "workflow", id)
 	return nil
 }
 
-// CommitAll commits whatever the agent left uncommitted in the worktree of
+// CommitAll commits whatever the agent left uncommitted in the checkout of
 // id, as "amelia: <id>" with the prompt's first line as the body, authored
 // by Amelia <amelia@localhost> (the sandbox need not have a git identity).
 // It reports whether there was anything to commit. Commits the agent made
@@ -240,8 +333,12 @@ echo committed
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
+	uid, err := w.RunUser(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("commit the changes of %s: %w", id, err)
+	}
 	var out strings.Builder
-	if err := w.script(ctx, "git commit", env, nil, &out, body, w.WorktreeDir(id), msg); err != nil {
+	if err := w.scriptAs(ctx, uid, "git commit", env, nil, &out, body, w.WorktreeDir(id), msg); err != nil {
 		return false, fmt.Errorf("commit the changes of %s: %w", id, err)
 	}
 	return strings.TrimSpace(out.String()) == "committed", nil
@@ -275,19 +372,24 @@ func Workflows(ctx context.Context, ex sdk.Execer) ([]string, error) {
 const workflowsTimeout = 10 * time.Second
 
 // HasWork reports whether the workflow branch of id has moved from start
-// (the commit its worktree was added at, Base.Start): work that removing
-// the worktree would lose once CommitAll has run. A branch that is not
-// there holds none.
+// (the commit its checkout was made at, Base.Start): work that removing
+// the checkout would lose once CommitAll has run. A checkout or a branch
+// that is not there holds none.
 func (w *Workspace) HasWork(ctx context.Context, id, start string) (bool, error) {
 	if err := ValidateWorkflowID(id); err != nil {
 		return false, err
 	}
-	const body = `repo=$1 br=$2 base=$3
-tip=$(g -C "$repo" rev-parse --verify --quiet "refs/heads/$br^{commit}") || { echo none; exit 0; }
+	const body = `wt=$1 br=$2 base=$3
+[ -d "$wt" ] || { echo none; exit 0; }
+tip=$(g -C "$wt" rev-parse --verify --quiet "refs/heads/$br^{commit}") || { echo none; exit 0; }
 if [ "$tip" = "$base" ]; then echo none; else echo work; fi
 `
+	uid, err := w.RunUser(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("look for the work of %s: %w", id, err)
+	}
 	var out strings.Builder
-	if err := w.script(ctx, "git rev-parse", nil, nil, &out, body, w.RepoDir(), Branch(id), start); err != nil {
+	if err := w.scriptAs(ctx, uid, "git rev-parse", nil, nil, &out, body, w.WorktreeDir(id), Branch(id), start); err != nil {
 		return false, fmt.Errorf("look for the work of %s: %w", id, err)
 	}
 	return strings.TrimSpace(out.String()) == "work", nil

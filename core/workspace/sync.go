@@ -253,6 +253,7 @@ shift 2
 lock
 if [ ! -d "$repo" ]; then g init --quiet --bare "$repo"; fi
 if [ "$mode" = bundle ]; then
+	mktmp
 	cat >"$tmpd/in.bundle"
 	g -C "$repo" bundle unbundle "$tmpd/in.bundle" >/dev/null
 fi

@@ -1,12 +1,21 @@
 // Package workspace moves a repository into a sandbox, gives every workflow
-// its own git worktree there, and brings the result back as a git branch.
+// its own checkout there, and brings the result back as a git branch.
 //
 // Layout inside the sandbox, under a root the caller gives (the sandbox's
 // workdir, sdk.Sandbox.Workdir):
 //
 //	ROOT/repo                 bare repository shared by every workflow
-//	ROOT/worktrees/<id>       one worktree per workflow, on branch amelia/<id>
+//	ROOT/worktrees/<id>       one checkout per workflow (0700): a repository of
+//	                          its own on branch amelia/<id>, borrowing the
+//	                          objects of ROOT/repo, which it never writes
+//	ROOT/.amelia/runs/<run>   the run directory of a detached agent (0700)
+//	ROOT/.amelia/users/<id>   the uid of workflow id, with run users (users.go)
 //	ROOT/.amelia-repo.lock    the lock that serialises writes to ROOT/repo
+//
+// worktrees/ and .amelia/runs/ are mode 1733. Where the provider separates
+// uids (sdk.Capabilities.RunUsers), each workflow's checkout, run directory
+// and steps belong to a uid of its own (see users.go); elsewhere all is the
+// sandbox's user's, and runs sharing the sandbox are not separated.
 //
 // Everything inside the sandbox happens through one Exec per step, as argv
 // or as a fixed `sh -c SCRIPT sh ARGS...` script whose data arrive only as

@@ -134,6 +134,15 @@ printf 'hello\n' >new.txt && rm README.md && echo 'func B() {}' >>src/app.go`, w
 	if committed, err := ws.CommitAll(ctx, id, "again"); err != nil || committed {
 		t.Errorf("CommitAll on a clean worktree = %v, %v; want false", committed, err)
 	}
+	// The checkout is a repository of its own, 0700, that borrows the bare
+	// repo's objects: the agent's commits and branch stay in it, and the
+	// repository other workflows read has neither.
+	if got := inSandbox(t, sb, `cd "$1" && stat -c %a . && git rev-parse --absolute-git-dir && cat .git/objects/info/alternates && stat -c %a "$2/worktrees" "$2/.amelia/runs"`, wt, ws.root); got != "700\n"+wt+"/.git\n"+ws.RepoDir()+"/objects\n1733\n1733" {
+		t.Errorf("checkout mode, git dir, alternates, shared directories' modes:\n%s", got)
+	}
+	if got := inSandbox(t, sb, `git -C "$1" for-each-ref --format='%(refname)'; git -C "$1" cat-file -e "$(git -C "$2" rev-parse HEAD)" 2>/dev/null || echo "no agent commit"`, ws.RepoDir(), wt); got != "refs/heads/main\nno agent commit" {
+		t.Errorf("the bare repo after the agent's commits: %q, want only main and none of the agent's objects", got)
+	}
 	if _, err := ws.AddWorktree(ctx, id, synced.Base); !errors.Is(err, ErrBranchExists) {
 		t.Errorf("AddWorktree twice = %v, want ErrBranchExists", err)
 	}
@@ -377,7 +386,7 @@ func TestConcurrentWorkflows(t *testing.T) {
 					t.Errorf("amelia/wf-%d changes %q", i, got)
 				}
 			}
-			if got := inSandboxWS(t, ws, `ls -A "$1"`, ws.root); got != ".amelia-repo.lock\nrepo\nworktrees" {
+			if got := inSandboxWS(t, ws, `ls -A "$1"; ls -A "$1/worktrees"`, ws.root); got != ".amelia\n.amelia-repo.lock\nrepo\nworktrees" {
 				t.Errorf("sandbox root after all workflows:\n%s", got)
 			}
 		})
@@ -447,8 +456,8 @@ func TestRemoveWorktreeIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A removal that failed half-way: the directory is gone, the
-	// registration and the branch remain.
+	// A removal that failed half-way: the checkout is gone, the rest
+	// remains.
 	inSandboxWS(t, ws, `rm -rf "$1"`, wt)
 	for range 2 {
 		if err := ws.RemoveWorktree(ctx, "half"); err != nil {

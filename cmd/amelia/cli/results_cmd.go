@@ -144,7 +144,8 @@ func (a *app) agentDriver(ctx context.Context, sb *sandbox.Sandbox, running sdk.
 }
 
 // withRecordedRun starts the sandbox that holds rec's work (with the
-// provider the run used), puts the worker in, and gives fn the lot.
+// provider the run used), puts the worker in, and gives fn the lot, its
+// driver running as the workflow's uid when it has one.
 func (a *app) withRecordedRun(ctx context.Context, rec runstore.Record, fn func(recordedSandbox) error) error {
 	p, err := a.recordedProfile(rec)
 	if err != nil {
@@ -163,10 +164,15 @@ func (a *app) withRecordedRun(ctx context.Context, rec runstore.Record, fn func(
 	if err != nil {
 		return err
 	}
-	ws, err := workspace.New(sb, s.Workdir, workspace.Options{Worker: d.Worker, Logger: a.logger})
+	ws, err := workspace.New(sb, s.Workdir, workspace.Options{Worker: d.Worker, RunUsers: sb.Info.RunUsers, Logger: a.logger})
 	if err != nil {
 		return err
 	}
+	uid, err := ws.RunUser(ctx, rec.Workflow)
+	if err != nil {
+		return err
+	}
+	d.Exec = workspace.RunAs(sb, uid)
 	return fn(recordedSandbox{ws: ws, driver: d})
 }
 
@@ -194,15 +200,16 @@ func settleRunning(ctx context.Context, rs recordedSandbox, rec runstore.Record,
 }
 
 // forgetRun removes what is left of rec's run in the sandbox and on the
-// host, once its work is back or discarded.
+// host, once its work is back or discarded: the run directory first, as
+// the workflow's uid, which removing the checkout releases.
 func (a *app) forgetRun(ctx context.Context, ws *workspace.Workspace, rec runstore.Record) error {
-	if err := ws.RemoveWorktree(ctx, rec.Workflow); err != nil {
-		return err
-	}
 	if rec.RunDir != "" {
-		if err := ws.RemoveRunDir(ctx, rec.RunDir); err != nil {
+		if err := ws.RemoveRunDir(ctx, rec.Workflow, rec.RunDir); err != nil {
 			return err
 		}
+	}
+	if err := ws.RemoveWorktree(ctx, rec.Workflow); err != nil {
+		return err
 	}
 	return a.runs().Delete(rec.Profile, rec.Workflow)
 }

@@ -1,0 +1,207 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/amelia-sandbox/amelia/core/execreport"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// Run users. Where the provider can run an exec as any uid, each with no
+// privilege over another's (sdk.Capabilities.RunUsers: docker), every
+// workflow gets a uid of its own, in [FirstRunUID, LastRunUID], which owns
+// its checkout (0700) and runs every step there: the checkout, the agent's
+// run directory with its HOME and TMPDIR, the agent itself, its commits,
+// the result bundle and the push. The sandbox's user keeps the bare
+// repository, which every uid may read and none may write, and the
+// tunnel. ROOT/worktrees and ROOT/.amelia/runs are mode 1733: any uid
+// makes an entry there, none lists them, and none removes another's.
+//
+// A workflow's uid is allocated inside the sandbox, under the repository
+// lock, as the record ROOT/.amelia/users/<id> (written by the sandbox's
+// user, so no uid can forge one), skipping every uid any record holds and
+// every id the image's /etc/passwd and /etc/group know; RemoveWorktree
+// releases it.
+const (
+	FirstRunUID = 60100
+	LastRunUID  = 64999
+)
+
+// usersDir holds the uid records under the root.
+const usersDir = ".amelia/users"
+
+// userRecord is the uid record of workflow id.
+func (w *Workspace) userRecord(id string) string { return path.Join(w.root, usersDir, id) }
+
+// execUser is the ExecRequest.User of uid: the uid, with the group of the
+// same number ("": the sandbox's user).
+func execUser(uid string) string {
+	if uid == "" {
+		return ""
+	}
+	return uid + ":" + uid
+}
+
+// validUID checks a uid read from the sandbox against the range runs get.
+func validUID(s string, first, last int) (string, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < first || n > last || strconv.Itoa(n) != s {
+		return "", fmt.Errorf("%q is not a uid of a run (%d-%d)", s, first, last)
+	}
+	return s, nil
+}
+
+// idFiles are the files whose third field holds ids the image gives
+// (users and groups): a run's uid and gid are none of them.
+const idFiles = "/etc/passwd /etc/group"
+
+// allocateUser gives workflow id the lowest free uid and records it,
+// under the lock; it also makes the shared directories, 1733. It refuses
+// (exit 3, ErrBranchExists) when the workflow has a uid already; the
+// checkout's owner checks that it has no checkout.
+func (w *Workspace) allocateUser(ctx context.Context, id string) (string, error) {
+	const body = `users=$1 id=$2 first=$3 last=$4 idfiles=$5
+lock
+mkdir -p "$users" "$root/worktrees" "$root/.amelia/runs"
+chmod 1733 "$root/worktrees" "$root/.amelia/runs"
+if [ -e "$users/$id" ]; then echo "workflow $id has a uid in the sandbox already" >&2; exit 3; fi
+# $idfiles is split on purpose: a list of paths without spaces.
+used=" $(cat "$users"/* 2>/dev/null | tr '\n' ' ') $(cut -d: -f3 $idfiles 2>/dev/null | tr '\n' ' ') "
+uid=$first
+while :; do
+	case "$used" in *" $uid "*) ;; *) break ;; esac
+	uid=$((uid + 1))
+	if [ "$uid" -gt "$last" ]; then
+		echo "no uid left for a run in $first-$last: $(ls "$users" | wc -l) workflows hold one; remove kept work (amelia results --discard)" >&2
+		exit 1
+	fi
+done
+printf '%s\n' "$uid" >"$users/.$id.tmp"
+mv -f "$users/.$id.tmp" "$users/$id"
+echo "$uid"
+`
+	var out strings.Builder
+	err := w.script(ctx, "give the workflow a uid", nil, nil, &out, body,
+		path.Join(w.root, usersDir), id, strconv.Itoa(w.uids[0]), strconv.Itoa(w.uids[1]), w.idFiles)
+	if msg, ok := refused(err); ok {
+		return "", fmt.Errorf("add the checkout of %s: %w: %s", id, ErrBranchExists, msg)
+	}
+	if err != nil {
+		return "", fmt.Errorf("give %s a uid: %w", id, err)
+	}
+	uid, err := validUID(strings.TrimSpace(out.String()), w.uids[0], w.uids[1])
+	if err != nil {
+		return "", fmt.Errorf("give %s a uid: %w", id, err)
+	}
+	w.mu.Lock()
+	w.users[id] = uid
+	w.mu.Unlock()
+	return uid, nil
+}
+
+// releaseUser removes the uid record of id, under the lock.
+func (w *Workspace) releaseUser(ctx context.Context, id string) error {
+	err := w.script(context.WithoutCancel(ctx), "release the workflow's uid", nil, nil, nil, `lock; rm -f "$1"`, w.userRecord(id))
+	w.forgetUser(id)
+	if err != nil {
+		return fmt.Errorf("release the uid of %s: %w", id, err)
+	}
+	return nil
+}
+
+func (w *Workspace) forgetUser(id string) {
+	w.mu.Lock()
+	delete(w.users, id)
+	w.mu.Unlock()
+}
+
+// RunUser is the uid of workflow id, which its checkout and run directory
+// belong to and every step in them runs as: "" without run users, and
+// for a workflow that has none (it has no checkout, or one amelia made
+// before workflows had uids). It reads the sandbox's record once.
+func (w *Workspace) RunUser(ctx context.Context, id string) (string, error) {
+	if !w.runUsers {
+		return "", nil
+	}
+	if err := ValidateWorkflowID(id); err != nil {
+		return "", err
+	}
+	w.mu.Lock()
+	uid, ok := w.users[id]
+	w.mu.Unlock()
+	if ok {
+		return uid, nil
+	}
+	var out strings.Builder
+	if err := w.script(ctx, "read the workflow's uid", nil, nil, &out, `[ ! -f "$1" ] || cat "$1"`, w.userRecord(id)); err != nil {
+		return "", fmt.Errorf("find the uid of %s: %w", id, err)
+	}
+	got := strings.TrimSpace(out.String())
+	if got == "" {
+		return "", nil
+	}
+	uid, err := validUID(got, w.uids[0], w.uids[1])
+	if err != nil {
+		return "", fmt.Errorf("find the uid of %s: %s: %w", id, w.userRecord(id), err)
+	}
+	w.mu.Lock()
+	w.users[id] = uid
+	w.mu.Unlock()
+	return uid, nil
+}
+
+// RunAs is ex running every request that names no user as uid, as
+// RunUser returns it ("": ex itself): the agent's driver of a workflow
+// with a uid runs through it.
+func RunAs(ex sdk.Execer, uid string) sdk.Execer {
+	if uid == "" {
+		return ex
+	}
+	return runAs{ex, execUser(uid)}
+}
+
+type runAs struct {
+	sdk.Execer
+	user string
+}
+
+func (r runAs) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	if req.User == "" {
+		req.User = r.user
+	}
+	return r.Execer.Exec(ctx, req, eio)
+}
+
+// RunUsers lists the uid of every workflow that has one in the workspace
+// at the sandbox's workdir (where amelia run keeps it), by workflow id, in
+// one exec: for the tools that look at a sandbox's runs (sandbox ls).
+func RunUsers(ctx context.Context, ex sdk.Execer) (map[string]string, error) {
+	var out, stderr strings.Builder
+	st, err := ex.Exec(ctx, sdk.ExecRequest{
+		Argv:    []string{"sh", "-c", `cd ` + usersDir + ` 2>/dev/null || exit 0; for f in *; do [ ! -f "$f" ] || printf '%s %s\n' "$f" "$(cat "$f")"; done`},
+		Timeout: workflowsTimeout,
+	}, sdk.ExecIO{Stdout: &out, Stderr: &stderr})
+	if err != nil {
+		return nil, fmt.Errorf("list the workflows' uids: %w", err)
+	}
+	if st.Code != 0 {
+		return nil, fmt.Errorf("list the workflows' uids: %s: %s", execreport.Status(st), strings.TrimSpace(stderr.String()))
+	}
+	users := map[string]string{}
+	for line := range strings.Lines(out.String()) {
+		id, uid, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if ValidateWorkflowID(id) != nil {
+			continue
+		}
+		// Records are the sandbox user's to write: any uid but root's.
+		if uid, err := validUID(uid, 1, math.MaxInt32); err == nil {
+			users[id] = uid
+		}
+	}
+	return users, nil
+}
