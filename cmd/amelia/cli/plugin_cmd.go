@@ -72,6 +72,7 @@ type pluginRow struct {
 	ExecAsRoot  bool     `json:"exec_as_root"`
 	ResourceLim bool     `json:"resource_limits"`
 	TTY         bool     `json:"tty"`
+	RunUsers    bool     `json:"run_users"`
 	Error       string   `json:"error,omitempty"`
 }
 
@@ -98,13 +99,13 @@ func (a *app) listPlugins(cmd *cobra.Command, asJSON bool) error {
 		}
 	} else {
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tVERSION\tISOLATED\tEGRESS\tSOURCE")
+		fmt.Fprintln(tw, "NAME\tVERSION\tISOLATED\tEGRESS\tRUN USERS\tSOURCE")
 		for _, r := range rows {
-			version, isolated, egress := r.Version, yesNo(r.Isolated), strings.Join(r.EgressModes, ",")
+			version, isolated, egress, runUsers := r.Version, yesNo(r.Isolated), strings.Join(r.EgressModes, ","), yesNo(r.RunUsers)
 			if r.Error != "" {
-				version, isolated, egress = "?", "?", "?"
+				version, isolated, egress, runUsers = "?", "?", "?", "?"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, version, isolated, egress, r.Source)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, version, isolated, egress, runUsers, r.Source)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -143,6 +144,7 @@ func describePlugin(ctx context.Context, host *pluginhost.Host, p pluginhost.Plu
 	}
 	row.Version, row.APIVersions, row.Description = info.Version, info.APIVersions, info.Description
 	row.Isolated, row.ExecAsRoot, row.ResourceLim, row.TTY = info.Isolated, info.ExecAsRoot, info.ResourceLimits, info.TTY
+	row.RunUsers = info.RunUsers
 	for _, m := range info.EgressModes {
 		row.EgressModes = append(row.EgressModes, string(m))
 	}

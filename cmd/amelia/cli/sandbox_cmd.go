@@ -295,10 +295,10 @@ type sandboxRow struct {
 	// "delivered" (kept with --keep-worktree after its branch came back),
 	// or "active" (a run in progress, or one this host did not record).
 	WorkflowStates map[string]string `json:"workflow_states,omitempty"`
-	// Runs says how runs share the sandbox: "one-at-a-time", or
-	// "shared,unseparated" with sandbox.concurrent_runs (no provider
-	// separates runs in one sandbox from each other yet). Empty for
-	// orphans.
+	// Runs says how runs share the sandbox: "separated" where the
+	// provider gives each run a uid of its own (sdk.Capabilities.RunUsers),
+	// so they go side by side; elsewhere "one-at-a-time", or
+	// "shared,unseparated" with sandbox.concurrent_runs. Empty for orphans.
 	Runs string `json:"runs,omitempty"`
 	// Orphan: this host created it, and no configured profile owns it.
 	Orphan  bool   `json:"orphan,omitempty"`
@@ -309,7 +309,7 @@ type sandboxRow struct {
 func (a *app) sandboxState(ctx context.Context, sb *sandbox.Sandbox) sandboxRow {
 	ctx, cancel := context.WithTimeout(ctx, sdk.HealthCheckTimeout+5*time.Second)
 	defer cancel()
-	row := sandboxRow{Profile: sb.Profile.Name, Provider: sb.Info.Name, Runs: runsMode(sb.Profile.Sandbox.ConcurrentRuns)}
+	row := sandboxRow{Profile: sb.Profile.Name, Provider: sb.Info.Name, Runs: runsMode(sb.Info.RunUsers, sb.Profile.Sandbox.ConcurrentRuns)}
 	h, err := sb.Health(ctx)
 	switch {
 	case errors.Is(err, sdk.ErrNotFound):
@@ -413,9 +413,14 @@ func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool, now time.Time
 	return tw.Flush()
 }
 
-// runsMode says how runs share a profile's sandbox.
-func runsMode(concurrent bool) string {
-	if concurrent {
+// runsMode says how runs share a profile's sandbox: separated by uids
+// where the provider can, else one at a time unless the profile lets them
+// share it unseparated.
+func runsMode(runUsers, concurrent bool) string {
+	switch {
+	case runUsers:
+		return "separated"
+	case concurrent:
 		return "shared,unseparated"
 	}
 	return "one-at-a-time"
@@ -430,6 +435,7 @@ func (a *app) workflowStates(ctx context.Context, sb *sandbox.Sandbox, profile s
 		return nil
 	}
 	states := map[string]string{}
+	var uids map[string]string // each workflow's, where runs have their own
 	for _, id := range ids {
 		states[id] = "active"
 		r, err := a.runs().Get(profile, id)
@@ -440,9 +446,15 @@ func (a *app) workflowStates(ctx context.Context, sb *sandbox.Sandbox, profile s
 		if r.State != runstore.Running || r.RunDir == "" || r.Worker == "" {
 			continue
 		}
-		// The worker that started the agent answers for it; ls starts
-		// nothing and installs nothing.
-		d := &driver.Driver{Exec: sb, Worker: r.Worker, Provider: sb.Info.Name, Logger: a.logger}
+		if uids == nil && sb.Info.RunUsers {
+			if uids, err = workspace.RunUsers(ctx, sb); err != nil {
+				continue
+			}
+		}
+		// The worker that started the agent answers for it, as the run's
+		// uid (its directory is that uid's alone); ls starts nothing and
+		// installs nothing.
+		d := &driver.Driver{Exec: workspace.RunAs(sb, uids[id]), Worker: r.Worker, Provider: sb.Info.Name, Logger: a.logger}
 		if st, err := d.AgenticState(ctx, r.RunDir); err == nil {
 			states[id] = agentState(st)
 		}
