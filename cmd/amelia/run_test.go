@@ -613,14 +613,27 @@ func newGate(t *testing.T) gate {
 }
 
 // command waits at the gate. Opened before the FIFO was made, the gate is
-// a plain file, which cat reads at once.
-func (g gate) command() string { return "mkfifo " + g.path + " 2>/dev/null; cat " + g.path }
+// a plain file, which cat reads at once. The FIFO is the agent's, which
+// may run as a uid of its own: anyone may write it.
+func (g gate) command() string { return "mkfifo -m 666 " + g.path + " 2>/dev/null; cat " + g.path }
+
+// openGate opens the gate $1 as whoever runs it: a FIFO another uid made
+// in the sticky /tmp is written without O_CREAT (fs.protected_fifos
+// refuses that); no FIFO yet, a readable plain file takes its place, put
+// there by a link that fails should the FIFO appear meanwhile.
+const openGate = `p=$1
+if [ ! -p "$p" ]; then
+	f=$(mktemp "$p.XXXXXX"); echo go >"$f"; chmod 644 "$f"
+	if ln "$f" "$p" 2>/dev/null; then rm -f "$f"; exit 0; fi
+	rm -f "$f"
+fi
+echo go | dd of="$p" conv=nocreat,notrunc status=none`
 
 // open lets the agent through, from a command of the test's own in the
 // sandbox.
 func (g gate) open(t *testing.T, h *host) {
 	t.Helper()
-	if r := h.amelia(t, "sandbox", "exec", "--", "sh", "-c", "echo go > "+g.path); r.code != 0 {
+	if r := h.amelia(t, "sandbox", "exec", "--", "sh", "-c", openGate, "sh", g.path); r.code != 0 {
 		t.Fatalf("open the gate: exit %d: %s", r.code, r.stderr)
 	}
 }
