@@ -273,7 +273,7 @@ func TestRunFailureBeforeTheAgentCleansUp(t *testing.T) {
 		{"sandbox", "EnsureRunning", PhaseSandbox},
 		{"worker", "uname -m", PhaseWorker},
 		{"tunnel", "tunnel --listen", PhaseTunnel},
-		{"workspace", "worktree add", PhaseWorkspace},
+		{"workspace", "objects/info/alternates", PhaseWorkspace},
 		{"agent", "detach", PhaseAgent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
