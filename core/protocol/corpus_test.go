@@ -56,7 +56,7 @@ func rndValue(r *rand.Rand, dst []byte, depth int) []byte {
 	}
 	switch k {
 	case 0:
-		return appendString(dst, rndString(r))
+		return AppendString(dst, rndString(r))
 	case 1:
 		return strconv.AppendInt(dst, r.Int64()>>r.IntN(64), 10)
 	case 2:
@@ -86,7 +86,7 @@ func rndObject(r *rand.Rand, dst []byte, depth int) []byte {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendString(dst, strconv.Itoa(i)+rndString(r))
+		dst = AppendString(dst, strconv.Itoa(i)+rndString(r))
 		dst = append(dst, ':')
 		dst = rndValue(r, dst, depth)
 	}
@@ -101,7 +101,7 @@ func rndObject(r *rand.Rand, dst []byte, depth int) []byte {
 //	python3 core/protocol/testdata/check_lines.py /tmp/corpus.jsonl
 //
 // The tool_input objects are built the way pydantic writes them (floats
-// with appendFloat, strings with appendString, no repeated keys), so that
+// with appendFloat, strings with AppendString, no repeated keys), so that
 // the whole line must come back unchanged.
 func TestWriteCorpus(t *testing.T) {
 	path := os.Getenv("PROTOCOL_CORPUS")

@@ -98,18 +98,40 @@ func appendUsage(dst []byte, u *DriverUsage) []byte {
 	dst = append(dst, `,"cache_creation_tokens":`...)
 	dst = appendIntPtr(dst, u.CacheCreationTokens)
 	dst = append(dst, `,"cost_usd":`...)
-	if u.CostUSD == nil {
-		dst = append(dst, "null"...)
-	} else {
-		dst = appendFloat(dst, *u.CostUSD)
-	}
+	dst = appendFloatPtr(dst, u.CostUSD)
 	dst = append(dst, `,"duration_ms":`...)
 	dst = appendIntPtr(dst, u.DurationMs)
 	dst = append(dst, `,"num_turns":`...)
 	dst = appendIntPtr(dst, u.NumTurns)
 	dst = append(dst, `,"model":`...)
 	dst = appendStringPtr(dst, u.Model)
+	if u.hasContext() {
+		dst = append(dst, `,"context_tokens":`...)
+		dst = appendIntPtr(dst, u.ContextTokens)
+		dst = append(dst, `,"context_window_tokens":`...)
+		dst = appendIntPtr(dst, u.ContextWindowTokens)
+		dst = append(dst, `,"context_utilization":`...)
+		dst = appendFloatPtr(dst, u.ContextUtilization)
+		dst = append(dst, `,"context_warning_threshold":`...)
+		dst = appendFloatPtr(dst, u.ContextWarningThreshold)
+		dst = append(dst, `,"context_window_warning":`...)
+		switch {
+		case u.ContextWindowWarning == nil:
+			dst = append(dst, "null"...)
+		case *u.ContextWindowWarning:
+			dst = append(dst, "true"...)
+		default:
+			dst = append(dst, "false"...)
+		}
+	}
 	return append(dst, '}')
+}
+
+func appendFloatPtr(dst []byte, v *float64) []byte {
+	if v == nil {
+		return append(dst, "null"...)
+	}
+	return appendFloat(dst, *v)
 }
 
 func appendIntPtr(dst []byte, v *int64) []byte {
@@ -123,7 +145,7 @@ func appendStringPtr(dst []byte, s *string) []byte {
 	if s == nil {
 		return append(dst, "null"...)
 	}
-	return appendString(dst, *s)
+	return AppendString(dst, *s)
 }
 
 const hexDigits = "0123456789abcdef"
@@ -138,12 +160,12 @@ var plainASCII = func() (t [utf8.RuneSelf]bool) {
 	return t
 }()
 
-// appendString appends s as a JSON string escaped as pydantic escapes it:
+// AppendString appends s as a JSON string escaped as pydantic escapes it:
 // '"', '\\' and the control characters below U+0020 are escaped (\b \t \n
 // \f \r in their short forms, the others as \u00xx in lowercase hex),
 // everything else is written as raw UTF-8. Invalid UTF-8 is replaced by
 // U+FFFD.
-func appendString(dst []byte, s string) []byte {
+func AppendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {

@@ -58,7 +58,15 @@ type AgenticMessage struct {
 // DriverUsage is the token usage and cost of a run, carried by a message of
 // type [Usage]. Its JSON keys are input_tokens, output_tokens,
 // cache_read_tokens, cache_creation_tokens, cost_usd, duration_ms, num_turns
-// and model, in that order; a nil pointer is written as null.
+// and model, in that order, as the worker's model writes them; a nil pointer
+// is written as null.
+//
+// The Python host's own DriverUsage (amelia.drivers.base) has five more
+// keys after model: context_tokens, context_window_tokens,
+// context_utilization, context_warning_threshold and context_window_warning.
+// They are kept, so that a line decoded and encoded again is the same bytes
+// whichever of the two models wrote it: ContextFields says whether the JSON
+// form has them.
 type DriverUsage struct {
 	InputTokens         *int64
 	OutputTokens        *int64
@@ -68,6 +76,24 @@ type DriverUsage struct {
 	DurationMs          *int64
 	NumTurns            *int64
 	Model               *string
+
+	// The Python host's fields; the worker never writes them.
+	ContextTokens           *int64
+	ContextWindowTokens     *int64
+	ContextUtilization      *float64
+	ContextWarningThreshold *float64
+	ContextWindowWarning    *bool
+	// ContextFields is set by decoding when the object has any of the five
+	// keys above, null or not; encoding writes all five when it is set or
+	// any of them is not nil, and none otherwise.
+	ContextFields bool
+}
+
+// hasContext reports whether u's JSON form has the Python host's five
+// context keys.
+func (u *DriverUsage) hasContext() bool {
+	return u.ContextFields || u.ContextTokens != nil || u.ContextWindowTokens != nil ||
+		u.ContextUtilization != nil || u.ContextWarningThreshold != nil || u.ContextWindowWarning != nil
 }
 
 // ErrInvalid is matched, with [errors.Is], by every error about what a line

@@ -57,11 +57,17 @@ type stdUsage struct {
 	DurationMs          *int64   `json:"duration_ms"`
 	NumTurns            *int64   `json:"num_turns"`
 	Model               *string  `json:"model"`
+
+	ContextTokens           *int64   `json:"context_tokens"`
+	ContextWindowTokens     *int64   `json:"context_window_tokens"`
+	ContextUtilization      *float64 `json:"context_utilization"`
+	ContextWarningThreshold *float64 `json:"context_warning_threshold"`
+	ContextWindowWarning    *bool    `json:"context_window_warning"`
 }
 
-// fromStd converts a message read by encoding/json, with tool_input
-// compacted.
-func fromStd(t testing.TB, s *stdMessage) *AgenticMessage {
+// fromStd converts a message read by encoding/json from line, with
+// tool_input compacted.
+func fromStd(t testing.TB, s *stdMessage, line []byte) *AgenticMessage {
 	t.Helper()
 	m := &AgenticMessage{
 		Type: MessageType(s.Type), Content: s.Content, ToolName: s.ToolName, ToolOutput: s.ToolOutput,
@@ -74,9 +80,25 @@ func fromStd(t testing.TB, s *stdMessage) *AgenticMessage {
 		}
 		m.ToolInput = buf.Bytes()
 	}
-	if s.Usage != nil {
-		u := DriverUsage(*s.Usage)
-		m.Usage = &u
+	if su := s.Usage; su != nil {
+		m.Usage = &DriverUsage{
+			InputTokens: su.InputTokens, OutputTokens: su.OutputTokens, CacheReadTokens: su.CacheReadTokens,
+			CacheCreationTokens: su.CacheCreationTokens, CostUSD: su.CostUSD, DurationMs: su.DurationMs,
+			NumTurns: su.NumTurns, Model: su.Model,
+			ContextTokens: su.ContextTokens, ContextWindowTokens: su.ContextWindowTokens,
+			ContextUtilization: su.ContextUtilization, ContextWarningThreshold: su.ContextWarningThreshold,
+			ContextWindowWarning: su.ContextWindowWarning,
+		}
+		// Whether the context keys were there, null or not.
+		var keys struct{ Usage map[string]json.RawMessage }
+		if err := json.Unmarshal(line, &keys); err != nil {
+			t.Fatal(err)
+		}
+		for k := range keys.Usage {
+			if strings.HasPrefix(k, "context_") {
+				m.Usage.ContextFields = true
+			}
+		}
 	}
 	return m
 }
@@ -109,7 +131,7 @@ func TestGoldenRoundTrip(t *testing.T) {
 		if err := json.Unmarshal(line, &s); err != nil {
 			t.Fatalf("line %d: encoding/json: %v", i+1, err)
 		}
-		if want := fromStd(t, &s); !reflect.DeepEqual(m, want) {
+		if want := fromStd(t, &s, line); !reflect.DeepEqual(m, want) {
 			t.Errorf("line %d: decoded\n%s\nencoding/json reads\n%s", i+1, dump(m), dump(want))
 		}
 
@@ -239,8 +261,8 @@ func TestAppendString(t *testing.T) {
 		{"bad \xff\xfe utf8 \xe2\x82", "\"bad \uFFFD\uFFFD utf8 \uFFFD\uFFFD\""},
 		{"\ufffd", "\"\ufffd\""},
 	} {
-		if got := string(appendString(nil, tt.in)); got != tt.want {
-			t.Errorf("appendString(%q) = %s, want %s", tt.in, got, tt.want)
+		if got := string(AppendString(nil, tt.in)); got != tt.want {
+			t.Errorf("AppendString(%q) = %s, want %s", tt.in, got, tt.want)
 		}
 	}
 }

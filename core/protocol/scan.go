@@ -68,7 +68,17 @@ const (
 	iCacheCreationTokens
 	iDurationMs
 	iNumTurns
+	iContextTokens
+	iContextWindowTokens
 	numInts
+)
+
+// Indices of the usage's floats in rawUsage.floats and usageBlock.floats.
+const (
+	fCostUSD = iota
+	fContextUtilization
+	fContextWarningThreshold
+	numFloats
 )
 
 // rawMessage is a parsed message before its strings are allocated.
@@ -83,11 +93,14 @@ type rawMessage struct {
 }
 
 type rawUsage struct {
-	ints    [numInts]int64
-	intSet  [numInts]bool
-	cost    float64
-	costSet bool
-	model   span
+	ints       [numInts]int64
+	intSet     [numInts]bool
+	floats     [numFloats]float64
+	floatSet   [numFloats]bool
+	warning    bool // context_window_warning
+	warningSet bool
+	context    bool // one of the Python host's context keys was there
+	model      span
 }
 
 // messageBlock and usageBlock hold a message or a usage together with the
@@ -98,10 +111,11 @@ type messageBlock struct {
 }
 
 type usageBlock struct {
-	u     DriverUsage
-	ints  [numInts]int64
-	cost  float64
-	model string
+	u       DriverUsage
+	ints    [numInts]int64
+	floats  [numFloats]float64
+	warning bool
+	model   string
 }
 
 // parseMessage parses data, a whole JSON document, as an AgenticMessage.
@@ -356,13 +370,28 @@ func (p *parser) usageMembers(r *rawUsage, prefix string) error {
 		case "cache_creation_tokens":
 			err = p.intValue(r, iCacheCreationTokens, prefix, "cache_creation_tokens")
 		case "cost_usd":
-			err = p.floatValue(r, prefix)
+			err = p.floatValue(r, fCostUSD, prefix, "cost_usd")
 		case "duration_ms":
 			err = p.intValue(r, iDurationMs, prefix, "duration_ms")
 		case "num_turns":
 			err = p.intValue(r, iNumTurns, prefix, "num_turns")
 		case "model":
 			err = p.stringValue(&r.model, prefix+"model")
+		case "context_tokens":
+			r.context = true
+			err = p.intValue(r, iContextTokens, prefix, "context_tokens")
+		case "context_window_tokens":
+			r.context = true
+			err = p.intValue(r, iContextWindowTokens, prefix, "context_window_tokens")
+		case "context_utilization":
+			r.context = true
+			err = p.floatValue(r, fContextUtilization, prefix, "context_utilization")
+		case "context_warning_threshold":
+			r.context = true
+			err = p.floatValue(r, fContextWarningThreshold, prefix, "context_warning_threshold")
+		case "context_window_warning":
+			r.context = true
+			err = p.nullableBool(&r.warning, &r.warningSet, prefix+"context_window_warning")
 		default:
 			err = p.skipValue(3)
 		}
@@ -419,25 +448,37 @@ func (p *parser) intValue(r *rawUsage, i int, prefix, name string) error {
 	return nil
 }
 
-// floatValue reads a number or null into r.cost. Numbers beyond the range of
-// float64 read as ±Inf, as in pydantic.
-func (p *parser) floatValue(r *rawUsage, prefix string) error {
+// floatValue reads a number or null into r.floats[i]. Numbers beyond the
+// range of float64 read as ±Inf, as in pydantic.
+func (p *parser) floatValue(r *rawUsage, i int, prefix, name string) error {
 	c := p.data[p.pos]
 	if c == 'n' {
-		r.costSet = false
+		r.floatSet[i] = false
 		return p.literal("null")
 	}
 	if c != '-' && (c < '0' || c > '9') {
-		return p.typeError(prefix+"cost_usd", "a number or null")
+		return p.typeError(prefix+name, "a number or null")
 	}
 	tok, err := p.number()
 	if err != nil {
 		return err
 	}
 	// The grammar is checked; the only possible error is ErrRange, with ±Inf.
-	r.cost, _ = strconv.ParseFloat(string(tok), 64)
-	r.costSet = true
+	r.floats[i], _ = strconv.ParseFloat(string(tok), 64)
+	r.floatSet[i] = true
 	return nil
+}
+
+// nullableBool reads true, false or null into *v and *set.
+func (p *parser) nullableBool(v, set *bool, name string) error {
+	if p.data[p.pos] == 'n' {
+		*set = false
+		return p.literal("null")
+	}
+	var err error
+	*v, err = p.boolValue(name)
+	*set = err == nil
+	return err
 }
 
 // buildMessage allocates the message that r describes.
@@ -470,17 +511,26 @@ func (p *parser) buildMessage(r *rawMessage) *AgenticMessage {
 func buildUsage(r *rawUsage, strs string) *DriverUsage {
 	b := new(usageBlock)
 	u := &b.u
-	ptrs := [numInts]**int64{&u.InputTokens, &u.OutputTokens, &u.CacheReadTokens, &u.CacheCreationTokens, &u.DurationMs, &u.NumTurns}
+	ptrs := [numInts]**int64{&u.InputTokens, &u.OutputTokens, &u.CacheReadTokens, &u.CacheCreationTokens, &u.DurationMs, &u.NumTurns,
+		&u.ContextTokens, &u.ContextWindowTokens}
 	for i, set := range r.intSet {
 		if set {
 			b.ints[i] = r.ints[i]
 			*ptrs[i] = &b.ints[i]
 		}
 	}
-	if r.costSet {
-		b.cost = r.cost
-		u.CostUSD = &b.cost
+	fptrs := [numFloats]**float64{&u.CostUSD, &u.ContextUtilization, &u.ContextWarningThreshold}
+	for i, set := range r.floatSet {
+		if set {
+			b.floats[i] = r.floats[i]
+			*fptrs[i] = &b.floats[i]
+		}
 	}
+	if r.warningSet {
+		b.warning = r.warning
+		u.ContextWindowWarning = &b.warning
+	}
+	u.ContextFields = r.context
 	if r.model.set {
 		b.model = strs[r.model.start:r.model.end]
 		u.Model = &b.model

@@ -1,5 +1,7 @@
 """The Python Amelia's protocol models, AgenticMessage and DriverUsage, as
-DESIGN.md lists them (keys in this order, absent values None).
+DESIGN.md lists them (keys in this order, absent values None): the worker's
+models, and the host's (HostAgenticMessage, HostDriverUsage), whose usage has
+five context fields more.
 
 Shared by gen_golden.py and check_lines.py.
 """
@@ -40,3 +42,15 @@ class AgenticMessage(BaseModel):
     is_error: bool = False
     model: str | None = None
     usage: DriverUsage | None = None
+
+
+class HostDriverUsage(DriverUsage):
+    context_tokens: int | None = None
+    context_window_tokens: int | None = None
+    context_utilization: float | None = None
+    context_warning_threshold: float | None = None
+    context_window_warning: bool | None = None
+
+
+class HostAgenticMessage(AgenticMessage):
+    usage: HostDriverUsage | None = None

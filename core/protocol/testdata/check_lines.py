@@ -7,6 +7,8 @@ checks that pydantic v2 accepts every one as an AgenticMessage
 the Python side reads exactly what the Go side wrote. The one exception is the
 one package protocol documents: tool_input is kept as the JSON the model sent
 (only compacted), so it is compared by value (1e1 and 10.0 are the same).
+A line whose usage has the Python host's context keys is read with the host's
+model (HostAgenticMessage), every other line with the worker's.
 Exit status 1 and the first differences on failure.
 
     python3 check_lines.py worker-stdout.jsonl ...
@@ -17,7 +19,7 @@ import sys
 
 import pydantic
 
-from amelia_models import AgenticMessage
+from amelia_models import AgenticMessage, HostAgenticMessage
 
 
 def split_tool_input(line: bytes) -> tuple[bytes, bytes, bytes]:
@@ -39,12 +41,21 @@ def same(line: bytes, out: bytes) -> bool:
         return False
 
 
+def host_usage(line: bytes) -> bool:
+    try:
+        usage = json.loads(line).get("usage")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(usage, dict) and any(k.startswith("context_") for k in usage)
+
+
 def check(lines) -> tuple[int, int]:
     n = bad = 0
     for n, line in enumerate(lines, 1):
         line = line.rstrip(b"\n")
+        model = HostAgenticMessage if host_usage(line) else AgenticMessage
         try:
-            out = AgenticMessage.model_validate_json(line).model_dump_json().encode()
+            out = model.model_validate_json(line).model_dump_json().encode()
         except pydantic.ValidationError as e:
             out = str(e).encode()
         if not same(line, out):

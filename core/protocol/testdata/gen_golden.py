@@ -28,7 +28,7 @@ import pydantic
 from pydantic import BaseModel
 
 
-from amelia_models import AgenticMessage, AgenticMessageType, DriverUsage
+from amelia_models import AgenticMessage, AgenticMessageType, DriverUsage, HostAgenticMessage, HostDriverUsage
 
 
 T = AgenticMessageType
@@ -111,6 +111,21 @@ messages += [
     AgenticMessage(type=T.TOOL_CALL, tool_name="write_todos", tool_input={}),
     AgenticMessage(type=T.TOOL_CALL, tool_name="glob",
                    tool_input={"deep": {"a": {"b": {"c": {"d": [[[[{"e": [None]}]]]]}}}}}),
+]
+
+# The Python host's usage, with its five context fields: all of them, some,
+# none (all null: still written), and its floats and bools.
+messages += [
+    HostAgenticMessage(type=T.USAGE, model="m",
+                       usage=HostDriverUsage(input_tokens=1200, output_tokens=80, cost_usd=0.0021,
+                                             duration_ms=812, num_turns=2, model="m",
+                                             context_tokens=96000, context_window_tokens=128000,
+                                             context_utilization=0.75, context_warning_threshold=0.8,
+                                             context_window_warning=False)),
+    HostAgenticMessage(type=T.USAGE, usage=HostDriverUsage(context_tokens=5, context_window_warning=True)),
+    HostAgenticMessage(type=T.USAGE, usage=HostDriverUsage()),
+    HostAgenticMessage(type=T.USAGE, usage=HostDriverUsage(context_utilization=1e-7,
+                                                           context_warning_threshold=1e16)),
 ]
 
 # The deepest line pydantic reads back: its JSON parser allows 200 nested
