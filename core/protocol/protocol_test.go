@@ -343,6 +343,11 @@ func TestDecodeValues(t *testing.T) {
 			&AgenticMessage{Type: ToolCall, ToolInput: json.RawMessage(`{"n":[1` + strings.Repeat("0", 4299) + `,1.` + strings.Repeat("0", 5000) + `]}`)}},
 		{"usage model and message model", `{"type":"usage","model":"a","usage":{"model":"b"}}`,
 			&AgenticMessage{Type: Usage, Model: new("a"), Usage: &DriverUsage{Model: new("b")}}},
+		{"usage context fields", `{"type":"usage","usage":{"context_tokens":7,"context_window_tokens":8.0,"context_utilization":1,"context_warning_threshold":0.8,"context_window_warning":true}}`,
+			&AgenticMessage{Type: Usage, Usage: &DriverUsage{ContextTokens: new(int64(7)), ContextWindowTokens: new(int64(8)),
+				ContextUtilization: new(1.0), ContextWarningThreshold: new(0.8), ContextWindowWarning: new(true), ContextFields: true}}},
+		{"usage one context field null", `{"type":"usage","usage":{"num_turns":1,"context_window_warning":null}}`,
+			&AgenticMessage{Type: Usage, Usage: &DriverUsage{NumTurns: new(int64(1)), ContextFields: true}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			m, err := NewDecoder(strings.NewReader(tt.line)).Decode()
@@ -435,6 +440,9 @@ func TestDecodeErrors(t *testing.T) {
 		{"usage int float too big", `{"type":"usage","usage":{"output_tokens":1e19}}`, `usage.output_tokens: 1e19 is out of range`},
 		{"usage cost string", `{"type":"usage","usage":{"cost_usd":"0.5"}}`, `invalid message: usage.cost_usd must be a number or null, got string`},
 		{"usage model number", `{"type":"usage","usage":{"model":5}}`, `usage.model must be a string or null, got number`},
+		{"usage context int fraction", `{"type":"usage","usage":{"context_tokens":0.5}}`, `usage.context_tokens must be an integer, got 0.5`},
+		{"usage context float string", `{"type":"usage","usage":{"context_utilization":"1"}}`, `usage.context_utilization must be a number or null, got string`},
+		{"usage context bool number", `{"type":"usage","usage":{"context_window_warning":1}}`, `usage.context_window_warning must be true or false, got number`},
 		{"not an object", `["type","thinking"]`, `invalid message: a message must be a JSON object, got array`},
 		{"a string", `"thinking"`, `a message must be a JSON object, got string`},
 		{"truncated", `{"type":"thinking","content":"abc`, `invalid message: invalid JSON: unexpected end of input in string`},
@@ -857,6 +865,10 @@ func TestEncodeValues(t *testing.T) {
 			`{"type":"thinking","content":"<a href=\"x\">` + "\u2028" + `</a>\n","tool_name":null,"tool_input":null,"tool_output":null,"tool_call_id":null,"session_id":null,"is_error":true,"model":"é","usage":null}`},
 		{"usage NaN", AgenticMessage{Type: Usage, Usage: &DriverUsage{CostUSD: new(math.NaN()), NumTurns: new(int64(-3))}},
 			`{"type":"usage","content":null,"tool_name":null,"tool_input":null,"tool_output":null,"tool_call_id":null,"session_id":null,"is_error":false,"model":null,"usage":{"input_tokens":null,"output_tokens":null,"cache_read_tokens":null,"cache_creation_tokens":null,"cost_usd":null,"duration_ms":null,"num_turns":-3,"model":null}}`},
+		{"usage with a context field", AgenticMessage{Type: Usage, Usage: &DriverUsage{ContextUtilization: new(0.5)}},
+			`{"type":"usage","content":null,"tool_name":null,"tool_input":null,"tool_output":null,"tool_call_id":null,"session_id":null,"is_error":false,"model":null,"usage":{"input_tokens":null,"output_tokens":null,"cache_read_tokens":null,"cache_creation_tokens":null,"cost_usd":null,"duration_ms":null,"num_turns":null,"model":null,"context_tokens":null,"context_window_tokens":null,"context_utilization":0.5,"context_warning_threshold":null,"context_window_warning":null}}`},
+		{"usage with the context keys, all null", AgenticMessage{Type: Usage, Usage: &DriverUsage{ContextFields: true, ContextWindowWarning: new(false)}},
+			`{"type":"usage","content":null,"tool_name":null,"tool_input":null,"tool_output":null,"tool_call_id":null,"session_id":null,"is_error":false,"model":null,"usage":{"input_tokens":null,"output_tokens":null,"cache_read_tokens":null,"cache_creation_tokens":null,"cost_usd":null,"duration_ms":null,"num_turns":null,"model":null,"context_tokens":null,"context_window_tokens":null,"context_utilization":null,"context_warning_threshold":null,"context_window_warning":false}}`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := AppendJSON(nil, &tt.m)
