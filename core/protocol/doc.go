@@ -39,6 +39,19 @@
 // pydantic's lax mode in another: a value of the wrong JSON type (a string
 // for an integer, 1 for a boolean) is an error that names the key.
 //
+// # Serve mode
+//
+// A persistent worker (`amelia-worker serve`, as the Python worker's serve
+// mode) takes many commands over one stdin: each is a [Request], framed by
+// [AppendRequest] and read by [ReadRequest] (a 4-byte big-endian length,
+// then the JSON of a WorkerRequest, at most [MaxRequestBytes]). It answers
+// each with newline-delimited frames, read by a [FrameDecoder]: one msg
+// frame per message line, the line carried as a JSON string
+// ([AppendMsgFrame]), an error frame when the command failed
+// ([AppendErrorFrame]), and a done frame ([AppendDoneFrame]) that ends it.
+// Requests and frames are written byte for byte as pydantic writes the
+// Python models (testdata/serve.jsonl holds lines it wrote).
+//
 // Note that [encoding/json.Marshal] re-escapes the output of MarshalJSON
 // methods (<, >, & and U+2028/U+2029 become \u003c and so on), so it does not
 // produce pydantic's bytes; use [Encoder], [AppendJSON] or the MarshalJSON

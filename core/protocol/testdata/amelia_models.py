@@ -1,13 +1,14 @@
 """The Python Amelia's protocol models, AgenticMessage and DriverUsage, as
 DESIGN.md lists them (keys in this order, absent values None): the worker's
 models, and the host's (HostAgenticMessage, HostDriverUsage), whose usage has
-five context fields more.
+five context fields more; and the persistent worker's WorkerRequest and
+ResponseFrame (serve mode).
 
 Shared by gen_golden.py and check_lines.py.
 """
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -54,3 +55,18 @@ class HostDriverUsage(DriverUsage):
 
 class HostAgenticMessage(AgenticMessage):
     usage: HostDriverUsage | None = None
+
+
+class WorkerRequest(BaseModel):
+    mode: Literal["agentic", "generate"]
+    prompt: str
+    model: str
+    cwd: str | None = None
+    instructions: str | None = None
+    schema_path: str | None = None
+
+
+class ResponseFrame(BaseModel):
+    frame: Literal["msg", "done", "error"]
+    msg: str | None = None
+    error: str | None = None

@@ -8,9 +8,12 @@ need Python; run this only to regenerate, from core/protocol/testdata:
 
     python3 gen_golden.py > pydantic.jsonl
     python3 gen_golden.py floats > floats.txt
+    python3 gen_golden.py serve > serve.jsonl
 
 floats.txt holds, per line, a float's Python repr and, after a tab, what
 pydantic writes for it: boundaries of its layout and a fixed random sample.
+serve.jsonl holds the serve mode's requests (WorkerRequest, without their
+length prefix) and frames (ResponseFrame), one per line.
 
 check_lines.py is the other direction: it reads lines written by the Go
 package (see TestWriteCorpus in corpus_test.go) and checks that pydantic
@@ -28,7 +31,8 @@ import pydantic
 from pydantic import BaseModel
 
 
-from amelia_models import AgenticMessage, AgenticMessageType, DriverUsage, HostAgenticMessage, HostDriverUsage
+from amelia_models import (AgenticMessage, AgenticMessageType, DriverUsage, HostAgenticMessage, HostDriverUsage,
+                           ResponseFrame, WorkerRequest)
 
 
 T = AgenticMessageType
@@ -136,6 +140,23 @@ for i in range(198):
 messages.append(AgenticMessage(type=T.TOOL_CALL, tool_name="deep", tool_input={"x": deep}))
 
 
+# The serve mode: requests, then frames carrying some of the lines above.
+serve: list[BaseModel] = [
+    WorkerRequest(mode="agentic", prompt="Fix the test.", model="gpt-4.1-mini", cwd="/workspace/repo"),
+    WorkerRequest(mode="generate", prompt="Review:\n\"x\" \\ é 😀 \u2028 \x7f \x01", model="m",
+                  schema_path="amelia.agents.schemas.evaluator:EvaluationOutput"),
+    WorkerRequest(mode="agentic", prompt="", model="", cwd="/w", instructions="Be brief.\n",
+                  schema_path="/tmp/s.json"),
+    WorkerRequest(mode="generate", prompt="p", model="m"),
+]
+serve += [ResponseFrame(frame="msg", msg=m.model_dump_json()) for m in messages[:12] + messages[-6:-1]]
+serve += [
+    ResponseFrame(frame="msg", msg="".join(STRINGS)),
+    ResponseFrame(frame="error", error="llm: 400 Bad Request: \"context\" too long\n\u2028"),
+    ResponseFrame(frame="error", error=""),
+    ResponseFrame(frame="done"),
+]
+
 
 class Floats(BaseModel):
     v: list[float]
@@ -175,6 +196,12 @@ def main() -> None:
         assert len(outs) == len(vals)
         for v, o in zip(vals, outs):
             print(f"{v!r}\t{o}")
+        return
+    if sys.argv[1:] == ["serve"]:
+        for m in serve:
+            line = m.model_dump_json()
+            assert type(m).model_validate_json(line) == m, line
+            print(line)
         return
     for m in messages:
         line = m.model_dump_json()
