@@ -1,6 +1,7 @@
 // Package worker is amelia-worker, the one program that runs inside every
-// sandbox: the agent (agentic, generate), the sandbox end of the tunnel and
-// git's credential helper. Its stdout carries only protocol lines (or, for
+// sandbox: the agent (agentic, generate, and serve, which runs many of them
+// in one process), the sandbox end of the tunnel and git's credential
+// helper. Its stdout carries only protocol lines (or, for
 // tunnel, the tunnel session, and for git-credential, git's answer); logs go
 // to stderr.
 package worker
@@ -12,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"strings"
@@ -93,7 +95,7 @@ func (w *worker) commands() *cobra.Command {
 	root.SetOut(w.p.Stderr) // help and usage never go to stdout, which is the protocol's
 	root.SetErr(w.p.Stderr)
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(w.agenticCmd(), w.generateCmd(), w.tunnelCmd(), w.gitCredentialCmd(), w.flockCmd(), w.egressCheckCmd(), w.execCmd(), w.muxCmd(),
+	root.AddCommand(w.agenticCmd(), w.generateCmd(), w.serveCmd(), w.tunnelCmd(), w.gitCredentialCmd(), w.flockCmd(), w.egressCheckCmd(), w.execCmd(), w.muxCmd(),
 		w.detachCmd(), w.superviseCmd(), w.followCmd(), w.stopCmd(), w.statusCmd(), w.versionCmd())
 	return root
 }
@@ -114,7 +116,7 @@ func (w *worker) agenticCmd() *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := protocol.NewEncoder(w.p.Stdout)
-			run := func() error {
+			return exitFor(w.runAgent(out, model, func() error {
 				prompt, err := readFile("prompt", promptFile)
 				if err != nil {
 					return err
@@ -124,23 +126,10 @@ func (w *worker) agenticCmd() *cobra.Command {
 						return err
 					}
 				}
-				llm, err := w.llm()
-				if err != nil {
-					return err
-				}
-				set, err := tools.New(cwd, tools.Options{Logger: w.log})
-				if err != nil {
-					return setupError{err}
-				}
-				defer set.Close()
-				w.log.Info("agentic run", "model", model, "cwd", cwd, "max_turns", maxTurns)
-				a := &agent.Agentic{
-					LLM: llm, Tools: set, Model: model, MaxTurns: maxTurns, Out: out, Logger: w.log,
-					System: agent.SystemPrompt(cwd, instructions),
-				}
-				return a.Run(cmd.Context(), prompt)
-			}
-			return w.runAgent(out, model, run)
+				return w.agentic(cmd.Context(), out, agenticJob{
+					prompt: prompt, cwd: cwd, model: model, instructions: instructions, maxTurns: maxTurns,
+				})
+			}))
 		},
 	}
 	f := cmd.Flags()
@@ -157,55 +146,90 @@ func (w *worker) agenticCmd() *cobra.Command {
 	return cmd
 }
 
+// agenticJob is one agentic run, from the command line or a serve request.
+type agenticJob struct {
+	prompt, cwd, model, instructions string
+	maxTurns                         int // 0: agent.DefaultMaxTurns
+}
+
+// agentic runs j, writing its lines to out.
+func (w *worker) agentic(ctx context.Context, out *protocol.Encoder, j agenticJob) error {
+	llm, err := w.llm()
+	if err != nil {
+		return err
+	}
+	set, err := tools.New(j.cwd, tools.Options{Logger: w.log})
+	if err != nil {
+		return setupError{err}
+	}
+	defer set.Close()
+	w.log.Info("agentic run", "model", j.model, "cwd", j.cwd, "max_turns", j.maxTurns)
+	a := &agent.Agentic{
+		LLM: llm, Tools: set, Model: j.model, MaxTurns: j.maxTurns, Out: out, Logger: w.log,
+		System: agent.SystemPrompt(j.cwd, j.instructions),
+	}
+	return a.Run(ctx, j.prompt)
+}
+
 func (w *worker) generateCmd() *cobra.Command {
-	var promptFile, model, schemaFile, systemFile string
+	var promptFile, model, schema, systemFile string
 	cmd := &cobra.Command{
-		Use:   "generate --prompt-file F --model M [--schema FILE.json]",
+		Use:   "generate --prompt-file F --model M [--schema FILE.json|module:ClassName]",
 		Short: "One answer from the model, optionally JSON that matches a schema",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := protocol.NewEncoder(w.p.Stdout)
-			run := func() error {
+			return exitFor(w.runAgent(out, model, func() error {
 				prompt, err := readFile("prompt", promptFile)
 				if err != nil {
 					return err
 				}
-				g := &agent.Generate{Model: model, Out: out, Logger: w.log}
+				var system string
 				if systemFile != "" {
-					if g.System, err = readFile("system prompt", systemFile); err != nil {
+					if system, err = readFile("system prompt", systemFile); err != nil {
 						return err
 					}
 				}
-				if schemaFile != "" {
-					data, err := readFile("schema", schemaFile)
-					if err != nil {
-						return err
-					}
-					if g.Schema, err = agent.CompileSchema(schemaFile, []byte(data)); err != nil {
-						return setupError{err}
-					}
-				}
-				if g.LLM, err = w.llm(); err != nil {
-					return err
-				}
-				return g.Run(cmd.Context(), prompt)
-			}
-			return w.runAgent(out, model, run)
+				return w.generate(cmd.Context(), out, generateJob{prompt: prompt, model: model, system: system, schema: schema})
+			}))
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&promptFile, "prompt-file", "", "file holding the prompt (required)")
 	f.StringVar(&model, "model", "", "model name, as the upstream knows it (required)")
-	f.StringVar(&schemaFile, "schema", "", "JSON Schema file the answer must match")
+	f.StringVar(&schema, "schema", "", "the schema the answer must match: a JSON Schema file, or module:ClassName of a pydantic model the sandbox's python3 imports")
 	f.StringVar(&systemFile, "system-prompt-file", "", "file holding the system prompt")
 	cmd.MarkFlagRequired("prompt-file")
 	cmd.MarkFlagRequired("model")
 	return cmd
 }
 
-// runAgent runs an agentic or generate run. A failure before the run wrote
-// anything still ends with a result line with is_error and a usage line, so
-// the host always gets both.
+// generateJob is one generate call, from the command line or a serve
+// request.
+type generateJob struct {
+	prompt, model, system string
+	schema                string // see loadSchema; "" for free text
+}
+
+// generate runs j, writing its lines to out.
+func (w *worker) generate(ctx context.Context, out *protocol.Encoder, j generateJob) error {
+	g := &agent.Generate{Model: j.model, System: j.system, Out: out, Logger: w.log}
+	if j.schema != "" {
+		var err error
+		if g.Schema, err = w.loadSchema(ctx, j.schema); err != nil {
+			return err
+		}
+	}
+	var err error
+	if g.LLM, err = w.llm(); err != nil {
+		return err
+	}
+	return g.Run(ctx, j.prompt)
+}
+
+// runAgent runs an agentic or generate run and returns its error. A failure
+// before the run wrote anything still ends with a result line with
+// is_error and a usage line, so the host always gets both.
 func (w *worker) runAgent(out *protocol.Encoder, model string, run func() error) error {
 	err := run()
 	if err == nil {
@@ -215,10 +239,20 @@ func (w *worker) runAgent(out *protocol.Encoder, model string, run func() error)
 		err = agent.WriteFailure(out, model, se.error)
 	}
 	w.log.Error("run failed", "err", err)
-	if agent.Interrupted(err) {
+	return err
+}
+
+// exitFor is the exit of a one-shot run that ended with err: 130 when it
+// was interrupted, 1 for another failure.
+func exitFor(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case agent.Interrupted(err):
 		return exitCode(exitInterrupted)
+	default:
+		return exitCode(exitFailed)
 	}
-	return exitCode(exitFailed)
 }
 
 // setupError is a failure before the run started, which has not been
@@ -233,18 +267,59 @@ func readFile(what, path string) (string, error) {
 	return string(b), nil
 }
 
-// llm is the client for the LLM API: $AMELIA_PROXY_URL/v1, unless
-// LLM_PROXY_URL or OPENAI_BASE_URL name another base URL, with the run token.
+// Variables of the Python Amelia's worker, which this one reads too.
+const (
+	EnvLLMProxyURL = "LLM_PROXY_URL"  // the LLM API's base URL (already ending in /v1 or /proxy/v1)
+	EnvAPIKey      = "OPENAI_API_KEY" // the bearer token with LLM_PROXY_URL (default proxyManaged)
+	EnvProfile     = "AMELIA_PROFILE" // sent as X-Amelia-Profile
+)
+
+// proxyManaged is the Python worker's bearer token for a proxy that
+// attaches the real key.
+const proxyManaged = "proxy-managed"
+
+// The Python Amelia's identity headers, which both proxies take.
+const (
+	HeaderProxyToken = "X-Amelia-Proxy-Token"
+	HeaderProfile    = "X-Amelia-Profile"
+)
+
+// llm is the client for the LLM API: $AMELIA_PROXY_URL/v1 with the run
+// token as its bearer token, unless LLM_PROXY_URL or OPENAI_BASE_URL name
+// another base URL, as the Python worker's environment does: then the
+// bearer token is OPENAI_API_KEY, else the run token, else proxy-managed.
+// Either way the requests carry X-Amelia-Proxy-Token and X-Amelia-Profile
+// when AMELIA_PROXY_TOKEN and AMELIA_PROFILE are set.
 func (w *worker) llm() (*agent.LLM, error) {
-	base := firstSet(w.p.Getenv, "LLM_PROXY_URL", "OPENAI_BASE_URL")
-	if base == "" {
+	token := w.p.Getenv(EnvProxyToken)
+	bearer := token
+	base := firstSet(w.p.Getenv, EnvLLMProxyURL, "OPENAI_BASE_URL")
+	if base != "" {
+		bearer = firstSet(w.p.Getenv, EnvAPIKey, EnvProxyToken)
+		if bearer == "" {
+			bearer = proxyManaged
+		}
+	} else {
 		root := w.p.Getenv(EnvProxyURL)
 		if root == "" {
 			return nil, setupError{fmt.Errorf("%s is not set: the worker reaches the LLM through the amelia proxy (or set LLM_PROXY_URL to an OpenAI-compatible base URL)", EnvProxyURL)}
 		}
 		base = strings.TrimSuffix(root, "/") + "/v1"
 	}
-	return agent.NewLLM(base, w.p.Getenv(EnvProxyToken), w.log), nil
+	return agent.NewLLM(base, bearer, identityHeader(w.p.Getenv), w.log), nil
+}
+
+// identityHeader is the Python worker's X-Amelia-Proxy-Token and
+// X-Amelia-Profile, each when its variable is set.
+func identityHeader(getenv func(string) string) http.Header {
+	h := http.Header{}
+	if t := getenv(EnvProxyToken); t != "" {
+		h.Set(HeaderProxyToken, t)
+	}
+	if p := getenv(EnvProfile); p != "" {
+		h.Set(HeaderProfile, p)
+	}
+	return h
 }
 
 func firstSet(getenv func(string) string, names ...string) string {
@@ -322,7 +397,10 @@ func (w *worker) gitCredentialCmd() *cobra.Command {
 		Short: "git's credential helper, answered by the host proxy",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			h := &gitcred.Helper{ProxyURL: w.p.Getenv(EnvProxyURL), Token: w.p.Getenv(EnvProxyToken)}
+			h := &gitcred.Helper{
+				ProxyURL: w.p.Getenv(EnvProxyURL), LLMProxyURL: w.p.Getenv(EnvLLMProxyURL),
+				Token: w.p.Getenv(EnvProxyToken), Profile: w.p.Getenv(EnvProfile),
+			}
 			if err := h.Run(cmd.Context(), args[0], w.p.Stdin, w.p.Stdout); err != nil {
 				fmt.Fprintf(w.p.Stderr, "amelia-worker git-credential: %v\n", err)
 				return exitCode(exitFailed)

@@ -71,7 +71,7 @@ func loopPerCall(b *testing.B, set *tools.Set, sessions, turns int) float64 {
 	srv := readFileTurns(b, turns)
 	logger := slog.New(slog.DiscardHandler)
 	a := &agent.Agentic{
-		LLM: agent.NewLLM(srv.URL()+"/v1", "token", logger), Tools: set, Model: "m",
+		LLM: agent.NewLLM(srv.URL()+"/v1", "token", nil, logger), Tools: set, Model: "m",
 		MaxTurns: turns + 1, Out: protocol.NewEncoder(io.Discard), Logger: logger,
 	}
 	start := time.Now()

@@ -37,11 +37,12 @@ const DefaultOutage = 2 * time.Minute
 const maxBackoff = 5 * time.Second
 
 // NewLLM returns a client for the chat API at baseURL (ending in /v1) that
-// authenticates with token.
-func NewLLM(baseURL, token string, logger *slog.Logger) *LLM {
+// authenticates with token as its bearer token and adds header to every
+// request.
+func NewLLM(baseURL, token string, header http.Header, logger *slog.Logger) *LLM {
 	cfg := openai.DefaultConfig(token)
 	cfg.BaseURL = strings.TrimSuffix(baseURL, "/")
-	cfg.HTTPClient = bodyDoer{&http.Client{}}
+	cfg.HTTPClient = bodyDoer{client: &http.Client{}, header: header}
 	// Keepalive comments (": PROCESSING") are counted as empty messages;
 	// a slow upstream may send many.
 	cfg.EmptyMessagesLimit = 10000

@@ -98,10 +98,16 @@ func withBody(ctx context.Context, body []byte) context.Context {
 }
 
 // bodyDoer is go-openai's HTTP client: it replaces the body of a request
-// whose context carries one (see withBody).
-type bodyDoer struct{ client *http.Client }
+// whose context carries one (see withBody), and adds header.
+type bodyDoer struct {
+	client *http.Client
+	header http.Header
+}
 
 func (d bodyDoer) Do(req *http.Request) (*http.Response, error) {
+	for k, v := range d.header {
+		req.Header[k] = v
+	}
 	if body, ok := req.Context().Value(bodyKey{}).([]byte); ok {
 		if req.Body != nil {
 			req.Body.Close()

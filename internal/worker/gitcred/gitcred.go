@@ -19,10 +19,38 @@ import (
 )
 
 // Helper forwards git credential requests to the proxy.
+//
+// It works in amelia's environment (AMELIA_PROXY_URL, the proxy's root,
+// and the run token) and in the Python Amelia's (LLM_PROXY_URL, which
+// already ends in /proxy/v1 or /v1, and AMELIA_PROFILE), as that one's
+// credential-helper.sh does: it posts to ROOT/git/credentials, or else to
+// LLM_PROXY_URL/git/credentials, with the run token as its bearer token and
+// in X-Amelia-Proxy-Token when it has one, and X-Amelia-Profile (default
+// "default", as the Python helper sends).
 type Helper struct {
-	ProxyURL string // the proxy's root URL, AMELIA_PROXY_URL
-	Token    string // the run token, AMELIA_PROXY_TOKEN
-	Client   *http.Client
+	ProxyURL    string // the proxy's root URL, AMELIA_PROXY_URL
+	LLMProxyURL string // the Python Amelia's LLM_PROXY_URL, used when ProxyURL is empty
+	Token       string // the run token, AMELIA_PROXY_TOKEN; required with ProxyURL
+	Profile     string // AMELIA_PROFILE
+	Client      *http.Client
+}
+
+// defaultProfile is the profile the Python helper names when
+// AMELIA_PROFILE is not set.
+const defaultProfile = "default"
+
+// endpoint is the URL the requests go to.
+func (h *Helper) endpoint() (string, error) {
+	switch {
+	case h.ProxyURL != "":
+		if h.Token == "" {
+			return "", errors.New("AMELIA_PROXY_TOKEN must be set with AMELIA_PROXY_URL: this helper works only inside an amelia sandbox")
+		}
+		return strings.TrimSuffix(h.ProxyURL, "/") + gitcredential.ProxyRoute, nil
+	case h.LLMProxyURL != "":
+		return strings.TrimSuffix(h.LLMProxyURL, "/") + gitcredential.ProxyRoute, nil
+	}
+	return "", errors.New("AMELIA_PROXY_URL and AMELIA_PROXY_TOKEN (or the Python Amelia's LLM_PROXY_URL) must be set: this helper works only inside an amelia sandbox")
 }
 
 // Run performs the credential operation op ("get", "store" or "erase") with
@@ -37,14 +65,15 @@ func (h *Helper) Run(ctx context.Context, op string, in io.Reader, out io.Writer
 	default:
 		return fmt.Errorf("unknown operation %q: git calls credential helpers with get, store or erase", op)
 	}
-	if h.ProxyURL == "" || h.Token == "" {
-		return errors.New("AMELIA_PROXY_URL and AMELIA_PROXY_TOKEN must be set: this helper works only inside an amelia sandbox")
+	url, err := h.endpoint()
+	if err != nil {
+		return err
 	}
 	req, err := gitcredential.Read(in)
 	if err != nil {
 		return fmt.Errorf("read git's request: %w", err)
 	}
-	answer, err := h.fill(ctx, req)
+	answer, err := h.fill(ctx, url, req)
 	if err != nil {
 		return err
 	}
@@ -52,14 +81,22 @@ func (h *Helper) Run(ctx context.Context, op string, in io.Reader, out io.Writer
 	return err
 }
 
-func (h *Helper) fill(ctx context.Context, req gitcredential.Message) (gitcredential.Message, error) {
+func (h *Helper) fill(ctx context.Context, url string, req gitcredential.Message) (gitcredential.Message, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(h.ProxyURL, "/")+gitcredential.ProxyRoute, bytes.NewReader(req.Bytes()))
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(req.Bytes()))
 	if err != nil {
 		return nil, fmt.Errorf("ask the proxy for credentials: %w", err)
 	}
-	r.Header.Set("Authorization", "Bearer "+h.Token)
+	if h.Token != "" {
+		r.Header.Set("Authorization", "Bearer "+h.Token)
+		r.Header.Set("X-Amelia-Proxy-Token", h.Token)
+	}
+	profile := h.Profile
+	if profile == "" {
+		profile = defaultProfile
+	}
+	r.Header.Set("X-Amelia-Profile", profile)
 	r.Header.Set("Content-Type", "text/plain")
 	client := h.Client
 	if client == nil {
