@@ -21,7 +21,9 @@ func TestLLMIdentity(t *testing.T) {
 		token   string // X-Amelia-Proxy-Token, "" for none
 		profile string // X-Amelia-Profile, "" for none
 	}{
-		{"amelia", func(url string) []string { return []string{"AMELIA_PROXY_URL=" + url, "AMELIA_PROXY_TOKEN=" + runToken} },
+		{"amelia", func(url string) []string {
+			return []string{"AMELIA_PROXY_URL=" + url, "AMELIA_PROXY_TOKEN=" + runToken}
+		},
 			runToken, runToken, ""},
 		{"amelia with a profile", func(url string) []string {
 			return []string{"AMELIA_PROXY_URL=" + url, "AMELIA_PROXY_TOKEN=" + runToken, "AMELIA_PROFILE=dev"}
