@@ -322,32 +322,53 @@ const (
 	openAIPrefix    = "/v1/"
 	anthropicPrefix = "/anthropic/v1/"
 	gitPath         = "/git/credentials"
+	// pythonPrefix is where the Python Amelia's proxy serves its routes
+	// (its LLM_PROXY_URL ends in /proxy/v1): /proxy/v1/X is /v1/X.
+	pythonPrefix = "/proxy"
 )
+
+// headerProxyToken is the Python Amelia's identity header that carries the
+// run token, as Authorization does. Its other one, X-Amelia-Profile, is
+// taken and ignored: the token names the run, and so its profile. Neither
+// goes upstream (no X-Amelia-* header does) nor into a log.
+const headerProxyToken = "X-Amelia-Proxy-Token"
 
 // ServeHTTP routes a request: CONNECT and absolute-form requests are egress
 // (authenticated by Proxy-Authorization), everything else is an API route
-// (authenticated by Authorization: Bearer, or x-api-key on the Anthropic
-// route). Nothing is routed before the token is checked.
+// (authenticated by X-Amelia-Proxy-Token, else Authorization: Bearer, or
+// x-api-key on the Anthropic route). Nothing is routed before the token is
+// checked.
+//
+// The Python Amelia's paths work too: /proxy/v1/X is /v1/X, and
+// /proxy/v1/git/credentials (and /v1/git/credentials, where a worker's
+// LLM_PROXY_URL ends in /v1) is /git/credentials.
 func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method == http.MethodConnect || req.URL.IsAbs() {
 		s.serveEgress(w, req)
 		return
 	}
 	path := req.URL.Path
+	if rest, ok := strings.CutPrefix(path, pythonPrefix); ok && strings.HasPrefix(rest, openAIPrefix) {
+		path = rest
+	}
 	route := routeUnknown
 	switch {
+	case path == gitPath || path == openAIPrefix+gitPath[1:]:
+		route = routeGit
 	case strings.HasPrefix(path, openAIPrefix):
 		route = routeOpenAI
 	case strings.HasPrefix(path, anthropicPrefix):
 		route = routeAnthropic
-	case path == gitPath:
-		route = routeGit
 	}
 	refuse := func(w http.ResponseWriter) {
 		writeError(w, route, http.StatusUnauthorized, "unauthorized",
-			"missing or invalid run token: send Authorization: Bearer $AMELIA_PROXY_TOKEN (tokens end with their run)")
+			"missing or invalid run token: send Authorization: Bearer $AMELIA_PROXY_TOKEN or X-Amelia-Proxy-Token (tokens end with their run)")
 	}
 	s.withRun(w, req, route, apiToken(req, route == routeAnthropic), refuse, func(run *Run, w http.ResponseWriter, req *http.Request, rec *Record) {
+		if path != req.URL.Path {
+			// The audit record keeps the path asked for.
+			req.URL.Path, req.URL.RawPath = path, strings.TrimPrefix(req.URL.RawPath, pythonPrefix)
+		}
 		switch route {
 		case routeOpenAI, routeAnthropic:
 			run.serveLLM(w, req, route, rec)
@@ -403,10 +424,15 @@ func (r *Run) requestContext(parent context.Context) (context.Context, context.C
 	return ctx, func() { stop(); cancel() }
 }
 
-// apiToken is the bearer token of an API request; on the Anthropic route
-// an x-api-key header carries it too (Anthropic's clients send their key
+// apiToken is the run token of an API request: its X-Amelia-Proxy-Token
+// (the Python worker's, which sends "proxy-managed" or a key of its own as
+// its bearer token), else its bearer token; on the Anthropic route an
+// x-api-key header carries it too (Anthropic's clients send their key
 // there).
 func apiToken(req *http.Request, anthropic bool) string {
+	if t := strings.TrimSpace(req.Header.Get(headerProxyToken)); t != "" {
+		return t
+	}
 	if t, ok := bearer(req.Header.Get("Authorization")); ok {
 		return t
 	}
