@@ -8,6 +8,13 @@
 // `ps` would show them and ARG_MAX would bound them), and the worker's
 // stdout is read line by line with core/protocol's Decoder as it runs.
 //
+// A [Session] (Driver.Persistent) instead keeps one `amelia-worker serve`
+// per sandbox for many ExecuteAgentic and Generate calls, the prompts
+// inside its requests: one exec for the session's life rather than three
+// per call, which matters most where opening a channel is expensive. The
+// agent of `amelia run` does not use it: it runs detached (StartAgentic),
+// so that it outlives its host.
+//
 // # Error contract
 //
 // The contract of the Python ContainerDriver, in Go terms:
@@ -248,6 +255,13 @@ func (d *Driver) Generate(ctx context.Context, req GenerateRequest, schema json.
 		out, err = d.runWorker(ctx, argv, false, func(*protocol.AgenticMessage) bool { return true })
 		return err
 	})
+	return d.generateAnswer(out, err, resolved)
+}
+
+// generateAnswer is Generate's answer from what the worker wrote and the
+// error of running it.
+func (d *Driver) generateAnswer(out workerOutput, err error, resolved *jsonschema.Resolved) (json.RawMessage, protocol.DriverUsage, error) {
+	var usage protocol.DriverUsage
 	if out.usage != nil {
 		usage = *out.usage
 	}
