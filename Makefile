@@ -45,7 +45,7 @@ base-image:
 ## test: gofmt, go vet, staticcheck and all tests with the race detector, examples included
 test: fmt-check vet lint base-image
 	@python3 -c 'import pydantic, sys; sys.exit(not pydantic.VERSION.startswith("2."))' 2>/dev/null || \
-		echo "make test: SKIPPING the check of the worker's output with the Python models: python3 with pydantic v2 not found"
+		echo "make test: SKIPPING the checks of the worker with the Python models (its output, and compat/harness.py): python3 with pydantic v2 not found"
 	$(GO) test -race -count=1 ./...
 	cd $(EXAMPLES) && $(GO) test -race -count=1 ./...
 

@@ -3,10 +3,10 @@ package worker_test
 import (
 	"bytes"
 	"encoding/json"
-	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/amelia-sandbox/amelia/compat"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 )
@@ -33,16 +33,10 @@ class NotAModel:
 
 // pythonWithPydantic returns a directory holding reviewModule, for
 // PYTHONPATH, or skips the test, saying so, when python3 with pydantic v2
-// is not on PATH.
+// is not on PATH (fails it with AMELIA_REQUIRE_UPSTREAM=1).
 func pythonWithPydantic(t *testing.T) string {
 	t.Helper()
-	python, err := exec.LookPath("python3")
-	if err == nil {
-		err = exec.Command(python, "-c", "import pydantic, sys; sys.exit(not pydantic.VERSION.startswith('2.'))").Run()
-	}
-	if err != nil {
-		t.Skip("SKIPPED: python3 with pydantic v2 not found; generate --schema module:ClassName was not tested")
-	}
+	compat.Python(t, "generate --schema module:ClassName")
 	dir := t.TempDir()
 	writeFile(t, dir, "review_models.py", reviewModule)
 	return dir
