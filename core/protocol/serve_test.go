@@ -16,7 +16,7 @@ import (
 
 // serveGolden returns the lines of testdata/serve.jsonl, written by pydantic
 // (gen_golden.py serve): requests without their prefix, then frames.
-func serveGolden(t *testing.T) (requests, frames [][]byte) {
+func serveGolden(t testing.TB) (requests, frames [][]byte) {
 	t.Helper()
 	data, err := os.ReadFile("testdata/serve.jsonl")
 	if err != nil {
@@ -287,4 +287,90 @@ func TestFrameLimitFitsTheMessage(t *testing.T) {
 	if f.Msg.Type != Result {
 		t.Errorf("got %+v", f.Msg)
 	}
+}
+
+// FuzzFrameDecoder feeds arbitrary output of a serve worker (which the
+// host does not trust) to a FrameDecoder. It may not panic, and every frame
+// it reads is written again as a frame that reads back the same.
+func FuzzFrameDecoder(f *testing.F) {
+	_, frames := serveGolden(f)
+	for _, line := range frames {
+		f.Add(append(line, '\n'))
+	}
+	f.Add([]byte(`{"frame":"msg","msg":"{\"type\":\"result\"}"}` + "\n" + `{"frame":"done"}`))
+	f.Add([]byte(`{"frame":"msg","msg":"` + strings.Repeat(`\"`, 40) + `"}`))
+	f.Add([]byte(`{"frame":"error","error":"\ud800"}{"frame":"done"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fd := NewFrameDecoder(bytes.NewReader(data), WithMaxLineBytes(256))
+		for {
+			fr, err := fd.Decode()
+			if err == io.EOF {
+				return
+			}
+			if err != nil {
+				var le *LineError
+				if !errors.As(err, &le) {
+					t.Fatalf("an error that is no LineError: %v", err)
+				}
+				continue
+			}
+			var again []byte
+			switch fr.Kind {
+			case FrameMsg:
+				if fr.Msg == nil {
+					continue
+				}
+				line, err := AppendJSON(nil, fr.Msg)
+				if err != nil {
+					t.Fatalf("a message that decoded does not encode: %v", err)
+				}
+				again = AppendMsgFrame(nil, line)
+			case FrameError:
+				again = AppendErrorFrame(nil, deref(fr.Error))
+			case FrameDone:
+				again = AppendDoneFrame(nil)
+			}
+			back, err := NewFrameDecoder(bytes.NewReader(again), WithMaxLineBytes(1<<20)).Decode()
+			if err != nil || back.Kind != fr.Kind || (fr.Kind == FrameError && deref(back.Error) != deref(fr.Error)) ||
+				(fr.Kind == FrameMsg && !reflect.DeepEqual(back.Msg, fr.Msg)) {
+				t.Fatalf("frame %q reads back as %+v, %v", again, back, err)
+			}
+		}
+	})
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// FuzzReadRequest: ReadRequest may not panic on any input, and a request
+// it reads is written again as one that reads back the same.
+func FuzzReadRequest(f *testing.F) {
+	requests, _ := serveGolden(f)
+	for _, line := range requests {
+		f.Add(prefixed(line))
+	}
+	f.Add([]byte{0, 0, 0, 2, '{', '}'})
+	f.Add([]byte{0, 0, 0})
+	f.Add(prefixed([]byte(`{"mode":"agentic","prompt":"\ud800","model":"m","max_turns":7}`)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := bytes.NewReader(data)
+		for {
+			req, err := ReadRequest(r)
+			if err != nil {
+				return
+			}
+			b, err := AppendRequest(nil, req)
+			if err != nil {
+				t.Fatalf("a request that read does not write: %v", err)
+			}
+			back, err := ReadRequest(bytes.NewReader(b))
+			if err != nil || !reflect.DeepEqual(back, req) {
+				t.Fatalf("%q reads back as %+v, %v; want %+v", b, back, err, req)
+			}
+		}
+	})
 }
