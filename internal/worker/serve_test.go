@@ -299,3 +299,19 @@ func TestServeInterrupted(t *testing.T) {
 	}
 	cmds[0].ends(t, true)
 }
+
+// amelia's max_turns key bounds an agentic request as --max-turns does; a
+// request without it gets the default.
+func TestServeMaxTurns(t *testing.T) {
+	loop := llmtest.Turn{ToolCalls: []llmtest.ToolCall{call("ls", `{"path": "."}`)}}
+	srv := llmtest.NewWithOptions(t, llmtest.Options{Script: func(int, *llmtest.Request) llmtest.Turn { return loop }})
+	cwd := t.TempDir()
+	r := runWorker(t, proxyEnv(srv), bytes.NewReader(request(t, protocol.Request{Mode: protocol.ModeAgentic, Prompt: "loop", Model: "m", Cwd: &cwd, MaxTurns: 2})), "serve")
+	if r.code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	cmds := commands(t, r.stdout)
+	if got := cmds[0].ends(t, true); !strings.Contains(got, "stopped after 2 turns") || len(srv.Requests()) != 2 {
+		t.Errorf("result %q after %d requests; want the 2-turn limit", got, len(srv.Requests()))
+	}
+}
