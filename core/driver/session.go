@@ -171,7 +171,7 @@ func (s *Session) call(ctx context.Context, r *protocol.Request, schema json.Raw
 	}
 	frame, err := protocol.AppendRequest(nil, r)
 	if err != nil {
-		return workerOutput{}, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		return workerOutput{}, fmt.Errorf("%w: %w", sdk.ErrInvalid, err)
 	}
 	if s.w == nil || s.w.gone() {
 		s.w = s.d.startServe(ctx)

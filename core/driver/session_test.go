@@ -23,7 +23,7 @@ import (
 
 // liveExecer passes execs on and counts them, and those still running.
 type liveExecer struct {
-	driver.Execer
+	sdk.Execer
 	execs, running atomic.Int32
 }
 
@@ -406,7 +406,7 @@ exec cat >/dev/null`)
 }
 
 // notHeld is an Execer whose transport cannot hold a long-lived stdin.
-type notHeld struct{ driver.Execer }
+type notHeld struct{ sdk.Execer }
 
 func (notHeld) LongLivedStdin() bool { return false }
 

@@ -19,7 +19,6 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/tunnel"
-	"github.com/amelia-sandbox/amelia/image"
 	"github.com/amelia-sandbox/amelia/internal/benchtest"
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
@@ -63,15 +62,10 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// refExecer runs execs in one sandbox of a provider.
-type refExecer struct {
-	p   sdk.Provider
-	ref sdk.SandboxRef
-}
-
-func (r refExecer) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
-	req.Sandbox = r.ref
-	return r.p.Exec(ctx, req, eio)
+// sandbox is a sandbox to measure in, and where its worker goes.
+type sandbox struct {
+	ex    sdk.Execer
+	place sdk.WorkerPlace
 }
 
 // calls is how many Generate calls one round makes.
@@ -87,8 +81,8 @@ const calls = 10
 func BenchmarkTenGenerates(b *testing.B) {
 	for _, provider := range []string{"local", "docker", "daytona"} {
 		b.Run(provider, func(b *testing.B) {
-			ex := map[string]func(*testing.B) driver.Execer{"local": local, "docker": dockerSandbox, "daytona": daytonaSandbox}[provider](b)
-			d := driverFor(b, ex, provider)
+			sb := map[string]func(*testing.B) sandbox{"local": local, "docker": dockerSandbox, "daytona": daytonaSandbox}[provider](b)
+			d := driverFor(b, sb, provider)
 			wf := "bench"
 			oneCall := func(gen func(context.Context, driver.GenerateRequest, json.RawMessage) (json.RawMessage, error), i int) {
 				prompt := fmt.Sprintf("call %d", i)
@@ -127,13 +121,14 @@ func BenchmarkTenGenerates(b *testing.B) {
 
 // driverFor is a Driver in ex's sandbox: the worker installed, the scripted
 // model reached through a tunnel.
-func driverFor(b *testing.B, ex driver.Execer, provider string) *driver.Driver {
+func driverFor(b *testing.B, sb sandbox, provider string) *driver.Driver {
 	b.Helper()
 	srv := llmtest.NewWithOptions(b, llmtest.Options{Forget: true, Script: func(_ int, req *llmtest.Request) llmtest.Turn {
 		return llmtest.Turn{Text: "echo: " + lastMessage(req)}
 	}})
-	in := &driver.Installer{Dirs: []string{workerDir}, Candidates: []string{image.WorkerPath}, Provider: provider}
-	worker, err := in.EnsureWorker(b.Context(), ex)
+	ex := sb.ex
+	in := &driver.Installer{Dirs: []string{workerDir}, Provider: provider}
+	worker, err := in.EnsureWorker(b.Context(), ex, sb.place)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -162,11 +157,11 @@ func lastMessage(req *llmtest.Request) string {
 	return body.Messages[len(body.Messages)-1].Content
 }
 
-func local(b *testing.B) driver.Execer {
-	return sandboxtest.New(b, "sessionbench")
+func local(b *testing.B) sandbox {
+	return sandbox{ex: sandboxtest.New(b, "sessionbench")}
 }
 
-func dockerSandbox(b *testing.B) driver.Execer {
+func dockerSandbox(b *testing.B) sandbox {
 	cli := dockertest.Engine(b)
 	const label = "amelia.sessionbench"
 	dockertest.RemoveContainers(b, cli, label+"=bench")
@@ -186,10 +181,10 @@ func dockerSandbox(b *testing.B) driver.Execer {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { p.Teardown(context.Background(), sb.Ref) })
-	return refExecer{p, sb.Ref}
+	return sandbox{ex: sdk.Bind(p, sb.Ref), place: sb.Worker}
 }
 
-func daytonaSandbox(b *testing.B) driver.Execer {
+func daytonaSandbox(b *testing.B) sandbox {
 	f := daytonatest.Start(b, daytonatest.Options{Docker: dockertest.Engine(b)})
 	const keyEnv = "AMELIA_BENCH_DAYTONA_KEY"
 	b.Setenv(keyEnv, f.APIKey())
@@ -209,5 +204,5 @@ func daytonaSandbox(b *testing.B) driver.Execer {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return refExecer{p, sb.Ref}
+	return sandbox{ex: sdk.Bind(p, sb.Ref), place: sb.Worker}
 }
