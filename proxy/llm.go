@@ -200,7 +200,7 @@ func (u *upstream) modifyResponse(resp *http.Response) error {
 
 // errorHandler answers when the upstream could not be asked or did not
 // answer: 504 on a timeout, 502 otherwise. The message names the upstream
-// host and the cause, never the key.
+// as the profile's llm.base_url does, and the cause, never the key.
 func (u *upstream) errorHandler(w http.ResponseWriter, req *http.Request, err error) {
 	rec := recordOf(req.Context())
 	status, code, msg := http.StatusBadGateway, "upstream_unreachable", ""
@@ -211,9 +211,9 @@ func (u *upstream) errorHandler(w http.ResponseWriter, req *http.Request, err er
 		status, code, msg = http.StatusServiceUnavailable, "canceled", "request canceled (the client went away or the run ended)"
 	case errors.As(err, &ne) && ne.Timeout():
 		status, code = http.StatusGatewayTimeout, "upstream_timeout"
-		msg = fmt.Sprintf("upstream %s timed out: %s (llm.timeout is %s)", u.base.Host, cause(err), u.timeout)
+		msg = fmt.Sprintf("upstream %s timed out: %s (llm.timeout is %s)", u.base.Redacted(), cause(err), u.timeout)
 	default:
-		msg = fmt.Sprintf("cannot reach upstream %s: %s", u.base.Host, cause(err))
+		msg = fmt.Sprintf("cannot reach upstream %s: %s", u.base.Redacted(), cause(err))
 	}
 	if u.key != "" {
 		msg = strings.ReplaceAll(msg, u.key, "****")

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"strings"
 	"time"
 
@@ -235,20 +237,33 @@ func transientStatus(code int) bool {
 
 // describe turns a client error into one line that says what failed.
 func (l *LLM) describe(err error) error {
+	what := "LLM request" + l.to()
 	if apiErr, ok := errors.AsType[*openai.APIError](err); ok {
-		return fmt.Errorf("LLM request to %s failed: HTTP %d: %s", l.baseURL, apiErr.HTTPStatusCode, apiErr.Message)
+		return fmt.Errorf("%s failed: HTTP %d: %s", what, apiErr.HTTPStatusCode, apiErr.Message)
 	}
 	if reqErr, ok := errors.AsType[*openai.RequestError](err); ok {
 		msg := http.StatusText(reqErr.HTTPStatusCode)
 		if len(reqErr.Body) > 0 {
 			msg = strings.TrimSpace(string(reqErr.Body))
 		}
-		return fmt.Errorf("LLM request to %s failed: HTTP %d: %.300s", l.baseURL, reqErr.HTTPStatusCode, msg)
+		return fmt.Errorf("%s failed: HTTP %d: %.300s", what, reqErr.HTTPStatusCode, msg)
 	}
 	if errors.Is(err, context.Canceled) {
 		return errInterrupted
 	}
-	return fmt.Errorf("LLM request to %s failed: %w", l.baseURL, err)
+	return fmt.Errorf("%s failed: %w", what, err)
+}
+
+// to names where requests go, for messages: nothing when that is the
+// tunnel to amelia's proxy on the sandbox's loopback (an address the user
+// never configured; the proxy's errors name the upstream), else " to URL".
+func (l *LLM) to() string {
+	if u, err := url.Parse(l.baseURL); err == nil {
+		if ip, err := netip.ParseAddr(u.Hostname()); (err == nil && ip.IsLoopback()) || u.Hostname() == "localhost" {
+			return ""
+		}
+	}
+	return " to " + l.baseURL
 }
 
 // errInterrupted is the failure of a run stopped by a signal.
