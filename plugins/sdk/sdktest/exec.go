@@ -53,6 +53,11 @@ func (k *kit) unknownCommand(t T) {
 	if r.st.Code != 127 {
 		t.Errorf("unknown command: exit = %+v, want code 127 (as a shell reports it)", r.st)
 	}
+	// What the user reads: the command's name and why, as a shell says
+	// it, not the provider's own plumbing.
+	if want := "amelia-sdktest-no-such-command: command not found"; !strings.Contains(string(r.stderr), want) {
+		t.Errorf("unknown command: stderr %q, want it to say %q", r.stderr, want)
+	}
 }
 
 func (k *kit) firstLineBeforeExit(t T) {

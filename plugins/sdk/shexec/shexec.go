@@ -27,13 +27,16 @@ import (
 
 // wrapper changes to the working directory ($2), reports its pid with a
 // control line carrying the exec's tag ($1) on stderr, and becomes the
-// command. What a login shell prints before it (rc files) passes through;
+// command; a command that is not there ends it with 127 and a line that
+// says so (sh's own, "amelia-exec: 5: exec: X: not found", names the
+// wrapper). What a login shell prints before it (rc files) passes through;
 // the first control line counts, and it comes before the command runs, so
 // the command cannot forge it.
 const wrapper = `t=$1 d=$2
 shift 2
 if [ -n "$d" ]; then cd -- "$d" 2>/dev/null || { echo "amelia-exec:$t:nodir" >&2; exit 125; }; fi
 echo "amelia-exec:$t:pid=$$" >&2
+command -v "$1" >/dev/null 2>&1 || { echo "$1: command not found" >&2; exit 127; }
 exec "$@"`
 
 // KillScript sends signal $1 to the process group $2 (when not 0) and to
