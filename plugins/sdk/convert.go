@@ -68,7 +68,7 @@ func infoFromPB(in *pb.InfoResponse) Info {
 func specToPB(s Spec) *pb.EnsureRunningRequest {
 	return &pb.EnsureRunningRequest{
 		Ref:     refToPB(s.SandboxRef),
-		Network: &pb.NetworkPolicy{Mode: string(s.Network.Mode), AllowedHosts: s.Network.AllowedHosts},
+		Network: networkToPB(s.Network),
 		Labels:  s.Labels,
 	}
 }
@@ -76,12 +76,33 @@ func specToPB(s Spec) *pb.EnsureRunningRequest {
 func specFromPB(r *pb.EnsureRunningRequest) Spec {
 	return Spec{
 		SandboxRef: refFromPB(r.GetRef()),
-		Network: NetworkPolicy{
-			Mode:         NetworkMode(r.GetNetwork().GetMode()),
-			AllowedHosts: r.GetNetwork().GetAllowedHosts(),
-		},
-		Labels: r.GetLabels(),
+		Network:    networkFromPB(r.GetNetwork()),
+		Labels:     r.GetLabels(),
 	}
+}
+
+func networkToPB(n NetworkPolicy) *pb.NetworkPolicy {
+	return &pb.NetworkPolicy{Mode: string(n.Mode), AllowedHosts: n.AllowedHosts}
+}
+
+func networkFromPB(n *pb.NetworkPolicy) NetworkPolicy {
+	return NetworkPolicy{Mode: NetworkMode(n.GetMode()), AllowedHosts: n.GetAllowedHosts()}
+}
+
+func problemsToPB(ps []Problem) []*pb.SettingsProblem {
+	out := make([]*pb.SettingsProblem, len(ps))
+	for i, p := range ps {
+		out[i] = &pb.SettingsProblem{Key: p.Key, Message: oneLine(p.Message)}
+	}
+	return out
+}
+
+func problemsFromPB(ps []*pb.SettingsProblem) []Problem {
+	out := make([]Problem, len(ps))
+	for i, p := range ps {
+		out[i] = Problem{Key: p.GetKey(), Message: p.GetMessage()}
+	}
+	return out
 }
 
 func sandboxToPB(s Sandbox) *pb.EnsureRunningResponse {

@@ -33,9 +33,10 @@ func NewClient(cc grpc.ClientConnInterface) *Client {
 }
 
 var (
-	_ Provider  = (*Client)(nil)
-	_ Lister    = (*Client)(nil)
-	_ Forwarder = (*Client)(nil)
+	_ Provider          = (*Client)(nil)
+	_ Lister            = (*Client)(nil)
+	_ Forwarder         = (*Client)(nil)
+	_ SettingsValidator = (*Client)(nil)
 )
 
 func (c *Client) Info(ctx context.Context) (Info, error) {
@@ -79,6 +80,16 @@ func (c *Client) List(ctx context.Context, req ListRequest) ([]Listed, error) {
 		out = append(out, listedFromPB(l))
 	}
 	return out, nil
+}
+
+// ValidateSettings asks the remote provider to check settings; a provider
+// that cannot gives ErrUnsupported.
+func (c *Client) ValidateSettings(ctx context.Context, req ValidateRequest) ([]Problem, error) {
+	r, err := c.rpc.ValidateSettings(ctx, &pb.ValidateSettingsRequest{Config: req.Config, Network: networkToPB(req.Network)})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return problemsFromPB(r.GetProblems()), nil
 }
 
 // Forward runs the provider's Forwarder (ErrUnsupported when it has none).

@@ -201,6 +201,24 @@ func (s *Server) List(ctx context.Context, r *pb.ListRequest) (*pb.ListResponse,
 	return out, nil
 }
 
+// ValidateSettings answers from the provider's SettingsValidator, or
+// UNIMPLEMENTED when it has none. Each problem's message is made one line.
+func (s *Server) ValidateSettings(ctx context.Context, r *pb.ValidateSettingsRequest) (*pb.ValidateSettingsResponse, error) {
+	v, ok := s.impl.(SettingsValidator)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this provider cannot check its settings")
+	}
+	req := ValidateRequest{Config: r.GetConfig(), Network: networkFromPB(r.GetNetwork())}
+	if err := validateNetwork(req.Network); err != nil {
+		return nil, toStatus(err)
+	}
+	problems, err := v.ValidateSettings(ctx, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ValidateSettingsResponse{Problems: problemsToPB(problems)}, nil
+}
+
 // Exec runs one exec stream: ExecStart, then stdin, cancel and resize from the
 // host while output flows back; ExitStatus goes last, after the provider has
 // returned, so all output has been sent before it.

@@ -233,9 +233,10 @@ func (p *Plugin) Close() { p.client.Kill() }
 func (p *Plugin) Exited() bool { return p.client.Exited() }
 
 var (
-	_ Provider  = (*Plugin)(nil)
-	_ Lister    = (*Plugin)(nil)
-	_ Forwarder = (*Plugin)(nil)
+	_ Provider          = (*Plugin)(nil)
+	_ Lister            = (*Plugin)(nil)
+	_ Forwarder         = (*Plugin)(nil)
+	_ SettingsValidator = (*Plugin)(nil)
 )
 
 func (p *Plugin) Info(ctx context.Context) (Info, error) {
@@ -267,6 +268,13 @@ func (p *Plugin) HealthCheck(ctx context.Context, ref SandboxRef) (Health, error
 func (p *Plugin) List(ctx context.Context, req ListRequest) ([]Listed, error) {
 	l, err := p.rpc.List(ctx, req)
 	return l, p.explain(ctx, err)
+}
+
+// ValidateSettings has the plugin check a settings block; a plugin that
+// cannot gives ErrUnsupported.
+func (p *Plugin) ValidateSettings(ctx context.Context, req ValidateRequest) ([]Problem, error) {
+	problems, err := p.rpc.ValidateSettings(ctx, req)
+	return problems, p.explain(ctx, err)
 }
 
 // Forward runs the provider's Forwarder; a provider without one gives

@@ -38,7 +38,11 @@ func TestMain(m *testing.M) {
 	switch {
 	case os.Getenv(sdk.Handshake.MagicCookieKey) != "":
 		logger := sdk.NewLogger(os.Stderr, slog.LevelDebug)
-		sdk.Serve(&testProvider{mode: os.Getenv(testModeEnv), log: logger}, sdk.WithLogger(logger))
+		var p sdk.Provider = &testProvider{mode: os.Getenv(testModeEnv), log: logger}
+		if os.Getenv(testModeEnv) == "settings" {
+			p = settingsProvider{p}
+		}
+		sdk.Serve(p, sdk.WithLogger(logger))
 	case os.Getenv(hostModeEnv) != "":
 		os.Exit(runHost(os.Getenv(hostModeEnv)))
 	default:
@@ -89,6 +93,19 @@ func (p *testProvider) HealthCheck(context.Context, sdk.SandboxRef) (sdk.Health,
 	return sdk.Health{State: sdk.HealthReady}, nil
 }
 
+// settingsProvider checks its settings with DecodeSettings.
+type settingsProvider struct{ sdk.Provider }
+
+func (settingsProvider) ValidateSettings(_ context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
+	var s struct {
+		Root   string `json:"root"`
+		Limits struct {
+			CPUs float64 `json:"cpus"`
+		} `json:"limits"`
+	}
+	return sdk.SettingsProblems(sdk.DecodeSettings(req.Config, "test", &s))
+}
+
 // launch starts the test binary as a plugin in mode, logging to logs.
 func launch(t *testing.T, mode string, logs *sdktest.Buffer) *sdk.Plugin {
 	t.Helper()
@@ -114,6 +131,20 @@ func TestCrashMidExecIsAClearError(t *testing.T) {
 	want := `provider plugin "test-crashy" stopped unexpectedly: panic: test provider exploded`
 	if err.Error() != want || !errors.Is(err, sdk.ErrUnavailable) {
 		t.Errorf("err = %q, want %q matching ErrUnavailable", err, want)
+	}
+}
+
+// A plugin's settings problems reach the host with their keys; a plugin
+// that cannot check its settings says so.
+func TestPluginValidatesSettings(t *testing.T) {
+	req := sdk.ValidateRequest{Config: []byte(`{"root":"/r","limits":{"cpu":2}}`), Network: sdk.NetworkPolicy{Mode: sdk.NetworkOpen}}
+	got, err := launch(t, "settings", &sdktest.Buffer{}).ValidateSettings(t.Context(), req)
+	want := []sdk.Problem{{Key: "limits.cpu", Message: "unknown key, did you mean cpus? (known: cpus)"}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("got %q, %v; want %q", got, err, want)
+	}
+	if _, err := launch(t, "", &sdktest.Buffer{}).ValidateSettings(t.Context(), req); !errors.Is(err, sdk.ErrUnsupported) {
+		t.Errorf("a plugin without ValidateSettings: err = %v, want ErrUnsupported", err)
 	}
 }
 

@@ -80,6 +80,40 @@ type Lister interface {
 	List(ctx context.Context, req ListRequest) ([]Listed, error)
 }
 
+// SettingsValidator is an optional interface of a Provider: one that
+// implements it lets `amelia config validate` (and doctor, and a run's
+// check) refuse a profile's settings before anything starts, with every
+// problem at its key, instead of EnsureRunning refusing them later. Every
+// provider should: Amelia's built-in ones and examples/provider-hello do,
+// and with DecodeSettings reading the block it is a few lines. It is
+// optional so that a plugin built before it existed still works: the host
+// is told ErrUnsupported (UNIMPLEMENTED on the wire) and says that the
+// provider cannot check its settings, which are then checked only when
+// its sandbox starts.
+//
+// ValidateSettings must agree with EnsureRunning: settings it finds no
+// problem with, EnsureRunning does not refuse as invalid, and settings it
+// has problems with, EnsureRunning refuses (the conformance kit's Settings
+// group checks both).
+type SettingsValidator interface {
+	// ValidateSettings checks a profile's settings block, and the network
+	// policy against what those settings let the provider enforce (a mode
+	// Capabilities.EgressModes lacks is the host's to report), without
+	// starting anything or reaching a backend. Problems are the answer:
+	// every one found, each at its key inside the block; none means the
+	// settings are good. An error means the check itself failed.
+	ValidateSettings(ctx context.Context, req ValidateRequest) ([]Problem, error)
+}
+
+// ValidateRequest is what ValidateSettings checks.
+type ValidateRequest struct {
+	// Config is a profile's settings block for this provider, as in
+	// SandboxRef.Config.
+	Config json.RawMessage
+	// Network is the policy the profile's sandbox would be started with.
+	Network NetworkPolicy
+}
+
 // Forwarder is an optional interface of a Provider whose transport can
 // carry connections from the sandbox back to the host by itself (SSH's
 // remote port forwarding). The host reaches its proxy through it; without

@@ -231,3 +231,69 @@ func TestValidName(t *testing.T) {
 		}
 	}
 }
+
+// validatingProvider checks its settings: it answers problems, or fails.
+type validatingProvider struct {
+	*stubProvider
+	seen     []ValidateRequest
+	problems []Problem
+	err      error
+}
+
+func (v *validatingProvider) ValidateSettings(_ context.Context, req ValidateRequest) ([]Problem, error) {
+	v.seen = append(v.seen, req)
+	return v.problems, v.err
+}
+
+func TestValidateSettingsCrossesTheBoundary(t *testing.T) {
+	req := ValidateRequest{
+		Config:  []byte(`{"resources":{"memroy":"4g"}}`),
+		Network: NetworkPolicy{Mode: NetworkAllowlist, AllowedHosts: []string{"github.com"}},
+	}
+	for _, tc := range []struct {
+		name     string
+		provider Provider
+		want     []Problem
+		err      error // the kind it matches; nil: no error
+	}{
+		{
+			name: "problems come back, each on one line",
+			provider: &validatingProvider{stubProvider: &stubProvider{}, problems: []Problem{
+				{Key: "resources.memroy", Message: "unknown key, did you mean memory? (known: cpus, memory, pids)"},
+				{Key: "", Message: "two\nlines"},
+			}},
+			want: []Problem{
+				{Key: "resources.memroy", Message: "unknown key, did you mean memory? (known: cpus, memory, pids)"},
+				{Key: "", Message: "two lines"},
+			},
+		},
+		{name: "good settings", provider: &validatingProvider{stubProvider: &stubProvider{}}, want: []Problem{}},
+		{name: "the check itself failed", provider: &validatingProvider{stubProvider: &stubProvider{}, err: Errorf(ErrUnavailable, "no disk")}, err: ErrUnavailable},
+		{name: "a provider that cannot check", provider: &stubProvider{}, err: ErrUnsupported},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := serve(t, tc.provider, nil).ValidateSettings(t.Context(), req)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Errorf("err = %v, want one matching %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("got %q, %v; want %q", got, err, tc.want)
+			}
+			v := tc.provider.(*validatingProvider)
+			if len(v.seen) != 1 || fmt.Sprint(v.seen[0]) != fmt.Sprint(req) {
+				t.Errorf("the provider saw %+v, want %+v", v.seen, req)
+			}
+		})
+	}
+}
+
+func TestValidateSettingsRefusesAnUnknownNetworkMode(t *testing.T) {
+	v := &validatingProvider{stubProvider: &stubProvider{}}
+	_, err := serve(t, v, nil).ValidateSettings(t.Context(), ValidateRequest{Network: NetworkPolicy{Mode: "opn"}})
+	if !errors.Is(err, ErrInvalid) || len(v.seen) != 0 {
+		t.Errorf("err = %v, provider saw %v; want ErrInvalid and nothing seen", err, v.seen)
+	}
+}

@@ -54,9 +54,13 @@ func validateSpec(s Spec) error {
 	if err := ValidateName(s.Name); err != nil {
 		return err
 	}
-	switch s.Network.Mode {
+	return validateNetwork(s.Network)
+}
+
+func validateNetwork(n NetworkPolicy) error {
+	switch n.Mode {
 	case NetworkOpen, NetworkAllowlist, NetworkNone:
 		return nil
 	}
-	return Errorf(ErrInvalid, "network mode %q is not one of open, allowlist, none", s.Network.Mode)
+	return Errorf(ErrInvalid, "network mode %q is not one of open, allowlist, none", n.Mode)
 }

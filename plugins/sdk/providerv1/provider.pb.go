@@ -1653,6 +1653,163 @@ func (x *ForwardEvent) GetListening() string {
 	return ""
 }
 
+type ValidateSettingsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A profile's provider settings (a JSON object), as in SandboxRef.config.
+	Config []byte `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	// The policy the profile's sandbox would be started with.
+	Network       *NetworkPolicy `protobuf:"bytes,2,opt,name=network,proto3" json:"network,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateSettingsRequest) Reset() {
+	*x = ValidateSettingsRequest{}
+	mi := &file_provider_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateSettingsRequest) ProtoMessage() {}
+
+func (x *ValidateSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateSettingsRequest.ProtoReflect.Descriptor instead.
+func (*ValidateSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ValidateSettingsRequest) GetConfig() []byte {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *ValidateSettingsRequest) GetNetwork() *NetworkPolicy {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+type ValidateSettingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Problems      []*SettingsProblem     `protobuf:"bytes,1,rep,name=problems,proto3" json:"problems,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateSettingsResponse) Reset() {
+	*x = ValidateSettingsResponse{}
+	mi := &file_provider_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateSettingsResponse) ProtoMessage() {}
+
+func (x *ValidateSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateSettingsResponse.ProtoReflect.Descriptor instead.
+func (*ValidateSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ValidateSettingsResponse) GetProblems() []*SettingsProblem {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+// SettingsProblem is one thing wrong with a settings block.
+type SettingsProblem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The path of the offending key inside the block: dot-separated keys, a
+	// key holding a dot, a bracket, a quote or a space in double quotes, and
+	// [i] for list items ("resources.memory", "env[2]"); empty for the block
+	// as a whole.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// What is wrong, on one line; for an unknown key, the key it is likely
+	// a typo of and the known ones.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettingsProblem) Reset() {
+	*x = SettingsProblem{}
+	mi := &file_provider_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettingsProblem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettingsProblem) ProtoMessage() {}
+
+func (x *SettingsProblem) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettingsProblem.ProtoReflect.Descriptor instead.
+func (*SettingsProblem) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SettingsProblem) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SettingsProblem) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_provider_proto protoreflect.FileDescriptor
 
 const file_provider_proto_rawDesc = "" +
@@ -1771,11 +1928,19 @@ const file_provider_proto_rawDesc = "" +
 	"\asandbox\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\asandbox\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\",\n" +
 	"\fForwardEvent\x12\x1c\n" +
-	"\tlistening\x18\x01 \x01(\tR\tlistening*F\n" +
+	"\tlistening\x18\x01 \x01(\tR\tlistening\"n\n" +
+	"\x17ValidateSettingsRequest\x12\x16\n" +
+	"\x06config\x18\x01 \x01(\fR\x06config\x12;\n" +
+	"\anetwork\x18\x02 \x01(\v2!.amelia.provider.v1.NetworkPolicyR\anetwork\"[\n" +
+	"\x18ValidateSettingsResponse\x12?\n" +
+	"\bproblems\x18\x01 \x03(\v2#.amelia.provider.v1.SettingsProblemR\bproblems\"=\n" +
+	"\x0fSettingsProblem\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage*F\n" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
-	"\rSTREAM_STDERR\x10\x022\xdf\x04\n" +
+	"\rSTREAM_STDERR\x10\x022\xce\x05\n" +
 	"\bProvider\x12I\n" +
 	"\x04Info\x12\x1f.amelia.provider.v1.InfoRequest\x1a .amelia.provider.v1.InfoResponse\x12d\n" +
 	"\rEnsureRunning\x12(.amelia.provider.v1.EnsureRunningRequest\x1a).amelia.provider.v1.EnsureRunningResponse\x12M\n" +
@@ -1783,7 +1948,8 @@ const file_provider_proto_rawDesc = "" +
 	"\bTeardown\x12#.amelia.provider.v1.TeardownRequest\x1a$.amelia.provider.v1.TeardownResponse\x12^\n" +
 	"\vHealthCheck\x12&.amelia.provider.v1.HealthCheckRequest\x1a'.amelia.provider.v1.HealthCheckResponse\x12I\n" +
 	"\x04List\x12\x1f.amelia.provider.v1.ListRequest\x1a .amelia.provider.v1.ListResponse\x12Q\n" +
-	"\aForward\x12\".amelia.provider.v1.ForwardRequest\x1a .amelia.provider.v1.ForwardEvent0\x01BDZBgithub.com/amelia-sandbox/amelia/plugins/sdk/providerv1;providerv1b\x06proto3"
+	"\aForward\x12\".amelia.provider.v1.ForwardRequest\x1a .amelia.provider.v1.ForwardEvent0\x01\x12m\n" +
+	"\x10ValidateSettings\x12+.amelia.provider.v1.ValidateSettingsRequest\x1a,.amelia.provider.v1.ValidateSettingsResponseBDZBgithub.com/amelia-sandbox/amelia/plugins/sdk/providerv1;providerv1b\x06proto3"
 
 var (
 	file_provider_proto_rawDescOnce sync.Once
@@ -1798,89 +1964,96 @@ func file_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_provider_proto_goTypes = []any{
-	(Stream)(0),                   // 0: amelia.provider.v1.Stream
-	(*InfoRequest)(nil),           // 1: amelia.provider.v1.InfoRequest
-	(*InfoResponse)(nil),          // 2: amelia.provider.v1.InfoResponse
-	(*Capabilities)(nil),          // 3: amelia.provider.v1.Capabilities
-	(*SandboxRef)(nil),            // 4: amelia.provider.v1.SandboxRef
-	(*NetworkPolicy)(nil),         // 5: amelia.provider.v1.NetworkPolicy
-	(*EnsureRunningRequest)(nil),  // 6: amelia.provider.v1.EnsureRunningRequest
-	(*EnsureRunningResponse)(nil), // 7: amelia.provider.v1.EnsureRunningResponse
-	(*ExecRequest)(nil),           // 8: amelia.provider.v1.ExecRequest
-	(*ExecStart)(nil),             // 9: amelia.provider.v1.ExecStart
-	(*StdinEOF)(nil),              // 10: amelia.provider.v1.StdinEOF
-	(*Cancel)(nil),                // 11: amelia.provider.v1.Cancel
-	(*TermSize)(nil),              // 12: amelia.provider.v1.TermSize
-	(*ExecResponse)(nil),          // 13: amelia.provider.v1.ExecResponse
-	(*StdinAck)(nil),              // 14: amelia.provider.v1.StdinAck
-	(*Output)(nil),                // 15: amelia.provider.v1.Output
-	(*ExitStatus)(nil),            // 16: amelia.provider.v1.ExitStatus
-	(*TeardownRequest)(nil),       // 17: amelia.provider.v1.TeardownRequest
-	(*TeardownResponse)(nil),      // 18: amelia.provider.v1.TeardownResponse
-	(*HealthCheckRequest)(nil),    // 19: amelia.provider.v1.HealthCheckRequest
-	(*HealthCheckResponse)(nil),   // 20: amelia.provider.v1.HealthCheckResponse
-	(*ListRequest)(nil),           // 21: amelia.provider.v1.ListRequest
-	(*ListResponse)(nil),          // 22: amelia.provider.v1.ListResponse
-	(*ListedSandbox)(nil),         // 23: amelia.provider.v1.ListedSandbox
-	(*ForwardRequest)(nil),        // 24: amelia.provider.v1.ForwardRequest
-	(*ForwardEvent)(nil),          // 25: amelia.provider.v1.ForwardEvent
-	nil,                           // 26: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	nil,                           // 27: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	nil,                           // 28: amelia.provider.v1.ExecStart.EnvEntry
-	nil,                           // 29: amelia.provider.v1.ListRequest.LabelsEntry
-	nil,                           // 30: amelia.provider.v1.ListedSandbox.LabelsEntry
-	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(Stream)(0),                      // 0: amelia.provider.v1.Stream
+	(*InfoRequest)(nil),              // 1: amelia.provider.v1.InfoRequest
+	(*InfoResponse)(nil),             // 2: amelia.provider.v1.InfoResponse
+	(*Capabilities)(nil),             // 3: amelia.provider.v1.Capabilities
+	(*SandboxRef)(nil),               // 4: amelia.provider.v1.SandboxRef
+	(*NetworkPolicy)(nil),            // 5: amelia.provider.v1.NetworkPolicy
+	(*EnsureRunningRequest)(nil),     // 6: amelia.provider.v1.EnsureRunningRequest
+	(*EnsureRunningResponse)(nil),    // 7: amelia.provider.v1.EnsureRunningResponse
+	(*ExecRequest)(nil),              // 8: amelia.provider.v1.ExecRequest
+	(*ExecStart)(nil),                // 9: amelia.provider.v1.ExecStart
+	(*StdinEOF)(nil),                 // 10: amelia.provider.v1.StdinEOF
+	(*Cancel)(nil),                   // 11: amelia.provider.v1.Cancel
+	(*TermSize)(nil),                 // 12: amelia.provider.v1.TermSize
+	(*ExecResponse)(nil),             // 13: amelia.provider.v1.ExecResponse
+	(*StdinAck)(nil),                 // 14: amelia.provider.v1.StdinAck
+	(*Output)(nil),                   // 15: amelia.provider.v1.Output
+	(*ExitStatus)(nil),               // 16: amelia.provider.v1.ExitStatus
+	(*TeardownRequest)(nil),          // 17: amelia.provider.v1.TeardownRequest
+	(*TeardownResponse)(nil),         // 18: amelia.provider.v1.TeardownResponse
+	(*HealthCheckRequest)(nil),       // 19: amelia.provider.v1.HealthCheckRequest
+	(*HealthCheckResponse)(nil),      // 20: amelia.provider.v1.HealthCheckResponse
+	(*ListRequest)(nil),              // 21: amelia.provider.v1.ListRequest
+	(*ListResponse)(nil),             // 22: amelia.provider.v1.ListResponse
+	(*ListedSandbox)(nil),            // 23: amelia.provider.v1.ListedSandbox
+	(*ForwardRequest)(nil),           // 24: amelia.provider.v1.ForwardRequest
+	(*ForwardEvent)(nil),             // 25: amelia.provider.v1.ForwardEvent
+	(*ValidateSettingsRequest)(nil),  // 26: amelia.provider.v1.ValidateSettingsRequest
+	(*ValidateSettingsResponse)(nil), // 27: amelia.provider.v1.ValidateSettingsResponse
+	(*SettingsProblem)(nil),          // 28: amelia.provider.v1.SettingsProblem
+	nil,                              // 29: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	nil,                              // 30: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	nil,                              // 31: amelia.provider.v1.ExecStart.EnvEntry
+	nil,                              // 32: amelia.provider.v1.ListRequest.LabelsEntry
+	nil,                              // 33: amelia.provider.v1.ListedSandbox.LabelsEntry
+	(*durationpb.Duration)(nil),      // 34: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
 }
 var file_provider_proto_depIdxs = []int32{
 	3,  // 0: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
 	4,  // 1: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
 	5,  // 2: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	26, // 3: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	29, // 3: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
 	4,  // 4: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
-	27, // 5: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	30, // 5: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
 	9,  // 6: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
 	10, // 7: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
 	11, // 8: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
 	12, // 9: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
 	4,  // 10: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	28, // 11: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
+	31, // 11: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
 	12, // 12: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
-	31, // 13: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
-	31, // 14: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	34, // 13: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
+	34, // 14: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
 	15, // 15: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
 	16, // 16: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
 	14, // 17: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
 	0,  // 18: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
 	4,  // 19: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
 	4,  // 20: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	29, // 21: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
+	32, // 21: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
 	23, // 22: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
 	4,  // 23: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
-	30, // 24: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
-	32, // 25: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
+	33, // 24: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
+	35, // 25: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
 	4,  // 26: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	1,  // 27: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
-	6,  // 28: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
-	8,  // 29: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
-	17, // 30: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
-	19, // 31: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
-	21, // 32: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
-	24, // 33: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
-	2,  // 34: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
-	7,  // 35: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
-	13, // 36: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
-	18, // 37: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
-	20, // 38: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
-	22, // 39: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
-	25, // 40: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
-	34, // [34:41] is the sub-list for method output_type
-	27, // [27:34] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	5,  // 27: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
+	28, // 28: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
+	1,  // 29: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
+	6,  // 30: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
+	8,  // 31: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
+	17, // 32: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
+	19, // 33: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
+	21, // 34: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
+	24, // 35: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
+	26, // 36: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
+	2,  // 37: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
+	7,  // 38: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
+	13, // 39: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
+	18, // 40: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
+	20, // 41: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
+	22, // 42: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
+	25, // 43: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
+	27, // 44: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
+	37, // [37:45] is the sub-list for method output_type
+	29, // [29:37] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -1906,7 +2079,7 @@ func file_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

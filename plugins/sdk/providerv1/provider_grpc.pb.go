@@ -31,13 +31,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Provider_Info_FullMethodName          = "/amelia.provider.v1.Provider/Info"
-	Provider_EnsureRunning_FullMethodName = "/amelia.provider.v1.Provider/EnsureRunning"
-	Provider_Exec_FullMethodName          = "/amelia.provider.v1.Provider/Exec"
-	Provider_Teardown_FullMethodName      = "/amelia.provider.v1.Provider/Teardown"
-	Provider_HealthCheck_FullMethodName   = "/amelia.provider.v1.Provider/HealthCheck"
-	Provider_List_FullMethodName          = "/amelia.provider.v1.Provider/List"
-	Provider_Forward_FullMethodName       = "/amelia.provider.v1.Provider/Forward"
+	Provider_Info_FullMethodName             = "/amelia.provider.v1.Provider/Info"
+	Provider_EnsureRunning_FullMethodName    = "/amelia.provider.v1.Provider/EnsureRunning"
+	Provider_Exec_FullMethodName             = "/amelia.provider.v1.Provider/Exec"
+	Provider_Teardown_FullMethodName         = "/amelia.provider.v1.Provider/Teardown"
+	Provider_HealthCheck_FullMethodName      = "/amelia.provider.v1.Provider/HealthCheck"
+	Provider_List_FullMethodName             = "/amelia.provider.v1.Provider/List"
+	Provider_Forward_FullMethodName          = "/amelia.provider.v1.Provider/Forward"
+	Provider_ValidateSettings_FullMethodName = "/amelia.provider.v1.Provider/ValidateSettings"
 )
 
 // ProviderClient is the client API for Provider service.
@@ -80,6 +81,16 @@ type ProviderClient interface {
 	// profile asking for the exec tunnel) answers UNIMPLEMENTED, and the host
 	// tunnels over Exec instead.
 	Forward(ctx context.Context, in *ForwardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ForwardEvent], error)
+	// ValidateSettings checks a profile's settings block, and the network
+	// policy against what those settings let the provider enforce, without
+	// starting anything or reaching a backend; it answers every problem
+	// found, each at its key inside the block (none: the settings are good).
+	// It agrees with EnsureRunning: settings it has no problem with are not
+	// refused there as invalid, and settings it has problems with are.
+	// Optional: a provider that cannot check its settings answers
+	// UNIMPLEMENTED, and the host says so; they are then checked only when
+	// the sandbox starts.
+	ValidateSettings(ctx context.Context, in *ValidateSettingsRequest, opts ...grpc.CallOption) (*ValidateSettingsResponse, error)
 }
 
 type providerClient struct {
@@ -172,6 +183,16 @@ func (c *providerClient) Forward(ctx context.Context, in *ForwardRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Provider_ForwardClient = grpc.ServerStreamingClient[ForwardEvent]
 
+func (c *providerClient) ValidateSettings(ctx context.Context, in *ValidateSettingsRequest, opts ...grpc.CallOption) (*ValidateSettingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ValidateSettingsResponse)
+	err := c.cc.Invoke(ctx, Provider_ValidateSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ProviderServer is the server API for Provider service.
 // All implementations must embed UnimplementedProviderServer
 // for forward compatibility.
@@ -212,6 +233,16 @@ type ProviderServer interface {
 	// profile asking for the exec tunnel) answers UNIMPLEMENTED, and the host
 	// tunnels over Exec instead.
 	Forward(*ForwardRequest, grpc.ServerStreamingServer[ForwardEvent]) error
+	// ValidateSettings checks a profile's settings block, and the network
+	// policy against what those settings let the provider enforce, without
+	// starting anything or reaching a backend; it answers every problem
+	// found, each at its key inside the block (none: the settings are good).
+	// It agrees with EnsureRunning: settings it has no problem with are not
+	// refused there as invalid, and settings it has problems with are.
+	// Optional: a provider that cannot check its settings answers
+	// UNIMPLEMENTED, and the host says so; they are then checked only when
+	// the sandbox starts.
+	ValidateSettings(context.Context, *ValidateSettingsRequest) (*ValidateSettingsResponse, error)
 	mustEmbedUnimplementedProviderServer()
 }
 
@@ -242,6 +273,9 @@ func (UnimplementedProviderServer) List(context.Context, *ListRequest) (*ListRes
 }
 func (UnimplementedProviderServer) Forward(*ForwardRequest, grpc.ServerStreamingServer[ForwardEvent]) error {
 	return status.Error(codes.Unimplemented, "method Forward not implemented")
+}
+func (UnimplementedProviderServer) ValidateSettings(context.Context, *ValidateSettingsRequest) (*ValidateSettingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ValidateSettings not implemented")
 }
 func (UnimplementedProviderServer) mustEmbedUnimplementedProviderServer() {}
 func (UnimplementedProviderServer) testEmbeddedByValue()                  {}
@@ -372,6 +406,24 @@ func _Provider_Forward_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Provider_ForwardServer = grpc.ServerStreamingServer[ForwardEvent]
 
+func _Provider_ValidateSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ValidateSettingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderServer).ValidateSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provider_ValidateSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderServer).ValidateSettings(ctx, req.(*ValidateSettingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Provider_ServiceDesc is the grpc.ServiceDesc for Provider service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -398,6 +450,10 @@ var Provider_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "List",
 			Handler:    _Provider_List_Handler,
+		},
+		{
+			MethodName: "ValidateSettings",
+			Handler:    _Provider_ValidateSettings_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
