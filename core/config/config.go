@@ -128,6 +128,37 @@ type Profile struct {
 
 	source    string                      // file it came from, "" for the built-in default
 	lookupEnv func(string) (string, bool) // for ShowYAML's "# set" comments; may be nil
+	envKeys   map[string]string           // the overrides: lowercased key path → variable
+}
+
+// ProblemAt is a problem found in the profile once it is loaded (by its
+// provider, checking its settings), as Load reports problems: key is a
+// path inside the profile, as sdk.JoinKey writes paths ("sandbox.network",
+// "sandbox.docker.resources.memory"; "" for the profile itself), and the
+// problem's Key is its path from the top of the file
+// ("profiles.dev.sandbox.network"); the message names the environment
+// variables that set the value, if any did.
+func (p *Profile) ProblemAt(key, message string) Problem {
+	at := path{}.key("profiles").key(p.Name)
+	rel, ok := parsePath(key)
+	if !ok {
+		// Not a path as written: shown as it is, with no variables.
+		return Problem{Key: at.String() + "." + key, Message: message}
+	}
+	return problemAt(append(at, rel...), message, p.envKeys)
+}
+
+// SettingsKey is the path, inside the profile, of the settings block of
+// its provider, as ProblemAt takes it: "sandbox.docker", or "sandbox.none"
+// for the local provider's block written under its alias.
+func (p *Profile) SettingsKey() string {
+	block := p.Sandbox.Provider
+	if _, ok := p.Sandbox.Settings[block]; !ok && block == ProviderLocal {
+		if _, ok := p.Sandbox.Settings["none"]; ok {
+			block = "none"
+		}
+	}
+	return "sandbox." + block
 }
 
 // Source is the config file the profile came from, or "" for the built-in

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // decoder walks the merged configuration tree, expanding ${VAR}s,
@@ -26,12 +28,9 @@ type decoder struct {
 // problemf records a problem at a path, naming the environment variables
 // that set the value (or something below it) when there are any.
 func (d *decoder) problemf(at path, format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	if vars := d.envVarsFor(at); len(vars) > 0 {
-		msg += " (set by " + strings.Join(vars, ", ") + ")"
-	}
-	key := at.String()
-	d.problems = append(d.problems, Problem{Key: key, Message: msg})
+	pr := problemAt(at, fmt.Sprintf(format, args...), d.envKeys)
+	key := pr.Key
+	d.problems = append(d.problems, pr)
 	if d.bad == nil {
 		d.bad = map[string]bool{}
 	}
@@ -41,10 +40,19 @@ func (d *decoder) problemf(at path, format string, args ...any) {
 // failed reports whether a problem was recorded at the path.
 func (d *decoder) failed(at path) bool { return d.bad[at.String()] }
 
-func (d *decoder) envVarsFor(at path) []string {
+// problemAt is a problem at a path, naming the environment variables
+// that set the value (or something below it) when there are any.
+func problemAt(at path, msg string, envKeys map[string]string) Problem {
+	if vars := envVarsFor(at, envKeys); len(vars) > 0 {
+		msg += " (set by " + strings.Join(vars, ", ") + ")"
+	}
+	return Problem{Key: at.String(), Message: msg}
+}
+
+func envVarsFor(at path, envKeys map[string]string) []string {
 	key := at.envKey()
 	var vars []string
-	for k, v := range d.envKeys {
+	for k, v := range envKeys {
 		if k == key || strings.HasPrefix(k, key+keyDelim) {
 			vars = append(vars, v)
 		}
@@ -445,7 +453,7 @@ func (d *decoder) unknownKey(at path, key string, known []string, hint string) {
 	if hint != "" {
 		list += ", " + hint
 	}
-	if c := closest(key, known); c != "" {
+	if c := sdk.Closest(key, known); c != "" {
 		d.problemf(at, "unknown key, did you mean %s? (known: %s)", c, list)
 		return
 	}

@@ -123,9 +123,13 @@ func Load(opts Options) (*Config, error) {
 	if len(d.problems) > 0 {
 		return nil, &ValidationError{File: source, Problems: d.problems}
 	}
+	if len(envKeys) == 0 {
+		envKeys = nil
+	}
 	for _, p := range r.profiles {
 		p.source = source
 		p.lookupEnv = lookup
+		p.envKeys = envKeys
 	}
 	return &Config{Source: source, DefaultProfile: r.defaultProfile, Profiles: r.profiles}, nil
 }

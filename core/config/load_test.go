@@ -894,3 +894,42 @@ profiles:
 		source: p.source,
 	})
 }
+
+// A problem a provider finds in a loaded profile's settings reads like
+// Load's own: its key from the top of the file, and the variables that
+// set it.
+func TestProblemAt(t *testing.T) {
+	const file = `
+default_profile: dev
+profiles:
+  dev:
+    sandbox:
+      provider: docker
+      docker: {resources: {memory: 4g}, labels: {"com.example.team": x}}
+  here:
+    sandbox: {provider: local, none: {root: /tmp/x}}
+`
+	env := testEnv{"AMELIA_PROFILES__DEV__SANDBOX__DOCKER__RESOURCES__MEMORY": "4x"}
+	c := mustLoad(t, file, env)
+	dev, here := mustProfile(t, c, "dev"), mustProfile(t, c, "here")
+	equal(t, "dev's block", dev.SettingsKey(), "sandbox.docker")
+	equal(t, "here's block, under local's alias", here.SettingsKey(), "sandbox.none")
+	equal(t, "the block of another provider", dev.WithProvider("ssh").SettingsKey(), "sandbox.ssh")
+	for _, tc := range []struct {
+		p        *Profile
+		key, msg string
+		want     string
+	}{
+		{dev, "sandbox.docker.resources.memory", `"4x" is not a size`, `profiles.dev.sandbox.docker.resources.memory: "4x" is not a size (set by AMELIA_PROFILES__DEV__SANDBOX__DOCKER__RESOURCES__MEMORY)`},
+		{dev, "sandbox.docker", "bad block", `profiles.dev.sandbox.docker: bad block (set by AMELIA_PROFILES__DEV__SANDBOX__DOCKER__RESOURCES__MEMORY)`},
+		{dev, `sandbox.docker.labels."com.example.team"`, "no", `profiles.dev.sandbox.docker.labels."com.example.team": no`},
+		{dev, "sandbox.docker.mounts[2].path", "no", `profiles.dev.sandbox.docker.mounts[2].path: no`},
+		{here, "sandbox.network", "cannot", `profiles.here.sandbox.network: cannot`},
+		{here, "", "whole", `profiles.here: whole`},
+		{here, "sandbox..x", "not a path", `profiles.here.sandbox..x: not a path`},
+	} {
+		if got := tc.p.ProblemAt(tc.key, tc.msg).String(); got != tc.want {
+			t.Errorf("ProblemAt(%q) = %q, want %q", tc.key, got, tc.want)
+		}
+	}
+}

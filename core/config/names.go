@@ -201,36 +201,3 @@ func snakeCase(key string) string {
 	}
 	return b.String()
 }
-
-// closest returns the candidate nearest to s by edit distance if it is
-// close enough to be a likely typo, or "".
-func closest(s string, candidates []string) string {
-	best, bestDist := "", 3
-	for _, c := range candidates {
-		d := editDistance(strings.ToLower(s), c)
-		if d < bestDist && d <= len(c)/2 {
-			best, bestDist = c, d
-		}
-	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // Problem is one thing wrong with a configuration.
@@ -77,36 +79,63 @@ func (p path) index(i int) path {
 
 // String renders the path as the user wrote it: dot-separated keys,
 // [i] for list items, quoted keys when they contain a dot, a bracket,
-// a quote or a space.
+// a quote or a space (sdk.JoinKey, as providers write the keys of their
+// settings).
 func (p path) String() string {
-	var b strings.Builder
-	for i, s := range p {
-		if s.isIdx {
-			fmt.Fprintf(&b, "[%d]", s.index)
+	s := ""
+	for _, seg := range p {
+		if seg.isIdx {
+			s += "[" + strconv.Itoa(seg.index) + "]"
 			continue
 		}
-		if i > 0 {
-			b.WriteByte('.')
-		}
-		if needsQuote(s.key) {
-			b.WriteString(strconv.Quote(s.key))
-		} else {
-			b.WriteString(s.key)
-		}
+		s = sdk.JoinKey(s, seg.key)
 	}
-	return b.String()
+	return s
 }
 
-func needsQuote(k string) bool {
-	if k == "" {
-		return true
-	}
-	for _, r := range k {
-		if r == '.' || r == '[' || r == ']' || r == '"' || r == '\'' || r <= ' ' || r == 0x7f {
-			return true
+// parsePath reads a path as String writes it (and sdk.JoinKey, as
+// providers write the keys of their settings).
+func parsePath(s string) (path, bool) {
+	var p path
+	for s != "" {
+		switch s[0] {
+		case '[':
+			end := strings.IndexByte(s, ']')
+			if end < 0 {
+				return nil, false
+			}
+			i, err := strconv.Atoi(s[1:end])
+			if err != nil {
+				return nil, false
+			}
+			p, s = p.index(i), s[end+1:]
+		case '"':
+			q, err := strconv.QuotedPrefix(s)
+			if err != nil {
+				return nil, false
+			}
+			k, _ := strconv.Unquote(q)
+			p, s = p.key(k), s[len(q):]
+		default:
+			end := strings.IndexAny(s, ".[")
+			if end < 0 {
+				end = len(s)
+			}
+			if end == 0 {
+				return nil, false
+			}
+			p, s = p.key(s[:end]), s[end:]
+		}
+		if rest, ok := strings.CutPrefix(s, "."); ok {
+			if rest == "" || rest[0] == '[' {
+				return nil, false
+			}
+			s = rest
+		} else if s != "" && s[0] != '[' {
+			return nil, false
 		}
 	}
-	return false
+	return p, true
 }
 
 // envKey is the lowercased, delimiter-joined form of the path's keys (up
