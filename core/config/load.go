@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	kyaml "github.com/knadh/koanf/parsers/yaml"
@@ -108,10 +109,11 @@ func Load(opts Options) (*Config, error) {
 			envDefaultProfile, envProfilesPrefix, n, formatSize(maxConfigBytes))
 	}
 	envKeys := map[string]string{} // lowercased key path → variable that set it
+	ov := overrides{profiles: fileProfiles(k.Raw()), seen: envKeys}
 	ep := env.Provider(keyDelim, env.Opt{
 		Prefix:        envPrefix,
 		EnvironFunc:   func() []string { return opts.Environ },
-		TransformFunc: envTransform(envKeys),
+		TransformFunc: ov.transform,
 	})
 	if err := k.Load(ep, nil, koanf.WithMergeFunc(mergeFold)); err != nil {
 		return nil, fmt.Errorf("environment overrides: %w", err)
@@ -120,6 +122,7 @@ func Load(opts Options) (*Config, error) {
 	d := &decoder{lookup: lookup, home: opts.HomeDir, envKeys: envKeys}
 	var r root
 	decodeSection(d, nil, k.Raw(), rootSection(), &r)
+	d.problems = append(ov.problems(), d.problems...)
 	if len(d.problems) > 0 {
 		return nil, &ValidationError{File: source, Problems: d.problems}
 	}
@@ -223,32 +226,93 @@ func configPath(opts Options, lookup func(string) (string, bool)) (name, origin 
 	return name, origin, nil
 }
 
-// envTransform maps AMELIA_DEFAULT_PROFILE and AMELIA_PROFILES__A__B=v to
-// koanf keys, recording in seen which variable set which key; all other
-// variables are dropped. An empty value becomes nil, which unsets the key.
-func envTransform(seen map[string]string) func(k, v string) (string, any) {
-	return func(k, v string) (string, any) {
-		var parts []string
-		switch {
-		case k == envDefaultProfile:
-			parts = []string{"default_profile"}
-		case strings.HasPrefix(k, envProfilesPrefix):
-			parts = append([]string{"profiles"}, strings.Split(strings.ToLower(k[len(envProfilesPrefix):]), envNestSep)...)
-			for _, p := range parts {
-				if p == "" {
-					return "", nil
-				}
+// fileProfiles are the names of the profiles in the config file (or the
+// built-in default) before the environment overrides, lowercased as the
+// overrides' names are; nil when "profiles" is there but not a map, which
+// is a problem of its own.
+func fileProfiles(tree map[string]any) map[string]bool {
+	names := map[string]bool{}
+	switch m := tree["profiles"].(type) {
+	case nil:
+	case map[string]any:
+		for name := range m {
+			names[strings.ToLower(name)] = true
+		}
+	default:
+		return nil
+	}
+	return names
+}
+
+// overrides turns the environment into config keys: AMELIA_DEFAULT_PROFILE
+// and AMELIA_PROFILES__A__B=v. An override is of a profile the config
+// has: one for any other profile (a typo of its name, a variable left
+// from another config) is left out and reported, naming the variable,
+// rather than making a profile of what the variables say.
+type overrides struct {
+	// profiles are the config's profiles, lowercased; nil: any profile.
+	profiles map[string]bool
+	// seen records which variable set which key (lowercased key path).
+	seen map[string]string
+	// stray are the variables left out, by the profile they name.
+	stray map[string][]string
+}
+
+// transform maps one variable to a koanf key; every other variable is
+// dropped. An empty value becomes nil, which unsets the key.
+func (o *overrides) transform(k, v string) (string, any) {
+	var parts []string
+	switch {
+	case k == envDefaultProfile:
+		parts = []string{"default_profile"}
+	case strings.HasPrefix(k, envProfilesPrefix):
+		parts = append([]string{"profiles"}, strings.Split(strings.ToLower(k[len(envProfilesPrefix):]), envNestSep)...)
+		for _, p := range parts {
+			if p == "" {
+				return "", nil
 			}
-		default:
+		}
+		if o.profiles != nil && !o.profiles[parts[1]] {
+			if v != "" { // unsetting a key of no profile changes nothing
+				if o.stray == nil {
+					o.stray = map[string][]string{}
+				}
+				o.stray[parts[1]] = append(o.stray[parts[1]], k)
+			}
 			return "", nil
 		}
-		key := strings.Join(parts, keyDelim)
-		seen[key] = k
-		if v == "" {
-			return key, nil
-		}
-		return key, v
+	default:
+		return "", nil
 	}
+	key := strings.Join(parts, keyDelim)
+	o.seen[key] = k
+	if v == "" {
+		return key, nil
+	}
+	return key, v
+}
+
+// problems are the overrides of profiles the config does not have, one
+// per profile, naming the variables.
+func (o *overrides) problems() []Problem {
+	var out []Problem
+	have := sortedKeys(o.profiles)
+	for _, name := range sortedKeys(o.stray) {
+		vars := o.stray[name]
+		slices.Sort(vars)
+		what := "environment variable "
+		if len(vars) > 1 {
+			what = "environment variables "
+		}
+		seg, _, _ := strings.Cut(vars[0][len(envProfilesPrefix):], envNestSep)
+		in := "the config has none"
+		if len(have) > 0 {
+			in = "profiles: " + strings.Join(have, ", ")
+		}
+		out = append(out, Problem{Message: fmt.Sprintf("%s%s: no profile %q (%s); set %s%s__... only for a profile the config has, or add profile %s to the config",
+			what, strings.Join(vars, ", "), name, in, envProfilesPrefix, seg, name)})
+	}
+	return out
 }
 
 // mergeFold merges src into dest like koanf's default merge, except that a

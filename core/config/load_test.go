@@ -558,12 +558,10 @@ profiles:
 			},
 		},
 		{
-			name: "a new profile",
-			env:  testEnv{"AMELIA_PROFILES__CI__SANDBOX__PROVIDER": "local", "AMELIA_PROFILES__CI__MODEL": "o3"},
+			name: "an empty value for a profile the file lacks changes nothing",
+			env:  testEnv{"AMELIA_PROFILES__CI__MODEL": ""},
 			check: func(t *testing.T, c *Config) {
-				equal(t, "names", c.ProfileNames(), []string{"ci", "dev", "prod"})
-				equal(t, "ci", c.Profiles["ci"].Sandbox.Provider, "local")
-				equal(t, "ci", c.Profiles["ci"].Model, "o3")
+				equal(t, "names", c.ProfileNames(), []string{"dev", "prod"})
 			},
 		},
 		{
@@ -627,6 +625,53 @@ func TestEnvOverrideProblemsNameTheVariable(t *testing.T) {
 		`profiles.dev.modle: unknown key, did you mean model? (known: model, llm, git, proxy, sandbox) (set by AMELIA_PROFILES__DEV__MODLE)`,
 		`default_profile: "nope" is not a profile (profiles: dev) (set by AMELIA_DEFAULT_PROFILE)`,
 	})
+}
+
+// An override names a profile the config has; one for any other profile
+// (a typo of its name, a variable left over from another config) is
+// reported naming the variable, not made into a profile that then lacks
+// its provider.
+func TestEnvOverrideOfNoProfile(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		env        testEnv
+		want       []string
+	}{
+		{
+			name: "one variable",
+			file: minimal,
+			env:  testEnv{"AMELIA_PROFILES__DEVV__SANDBOX__NETWORK": "none"},
+			want: []string{`environment variable AMELIA_PROFILES__DEVV__SANDBOX__NETWORK: no profile "devv" (profiles: dev); set AMELIA_PROFILES__DEVV__... only for a profile the config has, or add profile devv to the config`},
+		},
+		{
+			name: "a whole profile's worth, beside an override that applies",
+			file: minimal + "    model: \"\"\n",
+			env: testEnv{
+				"AMELIA_PROFILES__CI__SANDBOX__PROVIDER": "local",
+				"AMELIA_PROFILES__CI__MODEL":             "o3",
+				"AMELIA_PROFILES__DEV__MODEL":            "o3",
+			},
+			want: []string{`environment variables AMELIA_PROFILES__CI__MODEL, AMELIA_PROFILES__CI__SANDBOX__PROVIDER: no profile "ci" (profiles: dev); set AMELIA_PROFILES__CI__... only for a profile the config has, or add profile ci to the config`},
+		},
+		{
+			name: "a file without profiles",
+			file: "default_profile: dev\n",
+			env:  testEnv{"AMELIA_PROFILES__DEV__SANDBOX__PROVIDER": "docker"},
+			want: []string{
+				`environment variable AMELIA_PROFILES__DEV__SANDBOX__PROVIDER: no profile "dev" (the config has none); set AMELIA_PROFILES__DEV__... only for a profile the config has, or add profile dev to the config`,
+				"profiles: no profiles defined",
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			equal(t, "problems", problems(t, tc.file, tc.env), tc.want)
+		})
+	}
+
+	// The built-in default has one profile, local.
+	env := testEnv{"AMELIA_PROFILES__DEV__SANDBOX__PROVIDER": "docker"}
+	_, err := Load(env.options("", t.TempDir()))
+	equal(t, "error", errString(err), `built-in default config: environment variable AMELIA_PROFILES__DEV__SANDBOX__PROVIDER: no profile "dev" (profiles: local); set AMELIA_PROFILES__DEV__... only for a profile the config has, or add profile dev to the config`)
 }
 
 func TestInterpolation(t *testing.T) {
