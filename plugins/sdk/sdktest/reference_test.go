@@ -51,10 +51,18 @@ func newReference(t *testing.T) *reference {
 // referenceSettings is the reference provider's settings block.
 type referenceSettings struct {
 	Root string `json:"root"`
+	// Dirs names the sandbox's directories: a nested block, where the
+	// kit's Settings group puts an unknown key too.
+	Dirs struct {
+		// Work is the working directory, inside the sandbox's.
+		Work string `json:"work"`
+	} `json:"dirs"`
 }
 
 func settingsFor(root string) json.RawMessage {
-	b, _ := json.Marshal(referenceSettings{Root: root})
+	s := referenceSettings{Root: root}
+	s.Dirs.Work = "work"
+	b, _ := json.Marshal(s)
 	return b
 }
 
@@ -67,15 +75,34 @@ type referenceMarker struct {
 
 const markerName = ".reference-sandbox"
 
-func (r *reference) root(config json.RawMessage) (string, error) {
+// settings reads and checks a settings block.
+func (r *reference) settings(config json.RawMessage) (referenceSettings, error) {
 	var s referenceSettings
 	if err := sdk.DecodeSettings(config, "reference", &s); err != nil {
-		return "", err
+		return s, err
 	}
 	if !filepath.IsAbs(s.Root) {
-		return "", sdk.Errorf(sdk.ErrInvalid, "reference.root must be an absolute directory, got %q", s.Root)
+		return s, sdk.InvalidSetting("reference", "root", "must be an absolute directory, got %q", s.Root)
 	}
-	return s.Root, nil
+	if s.Dirs.Work == "" {
+		s.Dirs.Work = "work"
+	}
+	if !filepath.IsLocal(s.Dirs.Work) {
+		return s, sdk.InvalidSetting("reference", "dirs.work", "%q is not a directory inside the sandbox's", s.Dirs.Work)
+	}
+	return s, nil
+}
+
+func (r *reference) root(config json.RawMessage) (string, error) {
+	s, err := r.settings(config)
+	return s.Root, err
+}
+
+// ValidateSettings checks a settings block; network open, the only mode
+// it enforces, needs no settings.
+func (r *reference) ValidateSettings(_ context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
+	_, err := r.settings(req.Config)
+	return sdk.SettingsProblems(err)
 }
 
 // dir is the directory of the sandbox ref names.
@@ -85,6 +112,15 @@ func (r *reference) dir(ref sdk.SandboxRef) (string, error) {
 		return "", err
 	}
 	return filepath.Join(root, ref.Name), nil
+}
+
+// workdir is the working directory of the sandbox ref names.
+func (r *reference) workdir(ref sdk.SandboxRef) (string, error) {
+	s, err := r.settings(ref.Config)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(s.Root, ref.Name, s.Dirs.Work), nil
 }
 
 // existing is the directory of a sandbox that exists, or ErrNotFound.
@@ -116,7 +152,10 @@ func (r *reference) EnsureRunning(_ context.Context, spec sdk.Spec) (sdk.Sandbox
 	if err != nil {
 		return sdk.Sandbox{}, err
 	}
-	work := filepath.Join(dir, "work")
+	work, err := r.workdir(spec.SandboxRef)
+	if err != nil {
+		return sdk.Sandbox{}, err
+	}
 	if err := os.MkdirAll(work, 0o700); err != nil {
 		return sdk.Sandbox{}, fmt.Errorf("create sandbox %q: %w", spec.Name, err)
 	}
@@ -153,12 +192,16 @@ func (r *reference) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecI
 	if err != nil {
 		return sdk.ExitStatus{}, err
 	}
+	work, err := r.workdir(req.Sandbox)
+	if err != nil {
+		return sdk.ExitStatus{}, err
+	}
 	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
 	switch {
 	case filepath.IsAbs(req.Dir):
 		cmd.Dir = req.Dir
 	default:
-		cmd.Dir = filepath.Join(dir, "work", req.Dir)
+		cmd.Dir = filepath.Join(work, req.Dir)
 	}
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}
 	for k, v := range req.Env {

@@ -9,8 +9,9 @@
 //	}
 //
 // The cases come in groups (Lifecycle, Exec, Cancel, FailClosed,
-// Capabilities, Forwarder, Lister), each a subtest named after it, with a
-// subtest per case: `go test -run 'TestConformance/Cancel'` runs one group,
+// Capabilities, Forwarder, Lister, Settings), each a subtest named after
+// it, with a subtest per case: `go test -run 'TestConformance/Cancel'`
+// runs one group,
 // Config.Groups a chosen few, and Config.Skip leaves out single cases, each
 // with the reason, which the skip reports.
 //
@@ -113,6 +114,11 @@ const (
 	// Lister: the optional sdk.Lister lists a sandbox by its labels, with
 	// them, by a ref that reaches it, and no longer once it is torn down.
 	Lister Group = "Lister"
+	// Settings: the optional sdk.SettingsValidator agrees with
+	// EnsureRunning — no problem with Config.Settings, and a problem at
+	// its whole key path for an unknown key, nested ones included, which
+	// EnsureRunning refuses too. ErrUnsupported skips the group.
+	Settings Group = "Settings"
 )
 
 // AllGroups returns every group, in the order Run runs them.
@@ -238,6 +244,7 @@ func (k *kit) table() []group {
 			{"ListedWithLabels", k.listed},
 			{"NotListedAfterTeardown", k.notListedAfterTeardown},
 		}},
+		{Settings, k.settingsCases()},
 	}
 }
 

@@ -56,6 +56,10 @@ func TestBrokenProvidersFail(t *testing.T) {
 		{"ForwarderOutlivesContext", func(r *reference) sdk.Provider { return &forwardsForever{reference: r} }, nil, "Forwarder/ForwardStopsWithContext"},
 		{"ListerMissesLabels", func(r *reference) sdk.Provider { return listsWithoutLabels{r} }, nil, "Lister/ListedWithLabels"},
 		{"ListerKeepsTornDown", func(r *reference) sdk.Provider { return &listsTornDown{reference: r} }, nil, "Lister/NotListedAfterTeardown"},
+		{"ValidatorFindsFault", func(r *reference) sdk.Provider { return faultFinder{r} }, nil, "Settings/GoodSettingsHaveNoProblems"},
+		{"ValidatorAcceptsUnknownKey", func(r *reference) sdk.Provider { return lenientValidator{r} }, nil, "Settings/UnknownKeyIsAProblem"},
+		{"ValidatorLosesThePath", func(r *reference) sdk.Provider { return shortPaths{r} }, nil, "Settings/NestedUnknownKeyIsAProblem"},
+		{"ValidatorStricterThanEnsureRunning", func(r *reference) sdk.Provider { return lenientNested{r} }, nil, "Settings/NestedUnknownKeyIsAProblem"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := sdktest.Config{Provider: tc.broken(newReference(t)), Settings: settingsFor(t.TempDir())}
@@ -137,7 +141,7 @@ func TestGroupsRunsTheGroupsNamed(t *testing.T) {
 }
 
 func TestAllGroups(t *testing.T) {
-	want := []sdktest.Group{sdktest.Lifecycle, sdktest.Exec, sdktest.Cancel, sdktest.FailClosed, sdktest.Capabilities, sdktest.Forwarder, sdktest.Lister}
+	want := []sdktest.Group{sdktest.Lifecycle, sdktest.Exec, sdktest.Cancel, sdktest.FailClosed, sdktest.Capabilities, sdktest.Forwarder, sdktest.Lister, sdktest.Settings}
 	if got := sdktest.AllGroups(); !slices.Equal(got, want) {
 		t.Errorf("AllGroups() = %v, want %v", got, want)
 	}
@@ -243,6 +247,44 @@ func (b lenientSettings) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.
 	var s referenceSettings
 	_ = json.Unmarshal(spec.Config, &s)
 	spec.Config = settingsFor(s.Root)
+	return b.reference.EnsureRunning(ctx, spec)
+}
+
+// faultFinder finds a problem in any settings.
+type faultFinder struct{ *reference }
+
+func (faultFinder) ValidateSettings(context.Context, sdk.ValidateRequest) ([]sdk.Problem, error) {
+	return []sdk.Problem{{Key: "root", Message: "looks wrong"}}, nil
+}
+
+// lenientValidator finds no problem in any settings, though EnsureRunning
+// refuses some.
+type lenientValidator struct{ *reference }
+
+func (lenientValidator) ValidateSettings(context.Context, sdk.ValidateRequest) ([]sdk.Problem, error) {
+	return nil, nil
+}
+
+// shortPaths reports a problem at its last key only, as encoding/json's
+// errors name it.
+type shortPaths struct{ *reference }
+
+func (b shortPaths) ValidateSettings(ctx context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
+	problems, err := b.reference.ValidateSettings(ctx, req)
+	for i, p := range problems {
+		problems[i].Key = p.Key[strings.LastIndex(p.Key, ".")+1:]
+	}
+	return problems, err
+}
+
+// lenientNested starts a sandbox with unknown keys in its settings' nested
+// blocks, which its ValidateSettings reports.
+type lenientNested struct{ *reference }
+
+func (b lenientNested) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
+	var s referenceSettings
+	_ = json.Unmarshal(spec.Config, &s)
+	spec.Config, _ = json.Marshal(s)
 	return b.reference.EnsureRunning(ctx, spec)
 }
 
