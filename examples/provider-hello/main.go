@@ -11,11 +11,14 @@
 // It fails closed, as every provider must: it declares network open only,
 // no TTY and no root, and refuses each of them, and a user other than its
 // own, with sdk.ErrUnsupported; sdk.DecodeSettings refuses a settings key
-// it does not know. The conformance kit (main_test.go) checks all of it.
+// it does not know, and ValidateSettings reports it to `amelia config
+// validate` before anything starts. The conformance kit (main_test.go)
+// checks all of it.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -39,16 +42,33 @@ type settings struct {
 	Root string `json:"root"`
 }
 
-// dir is where the sandbox named by ref lives.
-func (h *hello) dir(ref sdk.SandboxRef) (string, error) {
+// settings reads and checks a profile's hello block.
+func (h *hello) settings(config json.RawMessage) (settings, error) {
 	s := settings{Root: h.defaultRoot}
-	if err := sdk.DecodeSettings(ref.Config, "hello", &s); err != nil {
-		return "", err
+	if err := sdk.DecodeSettings(config, "hello", &s); err != nil {
+		return s, err
 	}
 	if !filepath.IsAbs(s.Root) {
-		return "", sdk.Errorf(sdk.ErrInvalid, "hello.root must be an absolute directory, got %q", s.Root)
+		return s, sdk.InvalidSetting("hello", "root", "must be an absolute directory, got %q", s.Root)
+	}
+	return s, nil
+}
+
+// dir is where the sandbox named by ref lives.
+func (h *hello) dir(ref sdk.SandboxRef) (string, error) {
+	s, err := h.settings(ref.Config)
+	if err != nil {
+		return "", err
 	}
 	return filepath.Join(s.Root, ref.Name), nil
+}
+
+// ValidateSettings lets `amelia config validate` check a profile's hello
+// block (every problem, at its key) before anything starts. Network open,
+// the only mode hello declares, needs no settings.
+func (h *hello) ValidateSettings(_ context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
+	_, err := h.settings(req.Config)
+	return sdk.SettingsProblems(err)
 }
 
 func (h *hello) Info(context.Context) (sdk.Info, error) {

@@ -1,6 +1,7 @@
 package daytona
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -82,7 +83,18 @@ var (
 )
 
 func invalid(key, format string, args ...any) error {
-	return sdk.Errorf(sdk.ErrInvalid, "daytona.%s: %s", key, fmt.Sprintf(format, args...))
+	return sdk.InvalidSetting(Name, key, format, args...)
+}
+
+// ValidateSettings checks a profile's daytona block, without the API (or
+// its key, which the environment holds). Every network mode is enforced
+// whatever the settings (networkBlockAll), so the policy needs no check.
+func (p *Provider) ValidateSettings(_ context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
+	s, _, err := decodeSettings(req.Config)
+	if err == nil {
+		_, err = s.knownHostsFile()
+	}
+	return sdk.SettingsProblems(err)
 }
 
 // decodeSettings reads a settings block; unknown keys are errors.
@@ -150,19 +162,19 @@ func decodeSettings(raw json.RawMessage) (Settings, time.Duration, error) {
 	for k, v := range s.Env {
 		switch {
 		case !envNameRule.MatchString(k):
-			return s, 0, invalid("env", "%q is not an environment variable name", k)
+			return s, 0, invalid(sdk.JoinKey("env", k), "is not an environment variable name")
 		case secretName.MatchString(k):
-			return s, 0, invalid("env", "%s looks like a secret, and secrets never enter a sandbox: the LLM key and git token reach the sandbox only through Amelia's proxy", k)
+			return s, 0, invalid(sdk.JoinKey("env", k), "looks like a secret, and secrets never enter a sandbox: the LLM key and git token reach the sandbox only through Amelia's proxy")
 		case strings.ContainsRune(v, 0):
-			return s, 0, invalid("env", "the value of %s holds a NUL byte", k)
+			return s, 0, invalid(sdk.JoinKey("env", k), "the value holds a NUL byte")
 		}
 	}
 	for k := range s.Labels {
 		if !labelKeyRule.MatchString(k) {
-			return s, 0, invalid("labels", "%q is not a label key", k)
+			return s, 0, invalid(sdk.JoinKey("labels", k), "is not a label key")
 		}
 		if strings.HasPrefix(k, "amelia.") {
-			return s, 0, invalid("labels", "%q: keys starting with amelia. are Amelia's own", k)
+			return s, 0, invalid(sdk.JoinKey("labels", k), "keys starting with amelia. are Amelia's own")
 		}
 	}
 	return s, timeout, nil

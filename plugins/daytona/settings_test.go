@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -26,12 +27,12 @@ func TestDecodeSettings(t *testing.T) {
 			in: `{"api_url":"http://127.0.0.1:9/api","api_key_env":"MY_KEY","organization_id":"org-1","target":"eu","image":"debian:bookworm-slim","cpu":2,"memory":4,"disk":10,"auto_stop_interval":10,"on_teardown":"stop","start_timeout":"90s","ssh_token_minutes":5,"known_hosts":"~/.kh","host_key_policy":"strict","env":{"TZ":"UTC"},"labels":{"team":"a"}}`,
 			want: Settings{APIURL: "http://127.0.0.1:9/api", APIKeyEnv: "MY_KEY", OrganizationID: "org-1", Target: "eu", Image: "debian:bookworm-slim", CPU: 2, Memory: 4, Disk: 10, AutoStopInterval: &ten,
 				OnTeardown: "stop", StartTimeout: "90s", SSHTokenMinutes: 5, KnownHosts: "~/.kh", HostKeyPolicy: "strict", Env: map[string]string{"TZ": "UTC"}, Labels: map[string]string{"team": "a"}}},
-		{name: "unknown key", in: `{"snapshots":"x"}`, err: `daytona settings: unknown field "snapshots"`},
+		{name: "unknown key", in: `{"snapshots":"x"}`, err: `daytona.snapshots: unknown key, did you mean snapshot? (known: api_url, api_key_env, organization_id, target, snapshot, image, cpu, memory, disk, auto_stop_interval, on_teardown, start_timeout, ssh_token_minutes, known_hosts, host_key_policy, env, labels)`},
 		{name: "snapshot and image", in: `{"snapshot":"s","image":"i"}`, err: "daytona.image: set snapshot or image, not both"},
 		{name: "snapshot and resources", in: `{"snapshot":"s","cpu":2}`, err: "daytona.snapshot: a snapshot fixes cpu, memory and disk (Daytona refuses both): drop cpu/memory/disk, or use image instead of snapshot"},
-		{name: "secret in env", in: `{"env":{"OPENAI_API_KEY":"sk"}}`, err: "daytona.env: OPENAI_API_KEY looks like a secret, and secrets never enter a sandbox: the LLM key and git token reach the sandbox only through Amelia's proxy"},
-		{name: "bad env name", in: `{"env":{"A B":"x"}}`, err: `daytona.env: "A B" is not an environment variable name`},
-		{name: "amelia label", in: `{"labels":{"amelia.sandbox":"x"}}`, err: `daytona.labels: "amelia.sandbox": keys starting with amelia. are Amelia's own`},
+		{name: "secret in env", in: `{"env":{"OPENAI_API_KEY":"sk"}}`, err: "daytona.env.OPENAI_API_KEY: looks like a secret, and secrets never enter a sandbox: the LLM key and git token reach the sandbox only through Amelia's proxy"},
+		{name: "bad env name", in: `{"env":{"A B":"x"}}`, err: `daytona.env."A B": is not an environment variable name`},
+		{name: "amelia label", in: `{"labels":{"amelia.sandbox":"x"}}`, err: `daytona.labels."amelia.sandbox": keys starting with amelia. are Amelia's own`},
 		{name: "bad teardown", in: `{"on_teardown":"archive"}`, err: `daytona.on_teardown: "archive" is not delete or stop`},
 		{name: "bad timeout", in: `{"start_timeout":"soon"}`, err: `daytona.start_timeout: "soon" is not a duration like 5m`},
 		{name: "no host key checks", in: `{"host_key_policy":"off"}`, err: `daytona.host_key_policy: "off" is not accept-new or strict (host keys are always checked)`},
@@ -112,5 +113,25 @@ func TestGatewayAddr(t *testing.T) {
 	}
 	if _, err := gatewayAddr("ssh -p 22"); err == nil || err.Error() != "daytona: no host in the SSH access's command (3 words)" {
 		t.Errorf("no host: %v", err)
+	}
+}
+
+// ValidateSettings answers the block's problems at their keys, without
+// the API or its key.
+func TestValidateSettings(t *testing.T) {
+	p := New(Options{Getenv: func(string) string { return "" }})
+	for _, tc := range []struct {
+		in   string
+		want []sdk.Problem
+	}{
+		{in: `{"image":"debian:bookworm-slim","cpu":2}`},
+		{in: `{"cpu":"2","labels":{"amelia.x":"y"}}`, want: []sdk.Problem{{Key: "cpu", Message: "want a whole number, not a string"}}},
+		{in: `{"env":{"GITHUB_TOKEN":"x"}}`, want: []sdk.Problem{{Key: "env.GITHUB_TOKEN", Message: "looks like a secret, and secrets never enter a sandbox: the LLM key and git token reach the sandbox only through Amelia's proxy"}}},
+		{in: `{"known_hosts":"known"}`, want: []sdk.Problem{{Key: "known_hosts", Message: `"known" must be an absolute path or start with ~/`}}},
+	} {
+		got, err := p.ValidateSettings(t.Context(), sdk.ValidateRequest{Config: json.RawMessage(tc.in), Network: sdk.NetworkPolicy{Mode: sdk.NetworkNone}})
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %q, %v; want %q", tc.in, got, err, tc.want)
+		}
 	}
 }

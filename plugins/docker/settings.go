@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -58,12 +59,14 @@ const DefaultPids = 1024
 // with a unit ("4g", "512MiB").
 type Memory int64
 
+// UnmarshalJSON reads a size. Its errors say what is wrong with the
+// value; sdk.DecodeSettings puts the key in front.
 func (m *Memory) UnmarshalJSON(b []byte) error {
 	var n json.Number
 	if err := json.Unmarshal(b, &n); err == nil {
 		v, err := n.Int64()
 		if err != nil {
-			return invalid("resources.memory", "%s is not a whole number of bytes", n)
+			return fmt.Errorf("%s is not a whole number of bytes", n)
 		}
 		*m = Memory(v)
 		return nil
@@ -72,7 +75,7 @@ func (m *Memory) UnmarshalJSON(b []byte) error {
 	_ = json.Unmarshal(b, &str)
 	v, err := units.RAMInBytes(str)
 	if err != nil {
-		return invalid("resources.memory", "%s is not a size (write bytes, or a size like 4g or 512MiB)", b)
+		return fmt.Errorf("%s is not a size (write bytes, or a size like 4g or 512MiB)", b)
 	}
 	*m = Memory(v)
 	return nil
@@ -95,7 +98,14 @@ func decodeSettings(raw json.RawMessage) (Settings, error) {
 }
 
 func invalid(key, format string, args ...any) error {
-	return sdk.Errorf(sdk.ErrInvalid, "docker.%s: %s", key, fmt.Sprintf(format, args...))
+	return sdk.InvalidSetting(Name, key, format, args...)
+}
+
+// ValidateSettings checks a profile's docker block. Every network mode is
+// enforced whatever the settings, so the policy needs no check here.
+func (p *Provider) ValidateSettings(_ context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
+	_, err := decodeSettings(req.Config)
+	return sdk.SettingsProblems(err)
 }
 
 // normalize fills in defaults and checks every value.
@@ -154,9 +164,9 @@ func (s *Settings) normalize() error {
 	for k, v := range s.Labels {
 		switch {
 		case k == "" || strings.ContainsAny(k, "\x00=") || strings.ContainsRune(v, 0):
-			return invalid("labels", "%q is not a label (a non-empty key without '=' or NUL)", k)
+			return invalid(sdk.JoinKey("labels", k), "is not a label (a non-empty key without '=' or NUL, and a value without NUL)")
 		case strings.HasPrefix(k, labelPrefix):
-			return invalid("labels", "%q: labels starting with %q are Amelia's own", k, labelPrefix)
+			return invalid(sdk.JoinKey("labels", k), "labels starting with %q are Amelia's own", labelPrefix)
 		}
 	}
 	return nil

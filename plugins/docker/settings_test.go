@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/core/config"
@@ -32,7 +33,8 @@ func TestDecodeSettings(t *testing.T) {
 			want: Settings{Dockerfile: filepath.Join(home, "p/.devcontainer/Dockerfile"), BuildContext: filepath.Join(home, "p/.devcontainer"), User: "amelia", Resources: Resources{Pids: 1024}},
 		},
 		{name: "ready image", in: `{"image":"registry.example/team/img:1"}`, want: Settings{Image: "registry.example/team/img:1", User: "amelia", Resources: Resources{Pids: 1024}}},
-		{name: "unknown key", in: `{"imagee":"x"}`, err: `docker settings: unknown field "imagee"`},
+		{name: "unknown key", in: `{"imagee":"x"}`, err: `docker.imagee: unknown key, did you mean image? (known: image, base_image, dockerfile, build_context, host, context, user, resources, labels)`},
+		{name: "every problem of the block", in: `{"resources":{"memroy":"4g","memory":"4x"},"user":1}`, err: `docker.resources.memory: "4x" is not a size (write bytes, or a size like 4g or 512MiB); docker.resources.memroy: unknown key, did you mean memory? (known: cpus, memory, pids); docker.user: want a string, not a number`},
 		{name: "wrong type", in: `{"resources":{"cpus":"two"}}`, err: `docker.resources.cpus: want a number, not a string`},
 		{name: "labels not a mapping", in: `{"labels":["a"]}`, err: `docker.labels: want a mapping, not a list`},
 		{name: "image and base", in: `{"image":"a","base_image":"b"}`, err: "docker.image: is a ready image used as it is; it does not go with base_image or dockerfile (those build Amelia's image)"},
@@ -46,7 +48,7 @@ func TestDecodeSettings(t *testing.T) {
 		{name: "memory not a size", in: `{"resources":{"memory":true}}`, err: `docker.resources.memory: true is not a size (write bytes, or a size like 4g or 512MiB)`},
 		{name: "tiny memory", in: `{"resources":{"memory":1024}}`, err: "docker.resources.memory: 1024 bytes is too little: a container needs at least 6MiB"},
 		{name: "negative cpus", in: `{"resources":{"cpus":-1}}`, err: "docker.resources.cpus: -1 is not a number of CPUs (like 2 or 0.5)"},
-		{name: "amelia label", in: `{"labels":{"amelia.profile":"x"}}`, err: `docker.labels: "amelia.profile": labels starting with "amelia." are Amelia's own`},
+		{name: "amelia label", in: `{"labels":{"amelia.profile":"x"}}`, err: `docker.labels."amelia.profile": labels starting with "amelia." are Amelia's own`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := decodeSettings(json.RawMessage(tt.in))
@@ -89,5 +91,29 @@ func TestExampleConfigSettings(t *testing.T) {
 	}
 	if set.Resources.Memory != 4<<30 || set.Resources.CPUs != 2 || set.Labels["com.example.team"] != "platform" {
 		t.Errorf("decoded %+v", set)
+	}
+}
+
+// ValidateSettings answers every problem of the block at its key, and
+// none for good settings, whatever the network mode.
+func TestValidateSettings(t *testing.T) {
+	p := New(Options{})
+	for _, tc := range []struct {
+		in   string
+		want []sdk.Problem
+	}{
+		{in: `{"base_image":"amelia-base:bookworm","resources":{"memory":"4g"}}`},
+		{in: `{"resources":{"memroy":"4g","memory":"4x"}}`, want: []sdk.Problem{
+			{Key: "resources.memory", Message: `"4x" is not a size (write bytes, or a size like 4g or 512MiB)`},
+			{Key: "resources.memroy", Message: "unknown key, did you mean memory? (known: cpus, memory, pids)"},
+		}},
+		{in: `{"user":"a b"}`, want: []sdk.Problem{{Key: "user", Message: `"a b" is not a user name or uid[:gid]`}}},
+	} {
+		for _, mode := range []sdk.NetworkMode{sdk.NetworkOpen, sdk.NetworkNone} {
+			got, err := p.ValidateSettings(t.Context(), sdk.ValidateRequest{Config: json.RawMessage(tc.in), Network: sdk.NetworkPolicy{Mode: mode}})
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Errorf("%s, network %s: %q, %v; want %q", tc.in, mode, got, err, tc.want)
+			}
+		}
 	}
 }

@@ -133,9 +133,16 @@ func (p *Provider) root(config json.RawMessage) (string, error) {
 		root = p.opts.DefaultRoot
 	}
 	if root == "" || !filepath.IsAbs(root) {
-		return "", sdk.Errorf(sdk.ErrInvalid, "local.root must be an absolute directory, got %q", root)
+		return "", sdk.InvalidSetting(Name, "root", "must be an absolute directory, got %q", root)
 	}
 	return root, nil
+}
+
+// ValidateSettings checks a profile's local block. The network policy
+// needs no settings: local enforces open, and only open, which Info says.
+func (p *Provider) ValidateSettings(_ context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
+	_, err := p.root(req.Config)
+	return sdk.SettingsProblems(err)
 }
 
 // readMarker returns the sandbox's id, or ErrNotFound.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -182,8 +183,27 @@ func TestUnknownSettingIsRejected(t *testing.T) {
 		SandboxRef: sdk.SandboxRef{Name: "t1", Config: json.RawMessage(`{"root":"` + t.TempDir() + `","rooot":"/tmp"}`)},
 		Network:    sdk.NetworkPolicy{Mode: sdk.NetworkOpen},
 	})
-	if !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), `"rooot"`) {
+	if !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), "local.rooot: unknown key, did you mean root?") {
 		t.Errorf("err = %v, want ErrInvalid naming the key", err)
+	}
+}
+
+// ValidateSettings finds what EnsureRunning refuses, at its key.
+func TestValidateSettings(t *testing.T) {
+	p := local.New(local.Options{DefaultRoot: t.TempDir()})
+	for _, tc := range []struct {
+		in   string
+		want []sdk.Problem
+	}{
+		{in: ``},
+		{in: `{"root":"/srv/sandboxes"}`},
+		{in: `{"rooot":"/tmp"}`, want: []sdk.Problem{{Key: "rooot", Message: "unknown key, did you mean root? (known: root)"}}},
+		{in: `{"root":"rel/dir"}`, want: []sdk.Problem{{Key: "root", Message: `must be an absolute directory, got "rel/dir"`}}},
+	} {
+		got, err := p.ValidateSettings(t.Context(), sdk.ValidateRequest{Config: json.RawMessage(tc.in), Network: sdk.NetworkPolicy{Mode: sdk.NetworkOpen}})
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %q, %v; want %q", tc.in, got, err, tc.want)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package ssh
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,7 +62,30 @@ var (
 )
 
 func invalid(key, format string, args ...any) error {
-	return sdk.Errorf(sdk.ErrInvalid, "ssh.%s: %s", key, fmt.Sprintf(format, args...))
+	return sdk.InvalidSetting(Name, key, format, args...)
+}
+
+// ValidateSettings checks a profile's ssh block, and that it lets the
+// provider enforce the network policy: allowlist and none need
+// enforce_egress. It reads no ssh config and reaches no machine.
+func (p *Provider) ValidateSettings(_ context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
+	s, err := decodeSettings(req.Config)
+	problems, err := sdk.SettingsProblems(err)
+	if err != nil || len(problems) > 0 {
+		return problems, err
+	}
+	if err := s.enforces(req.Network.Mode); err != nil {
+		return sdk.SettingsProblems(err)
+	}
+	return nil, nil
+}
+
+// enforces refuses a network mode these settings cannot enforce.
+func (s Settings) enforces(mode sdk.NetworkMode) error {
+	if mode == sdk.NetworkOpen || s.EnforceEgress == "iptables" {
+		return nil
+	}
+	return invalid("enforce_egress", "network %q needs enforce_egress: iptables (and a login that may run `sudo -n iptables`) to take the machine's network away; use network open, or the docker provider", mode)
 }
 
 // decodeSettings reads a settings block; unknown keys are errors.
