@@ -161,9 +161,10 @@ type runner struct {
 	kept                                  *runstore.Record
 	failure                               error // why the run ended, for the cleanups
 
-	lv      *live                       // the way into the sandbox, once the tunnel is open
-	agent   *agentRun                   // the agent, once started
-	release func(context.Context) error // ends this process's hold on the sandbox
+	provider *sandbox.Sandbox            // the provider plugin, once started
+	lv       *live                       // the way into the sandbox, once the tunnel is open
+	agent    *agentRun                   // the agent, once started
+	release  func(context.Context) error // ends this process's hold on the sandbox
 }
 
 // RecoverCommand is the command that brings a kept run's work back.

@@ -121,6 +121,15 @@ type closeCounter struct {
 
 func (c closeCounter) Close() { c.n.Add(1) }
 
+// ValidateSettings is the wrapped provider's, as a plugin serves it.
+func (c closeCounter) ValidateSettings(ctx context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
+	v, ok := c.Provider.(sdk.SettingsValidator)
+	if !ok {
+		return nil, sdk.Errorf(sdk.ErrUnsupported, "no ValidateSettings")
+	}
+	return v.ValidateSettings(ctx, req)
+}
+
 // failing fails every exec whose command line holds match, with err, and
 // EnsureRunning when match is "EnsureRunning".
 type failing struct {
@@ -260,6 +269,49 @@ func TestRunPhasesInOrder(t *testing.T) {
 	}
 	if recs, err := f.runs.Of("t"); err != nil || len(recs) != 0 {
 		t.Errorf("run records %+v, %v; want none for a delivered run", recs, err)
+	}
+}
+
+// A profile its provider finds wrong — settings it would refuse, a
+// network policy it cannot enforce — is refused in the check phase, every
+// problem at its key in the config file, before anything starts.
+func TestRunRefusesWhatTheProviderFindsWrong(t *testing.T) {
+	f := newFixture(t, llmtest.Options{})
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	yaml := fmt.Sprintf("profiles:\n  t:\n    sandbox: {provider: local, network: none, local: {root: %q, rooot: /tmp}}\n", f.sbRoot)
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(config.Options{Path: cfgPath, LookupEnv: f.host.LookupEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.req.Profile = cfg.Profiles["t"]
+	view := &recorder{}
+	_, err = Run(t.Context(), f.host, f.req, view)
+	var ve *config.ValidationError
+	if !errors.As(err, &ve) || ve.File != cfgPath {
+		t.Fatalf("Run: %v, want the config's problems", err)
+	}
+	want := []string{
+		`profiles.t.sandbox.network: provider local cannot enforce "none" (it can enforce: open); pick another provider or network mode`,
+		`profiles.t.sandbox.local.rooot: unknown key, did you mean root? (known: root)`,
+	}
+	var got []string
+	for _, p := range ve.Problems {
+		got = append(got, p.String())
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if p, started := view.failed(), view.started(); p != PhaseCheck || !slices.Equal(started, []string{PhaseCheck, PhaseCleanup}) {
+		t.Errorf("failed phase %q, phases %v; want check to fail, then cleanup", p, started)
+	}
+	if o, c := f.open.opened.Load(), f.open.closed.Load(); o != 1 || c != 1 {
+		t.Errorf("providers opened %d, closed %d; want 1 and 1", o, c)
+	}
+	if entries, err := os.ReadDir(f.sbRoot); err != nil || len(entries) != 0 {
+		t.Errorf("the sandbox root holds %v (%v); want nothing started", entries, err)
 	}
 }
 

@@ -27,8 +27,10 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 	// Everything that can be refused is refused before a sandbox is touched.
 	var src source
 	if err := r.phase(PhaseCheck, func() (err error) {
-		src, err = r.check(ctx)
-		return err
+		if src, err = r.check(ctx); err != nil {
+			return err
+		}
+		return r.checkProfile(ctx)
 	}); err != nil {
 		return res, err
 	}
@@ -100,27 +102,48 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 	return r.results(ctx, ws, a, d.Usage())
 }
 
+// checkProfile has the profile's provider, the one the run goes on with,
+// check the profile before anything starts: a network policy it cannot
+// enforce, or settings it would refuse, stop the run here with every
+// problem at its key in the config file.
+func (r *runner) checkProfile(ctx context.Context) error {
+	sb, err := r.openProvider(ctx)
+	if err != nil {
+		return err
+	}
+	return sb.Check(ctx)
+}
+
+// openProvider starts the profile's provider plugin once: the check phase
+// of a run starts it, and the plugin phase goes on with it.
+func (r *runner) openProvider(ctx context.Context) (*sandbox.Sandbox, error) {
+	if r.provider != nil {
+		return r.provider, nil
+	}
+	sb, err := r.host.Sandboxes.Open(ctx, r.req.Profile, r.host.Logger)
+	if err != nil {
+		return nil, err
+	}
+	r.provider = sb
+	r.onEnd("stop the provider plugin", func(context.Context) error {
+		if r.lv != nil {
+			if now := r.lv.sandbox(); now != sb {
+				now.Close() // the one that replaced it after a crash
+			}
+		}
+		sb.Close()
+		return nil
+	})
+	return sb, nil
+}
+
 // openSandbox starts the profile's provider plugin and its sandbox, and
 // puts the worker inside; it returns the sandbox's workspace root and the
 // worker's path there.
 func (r *runner) openSandbox(ctx context.Context) (sb *sandbox.Sandbox, workdir, worker string, err error) {
 	if err := r.phase(PhasePlugin, func() (err error) {
-		sb, err = r.host.Sandboxes.Open(ctx, r.req.Profile, r.host.Logger)
-		if err != nil {
-			return err
-		}
-		// opened, not sb: a later phase's failure returns a nil sb.
-		opened := sb
-		r.onEnd("stop the provider plugin", func(context.Context) error {
-			if r.lv != nil {
-				if now := r.lv.sandbox(); now != opened {
-					now.Close() // the one that replaced it after a crash
-				}
-			}
-			opened.Close()
-			return nil
-		})
-		return nil
+		sb, err = r.openProvider(ctx)
+		return err
 	}); err != nil {
 		return nil, "", "", err
 	}

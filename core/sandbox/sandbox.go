@@ -8,6 +8,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -208,25 +209,71 @@ func (s *Sandbox) Other(ref sdk.SandboxRef) *Sandbox {
 	return &o
 }
 
-// CheckPolicy refuses a profile whose network policy the provider cannot
-// enforce.
-func (s *Sandbox) CheckPolicy() error {
-	mode := s.Profile.Sandbox.Network
-	if s.Info.Supports(mode) {
-		return nil
+// ErrSettingsUnchecked matches the error of Problems when the provider
+// cannot check its settings (it has no ValidateSettings): they are then
+// checked only when its sandbox starts.
+var ErrSettingsUnchecked = errors.New("cannot check its settings before its sandbox starts")
+
+// Problems are what the provider can tell is wrong with the profile
+// before anything starts, as problems of the config file: a network
+// policy it cannot enforce (profiles.NAME.sandbox.network), and what its
+// ValidateSettings finds in its settings block and the policy (each at
+// its key, profiles.NAME.sandbox.docker.resources.memory). A provider
+// that cannot check its settings gives the problems found without it and
+// an error matching ErrSettingsUnchecked; any other error means the check
+// failed.
+func (s *Sandbox) Problems(ctx context.Context) ([]config.Problem, error) {
+	var problems []config.Problem
+	p := s.Profile
+	mode := p.Sandbox.Network
+	if !s.Info.Supports(mode) {
+		can := make([]string, len(s.Info.EgressModes))
+		for i, m := range s.Info.EgressModes {
+			can[i] = string(m)
+		}
+		problems = append(problems, p.ProblemAt("sandbox.network", fmt.Sprintf("provider %s cannot enforce %q (it can enforce: %s); pick another provider or network mode",
+			s.Info.Name, mode, strings.Join(can, ", "))))
 	}
-	can := make([]string, len(s.Info.EgressModes))
-	for i, m := range s.Info.EgressModes {
-		can[i] = string(m)
+	v, ok := s.Provider.(sdk.SettingsValidator)
+	if !ok {
+		return problems, fmt.Errorf("provider %s %w", s.Info.Name, ErrSettingsUnchecked)
 	}
-	return fmt.Errorf("profile %s: provider %s cannot enforce network %q (it can enforce: %s); pick another provider or network mode",
-		s.Profile.Name, s.Info.Name, mode, strings.Join(can, ", "))
+	found, err := v.ValidateSettings(ctx, sdk.ValidateRequest{Config: s.Ref.Config, Network: s.Spec().Network})
+	switch {
+	case errors.Is(err, sdk.ErrUnsupported):
+		return problems, fmt.Errorf("provider %s %w", s.Info.Name, ErrSettingsUnchecked)
+	case err != nil:
+		return problems, fmt.Errorf("check the settings of provider %s: %w", s.Info.Name, err)
+	}
+	for _, f := range found {
+		key := p.SettingsKey()
+		if f.Key != "" {
+			key += "." + f.Key
+		}
+		problems = append(problems, p.ProblemAt(key, f.Message))
+	}
+	return problems, nil
 }
 
-// Up starts the sandbox or reuses it, after checking the policy. Using an
+// Check refuses a profile whose problems (see Problems) its provider can
+// tell before anything starts, with a *config.ValidationError naming the
+// file and every problem. A provider that cannot check its settings is
+// left to refuse them when its sandbox starts.
+func (s *Sandbox) Check(ctx context.Context) error {
+	problems, err := s.Problems(ctx)
+	if err != nil && !errors.Is(err, ErrSettingsUnchecked) {
+		return err
+	}
+	if len(problems) > 0 {
+		return &config.ValidationError{File: s.Profile.Source(), Problems: problems}
+	}
+	return nil
+}
+
+// Up starts the sandbox or reuses it, after the checks of Check. Using an
 // unisolated provider is logged as a warning.
 func (s *Sandbox) Up(ctx context.Context) (sdk.Sandbox, error) {
-	if err := s.CheckPolicy(); err != nil {
+	if err := s.Check(ctx); err != nil {
 		return sdk.Sandbox{}, err
 	}
 	if !s.Info.Isolated {

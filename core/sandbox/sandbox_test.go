@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -186,7 +187,8 @@ profiles:
 		t.Fatal(err)
 	}
 	_, err = sb.Up(t.Context())
-	if err == nil || !strings.Contains(err.Error(), `cannot enforce network "none"`) {
+	var ve *config.ValidationError
+	if !errors.As(err, &ve) || !strings.Contains(err.Error(), `profiles.a.sandbox.network: provider local cannot enforce "none"`) {
 		t.Fatalf("Up: %v, want a refusal of network none", err)
 	}
 	if l, _ := sb.Owned(t.Context()); len(l) != 0 {
@@ -208,5 +210,63 @@ profiles:
 	l := sb.Spec().Labels
 	if l[sandbox.LabelProfile] != "a" || l[sandbox.LabelConfig] != path || l[sandbox.LabelOwner] != sandbox.Owner() || l[sandbox.LabelCreated] == "" {
 		t.Errorf("labels %v", l)
+	}
+}
+
+// Problems are what the provider tells of the profile before anything
+// starts, as problems of the config file; Up refuses them all.
+func TestProblems(t *testing.T) {
+	o := opener{roots: map[string]string{"local": t.TempDir(), "other": t.TempDir()}}
+	c, path := loadProfiles(t, `default_profile: ok
+profiles:
+  ok: {sandbox: {provider: local}}
+  typo: {sandbox: {provider: local, network: none, none: {rooot: /tmp/x}}}
+  other: {sandbox: {provider: other, other: {anything: 1}}}
+`)
+	for _, tc := range []struct {
+		profile   string
+		want      []string
+		unchecked bool
+	}{
+		{profile: "ok"},
+		{profile: "typo", want: []string{
+			`profiles.typo.sandbox.network: provider local cannot enforce "none" (it can enforce: open); pick another provider or network mode`,
+			`profiles.typo.sandbox.none.rooot: unknown key, did you mean root? (known: root)`,
+		}},
+		// A provider without ValidateSettings: EnsureRunning refuses its
+		// settings.
+		{profile: "other", unchecked: true},
+	} {
+		t.Run(tc.profile, func(t *testing.T) {
+			p, err := c.Profile(tc.profile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sb, err := o.Open(t.Context(), p, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			problems, err := sb.Problems(t.Context())
+			if unchecked := errors.Is(err, sandbox.ErrSettingsUnchecked); unchecked != tc.unchecked || (err != nil && !unchecked) {
+				t.Errorf("err = %v; want unchecked: %v", err, tc.unchecked)
+			}
+			var got []string
+			for _, p := range problems {
+				got = append(got, p.String())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+			_, err = sb.Up(t.Context())
+			var ve *config.ValidationError
+			switch {
+			case len(tc.want) > 0 && (!errors.As(err, &ve) || ve.File != path || len(ve.Problems) != len(tc.want)):
+				t.Errorf("Up: %v; want a ValidationError of %s with every problem", err, path)
+			case tc.unchecked && (errors.As(err, &ve) || !errors.Is(err, sdk.ErrInvalid)):
+				t.Errorf("Up: %v; want EnsureRunning's refusal of the unknown key", err)
+			case len(tc.want) == 0 && !tc.unchecked && err != nil:
+				t.Errorf("Up: %v", err)
+			}
+		})
 	}
 }
