@@ -23,6 +23,9 @@ type decoder struct {
 	// expanded counts the bytes ${VAR}s have expanded to so far, held to
 	// maxConfigBytes like the file.
 	expanded int
+	// expansions are the strings of provider settings that ${VAR}s
+	// changed, as tree found them.
+	expansions []sval
 }
 
 // problemf records a problem at a path, naming the environment variables
@@ -310,6 +313,9 @@ func (d *decoder) tree(at path, v any) any {
 	switch t := v.(type) {
 	case string:
 		s, _ := d.expand(at, t)
+		if s.expanded() {
+			d.expansions = append(d.expansions, s)
+		}
 		return s.val
 	case map[string]any:
 		out := make(map[string]any, len(t))

@@ -978,3 +978,23 @@ profiles:
 		}
 	}
 }
+
+// A provider quotes the value it finds wrong; one that came from a
+// ${VAR} (a key put where a variable's name goes) is shown as written.
+func TestProblemAtHidesExpandedValues(t *testing.T) {
+	const file = `
+profiles:
+  dev:
+    sandbox:
+      provider: daytona
+      daytona: {api_key_env: "${DAYTONA_KEY}", target: "${REGION}"}
+`
+	env := testEnv{"DAYTONA_KEY": "dtn_0123456789abcdefXYZ", "REGION": "eu"}
+	p := mustProfile(t, mustLoad(t, file, env), "dev")
+	got := p.ProblemAt("sandbox.daytona.api_key_env", `"dtn_0123456789abcdefXYZ" is not an environment variable name`).String()
+	want := `profiles.dev.sandbox.daytona.api_key_env: "${DAYTONA_KEY}" is not an environment variable name`
+	equal(t, "problem", got, want)
+	// A short value is too likely part of other words to be replaced.
+	got = p.ProblemAt("sandbox.daytona.target", `"eu" is not a region: try eu-west`).String()
+	equal(t, "short value", got, `profiles.dev.sandbox.daytona.target: "eu" is not a region: try eu-west`)
+}
