@@ -275,7 +275,7 @@ func TestNetworkPolicyFailsClosed(t *testing.T) {
 	e := newEnv(t)
 	e.writeConfig(t, "profiles:\n  dev:\n    sandbox: {provider: local, network: none}\n")
 	r := amelia(t, "", "sandbox", "exec", "--", "echo", "should not run")
-	want := `amelia: profile dev: provider local cannot enforce network "none" (it can enforce: open); pick another provider or network mode` + "\n"
+	want := `amelia: ` + e.home + `/.config/amelia/config.yaml: profiles.dev.sandbox.network: provider local cannot enforce "none" (it can enforce: open); pick another provider or network mode` + "\n"
 	if r.code != 1 || r.stdout != "" || r.stderr != want {
 		t.Errorf("exit %d stdout %q stderr %q; want 1 and %q", r.code, r.stdout, r.stderr, want)
 	}
@@ -328,6 +328,64 @@ profiles:
 	e.writeConfig(t, "profiles: [\n")
 	r = amelia(t, "", "config", "show")
 	transcript.WriteString("$ amelia config show\n" + r.stdout + r.stderr)
+
+	// What only the providers can tell: their settings, key by key, and
+	// a network policy they cannot enforce. Validate lists it all; a
+	// command that would start the sandbox refuses it before it starts.
+	e.writeConfig(t, `default_profile: dev
+profiles:
+  dev:
+    sandbox:
+      provider: docker
+      docker:
+        base_image: amelia-base:bookworm
+        imagee: amelia-base:bookworm
+        resources: {memroy: 4g, memory: 4x, limits: {gpus: 1}}
+  fenced:
+    sandbox: {provider: local, network: none}
+  remote:
+    sandbox:
+      provider: ssh
+      network: none
+      ssh: {host: build-1.test, identity_file: ~/.ssh/id}
+`)
+	for _, step := range []struct {
+		args []string
+		env  []string
+	}{
+		{args: []string{"config", "validate"}},
+		{args: []string{"config", "validate"}, env: []string{"AMELIA_PROFILES__DEV__SANDBOX__DOCKER__RESOURCES__MEMORY", "lots"}},
+		{args: []string{"sandbox", "up"}},
+		{args: []string{"--profile", "fenced", "sandbox", "exec", "--", "true"}},
+	} {
+		prefix := ""
+		if step.env != nil {
+			t.Setenv(step.env[0], step.env[1])
+			prefix = step.env[0] + "='" + step.env[1] + "' "
+		}
+		r := amelia(t, "", step.args...)
+		if step.env != nil {
+			os.Unsetenv(step.env[0])
+		}
+		if r.code != 1 {
+			t.Errorf("amelia %s: exit %d, want 1", strings.Join(step.args, " "), r.code)
+		}
+		transcript.WriteString("$ " + prefix + "amelia " + strings.Join(step.args, " ") + "\n" + r.stdout + r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(e.home, ".local", "state", "amelia", "local", "fenced")); !os.IsNotExist(err) {
+		t.Errorf("a sandbox was created for a profile with problems: %v", err)
+	}
+
+	// An override for a profile the config does not have names itself.
+	os.Remove(filepath.Join(e.home, ".config", "amelia", "config.yaml"))
+	t.Setenv("AMELIA_PROFILES__DEV__SANDBOX__PROVIDER", "docker")
+	for _, args := range [][]string{{"sandbox", "ls"}, {"config", "validate"}} {
+		r := amelia(t, "", args...)
+		if r.code != 1 {
+			t.Errorf("amelia %s: exit %d, want 1", strings.Join(args, " "), r.code)
+		}
+		transcript.WriteString("$ AMELIA_PROFILES__DEV__SANDBOX__PROVIDER=docker amelia " + strings.Join(args, " ") + "\n" + r.stdout + r.stderr)
+	}
 	golden(t, "config-errors", e.normalize(transcript.String()))
 }
 
@@ -418,6 +476,12 @@ func TestThirdPartyProvider(t *testing.T) {
 	}
 	golden(t, "plugin-ls", strings.NewReplacer(dir, "$HELLODIR", filepath.Dir(shadow), "$SHADOWDIR").Replace(e.normalize(r.stdout+r.stderr)))
 
+	// The plugin checks its settings for config validate.
+	e.writeConfig(t, "profiles:\n  hi:\n    sandbox:\n      provider: hello\n      hello: {rooot: /tmp}\n")
+	r = amelia(t, "", "config", "validate")
+	if want := e.home + "/.config/amelia/config.yaml: profiles.hi.sandbox.hello.rooot: unknown key, did you mean root? (known: root)\n"; r.code != 1 || r.stderr != want {
+		t.Errorf("validate a typo in hello's settings: exit %d, stderr %q; want 1 and %q", r.code, r.stderr, want)
+	}
 	e.writeConfig(t, "profiles:\n  hi:\n    sandbox:\n      provider: hello\n      plugin_env: [KUBECONFIG]\n      hello: {root: "+t.TempDir()+"}\n")
 	if r := amelia(t, "", "config", "validate"); r.code != 0 {
 		t.Errorf("validate: %s", r.stderr)
@@ -468,7 +532,7 @@ profiles:
     sandbox: {provider: local}
   fenced:
     llm: {base_url: %q, api_key_env: DOCTOR_TEST_KEY}
-    sandbox: {provider: local, network: none}
+    sandbox: {provider: local, network: none, local: {rooot: /tmp}}
   elsewhere:
     llm: {base_url: %q, api_key_env: DOCTOR_TEST_KEY}
     sandbox: {provider: nosuch}

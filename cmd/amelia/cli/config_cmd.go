@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -34,44 +36,90 @@ func (a *app) configCommand() *cobra.Command {
 	}, &cobra.Command{
 		Use:   "validate",
 		Short: "Check the config file and list every problem",
-		Args:  noArgs,
+		Long: `Check the config file and list every problem: the file's own, then what
+each profile's provider finds — a network policy it cannot enforce, and its
+settings block, key by key. Each provider plugin is started to ask it (none
+is started for a file with problems of its own). A provider that cannot
+check its settings is named, and they are checked when its sandbox starts.
+Exits 1 when there is a problem.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.loadConfig()
 			var ve *config.ValidationError
 			if errors.As(err, &ve) {
-				for _, p := range ve.Problems {
-					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", ve.File, p)
-				}
+				printProblems(cmd.ErrOrStderr(), ve)
 				return exitError{1}
 			}
 			if err != nil {
 				return err
 			}
-			// Every profile's provider must be one amelia can start, with
-			// an environment that keeps the profile's secrets out.
-			host := a.pluginHost()
-			bad := 0
-			for _, name := range c.ProfileNames() {
-				p := c.Profiles[name]
-				pl, err := host.Find(p.Sandbox.Provider)
-				if err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "%s: profiles.%s.sandbox.provider: %v\n", sourceName(c), name, err)
-					bad++
-					continue
-				}
-				if _, err := host.Environment(pl, sandbox.PluginProfile(p)); err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "%s: profiles.%s: %v\n", sourceName(c), name, err)
-					bad++
-				}
-			}
-			if bad > 0 {
+			problems, unchecked := a.profileProblems(cmd.Context(), c)
+			if len(problems) > 0 {
+				printProblems(cmd.ErrOrStderr(), &config.ValidationError{File: c.Source, Problems: problems})
 				return exitError{1}
+			}
+			for _, p := range unchecked {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", sourceName(c), p)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d profiles, default %s)\n", sourceName(c), len(c.Profiles), c.DefaultProfile)
 			return nil
 		},
 	})
 	return cmd
+}
+
+// printProblems writes every problem of a config, one line each, as
+// FILE: KEY: MESSAGE.
+func printProblems(w io.Writer, ve *config.ValidationError) {
+	file := ve.File
+	if file == "" {
+		file = "built-in default config"
+	}
+	for _, p := range ve.Problems {
+		fmt.Fprintf(w, "%s: %s\n", file, p)
+	}
+}
+
+// profileProblems are the problems of every profile of c that only its
+// provider can tell, in the order of the profiles: a provider amelia
+// cannot find or start, an environment that would give it the profile's
+// secrets, a network policy it cannot enforce, and what it finds in its
+// settings block. Unchecked names the settings blocks whose provider
+// cannot check them.
+func (a *app) profileProblems(ctx context.Context, c *config.Config) (problems, unchecked []config.Problem) {
+	host := a.pluginHost()
+	for _, name := range c.ProfileNames() {
+		p := c.Profiles[name]
+		pl, err := host.Find(p.Sandbox.Provider)
+		if err != nil {
+			problems = append(problems, p.ProblemAt("sandbox.provider", err.Error()))
+			continue
+		}
+		// The environment the plugin would start with keeps the profile's
+		// secrets out.
+		if _, err := host.Environment(pl, sandbox.PluginProfile(p)); err != nil {
+			problems = append(problems, p.ProblemAt("", err.Error()))
+			continue
+		}
+		sb, err := sandbox.Plugins(host).Open(ctx, p, a.logger)
+		if err != nil {
+			if inner := errors.Unwrap(err); inner != nil {
+				err = inner // without "profile NAME: ", which the key says
+			}
+			problems = append(problems, p.ProblemAt("sandbox.provider", fmt.Sprintf("provider %s cannot be started: %v", p.Sandbox.Provider, err)))
+			continue
+		}
+		found, err := sb.Problems(ctx)
+		sb.Close()
+		problems = append(problems, found...)
+		switch {
+		case errors.Is(err, sandbox.ErrSettingsUnchecked):
+			unchecked = append(unchecked, config.Problem{Key: p.ProblemAt(p.SettingsKey(), "").Key, Message: "not checked: " + err.Error()})
+		case err != nil:
+			problems = append(problems, p.ProblemAt(p.SettingsKey(), err.Error()))
+		}
+	}
+	return problems, unchecked
 }
 
 func sourceName(c *config.Config) string {

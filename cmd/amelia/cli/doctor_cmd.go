@@ -33,6 +33,11 @@ func (d *doctor) ok(indent, format string, args ...any) {
 	fmt.Fprintf(d.w, "%s✓ %s\n", indent, fmt.Sprintf(format, args...))
 }
 
+// note is a line that is neither a pass nor a failure.
+func (d *doctor) note(indent, format string, args ...any) {
+	fmt.Fprintf(d.w, "%s- %s\n", indent, fmt.Sprintf(format, args...))
+}
+
 func (d *doctor) fail(indent, what string, err error, fix string) {
 	d.failed++
 	line := fmt.Sprintf("%s✗ %s: %s", indent, what, oneLine(err.Error()))
@@ -47,8 +52,9 @@ func (a *app) doctorCommand() *cobra.Command {
 		Use:   "doctor",
 		Short: "Check that everything amelia run needs is in place, one line per check",
 		Long: `Check the config, git, the sandbox workers and, for every profile (or the
-one --profile names), that its provider plugin starts, its sandbox is healthy
-or can be created, its network policy can be enforced and its LLM key is set.
+one --profile names), that its provider plugin starts and finds nothing wrong
+with the profile's settings and network policy, its sandbox is healthy or can
+be created, and its LLM key is set.
 Exits 1 when a check fails; each failure says how to fix it.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -78,7 +84,7 @@ func (a *app) doctor(ctx context.Context, d *doctor) {
 
 	c, err := a.loadConfig()
 	if err != nil {
-		d.fail("", "config", err, "run amelia config show --debug for every problem")
+		d.fail("", "config", err, "amelia config validate lists every problem")
 		return
 	}
 	names := c.ProfileNames()
@@ -120,8 +126,22 @@ func (a *app) doctorProfile(ctx context.Context, d *doctor, host *pluginhost.Hos
 	}
 	defer sb.Close()
 	d.ok(in, "provider %s started (version %s)", sb.Info.Name, sb.Info.Version)
-	if err := sb.CheckPolicy(); err != nil {
-		d.fail(in, "network", err, "")
+	// What the provider finds wrong with the profile is a problem of the
+	// config, as config validate lists it.
+	problems, err := sb.Problems(ctx)
+	for _, pr := range problems {
+		d.fail(in, "config", errors.New(pr.String()), "")
+	}
+	switch {
+	case errors.Is(err, sandbox.ErrSettingsUnchecked):
+		d.note(in, "settings not checked: %v", err)
+	case err != nil:
+		d.fail(in, "settings", err, "")
+	case len(problems) == 0:
+		d.ok(in, "settings and network %s checked by provider %s", p.Sandbox.Network, sb.Info.Name)
+	}
+	if len(problems) > 0 {
+		return // the sandbox's state says nothing until they are fixed
 	}
 	row := a.sandboxState(ctx, sb)
 	switch row.State {
