@@ -35,7 +35,9 @@ const APIVersion = 1
 //     one the settings do not let it enforce, is refused with ErrUnsupported
 //     and starts nothing.
 //   - Settings it cannot read, a key it does not know among them, are
-//     refused with ErrInvalid naming the key (DecodeSettings does this).
+//     refused with ErrInvalid naming the key (DecodeSettings does this);
+//     the optional SettingsValidator reports the same before anything
+//     starts.
 //   - Exec with TTY when Capabilities.TTY is false, or with User "root" when
 //     Capabilities.ExecAsRoot is false, is refused with ErrUnsupported.
 //   - Exec with a User it cannot run as is refused with an error
