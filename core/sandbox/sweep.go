@@ -55,7 +55,7 @@ type Sweep struct {
 	Providers []string
 	// Only, when set, is the one profile whose sandboxes are visited; its
 	// own first. No orphans then.
-	Only string
+	Only   string
 	Logger *slog.Logger
 }
 
