@@ -118,3 +118,32 @@ func TestSandboxFlagIsSeenAndStopped(t *testing.T) {
 		t.Errorf("after stop, sandbox ls still shows a docker sandbox:\n%s", r.stdout)
 	}
 }
+
+// doctor says ✗ for a docker sandbox that amelia run could not start: its
+// base image is not on the engine (and cannot be pulled here), or a
+// sandbox of the same name belongs to another config file. sandbox up's
+// error names the missing image and the variable that would set another.
+func TestDoctorSeesWhatRunWouldRefuse(t *testing.T) {
+	cli := dockertest.Engine(t)
+	h := newDockerHost(t, cli, `{provider: docker, docker: {base_image: "amelia-no-such-base:none"}}`)
+	r := h.amelia(t, "doctor")
+	if r.code != 1 || !strings.Contains(r.stdout, "✗ sandbox absent, and amelia run could not create it") || !strings.Contains(r.stdout, "amelia-no-such-base:none is not on the Docker engine") {
+		t.Errorf("doctor with a missing base image: exit %d\n%s", r.code, r.stdout)
+	}
+	r = h.amelia(t, "sandbox", "up")
+	if r.code == 0 || !strings.Contains(r.stderr, "base image amelia-no-such-base:none is not on the Docker engine") ||
+		!strings.Contains(r.stderr, "AMELIA_PROFILES__E2E__SANDBOX__DOCKER__BASE_IMAGE=amelia-base:bookworm") {
+		t.Errorf("sandbox up with a missing base image: exit %d, stderr %q", r.code, r.stderr)
+	}
+
+	// The same profile name in another config file, whose sandbox runs.
+	other := newDockerHost(t, cli, dockerSandbox("open"))
+	if r := other.amelia(t, "sandbox", "up"); r.code != 0 {
+		t.Fatalf("sandbox up: exit %d\n%s", r.code, r.stderr)
+	}
+	mine := newDockerHost(t, cli, dockerSandbox("open"))
+	r = mine.amelia(t, "doctor")
+	if r.code != 1 || !strings.Contains(r.stdout, "✗ sandbox ready, but amelia run would refuse it") || !strings.Contains(r.stdout, other.configPath()) {
+		t.Errorf("doctor beside another config's sandbox: exit %d\n%s", r.code, r.stdout)
+	}
+}

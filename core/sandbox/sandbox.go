@@ -287,6 +287,20 @@ func (s *Sandbox) Up(ctx context.Context) (sdk.Sandbox, error) {
 	return sb, nil
 }
 
+// Preflight asks the provider, without creating or changing anything,
+// why Up would fail now (sdk.Preflighter); a provider that cannot tell
+// gives an error matching sdk.ErrUnsupported.
+func (s *Sandbox) Preflight(ctx context.Context) error {
+	p, ok := s.Provider.(sdk.Preflighter)
+	if !ok {
+		return fmt.Errorf("provider %s: %w", s.Info.Name, sdk.ErrUnsupported)
+	}
+	if err := p.Preflight(ctx, s.Spec()); err != nil {
+		return fmt.Errorf("sandbox %s (provider %s): %w", s.Ref.Name, s.Info.Name, err)
+	}
+	return nil
+}
+
 // SandboxRef is the sandbox Exec runs in: s is an sdk.Execer.
 func (s *Sandbox) SandboxRef() sdk.SandboxRef { return s.Ref }
 

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -159,6 +160,52 @@ func (p *Provider) ensureReady(ctx context.Context, e *engine, ref string) error
 	return nil
 }
 
+// missingBase is a base image that is neither on the engine nor pullable.
+// It matches sdk.ErrNotFound.
+type missingBase struct {
+	base, host string
+	cause      error // why it could not be pulled; nil when not tried
+	// profile, when known, names the environment variable that would set
+	// the base for one shell.
+	profile string
+}
+
+func (m *missingBase) Error() string {
+	what := "and cannot be pulled (" + strings.Join(strings.Fields(fmt.Sprint(m.cause)), " ") + ")"
+	if m.cause == nil {
+		what = "(the first start would pull it)"
+	}
+	msg := fmt.Sprintf("the base image %s is not on the Docker engine at %s %s: pull it, or set docker.base_image to one the engine has (docker images lists them; amelia init picks one, and amelia init --bootstrap makes %s without a registry)",
+		m.base, m.host, what, image.TestBase)
+	if envName.MatchString(m.profile) {
+		msg += fmt.Sprintf("; for one shell, AMELIA_PROFILES__%s__SANDBOX__DOCKER__BASE_IMAGE=%s", strings.ToUpper(m.profile), image.TestBase)
+	}
+	return msg
+}
+
+func (m *missingBase) Is(target error) bool { return target == sdk.ErrNotFound }
+
+// envName matches a profile name that can be part of an environment
+// variable's name.
+var envName = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
+
+// ensureBase pulls the base image the sandbox image is built FROM when the
+// engine lacks it; one that cannot be pulled is a *missingBase.
+func (p *Provider) ensureBase(ctx context.Context, e *engine, base string) error {
+	if ok, err := hasImage(ctx, e, base); err != nil || ok {
+		return err
+	}
+	p.opts.Logger.Info("pulling the base image", "image", base, "engine", e.host)
+	resp, err := e.cli.ImagePull(ctx, base, client.ImagePullOptions{})
+	if err == nil {
+		err = resp.Wait(ctx)
+	}
+	if err != nil {
+		return &missingBase{base: base, host: e.host, cause: err}
+	}
+	return nil
+}
+
 // build builds the plan's image (the devcontainer first, when there is
 // one), writing the build's output to progress.
 func (p *Provider) build(ctx context.Context, e *engine, pl imagePlan, noCache bool, progress io.Writer) error {
@@ -177,6 +224,11 @@ func (p *Provider) build(ctx context.Context, e *engine, pl imagePlan, noCache b
 			if err != nil {
 				return err
 			}
+		}
+	}
+	if pl.user == nil {
+		if err := p.ensureBase(ctx, e, pl.base); err != nil {
+			return err
 		}
 	}
 	fmt.Fprintf(progress, "Building %s FROM %s\n", pl.tag, pl.base)
@@ -257,7 +309,7 @@ func buildError(tag, step, msg string, out []string) error {
 	}
 	b.WriteString(strings.TrimSpace(msg))
 	if strings.Contains(step, " : FROM ") || strings.Contains(msg, "pull access denied") || strings.Contains(msg, "no such host") {
-		b.WriteString(" — is the base image on the engine? Without a registry, run image/bootstrap-base.sh and set docker.base_image: " + image.TestBase)
+		b.WriteString(" — is the base image on the engine? Without a registry, make one with amelia init --bootstrap and set docker.base_image: " + image.TestBase)
 	}
 	for _, line := range out {
 		b.WriteString("\n    ")

@@ -211,6 +211,9 @@ func (p *Provider) resume(ctx context.Context, e *engine, set Settings, spec sdk
 // when needed. A container it created but could not start is removed.
 func (p *Provider) create(ctx context.Context, e *engine, set Settings, spec sdk.Spec) (sdk.Sandbox, error) {
 	pl, err := p.ensureImage(ctx, e, set)
+	if mb := (*missingBase)(nil); errors.As(err, &mb) {
+		mb.profile = spec.Name
+	}
 	if err != nil {
 		return sdk.Sandbox{}, err
 	}

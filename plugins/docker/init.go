@@ -9,6 +9,8 @@ import (
 
 	"github.com/amelia-sandbox/amelia/plugins/docker/image"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
 )
 
 // LocalBase reports, for `amelia init`, the engine the settings (a
@@ -52,4 +54,46 @@ func (p *Provider) Bootstrap(ctx context.Context, out io.Writer) error {
 		return fmt.Errorf("bootstrap %s: %w", image.TestBase, err)
 	}
 	return nil
+}
+
+// Preflight tells why EnsureRunning(spec) would fail now, creating and
+// changing nothing: an engine that does not answer; a container of that
+// name that is not this spec's (another config file's, another network's,
+// not Amelia's); or, with no container, an image to make it from that the
+// engine lacks: docker.image, or the base the sandbox image is built FROM
+// when that image is not built yet.
+func (p *Provider) Preflight(ctx context.Context, spec sdk.Spec) error {
+	set, err := decodeSettings(spec.Config)
+	if err != nil {
+		return err
+	}
+	e, err := p.engine(ctx, set)
+	if err != nil {
+		return err
+	}
+	name := containerName(spec.Name)
+	res, err := e.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	switch {
+	case err == nil:
+		return checkOwned(res.Container, spec)
+	case !cerrdefs.IsNotFound(err):
+		return e.wrap(err, "inspect container "+name)
+	}
+	pl, err := p.plan(ctx, e, set)
+	if err != nil {
+		return err
+	}
+	if pl.ready != "" {
+		if ok, err := hasImage(ctx, e, pl.ready); err != nil || ok {
+			return err
+		}
+		return sdk.Errorf(sdk.ErrNotFound, "docker.image %s is not on the Docker engine at %s (the first start would pull it): docker pull %s", pl.ready, e.host, pl.ready)
+	}
+	if ok, err := hasImage(ctx, e, pl.tag); err != nil || ok || pl.user != nil {
+		return err // built already, or built from the profile's own Dockerfile
+	}
+	if ok, err := hasImage(ctx, e, pl.base); err != nil || ok {
+		return err
+	}
+	return &missingBase{base: pl.base, host: e.host, profile: spec.Name}
 }

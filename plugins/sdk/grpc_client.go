@@ -92,6 +92,13 @@ func (c *Client) ValidateSettings(ctx context.Context, req ValidateRequest) ([]P
 	return problemsFromPB(r.GetProblems()), nil
 }
 
+// Preflight asks the remote provider why EnsureRunning(spec) would fail;
+// a provider that cannot tell gives ErrUnsupported.
+func (c *Client) Preflight(ctx context.Context, spec Spec) error {
+	_, err := c.rpc.Preflight(ctx, specToPB(spec))
+	return fromStatus(err)
+}
+
 // Forward runs the provider's Forwarder (ErrUnsupported when it has none).
 // It returns nil once ctx ends.
 func (c *Client) Forward(ctx context.Context, req ForwardRequest, listening func(addr string)) error {

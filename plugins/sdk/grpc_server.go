@@ -219,6 +219,23 @@ func (s *Server) ValidateSettings(ctx context.Context, r *pb.ValidateSettingsReq
 	return &pb.ValidateSettingsResponse{Problems: problemsToPB(problems)}, nil
 }
 
+// Preflight answers from the provider's Preflighter, or UNIMPLEMENTED
+// when it has none.
+func (s *Server) Preflight(ctx context.Context, r *pb.EnsureRunningRequest) (*pb.PreflightResponse, error) {
+	p, ok := s.impl.(Preflighter)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this provider cannot tell what would stop its sandbox from starting")
+	}
+	spec := specFromPB(r)
+	if err := validateSpec(spec); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := p.Preflight(ctx, spec); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.PreflightResponse{}, nil
+}
+
 // Exec runs one exec stream: ExecStart, then stdin, cancel and resize from the
 // host while output flows back; ExitStatus goes last, after the provider has
 // returned, so all output has been sent before it.

@@ -277,6 +277,12 @@ func (p *Plugin) ValidateSettings(ctx context.Context, req ValidateRequest) ([]P
 	return problems, p.explain(ctx, err)
 }
 
+// Preflight asks the plugin why EnsureRunning(spec) would fail; a plugin
+// that cannot tell gives ErrUnsupported.
+func (p *Plugin) Preflight(ctx context.Context, spec Spec) error {
+	return p.explain(ctx, p.rpc.Preflight(ctx, spec))
+}
+
 // Forward runs the provider's Forwarder; a provider without one gives
 // ErrUnsupported.
 func (p *Plugin) Forward(ctx context.Context, req ForwardRequest, listening func(addr string)) error {

@@ -107,6 +107,17 @@ type SettingsValidator interface {
 	ValidateSettings(ctx context.Context, req ValidateRequest) ([]Problem, error)
 }
 
+// Preflighter is an optional interface of a Provider that can tell,
+// without creating or changing anything, why EnsureRunning(spec) would fail
+// now: a backend that does not answer, an image the sandbox would be made
+// from that is not there, a sandbox of that name that is not this spec's.
+// `amelia doctor` asks it, so that what it calls fine is. A nil answer is
+// no promise, only the absence of a known obstacle; the error wraps the
+// sentinel EnsureRunning would (ErrUnavailable, ErrNotFound, ErrConflict).
+type Preflighter interface {
+	Preflight(ctx context.Context, spec Spec) error
+}
+
 // ValidateRequest is what ValidateSettings checks.
 type ValidateRequest struct {
 	// Config is a profile's settings block for this provider, as in

@@ -144,12 +144,24 @@ func (a *app) doctorProfile(ctx context.Context, d *doctor, host *pluginhost.Hos
 		return // the sandbox's state says nothing until they are fixed
 	}
 	row := a.sandboxState(ctx, sb)
-	switch row.State {
-	case string(sdk.HealthReady):
+	// What would stop amelia run from starting (or reusing) it: a missing
+	// image, another config file's sandbox of the same name.
+	var blocked error
+	if row.State == string(sdk.HealthReady) || row.State == "absent" {
+		if err := sb.Preflight(ctx); err != nil && !errors.Is(err, sdk.ErrUnsupported) {
+			blocked = err
+		}
+	}
+	switch {
+	case blocked != nil && row.State == "absent":
+		d.fail(in, "sandbox absent, and amelia run could not create it", blocked, "")
+	case blocked != nil:
+		d.fail(in, "sandbox "+row.State+", but amelia run would refuse it", blocked, "")
+	case row.State == string(sdk.HealthReady):
 		d.ok(in, "sandbox ready%s", suffix(row.Message))
-	case "absent":
+	case row.State == "absent":
 		d.ok(in, "sandbox absent: amelia run creates it")
-	case "error":
+	case row.State == "error":
 		// The provider could not tell (its backend is down...): its message
 		// says what to check.
 		d.fail(in, "sandbox", errors.New(row.Message), "")

@@ -84,6 +84,42 @@ func (Stream) EnumDescriptor() ([]byte, []int) {
 	return file_provider_proto_rawDescGZIP(), []int{0}
 }
 
+type PreflightResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreflightResponse) Reset() {
+	*x = PreflightResponse{}
+	mi := &file_provider_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreflightResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreflightResponse) ProtoMessage() {}
+
+func (x *PreflightResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreflightResponse.ProtoReflect.Descriptor instead.
+func (*PreflightResponse) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{0}
+}
+
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -92,7 +128,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_provider_proto_msgTypes[0]
+	mi := &file_provider_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -104,7 +140,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[0]
+	mi := &file_provider_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -117,7 +153,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{0}
+	return file_provider_proto_rawDescGZIP(), []int{1}
 }
 
 type InfoResponse struct {
@@ -134,7 +170,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_provider_proto_msgTypes[1]
+	mi := &file_provider_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -146,7 +182,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[1]
+	mi := &file_provider_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -159,7 +195,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{1}
+	return file_provider_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *InfoResponse) GetName() string {
@@ -222,7 +258,7 @@ type Capabilities struct {
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_provider_proto_msgTypes[2]
+	mi := &file_provider_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -234,7 +270,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[2]
+	mi := &file_provider_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -247,7 +283,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{2}
+	return file_provider_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Capabilities) GetEgressModes() []string {
@@ -307,7 +343,7 @@ type SandboxRef struct {
 
 func (x *SandboxRef) Reset() {
 	*x = SandboxRef{}
-	mi := &file_provider_proto_msgTypes[3]
+	mi := &file_provider_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -319,7 +355,7 @@ func (x *SandboxRef) String() string {
 func (*SandboxRef) ProtoMessage() {}
 
 func (x *SandboxRef) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[3]
+	mi := &file_provider_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -332,7 +368,7 @@ func (x *SandboxRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxRef.ProtoReflect.Descriptor instead.
 func (*SandboxRef) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{3}
+	return file_provider_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SandboxRef) GetName() string {
@@ -367,7 +403,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_provider_proto_msgTypes[4]
+	mi := &file_provider_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +415,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[4]
+	mi := &file_provider_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +428,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{4}
+	return file_provider_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NetworkPolicy) GetMode() string {
@@ -420,7 +456,7 @@ type EnsureRunningRequest struct {
 
 func (x *EnsureRunningRequest) Reset() {
 	*x = EnsureRunningRequest{}
-	mi := &file_provider_proto_msgTypes[5]
+	mi := &file_provider_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +468,7 @@ func (x *EnsureRunningRequest) String() string {
 func (*EnsureRunningRequest) ProtoMessage() {}
 
 func (x *EnsureRunningRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[5]
+	mi := &file_provider_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +481,7 @@ func (x *EnsureRunningRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureRunningRequest.ProtoReflect.Descriptor instead.
 func (*EnsureRunningRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{5}
+	return file_provider_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EnsureRunningRequest) GetRef() *SandboxRef {
@@ -488,7 +524,7 @@ type EnsureRunningResponse struct {
 
 func (x *EnsureRunningResponse) Reset() {
 	*x = EnsureRunningResponse{}
-	mi := &file_provider_proto_msgTypes[6]
+	mi := &file_provider_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +536,7 @@ func (x *EnsureRunningResponse) String() string {
 func (*EnsureRunningResponse) ProtoMessage() {}
 
 func (x *EnsureRunningResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[6]
+	mi := &file_provider_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +549,7 @@ func (x *EnsureRunningResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureRunningResponse.ProtoReflect.Descriptor instead.
 func (*EnsureRunningResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{6}
+	return file_provider_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EnsureRunningResponse) GetRef() *SandboxRef {
@@ -574,7 +610,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_provider_proto_msgTypes[7]
+	mi := &file_provider_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +622,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[7]
+	mi := &file_provider_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +635,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{7}
+	return file_provider_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ExecRequest) GetMsg() isExecRequest_Msg {
@@ -716,7 +752,7 @@ type ExecStart struct {
 
 func (x *ExecStart) Reset() {
 	*x = ExecStart{}
-	mi := &file_provider_proto_msgTypes[8]
+	mi := &file_provider_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +764,7 @@ func (x *ExecStart) String() string {
 func (*ExecStart) ProtoMessage() {}
 
 func (x *ExecStart) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[8]
+	mi := &file_provider_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +777,7 @@ func (x *ExecStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
 func (*ExecStart) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{8}
+	return file_provider_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExecStart) GetSandbox() *SandboxRef {
@@ -822,7 +858,7 @@ type StdinEOF struct {
 
 func (x *StdinEOF) Reset() {
 	*x = StdinEOF{}
-	mi := &file_provider_proto_msgTypes[9]
+	mi := &file_provider_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +870,7 @@ func (x *StdinEOF) String() string {
 func (*StdinEOF) ProtoMessage() {}
 
 func (x *StdinEOF) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[9]
+	mi := &file_provider_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +883,7 @@ func (x *StdinEOF) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinEOF.ProtoReflect.Descriptor instead.
 func (*StdinEOF) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{9}
+	return file_provider_proto_rawDescGZIP(), []int{10}
 }
 
 // Cancel asks the server to stop the process tree: SIGTERM, then SIGKILL after
@@ -860,7 +896,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_provider_proto_msgTypes[10]
+	mi := &file_provider_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +908,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[10]
+	mi := &file_provider_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +921,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{10}
+	return file_provider_proto_rawDescGZIP(), []int{11}
 }
 
 type TermSize struct {
@@ -898,7 +934,7 @@ type TermSize struct {
 
 func (x *TermSize) Reset() {
 	*x = TermSize{}
-	mi := &file_provider_proto_msgTypes[11]
+	mi := &file_provider_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +946,7 @@ func (x *TermSize) String() string {
 func (*TermSize) ProtoMessage() {}
 
 func (x *TermSize) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[11]
+	mi := &file_provider_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +959,7 @@ func (x *TermSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TermSize.ProtoReflect.Descriptor instead.
 func (*TermSize) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{11}
+	return file_provider_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TermSize) GetRows() uint32 {
@@ -954,7 +990,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_provider_proto_msgTypes[12]
+	mi := &file_provider_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1002,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[12]
+	mi := &file_provider_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1015,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{12}
+	return file_provider_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExecResponse) GetMsg() isExecResponse_Msg {
@@ -1049,7 +1085,7 @@ type StdinAck struct {
 
 func (x *StdinAck) Reset() {
 	*x = StdinAck{}
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_provider_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1097,7 @@ func (x *StdinAck) String() string {
 func (*StdinAck) ProtoMessage() {}
 
 func (x *StdinAck) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_provider_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1110,7 @@ func (x *StdinAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinAck.ProtoReflect.Descriptor instead.
 func (*StdinAck) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{13}
+	return file_provider_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StdinAck) GetBytes() uint64 {
@@ -1094,7 +1130,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1142,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1155,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{14}
+	return file_provider_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Output) GetStream() Stream {
@@ -1152,7 +1188,7 @@ type ExitStatus struct {
 
 func (x *ExitStatus) Reset() {
 	*x = ExitStatus{}
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1200,7 @@ func (x *ExitStatus) String() string {
 func (*ExitStatus) ProtoMessage() {}
 
 func (x *ExitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1213,7 @@ func (x *ExitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitStatus.ProtoReflect.Descriptor instead.
 func (*ExitStatus) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{15}
+	return file_provider_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExitStatus) GetCode() int32 {
@@ -1217,7 +1253,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +1265,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +1278,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{16}
+	return file_provider_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TeardownRequest) GetRef() *SandboxRef {
@@ -1260,7 +1296,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1308,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +1321,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{17}
+	return file_provider_proto_rawDescGZIP(), []int{18}
 }
 
 type HealthCheckRequest struct {
@@ -1297,7 +1333,7 @@ type HealthCheckRequest struct {
 
 func (x *HealthCheckRequest) Reset() {
 	*x = HealthCheckRequest{}
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1345,7 @@ func (x *HealthCheckRequest) String() string {
 func (*HealthCheckRequest) ProtoMessage() {}
 
 func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1358,7 @@ func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckRequest.ProtoReflect.Descriptor instead.
 func (*HealthCheckRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{18}
+	return file_provider_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HealthCheckRequest) GetRef() *SandboxRef {
@@ -1343,7 +1379,7 @@ type HealthCheckResponse struct {
 
 func (x *HealthCheckResponse) Reset() {
 	*x = HealthCheckResponse{}
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1391,7 @@ func (x *HealthCheckResponse) String() string {
 func (*HealthCheckResponse) ProtoMessage() {}
 
 func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1404,7 @@ func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckResponse.ProtoReflect.Descriptor instead.
 func (*HealthCheckResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{19}
+	return file_provider_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HealthCheckResponse) GetState() string {
@@ -1397,7 +1433,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1445,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1458,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{20}
+	return file_provider_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListRequest) GetConfig() []byte {
@@ -1448,7 +1484,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1460,7 +1496,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1473,7 +1509,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{21}
+	return file_provider_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListResponse) GetSandboxes() []*ListedSandbox {
@@ -1499,7 +1535,7 @@ type ListedSandbox struct {
 
 func (x *ListedSandbox) Reset() {
 	*x = ListedSandbox{}
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1547,7 @@ func (x *ListedSandbox) String() string {
 func (*ListedSandbox) ProtoMessage() {}
 
 func (x *ListedSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1560,7 @@ func (x *ListedSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListedSandbox.ProtoReflect.Descriptor instead.
 func (*ListedSandbox) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{22}
+	return file_provider_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListedSandbox) GetRef() *SandboxRef {
@@ -1566,7 +1602,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1614,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1627,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{23}
+	return file_provider_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ForwardRequest) GetSandbox() *SandboxRef {
@@ -1618,7 +1654,7 @@ type ForwardEvent struct {
 
 func (x *ForwardEvent) Reset() {
 	*x = ForwardEvent{}
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1666,7 @@ func (x *ForwardEvent) String() string {
 func (*ForwardEvent) ProtoMessage() {}
 
 func (x *ForwardEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1679,7 @@ func (x *ForwardEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardEvent.ProtoReflect.Descriptor instead.
 func (*ForwardEvent) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{24}
+	return file_provider_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ForwardEvent) GetListening() string {
@@ -1665,7 +1701,7 @@ type ValidateSettingsRequest struct {
 
 func (x *ValidateSettingsRequest) Reset() {
 	*x = ValidateSettingsRequest{}
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1713,7 @@ func (x *ValidateSettingsRequest) String() string {
 func (*ValidateSettingsRequest) ProtoMessage() {}
 
 func (x *ValidateSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1726,7 @@ func (x *ValidateSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateSettingsRequest.ProtoReflect.Descriptor instead.
 func (*ValidateSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{25}
+	return file_provider_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ValidateSettingsRequest) GetConfig() []byte {
@@ -1716,7 +1752,7 @@ type ValidateSettingsResponse struct {
 
 func (x *ValidateSettingsResponse) Reset() {
 	*x = ValidateSettingsResponse{}
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +1764,7 @@ func (x *ValidateSettingsResponse) String() string {
 func (*ValidateSettingsResponse) ProtoMessage() {}
 
 func (x *ValidateSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +1777,7 @@ func (x *ValidateSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateSettingsResponse.ProtoReflect.Descriptor instead.
 func (*ValidateSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{26}
+	return file_provider_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ValidateSettingsResponse) GetProblems() []*SettingsProblem {
@@ -1768,7 +1804,7 @@ type SettingsProblem struct {
 
 func (x *SettingsProblem) Reset() {
 	*x = SettingsProblem{}
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1816,7 @@ func (x *SettingsProblem) String() string {
 func (*SettingsProblem) ProtoMessage() {}
 
 func (x *SettingsProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +1829,7 @@ func (x *SettingsProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettingsProblem.ProtoReflect.Descriptor instead.
 func (*SettingsProblem) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{27}
+	return file_provider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SettingsProblem) GetKey() string {
@@ -1814,7 +1850,8 @@ var File_provider_proto protoreflect.FileDescriptor
 
 const file_provider_proto_rawDesc = "" +
 	"\n" +
-	"\x0eprovider.proto\x12\x12amelia.provider.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\r\n" +
+	"\x0eprovider.proto\x12\x12amelia.provider.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x13\n" +
+	"\x11PreflightResponse\"\r\n" +
 	"\vInfoRequest\"\xc7\x01\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -1940,7 +1977,7 @@ const file_provider_proto_rawDesc = "" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
-	"\rSTREAM_STDERR\x10\x022\xce\x05\n" +
+	"\rSTREAM_STDERR\x10\x022\xac\x06\n" +
 	"\bProvider\x12I\n" +
 	"\x04Info\x12\x1f.amelia.provider.v1.InfoRequest\x1a .amelia.provider.v1.InfoResponse\x12d\n" +
 	"\rEnsureRunning\x12(.amelia.provider.v1.EnsureRunningRequest\x1a).amelia.provider.v1.EnsureRunningResponse\x12M\n" +
@@ -1949,7 +1986,8 @@ const file_provider_proto_rawDesc = "" +
 	"\vHealthCheck\x12&.amelia.provider.v1.HealthCheckRequest\x1a'.amelia.provider.v1.HealthCheckResponse\x12I\n" +
 	"\x04List\x12\x1f.amelia.provider.v1.ListRequest\x1a .amelia.provider.v1.ListResponse\x12Q\n" +
 	"\aForward\x12\".amelia.provider.v1.ForwardRequest\x1a .amelia.provider.v1.ForwardEvent0\x01\x12m\n" +
-	"\x10ValidateSettings\x12+.amelia.provider.v1.ValidateSettingsRequest\x1a,.amelia.provider.v1.ValidateSettingsResponseBDZBgithub.com/amelia-sandbox/amelia/plugins/sdk/providerv1;providerv1b\x06proto3"
+	"\x10ValidateSettings\x12+.amelia.provider.v1.ValidateSettingsRequest\x1a,.amelia.provider.v1.ValidateSettingsResponse\x12\\\n" +
+	"\tPreflight\x12(.amelia.provider.v1.EnsureRunningRequest\x1a%.amelia.provider.v1.PreflightResponseBDZBgithub.com/amelia-sandbox/amelia/plugins/sdk/providerv1;providerv1b\x06proto3"
 
 var (
 	file_provider_proto_rawDescOnce sync.Once
@@ -1964,93 +2002,96 @@ func file_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_provider_proto_goTypes = []any{
 	(Stream)(0),                      // 0: amelia.provider.v1.Stream
-	(*InfoRequest)(nil),              // 1: amelia.provider.v1.InfoRequest
-	(*InfoResponse)(nil),             // 2: amelia.provider.v1.InfoResponse
-	(*Capabilities)(nil),             // 3: amelia.provider.v1.Capabilities
-	(*SandboxRef)(nil),               // 4: amelia.provider.v1.SandboxRef
-	(*NetworkPolicy)(nil),            // 5: amelia.provider.v1.NetworkPolicy
-	(*EnsureRunningRequest)(nil),     // 6: amelia.provider.v1.EnsureRunningRequest
-	(*EnsureRunningResponse)(nil),    // 7: amelia.provider.v1.EnsureRunningResponse
-	(*ExecRequest)(nil),              // 8: amelia.provider.v1.ExecRequest
-	(*ExecStart)(nil),                // 9: amelia.provider.v1.ExecStart
-	(*StdinEOF)(nil),                 // 10: amelia.provider.v1.StdinEOF
-	(*Cancel)(nil),                   // 11: amelia.provider.v1.Cancel
-	(*TermSize)(nil),                 // 12: amelia.provider.v1.TermSize
-	(*ExecResponse)(nil),             // 13: amelia.provider.v1.ExecResponse
-	(*StdinAck)(nil),                 // 14: amelia.provider.v1.StdinAck
-	(*Output)(nil),                   // 15: amelia.provider.v1.Output
-	(*ExitStatus)(nil),               // 16: amelia.provider.v1.ExitStatus
-	(*TeardownRequest)(nil),          // 17: amelia.provider.v1.TeardownRequest
-	(*TeardownResponse)(nil),         // 18: amelia.provider.v1.TeardownResponse
-	(*HealthCheckRequest)(nil),       // 19: amelia.provider.v1.HealthCheckRequest
-	(*HealthCheckResponse)(nil),      // 20: amelia.provider.v1.HealthCheckResponse
-	(*ListRequest)(nil),              // 21: amelia.provider.v1.ListRequest
-	(*ListResponse)(nil),             // 22: amelia.provider.v1.ListResponse
-	(*ListedSandbox)(nil),            // 23: amelia.provider.v1.ListedSandbox
-	(*ForwardRequest)(nil),           // 24: amelia.provider.v1.ForwardRequest
-	(*ForwardEvent)(nil),             // 25: amelia.provider.v1.ForwardEvent
-	(*ValidateSettingsRequest)(nil),  // 26: amelia.provider.v1.ValidateSettingsRequest
-	(*ValidateSettingsResponse)(nil), // 27: amelia.provider.v1.ValidateSettingsResponse
-	(*SettingsProblem)(nil),          // 28: amelia.provider.v1.SettingsProblem
-	nil,                              // 29: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	nil,                              // 30: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	nil,                              // 31: amelia.provider.v1.ExecStart.EnvEntry
-	nil,                              // 32: amelia.provider.v1.ListRequest.LabelsEntry
-	nil,                              // 33: amelia.provider.v1.ListedSandbox.LabelsEntry
-	(*durationpb.Duration)(nil),      // 34: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
+	(*PreflightResponse)(nil),        // 1: amelia.provider.v1.PreflightResponse
+	(*InfoRequest)(nil),              // 2: amelia.provider.v1.InfoRequest
+	(*InfoResponse)(nil),             // 3: amelia.provider.v1.InfoResponse
+	(*Capabilities)(nil),             // 4: amelia.provider.v1.Capabilities
+	(*SandboxRef)(nil),               // 5: amelia.provider.v1.SandboxRef
+	(*NetworkPolicy)(nil),            // 6: amelia.provider.v1.NetworkPolicy
+	(*EnsureRunningRequest)(nil),     // 7: amelia.provider.v1.EnsureRunningRequest
+	(*EnsureRunningResponse)(nil),    // 8: amelia.provider.v1.EnsureRunningResponse
+	(*ExecRequest)(nil),              // 9: amelia.provider.v1.ExecRequest
+	(*ExecStart)(nil),                // 10: amelia.provider.v1.ExecStart
+	(*StdinEOF)(nil),                 // 11: amelia.provider.v1.StdinEOF
+	(*Cancel)(nil),                   // 12: amelia.provider.v1.Cancel
+	(*TermSize)(nil),                 // 13: amelia.provider.v1.TermSize
+	(*ExecResponse)(nil),             // 14: amelia.provider.v1.ExecResponse
+	(*StdinAck)(nil),                 // 15: amelia.provider.v1.StdinAck
+	(*Output)(nil),                   // 16: amelia.provider.v1.Output
+	(*ExitStatus)(nil),               // 17: amelia.provider.v1.ExitStatus
+	(*TeardownRequest)(nil),          // 18: amelia.provider.v1.TeardownRequest
+	(*TeardownResponse)(nil),         // 19: amelia.provider.v1.TeardownResponse
+	(*HealthCheckRequest)(nil),       // 20: amelia.provider.v1.HealthCheckRequest
+	(*HealthCheckResponse)(nil),      // 21: amelia.provider.v1.HealthCheckResponse
+	(*ListRequest)(nil),              // 22: amelia.provider.v1.ListRequest
+	(*ListResponse)(nil),             // 23: amelia.provider.v1.ListResponse
+	(*ListedSandbox)(nil),            // 24: amelia.provider.v1.ListedSandbox
+	(*ForwardRequest)(nil),           // 25: amelia.provider.v1.ForwardRequest
+	(*ForwardEvent)(nil),             // 26: amelia.provider.v1.ForwardEvent
+	(*ValidateSettingsRequest)(nil),  // 27: amelia.provider.v1.ValidateSettingsRequest
+	(*ValidateSettingsResponse)(nil), // 28: amelia.provider.v1.ValidateSettingsResponse
+	(*SettingsProblem)(nil),          // 29: amelia.provider.v1.SettingsProblem
+	nil,                              // 30: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	nil,                              // 31: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	nil,                              // 32: amelia.provider.v1.ExecStart.EnvEntry
+	nil,                              // 33: amelia.provider.v1.ListRequest.LabelsEntry
+	nil,                              // 34: amelia.provider.v1.ListedSandbox.LabelsEntry
+	(*durationpb.Duration)(nil),      // 35: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
 }
 var file_provider_proto_depIdxs = []int32{
-	3,  // 0: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
-	4,  // 1: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	5,  // 2: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	29, // 3: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	4,  // 4: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
-	30, // 5: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	9,  // 6: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
-	10, // 7: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
-	11, // 8: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
-	12, // 9: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
-	4,  // 10: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	31, // 11: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
-	12, // 12: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
-	34, // 13: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
-	34, // 14: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
-	15, // 15: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
-	16, // 16: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
-	14, // 17: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
+	4,  // 0: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
+	5,  // 1: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	6,  // 2: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
+	30, // 3: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	5,  // 4: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
+	31, // 5: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	10, // 6: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
+	11, // 7: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
+	12, // 8: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
+	13, // 9: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
+	5,  // 10: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
+	32, // 11: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
+	13, // 12: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
+	35, // 13: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
+	35, // 14: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	16, // 15: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
+	17, // 16: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
+	15, // 17: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
 	0,  // 18: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
-	4,  // 19: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	4,  // 20: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	32, // 21: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
-	23, // 22: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
-	4,  // 23: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
-	33, // 24: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
-	35, // 25: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
-	4,  // 26: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	5,  // 27: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	28, // 28: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
-	1,  // 29: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
-	6,  // 30: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
-	8,  // 31: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
-	17, // 32: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
-	19, // 33: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
-	21, // 34: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
-	24, // 35: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
-	26, // 36: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
-	2,  // 37: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
-	7,  // 38: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
-	13, // 39: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
-	18, // 40: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
-	20, // 41: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
-	22, // 42: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
-	25, // 43: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
-	27, // 44: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
-	37, // [37:45] is the sub-list for method output_type
-	29, // [29:37] is the sub-list for method input_type
+	5,  // 19: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	5,  // 20: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	33, // 21: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
+	24, // 22: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
+	5,  // 23: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
+	34, // 24: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
+	36, // 25: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
+	5,  // 26: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
+	6,  // 27: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
+	29, // 28: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
+	2,  // 29: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
+	7,  // 30: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
+	9,  // 31: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
+	18, // 32: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
+	20, // 33: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
+	22, // 34: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
+	25, // 35: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
+	27, // 36: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
+	7,  // 37: amelia.provider.v1.Provider.Preflight:input_type -> amelia.provider.v1.EnsureRunningRequest
+	3,  // 38: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
+	8,  // 39: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
+	14, // 40: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
+	19, // 41: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
+	21, // 42: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
+	23, // 43: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
+	26, // 44: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
+	28, // 45: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
+	1,  // 46: amelia.provider.v1.Provider.Preflight:output_type -> amelia.provider.v1.PreflightResponse
+	38, // [38:47] is the sub-list for method output_type
+	29, // [29:38] is the sub-list for method input_type
 	29, // [29:29] is the sub-list for extension type_name
 	29, // [29:29] is the sub-list for extension extendee
 	0,  // [0:29] is the sub-list for field type_name
@@ -2061,14 +2102,14 @@ func file_provider_proto_init() {
 	if File_provider_proto != nil {
 		return
 	}
-	file_provider_proto_msgTypes[7].OneofWrappers = []any{
+	file_provider_proto_msgTypes[8].OneofWrappers = []any{
 		(*ExecRequest_Start)(nil),
 		(*ExecRequest_Stdin)(nil),
 		(*ExecRequest_StdinEof)(nil),
 		(*ExecRequest_Cancel)(nil),
 		(*ExecRequest_Resize)(nil),
 	}
-	file_provider_proto_msgTypes[12].OneofWrappers = []any{
+	file_provider_proto_msgTypes[13].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Exit)(nil),
 		(*ExecResponse_StdinAck)(nil),
@@ -2079,7 +2120,7 @@ func file_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

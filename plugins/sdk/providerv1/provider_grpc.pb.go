@@ -39,6 +39,7 @@ const (
 	Provider_List_FullMethodName             = "/amelia.provider.v1.Provider/List"
 	Provider_Forward_FullMethodName          = "/amelia.provider.v1.Provider/Forward"
 	Provider_ValidateSettings_FullMethodName = "/amelia.provider.v1.Provider/ValidateSettings"
+	Provider_Preflight_FullMethodName        = "/amelia.provider.v1.Provider/Preflight"
 )
 
 // ProviderClient is the client API for Provider service.
@@ -91,6 +92,13 @@ type ProviderClient interface {
 	// UNIMPLEMENTED, and the host says so; they are then checked only when
 	// the sandbox starts.
 	ValidateSettings(ctx context.Context, in *ValidateSettingsRequest, opts ...grpc.CallOption) (*ValidateSettingsResponse, error)
+	// Preflight tells, without creating or changing anything, why
+	// EnsureRunning with this request would fail now: a backend that does
+	// not answer, an image the sandbox would be made from that is not there,
+	// a sandbox of that name that is not this request's (another config
+	// file's). An OK answer is no promise, only the absence of a known
+	// obstacle. Optional: UNIMPLEMENTED when the provider cannot tell.
+	Preflight(ctx context.Context, in *EnsureRunningRequest, opts ...grpc.CallOption) (*PreflightResponse, error)
 }
 
 type providerClient struct {
@@ -193,6 +201,16 @@ func (c *providerClient) ValidateSettings(ctx context.Context, in *ValidateSetti
 	return out, nil
 }
 
+func (c *providerClient) Preflight(ctx context.Context, in *EnsureRunningRequest, opts ...grpc.CallOption) (*PreflightResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreflightResponse)
+	err := c.cc.Invoke(ctx, Provider_Preflight_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ProviderServer is the server API for Provider service.
 // All implementations must embed UnimplementedProviderServer
 // for forward compatibility.
@@ -243,6 +261,13 @@ type ProviderServer interface {
 	// UNIMPLEMENTED, and the host says so; they are then checked only when
 	// the sandbox starts.
 	ValidateSettings(context.Context, *ValidateSettingsRequest) (*ValidateSettingsResponse, error)
+	// Preflight tells, without creating or changing anything, why
+	// EnsureRunning with this request would fail now: a backend that does
+	// not answer, an image the sandbox would be made from that is not there,
+	// a sandbox of that name that is not this request's (another config
+	// file's). An OK answer is no promise, only the absence of a known
+	// obstacle. Optional: UNIMPLEMENTED when the provider cannot tell.
+	Preflight(context.Context, *EnsureRunningRequest) (*PreflightResponse, error)
 	mustEmbedUnimplementedProviderServer()
 }
 
@@ -276,6 +301,9 @@ func (UnimplementedProviderServer) Forward(*ForwardRequest, grpc.ServerStreaming
 }
 func (UnimplementedProviderServer) ValidateSettings(context.Context, *ValidateSettingsRequest) (*ValidateSettingsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ValidateSettings not implemented")
+}
+func (UnimplementedProviderServer) Preflight(context.Context, *EnsureRunningRequest) (*PreflightResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Preflight not implemented")
 }
 func (UnimplementedProviderServer) mustEmbedUnimplementedProviderServer() {}
 func (UnimplementedProviderServer) testEmbeddedByValue()                  {}
@@ -424,6 +452,24 @@ func _Provider_ValidateSettings_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Provider_Preflight_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EnsureRunningRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderServer).Preflight(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provider_Preflight_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderServer).Preflight(ctx, req.(*EnsureRunningRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Provider_ServiceDesc is the grpc.ServiceDesc for Provider service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -454,6 +500,10 @@ var Provider_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ValidateSettings",
 			Handler:    _Provider_ValidateSettings_Handler,
+		},
+		{
+			MethodName: "Preflight",
+			Handler:    _Provider_Preflight_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
