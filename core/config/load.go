@@ -358,7 +358,7 @@ type yamlParser struct{}
 func (yamlParser) Unmarshal(b []byte) (map[string]any, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return nil, yamlError(err)
+		return nil, yamlError(locateMistake(b, err))
 	}
 	if len(doc.Content) == 0 {
 		return map[string]any{}, nil // empty or only comments

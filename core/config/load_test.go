@@ -832,6 +832,11 @@ func TestMalformedYAML(t *testing.T) {
 			want:    "invalid YAML: line 3: found character that cannot start any token",
 		},
 		{
+			name:    "a key indented out of its block",
+			content: "default_profile: dev\nprofiles:\n  dev:\n    model: m\n    sandbox: {provider: local}\n   llm: {}\n",
+			want:    "invalid YAML: line 6: did not find expected key in the block that starts at line 2 (check the indentation of line 6)",
+		},
+		{
 			name:    "mapping in a scalar",
 			content: "profiles:\n  dev: a: b\n",
 			want:    "invalid YAML: line 2: mapping values are not allowed in this context",
