@@ -224,7 +224,7 @@ func TestImageBuildCommand(t *testing.T) {
 		t.Errorf("second image build: exit %d\n%s%s", again.code, again.stdout, again.stderr)
 	}
 	r := h.amelia(t, "image", "build", "-p", "plain")
-	if r.code != 2 || r.stderr != "amelia: profile plain uses provider local: amelia image build builds the image of a docker profile (pick one with --profile)\n" {
+	if r.code != 2 || r.stderr != "amelia: profile plain uses provider local, which builds no image: amelia image build builds the image of a docker profile (pick one with --profile)\n" {
 		t.Errorf("image build of a local profile: exit %d, stderr %q", r.code, r.stderr)
 	}
 }

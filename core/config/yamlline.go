@@ -12,7 +12,7 @@ import (
 // blockError matches the YAML errors reported at the line where the block
 // holding the mistake began ("line 2: did not find expected key" for a
 // badly indented key on line 8), rather than at the mistake.
-var blockError = regexp.MustCompile(`^yaml: line (\d+): (did not find expected .*)$`)
+var blockError = regexp.MustCompile(`^yaml: line (\d+): (did not find expected (?:key|'-' indicator))$`)
 
 // mistakeScan bounds how many lines after the reported one are tried.
 const mistakeScan = 500
@@ -29,6 +29,9 @@ func locateMistake(b []byte, err error) error {
 	lines := bytes.SplitAfter(b, []byte("\n"))
 	for k := start + 1; k <= len(lines) && k <= start+mistakeScan; k++ {
 		var n yaml.Node
+		if len(bytes.TrimSpace(lines[k-1])) == 0 {
+			continue // a blank line is no mistake
+		}
 		if yaml.Unmarshal(bytes.Join(lines[:k], nil), &n) != nil {
 			return fmt.Errorf("yaml: line %d: %s in the block that starts at line %d (check the indentation of line %d)", k, m[2], start, k)
 		}

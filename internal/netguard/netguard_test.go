@@ -20,10 +20,10 @@ var allowed = []struct {
 	why    string
 }{
 	{"api.openai.com", []string{
-		"cmd/amelia/cli/testdata/config-show-builtin.golden", "cmd/amelia/cli/testdata/doctor.golden",
+		"cmd/amelia/cli/testdata/config-show-builtin.golden",
 		"core/config/load_test.go", "core/config/testdata/show/builtin.golden", "core/config/testdata/show/config.yaml",
 		"core/config/testdata/show/dev.golden", "core/config/testdata/show/unset.golden", "proxy/llm_test.go",
-	}, "the built-in default llm.base_url, which config show and doctor print and the proxy's URL rewriting is tested on; every test that sends a request sets base_url to a server on loopback"},
+	}, "the built-in default llm.base_url, which config show prints and the proxy's URL rewriting is tested on; every test that sends a request sets base_url to a server on loopback"},
 	{"api.anthropic.com", []string{"core/config/load_test.go", "core/config/testdata/show/dev.golden", "proxy/llm_test.go"},
 		"the default llm.anthropic.base_url, shown and rewritten, never sent to"},
 	{"openrouter.ai", []string{"proxy/llm_test.go"},
