@@ -26,6 +26,10 @@ type boxRow struct {
 //	│ changes   main.go | 2 +-                      │
 //	│           1 file changed, 1 insertion(+), ... │
 //	│ tokens    12,345 in · 2,345 out               │
+//	│ wall      1m1s                                │
+//	│ cleaned   worktree, tunnel, proxy, plugin     │
+//	│ left      sandbox dev (running; amelia stop   │
+//	│           --profile dev removes it)           │
 //	╰───────────────────────────────────────────────╯
 func (v *ttyView) box(s Summary) []string {
 	avail := max(v.cols()-4-labelWidth, 10) // for the text of a row
@@ -65,9 +69,27 @@ func (v *ttyView) box(s Summary) []string {
 		}
 	}
 	add("wall", formatDuration(s.Wall), "")
-	if s.Err != nil {
+	// An interrupted run has no error to show: it is what the user asked.
+	stopped := interrupted(s.Err)
+	if s.Err != nil && !stopped {
 		for i, l := range wrap(sanitize(s.Err.Error()), avail) {
 			add(label(i, "error"), l, sgrRed)
+		}
+	}
+	if len(s.Cleaned) > 0 {
+		cleaned := make([]string, len(s.Cleaned))
+		for i, c := range s.Cleaned {
+			cleaned[i] = oneLine(c)
+		}
+		for i, l := range wrap(strings.Join(cleaned, ", "), avail) {
+			add(label(i, "cleaned"), l, "")
+		}
+	}
+	n := 0
+	for _, left := range s.Left {
+		for _, l := range wrap(oneLine(left), avail) {
+			add(label(n, "left"), l, "")
+			n++
 		}
 	}
 	if k := s.Kept; k != nil {
@@ -76,7 +98,10 @@ func (v *ttyView) box(s Summary) []string {
 	}
 
 	title, titleSGR := markDone+" done", sgrGreen
-	if s.Err != nil {
+	switch {
+	case stopped:
+		title, titleSGR = markInterrupted+" interrupted", sgrYellow
+	case s.Err != nil:
 		title, titleSGR = markFailed+" failed", sgrRed
 	}
 	inner := textWidth(title) + 2

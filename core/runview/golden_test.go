@@ -9,7 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unicode/utf8"
+
+	"github.com/amelia-sandbox/amelia/core/runview/runviewtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -48,6 +49,8 @@ var scripts = []struct {
 	{"failed", failedRun},
 	{"kept", keptRun},
 	{"interrupted", interruptedRun},
+	{"unfinished", unfinishedRun},
+	{"warning", warningRun},
 }
 
 // renderJSON plays events on a JSON view and returns what it wrote.
@@ -106,56 +109,17 @@ func checkGolden(t *testing.T, name string, got []byte) {
 	}
 }
 
-// screen is what a terminal shows after the TTY view wrote out: it applies
-// carriage returns, line erasure and newlines, and drops colours. It fails
-// the test on any other escape sequence, and on a line that would wrap at
-// width.
+// screen is what a terminal shows after the TTY view wrote out, colours
+// dropped (runviewtest.Screen). It fails the test on any escape sequence
+// but colours and line erasure, and on a line that would wrap at width.
 func screen(t *testing.T, out []byte, width int) string {
 	t.Helper()
-	var lines []string
-	var cur []rune
-	col := 0
-	s := string(out)
-	for len(s) > 0 {
-		r, size := utf8.DecodeRuneInString(s)
-		switch {
-		case r == '\x1b':
-			end := strings.IndexAny(s, "mK")
-			if !strings.HasPrefix(s, "\x1b[") || end < 0 {
-				t.Fatalf("unexpected escape sequence at %q", s[:min(len(s), 10)])
-			}
-			seq := s[:end+1]
-			switch {
-			case seq == "\x1b[2K":
-				cur = cur[:0]
-			case strings.HasSuffix(seq, "m"):
-			default:
-				t.Fatalf("unexpected escape sequence %q", seq)
-			}
-			s = s[end+1:]
-			continue
-		case r == '\r':
-			col = 0
-		case r == '\n':
-			lines = append(lines, string(cur))
-			cur, col = cur[:0], 0
-		case r < 0x20 || r == 0x7f:
-			t.Fatalf("control character %U written", r)
-		default:
-			if col < len(cur) {
-				cur[col] = r
-			} else {
-				cur = append(cur, r)
-			}
-			col++
-		}
-		s = s[size:]
-	}
-	if len(cur) > 0 {
-		lines = append(lines, string(cur)+"⟨live⟩")
+	lines, err := runviewtest.Screen(out)
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, l := range lines {
-		if w := textWidth(strings.TrimSuffix(l, "⟨live⟩")); w >= width {
+		if w := textWidth(strings.TrimSuffix(l, runviewtest.LiveMark)); w >= width {
 			t.Errorf("line of %d columns, the width is %d: %q", w, width, l)
 		}
 	}

@@ -21,9 +21,10 @@ const (
 
 // Values of "status" in phase and summary lines.
 const (
-	statusStarted = "started"
-	statusDone    = "done"
-	statusFailed  = "failed"
+	statusStarted     = "started"
+	statusDone        = "done"
+	statusFailed      = "failed"
+	statusInterrupted = "interrupted"
 )
 
 // phaseLine is the JSON form of PhaseStart and PhaseEnd. Field order is the
@@ -48,6 +49,8 @@ type summaryLine struct {
 	WallMs   int64                 `json:"wall_ms"`
 	Error    *string               `json:"error"`
 	Kept     *keptLine             `json:"kept"`
+	Cleaned  []string              `json:"cleaned"`
+	Left     []string              `json:"left"`
 }
 
 // keptLine is the JSON form of Kept.
@@ -82,14 +85,22 @@ type jsonView struct {
 //	{"type":"phase","content":"workspace","status":"started","duration_ms":null,"error":null}
 //	{"type":"phase","content":"workspace","status":"done","duration_ms":412,"error":null}
 //	{"type":"phase","content":"workspace","status":"failed","duration_ms":412,"error":"clone: ..."}
+//	{"type":"phase","content":"agent","status":"interrupted","duration_ms":7712,"error":"context canceled"}
 //	{"type":"summary","status":"done","workflow":"fix-login-3f9a","branch":"amelia/fix-login-3f9a",
-//	 "pushed":false,"diff_stat":" main.go | 2 +-\n 1 file changed, ...","usage":{...},"wall_ms":61234,"error":null}
+//	 "pushed":false,"diff_stat":" main.go | 2 +-\n 1 file changed, ...","usage":{...},"wall_ms":61234,
+//	 "error":null,"kept":null,"cleaned":["worktree","tunnel","proxy","plugin"],
+//	 "left":["sandbox dev (running; amelia stop --profile dev removes it)"]}
 //
-// (the summary is one line). A summary's status is "failed" and its error
-// set when the run failed; its kept is null, or where the work of a run
-// that failed after its agent started is kept ({"sandbox","branch","dir",
-// "recover"}, the last the command that brings it back); its usage is a DriverUsage as the worker writes
-// it; empty strings are written as null. Durations are whole milliseconds.
+// (the summary is one line). A phase's or summary's status is "failed" and
+// its error set when it failed, and "interrupted" (the error saying how)
+// when the run was interrupted. A summary's kept is null, or where the work
+// of a run that failed or was interrupted after its agent started is kept
+// ({"sandbox","branch","dir","recover"}, the last the command that brings
+// it back); cleaned lists what the run's cleanups removed or stopped, left
+// what the run leaves behind besides kept, each with what becomes of it
+// (both lists, possibly empty, never null); its usage is a DriverUsage as
+// the worker writes it; empty strings are written as null. Durations are
+// whole milliseconds.
 func NewJSON(w io.Writer) View {
 	v := &jsonView{w: w}
 	v.enc = json.NewEncoder(&v.buf)
@@ -105,9 +116,17 @@ func (v *jsonView) PhaseStart(name string) {
 func (v *jsonView) PhaseEnd(name string, d time.Duration, err error) {
 	l := phaseLine{Type: typePhase, Content: name, Status: statusDone, DurationMs: new(d.Milliseconds())}
 	if err != nil {
-		l.Status, l.Error = statusFailed, new(err.Error())
+		l.Status, l.Error = endStatus(err), new(err.Error())
 	}
 	v.write(l)
+}
+
+// endStatus is the status of a phase or run that ended with err, not nil.
+func endStatus(err error) string {
+	if interrupted(err) {
+		return statusInterrupted
+	}
+	return statusFailed
 }
 
 func (v *jsonView) Summary(s Summary) {
@@ -120,9 +139,11 @@ func (v *jsonView) Summary(s Summary) {
 		DiffStat: nonEmpty(s.DiffStat),
 		Usage:    s.Usage,
 		WallMs:   s.Wall.Milliseconds(),
+		Cleaned:  append([]string{}, s.Cleaned...),
+		Left:     append([]string{}, s.Left...),
 	}
 	if s.Err != nil {
-		l.Status, l.Error = statusFailed, new(s.Err.Error())
+		l.Status, l.Error = endStatus(s.Err), new(s.Err.Error())
 	}
 	if k := s.Kept; k != nil {
 		l.Kept = &keptLine{Sandbox: k.Sandbox, Branch: k.Branch, Dir: k.Dir, Recover: k.Recover}

@@ -2,6 +2,7 @@ package runview
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,7 +64,7 @@ func checkHostLine(t *testing.T, line string) {
 	t.Helper()
 	keys := map[string][]string{
 		"phase":   {"type", "content", "status", "duration_ms", "error"},
-		"summary": {"type", "status", "workflow", "branch", "pushed", "diff_stat", "usage", "wall_ms", "error", "kept"},
+		"summary": {"type", "status", "workflow", "branch", "pushed", "diff_stat", "usage", "wall_ms", "error", "kept", "cleaned", "left"},
 	}
 	dec := json.NewDecoder(strings.NewReader(line))
 	var got []string
@@ -101,17 +102,22 @@ func TestJSONShapes(t *testing.T) {
 	v.PhaseStart("workspace")
 	v.PhaseEnd("workspace", 412_700_000, nil)
 	v.PhaseEnd("workspace", 412_000_000, errors.New(`clone: "<nope>" & more`))
+	v.PhaseEnd("agent", 7_700_000_000, fmt.Errorf("%w; and the agent could not be stopped", context.Canceled))
 	v.Summary(Summary{Workflow: "w", Branch: "amelia/w", Pushed: true, DiffStat: "x", Wall: 1500_000_000,
-		Usage: &protocol.DriverUsage{CostUSD: new(0.00001)}})
+		Usage: &protocol.DriverUsage{CostUSD: new(0.00001)}, Cleaned: []string{"worktree", "proxy"},
+		Left: []string{"sandbox dev (running)"}})
 	v.Summary(Summary{Err: errors.New("boom")})
+	v.Summary(Summary{Err: fmt.Errorf("agent: %w", context.Canceled)})
 	if err := v.Close(); err != nil {
 		t.Fatal(err)
 	}
 	want := `{"type":"phase","content":"workspace","status":"started","duration_ms":null,"error":null}
 {"type":"phase","content":"workspace","status":"done","duration_ms":412,"error":null}
 {"type":"phase","content":"workspace","status":"failed","duration_ms":412,"error":"clone: \"<nope>\" & more"}
-{"type":"summary","status":"done","workflow":"w","branch":"amelia/w","pushed":true,"diff_stat":"x","usage":{"input_tokens":null,"output_tokens":null,"cache_read_tokens":null,"cache_creation_tokens":null,"cost_usd":0.00001,"duration_ms":null,"num_turns":null,"model":null},"wall_ms":1500,"error":null,"kept":null}
-{"type":"summary","status":"failed","workflow":null,"branch":null,"pushed":false,"diff_stat":null,"usage":null,"wall_ms":0,"error":"boom","kept":null}
+{"type":"phase","content":"agent","status":"interrupted","duration_ms":7700,"error":"context canceled; and the agent could not be stopped"}
+{"type":"summary","status":"done","workflow":"w","branch":"amelia/w","pushed":true,"diff_stat":"x","usage":{"input_tokens":null,"output_tokens":null,"cache_read_tokens":null,"cache_creation_tokens":null,"cost_usd":0.00001,"duration_ms":null,"num_turns":null,"model":null},"wall_ms":1500,"error":null,"kept":null,"cleaned":["worktree","proxy"],"left":["sandbox dev (running)"]}
+{"type":"summary","status":"failed","workflow":null,"branch":null,"pushed":false,"diff_stat":null,"usage":null,"wall_ms":0,"error":"boom","kept":null,"cleaned":[],"left":[]}
+{"type":"summary","status":"interrupted","workflow":null,"branch":null,"pushed":false,"diff_stat":null,"usage":null,"wall_ms":0,"error":"agent: context canceled","kept":null,"cleaned":[],"left":[]}
 `
 	if out.String() != want {
 		t.Errorf("got:\n%s\nwant:\n%s", out.String(), want)
@@ -234,6 +240,9 @@ func TestAfterClose(t *testing.T) {
 		v.PhaseStart("x")
 		v.Message(thinkingMsg("x"))
 		v.Summary(Summary{})
+		if l, ok := v.(Live); ok {
+			l.Notice("x")
+		}
 	}
 	if j.Len() != 0 || tt.Len() != 0 {
 		t.Errorf("wrote after Close: %q, %q", j.String(), tt.String())

@@ -1,6 +1,7 @@
 package runview
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ type event struct {
 	err     error
 	msg     *protocol.AgenticMessage
 	summary *Summary
+	notice  string        // Notice(notice), on a view that has it
 	advance time.Duration // moves the test clock, calls nothing
 }
 
@@ -31,6 +33,10 @@ func play(v View, clk *fakeClock, events []event) {
 			v.Message(e.msg)
 		case e.summary != nil:
 			v.Summary(*e.summary)
+		case e.notice != "":
+			if l, ok := v.(Live); ok {
+				l.Notice(e.notice)
+			}
 		case e.advance != 0:
 			clk.advance(e.advance)
 		}
@@ -100,6 +106,8 @@ func successRun() []event {
 		DiffStat: " login.go      | 12 ++++++++----\n login_test.go |  3 +++\n 2 files changed, 11 insertions(+), 4 deletions(-)\n",
 		Usage:    testUsage,
 		Wall:     45600 * time.Millisecond,
+		Cleaned:  []string{"worktree", "tunnel", "proxy", "plugin"},
+		Left:     []string{"sandbox dev (running; amelia stop --profile dev removes it)"},
 	}})
 }
 
@@ -116,6 +124,8 @@ func failedRun() []event {
 		Workflow: "fix-login-3f9a",
 		Wall:     2100 * time.Millisecond,
 		Err:      fmt.Errorf("workspace: %w", cause),
+		Cleaned:  []string{"tunnel", "proxy", "plugin"},
+		Left:     []string{"sandbox dev (running; amelia stop --profile dev removes it)"},
 	}})
 }
 
@@ -138,12 +148,71 @@ func keptRun() []event {
 		Err:      fmt.Errorf("agent: %w", cause),
 		Kept: &Kept{Sandbox: "dev", Branch: "amelia/fix-login-3f9a", Dir: "/workspace/worktrees/fix-login-3f9a",
 			Recover: "amelia results --profile dev fix-login-3f9a"},
+		Cleaned: []string{"tunnel", "proxy", "plugin"},
+		Left:    []string{"sandbox dev (running; amelia stop --profile dev removes it)"},
 	}})
 }
 
-// interruptedRun is a run closed in the middle of a tool call (Ctrl-C):
-// the view is closed with a phase and a tool call still running.
+// interruptedRun is a run interrupted (Ctrl-C) while its agent runs a
+// command: the command is killed, the agent says it was interrupted, the
+// agent phase ends with context.Canceled, and the work so far is kept.
 func interruptedRun() []event {
+	evs := phases("check", "proxy", "plugin", "sandbox", "worker", "tunnel", "workspace")
+	evs = append(evs,
+		event{start: "agent"},
+		event{msg: callMsg("call_1", "write_file", `{"file_path": "wip.txt", "content": "half done\n"}`)},
+		event{msg: resultMsg("call_1", "write_file", "Updated file wip.txt", false)},
+		event{msg: callMsg("call_2", "execute", `{"command": "sleep 100"}`)},
+		event{advance: 7 * time.Second},
+		event{msg: resultMsg("call_2", "execute", "[Command cancelled (terminated signal received) and was killed]", true)},
+		event{msg: answerMsg("interrupted", true)},
+		event{end: "agent", d: 7700 * time.Millisecond, err: context.Canceled},
+	)
+	evs = append(evs, phases("cleanup")...)
+	return append(evs, event{summary: &Summary{
+		Workflow: "slow",
+		Wall:     7800 * time.Millisecond,
+		Err:      fmt.Errorf("agent: %w", context.Canceled),
+		Kept: &Kept{Sandbox: "local", Branch: "amelia/slow", Dir: "/workspace/worktrees/slow",
+			Recover: "amelia results --profile local slow"},
+		Cleaned: []string{"tunnel", "proxy", "plugin"},
+		Left:    []string{"sandbox local (running; amelia stop --profile local removes it)"},
+	}})
+}
+
+// warningRun is a run during which warnings are logged: one while the
+// sandbox phase spins, before anything is shown inside it, and one while a
+// tool call runs inside the agent phase. Each goes above the live line.
+func warningRun() []event {
+	evs := phases("check", "proxy", "plugin")
+	evs = append(evs,
+		event{start: "sandbox"},
+		event{advance: 1500 * time.Millisecond},
+		event{notice: "amelia: warning: provider local isolates nothing: commands run directly on this machine as the current user"},
+		event{end: "sandbox", d: 1600 * time.Millisecond},
+	)
+	evs = append(evs, phases("worker", "tunnel", "workspace")...)
+	evs = append(evs,
+		event{start: "agent"},
+		event{msg: callMsg("call_1", "execute", `{"command": "make test"}`)},
+		event{notice: "amelia: warning: lost the sandbox; the agent goes on there; reconnecting err=\"plugin exited\""},
+		event{msg: resultMsg("call_1", "execute", "ok", false)},
+		event{msg: answerMsg("Tests pass.", false)},
+		event{end: "agent", d: 3 * time.Second},
+	)
+	evs = append(evs, phases("results", "cleanup")...)
+	return append(evs, event{summary: &Summary{
+		Workflow: "warned",
+		Wall:     5 * time.Second,
+		Cleaned:  []string{"worktree", "tunnel", "proxy", "plugin"},
+		Left:     []string{"sandbox local (running; amelia stop --profile local removes it)"},
+	}})
+}
+
+// unfinishedRun is a run whose view is closed in the middle of a tool
+// call, with a phase and the call still running: what a view shows when
+// its run never ends (the process is being killed).
+func unfinishedRun() []event {
 	evs := phases("profile", "sandbox")
 	return append(evs,
 		event{start: "agent"},

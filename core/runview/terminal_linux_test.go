@@ -3,43 +3,17 @@ package runview
 import (
 	"bytes"
 	"os"
-	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
-)
 
-// openPTY opens a pseudo-terminal and returns its terminal end, cols wide.
-func openPTY(t *testing.T, cols uint16) *os.File {
-	t.Helper()
-	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatalf("open /dev/ptmx: %v", err)
-	}
-	t.Cleanup(func() { ptmx.Close() })
-	fd := int(ptmx.Fd())
-	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatalf("unlock pty: %v", err)
-	}
-	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
-	if err != nil {
-		t.Fatalf("pty number: %v", err)
-	}
-	pts, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("open pty: %v", err)
-	}
-	t.Cleanup(func() { pts.Close() })
-	if err := unix.IoctlSetWinsize(int(pts.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Col: cols, Row: 24}); err != nil {
-		t.Fatalf("set window size: %v", err)
-	}
-	return pts
-}
+	"github.com/amelia-sandbox/amelia/core/runview/runviewtest"
+)
 
 // TestTerminal: a terminal is recognised with its width, followed when it
 // changes, and New picks the live display for it unless asked for JSON.
 func TestTerminal(t *testing.T) {
-	pts := openPTY(t, 77)
+	_, pts := runviewtest.OpenPTY(t, 77)
 	if w, ok := terminalWidth(pts); !ok || w != 77 {
 		t.Fatalf("terminalWidth(pty) = %d, %v; want 77, true", w, ok)
 	}

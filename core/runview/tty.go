@@ -43,10 +43,11 @@ const (
 
 // Marks that start a finished line.
 const (
-	markDone       = "✓"
-	markFailed     = "✗"
-	markUnfinished = "–"
-	markPhase      = "▸"
+	markDone        = "✓"
+	markFailed      = "✗"
+	markInterrupted = "■"
+	markUnfinished  = "–"
+	markPhase       = "▸"
 )
 
 var spinnerFrames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
@@ -85,14 +86,16 @@ type toolCall struct {
 
 // NewTTY returns the live display for a person at a terminal: the running
 // phase or tool call on one line with a spinner, rewritten in place; a line
-// per finished phase ("✓ workspace 0.4s", or "✗" and the error) and per
-// finished tool call ("✓ write_file main.go", "✗ execute go test ./...
-// (exit 1)"); the agent's text wrapped to the width; and a box with the
-// summary. Everything the agent or its tools wrote is stripped of control
-// characters first, so it cannot drive the terminal.
+// per finished phase ("✓ workspace 0.4s", "✗ workspace 1.2s" when it
+// failed, "■ agent 7.7s (interrupted)") and per finished tool call
+// ("✓ write_file main.go", "✗ execute go test ./... (exit 1)"); the
+// agent's text wrapped to the width; notices above the live line; and a box
+// with the summary, which is where a failed run's error is shown, once.
+// Everything the agent or its tools wrote is stripped of control characters
+// first, so it cannot drive the terminal.
 //
 // Unless opts.Tick is negative, a goroutine turns the spinner until Close.
-func NewTTY(w io.Writer, opts TTYOptions) View {
+func NewTTY(w io.Writer, opts TTYOptions) Live {
 	v := &ttyView{w: w, opts: opts, now: opts.Now}
 	if v.now == nil {
 		v.now = time.Now
@@ -159,14 +162,29 @@ func (v *ttyView) PhaseEnd(name string, d time.Duration, err error) {
 			break
 		}
 	}
+	// A failure's error is shown once, in the summary box: the run's error
+	// says which phase failed and why.
 	text := oneLine(name) + " " + formatDuration(d)
-	if err == nil {
+	switch {
+	case err == nil:
 		v.line(0, v.paint(sgrGreen, markDone)+" "+text)
-	} else {
+	case interrupted(err):
+		v.line(0, v.paint(sgrYellow, markInterrupted)+" "+text+" (interrupted)")
+	default:
 		v.line(0, v.paint(sgrRed, markFailed)+" "+text)
-		for _, l := range wrap(sanitize(err.Error()), v.cols()-2) {
-			v.line(2, v.paint(sgrRed, l))
-		}
+	}
+	v.end()
+}
+
+func (v *ttyView) Notice(text string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return
+	}
+	v.begin()
+	for _, l := range wrap(sanitize(text), v.cols()) {
+		v.line(0, l)
 	}
 	v.end()
 }

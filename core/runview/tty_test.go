@@ -83,6 +83,7 @@ func TestTTYConcurrent(t *testing.T) {
 				id := fmt.Sprintf("call_%d_%d", g, i)
 				v.Message(callMsg(id, "read_file", fmt.Sprintf(`{"file_path":"f%d_%d.go"}`, g, i)))
 				v.Message(thinkingMsg("hmm"))
+				v.Notice(fmt.Sprintf("amelia: warning: w%d_%d", g, i))
 				v.Message(resultMsg(id, "read_file", "ok", false))
 			}
 		})
@@ -97,6 +98,9 @@ func TestTTYConcurrent(t *testing.T) {
 		for i := range each {
 			if n := strings.Count(scr, fmt.Sprintf("✓ read_file f%d_%d.go\n", g, i)); n != 1 {
 				t.Fatalf("f%d_%d.go shown %d times:\n%s", g, i, n, scr)
+			}
+			if n := strings.Count(scr, fmt.Sprintf("\namelia: warning: w%d_%d\n", g, i)); n != 1 {
+				t.Fatalf("warning w%d_%d shown %d times on a line of its own:\n%s", g, i, n, scr)
 			}
 		}
 	}

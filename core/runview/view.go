@@ -11,9 +11,15 @@
 // A view never stops a run: its methods return nothing, a failed write is
 // remembered and returned by Close, and the view writes nothing after it,
 // so that cleanup still runs when stdout has gone away.
+//
+// A run is done, failed, or interrupted (Ctrl-C): an error that matches
+// context.Canceled, given to PhaseEnd or in Summary.Err, says that the run
+// was interrupted, and both views show it as such, not as a failure.
 package runview
 
 import (
+	"context"
+	"errors"
 	"io"
 	"os"
 	"time"
@@ -30,13 +36,13 @@ type View interface {
 	// "agent", "results", "cleanup") has begun.
 	PhaseStart(name string)
 	// PhaseEnd says that the step name has ended after d, failed if err is
-	// not nil.
+	// not nil, interrupted if err matches context.Canceled.
 	PhaseEnd(name string, d time.Duration, err error)
 	// Message shows one of the worker's messages (thinking, tool_call,
 	// tool_result, result, usage). The view does not keep m.
 	Message(m *protocol.AgenticMessage)
-	// Summary shows the outcome of the run, once, at the end; a failed run
-	// gets one too, with its error.
+	// Summary shows the outcome of the run, once, at the end; a failed or
+	// interrupted run gets one too, with its error.
 	Summary(s Summary)
 	// Close finishes the display (a step or tool call still running is
 	// shown as unfinished), stops any goroutine the view started, and
@@ -54,9 +60,18 @@ type Summary struct {
 	// uses the last usage message it was shown.
 	Usage *protocol.DriverUsage
 	Wall  time.Duration // the run's wall time
-	Err   error         // why the run failed, or nil
+	// Err is why the run failed, or nil; it matches context.Canceled when
+	// the run was interrupted.
+	Err error
 	// Kept is where the work of a failed or interrupted run is, or nil.
 	Kept *Kept
+	// Cleaned is what the run's cleanups removed or stopped, in the order
+	// they did, in words a user knows: "worktree", "tunnel", "proxy".
+	Cleaned []string
+	// Left is what the run leaves behind besides Kept, each with what
+	// becomes of it: "sandbox dev (running; amelia stop --profile dev
+	// removes it)".
+	Left []string
 }
 
 // Kept is the work of a run that failed or was interrupted after its agent
@@ -67,6 +82,21 @@ type Kept struct {
 	Dir     string // the worktree inside the sandbox
 	Recover string // the command that brings it back
 }
+
+// Live is a view drawn for a person at a terminal: the TTY view. It shows
+// a failed run's error once, in its summary box, and it keeps a live area
+// at its bottom (the spinner) that nothing else may write into: other
+// output for the terminal, such as log records, goes through Notice.
+type Live interface {
+	View
+	// Notice shows text (one or more lines: a warning, a log record) above
+	// the live area, which is drawn again below it. Like the agent's text,
+	// it is stripped of control characters and wrapped to the width.
+	Notice(text string)
+}
+
+// interrupted reports whether err says that the run was interrupted.
+func interrupted(err error) bool { return errors.Is(err, context.Canceled) }
 
 // New returns the view `amelia run` uses: JSON lines when jsonMode is set or
 // w is not a terminal (a pipe or a file is read by a program), otherwise the
