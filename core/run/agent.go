@@ -129,7 +129,7 @@ func (r *runner) stopAgent(ctx context.Context, d *driver.Driver, a *agentRun, w
 	if err := d.StopAgentic(ctx, a.det.Dir); err != nil && !errors.Is(err, driver.ErrRunLost) {
 		return fmt.Errorf("%w; and the agent could not be stopped, it may still be running: %v", why, err)
 	}
-	r.agentRunning = false
+	r.agentRunning, r.agentStopped = false, true
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
 	defer cancel()
 	for m, err := range d.FollowAgentic(dctx, a.det) {

@@ -20,7 +20,7 @@ import (
 // provider the one the run used.
 func Attach(ctx context.Context, host Host, rec runstore.Record, p *config.Profile, view runview.View) (Result, error) {
 	req := Request{Profile: p, Repo: rec.Repo, Base: rec.BaseBranch, Workflow: rec.Workflow, Prompt: rec.Title, Push: rec.Push}
-	r := newRunner(host, req, view)
+	r := newRunner(ctx, host, req, view)
 	return r.end(r.attach(ctx, rec))
 }
 
@@ -67,10 +67,10 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 	r.worktreeAtEnd(ws, src, base, rec.Worktree)
 
 	if err := r.phase(PhaseAgent, func() error {
-		return r.followAgent(ctx, d, a)
+		return r.causeOf(ctx, r.followAgent(ctx, d, a))
 	}); err != nil {
 		res.Usage = d.Usage()
-		return res, causeOf(ctx, err)
+		return res, err
 	}
 	return r.results(ctx, ws, a, d.Usage())
 }

@@ -99,36 +99,53 @@ type Result struct {
 	// after its agent started: committed on its branch in the sandbox,
 	// with the worktree left in place. Nil when there was none.
 	Kept *runstore.Record
+	// AgentStopped is set when the run stopped its agent before the agent
+	// ended (Ctrl-C, a worker that broke the protocol).
+	AgentStopped bool
+	// AgentRunning is set when the run ended with its agent possibly still
+	// running in the sandbox (it could not be stopped, or the sandbox was
+	// lost): the run stays recorded as running, for amelia attach.
+	AgentRunning bool
 }
 
 // Run runs req, reporting its phases and the agent's messages to view, and
 // ends with view's summary. The error is one line that says which phase
-// failed and why; a cancelled ctx gives an error matching context.Canceled.
+// failed and why. A run whose ctx is cancelled (Ctrl-C) was interrupted:
+// its error, and that of the phase it was in, match context.Canceled, and
+// only then do they.
 func Run(ctx context.Context, host Host, req Request, view runview.View) (Result, error) {
-	r := newRunner(host, req, view)
+	r := newRunner(ctx, host, req, view)
 	return r.end(r.run(ctx))
 }
 
-func newRunner(host Host, req Request, view runview.View) *runner {
+func newRunner(ctx context.Context, host Host, req Request, view runview.View) *runner {
 	if host.Logger == nil {
 		host.Logger = slog.New(slog.DiscardHandler)
 	}
 	if host.Workers == nil {
 		host.Workers = &driver.Installer{Logger: host.Logger} // finds no worker: a clear error at the worker phase
 	}
-	return &runner{host: host, req: req, view: view, start: time.Now()}
+	return &runner{caller: ctx, host: host, req: req, view: view, start: time.Now()}
 }
 
 // end runs the cleanups of a run that ended with res and err, and shows
-// its summary.
+// its summary: what the cleanups did and what the run leaves behind.
 func (r *runner) end(res Result, err error) (Result, error) {
 	view := r.view
+	err = r.interruption(err)
 	r.failure = err
 	r.cleanup()
 	res.Kept = r.kept
+	res.AgentStopped, res.AgentRunning = r.agentStopped, r.agentRunning
 	var kept *runview.Kept
 	if r.kept != nil {
 		kept = &runview.Kept{Sandbox: r.kept.Profile, Branch: r.kept.Branch, Dir: r.kept.Worktree, Recover: RecoverCommand(*r.kept)}
+	}
+	left := r.left
+	if r.sandboxUp {
+		// A run never removes its sandbox: the next run reuses it.
+		p := r.req.Profile.Name
+		left = append(left, fmt.Sprintf("sandbox %s (running; amelia stop --profile %s removes it)", p, p))
 	}
 	view.Summary(runview.Summary{
 		Workflow: res.Workflow,
@@ -139,25 +156,47 @@ func (r *runner) end(res Result, err error) (Result, error) {
 		Pushed:   res.Pushed,
 		Err:      err,
 		Kept:     kept,
+		Cleaned:  r.cleaned,
+		Left:     left,
 	})
 	return res, err
 }
 
+// interruption is err, made to match context.Canceled when the run was
+// interrupted (its caller's context is done) and err does not say so
+// already: a step cut short by the interruption may fail with an error of
+// its own (a killed command).
+func (r *runner) interruption(err error) error {
+	if err == nil || r.caller.Err() == nil || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%w (%v)", context.Canceled, err)
+}
+
 // runner is one run in progress.
 type runner struct {
-	host  Host
-	req   Request
-	view  runview.View
-	start time.Time
+	// caller is the context the run was started with: once it is done,
+	// the run was interrupted.
+	caller context.Context
+	host   Host
+	req    Request
+	view   runview.View
+	start  time.Time
 
 	cleanups []cleanup // in the order they were registered
+	// cleaned is what the cleanups removed or stopped, and left what the
+	// run leaves behind (but its kept work and its sandbox), for the
+	// summary; sandboxUp is set once the sandbox is up.
+	cleaned, left []string
+	sandboxUp     bool
 
 	// agentStarted is set when the agent may have produced work, and
 	// delivered once that work reached the host or the origin; between
 	// the two, the worktree is kept (kept says where). agentRunning is
 	// set while the agent may be running in the sandbox: its worktree is
 	// left alone then, and the run stays recorded as running.
-	agentStarted, delivered, agentRunning bool
+	// agentStopped is set once the run stopped the agent.
+	agentStarted, delivered, agentRunning, agentStopped bool
 	kept                                  *runstore.Record
 	failure                               error // why the run ended, for the cleanups
 
@@ -173,7 +212,8 @@ func RecoverCommand(r runstore.Record) string {
 }
 
 type cleanup struct {
-	what string
+	what string // what it does, for the log: "close the tunnel"
+	gone string // what is gone once it did, for the summary: "tunnel"
 	fn   func(context.Context) error
 }
 
@@ -182,10 +222,20 @@ type cleanup struct {
 const cleanupTimeout = 2 * time.Minute
 
 // onEnd registers fn to run when the run ends, before the cleanups
-// registered earlier.
-func (r *runner) onEnd(what string, fn func(context.Context) error) {
-	r.cleanups = append(r.cleanups, cleanup{what, fn})
+// registered earlier. what says what it does, for the log should it fail;
+// gone names, in words a user knows, what is gone once it did, for the
+// summary's "cleaned" ("" when it is nothing the user would miss, or fn
+// says itself with r.gone and r.leave).
+func (r *runner) onEnd(what, gone string, fn func(context.Context) error) {
+	r.cleanups = append(r.cleanups, cleanup{what, gone, fn})
 }
+
+// gone notes for the summary that a cleanup removed or stopped what.
+func (r *runner) gone(what string) { r.cleaned = append(r.cleaned, what) }
+
+// leave notes for the summary that the run leaves what behind; what says
+// what becomes of it.
+func (r *runner) leave(what string) { r.left = append(r.left, what) }
 
 // cleanup runs the cleanups in reverse order, as one phase; each failure is
 // logged, and none stops the others.
@@ -199,9 +249,17 @@ func (r *runner) cleanup() {
 		var errs []error
 		for i := len(r.cleanups) - 1; i >= 0; i-- {
 			c := r.cleanups[i]
-			if err := c.fn(ctx); err != nil {
+			err := c.fn(ctx)
+			if err != nil {
 				r.host.Logger.Warn("cleanup failed", "what", c.what, "err", err)
 				errs = append(errs, fmt.Errorf("%s: %w", c.what, err))
+			}
+			switch {
+			case c.gone == "":
+			case err != nil:
+				r.leave(c.gone + " (its cleanup failed)")
+			default:
+				r.gone(c.gone)
 			}
 		}
 		return errors.Join(errs...)
@@ -210,11 +268,16 @@ func (r *runner) cleanup() {
 }
 
 // phase runs fn as the named phase of the view. A failure is wrapped with
-// the phase's name unless it is the context's own.
+// the phase's name unless it is the context's own; once the run is
+// interrupted, it matches context.Canceled (but in the cleanup, which is
+// not).
 func (r *runner) phase(name string, fn func() error) error {
 	r.view.PhaseStart(name)
 	start := time.Now()
 	err := fn()
+	if name != PhaseCleanup {
+		err = r.interruption(err)
+	}
 	r.view.PhaseEnd(name, time.Since(start), err)
 	if err != nil && !strings.HasPrefix(err.Error(), name+": ") {
 		err = fmt.Errorf("%s: %w", name, err)

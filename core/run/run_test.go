@@ -36,6 +36,7 @@ import (
 type recorder struct {
 	mu      sync.Mutex
 	events  []string
+	errs    map[string]error // the error each phase ended with
 	summary *runview.Summary
 	// onMessage, when set, sees each message of the agent.
 	onMessage func(*protocol.AgenticMessage)
@@ -44,6 +45,12 @@ type recorder struct {
 func (r *recorder) PhaseStart(name string) { r.add("start " + name) }
 
 func (r *recorder) PhaseEnd(name string, _ time.Duration, err error) {
+	r.mu.Lock()
+	if r.errs == nil {
+		r.errs = map[string]error{}
+	}
+	r.errs[name] = err
+	r.mu.Unlock()
 	if err != nil {
 		r.add("fail " + name)
 		return
@@ -259,8 +266,9 @@ func TestRunPhasesInOrder(t *testing.T) {
 		t.Errorf("hello.txt on the branch: %q", got)
 	}
 	if view.summary == nil || view.summary.Err != nil || view.summary.Branch != "amelia/wf" {
-		t.Errorf("summary %+v", view.summary)
+		t.Fatalf("summary %+v", view.summary)
 	}
+	checkCleanup(t, view.summary, []string{"worktree", "tunnel", "plugin", "proxy"}, sandboxLeft)
 	if wt := f.worktrees(t); len(wt) != 0 {
 		t.Errorf("worktrees left in the sandbox: %v", wt)
 	}
@@ -346,6 +354,21 @@ func TestRunFailureBeforeTheAgentCleansUp(t *testing.T) {
 			if res.Kept != nil {
 				t.Errorf("kept %+v: the agent never ran", res.Kept)
 			}
+			if errors.Is(err, context.Canceled) || errors.Is(view.errs[tc.phase], context.Canceled) {
+				t.Errorf("a failure shows as an interruption: %v, phase %v", err, view.errs[tc.phase])
+			}
+			cleaned := []string{"tunnel", "plugin", "proxy"}
+			if i := slices.Index(allPhases, tc.phase); i <= slices.Index(allPhases, PhaseTunnel) {
+				cleaned = []string{"plugin", "proxy"}
+			}
+			if tc.phase == PhaseAgent {
+				cleaned = []string{"worktree", "tunnel", "plugin", "proxy"}
+			}
+			var left []string
+			if tc.phase != PhaseSandbox {
+				left = sandboxLeft
+			}
+			checkCleanup(t, view.summary, cleaned, left)
 			if wt := f.worktrees(t); len(wt) != 0 {
 				t.Errorf("worktrees left in the sandbox: %v", wt)
 			}
@@ -359,19 +382,42 @@ func TestRunFailureBeforeTheAgentCleansUp(t *testing.T) {
 	}
 }
 
-// A cancel while the agent works keeps its work: committed on its branch
-// in the sandbox, the worktree left, the run recorded as kept.
+// sandboxLeft is what a run that brought its sandbox up leaves: the
+// sandbox.
+var sandboxLeft = []string{"sandbox t (running; amelia stop --profile t removes it)"}
+
+// checkCleanup checks what the summary says the cleanups removed and the
+// run left.
+func checkCleanup(t *testing.T, s *runview.Summary, cleaned, left []string) {
+	t.Helper()
+	if s == nil {
+		t.Fatal("no summary")
+	}
+	if !slices.Equal(s.Cleaned, cleaned) {
+		t.Errorf("summary says cleaned %q, want %q", s.Cleaned, cleaned)
+	}
+	if !slices.Equal(s.Left, left) {
+		t.Errorf("summary says left %q, want %q", s.Left, left)
+	}
+}
+
+// A cancel while the agent works (Ctrl-C: the context's cause is the
+// signal) is an interruption, not a failure: the agent phase and the run
+// end with errors matching context.Canceled, the agent is stopped, and its
+// work is kept: committed on its branch in the sandbox, the worktree left,
+// the run recorded as kept. The summary says what was cleaned up and what
+// is left.
 func TestRunCancelledKeepsTheWork(t *testing.T) {
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
 	hold := make(chan struct{})
 	f := newFixture(t, llmtest.Options{Script: func(i int, _ *llmtest.Request) llmtest.Turn {
 		if i == 0 {
 			return writeHello()
 		}
 		// The first tool ran; the model thinks until the test has
-		// cancelled the run.
-		cancel()
+		// cancelled the run, as signal.NotifyContext does.
+		cancel(errors.New("interrupt signal received"))
 		<-hold
 		return llmtest.Turn{Text: "too late"}
 	}})
@@ -379,8 +425,21 @@ func TestRunCancelledKeepsTheWork(t *testing.T) {
 	t.Cleanup(func() { close(hold) })
 	view := &recorder{}
 	res, err := Run(ctx, f.host, f.req, view)
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run: %v, want context.Canceled", err)
+	if !errors.Is(err, context.Canceled) || err.Error() != "agent: context canceled" {
+		t.Fatalf("Run: %v, want agent: context canceled", err)
+	}
+	if perr := view.errs[PhaseAgent]; !errors.Is(perr, context.Canceled) {
+		t.Errorf("the agent phase ended with %v, want context.Canceled", perr)
+	}
+	if view.summary == nil || !errors.Is(view.summary.Err, context.Canceled) {
+		t.Fatalf("summary %+v, want its error to match context.Canceled", view.summary)
+	}
+	checkCleanup(t, view.summary, []string{"tunnel", "plugin", "proxy"}, sandboxLeft)
+	if k := view.summary.Kept; k == nil || k.Recover != "amelia results --profile t wf" {
+		t.Errorf("summary kept %+v, want the recover command", k)
+	}
+	if !res.AgentStopped || res.AgentRunning {
+		t.Errorf("result says agent stopped %v, running %v; want stopped", res.AgentStopped, res.AgentRunning)
 	}
 	if res.Kept == nil || res.Kept.Branch != "amelia/wf" {
 		t.Fatalf("kept %+v, want the work on amelia/wf", res.Kept)
@@ -464,4 +523,42 @@ func TestRunCancelledWhileTheAgentStarts(t *testing.T) {
 	if res.Kept != nil && !slices.Contains(wt, res.Kept.Worktree) {
 		t.Errorf("kept %s, which is gone (left: %v)", res.Kept.Worktree, wt)
 	}
+}
+
+// What the worktree's cleanup did is in the summary: left with
+// --keep-worktree, and left, saying so, when its removal failed.
+func TestRunSummarySaysWhatBecameOfTheWorktree(t *testing.T) {
+	t.Run("keep-worktree", func(t *testing.T) {
+		f := newFixture(t, llmtest.Options{}, writeHello(), llmtest.Turn{Text: "done"})
+		f.req.KeepWorktree = true
+		view := &recorder{}
+		if _, err := Run(t.Context(), f.host, f.req, view); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		wt := f.worktrees(t)
+		if len(wt) != 1 {
+			t.Fatalf("worktrees %v, want the one kept", wt)
+		}
+		left := append([]string{"worktree " + wt[0] + " in sandbox t (--keep-worktree)"}, sandboxLeft...)
+		checkCleanup(t, view.summary, []string{"tunnel", "plugin", "proxy"}, left)
+	})
+	t.Run("removal fails", func(t *testing.T) {
+		f := newFixture(t, llmtest.Options{}, writeHello(), llmtest.Turn{Text: "done"})
+		f.open.wrap = func(p sdk.Provider) sdk.Provider {
+			return failing{p, "worktree remove --force --force", errors.New("boom")}
+		}
+		view := &recorder{}
+		if _, err := Run(t.Context(), f.host, f.req, view); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if view.failed() != PhaseCleanup {
+			t.Errorf("failed phase %q, want cleanup", view.failed())
+		}
+		wt := f.worktrees(t)
+		if len(wt) != 1 {
+			t.Fatalf("worktrees %v, want the one that could not be removed", wt)
+		}
+		left := append([]string{"worktree " + wt[0] + " in sandbox t (its removal failed)"}, sandboxLeft...)
+		checkCleanup(t, view.summary, []string{"tunnel", "plugin", "proxy"}, left)
+	})
 }

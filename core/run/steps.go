@@ -77,27 +77,27 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 	var base workspace.Base
 	if err := r.phase(PhaseWorkspace, func() (err error) {
 		if err := r.holdSandbox(ctx, ws, src.workflow); err != nil {
-			return err
+			return r.causeOf(ctx, err)
 		}
 		base, wt, err = r.prepareWorkspace(ctx, ws, src)
 		r.agent = &agentRun{src: src, base: base, worktree: wt, runID: prx.run.ID(), token: prx.run.Token(), worker: worker}
 		if err != nil {
-			return err
+			return r.causeOf(ctx, err)
 		}
-		return r.runAsItsUser(ctx, ws, d, r.agent)
+		return r.causeOf(ctx, r.runAsItsUser(ctx, ws, d, r.agent))
 	}); err != nil {
-		return res, causeOf(ctx, err)
+		return res, err
 	}
 
 	a := r.agent
 	if err := r.phase(PhaseAgent, func() error {
 		if err := r.startAgent(ctx, ws, d, a); err != nil {
-			return err
+			return r.causeOf(ctx, err)
 		}
-		return r.followAgent(ctx, d, a)
+		return r.causeOf(ctx, r.followAgent(ctx, d, a))
 	}); err != nil {
 		res.Usage = d.Usage()
-		return res, causeOf(ctx, err)
+		return res, err
 	}
 	return r.results(ctx, ws, a, d.Usage())
 }
@@ -125,7 +125,7 @@ func (r *runner) openProvider(ctx context.Context) (*sandbox.Sandbox, error) {
 		return nil, err
 	}
 	r.provider = sb
-	r.onEnd("stop the provider plugin", func(context.Context) error {
+	r.onEnd("stop the provider plugin", "plugin", func(context.Context) error {
 		if r.lv != nil {
 			if now := r.lv.sandbox(); now != sb {
 				now.Close() // the one that replaced it after a crash
@@ -151,6 +151,7 @@ func (r *runner) openSandbox(ctx context.Context) (sb *sandbox.Sandbox, workdir,
 	if err := r.phase(PhaseSandbox, func() (err error) {
 		running, err = sb.Up(ctx)
 		workdir = running.Workdir
+		r.sandboxUp = err == nil
 		return err
 	}); err != nil {
 		return nil, "", "", err
@@ -179,7 +180,7 @@ func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, targ
 			return err
 		}
 		r.lv = &live{r: r, sb: sb, tun: tun, worker: worker, listen: tun.Addr(), target: target}
-		r.onEnd("close the tunnel", func(context.Context) error { return r.lv.closeTunnel() })
+		r.onEnd("close the tunnel", "tunnel", func(context.Context) error { return r.lv.closeTunnel() })
 		return nil
 	})
 }
@@ -223,11 +224,11 @@ func (r *runner) results(ctx context.Context, ws *workspace.Workspace, a *agentR
 	var res Result
 	if err := r.phase(PhaseResults, func() (err error) {
 		res, err = r.deliver(ctx, ws, a.src, a.base)
-		return err
+		return r.causeOf(ctx, err)
 	}); err != nil {
 		res.Usage = usage
 		res.Workflow = a.src.workflow
-		return res, causeOf(ctx, err)
+		return res, err
 	}
 	r.delivered = true
 	res.Usage = usage
@@ -253,8 +254,12 @@ func (r *runner) openTunnel(ctx context.Context, sb *sandbox.Sandbox, worker, ta
 }
 
 // causeOf prefers the reason ctx was cancelled with (the tunnel's death)
-// over the error it caused.
-func causeOf(ctx context.Context, err error) error {
+// over the error it caused; an interruption (the caller's context is done,
+// and ctx with it, with the caller's cause, a signal) is not such a reason.
+func (r *runner) causeOf(ctx context.Context, err error) error {
+	if err == nil || r.caller.Err() != nil {
+		return err
+	}
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(err, cause) {
 		return fmt.Errorf("%w (%v)", cause, err)
 	}
@@ -297,7 +302,7 @@ func (r *runner) startProxy(src source, id, token string) (*proxyRun, error) {
 		run.Close()
 		return nil, err
 	}
-	r.onEnd("stop the proxy", func(context.Context) error { return srv.Close() })
+	r.onEnd("stop the proxy", "proxy", func(context.Context) error { return srv.Close() })
 	return &proxyRun{addr: addr, run: run}, nil
 }
 
@@ -337,7 +342,7 @@ func (r *runner) holdSandbox(ctx context.Context, ws *workspace.Workspace, workf
 		return err
 	}
 	r.release = release
-	r.onEnd("release the sandbox", r.releaseHold)
+	r.onEnd("release the sandbox", "", r.releaseHold)
 	return nil
 }
 
@@ -384,21 +389,36 @@ func (r *runner) prepareWorkspace(ctx context.Context, ws *workspace.Workspace, 
 
 // worktreeAtEnd registers what becomes of the worktree dir when the run
 // ends: left alone while the agent may run, kept after a failure once the
-// agent started, removed otherwise (unless --keep-worktree).
+// agent started, removed otherwise (unless --keep-worktree). The summary
+// says which.
 func (r *runner) worktreeAtEnd(ws *workspace.Workspace, src source, base workspace.Base, dir string) {
-	r.onEnd("remove the worktree", func(ctx context.Context) error {
+	p := r.req.Profile.Name
+	r.onEnd("remove the worktree", "", func(ctx context.Context) error {
 		switch {
 		case r.agentRunning:
-			r.host.Logger.Warn("the agent may still be running in the sandbox; its worktree stays", "workflow", src.workflow)
+			r.leave(fmt.Sprintf("agent, maybe still running in sandbox %s, with its worktree (%s follows it)", p, attachCommand(p, src.workflow)))
 			return nil
 		case r.agentStarted && !r.delivered:
 			return r.keepWork(ctx, ws, src, base, dir)
 		case r.req.KeepWorktree:
 			r.host.Logger.Info("worktree kept", "dir", dir)
+			r.leave(fmt.Sprintf("worktree %s in sandbox %s (--keep-worktree)", dir, p))
 			return errors.Join(r.removeRunDir(ctx, ws), r.record(runstore.Delivered, nil))
 		}
-		return errors.Join(r.removeRunDir(ctx, ws), ws.RemoveWorktree(ctx, src.workflow), r.forget())
+		return r.removeWorktree(ctx, ws, src, dir)
 	})
+}
+
+// removeWorktree removes the worktree dir and the run's directory, and
+// forgets the run.
+func (r *runner) removeWorktree(ctx context.Context, ws *workspace.Workspace, src source, dir string) error {
+	err := errors.Join(r.removeRunDir(ctx, ws), ws.RemoveWorktree(ctx, src.workflow), r.forget())
+	if err != nil {
+		r.leave(fmt.Sprintf("worktree %s in sandbox %s (its removal failed)", dir, r.req.Profile.Name))
+		return err
+	}
+	r.gone("worktree")
+	return nil
 }
 
 // keepWork is the end of a run that did not deliver after its agent
@@ -413,7 +433,7 @@ func (r *runner) keepWork(ctx context.Context, ws *workspace.Workspace, src sour
 		has, err := ws.HasWork(ctx, src.workflow, base.Start)
 		if err == nil && !has {
 			r.host.Logger.Info("the agent left no work; worktree removed", "workflow", src.workflow)
-			return errors.Join(r.removeRunDir(ctx, ws), ws.RemoveWorktree(ctx, src.workflow), r.forget())
+			return r.removeWorktree(ctx, ws, src, dir)
 		}
 		commitErr = err
 	}

@@ -27,7 +27,7 @@ type boxRow struct {
 //	│           1 file changed, 1 insertion(+), ... │
 //	│ tokens    12,345 in · 2,345 out               │
 //	│ wall      1m1s                                │
-//	│ cleaned   worktree, tunnel, proxy, plugin     │
+//	│ cleaned   worktree, tunnel, plugin, proxy     │
 //	│ left      sandbox dev (running; amelia stop   │
 //	│           --profile dev removes it)           │
 //	╰───────────────────────────────────────────────╯

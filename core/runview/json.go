@@ -88,7 +88,7 @@ type jsonView struct {
 //	{"type":"phase","content":"agent","status":"interrupted","duration_ms":7712,"error":"context canceled"}
 //	{"type":"summary","status":"done","workflow":"fix-login-3f9a","branch":"amelia/fix-login-3f9a",
 //	 "pushed":false,"diff_stat":" main.go | 2 +-\n 1 file changed, ...","usage":{...},"wall_ms":61234,
-//	 "error":null,"kept":null,"cleaned":["worktree","tunnel","proxy","plugin"],
+//	 "error":null,"kept":null,"cleaned":["worktree","tunnel","plugin","proxy"],
 //	 "left":["sandbox dev (running; amelia stop --profile dev removes it)"]}
 //
 // (the summary is one line). A phase's or summary's status is "failed" and
