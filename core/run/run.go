@@ -197,8 +197,8 @@ type runner struct {
 	// left alone then, and the run stays recorded as running.
 	// agentStopped is set once the run stopped the agent.
 	agentStarted, delivered, agentRunning, agentStopped bool
-	kept                                  *runstore.Record
-	failure                               error // why the run ended, for the cleanups
+	kept                                                *runstore.Record
+	failure                                             error // why the run ended, for the cleanups
 
 	provider *sandbox.Sandbox            // the provider plugin, once started
 	lv       *live                       // the way into the sandbox, once the tunnel is open
