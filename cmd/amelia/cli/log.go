@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/amelia-sandbox/amelia/core/runview"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -20,6 +21,33 @@ func newLogger(w io.Writer, debug bool) *slog.Logger {
 		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(&briefHandler{w: w, mu: &sync.Mutex{}})
+}
+
+// logOutput is where the log goes during a run drawn live on a terminal:
+// above the view's live area (runview.Live.Notice), so that no record is
+// written into its spinner line; once detached, to w.
+type logOutput struct {
+	mu   sync.Mutex
+	w    io.Writer
+	live runview.Live // nil once detached
+}
+
+// Write takes one record (both handlers write a record with one Write).
+func (o *logOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.live == nil {
+		return o.w.Write(p)
+	}
+	o.live.Notice(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// detach sends what is logged from now on to w: the view is about to close.
+func (o *logOutput) detach() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.live = nil
 }
 
 // briefHandler writes records at warning level and above as one line

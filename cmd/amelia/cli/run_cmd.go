@@ -111,27 +111,60 @@ func (a *app) workers() *driver.Installer {
 }
 
 // showRun runs fn with a view on stdout and turns its outcome into the
-// command's: where kept work is, exit 130 when interrupted.
+// command's: exit 130 and one line when interrupted; on stderr, where kept
+// work is and the error, unless the view is the live one on a terminal,
+// whose summary box showed them. While the live view draws, the log goes
+// above its live area instead of into its spinner line.
 func (a *app) showRun(cmd *cobra.Command, asJSON bool, fn func(runview.View) (run.Result, error)) error {
+	stderr := cmd.ErrOrStderr()
 	view := runview.New(cmd.OutOrStdout(), asJSON)
-	res, err := fn(view)
-	if cerr := view.Close(); err == nil {
-		err = cerr
+	live, isLive := view.(runview.Live)
+	var out *logOutput
+	if isLive {
+		out = &logOutput{w: stderr, live: live}
+		logger := a.logger
+		a.logger = newLogger(out, a.debug)
+		defer func() { a.logger = logger }()
 	}
-	if err != nil && res.Kept != nil {
+	res, err := fn(view)
+	if out != nil {
+		out.detach() // what is logged from now on goes to stderr
+	}
+	cerr := view.Close()
+	if err == nil {
+		return cerr
+	}
+	// The live view's box showed the run's error and its kept work, unless
+	// the terminal went away.
+	shown := isLive && cerr == nil
+	if res.Kept != nil && !shown {
 		k := res.Kept
-		fmt.Fprintf(cmd.ErrOrStderr(), "amelia: the agent's work is kept on %s in sandbox %s; bring it back with: %s\n", k.Branch, k.Profile, run.RecoverCommand(*k))
+		fmt.Fprintf(stderr, "amelia: the agent's work is kept on %s in sandbox %s; bring it back with: %s\n", k.Branch, k.Profile, run.RecoverCommand(*k))
 	}
 	switch {
-	case err == nil:
-		return nil
 	case cmd.Context().Err() != nil:
-		fmt.Fprintln(cmd.ErrOrStderr(), "amelia: interrupted; the agent was stopped")
+		fmt.Fprintln(stderr, interruptedLine(res))
 		return exitError{130}
+	case errors.Is(err, run.ErrRefused) && shown:
+		return exitError{2}
 	case errors.Is(err, run.ErrRefused):
 		return usageError{err}
+	case shown:
+		return exitError{1}
 	}
 	return err
+}
+
+// interruptedLine is the last line of an interrupted run: what became of
+// its agent.
+func interruptedLine(res run.Result) string {
+	switch {
+	case res.AgentRunning:
+		return "amelia: interrupted; the agent could not be stopped and may still be running in its sandbox"
+	case res.AgentStopped:
+		return "amelia: interrupted; the agent was stopped"
+	}
+	return "amelia: interrupted"
 }
 
 // maxPrompt bounds the task's size.
