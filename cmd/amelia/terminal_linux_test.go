@@ -225,7 +225,7 @@ func TestTerminalRunInterrupted(t *testing.T) {
 	}
 	for label, want := range map[string]string{
 		"error":   "",
-		"cleaned": "tunnel, plugin, proxy",
+		"cleaned": "tunnel, proxy, plugin",
 		"left":    "sandbox e2e (running; amelia stop --profile e2e removes it)",
 		"kept":    "amelia/stop-me in sandbox e2e",
 		"recover": "amelia results --profile e2e stop-me",
@@ -269,7 +269,7 @@ func TestTerminalRunFailed(t *testing.T) {
 		t.Errorf("the agent phase is not marked failed on a line of its own:\n%s", screen)
 	}
 	for label, want := range map[string]string{
-		"cleaned": "tunnel, plugin, proxy",
+		"cleaned": "tunnel, proxy, plugin",
 		"left":    "sandbox e2e (running; amelia stop --profile e2e removes it)",
 		"recover": "amelia results --profile e2e refused",
 	} {

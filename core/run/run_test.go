@@ -268,7 +268,7 @@ func TestRunPhasesInOrder(t *testing.T) {
 	if view.summary == nil || view.summary.Err != nil || view.summary.Branch != "amelia/wf" {
 		t.Fatalf("summary %+v", view.summary)
 	}
-	checkCleanup(t, view.summary, []string{"worktree", "tunnel", "plugin", "proxy"}, sandboxLeft)
+	checkCleanup(t, view.summary, []string{"worktree", "tunnel", "proxy", "plugin"}, sandboxLeft)
 	if wt := f.worktrees(t); len(wt) != 0 {
 		t.Errorf("worktrees left in the sandbox: %v", wt)
 	}
@@ -357,12 +357,12 @@ func TestRunFailureBeforeTheAgentCleansUp(t *testing.T) {
 			if errors.Is(err, context.Canceled) || errors.Is(view.errs[tc.phase], context.Canceled) {
 				t.Errorf("a failure shows as an interruption: %v, phase %v", err, view.errs[tc.phase])
 			}
-			cleaned := []string{"tunnel", "plugin", "proxy"}
+			cleaned := []string{"tunnel", "proxy", "plugin"}
 			if i := slices.Index(allPhases, tc.phase); i <= slices.Index(allPhases, PhaseTunnel) {
-				cleaned = []string{"plugin", "proxy"}
+				cleaned = []string{"proxy", "plugin"}
 			}
 			if tc.phase == PhaseAgent {
-				cleaned = []string{"worktree", "tunnel", "plugin", "proxy"}
+				cleaned = []string{"worktree", "tunnel", "proxy", "plugin"}
 			}
 			var left []string
 			if tc.phase != PhaseSandbox {
@@ -434,7 +434,7 @@ func TestRunCancelledKeepsTheWork(t *testing.T) {
 	if view.summary == nil || !errors.Is(view.summary.Err, context.Canceled) {
 		t.Fatalf("summary %+v, want its error to match context.Canceled", view.summary)
 	}
-	checkCleanup(t, view.summary, []string{"tunnel", "plugin", "proxy"}, sandboxLeft)
+	checkCleanup(t, view.summary, []string{"tunnel", "proxy", "plugin"}, sandboxLeft)
 	if k := view.summary.Kept; k == nil || k.Recover != "amelia results --profile t wf" {
 		t.Errorf("summary kept %+v, want the recover command", k)
 	}
@@ -540,12 +540,12 @@ func TestRunSummarySaysWhatBecameOfTheWorktree(t *testing.T) {
 			t.Fatalf("worktrees %v, want the one kept", wt)
 		}
 		left := append([]string{"worktree " + wt[0] + " in sandbox t (--keep-worktree)"}, sandboxLeft...)
-		checkCleanup(t, view.summary, []string{"tunnel", "plugin", "proxy"}, left)
+		checkCleanup(t, view.summary, []string{"tunnel", "proxy", "plugin"}, left)
 	})
 	t.Run("removal fails", func(t *testing.T) {
 		f := newFixture(t, llmtest.Options{}, writeHello(), llmtest.Turn{Text: "done"})
 		f.open.wrap = func(p sdk.Provider) sdk.Provider {
-			return failing{p, "worktree remove --force --force", errors.New("boom")}
+			return failing{p, "dref=$4 rec=$5", errors.New("boom")}
 		}
 		view := &recorder{}
 		if _, err := Run(t.Context(), f.host, f.req, view); err != nil {
@@ -559,6 +559,6 @@ func TestRunSummarySaysWhatBecameOfTheWorktree(t *testing.T) {
 			t.Fatalf("worktrees %v, want the one that could not be removed", wt)
 		}
 		left := append([]string{"worktree " + wt[0] + " in sandbox t (its removal failed)"}, sandboxLeft...)
-		checkCleanup(t, view.summary, []string{"tunnel", "plugin", "proxy"}, left)
+		checkCleanup(t, view.summary, []string{"tunnel", "proxy", "plugin"}, left)
 	})
 }

@@ -33,7 +33,7 @@ func ExampleNewTTY() {
 	v.Message(&protocol.AgenticMessage{Type: protocol.Result, Content: new("Fixed the expiry check in login.go and added a test for it.")})
 	v.Notice("amelia: warning: provider local isolates nothing")
 	v.Summary(runview.Summary{Branch: "amelia/fix-1", DiffStat: " login.go | 2 +-\n 1 file changed, 1 insertion(+), 1 deletion(-)\n",
-		Wall: 61234 * time.Millisecond, Cleaned: []string{"worktree", "tunnel", "plugin", "proxy"},
+		Wall: 61234 * time.Millisecond, Cleaned: []string{"worktree", "tunnel", "proxy", "plugin"},
 		Left: []string{"sandbox dev (running; amelia stop --profile dev removes it)"}})
 	_ = v.Close()
 	// Output:
@@ -46,7 +46,7 @@ func ExampleNewTTY() {
 	// │ changes   login.go | 2 +-                               │
 	// │           1 file changed, 1 insertion(+), 1 deletion(-) │
 	// │ wall      1m1s                                          │
-	// │ cleaned   worktree, tunnel, plugin, proxy               │
+	// │ cleaned   worktree, tunnel, proxy, plugin               │
 	// │ left      sandbox dev (running; amelia stop --profile   │
 	// │           dev removes it)                               │
 	// ╰─────────────────────────────────────────────────────────╯

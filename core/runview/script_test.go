@@ -106,7 +106,7 @@ func successRun() []event {
 		DiffStat: " login.go      | 12 ++++++++----\n login_test.go |  3 +++\n 2 files changed, 11 insertions(+), 4 deletions(-)\n",
 		Usage:    testUsage,
 		Wall:     45600 * time.Millisecond,
-		Cleaned:  []string{"worktree", "tunnel", "plugin", "proxy"},
+		Cleaned:  []string{"worktree", "tunnel", "proxy", "plugin"},
 		Left:     []string{"sandbox dev (running; amelia stop --profile dev removes it)"},
 	}})
 }
@@ -124,7 +124,7 @@ func failedRun() []event {
 		Workflow: "fix-login-3f9a",
 		Wall:     2100 * time.Millisecond,
 		Err:      fmt.Errorf("workspace: %w", cause),
-		Cleaned:  []string{"tunnel", "plugin", "proxy"},
+		Cleaned:  []string{"tunnel", "proxy", "plugin"},
 		Left:     []string{"sandbox dev (running; amelia stop --profile dev removes it)"},
 	}})
 }
@@ -148,7 +148,7 @@ func keptRun() []event {
 		Err:      fmt.Errorf("agent: %w", cause),
 		Kept: &Kept{Sandbox: "dev", Branch: "amelia/fix-login-3f9a", Dir: "/workspace/worktrees/fix-login-3f9a",
 			Recover: "amelia results --profile dev fix-login-3f9a"},
-		Cleaned: []string{"tunnel", "plugin", "proxy"},
+		Cleaned: []string{"tunnel", "proxy", "plugin"},
 		Left:    []string{"sandbox dev (running; amelia stop --profile dev removes it)"},
 	}})
 }
@@ -175,7 +175,7 @@ func interruptedRun() []event {
 		Err:      fmt.Errorf("agent: %w", context.Canceled),
 		Kept: &Kept{Sandbox: "local", Branch: "amelia/slow", Dir: "/workspace/worktrees/slow",
 			Recover: "amelia results --profile local slow"},
-		Cleaned: []string{"tunnel", "plugin", "proxy"},
+		Cleaned: []string{"tunnel", "proxy", "plugin"},
 		Left:    []string{"sandbox local (running; amelia stop --profile local removes it)"},
 	}})
 }
@@ -204,7 +204,7 @@ func warningRun() []event {
 	return append(evs, event{summary: &Summary{
 		Workflow: "warned",
 		Wall:     5 * time.Second,
-		Cleaned:  []string{"worktree", "tunnel", "plugin", "proxy"},
+		Cleaned:  []string{"worktree", "tunnel", "proxy", "plugin"},
 		Left:     []string{"sandbox local (running; amelia stop --profile local removes it)"},
 	}})
 }
