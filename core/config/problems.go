@@ -8,25 +8,12 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
-// Problem is one thing wrong with a configuration.
-type Problem struct {
-	// Key is the dot-separated path of the offending key as written in
-	// the file, e.g. "profiles.dev.sandbox.network"; list items are
-	// written "allowed_hosts[2]" (0-based) and keys that contain dots or
-	// spaces are quoted.
-	Key string
-	// Message says what is wrong and, where there is a choice, names the
-	// allowed values. It is a single line.
-	Message string
-}
-
-// String renders the problem as "key: message".
-func (p Problem) String() string {
-	if p.Key == "" {
-		return p.Message
-	}
-	return p.Key + ": " + p.Message
-}
+// Problem is one thing wrong with a configuration: the SDK's Problem,
+// whose Key here is the whole path from the top of the file, e.g.
+// "profiles.dev.sandbox.network"; list items are written
+// "allowed_hosts[2]" (0-based) and keys that contain dots or spaces are
+// quoted (sdk.JoinKey).
+type Problem = sdk.Problem
 
 // ValidationError reports every problem found in a configuration.
 type ValidationError struct {

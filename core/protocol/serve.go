@@ -162,11 +162,7 @@ func parseRequest(data []byte) (*Request, error) {
 		cwd, instructions, spat span
 		maxTurns                int64
 	)
-	for more := p.data[p.pos] != '}'; more; {
-		key, err := p.readKey()
-		if err != nil {
-			return nil, err
-		}
+	err := p.members(func(key []byte) (err error) {
 		switch string(key) {
 		case "mode":
 			err = p.stringValue(&mode, "mode")
@@ -185,15 +181,9 @@ func parseRequest(data []byte) (*Request, error) {
 		default:
 			err = p.skipValue(2)
 		}
-		if err != nil {
-			return nil, err
-		}
-		if more, err = p.nextMember(); err != nil {
-			return nil, err
-		}
-	}
-	p.pos++ // '}'
-	if err := p.end(); err != nil {
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	strs := string(p.arena)
@@ -354,11 +344,7 @@ func (fd *FrameDecoder) parseFrame(line []byte) (*Frame, error) {
 		return nil, err
 	}
 	var kind, msg, errText span
-	for more := p.data[p.pos] != '}'; more; {
-		key, err := p.readKey()
-		if err != nil {
-			return nil, err
-		}
+	err := p.members(func(key []byte) (err error) {
 		switch string(key) {
 		case "frame":
 			err = p.stringValue(&kind, "frame")
@@ -369,15 +355,9 @@ func (fd *FrameDecoder) parseFrame(line []byte) (*Frame, error) {
 		default:
 			err = p.skipValue(2)
 		}
-		if err != nil {
-			return nil, err
-		}
-		if more, err = p.nextMember(); err != nil {
-			return nil, err
-		}
-	}
-	p.pos++ // '}'
-	if err := p.end(); err != nil {
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	if !kind.set {
@@ -405,4 +385,25 @@ func (fd *FrameDecoder) parseFrame(line []byte) (*Frame, error) {
 		}
 	}
 	return f, nil
+}
+
+// members reads the members of the object opened at p.pos, handing each
+// key to member, which reads its value; then the closing brace and the end
+// of the data. (The message decoder spells this loop out: it is the hot
+// path.)
+func (p *parser) members(member func(key []byte) error) error {
+	for more := p.data[p.pos] != '}'; more; {
+		key, err := p.readKey()
+		if err != nil {
+			return err
+		}
+		if err := member(key); err != nil {
+			return err
+		}
+		if more, err = p.nextMember(); err != nil {
+			return err
+		}
+	}
+	p.pos++ // '}'
+	return p.end()
 }
