@@ -112,7 +112,7 @@ func (a *app) doctor(ctx context.Context, d *doctor) {
 func (a *app) doctorProfile(ctx context.Context, d *doctor, host *pluginhost.Host, p *config.Profile) {
 	const in = "  "
 	if key, err := p.LLMKey(a.lookup); err != nil {
-		d.fail(in, "LLM key", err, "")
+		d.fail(in, "LLM key", err, "to try amelia without one: amelia run --model "+ScriptedPrefix+"echo \"...\"")
 	} else {
 		checkLLM(ctx, d, in, p.LLM.BaseURL, key)
 	}
