@@ -489,9 +489,10 @@ func humanAge(d time.Duration) string {
 }
 
 // eachSandbox visits the sandboxes this host made from the config file:
-// each configured profile's own (in name order), then, wherever a built-in
-// provider or a profile's provider can list them, the profiles' sandboxes
-// on other providers (amelia run --sandbox) and the orphans. With only, it
+// each configured profile's own (in name order), then, wherever a provider
+// amelia can start (built in or on the plugin path) can list them, the
+// profiles' sandboxes on other providers (amelia run --sandbox) and the
+// orphans. With only, it
 // visits only that profile's sandboxes.
 func (a *app) eachSandbox(ctx context.Context, only string, fn func(sandbox.Found)) error {
 	c, err := a.loadConfig()
@@ -509,10 +510,18 @@ func (a *app) eachSandbox(ctx context.Context, only string, fn func(sandbox.Foun
 	for _, name := range c.ProfileNames() {
 		profiles = append(profiles, c.Profiles[name])
 	}
+	// Every provider amelia can start, built in or on the plugin path,
+	// may hold a sandbox of this config's (amelia run --sandbox NAME).
+	host := a.pluginHost()
+	plugins, _ := host.List()
+	providers := make([]string, len(plugins))
+	for i, p := range plugins {
+		providers[i] = p.Name
+	}
 	sandbox.Sweep{
-		Opener:    sandbox.Plugins(a.pluginHost()),
+		Opener:    sandbox.Plugins(host),
 		Profiles:  profiles,
-		Providers: a.builtinNames(),
+		Providers: providers,
 		Only:      only,
 		Logger:    a.logger,
 	}.Visit(ctx, fn)
