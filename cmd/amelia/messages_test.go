@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 )
 
@@ -34,5 +35,16 @@ func TestUnreachableUpstreamIsNamedAsConfigured(t *testing.T) {
 	}
 	if strings.Contains(r.stderr, "LLM request to http://127.0.0.1") {
 		t.Errorf("stderr names the proxy's address in the sandbox:\n%s", r.stderr)
+	}
+}
+
+// A command that is not in the Docker sandbox is named as a shell would,
+// with 127, not by the wrapper amelia runs it through.
+func TestMissingCommandOnDocker(t *testing.T) {
+	cli := dockertest.Engine(t)
+	h := newDockerHost(t, cli, dockerSandbox("open"))
+	r := h.amelia(t, "sandbox", "exec", "--", "nosuchcmd")
+	if r.code != 127 || r.stderr != "nosuchcmd: command not found\n" {
+		t.Errorf("exit %d, stderr %q; want 127 and \"nosuchcmd: command not found\"", r.code, r.stderr)
 	}
 }
