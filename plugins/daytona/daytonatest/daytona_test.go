@@ -33,6 +33,12 @@ func TestMintRevokesOtherTokens(t *testing.T) {
 		t.Fatalf("log in with the first token: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
+	// The gateway checks a token after the handshake that dial waits for:
+	// a command run proves the login was let in before the next token
+	// revokes this one.
+	if r := run(t, c, "echo in", ""); r.stdout != "in\n" {
+		t.Fatalf("the login with the first token: %+v", r)
+	}
 	second := e.token(t, sb.ID)
 	if v := e.validate(t, first); v.Valid {
 		t.Errorf("the first token is still valid after the second was made: %+v", v)

@@ -249,8 +249,13 @@ func run(t *testing.T, c *ssh.Client, cmd, stdin string) result {
 	return r
 }
 
-// refused checks that the gateway closes a connection with token: the
-// dial or the first session fails.
+// refused checks that the gateway refuses a login with token.
+//
+// The gateway lets every client through the handshake, then closes the
+// connection of a token it refuses: that end is the refusal. (Opening a
+// session to find out is no probe: x/crypto/ssh's NewSession on a
+// connection that closes under it can wait forever.) A connection still up
+// after refusalWait was let in.
 func refused(t *testing.T, f *Fake, token, why string) {
 	t.Helper()
 	c, err := dial(f, token)
@@ -258,11 +263,21 @@ func refused(t *testing.T, f *Fake, token, why string) {
 		return
 	}
 	defer c.Close()
-	if s, err := c.NewSession(); err == nil {
-		s.Close()
-		t.Errorf("%s: the gateway let the token open a session", why)
+	ended := make(chan struct{})
+	go func() {
+		c.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(refusalWait):
+		t.Errorf("%s: the gateway let the token in (its connection was still up after %s)", why, refusalWait)
 	}
 }
+
+// refusalWait bounds the wait for the gateway to close a refused login's
+// connection, which it does at once.
+const refusalWait = 30 * time.Second
 
 // loginToNew starts a sandbox on f and logs in to it through the gateway.
 func loginToNew(t *testing.T, f *Fake) *ssh.Client {
