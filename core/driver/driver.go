@@ -167,12 +167,7 @@ type GenerateRequest struct {
 // [FileDir] (agentic-<workflow>-<random>-*), passed with --prompt-file and
 // --instructions-file rather than on the command line.
 func (d *Driver) ExecuteAgentic(ctx context.Context, req AgenticRequest) iter.Seq2[protocol.AgenticMessage, error] {
-	return func(yield func(protocol.AgenticMessage, error) bool) {
-		d.setUsage(nil)
-		if err := d.checkAgentic(req); err != nil {
-			yield(protocol.AgenticMessage{}, err)
-			return
-		}
+	return d.agentic(req, func(each func(*protocol.AgenticMessage) bool) (out workerOutput, err error) {
 		base := callFiles("agentic", req.Workflow)
 		files := []sandboxFile{{what: "prompt", path: base + "-prompt.txt", data: req.Prompt}}
 		argv := []string{d.Worker, "agentic", "--prompt-file", files[0].path, "--cwd", req.Cwd, "--model", req.Model}
@@ -184,18 +179,34 @@ func (d *Driver) ExecuteAgentic(ctx context.Context, req AgenticRequest) iter.Se
 		if req.MaxTurns > 0 {
 			argv = append(argv, "--max-turns", strconv.Itoa(req.MaxTurns))
 		}
-		stopped := false
-		err := d.withFiles(ctx, files, func() error {
-			out, err := d.runWorker(ctx, argv, false, func(m *protocol.AgenticMessage) bool {
-				if !yield(*m, nil) {
-					stopped = true
-					return false
-				}
-				return true
-			})
-			d.setUsage(out.usage)
+		err = d.withFiles(ctx, files, func() (err error) {
+			out, err = d.runWorker(ctx, argv, false, each)
 			return err
 		})
+		return out, err
+	})
+}
+
+// agentic is the iterator of an agentic call, one-shot or in a Session:
+// it checks req, runs it with run (which calls each for every message but
+// usage), keeps its usage for Usage, and yields run's error last unless
+// the consumer stopped first.
+func (d *Driver) agentic(req AgenticRequest, run func(each func(*protocol.AgenticMessage) bool) (workerOutput, error)) iter.Seq2[protocol.AgenticMessage, error] {
+	return func(yield func(protocol.AgenticMessage, error) bool) {
+		d.setUsage(nil)
+		if err := d.checkAgentic(req); err != nil {
+			yield(protocol.AgenticMessage{}, err)
+			return
+		}
+		stopped := false
+		out, err := run(func(m *protocol.AgenticMessage) bool {
+			if !yield(*m, nil) {
+				stopped = true
+				return false
+			}
+			return true
+		})
+		d.setUsage(out.usage)
 		if err != nil && !stopped {
 			yield(protocol.AgenticMessage{}, err)
 		}
@@ -223,16 +234,9 @@ func (d *Driver) setUsage(u *protocol.DriverUsage) {
 // returned compact; without one it is free text, returned as a JSON string.
 // The usage is the worker's, or zero if it reported none.
 func (d *Driver) Generate(ctx context.Context, req GenerateRequest, schema json.RawMessage) (json.RawMessage, protocol.DriverUsage, error) {
-	var usage protocol.DriverUsage
-	if err := d.checkGenerate(req); err != nil {
-		return nil, usage, err
-	}
-	var resolved *jsonschema.Resolved
-	if len(schema) > 0 {
-		var err error
-		if resolved, err = compileSchema(schema); err != nil {
-			return nil, usage, err
-		}
+	resolved, err := d.prepareGenerate(req, schema)
+	if err != nil {
+		return nil, protocol.DriverUsage{}, err
 	}
 	// Generate calls of one workflow may run concurrently (reviewers, say).
 	base := callFiles("generate", req.Workflow)
@@ -250,7 +254,7 @@ func (d *Driver) Generate(ctx context.Context, req GenerateRequest, schema json.
 	}
 
 	var out workerOutput
-	err := d.withFiles(ctx, files, func() error {
+	err = d.withFiles(ctx, files, func() error {
 		var err error
 		out, err = d.runWorker(ctx, argv, false, func(*protocol.AgenticMessage) bool { return true })
 		return err
@@ -288,6 +292,17 @@ func (d *Driver) generateAnswer(out workerOutput, err error, resolved *jsonschem
 
 // compileSchema reads a JSON Schema document; one that is not is the
 // caller's error, found before anything runs.
+// prepareGenerate checks req and compiles schema, when there is one.
+func (d *Driver) prepareGenerate(req GenerateRequest, schema json.RawMessage) (*jsonschema.Resolved, error) {
+	if err := d.checkGenerate(req); err != nil {
+		return nil, err
+	}
+	if len(schema) == 0 {
+		return nil, nil
+	}
+	return compileSchema(schema)
+}
+
 func compileSchema(schema json.RawMessage) (*jsonschema.Resolved, error) {
 	var s jsonschema.Schema
 	if err := json.Unmarshal(schema, &s); err != nil {

@@ -18,6 +18,19 @@ type workerOutput struct {
 	lines  int                      // lines read, blank ones included
 }
 
+// take notes m in o, its usage or its result, and hands it to each unless
+// it is the usage line; it reports whether the consumer wants more.
+func (o *workerOutput) take(m *protocol.AgenticMessage, each func(*protocol.AgenticMessage) bool) bool {
+	switch m.Type {
+	case protocol.Usage:
+		o.usage = m.Usage
+		return true
+	case protocol.Result:
+		o.result = m
+	}
+	return each(m)
+}
+
 // execEnd is how a worker's exec ended.
 type execEnd struct {
 	status sdk.ExitStatus
@@ -72,14 +85,7 @@ func (d *Driver) runWorker(ctx context.Context, argv []string, follow bool, each
 			lineErr = err
 			break
 		}
-		if m.Type == protocol.Usage {
-			out.usage = m.Usage
-			continue
-		}
-		if m.Type == protocol.Result {
-			out.result = m
-		}
-		if !each(m) {
+		if !out.take(m, each) {
 			stopped = true
 			break
 		}

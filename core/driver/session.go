@@ -12,23 +12,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/jsonschema-go/jsonschema"
-
 	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
-
-// LongLivedStdin is implemented by an Execer that can say whether its
-// transport keeps an exec's stdin open for as long as the process runs,
-// which a Session's worker needs; a Session on one that says false runs
-// one-shot workers instead (as the Python Amelia does on Daytona, whose
-// sessions have no stdin). Every provider of this repository keeps it —
-// local, docker, ssh, and daytona through its exec envelope — so none
-// implements this; it is for transports that cannot.
-type LongLivedStdin interface {
-	LongLivedStdin() bool
-}
 
 // closeWait bounds how long Close waits for the worker to end on its own
 // after its stdin closed, before it stops it.
@@ -59,23 +46,15 @@ type Session struct {
 	w       *serveWorker
 	schemas map[[sha256.Size]byte]string // schema files written, by the schema's sha256
 	closed  bool
-
-	usageMu sync.Mutex
-	usage   *protocol.DriverUsage
 }
 
 // Persistent returns a Session that runs d's calls through one worker in
-// d's sandbox; d's fields must not change while it is open. On an Execer
-// whose transport cannot hold a long-lived stdin (see LongLivedStdin) its
-// calls are d's one-shot ones.
+// d's sandbox; d's fields must not change while it is open. Its worker
+// needs an exec whose stdin stays open while it runs, which the provider
+// contract requires of every provider (the conformance kit's Exec and
+// Cancel groups check it), so there is no transport to fall back from.
 func (d *Driver) Persistent() *Session {
 	return &Session{d: d, id: randomHex(8), schemas: map[[sha256.Size]byte]string{}}
-}
-
-// oneShot reports whether the session runs d's one-shot calls instead.
-func (s *Session) oneShot() bool {
-	l, ok := s.d.Exec.(LongLivedStdin)
-	return ok && !l.LongLivedStdin()
 }
 
 // errSessionClosed is the error of a call on a closed Session.
@@ -84,70 +63,29 @@ var errSessionClosed = errors.New("the session is closed")
 // ExecuteAgentic runs req in the session's worker and yields its messages
 // as Driver.ExecuteAgentic does.
 func (s *Session) ExecuteAgentic(ctx context.Context, req AgenticRequest) iter.Seq2[protocol.AgenticMessage, error] {
-	if s.oneShot() {
-		return s.d.ExecuteAgentic(ctx, req)
-	}
-	return func(yield func(protocol.AgenticMessage, error) bool) {
-		s.setUsage(nil)
-		if err := s.d.checkAgentic(req); err != nil {
-			yield(protocol.AgenticMessage{}, err)
-			return
-		}
+	return s.d.agentic(req, func(each func(*protocol.AgenticMessage) bool) (workerOutput, error) {
 		r := &protocol.Request{Mode: protocol.ModeAgentic, Prompt: req.Prompt, Model: req.Model, Cwd: &req.Cwd, MaxTurns: req.MaxTurns}
 		if req.Instructions != "" {
 			r.Instructions = &req.Instructions
 		}
-		stopped := false
-		out, err := s.call(ctx, r, nil, func(m *protocol.AgenticMessage) bool {
-			if !yield(*m, nil) {
-				stopped = true
-				return false
-			}
-			return true
-		})
-		s.setUsage(out.usage)
-		if err != nil && !stopped {
-			yield(protocol.AgenticMessage{}, err)
-		}
-	}
+		return s.call(ctx, r, nil, each)
+	})
 }
 
 // Usage returns the usage the worker reported for the last ExecuteAgentic
-// on s, as Driver.Usage does.
-func (s *Session) Usage() *protocol.DriverUsage {
-	if s.oneShot() {
-		return s.d.Usage()
-	}
-	s.usageMu.Lock()
-	defer s.usageMu.Unlock()
-	return s.usage
-}
-
-func (s *Session) setUsage(u *protocol.DriverUsage) {
-	s.usageMu.Lock()
-	s.usage = u
-	s.usageMu.Unlock()
-}
+// on s (or on its Driver), as Driver.Usage does.
+func (s *Session) Usage() *protocol.DriverUsage { return s.d.Usage() }
 
 // Generate runs one generate call in the session's worker, as
 // Driver.Generate does; req.System goes as the request's instructions.
 func (s *Session) Generate(ctx context.Context, req GenerateRequest, schema json.RawMessage) (json.RawMessage, protocol.DriverUsage, error) {
-	if s.oneShot() {
-		return s.d.Generate(ctx, req, schema)
-	}
-	if err := s.d.checkGenerate(req); err != nil {
+	resolved, err := s.d.prepareGenerate(req, schema)
+	if err != nil {
 		return nil, protocol.DriverUsage{}, err
 	}
 	r := &protocol.Request{Mode: protocol.ModeGenerate, Prompt: req.Prompt, Model: req.Model}
 	if req.System != "" {
 		r.Instructions = &req.System
-	}
-	var resolved *jsonschema.Resolved
-	if len(schema) > 0 {
-		var err error
-		if resolved, err = compileSchema(schema); err != nil {
-			return nil, protocol.DriverUsage{}, err
-		}
 	}
 	out, err := s.call(ctx, r, schema, func(*protocol.AgenticMessage) bool { return true })
 	return s.d.generateAnswer(out, err, resolved)
@@ -336,7 +274,6 @@ func (d *Driver) converse(ctx context.Context, w *serveWorker, frame []byte, mod
 			frameErr = ferr
 			break
 		}
-		out.lines = w.frames.Line()
 		switch f.Kind {
 		case protocol.FrameDone:
 			done = true
@@ -348,16 +285,8 @@ func (d *Driver) converse(ctx context.Context, w *serveWorker, frame []byte, mod
 				}
 			}
 		case protocol.FrameMsg:
-			m := f.Msg
-			switch {
-			case m == nil:
-			case m.Type == protocol.Usage:
-				out.usage = m.Usage
-			default:
-				if m.Type == protocol.Result {
-					out.result = m
-				}
-				stopped = !each(m)
+			if f.Msg != nil {
+				stopped = !out.take(f.Msg, each)
 			}
 		}
 	}

@@ -404,28 +404,3 @@ exec cat >/dev/null`)
 	}
 	assertAllGone(t, pid)
 }
-
-// notHeld is an Execer whose transport cannot hold a long-lived stdin.
-type notHeld struct{ sdk.Execer }
-
-func (notHeld) LongLivedStdin() bool { return false }
-
-// On such a transport, a Session runs one-shot workers.
-func TestSessionFallsBackToOneShot(t *testing.T) {
-	srv := echoModel(t, nil)
-	sb := newRealSandbox(t)
-	d := sb.driverFor(srv)
-	ex := &liveExecer{Execer: d.Exec}
-	d.Exec = notHeld{ex}
-	s := persistent(t, d)
-	for i := range 2 {
-		got, _, err := s.Generate(t.Context(), driver.GenerateRequest{Workflow: "w", Prompt: "hi", Model: "m"}, nil)
-		if err != nil || string(got) != `"echo: hi"` {
-			t.Fatalf("call %d: %s, %v", i, got, err)
-		}
-	}
-	// Each call: its prompt file, the worker, the cleanup.
-	if n := ex.execs.Load(); n != 6 {
-		t.Errorf("%d execs for two calls, want 6 (one-shot)", n)
-	}
-}
