@@ -33,6 +33,8 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/gitcredential"
+	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -321,17 +323,10 @@ const (
 const (
 	openAIPrefix    = "/v1/"
 	anthropicPrefix = "/anthropic/v1/"
-	gitPath         = "/git/credentials"
 	// pythonPrefix is where the Python Amelia's proxy serves its routes
 	// (its LLM_PROXY_URL ends in /proxy/v1): /proxy/v1/X is /v1/X.
 	pythonPrefix = "/proxy"
 )
-
-// headerProxyToken is the Python Amelia's identity header that carries the
-// run token, as Authorization does. Its other one, X-Amelia-Profile, is
-// taken and ignored: the token names the run, and so its profile. Neither
-// goes upstream (no X-Amelia-* header does) nor into a log.
-const headerProxyToken = "X-Amelia-Proxy-Token"
 
 // ServeHTTP routes a request: CONNECT and absolute-form requests are egress
 // (authenticated by Proxy-Authorization), everything else is an API route
@@ -353,7 +348,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	route := routeUnknown
 	switch {
-	case path == gitPath || path == openAIPrefix+gitPath[1:]:
+	case path == gitcredential.ProxyRoute || path == openAIPrefix+gitcredential.ProxyRoute[1:]:
 		route = routeGit
 	case strings.HasPrefix(path, openAIPrefix):
 		route = routeOpenAI
@@ -376,7 +371,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			run.git.serve(w, req, rec)
 		default:
 			writeError(w, route, http.StatusNotFound, "not_found",
-				fmt.Sprintf("no route %s: the proxy serves %s*, %s* and %s", path, openAIPrefix, anthropicPrefix, gitPath))
+				fmt.Sprintf("no route %s: the proxy serves %s*, %s* and %s", path, openAIPrefix, anthropicPrefix, gitcredential.ProxyRoute))
 		}
 	})
 }
@@ -430,7 +425,11 @@ func (r *Run) requestContext(parent context.Context) (context.Context, context.C
 // x-api-key header carries it too (Anthropic's clients send their key
 // there).
 func apiToken(req *http.Request, anthropic bool) string {
-	if t := strings.TrimSpace(req.Header.Get(headerProxyToken)); t != "" {
+	// The Python Amelia's identity header carries the token as
+	// Authorization does; its profile header is taken and ignored (the
+	// token names the run, and so its profile). Neither goes upstream (no
+	// X-Amelia-* header does) nor into a log.
+	if t := strings.TrimSpace(req.Header.Get(protocol.HeaderProxyToken)); t != "" {
 		return t
 	}
 	if t, ok := bearer(req.Header.Get("Authorization")); ok {

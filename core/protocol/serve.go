@@ -387,6 +387,14 @@ func (fd *FrameDecoder) parseFrame(line []byte) (*Frame, error) {
 	return f, nil
 }
 
+// The Python Amelia's identity headers, on the worker's requests to the
+// proxy (LLM calls and git credentials): the run token, as Authorization
+// carries it, and the profile's name.
+const (
+	HeaderProxyToken = "X-Amelia-Proxy-Token"
+	HeaderProfile    = "X-Amelia-Profile"
+)
+
 // members reads the members of the object opened at p.pos, handing each
 // key to member, which reads its value; then the closing brace and the end
 // of the data. (The message decoder spells this loop out: it is the hot

@@ -278,12 +278,6 @@ const (
 // attaches the real key.
 const proxyManaged = "proxy-managed"
 
-// The Python Amelia's identity headers, which both proxies take.
-const (
-	HeaderProxyToken = "X-Amelia-Proxy-Token"
-	HeaderProfile    = "X-Amelia-Profile"
-)
-
 // llm is the client for the LLM API: $AMELIA_PROXY_URL/v1 with the run
 // token as its bearer token, unless LLM_PROXY_URL or OPENAI_BASE_URL name
 // another base URL, as the Python worker's environment does: then the
@@ -314,10 +308,10 @@ func (w *worker) llm() (*agent.LLM, error) {
 func identityHeader(getenv func(string) string) http.Header {
 	h := http.Header{}
 	if t := getenv(EnvProxyToken); t != "" {
-		h.Set(HeaderProxyToken, t)
+		h.Set(protocol.HeaderProxyToken, t)
 	}
 	if p := getenv(EnvProfile); p != "" {
-		h.Set(HeaderProfile, p)
+		h.Set(protocol.HeaderProfile, p)
 	}
 	return h
 }

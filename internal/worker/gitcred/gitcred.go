@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/gitcredential"
+	"github.com/amelia-sandbox/amelia/core/protocol"
 )
 
 // Helper forwards git credential requests to the proxy.
@@ -90,13 +91,13 @@ func (h *Helper) fill(ctx context.Context, url string, req gitcredential.Message
 	}
 	if h.Token != "" {
 		r.Header.Set("Authorization", "Bearer "+h.Token)
-		r.Header.Set("X-Amelia-Proxy-Token", h.Token)
+		r.Header.Set(protocol.HeaderProxyToken, h.Token)
 	}
 	profile := h.Profile
 	if profile == "" {
 		profile = defaultProfile
 	}
-	r.Header.Set("X-Amelia-Profile", profile)
+	r.Header.Set(protocol.HeaderProfile, profile)
 	r.Header.Set("Content-Type", "text/plain")
 	client := h.Client
 	if client == nil {
