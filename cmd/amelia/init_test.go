@@ -114,8 +114,8 @@ func TestSandboxFlagIsSeenAndStopped(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "sandbox local removed (provider docker)") {
 		t.Errorf("stop: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if r := h.amelia(t, "sandbox", "ls"); strings.Contains(r.stdout, "docker") {
-		t.Errorf("after stop, sandbox ls still shows a docker sandbox:\n%s", r.stdout)
+	if r := h.amelia(t, "sandbox", "ls"); r.code != 0 || strings.Contains(r.stdout, "docker") {
+		t.Errorf("after stop, sandbox ls: exit %d, still shows a docker sandbox:\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
 

@@ -61,7 +61,4 @@ func TestRunScriptedFile(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "want a JSON list of turns") {
 		t.Errorf("a bad script: exit %d, stderr %q; want 2 and what a script looks like", r.code, r.stderr)
 	}
-	if got := h.git(t, "branch", "--list", "amelia/bad"); got != "" {
-		t.Errorf("a refused run made a branch: %s", got)
-	}
 }

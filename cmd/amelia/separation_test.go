@@ -136,7 +136,6 @@ func TestDockerRunsAreSeparated(t *testing.T) {
 	}
 	h := newHostWith(t, dockerSandbox("open"), "", llmtest.Options{Script: script})
 	dockertest.RemoveContainers(t, cli, "amelia.config="+h.configPath())
-	h.env = append(h.env, "AMELIA_PROFILES__E2E__SANDBOX__CONCURRENT_RUNS=true") // MANUAL CHECK ONLY
 	if r := h.amelia(t, "sandbox", "up"); r.code != 0 {
 		t.Fatalf("sandbox up: exit %d: %s", r.code, r.stderr)
 	}

@@ -37,7 +37,4 @@ func TestRunRefusesWhatItsProviderWould(t *testing.T) {
 	if entries, _ := os.ReadDir(root); len(entries) != 0 {
 		t.Errorf("a refused run created a sandbox: %v", entries)
 	}
-	if b := h.git(t, "branch", "--list", "amelia/typo"); b != "" {
-		t.Errorf("a refused run left a branch: %q", b)
-	}
 }

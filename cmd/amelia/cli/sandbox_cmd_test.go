@@ -6,25 +6,6 @@ import (
 	"time"
 )
 
-// How runs share a sandbox: separated wherever the provider gives runs
-// uids of their own, whatever the profile says; else one at a time, or
-// shared unseparated when the profile allows it.
-func TestRunsMode(t *testing.T) {
-	for _, c := range []struct {
-		runUsers, concurrent bool
-		want                 string
-	}{
-		{false, false, "one-at-a-time"},
-		{false, true, "shared,unseparated"},
-		{true, false, "separated"},
-		{true, true, "separated"},
-	} {
-		if got := runsMode(c.runUsers, c.concurrent); got != c.want {
-			t.Errorf("runsMode(run users %v, concurrent_runs %v) = %q, want %q", c.runUsers, c.concurrent, got, c.want)
-		}
-	}
-}
-
 // sandbox ls shows each way runs share a sandbox, in the table and in
 // JSON.
 func TestSandboxLsRuns(t *testing.T) {
