@@ -536,7 +536,10 @@ profiles:
   elsewhere:
     llm: {base_url: %q, api_key_env: DOCTOR_TEST_KEY}
     sandbox: {provider: nosuch}
-`, up.URL()+"/v1", refusing.URL+"/v1", gone.URL+"/v1"))
+  keyless:
+    llm: {base_url: %q, api_key: ""}
+    sandbox: {provider: local}
+`, up.URL()+"/v1", refusing.URL+"/v1", gone.URL+"/v1", refusing.URL+"/v1"))
 	normalize := func(s string) string {
 		return strings.NewReplacer(git, "$GIT", workers, "$WORKERS", runtime.GOARCH, "$ARCH",
 			up.URL(), "$LLM", refusing.URL, "$REFUSING", gone.URL, "$GONE", gone.Listener.Addr().String(), "$GONEADDR").Replace(e.normalize(s))

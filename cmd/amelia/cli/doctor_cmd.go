@@ -201,7 +201,10 @@ func checkLLM(ctx context.Context, d *doctor, in, baseURL, key string) {
 	case res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden:
 		// The message may quote the key; it is the user's own, but it
 		// is not printed.
-		msg := strings.ReplaceAll(upstreamStatus(res, body), key, "[the key]")
+		msg := upstreamStatus(res, body)
+		if key != "" {
+			msg = strings.ReplaceAll(msg, key, "[the key]")
+		}
 		d.fail(in, "LLM key", fmt.Errorf("%s refused it: %s", baseURL, msg), "check the key, and that it is the key of this upstream")
 	case res.StatusCode >= 200 && res.StatusCode < 300:
 		var models struct {
