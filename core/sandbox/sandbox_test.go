@@ -113,8 +113,11 @@ profiles:
 	mine := func(profile string) map[string]string {
 		return map[string]string{sandbox.LabelProfile: profile, sandbox.LabelOwner: sandbox.Owner(), sandbox.LabelConfig: path}
 	}
-	// a's sandbox on the other provider (amelia run --sandbox other).
+	// a's and b's sandboxes on the other provider (amelia run --sandbox
+	// other); both profiles have the same (no) settings for it, so it is
+	// listed once, through a's.
 	makeSandbox(t, o, "other", "a", mine("a"))
+	makeSandbox(t, o, "other", "b", mine("b"))
 	// A removed profile's.
 	makeSandbox(t, o, "local", "gone", mine("gone"))
 	// Another host's, and another config file's.
@@ -136,20 +139,21 @@ profiles:
 			if f.Listed != nil {
 				state = string(f.Listed.State)
 			}
-			got = append(got, fmt.Sprintf("%s/%s %s own=%t orphan=%t ref=%s", f.Provider, f.Profile, state, f.Own, f.Orphan, f.Sandbox.Ref.Name))
+			got = append(got, fmt.Sprintf("%s/%s %s orphan=%t ref=%s through=%s", f.Provider, f.Profile, state, f.Orphan, f.Sandbox.Ref.Name, f.Sandbox.Profile.Name))
 		})
 		return got
 	}
 	want := []string{
-		"local/a ready own=true orphan=false ref=a",
-		"local/b absent own=true orphan=false ref=b",
-		"local/gone ready own=false orphan=true ref=gone",
-		"other/a ready own=false orphan=false ref=a",
+		"local/a ready orphan=false ref=a through=a",
+		"local/b absent orphan=false ref=b through=b",
+		"local/gone ready orphan=true ref=gone through=a",
+		"other/a ready orphan=false ref=a through=a",
+		"other/b ready orphan=false ref=b through=b",
 	}
 	if got := visit(""); !slices.Equal(got, want) {
 		t.Errorf("visited:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	wantA := []string{"local/a ready own=true orphan=false ref=a", "other/a ready own=false orphan=false ref=a"}
+	wantA := []string{"local/a ready orphan=false ref=a through=a", "other/a ready orphan=false ref=a through=a"}
 	if got := visit("a"); !slices.Equal(got, wantA) {
 		t.Errorf("visited with only a:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantA, "\n"))
 	}

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -25,10 +24,6 @@ type Found struct {
 	// list it (the profile's own sandbox may be absent, or its provider
 	// cannot list).
 	Listed *sdk.Listed
-	// Own is true for a configured profile's own sandbox: the one its
-	// provider makes under its name. A sandbox of the profile on another
-	// provider (amelia run --sandbox) is not its own, and not an orphan.
-	Own bool
 	// Orphan is true for a sandbox whose profile is not configured (any
 	// more): a removed profile's, or a crash's.
 	Orphan bool
@@ -67,9 +62,9 @@ func (s Sweep) Visit(ctx context.Context, fn func(Found)) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	configured := map[string]bool{}
+	byName := map[string]*config.Profile{}
 	for _, p := range s.Profiles {
-		configured[p.Name] = true
+		byName[p.Name] = p
 	}
 	seen := map[string]bool{} // provider + "\x00" + id or name
 	key := func(provider string, ref sdk.SandboxRef) string {
@@ -92,14 +87,17 @@ func (s Sweep) Visit(ctx context.Context, fn func(Found)) {
 			sb.Close()
 		}
 	}()
-	lists := map[string][]sdk.Listed{} // by provider and settings
+	// listed holds what each place (a provider and a settings block) listed:
+	// each is listed once, whichever profiles name it.
+	listed := map[string][]sdk.Listed{}
+	place := func(provider string, settings []byte) string { return provider + "\x00" + string(settings) }
 	// list is what sb's provider lists through sb's settings. A profile's
 	// own provider that fails to list is worth a warning; another that a
 	// profile has no settings for (ssh without a host) is not.
 	list := func(sb *Sandbox, own bool) []sdk.Listed {
-		k := sb.Info.Name + "\x00" + string(sb.Ref.Config)
-		if l, ok := lists[k]; ok {
-			return l // listed already, through an equal block
+		k := place(sb.Info.Name, sb.Ref.Config)
+		if l, ok := listed[k]; ok {
+			return l
 		}
 		l, err := sb.Owned(ctx)
 		switch {
@@ -109,7 +107,7 @@ func (s Sweep) Visit(ctx context.Context, fn func(Found)) {
 		default:
 			log.Debug("cannot list the sandboxes this host made", "profile", sb.Profile.Name, "provider", sb.Info.Name, "err", err)
 		}
-		lists[k] = l
+		listed[k] = l
 		return l
 	}
 	profiles := s.Profiles
@@ -119,14 +117,13 @@ func (s Sweep) Visit(ctx context.Context, fn func(Found)) {
 	for _, p := range profiles {
 		sb, err := s.Opener.Open(ctx, p, log)
 		if err != nil {
-			fn(Found{Profile: p.Name, Provider: p.Sandbox.Provider, Own: true, Err: err})
+			fn(Found{Profile: p.Name, Provider: p.Sandbox.Provider, Err: err})
 			continue
 		}
 		open = append(open, sb)
-		listed := list(sb, true)
-		own := Found{Profile: p.Name, Provider: sb.Info.Name, Sandbox: sb, Own: true}
+		own := Found{Profile: p.Name, Provider: sb.Info.Name, Sandbox: sb}
 		seen[key(sb.Info.Name, sb.Ref)] = true
-		for _, l := range listed {
+		for _, l := range list(sb, true) {
 			if l.Ref.Name == sb.Ref.Name {
 				own.Listed = &l
 				seen[key(sb.Info.Name, l.Ref)] = true
@@ -139,24 +136,27 @@ func (s Sweep) Visit(ctx context.Context, fn func(Found)) {
 	// The same profiles' blocks for the other providers.
 	for _, p := range profiles {
 		for _, provider := range s.Providers {
-			if provider == p.Sandbox.Provider {
-				continue
-			}
 			q := p.WithProvider(provider)
 			settings, err := Settings(q)
-			if err != nil || slices.ContainsFunc(open, func(o *Sandbox) bool {
-				return o.Info.Name == provider && bytes.Equal(o.Ref.Config, settings)
-			}) {
-				continue // listed already, through the same place
+			if err != nil {
+				continue
+			}
+			if _, done := listed[place(provider, settings)]; done || provider == p.Sandbox.Provider {
+				continue
 			}
 			sb, err := s.Opener.Open(ctx, q, log)
 			if err != nil {
 				log.Debug("cannot start a provider to list its sandboxes", "provider", provider, "err", err)
 				continue
 			}
+			l := list(sb, false)
+			if len(l) == 0 {
+				sb.Close() // nothing there: no need to keep it running
+				continue
+			}
 			open = append(open, sb)
-			for _, l := range list(sb, false) {
-				others = append(others, other{sb, l})
+			for _, one := range l {
+				others = append(others, other{sb, one})
 			}
 		}
 	}
@@ -174,9 +174,11 @@ func (s Sweep) Visit(ctx context.Context, fn func(Found)) {
 			continue
 		}
 		l := o.listed
-		fn(Found{
-			Profile: profile, Provider: o.sb.Info.Name, Sandbox: o.sb.Other(l.Ref), Listed: &l,
-			Orphan: !configured[profile],
-		})
+		found := o.sb.Other(l.Ref)
+		if p, ok := byName[profile]; ok {
+			// Listed through another profile's block: it is this one's.
+			found.Profile = p.WithProvider(found.Info.Name)
+		}
+		fn(Found{Profile: profile, Provider: found.Info.Name, Sandbox: found, Listed: &l, Orphan: byName[profile] == nil})
 	}
 }
