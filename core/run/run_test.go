@@ -106,9 +106,9 @@ func (r *recorder) failed() string {
 // opener serves the local provider in this process, through wrap when a
 // test breaks it, and counts the providers it opened and closed.
 type opener struct {
-	root           string
-	wrap           func(sdk.Provider) sdk.Provider
-	opened, closed atomic.Int32
+	root                      string
+	wrap                      func(sdk.Provider) sdk.Provider
+	opened, closed, validated atomic.Int32
 }
 
 func (o *opener) Open(ctx context.Context, p *config.Profile, logger *slog.Logger) (*sandbox.Sandbox, error) {
@@ -117,19 +117,21 @@ func (o *opener) Open(ctx context.Context, p *config.Profile, logger *slog.Logge
 		prov = o.wrap(prov)
 	}
 	o.opened.Add(1)
-	return sandbox.New(ctx, p, closeCounter{prov, &o.closed}, logger)
+	return sandbox.New(ctx, p, closeCounter{prov, &o.closed, &o.validated}, logger)
 }
 
-// closeCounter counts the Close calls of the provider it wraps.
+// closeCounter counts the Close and ValidateSettings calls of the provider
+// it wraps.
 type closeCounter struct {
 	sdk.Provider
-	n *atomic.Int32
+	n, validated *atomic.Int32
 }
 
 func (c closeCounter) Close() { c.n.Add(1) }
 
 // ValidateSettings is the wrapped provider's, as a plugin serves it.
 func (c closeCounter) ValidateSettings(ctx context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
+	c.validated.Add(1)
 	v, ok := c.Provider.(sdk.SettingsValidator)
 	if !ok {
 		return nil, sdk.Errorf(sdk.ErrUnsupported, "no ValidateSettings")
@@ -274,6 +276,9 @@ func TestRunPhasesInOrder(t *testing.T) {
 	}
 	if o, c := f.open.opened.Load(), f.open.closed.Load(); o != 1 || c != 1 {
 		t.Errorf("providers opened %d, closed %d; want 1 and 1", o, c)
+	}
+	if n := f.open.validated.Load(); n != 1 {
+		t.Errorf("the provider checked the profile %d times, want once (in the check phase)", n)
 	}
 	if recs, err := f.runs.Of("t"); err != nil || len(recs) != 0 {
 		t.Errorf("run records %+v, %v; want none for a delivered run", recs, err)

@@ -55,8 +55,9 @@ type Sandbox struct {
 	Info     sdk.Info
 	Ref      sdk.SandboxRef
 
-	logger *slog.Logger
-	owner  string
+	logger  *slog.Logger
+	owner   string
+	checked bool // Check passed: Up need not ask the provider again
 }
 
 // Opener starts the provider of a profile and returns its sandbox, not
@@ -205,7 +206,7 @@ func (s *Sandbox) Owned(ctx context.Context) ([]sdk.Listed, error) {
 // Exec, Health and Down act on it. Close it only once, on the original.
 func (s *Sandbox) Other(ref sdk.SandboxRef) *Sandbox {
 	o := *s
-	o.Ref = ref
+	o.Ref, o.checked = ref, false
 	return &o
 }
 
@@ -267,14 +268,18 @@ func (s *Sandbox) Check(ctx context.Context) error {
 	if len(problems) > 0 {
 		return &config.ValidationError{File: s.Profile.Source(), Problems: problems}
 	}
+	s.checked = true
 	return nil
 }
 
-// Up starts the sandbox or reuses it, after the checks of Check. Using an
-// unisolated provider is logged as a warning.
+// Up starts the sandbox or reuses it, after the checks of Check (once:
+// a sandbox Check passed is not checked again). Using an unisolated
+// provider is logged as a warning.
 func (s *Sandbox) Up(ctx context.Context) (sdk.Sandbox, error) {
-	if err := s.Check(ctx); err != nil {
-		return sdk.Sandbox{}, err
+	if !s.checked {
+		if err := s.Check(ctx); err != nil {
+			return sdk.Sandbox{}, err
+		}
 	}
 	if !s.Info.Isolated {
 		s.logger.Warn(fmt.Sprintf("provider %s isolates nothing: commands run directly on this machine as the current user", s.Info.Name))
