@@ -97,9 +97,10 @@ that failed or was interrupted) is not removed without --force.`,
 // a sandbox to remove. With force, the records of the runs it held go with
 // it.
 func (a *app) removeSandbox(ctx context.Context, sb *sandbox.Sandbox, profile string, force bool) (bool, error) {
-	absent := a.sandboxState(ctx, sb).State == "absent"
+	state := a.sandboxState(ctx, sb).State
+	absent := state == "absent"
 	if !force && !absent {
-		atRisk, err := a.workAtRisk(ctx, sb, profile)
+		atRisk, err := a.workAtRisk(ctx, sb, profile, state)
 		if err != nil {
 			return false, fmt.Errorf("sandbox %s: cannot tell whether it holds work not brought back (%w); pass --force to remove it anyway", profile, err)
 		}
@@ -136,22 +137,19 @@ func removedLine(what, provider string, removed bool) string {
 
 // workAtRisk lists what removing sb (of profile) would lose: the kept work
 // of runs recorded on this host, and every worktree in it but those
-// already delivered (a run in progress, or one nobody recorded).
-func (a *app) workAtRisk(ctx context.Context, sb *sandbox.Sandbox, profile string) ([]string, error) {
-	st := a.sandboxState(ctx, sb)
-	if st.State == "absent" {
-		return nil, nil // nothing there to lose
-	}
+// already delivered (a run in progress, or one nobody recorded). state is
+// the sandbox's, as removeSandbox found it (not absent).
+func (a *app) workAtRisk(ctx context.Context, sb *sandbox.Sandbox, profile, state string) ([]string, error) {
 	recs, err := a.runs().Of(profile)
 	if err != nil {
 		return nil, err
 	}
-	state := map[string]runstore.State{}
+	recorded := map[string]runstore.State{}
 	for _, r := range recs {
-		state[r.Workflow] = r.State
+		recorded[r.Workflow] = r.State
 	}
 	var atRisk []string
-	if st.State == string(sdk.HealthReady) {
+	if state == string(sdk.HealthReady) {
 		wctx, cancel := context.WithTimeout(ctx, sdk.HealthCheckTimeout)
 		defer cancel()
 		ids, err := workspace.Workflows(wctx, sb)
@@ -159,7 +157,7 @@ func (a *app) workAtRisk(ctx context.Context, sb *sandbox.Sandbox, profile strin
 			return nil, err
 		}
 		for _, id := range ids {
-			switch state[id] {
+			switch recorded[id] {
 			case runstore.Delivered:
 			case runstore.Kept:
 				atRisk = append(atRisk, id+" (kept)")
@@ -168,12 +166,12 @@ func (a *app) workAtRisk(ctx context.Context, sb *sandbox.Sandbox, profile strin
 			default:
 				atRisk = append(atRisk, id+" (in progress, or left by a run this host did not record)")
 			}
-			delete(state, id)
+			delete(recorded, id)
 		}
 	}
 	// Kept work the sandbox could not be asked about (it is stopped).
 	for _, r := range recs {
-		if st := state[r.Workflow]; st == runstore.Kept || st == runstore.Running {
+		if st := recorded[r.Workflow]; st == runstore.Kept || st == runstore.Running {
 			atRisk = append(atRisk, r.Workflow+" ("+string(st)+")")
 		}
 	}
