@@ -66,8 +66,8 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 	r.agentStarted, r.agentRunning = true, true
 	r.worktreeAtEnd(ws, src, base, rec.Worktree)
 
-	if err := r.phase(PhaseAgent, func() error {
-		return r.causeOf(ctx, r.followAgent(ctx, d, a))
+	if err := r.phaseIn(ctx, PhaseAgent, func() error {
+		return r.followAgent(ctx, d, a)
 	}); err != nil {
 		res.Usage = d.Usage()
 		return res, err

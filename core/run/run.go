@@ -272,9 +272,16 @@ func (r *runner) cleanup() {
 // interrupted, it matches context.Canceled (but in the cleanup, which is
 // not).
 func (r *runner) phase(name string, fn func() error) error {
+	return r.phaseIn(context.Background(), name, fn)
+}
+
+// phaseIn is phase for a step that runs in ctx, the run's context once the
+// tunnel is kept (keepTunnel): its error gives way to the reason ctx was
+// cancelled with (see causeOf).
+func (r *runner) phaseIn(ctx context.Context, name string, fn func() error) error {
 	r.view.PhaseStart(name)
 	start := time.Now()
-	err := fn()
+	err := r.causeOf(ctx, fn())
 	if name != PhaseCleanup {
 		err = r.interruption(err)
 	}

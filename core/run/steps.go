@@ -75,26 +75,26 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 	}
 	var wt string
 	var base workspace.Base
-	if err := r.phase(PhaseWorkspace, func() (err error) {
+	if err := r.phaseIn(ctx, PhaseWorkspace, func() (err error) {
 		if err := r.holdSandbox(ctx, ws, src.workflow); err != nil {
-			return r.causeOf(ctx, err)
+			return err
 		}
 		base, wt, err = r.prepareWorkspace(ctx, ws, src)
 		r.agent = &agentRun{src: src, base: base, worktree: wt, runID: prx.run.ID(), token: prx.run.Token(), worker: worker}
 		if err != nil {
-			return r.causeOf(ctx, err)
+			return err
 		}
-		return r.causeOf(ctx, r.runAsItsUser(ctx, ws, d, r.agent))
+		return r.runAsItsUser(ctx, ws, d, r.agent)
 	}); err != nil {
 		return res, err
 	}
 
 	a := r.agent
-	if err := r.phase(PhaseAgent, func() error {
+	if err := r.phaseIn(ctx, PhaseAgent, func() error {
 		if err := r.startAgent(ctx, ws, d, a); err != nil {
-			return r.causeOf(ctx, err)
+			return err
 		}
-		return r.causeOf(ctx, r.followAgent(ctx, d, a))
+		return r.followAgent(ctx, d, a)
 	}); err != nil {
 		res.Usage = d.Usage()
 		return res, err
@@ -222,9 +222,9 @@ func (r *runner) keepTunnel(ctx context.Context) (context.Context, context.Cance
 // results brings the agent's work back: onto the host or the origin.
 func (r *runner) results(ctx context.Context, ws *workspace.Workspace, a *agentRun, usage *protocol.DriverUsage) (Result, error) {
 	var res Result
-	if err := r.phase(PhaseResults, func() (err error) {
+	if err := r.phaseIn(ctx, PhaseResults, func() (err error) {
 		res, err = r.deliver(ctx, ws, a.src, a.base)
-		return r.causeOf(ctx, err)
+		return err
 	}); err != nil {
 		res.Usage = usage
 		res.Workflow = a.src.workflow
