@@ -101,12 +101,15 @@ func (a *app) profileProblems(ctx context.Context, c *config.Config) (problems, 
 			problems = append(problems, p.ProblemAt("", err.Error()))
 			continue
 		}
-		sb, err := sandbox.Plugins(host).Open(ctx, p, a.logger)
+		plug, err := host.Start(pl, sandbox.PluginProfile(p))
 		if err != nil {
-			if inner := errors.Unwrap(err); inner != nil {
-				err = inner // without "profile NAME: ", which the key says
-			}
 			problems = append(problems, p.ProblemAt("sandbox.provider", fmt.Sprintf("provider %s cannot be started: %v", p.Sandbox.Provider, err)))
+			continue
+		}
+		sb, err := sandbox.New(ctx, p, plug, a.logger)
+		if err != nil {
+			plug.Close()
+			problems = append(problems, p.ProblemAt("sandbox.provider", fmt.Sprintf("provider %s started, but did not describe itself: %v", p.Sandbox.Provider, errors.Unwrap(err))))
 			continue
 		}
 		found, err := sb.Problems(ctx)
