@@ -151,8 +151,12 @@ func PluginProfile(p *config.Profile) *pluginhost.Profile {
 }
 
 // Close stops the provider: a plugin's process ends.
-func (s *Sandbox) Close() {
-	switch c := s.Provider.(type) {
+func (s *Sandbox) Close() { CloseProvider(s.Provider) }
+
+// CloseProvider stops p, when it has a Close: a plugin's process ends, a
+// provider in this process lets its connections go.
+func CloseProvider(p sdk.Provider) {
+	switch c := p.(type) {
 	case interface{ Close() }:
 		c.Close()
 	case interface{ Close() error }:

@@ -64,10 +64,3 @@ func (a *app) builtinProvider(name string, logger *slog.Logger) (sdk.Provider, b
 type imageBuilder interface {
 	BuildImage(ctx context.Context, settings []byte, noCache bool, progress io.Writer) (string, error)
 }
-
-// closeProvider ends a provider built in this process.
-func closeProvider(p sdk.Provider) {
-	if c, ok := p.(io.Closer); ok {
-		c.Close()
-	}
-}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/amelia-sandbox/amelia/core/sandbox"
 )
 
 func (a *app) imageCommand() *cobra.Command {
@@ -33,11 +35,11 @@ of time and shows the output.`,
 			builder, ok := prov.(imageBuilder)
 			if !ok {
 				if prov != nil {
-					closeProvider(prov)
+					sandbox.CloseProvider(prov)
 				}
 				return usageError{fmt.Errorf("profile %s uses provider %s, which builds no image: amelia image build builds the image of a docker profile (pick one with --profile)", p.Name, p.Sandbox.Provider)}
 			}
-			defer closeProvider(prov)
+			defer sandbox.CloseProvider(prov)
 			settings, err := json.Marshal(p.Sandbox.ProviderSettings())
 			if err != nil {
 				return fmt.Errorf("profile %s: encode docker settings: %w", p.Name, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/sandbox"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -100,7 +101,7 @@ func (a *app) setUpDocker(ctx context.Context, out io.Writer, bootstrap, noBuild
 	if !ok {
 		return "", "", errors.New("this amelia has no docker provider")
 	}
-	defer closeProvider(prov)
+	defer sandbox.CloseProvider(prov)
 	d, ok := prov.(dockerSetup)
 	if !ok {
 		return "", "", errors.New("this amelia's docker provider cannot be set up by amelia init")
