@@ -46,24 +46,24 @@ func (p Plugin) Source() string {
 type Options struct {
 	// Self is the amelia executable, re-executed to serve built-ins.
 	Self string
-	// Builtins are the provider names Self serves.
-	Builtins []string
-	// Aliases map alternative names to canonical ones ("none" → "local").
-	Aliases map[string]string
+	// Builtins are the providers Self serves: their names, aliases and
+	// what each reads from the host's environment beyond the base.
+	Builtins []Builtin
 	// Dirs is the search path for amelia-provider-NAME binaries, in order.
 	Dirs []string
 	// Environ is the host's environment (os.Environ()), which plugins'
 	// environments are drawn from (see Environment).
 	Environ []string
-	// Env says what each provider reads from the host's environment
-	// beyond the base, by provider name: the built-ins' declarations.
-	Env    map[string]Env
-	Logger *slog.Logger
+	Logger  *slog.Logger
 }
 
 // Host finds and starts provider plugins.
 type Host struct {
 	opts Options
+	// Derived from opts.Builtins.
+	builtins []string          // names, in order
+	aliases  map[string]string // alternative name → canonical ("none" → "local")
+	env      map[string]Env    // by name
 }
 
 // New returns a Host.
@@ -71,8 +71,19 @@ func New(opts Options) *Host {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Host{opts: opts}
+	h := &Host{opts: opts, aliases: map[string]string{}, env: map[string]Env{}}
+	for _, b := range opts.Builtins {
+		h.builtins = append(h.builtins, b.Name)
+		h.env[b.Name] = b.Env
+		for _, a := range b.Aliases {
+			h.aliases[a] = b.Name
+		}
+	}
+	return h
 }
+
+// Builtins are the names of the providers amelia serves itself, in order.
+func (h *Host) Builtins() []string { return h.builtins }
 
 // SearchPath is the plugin search path: the directories of pluginPath
 // (AMELIA_PLUGIN_PATH, colon-separated), then configDir/amelia/plugins, then
@@ -95,7 +106,7 @@ func SearchPath(pluginPath, configDir, self string) []string {
 
 // Canonical resolves an alias to the provider's own name ("none" → "local").
 func (h *Host) Canonical(name string) string {
-	if c, ok := h.opts.Aliases[name]; ok {
+	if c, ok := h.aliases[name]; ok {
 		return c
 	}
 	return name
@@ -105,7 +116,7 @@ func (h *Host) Canonical(name string) string {
 // shadowed; among binaries the first on the search path wins.
 func (h *Host) Find(name string) (Plugin, error) {
 	name = h.Canonical(name)
-	if slices.Contains(h.opts.Builtins, name) {
+	if slices.Contains(h.builtins, name) {
 		return h.builtin(name), nil
 	}
 	if !sdk.ValidName(name) {
@@ -118,7 +129,7 @@ func (h *Host) Find(name string) (Plugin, error) {
 		}
 	}
 	return Plugin{}, fmt.Errorf("no provider named %q: built in are %s; no %s%s was found in %s",
-		name, strings.Join(h.opts.Builtins, ", "), BinaryPrefix, name, h.describeDirs())
+		name, strings.Join(h.builtins, ", "), BinaryPrefix, name, h.describeDirs())
 }
 
 func (h *Host) describeDirs() string {
@@ -142,7 +153,7 @@ type Ignored struct {
 // others by name, and the binaries it skipped (shadowed or misnamed).
 func (h *Host) List() ([]Plugin, []Ignored) {
 	var plugins []Plugin
-	for _, name := range h.opts.Builtins {
+	for _, name := range h.builtins {
 		plugins = append(plugins, h.builtin(name))
 	}
 	seen := map[string]string{}
@@ -164,7 +175,7 @@ func (h *Host) List() ([]Plugin, []Ignored) {
 				continue
 			case !sdk.ValidName(name):
 				ignored = append(ignored, Ignored{path, fmt.Sprintf("%q is not a valid provider name", name)})
-			case slices.Contains(h.opts.Builtins, h.Canonical(name)):
+			case slices.Contains(h.builtins, h.Canonical(name)):
 				ignored = append(ignored, Ignored{path, fmt.Sprintf("%q is a built-in provider", name)})
 			case seen[name] != "":
 				ignored = append(ignored, Ignored{path, "shadowed by " + seen[name]})
@@ -185,7 +196,7 @@ func (h *Host) List() ([]Plugin, []Ignored) {
 // and those prof grants. A variable that holds one of prof's secrets is
 // refused with an error naming it and the key it came from.
 func (h *Host) Environment(p Plugin, prof *Profile) ([]string, error) {
-	return environment(h.opts.Environ, p.Name, h.opts.Env[p.Name], prof)
+	return environment(h.opts.Environ, p.Name, h.env[p.Name], prof)
 }
 
 // Start launches the plugin with its Environment for prof (nil: no

@@ -36,7 +36,7 @@ func TestFind(t *testing.T) {
 	want := fakePlugin(t, first, "amelia-provider-hello", 0o755)
 	fakePlugin(t, first, "amelia-provider-local", 0o755)
 	fakePlugin(t, first, "amelia-provider-noexec", 0o644)
-	h := New(Options{Self: "/usr/bin/amelia", Builtins: []string{"local"}, Aliases: map[string]string{"none": "local"}, Dirs: []string{first, second}})
+	h := New(Options{Self: "/usr/bin/amelia", Builtins: []Builtin{{Name: "local", Aliases: []string{"none"}}}, Dirs: []string{first, second}})
 
 	for _, tc := range []struct {
 		name string
@@ -68,7 +68,7 @@ func TestList(t *testing.T) {
 	builtin := fakePlugin(t, second, "amelia-provider-none", 0o755)
 	bad := fakePlugin(t, second, "amelia-provider-Bad", 0o755)
 	fakePlugin(t, second, "not-a-plugin", 0o755)
-	h := New(Options{Self: "/usr/bin/amelia", Builtins: []string{"local"}, Aliases: map[string]string{"none": "local"}, Dirs: []string{first, second, filepath.Join(root, "missing")}})
+	h := New(Options{Self: "/usr/bin/amelia", Builtins: []Builtin{{Name: "local", Aliases: []string{"none"}}}, Dirs: []string{first, second, filepath.Join(root, "missing")}})
 
 	plugins, ignored := h.List()
 	var names []string

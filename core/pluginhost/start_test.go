@@ -94,13 +94,12 @@ func TestStartScrubsThePluginEnvironment(t *testing.T) {
 		t.Setenv(k, v)
 	}
 	h := New(Options{
-		Self:     os.Args[0],
-		Builtins: []string{"envtest"},
-		Environ:  os.Environ(),
-		Env: map[string]Env{"envtest": {
+		Self: os.Args[0],
+		Builtins: []Builtin{{Name: "envtest", Env: Env{
 			Vars:  []string{"AMELIA_TEST_DECLARED"},
 			Named: []NamedVar{{Key: "key_env", Default: "AMELIA_TEST_DEFAULT_KEY"}},
-		}},
+		}}},
+		Environ: os.Environ(),
 	})
 	p, err := h.Find("envtest")
 	if err != nil {
@@ -159,7 +158,7 @@ func TestStartScrubsThePluginEnvironment(t *testing.T) {
 
 // A profile that grants its LLM key's variable starts no plugin.
 func TestStartRefusesTheLLMKey(t *testing.T) {
-	h := New(Options{Self: os.Args[0], Builtins: []string{"envtest"}, Environ: []string{"OPENAI_API_KEY=sk-x"}})
+	h := New(Options{Self: os.Args[0], Builtins: []Builtin{{Name: "envtest"}}, Environ: []string{"OPENAI_API_KEY=sk-x"}})
 	p, err := h.Find("envtest")
 	if err != nil {
 		t.Fatal(err)

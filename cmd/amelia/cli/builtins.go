@@ -13,33 +13,8 @@ import (
 )
 
 // The providers amelia serves itself (`amelia plugin serve NAME`), from
-// the table main hands to Run.
-
-func (a *app) builtinNames() []string {
-	names := make([]string, len(a.builtins))
-	for i, b := range a.builtins {
-		names[i] = b.Name
-	}
-	return names
-}
-
-func (a *app) builtinAliases() map[string]string {
-	aliases := map[string]string{}
-	for _, b := range a.builtins {
-		for _, al := range b.Aliases {
-			aliases[al] = b.Name
-		}
-	}
-	return aliases
-}
-
-func (a *app) builtinEnv() map[string]pluginhost.Env {
-	env := make(map[string]pluginhost.Env, len(a.builtins))
-	for _, b := range a.builtins {
-		env[b.Name] = b.Env
-	}
-	return env
-}
+// the table main hands to Run; the plugin host takes their names, aliases
+// and environments from the same table.
 
 // builtinProvider builds the built-in provider called name, whose logs go
 // to logger.

@@ -223,11 +223,9 @@ func (a *app) loadProfile() (*config.Profile, error) {
 func (a *app) pluginHost() *pluginhost.Host {
 	return pluginhost.New(pluginhost.Options{
 		Self:     a.self,
-		Builtins: a.builtinNames(),
-		Aliases:  a.builtinAliases(),
+		Builtins: a.builtins,
 		Dirs:     pluginhost.SearchPath(a.getenv("AMELIA_PLUGIN_PATH"), a.configDir(), a.self),
 		Environ:  a.environ,
-		Env:      a.builtinEnv(),
 		Logger:   a.logger,
 	})
 }

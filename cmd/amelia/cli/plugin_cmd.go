@@ -45,7 +45,7 @@ replaced.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, ok := a.builtinProvider(args[0], a.pluginLogger())
 			if !ok {
-				return usageError{fmt.Errorf("no built-in provider named %q (built in: %s)", args[0], strings.Join(a.builtinNames(), ", "))}
+				return usageError{fmt.Errorf("no built-in provider named %q (built in: %s)", args[0], strings.Join(a.pluginHost().Builtins(), ", "))}
 			}
 			sdk.Serve(p, sdk.WithLogger(a.pluginLogger()))
 			return nil
