@@ -22,6 +22,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/amelia-sandbox/amelia/internal/gittest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
 )
@@ -352,14 +353,7 @@ func TestRunRefusesBeforeStarting(t *testing.T) {
 	// A new repository, nothing committed: no --base was given, so none is
 	// blamed.
 	empty := t.TempDir()
-	gitIn := func(args ...string) {
-		cmd := exec.Command("git", append([]string{"-C", empty}, args...)...)
-		cmd.Env = h.env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	gitIn("init", "-q", "-b", "master")
+	gittest.Git(t, empty, "init", "-q", "-b", "master")
 	r = h.amelia(t, "run", "--workflow", "empty", "--repo", empty, "do it")
 	if r.code == 0 || !strings.Contains(r.stderr, "has no commits yet") || strings.Contains(r.stderr, "--base:") {
 		t.Errorf("empty repository: exit %d, stderr %q", r.code, r.stderr)

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,9 +17,9 @@ import (
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/runview"
-	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/internal/gittest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
-	"github.com/amelia-sandbox/amelia/plugins/local"
+	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -103,42 +100,6 @@ func (r *recorder) failed() string {
 	return ""
 }
 
-// opener serves the local provider in this process, through wrap when a
-// test breaks it, and counts the providers it opened and closed.
-type opener struct {
-	root                      string
-	wrap                      func(sdk.Provider) sdk.Provider
-	opened, closed, validated atomic.Int32
-}
-
-func (o *opener) Open(ctx context.Context, p *config.Profile, logger *slog.Logger) (*sandbox.Sandbox, error) {
-	var prov sdk.Provider = local.New(local.Options{Version: "test", DefaultRoot: o.root, HostEnv: os.Environ()})
-	if o.wrap != nil {
-		prov = o.wrap(prov)
-	}
-	o.opened.Add(1)
-	return sandbox.New(ctx, p, closeCounter{prov, &o.closed, &o.validated}, logger)
-}
-
-// closeCounter counts the Close and ValidateSettings calls of the provider
-// it wraps.
-type closeCounter struct {
-	sdk.Provider
-	n, validated *atomic.Int32
-}
-
-func (c closeCounter) Close() { c.n.Add(1) }
-
-// ValidateSettings is the wrapped provider's, as a plugin serves it.
-func (c closeCounter) ValidateSettings(ctx context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
-	c.validated.Add(1)
-	v, ok := c.Provider.(sdk.SettingsValidator)
-	if !ok {
-		return nil, sdk.Errorf(sdk.ErrUnsupported, "no ValidateSettings")
-	}
-	return v.ValidateSettings(ctx, req)
-}
-
 // failing fails every exec whose command line holds match, with err, and
 // EnsureRunning when match is "EnsureRunning".
 type failing struct {
@@ -165,7 +126,7 @@ func (f failing) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) 
 type fixture struct {
 	host   Host
 	req    Request
-	open   *opener
+	open   *sandboxtest.Opener
 	up     *llmtest.Server
 	repo   string
 	runs   *runstore.Store
@@ -205,9 +166,9 @@ profiles:
 		{"config", "user.email", "dev@example.com"},
 		{"commit", "-q", "--allow-empty", "-m", "initial"},
 	} {
-		gitIn(t, f.repo, args...)
+		gittest.Git(t, f.repo, args...)
 	}
-	f.open = &opener{root: f.sbRoot}
+	f.open = &sandboxtest.Opener{Roots: map[string]string{"local": f.sbRoot}}
 	f.runs = runstore.New(t.TempDir())
 	f.host = Host{
 		Sandboxes: f.open,
@@ -219,17 +180,6 @@ profiles:
 	}
 	f.req = Request{Profile: prof, Repo: f.repo, Workflow: "wf", Prompt: "add hello.txt"}
 	return f
-}
-
-func gitIn(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
 }
 
 // worktrees lists what is left in the sandbox's worktrees directory.
@@ -264,7 +214,7 @@ func TestRunPhasesInOrder(t *testing.T) {
 	if res.Branch != "amelia/wf" || res.Kept != nil {
 		t.Errorf("result %+v, want branch amelia/wf and nothing kept", res)
 	}
-	if got := gitIn(t, f.repo, "show", "amelia/wf:hello.txt"); got != "hello" {
+	if got := gittest.Git(t, f.repo, "show", "amelia/wf:hello.txt"); got != "hello" {
 		t.Errorf("hello.txt on the branch: %q", got)
 	}
 	if view.summary == nil || view.summary.Err != nil || view.summary.Branch != "amelia/wf" {
@@ -274,10 +224,10 @@ func TestRunPhasesInOrder(t *testing.T) {
 	if wt := f.worktrees(t); len(wt) != 0 {
 		t.Errorf("worktrees left in the sandbox: %v", wt)
 	}
-	if o, c := f.open.opened.Load(), f.open.closed.Load(); o != 1 || c != 1 {
+	if o, c := f.open.Opened.Load(), f.open.Closed.Load(); o != 1 || c != 1 {
 		t.Errorf("providers opened %d, closed %d; want 1 and 1", o, c)
 	}
-	if n := f.open.validated.Load(); n != 1 {
+	if n := f.open.Validated.Load(); n != 1 {
 		t.Errorf("the provider checked the profile %d times, want once (in the check phase)", n)
 	}
 	if recs, err := f.runs.Of("t"); err != nil || len(recs) != 0 {
@@ -320,7 +270,7 @@ func TestRunRefusesWhatTheProviderFindsWrong(t *testing.T) {
 	if p, started := view.failed(), view.started(); p != PhaseCheck || !slices.Equal(started, []string{PhaseCheck, PhaseCleanup}) {
 		t.Errorf("failed phase %q, phases %v; want check to fail, then cleanup", p, started)
 	}
-	if o, c := f.open.opened.Load(), f.open.closed.Load(); o != 1 || c != 1 {
+	if o, c := f.open.Opened.Load(), f.open.Closed.Load(); o != 1 || c != 1 {
 		t.Errorf("providers opened %d, closed %d; want 1 and 1", o, c)
 	}
 	if entries, err := os.ReadDir(f.sbRoot); err != nil || len(entries) != 0 {
@@ -343,7 +293,7 @@ func TestRunFailureBeforeTheAgentCleansUp(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, llmtest.Options{}, writeHello(), llmtest.Turn{Text: "done"})
-			f.open.wrap = func(p sdk.Provider) sdk.Provider { return failing{p, tc.match, boom} }
+			f.open.Wrap = func(_ string, p sdk.Provider) sdk.Provider { return failing{p, tc.match, boom} }
 			view := &recorder{}
 			res, err := Run(t.Context(), f.host, f.req, view)
 			if !errors.Is(err, boom) {
@@ -377,7 +327,7 @@ func TestRunFailureBeforeTheAgentCleansUp(t *testing.T) {
 			if wt := f.worktrees(t); len(wt) != 0 {
 				t.Errorf("worktrees left in the sandbox: %v", wt)
 			}
-			if o, c := f.open.opened.Load(), f.open.closed.Load(); o != c {
+			if o, c := f.open.Opened.Load(), f.open.Closed.Load(); o != c {
 				t.Errorf("providers opened %d, closed %d", o, c)
 			}
 			if recs, err := f.runs.Of("t"); err != nil || len(recs) != 0 {
@@ -456,14 +406,14 @@ func TestRunCancelledKeepsTheWork(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(wt, "hello.txt")); err != nil || string(b) != "hello\n" {
 		t.Errorf("the kept worktree's hello.txt: %q, %v", b, err)
 	}
-	if got := gitIn(t, wt, "show", "amelia/wf:hello.txt"); got != "hello" {
+	if got := gittest.Git(t, wt, "show", "amelia/wf:hello.txt"); got != "hello" {
 		t.Errorf("hello.txt committed on the sandbox's branch: %q", got)
 	}
 	recs, err := f.runs.Of("t")
 	if err != nil || len(recs) != 1 || recs[0].State != runstore.Kept {
 		t.Errorf("run records %+v, %v; want one, kept", recs, err)
 	}
-	if o, c := f.open.opened.Load(), f.open.closed.Load(); o != c {
+	if o, c := f.open.Opened.Load(), f.open.Closed.Load(); o != c {
 		t.Errorf("providers opened %d, closed %d", o, c)
 	}
 }
@@ -512,7 +462,7 @@ func TestRunCancelledWhileTheAgentStarts(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	f := newFixture(t, llmtest.Options{}, writeHello(), llmtest.Turn{Text: "done"})
-	f.open.wrap = func(p sdk.Provider) sdk.Provider { return cancelling{p, " detach ", cancel} }
+	f.open.Wrap = func(_ string, p sdk.Provider) sdk.Provider { return cancelling{p, " detach ", cancel} }
 	view := &recorder{}
 	res, err := Run(ctx, f.host, f.req, view)
 	if !errors.Is(err, context.Canceled) {
@@ -549,7 +499,7 @@ func TestRunSummarySaysWhatBecameOfTheWorktree(t *testing.T) {
 	})
 	t.Run("removal fails", func(t *testing.T) {
 		f := newFixture(t, llmtest.Options{}, writeHello(), llmtest.Turn{Text: "done"})
-		f.open.wrap = func(p sdk.Provider) sdk.Provider {
+		f.open.Wrap = func(_ string, p sdk.Provider) sdk.Provider {
 			return failing{p, "dref=$4 rec=$5", errors.New("boom")}
 		}
 		view := &recorder{}

@@ -1,10 +1,8 @@
 package sandbox_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,45 +11,10 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
 	"github.com/amelia-sandbox/amelia/plugins/local"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
-
-// opener serves the local provider in process, under any provider name:
-// "local" keeps its sandboxes where the profile's local block says (or in
-// roots["local"]), another name is a second local provider, called that,
-// whose default root is roots[name].
-type opener struct {
-	roots map[string]string
-}
-
-func (o opener) Open(ctx context.Context, p *config.Profile, logger *slog.Logger) (*sandbox.Sandbox, error) {
-	root, ok := o.roots[p.Sandbox.Provider]
-	if !ok {
-		return nil, fmt.Errorf("no provider %s", p.Sandbox.Provider)
-	}
-	var prov sdk.Provider = local.New(local.Options{Version: "test", DefaultRoot: root, HostEnv: os.Environ()})
-	if p.Sandbox.Provider != local.Name {
-		prov = renamed{prov, p.Sandbox.Provider}
-	}
-	return sandbox.New(ctx, p, prov, logger)
-}
-
-// renamed is a provider that calls itself name.
-type renamed struct {
-	sdk.Provider
-	name string
-}
-
-func (r renamed) Info(ctx context.Context) (sdk.Info, error) {
-	info, err := r.Provider.Info(ctx)
-	info.Name = r.name
-	return info, err
-}
-
-func (r renamed) List(ctx context.Context, req sdk.ListRequest) ([]sdk.Listed, error) {
-	return r.Provider.(sdk.Lister).List(ctx, req)
-}
 
 // loadProfiles loads a config file of local profiles.
 func loadProfiles(t *testing.T, yaml string) (*config.Config, string) {
@@ -82,9 +45,9 @@ func profiles(t *testing.T, c *config.Config) []*config.Profile {
 
 // make starts a sandbox named name through provider with labels, as
 // another run (or another host) would have.
-func makeSandbox(t *testing.T, o opener, provider, name string, labels map[string]string) {
+func makeSandbox(t *testing.T, o *sandboxtest.Opener, provider, name string, labels map[string]string) {
 	t.Helper()
-	p := local.New(local.Options{Version: "test", DefaultRoot: o.roots[provider], HostEnv: os.Environ()})
+	p := local.New(local.Options{Version: "test", DefaultRoot: o.Roots[provider], HostEnv: os.Environ()})
 	if _, err := p.EnsureRunning(t.Context(), sdk.Spec{
 		SandboxRef: sdk.SandboxRef{Name: name},
 		Network:    sdk.NetworkPolicy{Mode: sdk.NetworkOpen},
@@ -95,7 +58,7 @@ func makeSandbox(t *testing.T, o opener, provider, name string, labels map[strin
 }
 
 func TestSweep(t *testing.T) {
-	o := opener{roots: map[string]string{"local": t.TempDir(), "other": t.TempDir()}}
+	o := &sandboxtest.Opener{Roots: map[string]string{"local": t.TempDir(), "other": t.TempDir()}}
 	c, path := loadProfiles(t, `default_profile: a
 profiles:
   a: {sandbox: {provider: local}}
@@ -162,7 +125,7 @@ profiles:
 // A profile whose provider cannot start is visited with the error; the
 // others still are.
 func TestSweepProviderThatCannotStart(t *testing.T) {
-	o := opener{roots: map[string]string{"local": t.TempDir()}}
+	o := &sandboxtest.Opener{Roots: map[string]string{"local": t.TempDir()}}
 	c, _ := loadProfiles(t, `default_profile: a
 profiles:
   a: {sandbox: {provider: local}}
@@ -181,7 +144,7 @@ profiles:
 // The profile's network policy is checked against what the provider can
 // enforce before anything starts.
 func TestUpFailsClosed(t *testing.T) {
-	o := opener{roots: map[string]string{"local": t.TempDir()}}
+	o := &sandboxtest.Opener{Roots: map[string]string{"local": t.TempDir()}}
 	c, _ := loadProfiles(t, `default_profile: a
 profiles:
   a: {sandbox: {provider: local, network: none}}
@@ -202,7 +165,7 @@ profiles:
 
 // A sandbox carries the labels that let a later sweep find it.
 func TestSpecLabels(t *testing.T) {
-	o := opener{roots: map[string]string{"local": t.TempDir()}}
+	o := &sandboxtest.Opener{Roots: map[string]string{"local": t.TempDir()}}
 	c, path := loadProfiles(t, `default_profile: a
 profiles:
   a: {sandbox: {provider: local}}
@@ -220,7 +183,14 @@ profiles:
 // Problems are what the provider tells of the profile before anything
 // starts, as problems of the config file; Up refuses them all.
 func TestProblems(t *testing.T) {
-	o := opener{roots: map[string]string{"local": t.TempDir(), "other": t.TempDir()}}
+	o := &sandboxtest.Opener{Roots: map[string]string{"local": t.TempDir(), "other": t.TempDir()}}
+	// Provider other cannot check its settings.
+	o.Wrap = func(name string, p sdk.Provider) sdk.Provider {
+		if name == "other" {
+			return struct{ sdk.Provider }{p}
+		}
+		return p
+	}
 	c, path := loadProfiles(t, `default_profile: ok
 profiles:
   ok: {sandbox: {provider: local}}
