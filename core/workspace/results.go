@@ -82,14 +82,10 @@ tip=$(g -C "$wt" rev-parse --verify --quiet "refs/heads/$br^{commit}") || { echo
 if [ "$tip" = "$base" ]; then echo "no-changes" >&2; exit 4; fi
 g -C "$wt" bundle create - "refs/heads/$br" "^$base"
 `
-	uid, err := w.RunUser(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("bring %s back: %w", Branch(id), err)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	lw := &limitWriter{max: max, onOver: cancel}
-	err = w.scriptAs(ctx, uid, "git bundle create", nil, nil, lw, body, w.WorktreeDir(id), Branch(id), base.Commit)
+	err := w.scriptFor(ctx, id, "git bundle create", nil, nil, lw, body, w.WorktreeDir(id), Branch(id), base.Commit)
 	if lw.over {
 		return nil, fmt.Errorf("bring %s back: %w: the bundle exceeds %d bytes", Branch(id), ErrRefused, max)
 	}

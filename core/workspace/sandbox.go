@@ -98,11 +98,7 @@ func (w *Workspace) RemoveRunDir(ctx context.Context, id, dir string) error {
 	if path.Dir(dir) != path.Join(w.root, ".amelia", "runs") {
 		return fmt.Errorf("remove run directory %q: not one of this workspace's", dir)
 	}
-	uid, err := w.RunUser(ctx, id)
-	if err != nil {
-		return err
-	}
-	return w.scriptAs(ctx, uid, "remove the run directory", nil, nil, nil, `rm -rf -- "$1"`, dir)
+	return w.scriptFor(ctx, id, "remove the run directory", nil, nil, nil, `rm -rf -- "$1"`, dir)
 }
 
 // dirtyRef holds the commit that carries a workflow's uncommitted host
@@ -162,6 +158,16 @@ func (w *Workspace) script(ctx context.Context, what string, env map[string]stri
 func (w *Workspace) scriptAs(ctx context.Context, uid, what string, env map[string]string, stdin io.Reader, stdout io.Writer, body string, args ...string) error {
 	argv := append([]string{"sh", "-c", prelude + body, "sh", w.root, w.worker, w.lockWith}, args...)
 	return w.execAs(ctx, uid, what, argv, env, stdin, stdout)
+}
+
+// scriptFor is script as the uid of workflow id (RunUser): for the steps
+// inside its checkout, which that uid owns.
+func (w *Workspace) scriptFor(ctx context.Context, id, what string, env map[string]string, stdin io.Reader, stdout io.Writer, body string, args ...string) error {
+	uid, err := w.RunUser(ctx, id)
+	if err != nil {
+		return err
+	}
+	return w.scriptAs(ctx, uid, what, env, stdin, stdout, body, args...)
 }
 
 // exec runs argv in the sandbox with the git environment plus env.
@@ -333,12 +339,8 @@ echo committed
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
-	uid, err := w.RunUser(ctx, id)
-	if err != nil {
-		return false, fmt.Errorf("commit the changes of %s: %w", id, err)
-	}
 	var out strings.Builder
-	if err := w.scriptAs(ctx, uid, "git commit", env, nil, &out, body, w.WorktreeDir(id), msg); err != nil {
+	if err := w.scriptFor(ctx, id, "git commit", env, nil, &out, body, w.WorktreeDir(id), msg); err != nil {
 		return false, fmt.Errorf("commit the changes of %s: %w", id, err)
 	}
 	return strings.TrimSpace(out.String()) == "committed", nil
@@ -384,12 +386,8 @@ func (w *Workspace) HasWork(ctx context.Context, id, start string) (bool, error)
 tip=$(g -C "$wt" rev-parse --verify --quiet "refs/heads/$br^{commit}") || { echo none; exit 0; }
 if [ "$tip" = "$base" ]; then echo none; else echo work; fi
 `
-	uid, err := w.RunUser(ctx, id)
-	if err != nil {
-		return false, fmt.Errorf("look for the work of %s: %w", id, err)
-	}
 	var out strings.Builder
-	if err := w.scriptAs(ctx, uid, "git rev-parse", nil, nil, &out, body, w.WorktreeDir(id), Branch(id), start); err != nil {
+	if err := w.scriptFor(ctx, id, "git rev-parse", nil, nil, &out, body, w.WorktreeDir(id), Branch(id), start); err != nil {
 		return false, fmt.Errorf("look for the work of %s: %w", id, err)
 	}
 	return strings.TrimSpace(out.String()) == "work", nil
