@@ -127,7 +127,7 @@ func Load(opts Options) (*Config, error) {
 		return nil, &ValidationError{File: source, Problems: d.problems}
 	}
 	if len(envKeys) == 0 {
-		envKeys = nil
+		envKeys = nil // as a profile without overrides compares
 	}
 	for _, p := range r.profiles {
 		p.source = source
@@ -188,9 +188,6 @@ func (o Options) lookup() func(string) (string, bool) {
 	}
 }
 
-// configPath returns the file to load and what named it ("--config" or
-// "AMELIA_CONFIG"; "" for the default path, which may be missing). An
-// empty name means there is no default path (no home directory).
 // Path is the config file Load reads: Options.Path, else $AMELIA_CONFIG,
 // else the default path ($XDG_CONFIG_HOME/amelia/config.yaml or
 // ~/.config/amelia/config.yaml), whether or not it exists.
@@ -202,6 +199,9 @@ func Path(opts Options) (string, error) {
 	return name, err
 }
 
+// configPath returns the file to load and what named it ("--config" or
+// "AMELIA_CONFIG"; "" for the default path, which may be missing). An
+// empty name means there is no default path (no home directory).
 func configPath(opts Options, lookup func(string) (string, bool)) (name, origin string, err error) {
 	switch v, _ := lookup("AMELIA_CONFIG"); {
 	case opts.Path != "":

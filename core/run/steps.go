@@ -127,9 +127,10 @@ func (r *runner) openProvider(ctx context.Context) (*sandbox.Sandbox, error) {
 	r.provider = sb
 	r.onEnd("stop the provider plugin", "plugin", func(context.Context) error {
 		if r.lv != nil {
-			if now := r.lv.sandbox(); now != sb {
-				now.Close() // the one that replaced it after a crash
-			}
+			// The one that replaced sb after a crash, if any: a repair
+			// closed sb then.
+			r.lv.sandbox().Close()
+			return nil
 		}
 		sb.Close()
 		return nil

@@ -490,8 +490,7 @@ func humanAge(d time.Duration) string {
 // each configured profile's own (in name order), then, wherever a provider
 // amelia can start (built in or on the plugin path) can list them, the
 // profiles' sandboxes on other providers (amelia run --sandbox) and the
-// orphans. With only, it
-// visits only that profile's sandboxes.
+// orphans. With only, it visits only that profile's sandboxes.
 func (a *app) eachSandbox(ctx context.Context, only string, fn func(sandbox.Found)) error {
 	c, err := a.loadConfig()
 	if err != nil {
