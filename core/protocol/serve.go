@@ -217,22 +217,11 @@ func parseRequest(data []byte) (*Request, error) {
 
 // maxTurns reads max_turns: an integer from 0 to MaxInt32, or null (0).
 func (p *parser) maxTurns() (int64, error) {
-	if p.data[p.pos] == 'n' {
-		return 0, p.literal("null")
+	v, _, err := p.int64Value("max_turns")
+	if err == nil && (v < 0 || v > math.MaxInt32) {
+		err = invalidf("max_turns must be an integer from 0 to %d, got %d", math.MaxInt32, v)
 	}
-	c := p.data[p.pos]
-	if c != '-' && (c < '0' || c > '9') {
-		return 0, p.typeError("max_turns", "an integer or null")
-	}
-	tok, err := p.number()
-	if err != nil {
-		return 0, err
-	}
-	v, err := strconv.ParseInt(string(tok), 10, 32)
-	if err != nil || v < 0 {
-		return 0, invalidf("max_turns must be an integer from 0 to %d, got %s", math.MaxInt32, truncate(tok))
-	}
-	return v, nil
+	return v, err
 }
 
 // FrameKind says what a [Frame] carries.
