@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/amelia-sandbox/amelia/compat"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/internal/pythontest"
 )
 
 // checkScript validates protocol lines with the Python Amelia's models.
@@ -19,7 +19,7 @@ const checkScript = "../../core/protocol/testdata/check_lines.py"
 // this is skipped for want of python3 with pydantic v2 (a failure with
 // AMELIA_REQUIRE_UPSTREAM=1).
 func TestStdoutParsesWithPythonModels(t *testing.T) {
-	python := compat.Python(t, "the worker's stdout against the Python models")
+	python := pythontest.Python(t, "the worker's stdout against the Python models")
 
 	cwd := t.TempDir()
 	writeFile(t, cwd, "notes.txt", "ünïcödé ✓\nline\u2028separator\ttab \"quotes\" \\ back\x01ctl\n")

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/amelia-sandbox/amelia/compat"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/internal/pythontest"
 )
 
 // reviewModule is a module holding pydantic models, as the Python Amelia's
@@ -36,7 +36,7 @@ class NotAModel:
 // is not on PATH (fails it with AMELIA_REQUIRE_UPSTREAM=1).
 func pythonWithPydantic(t *testing.T) string {
 	t.Helper()
-	compat.Python(t, "generate --schema module:ClassName")
+	pythontest.Python(t, "generate --schema module:ClassName")
 	dir := t.TempDir()
 	writeFile(t, dir, "review_models.py", reviewModule)
 	return dir

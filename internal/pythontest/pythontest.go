@@ -1,11 +1,11 @@
-// Package compat checks that amelia-worker speaks the Python Amelia's
-// worker protocol: harness.py, run by this package's test against the
-// scripted model server, our proxy and the real worker, drives the worker
-// with pydantic v2 models of the wire format (core/protocol/testdata's
-// amelia_models.py) as the Python host would. See README.md.
-package compat
+// Package pythontest finds the python3 with pydantic v2 that the checks
+// of the worker against the Python Amelia's models need (compat/,
+// internal/worker), or skips loudly, or fails when RequireEnv is set, as
+// internal/dockertest does for the engine.
+package pythontest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -26,7 +26,7 @@ func Python(tb testing.TB, what string) string {
 		var out []byte
 		out, err = exec.Command(python, "-c", "import pydantic; print(pydantic.VERSION)").CombinedOutput()
 		if err == nil && !strings.HasPrefix(string(out), "2.") {
-			err = errorString("pydantic " + strings.TrimSpace(string(out)) + ", not v2")
+			err = fmt.Errorf("pydantic %s, not v2", strings.TrimSpace(string(out)))
 		}
 	}
 	if err != nil {
@@ -37,7 +37,3 @@ func Python(tb testing.TB, what string) string {
 	}
 	return python
 }
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
