@@ -250,13 +250,8 @@ func (d *settingsDecoder) list(at string, raw json.RawMessage, v reflect.Value) 
 		v.SetZero()
 		return
 	}
-	if kind := jsonKind(raw); kind != "a list" {
-		d.add(at, "want a list, not %s", kind)
-		return
-	}
 	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		d.add(at, "%s", strings.TrimPrefix(err.Error(), "json: "))
+	if !d.decode(at, raw, &items) {
 		return
 	}
 	s := reflect.MakeSlice(v.Type(), len(items), len(items))
@@ -271,26 +266,29 @@ func (d *settingsDecoder) members(at string, raw json.RawMessage) (map[string]js
 	if isNull(raw) {
 		return nil, false
 	}
-	if kind := jsonKind(raw); kind != "a mapping" {
-		d.add(at, "want a mapping, not %s", kind)
-		return nil, false
-	}
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		d.add(at, "%s", strings.TrimPrefix(err.Error(), "json: "))
-		return nil, false
-	}
-	return m, true
+	ok := d.decode(at, raw, &m)
+	return m, ok
 }
 
 // leaf decodes raw into v whole, with encoding/json.
 func (d *settingsDecoder) leaf(at string, raw json.RawMessage, v reflect.Value) {
+	d.decode(at, raw, v.Addr().Interface())
+}
+
+// decode decodes raw into ptr with encoding/json, a struct's unknown keys
+// refused, and reports whether it could: a value of the wrong kind is a
+// problem at its key saying what was wanted, anything else one at at in
+// encoding/json's words (a value's own UnmarshalJSON saying what is wrong
+// with it).
+func (d *settingsDecoder) decode(at string, raw json.RawMessage, ptr any) bool {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(v.Addr().Interface())
+	err := dec.Decode(ptr)
 	var typeErr *json.UnmarshalTypeError
 	switch {
 	case err == nil:
+		return true
 	case errors.As(err, &typeErr):
 		key := at
 		if typeErr.Field != "" {
@@ -298,9 +296,9 @@ func (d *settingsDecoder) leaf(at string, raw json.RawMessage, v reflect.Value) 
 		}
 		d.add(key, "%s", typeMessage(typeErr))
 	default:
-		// A value's own UnmarshalJSON said what is wrong with it.
 		d.add(at, "%s", strings.TrimPrefix(err.Error(), "json: "))
 	}
+	return false
 }
 
 // typeMessage says what kind of value a key wants, and what it got.
@@ -366,27 +364,6 @@ func valueName(v string) string {
 		return n
 	}
 	return "a " + v
-}
-
-// jsonKind names the kind of the JSON value raw as valueName does.
-func jsonKind(raw json.RawMessage) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return "nothing"
-	}
-	switch raw[0] {
-	case '{':
-		return "a mapping"
-	case '[':
-		return "a list"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "true or false"
-	case 'n':
-		return "null"
-	}
-	return "a number"
 }
 
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }

@@ -96,7 +96,12 @@ func TestDecodeSettings(t *testing.T) {
 		{name: "out of range", raw: `{"limits":{"pids":1e30}}`, problems: []sdk.Problem{{Key: "limits.pids", Message: "1e30 is out of range"}}},
 		{name: "a list for a mapping", raw: `{"limits":[1]}`, problems: []sdk.Problem{{Key: "limits", Message: "want a mapping, not a list"}}},
 		{name: "a mapping for a list", raw: `{"mounts":{"path":"/"}}`, problems: []sdk.Problem{{Key: "mounts", Message: "want a list, not a mapping"}}},
+		{name: "a number for a mapping", raw: `{"limits":3}`, problems: []sdk.Problem{{Key: "limits", Message: "want a mapping, not a number"}}},
+		{name: "a string for a mapping", raw: `{"labels":"a=b"}`, problems: []sdk.Problem{{Key: "labels", Message: "want a mapping, not a string"}}},
+		{name: "true for a list", raw: `{"mounts":true}`, problems: []sdk.Problem{{Key: "mounts", Message: "want a list, not true or false"}}},
+		{name: "a number for a list", raw: `{"mounts":[{"path":"/"}, 2]}`, problems: []sdk.Problem{{Key: "mounts[1]", Message: "want a mapping, not a number"}}},
 		{name: "not a mapping", raw: `["root"]`, problems: []sdk.Problem{{Message: "want a mapping, not a list"}}},
+		{name: "a number, not a mapping", raw: `7`, problems: []sdk.Problem{{Message: "want a mapping, not a number"}}},
 		{name: "two values", raw: `{"root":"/r"} {"root":"/s"}`, problems: []sdk.Problem{{Message: "the settings are more than one JSON value"}}},
 		{name: "not JSON", raw: `{root: /r}`, problems: []sdk.Problem{{Message: "the settings are not JSON: invalid character 'r' looking for beginning of object key string"}}},
 	} {
