@@ -292,7 +292,10 @@ func (d *settingsDecoder) decode(at string, raw json.RawMessage, ptr any) bool {
 	case errors.As(err, &typeErr):
 		key := at
 		if typeErr.Field != "" {
-			key = JoinKey(at, typeErr.Field)
+			// The path of the field inside ptr, its keys joined by dots.
+			for part := range strings.SplitSeq(typeErr.Field, ".") {
+				key = JoinKey(key, part)
+			}
 		}
 		d.add(key, "%s", typeMessage(typeErr))
 	default:

@@ -132,6 +132,25 @@ func TestDecodeSettings(t *testing.T) {
 	}
 }
 
+// An array is decoded whole, by encoding/json: a problem inside it is at
+// the path encoding/json reports, joined key by key.
+func TestDecodeSettingsInsideAWholeValue(t *testing.T) {
+	type cell struct {
+		Y struct {
+			Z int `json:"z"`
+		} `json:"y"`
+	}
+	var got struct {
+		Cells [2]cell `json:"cells"`
+	}
+	err := sdk.DecodeSettings(json.RawMessage(`{"cells":[{"y":{"z":1}},{"y":{"z":"q"}}]}`), "hello", &got)
+	want := []sdk.Problem{{Key: "cells.y.z", Message: "want a whole number, not a string"}}
+	var se *sdk.SettingsError
+	if !errors.As(err, &se) || !slices.Equal(se.Problems, want) {
+		t.Errorf("err = %v; want the problems %q", err, want)
+	}
+}
+
 func TestDecodeSettingsWantsAPointer(t *testing.T) {
 	var s settings
 	err := sdk.DecodeSettings(json.RawMessage(`{"root":"/r"}`), "hello", s)
