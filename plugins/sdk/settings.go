@@ -103,12 +103,14 @@ func SettingsProblems(err error) ([]Problem, error) {
 // (known: cpus, memory, pids)"). Empty settings leave v untouched.
 //
 // Keys match fields by their json tags (exactly, else ignoring case, as
-// encoding/json does); a value is decoded as encoding/json decodes it, so
-// a field's UnmarshalJSON says only what is wrong with its value ("\"4x\"
-// is not a size"), and DecodeSettings adds the key. Structs, pointers,
-// maps with string keys and slices are walked key by key; anything else is
-// decoded whole. A v that is not a non-nil pointer is an error that is
-// not a SettingsError (a bug in the provider).
+// encoding/json does); a value is decoded as encoding/json decodes it into
+// its field's type, so a field's UnmarshalJSON says only what is wrong
+// with its value ("\"4x\" is not a size"), and DecodeSettings adds the
+// key. The tag's ",string" option is not honoured: a number or a boolean
+// is written as one, not quoted. Structs, pointers, maps with string keys
+// and slices are walked key by key; anything else is decoded whole. A v
+// that is not a non-nil pointer is an error that is not a SettingsError
+// (a bug in the provider).
 //
 // It is the SDK's one settings decoder: a provider that reads its
 // settings any other way lets a typo pass unseen, which the conformance

@@ -151,6 +151,23 @@ func TestDecodeSettingsInsideAWholeValue(t *testing.T) {
 	}
 }
 
+// A field's ",string" option is not honoured: its value is written as
+// its type reads it, unquoted.
+func TestDecodeSettingsIgnoresTheStringOption(t *testing.T) {
+	var got struct {
+		Port int `json:"port,string"`
+	}
+	if err := sdk.DecodeSettings(json.RawMessage(`{"port":22}`), "hello", &got); err != nil || got.Port != 22 {
+		t.Errorf("port 22: got %d, %v; want 22", got.Port, err)
+	}
+	err := sdk.DecodeSettings(json.RawMessage(`{"port":"22"}`), "hello", &got)
+	want := []sdk.Problem{{Key: "port", Message: "want a whole number, not a string"}}
+	var se *sdk.SettingsError
+	if !errors.As(err, &se) || !slices.Equal(se.Problems, want) {
+		t.Errorf("port \"22\": err = %v; want the problems %q", err, want)
+	}
+}
+
 func TestDecodeSettingsWantsAPointer(t *testing.T) {
 	var s settings
 	err := sdk.DecodeSettings(json.RawMessage(`{"root":"/r"}`), "hello", s)
