@@ -107,8 +107,10 @@ func SettingsProblems(err error) ([]Problem, error) {
 // its field's type, so a field's UnmarshalJSON says only what is wrong
 // with its value ("\"4x\" is not a size"), and DecodeSettings adds the
 // key. The tag's ",string" option is not honoured: a number or a boolean
-// is written as one, not quoted. Structs, pointers, maps with string keys
-// and slices are walked key by key; anything else is decoded whole. A v
+// is written as one, not quoted. The keys of an embedded struct are those
+// of the struct embedding it, as in encoding/json; embedding a pointer to
+// a struct is not supported. Structs, pointers, maps with string keys and
+// slices are walked key by key; anything else is decoded whole. A v
 // that is not a non-nil pointer is an error that is not a SettingsError
 // (a bug in the provider).
 //
@@ -216,12 +218,7 @@ func (d *settingsDecoder) object(at string, raw json.RawMessage, v reflect.Value
 			d.add(key, "%s", unknownKeyMessage(k, names))
 			continue
 		}
-		fv, ok := fieldByIndex(v, f.index)
-		if !ok {
-			d.add(key, "cannot be set (the provider's settings type embeds an unexported pointer)")
-			continue
-		}
-		d.value(key, m[k], fv)
+		d.value(key, m[k], v.FieldByIndex(f.index))
 	}
 }
 
@@ -382,7 +379,8 @@ type settingsField struct {
 
 // settingsFields lists the keys of struct type t as encoding/json sees
 // them: by json tag, else the field's name; fields of embedded structs
-// without a tag promoted; "-" and unexported fields left out.
+// without a tag promoted; "-" and unexported fields left out. An embedded
+// pointer to a struct is not promoted.
 func settingsFields(t reflect.Type) []settingsField {
 	var out []settingsField
 	for i := range t.NumField() {
@@ -392,17 +390,11 @@ func settingsFields(t reflect.Type) []settingsField {
 			continue
 		}
 		name, _, _ := strings.Cut(tag, ",")
-		if f.Anonymous && name == "" {
-			ft := f.Type
-			if ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			for _, sf := range settingsFields(f.Type) {
+				out = append(out, settingsField{sf.name, append([]int{i}, sf.index...)})
 			}
-			if ft.Kind() == reflect.Struct {
-				for _, sf := range settingsFields(ft) {
-					out = append(out, settingsField{sf.name, append([]int{i}, sf.index...)})
-				}
-				continue
-			}
+			continue
 		}
 		if !f.IsExported() {
 			continue
@@ -429,24 +421,6 @@ func findField(fields []settingsField, key string) (settingsField, bool) {
 		}
 	}
 	return settingsField{}, false
-}
-
-// fieldByIndex is the field of struct v at index, allocating the embedded
-// pointers on the way; false when one cannot be set.
-func fieldByIndex(v reflect.Value, index []int) (reflect.Value, bool) {
-	for i, x := range index {
-		if i > 0 && v.Kind() == reflect.Pointer {
-			if v.IsNil() {
-				if !v.CanSet() {
-					return reflect.Value{}, false
-				}
-				v.Set(reflect.New(v.Type().Elem()))
-			}
-			v = v.Elem()
-		}
-		v = v.Field(x)
-	}
-	return v, v.CanSet()
 }
 
 // oneLine joins the lines of s with spaces: a problem is one line.
