@@ -40,10 +40,6 @@ type forward struct {
 // host's loopback that answers each line with reply and the line.
 func (k *kit) startForward(t T) forward {
 	t.Helper()
-	f, ok := k.p.(sdk.Forwarder)
-	if !ok {
-		t.Fatalf("the kit's provider client %T has no Forward", k.p)
-	}
 	target := k.target(t)
 	ctx, cancel := context.WithCancel(k.ctx(t))
 	listening := make(chan string, 1)
@@ -51,7 +47,7 @@ func (k *kit) startForward(t T) forward {
 	var ferr error
 	go func() {
 		defer close(ended)
-		ferr = f.Forward(ctx, sdk.ForwardRequest{Sandbox: k.sb.Ref, Target: target}, func(addr string) { listening <- addr })
+		ferr = k.p.Forward(ctx, sdk.ForwardRequest{Sandbox: k.sb.Ref, Target: target}, func(addr string) { listening <- addr })
 	}()
 	wait := func() error { <-ended; return ferr }
 	t.Cleanup(func() {

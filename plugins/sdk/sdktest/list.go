@@ -9,26 +9,21 @@ import (
 // The Lister group: the optional sdk.Lister. A provider without one
 // answers ErrUnsupported, and the cases say so as they skip.
 
-// lister returns the provider's List, skipping the case when it has none.
-func (k *kit) lister(t T) sdk.Lister {
+// needsLister skips the case when the provider has no List.
+func (k *kit) needsLister(t T) {
 	t.Helper()
-	l, ok := k.p.(sdk.Lister)
-	if !ok {
-		t.Fatalf("the kit's provider client %T has no List", k.p)
-	}
 	mine := map[string]string{"amelia.sdktest-run": k.runID}
-	if _, err := l.List(k.ctx(t), sdk.ListRequest{Config: k.cfg.Settings, Labels: mine}); errors.Is(err, sdk.ErrUnsupported) {
+	if _, err := k.p.List(k.ctx(t), sdk.ListRequest{Config: k.cfg.Settings, Labels: mine}); errors.Is(err, sdk.ErrUnsupported) {
 		t.Skipf("the provider does not implement sdk.Lister (List: %v): nothing to check", err)
 	}
-	return l
 }
 
 // listedAs is the listing of the sandbox named name among the sandboxes of
 // this run, or nil.
-func (k *kit) listedAs(t T, l sdk.Lister, name string) *sdk.Listed {
+func (k *kit) listedAs(t T, name string) *sdk.Listed {
 	t.Helper()
 	mine := map[string]string{"amelia.sdktest-run": k.runID}
-	found, err := l.List(k.ctx(t), sdk.ListRequest{Config: k.cfg.Settings, Labels: mine})
+	found, err := k.p.List(k.ctx(t), sdk.ListRequest{Config: k.cfg.Settings, Labels: mine})
 	if err != nil {
 		t.Fatalf("List: %v", err)
 	}
@@ -48,9 +43,9 @@ func (k *kit) listedAs(t T, l sdk.Lister, name string) *sdk.Listed {
 // as ready, by a ref that reaches it; a label no sandbox carries lists
 // none.
 func (k *kit) listed(t T) {
-	l := k.lister(t)
+	k.needsLister(t)
 	sb := k.ensure(t, "list")
-	got := k.listedAs(t, l, sb.Ref.Name)
+	got := k.listedAs(t, sb.Ref.Name)
 	if got == nil {
 		t.Fatalf("List(labels amelia.sdktest-run=%s) does not include %s", k.runID, sb.Ref.Name)
 	}
@@ -64,7 +59,7 @@ func (k *kit) listed(t T) {
 	if h, err := k.p.HealthCheck(ctx, got.Ref); err != nil || h.State != sdk.HealthReady {
 		t.Errorf("HealthCheck by the listed ref: %+v, %v; want ready", h, err)
 	}
-	other, err := l.List(ctx, sdk.ListRequest{Config: k.cfg.Settings, Labels: map[string]string{"amelia.sdktest-run": "not-" + k.runID}})
+	other, err := k.p.List(ctx, sdk.ListRequest{Config: k.cfg.Settings, Labels: map[string]string{"amelia.sdktest-run": "not-" + k.runID}})
 	if err != nil || len(other) != 0 {
 		t.Errorf("List with a label no sandbox carries = %v, %v; want none", other, err)
 	}
@@ -72,15 +67,15 @@ func (k *kit) listed(t T) {
 
 // A sandbox torn down is no longer listed.
 func (k *kit) notListedAfterTeardown(t T) {
-	l := k.lister(t)
+	k.needsLister(t)
 	sb := k.ensure(t, "unlist")
-	if k.listedAs(t, l, sb.Ref.Name) == nil {
+	if k.listedAs(t, sb.Ref.Name) == nil {
 		t.Fatalf("List(labels amelia.sdktest-run=%s) does not include %s (see ListedWithLabels)", k.runID, sb.Ref.Name)
 	}
 	if err := k.p.Teardown(k.ctx(t), sb.Ref); err != nil {
 		t.Fatalf("Teardown: %v", err)
 	}
-	if got := k.listedAs(t, l, sb.Ref.Name); got != nil {
+	if got := k.listedAs(t, sb.Ref.Name); got != nil {
 		t.Errorf("List after Teardown still lists %s (labels %v, state %q)", sb.Ref.Name, got.Labels, got.State)
 	}
 }

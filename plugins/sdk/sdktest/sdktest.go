@@ -286,14 +286,25 @@ func (k *kit) selected(g Group) bool {
 
 type kit struct {
 	cfg   Config
-	p     sdk.Provider
+	p     conn
 	info  sdk.Info
 	sb    sdk.Sandbox // the shared sandbox
 	runID string      // the amelia.sdktest-run label of this run's sandboxes
 }
 
+// conn is the kit's connection to the provider, the SDK's gRPC client
+// (*sdk.Client, or *sdk.Plugin for a plugin subprocess): it has every
+// optional interface, and answers ErrUnsupported for one the provider has
+// not.
+type conn interface {
+	sdk.Provider
+	sdk.Lister
+	sdk.Forwarder
+	sdk.SettingsValidator
+}
+
 // connect puts the provider behind the real gRPC shim.
-func connect(t T, cfg Config) sdk.Provider {
+func connect(t T, cfg Config) conn {
 	t.Helper()
 	logs := &Buffer{}
 	t.Cleanup(func() {

@@ -27,11 +27,7 @@ func (k *kit) settingsCases() []kcase {
 // cannot.
 func (k *kit) validate(t T, settings json.RawMessage) []sdk.Problem {
 	t.Helper()
-	v, ok := k.p.(sdk.SettingsValidator)
-	if !ok {
-		t.Skipf("the kit's connection has no ValidateSettings")
-	}
-	problems, err := v.ValidateSettings(k.ctx(t), sdk.ValidateRequest{Config: settings, Network: sdk.NetworkPolicy{Mode: k.cfg.Network}})
+	problems, err := k.p.ValidateSettings(k.ctx(t), sdk.ValidateRequest{Config: settings, Network: sdk.NetworkPolicy{Mode: k.cfg.Network}})
 	if errors.Is(err, sdk.ErrUnsupported) {
 		t.Skipf("the provider does not implement sdk.SettingsValidator (%v): amelia config validate says it cannot check its settings, which only EnsureRunning then refuses", err)
 	}
