@@ -72,22 +72,25 @@ const unknownKey = "amelia_sdktest_no_such_key"
 // Settings with a key the provider does not know (a profile's typo) are
 // refused with ErrInvalid naming the key, before anything starts.
 func (k *kit) unknownSettingsKey(t T) {
-	settings := map[string]json.RawMessage{}
-	if raw := bytes.TrimSpace(k.cfg.Settings); len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
-		if err := json.Unmarshal(raw, &settings); err != nil {
-			t.Fatalf("Config.Settings is not a JSON object (%v): the kit adds a key to it", err)
-		}
-	}
+	settings := k.settingsObject(t)
 	settings[unknownKey] = json.RawMessage(`true`)
+	k.ensureRefuses(t, settings, unknownKey)
+}
+
+// ensureRefuses checks that EnsureRunning refuses settings, which hold
+// the unknown key at the path key, with an error matching ErrInvalid that
+// names the key; a sandbox it starts anyway is torn down.
+func (k *kit) ensureRefuses(t T, settings map[string]json.RawMessage, key string) {
+	t.Helper()
 	spec := k.spec(freshName("settings"))
 	spec.Config, _ = json.Marshal(settings)
 	sb, err := k.p.EnsureRunning(k.ctx(t), spec)
-	if err == nil {
+	switch {
+	case err == nil:
 		k.teardownAtEnd(t, sb.Ref)
-		t.Fatalf("EnsureRunning with the unknown settings key %q started sandbox %s; want it refused with an error matching sdk.ErrInvalid that names the key (sdk.DecodeSettings does this)", unknownKey, sb.Ref.Name)
-	}
-	if !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), unknownKey) {
-		t.Errorf("EnsureRunning with the unknown settings key %q: %v; want an error matching sdk.ErrInvalid that names the key", unknownKey, err)
+		t.Errorf("EnsureRunning with the unknown settings key %s started sandbox %s; want it refused with an error matching sdk.ErrInvalid that names the key (sdk.DecodeSettings does this)", key, sb.Ref.Name)
+	case !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), unknownKey):
+		t.Errorf("EnsureRunning with the unknown settings key %s: %v; want an error matching sdk.ErrInvalid that names the key", key, err)
 	}
 }
 

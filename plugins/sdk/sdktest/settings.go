@@ -78,16 +78,7 @@ func (k *kit) nestedUnknownKeyProblem(t T) {
 	settings[block], _ = json.Marshal(inner)
 	key := sdk.JoinKey(block, unknownKey)
 	k.wantProblemAt(t, settings, key)
-
-	spec := k.spec(freshName("settings"))
-	spec.Config, _ = json.Marshal(settings)
-	sb, err := k.p.EnsureRunning(k.ctx(t), spec)
-	if err == nil {
-		k.teardownAtEnd(t, sb.Ref)
-		t.Errorf("EnsureRunning with the unknown settings key %s started sandbox %s; want it refused with an error matching sdk.ErrInvalid, as ValidateSettings reports it", key, sb.Ref.Name)
-	} else if !errors.Is(err, sdk.ErrInvalid) {
-		t.Errorf("EnsureRunning with the unknown settings key %s: %v; want an error matching sdk.ErrInvalid", key, err)
-	}
+	k.ensureRefuses(t, settings, key)
 }
 
 // settingsObject is Config.Settings as a JSON object's members.
