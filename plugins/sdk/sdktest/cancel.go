@@ -39,10 +39,19 @@ func (k *kit) cancelKillsTree(t T) {
 	marker := fmt.Sprintf("cancel-marker-%d", time.Now().UnixNano())
 	// The outer shell, a child shell and its sleep form a tree; the child
 	// would write the marker if it outlived the cancel.
-	lines, cancel, done := k.startBlocking(t, sh(`echo $$; sh -c 'echo $$; sleep 600; echo survived > `+marker+`' & wait`))
+	k.cancelEndsTree(t, sh(`echo $$; sh -c 'echo $$; sleep 600; echo survived > `+marker+`' & wait`), 2, marker, "the exec")
+}
+
+// cancelEndsTree starts req in the shared sandbox, reads the n pids its
+// processes print, cancels it, and checks that it ends Canceled and that
+// none of those processes is left, nor the marker file they would write
+// had they outlived the cancel. what names the exec in what it reports.
+func (k *kit) cancelEndsTree(t T, req sdk.ExecRequest, n int, marker, what string) {
+	t.Helper()
+	lines, cancel, done := k.startBlocking(t, req)
 	ctx := k.ctx(t)
 	var pids []string
-	for range 2 {
+	for range n {
 		line, err := lines.next(ctx)
 		if err != nil {
 			t.Fatalf("read pid: %v", err)
@@ -50,16 +59,18 @@ func (k *kit) cancelKillsTree(t T) {
 		pids = append(pids, line)
 	}
 	cancel()
-	r := <-done
-	if !r.st.Canceled {
+	if r := <-done; !r.st.Canceled {
 		t.Errorf("exit = %+v, want Canceled", r.st)
 	}
-	// Gone or a zombie (dead, not yet reaped) counts as killed.
+	// Gone or a zombie (dead, not yet reaped) counts as killed. The check
+	// runs as the default user, which may not signal the processes of
+	// another uid: a process is there while kill -0 reaches it or /proc
+	// has it.
 	check := `for p in ` + strings.Join(pids, " ") + `; do
-	  if kill -0 $p 2>/dev/null && ! grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; then echo "alive $p: $(cat /proc/$p/cmdline | tr '\000' ' ')"; fi
+	  if { kill -0 $p 2>/dev/null || [ -e /proc/$p ]; } && ! grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; then echo "alive $p: $(tr '\000' ' ' </proc/$p/cmdline)"; fi
 	done; test -e ` + marker + ` && echo marker written; true`
-	if r := k.run(k.ctx(t), t, sh(check), nil); len(r.stdout) != 0 {
-		t.Errorf("after cancel, processes of the exec are still running:\n%s", r.stdout)
+	if r := k.run(ctx, t, k.in(k.sb, sh(check)), nil); len(r.stdout) != 0 {
+		t.Errorf("after cancelling %s, processes of its tree are still running:\n%s", what, r.stdout)
 	}
 }
 

@@ -38,27 +38,7 @@ func (k *kit) runUsers(t T) {
 	marker := fmt.Sprintf("/tmp/sdktest-runusers-%d", time.Now().UnixNano())
 	req := sh(`echo $$; sh -c 'echo $$; sleep 600; echo survived > ` + marker + `' & setsid sh -c 'echo $$; sleep 600; echo survived >> ` + marker + `' & wait`)
 	req.User = runUser
-	lines, cancel, done := k.startBlocking(t, req)
-	var pids []string
-	for range 3 {
-		line, err := lines.next(ctx)
-		if err != nil {
-			t.Fatalf("read pid: %v", err)
-		}
-		pids = append(pids, line)
-	}
-	cancel()
-	if r := <-done; !r.st.Canceled {
-		t.Errorf("exit = %+v, want Canceled", r.st)
-	}
-	// Asked as the default user, which may not signal the uid's processes:
-	// a process counts as alive while /proc has it and it is no zombie.
-	check := `for p in ` + strings.Join(pids, " ") + `; do
-	  if [ -e /proc/$p ] && ! grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; then echo "alive $p: $(tr '\000' ' ' </proc/$p/cmdline)"; fi
-	done; test -e ` + marker + ` && echo marker written; true`
-	if r := k.run(ctx, t, k.in(k.sb, sh(check)), nil); len(r.stdout) != 0 {
-		t.Errorf("after cancelling an exec as uid %s, processes of its tree are still running:\n%s", runUser, r.stdout)
-	}
+	k.cancelEndsTree(t, req, 3, marker, "an exec as uid "+runUser)
 	rm := sh(`rm -f ` + marker)
 	rm.User = runUser
 	k.run(ctx, t, k.in(k.sb, rm), nil)
