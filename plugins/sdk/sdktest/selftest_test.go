@@ -49,7 +49,7 @@ func TestBrokenProvidersFail(t *testing.T) {
 		{"IgnoresTTY", func(r *reference) sdk.Provider { return ignoresTTY{r} }, nil, "FailClosed/TTYRefusedWhenNotDeclared"},
 		{"RunsRootWhenNotDeclared", func(r *reference) sdk.Provider { return acceptsRoot{r} }, nil, "FailClosed/RootRefusedWhenNotDeclared"},
 		{"IgnoresUser", func(r *reference) sdk.Provider { return ignoresUser{r} }, nil, "FailClosed/UserHonouredOrRefused"},
-		{"DeclaresTTYWithoutOne", func(r *reference) sdk.Provider { return claimsTTY{r} }, nil, "Capabilities/TTYWhenDeclared"},
+		{"DeclaresTTYWithoutOne", func(r *reference) sdk.Provider { return claimsTTY{ignoresTTY{r}} }, nil, "Capabilities/TTYWhenDeclared"},
 		{"DeclaresRootWithoutIt", claimsRoot, nil, "Capabilities/RootWhenDeclared"},
 		{"DeclaresLimitsWithoutThem", func(r *reference) sdk.Provider { return claimsLimits{r} }, func(c *sdktest.Config) { c.PidsLimit = 24 }, "Capabilities/PidsLimit"},
 		{"ForwarderNeverConnects", func(r *reference) sdk.Provider { return forwardsNowhere{r} }, nil, "Forwarder/ForwardReachesTarget"},
@@ -59,7 +59,7 @@ func TestBrokenProvidersFail(t *testing.T) {
 		{"ValidatorFindsFault", func(r *reference) sdk.Provider { return faultFinder{r} }, nil, "Settings/GoodSettingsHaveNoProblems"},
 		{"ValidatorAcceptsUnknownKey", func(r *reference) sdk.Provider { return lenientValidator{r} }, nil, "Settings/UnknownKeyIsAProblem"},
 		{"ValidatorLosesThePath", func(r *reference) sdk.Provider { return shortPaths{r} }, nil, "Settings/NestedUnknownKeyIsAProblem"},
-		{"ValidatorStricterThanEnsureRunning", func(r *reference) sdk.Provider { return lenientNested{r} }, nil, "Settings/NestedUnknownKeyIsAProblem"},
+		{"ValidatorStricterThanEnsureRunning", func(r *reference) sdk.Provider { return lenientSettings{r} }, nil, "Settings/NestedUnknownKeyIsAProblem"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := sdktest.Config{Provider: tc.broken(newReference(t)), Settings: settingsFor(t.TempDir())}
@@ -240,13 +240,14 @@ func (b anyNetwork) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandb
 	return b.reference.EnsureRunning(ctx, spec)
 }
 
-// lenientSettings drops the settings keys it does not know.
+// lenientSettings starts a sandbox with the settings keys it does not
+// know, at any depth, dropped; its ValidateSettings reports them.
 type lenientSettings struct{ *reference }
 
 func (b lenientSettings) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
 	var s referenceSettings
 	_ = json.Unmarshal(spec.Config, &s)
-	spec.Config = settingsFor(s.Root)
+	spec.Config, _ = json.Marshal(s)
 	return b.reference.EnsureRunning(ctx, spec)
 }
 
@@ -277,17 +278,6 @@ func (b shortPaths) ValidateSettings(ctx context.Context, req sdk.ValidateReques
 	return problems, err
 }
 
-// lenientNested starts a sandbox with unknown keys in its settings' nested
-// blocks, which its ValidateSettings reports.
-type lenientNested struct{ *reference }
-
-func (b lenientNested) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
-	var s referenceSettings
-	_ = json.Unmarshal(spec.Config, &s)
-	spec.Config, _ = json.Marshal(s)
-	return b.reference.EnsureRunning(ctx, spec)
-}
-
 // ignoresTTY runs an exec asking for a terminal without one.
 type ignoresTTY struct{ *reference }
 
@@ -316,17 +306,12 @@ func (b ignoresUser) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.Exec
 }
 
 // claimsTTY declares TTY, and runs without a terminal.
-type claimsTTY struct{ *reference }
+type claimsTTY struct{ ignoresTTY }
 
 func (b claimsTTY) Info(ctx context.Context) (sdk.Info, error) {
 	info, err := b.reference.Info(ctx)
 	info.TTY = true
 	return info, err
-}
-
-func (b claimsTTY) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
-	req.TTY = false
-	return b.reference.Exec(ctx, req, eio)
 }
 
 // claimsRoot declares ExecAsRoot, and runs an exec asking for root as an
@@ -335,22 +320,15 @@ func claimsRoot(r *reference) sdk.Provider {
 	if os.Geteuid() == 0 {
 		r.cred = &syscall.Credential{Uid: 65534, Gid: 65534}
 	}
-	return claimsRootProvider{r}
+	return claimsRootProvider{acceptsRoot{r}}
 }
 
-type claimsRootProvider struct{ *reference }
+type claimsRootProvider struct{ acceptsRoot }
 
 func (b claimsRootProvider) Info(ctx context.Context) (sdk.Info, error) {
 	info, err := b.reference.Info(ctx)
 	info.ExecAsRoot = true
 	return info, err
-}
-
-func (b claimsRootProvider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
-	if req.User == "root" {
-		req.User = ""
-	}
-	return b.reference.Exec(ctx, req, eio)
 }
 
 // claimsLimits declares ResourceLimits, and enforces none.
