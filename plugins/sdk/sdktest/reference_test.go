@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/hostproc"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/netpipe"
 )
 
 // reference is the smallest provider that keeps the whole contract, for
@@ -93,11 +93,6 @@ func (r *reference) settings(config json.RawMessage) (referenceSettings, error) 
 	return s, nil
 }
 
-func (r *reference) root(config json.RawMessage) (string, error) {
-	s, err := r.settings(config)
-	return s.Root, err
-}
-
 // ValidateSettings checks a settings block; network open, the only mode
 // it enforces, needs no settings.
 func (r *reference) ValidateSettings(_ context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
@@ -105,34 +100,27 @@ func (r *reference) ValidateSettings(_ context.Context, req sdk.ValidateRequest)
 	return sdk.SettingsProblems(err)
 }
 
-// dir is the directory of the sandbox ref names.
-func (r *reference) dir(ref sdk.SandboxRef) (string, error) {
-	root, err := r.root(ref.Config)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(root, ref.Name), nil
-}
-
-// workdir is the working directory of the sandbox ref names.
-func (r *reference) workdir(ref sdk.SandboxRef) (string, error) {
+// paths are the directory of the sandbox ref names and its working
+// directory, from one reading of its settings.
+func (r *reference) paths(ref sdk.SandboxRef) (dir, work string, err error) {
 	s, err := r.settings(ref.Config)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return filepath.Join(s.Root, ref.Name, s.Dirs.Work), nil
+	dir = filepath.Join(s.Root, ref.Name)
+	return dir, filepath.Join(dir, s.Dirs.Work), nil
 }
 
-// existing is the directory of a sandbox that exists, or ErrNotFound.
-func (r *reference) existing(ref sdk.SandboxRef) (string, error) {
-	dir, err := r.dir(ref)
+// existing is paths of a sandbox that exists, or ErrNotFound.
+func (r *reference) existing(ref sdk.SandboxRef) (dir, work string, err error) {
+	dir, work, err = r.paths(ref)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if _, err := os.Stat(filepath.Join(dir, markerName)); err != nil {
-		return "", sdk.Errorf(sdk.ErrNotFound, "sandbox %q does not exist", ref.Name)
+		return "", "", sdk.Errorf(sdk.ErrNotFound, "sandbox %q does not exist", ref.Name)
 	}
-	return dir, nil
+	return dir, work, nil
 }
 
 func (r *reference) Info(context.Context) (sdk.Info, error) {
@@ -148,11 +136,7 @@ func (r *reference) EnsureRunning(_ context.Context, spec sdk.Spec) (sdk.Sandbox
 	if spec.Network.Mode != sdk.NetworkOpen {
 		return sdk.Sandbox{}, sdk.Errorf(sdk.ErrUnsupported, "the reference provider cannot enforce network %q", spec.Network.Mode)
 	}
-	dir, err := r.dir(spec.SandboxRef)
-	if err != nil {
-		return sdk.Sandbox{}, err
-	}
-	work, err := r.workdir(spec.SandboxRef)
+	dir, work, err := r.paths(spec.SandboxRef)
 	if err != nil {
 		return sdk.Sandbox{}, err
 	}
@@ -188,11 +172,7 @@ func (r *reference) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecI
 	default:
 		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "the reference provider runs commands as %s, not %q", r.me, req.User)
 	}
-	dir, err := r.existing(req.Sandbox)
-	if err != nil {
-		return sdk.ExitStatus{}, err
-	}
-	work, err := r.workdir(req.Sandbox)
+	dir, work, err := r.existing(req.Sandbox)
 	if err != nil {
 		return sdk.ExitStatus{}, err
 	}
@@ -246,7 +226,7 @@ func (r *reference) kill(dir string) {
 }
 
 func (r *reference) Teardown(_ context.Context, ref sdk.SandboxRef) error {
-	dir, err := r.dir(ref)
+	dir, _, err := r.paths(ref)
 	if err != nil {
 		return err
 	}
@@ -258,24 +238,24 @@ func (r *reference) Teardown(_ context.Context, ref sdk.SandboxRef) error {
 }
 
 func (r *reference) HealthCheck(_ context.Context, ref sdk.SandboxRef) (sdk.Health, error) {
-	if _, err := r.existing(ref); err != nil {
+	if _, _, err := r.existing(ref); err != nil {
 		return sdk.Health{}, err
 	}
 	return sdk.Health{State: sdk.HealthReady}, nil
 }
 
 func (r *reference) List(_ context.Context, req sdk.ListRequest) ([]sdk.Listed, error) {
-	root, err := r.root(req.Config)
+	s, err := r.settings(req.Config)
 	if err != nil {
 		return nil, err
 	}
-	entries, err := os.ReadDir(root)
+	entries, err := os.ReadDir(s.Root)
 	if err != nil {
-		return nil, fmt.Errorf("list sandboxes in %s: %w", root, err)
+		return nil, fmt.Errorf("list sandboxes in %s: %w", s.Root, err)
 	}
 	var out []sdk.Listed
 	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(root, e.Name(), markerName))
+		b, err := os.ReadFile(filepath.Join(s.Root, e.Name(), markerName))
 		var m referenceMarker
 		if err != nil || json.Unmarshal(b, &m) != nil || !req.Matches(m.Labels) {
 			continue
@@ -293,7 +273,7 @@ func (r *reference) List(_ context.Context, req sdk.ListRequest) ([]sdk.Listed, 
 // Forward listens on this machine's loopback, which is the sandbox's, and
 // pipes each connection to the target until ctx ends.
 func (r *reference) Forward(ctx context.Context, req sdk.ForwardRequest, listening func(addr string)) error {
-	if _, err := r.existing(req.Sandbox); err != nil {
+	if _, _, err := r.existing(req.Sandbox); err != nil {
 		return err
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -313,30 +293,8 @@ func (r *reference) Forward(ctx context.Context, req sdk.ForwardRequest, listeni
 			}
 			return fmt.Errorf("forward: %w", err)
 		}
-		wg.Go(func() { pipe(ctx, c, req.Target) })
+		wg.Go(func() { _ = netpipe.Forward(ctx, c, req.Target) })
 	}
-}
-
-// pipe joins c to a new connection to target until both sides are done or
-// ctx ends.
-func pipe(ctx context.Context, c net.Conn, target string) {
-	defer c.Close()
-	u, err := net.Dial("tcp", target)
-	if err != nil {
-		return
-	}
-	defer u.Close()
-	stop := context.AfterFunc(ctx, func() { _ = c.Close(); _ = u.Close() })
-	defer stop()
-	up := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(u, c)
-		_ = u.(*net.TCPConn).CloseWrite()
-		close(up)
-	}()
-	_, _ = io.Copy(c, u)
-	_ = c.(*net.TCPConn).CloseWrite()
-	<-up
 }
 
 // Close kills every exec still running.

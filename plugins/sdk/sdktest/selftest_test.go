@@ -167,7 +167,7 @@ func (teardownNothing) Teardown(context.Context, sdk.SandboxRef) error { return 
 type teardownLeavesFiles struct{ *reference }
 
 func (b teardownLeavesFiles) Teardown(_ context.Context, ref sdk.SandboxRef) error {
-	dir, err := b.dir(ref)
+	dir, _, err := b.paths(ref)
 	if err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func (b ignoresCancel) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.Ex
 type killsWithoutTerm struct{ *reference }
 
 func (b killsWithoutTerm) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
-	dir, err := b.existing(req.Sandbox)
+	dir, _, err := b.existing(req.Sandbox)
 	if err != nil {
 		return sdk.ExitStatus{}, err
 	}
