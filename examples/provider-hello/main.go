@@ -9,11 +9,11 @@
 // start a VM or a container in EnsureRunning and exec into it.
 //
 // It fails closed, as every provider must: it declares network open only,
-// no TTY and no root, and refuses each of them, and a user other than its
-// own, with sdk.ErrUnsupported; sdk.DecodeSettings refuses a settings key
-// it does not know, and ValidateSettings reports it to `amelia config
-// validate` before anything starts. The conformance kit (main_test.go)
-// checks all of it.
+// no TTY and no root, and refuses each of them, and an exec asking for any
+// user (it runs commands as its own), with sdk.ErrUnsupported;
+// sdk.DecodeSettings refuses a settings key it does not know, and
+// ValidateSettings reports it to `amelia config validate` before anything
+// starts. The conformance kit (main_test.go) checks all of it.
 package main
 
 import (
