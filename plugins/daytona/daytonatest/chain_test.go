@@ -17,6 +17,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
 )
 
 // The gateway as Daytona's real chain behaves (see the package comment),
@@ -118,7 +119,7 @@ func TestGatewayDropsStderr(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out lockedBuffer
+		var out sdktest.Buffer
 		s.Stdout = &out
 		ended := make(chan error, 1)
 		if err := s.Start(fmt.Sprintf("head -c %d /dev/zero >&2; echo done", over)); err != nil {
@@ -410,7 +411,7 @@ func TestGatewaySessionRequests(t *testing.T) {
 		if err := s.RequestPty("xterm", 33, 101, ssh.TerminalModes{}); err != nil {
 			t.Fatal(err)
 		}
-		var term lockedBuffer
+		var term sdktest.Buffer
 		s.Stdout = &term
 		in, _ := s.StdinPipe()
 		if err := s.Shell(); err != nil {

@@ -1,17 +1,16 @@
 package daytonatest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"path"
-	"sync"
 	"time"
 
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
 )
 
 // writeToolboxError answers an error as the toolbox does (ErrorResponse).
@@ -70,7 +69,7 @@ func (f *Fake) execute(w http.ResponseWriter, r *http.Request) {
 	for k, v := range req.Envs {
 		env = append(env, k+"="+v)
 	}
-	var out lockedBuffer
+	var out sdktest.Buffer // two copiers write to it
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	st, err := f.backend.run(ctx, s, execRequest{cmd: req.Command, dir: dir, env: env, stdout: &out, stderr: &out, killable: true})
@@ -83,22 +82,4 @@ func (f *Fake) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, api.ExecuteResponse{ExitCode: st.code, Result: out.String()})
-}
-
-// lockedBuffer is a buffer two copiers may write to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
