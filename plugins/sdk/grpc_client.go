@@ -37,6 +37,7 @@ var (
 	_ Lister            = (*Client)(nil)
 	_ Forwarder         = (*Client)(nil)
 	_ SettingsValidator = (*Client)(nil)
+	_ Preflighter       = (*Client)(nil)
 )
 
 func (c *Client) Info(ctx context.Context) (Info, error) {

@@ -237,6 +237,7 @@ var (
 	_ Lister            = (*Plugin)(nil)
 	_ Forwarder         = (*Plugin)(nil)
 	_ SettingsValidator = (*Plugin)(nil)
+	_ Preflighter       = (*Plugin)(nil)
 )
 
 func (p *Plugin) Info(ctx context.Context) (Info, error) {
