@@ -446,22 +446,10 @@ func decodeSection[T any](d *decoder, at path, v any, sec section[T], dst *T) bo
 		if sec.extra != nil && sec.extra(d, at.key(k), k, m[k], dst) {
 			continue
 		}
-		d.unknownKey(at.key(k), k, known, sec.extraHint)
+		d.problemf(at.key(k), "%s", sdk.UnknownKeyMessage(k, known, sec.extraHint))
 	}
 	if sec.check != nil {
 		sec.check(d, at, set, dst)
 	}
 	return true
-}
-
-func (d *decoder) unknownKey(at path, key string, known []string, hint string) {
-	list := strings.Join(known, ", ")
-	if hint != "" {
-		list += ", " + hint
-	}
-	if c := sdk.Closest(key, known); c != "" {
-		d.problemf(at, "unknown key, did you mean %s? (known: %s)", c, list)
-		return
-	}
-	d.problemf(at, "unknown key (known: %s)", list)
 }

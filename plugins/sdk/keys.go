@@ -67,11 +67,17 @@ func needsQuote(k string) bool {
 	return false
 }
 
-// unknownKeyMessage says that a key is not one of known, suggesting the
-// one it is likely a typo of, in the words the profile's own unknown keys
-// are reported in.
-func unknownKeyMessage(key string, known []string) string {
+// UnknownKeyMessage says that key is not one of known, suggesting the
+// one it is likely a typo of (Closest): "unknown key, did you mean memory?
+// (known: cpus, memory, pids)". A hint, when not empty, ends the list of
+// known keys ("or a map of provider settings"). It is the wording of
+// every unknown key Amelia reports, in a profile and in a provider's
+// settings block.
+func UnknownKeyMessage(key string, known []string, hint string) string {
 	list := strings.Join(known, ", ")
+	if hint != "" {
+		list += ", " + hint
+	}
 	if c := Closest(key, known); c != "" {
 		return "unknown key, did you mean " + c + "? (known: " + list + ")"
 	}

@@ -215,7 +215,7 @@ func (d *settingsDecoder) object(at string, raw json.RawMessage, v reflect.Value
 		key := JoinKey(at, k)
 		f, ok := findField(fields, k)
 		if !ok {
-			d.add(key, "%s", unknownKeyMessage(k, names))
+			d.add(key, "%s", UnknownKeyMessage(k, names, ""))
 			continue
 		}
 		d.value(key, m[k], v.FieldByIndex(f.index))

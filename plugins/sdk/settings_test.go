@@ -221,6 +221,20 @@ func TestClosest(t *testing.T) {
 	}
 }
 
+func TestUnknownKeyMessage(t *testing.T) {
+	known := []string{"cpus", "memory"}
+	for _, tc := range []struct{ key, hint, want string }{
+		{"memroy", "", "unknown key, did you mean memory? (known: cpus, memory)"},
+		{"colour", "", "unknown key (known: cpus, memory)"},
+		{"memroy", "or a map of settings", "unknown key, did you mean memory? (known: cpus, memory, or a map of settings)"},
+		{"colour", "or a map of settings", "unknown key (known: cpus, memory, or a map of settings)"},
+	} {
+		if got := sdk.UnknownKeyMessage(tc.key, known, tc.hint); got != tc.want {
+			t.Errorf("UnknownKeyMessage(%q, %q, %q) = %q, want %q", tc.key, known, tc.hint, got, tc.want)
+		}
+	}
+}
+
 func TestJoinKey(t *testing.T) {
 	for _, tc := range []struct{ at, key, want string }{
 		{"", "docker", "docker"},
