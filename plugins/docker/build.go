@@ -107,7 +107,7 @@ func (p *Provider) ensureImage(ctx context.Context, e *engine, set Settings) (im
 		return pl, err
 	}
 	if pl.ready != "" {
-		return pl, p.ensureReady(ctx, e, pl.ready)
+		return pl, p.pullMissing(ctx, e, pl)
 	}
 	_, err = p.buildIfMissing(ctx, e, pl, false, &logWriter{log: p.opts.Logger})
 	return pl, err
@@ -144,20 +144,53 @@ func hasImage(ctx context.Context, e *engine, ref string) (bool, error) {
 	return false, e.wrap(err, "inspect image "+ref)
 }
 
-// ensureReady pulls a ready image the engine lacks.
-func (p *Provider) ensureReady(ctx context.Context, e *engine, ref string) error {
+// missing says which image the plan needs that the engine lacks: the ready
+// image (docker.image), or the base Amelia's sandbox image is built FROM
+// (isBase). Whether the sandbox image itself is built is buildIfMissing's
+// question; a profile's own Dockerfile names its base itself, and the
+// builder pulls that. ref is empty when nothing is missing.
+func (p *Provider) missing(ctx context.Context, e *engine, pl imagePlan) (ref string, isBase bool, err error) {
+	switch {
+	case pl.ready != "":
+		ref = pl.ready
+	case pl.user != nil:
+		return "", false, nil
+	default:
+		ref, isBase = pl.base, true
+	}
 	if ok, err := hasImage(ctx, e, ref); err != nil || ok {
+		return "", false, err
+	}
+	return ref, isBase, nil
+}
+
+// pullMissing pulls the image the plan needs that the engine lacks. A base
+// that cannot be pulled is a *missingBase; a ready image, an error matching
+// sdk.ErrNotFound.
+func (p *Provider) pullMissing(ctx context.Context, e *engine, pl imagePlan) error {
+	ref, isBase, err := p.missing(ctx, e, pl)
+	if err != nil || ref == "" {
 		return err
 	}
-	p.opts.Logger.Info("pulling the sandbox image", "image", ref, "engine", e.host)
+	err = p.pull(ctx, e, ref)
+	switch {
+	case err == nil:
+		return nil
+	case isBase:
+		return &missingBase{base: ref, host: e.host, cause: err}
+	}
+	return sdk.Errorf(sdk.ErrNotFound, "docker.image %q is not on the engine at %s and could not be pulled: %v", ref, e.host, err)
+}
+
+// pull pulls the image ref onto the engine. Its error is the engine's, for
+// the caller to say which image could not be had.
+func (p *Provider) pull(ctx context.Context, e *engine, ref string) error {
+	p.opts.Logger.Info("pulling an image the engine lacks", "image", ref, "engine", e.host)
 	resp, err := e.cli.ImagePull(ctx, ref, client.ImagePullOptions{})
-	if err == nil {
-		err = resp.Wait(ctx)
-	}
 	if err != nil {
-		return sdk.Errorf(sdk.ErrNotFound, "docker.image %q is not on the engine at %s and could not be pulled: %v", ref, e.host, err)
+		return err
 	}
-	return nil
+	return resp.Wait(ctx)
 }
 
 // missingBase is a base image that is neither on the engine nor pullable.
@@ -189,23 +222,6 @@ func (m *missingBase) Is(target error) bool { return target == sdk.ErrNotFound }
 // variable's name.
 var envName = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
 
-// ensureBase pulls the base image the sandbox image is built FROM when the
-// engine lacks it; one that cannot be pulled is a *missingBase.
-func (p *Provider) ensureBase(ctx context.Context, e *engine, base string) error {
-	if ok, err := hasImage(ctx, e, base); err != nil || ok {
-		return err
-	}
-	p.opts.Logger.Info("pulling the base image", "image", base, "engine", e.host)
-	resp, err := e.cli.ImagePull(ctx, base, client.ImagePullOptions{})
-	if err == nil {
-		err = resp.Wait(ctx)
-	}
-	if err != nil {
-		return &missingBase{base: base, host: e.host, cause: err}
-	}
-	return nil
-}
-
 // build builds the plan's image (the devcontainer first, when there is
 // one), writing the build's output to progress.
 func (p *Provider) build(ctx context.Context, e *engine, pl imagePlan, noCache bool, progress io.Writer) error {
@@ -225,11 +241,8 @@ func (p *Provider) build(ctx context.Context, e *engine, pl imagePlan, noCache b
 				return err
 			}
 		}
-	}
-	if pl.user == nil {
-		if err := p.ensureBase(ctx, e, pl.base); err != nil {
-			return err
-		}
+	} else if err := p.pullMissing(ctx, e, pl); err != nil {
+		return err
 	}
 	fmt.Fprintf(progress, "Building %s FROM %s\n", pl.tag, pl.base)
 	base := pl.base

@@ -83,17 +83,17 @@ func (p *Provider) Preflight(ctx context.Context, spec sdk.Spec) error {
 	if err != nil {
 		return err
 	}
-	if pl.ready != "" {
-		if ok, err := hasImage(ctx, e, pl.ready); err != nil || ok {
-			return err
+	if pl.ready == "" {
+		if built, err := hasImage(ctx, e, pl.tag); err != nil || built {
+			return err // a built sandbox image needs nothing more
 		}
-		return sdk.Errorf(sdk.ErrNotFound, "docker.image %s is not on the Docker engine at %s (the first start would pull it): docker pull %s", pl.ready, e.host, pl.ready)
 	}
-	if ok, err := hasImage(ctx, e, pl.tag); err != nil || ok || pl.user != nil {
-		return err // built already, or built from the profile's own Dockerfile
-	}
-	if ok, err := hasImage(ctx, e, pl.base); err != nil || ok {
+	ref, isBase, err := p.missing(ctx, e, pl)
+	switch {
+	case err != nil || ref == "":
 		return err
+	case isBase:
+		return &missingBase{base: ref, host: e.host, profile: spec.Name}
 	}
-	return &missingBase{base: pl.base, host: e.host, profile: spec.Name}
+	return sdk.Errorf(sdk.ErrNotFound, "docker.image %s is not on the Docker engine at %s (the first start would pull it): docker pull %s", ref, e.host, ref)
 }
