@@ -13,27 +13,22 @@ import (
 	"github.com/moby/moby/client"
 )
 
-// LocalBase reports, for `amelia init`, the engine the settings (a
-// profile's docker block) reach, and a base image that engine already
-// holds to build the sandbox image FROM: the settings' base_image when
-// they name one, else the bootstrapped image.TestBase, else
-// image.DefaultBase. It pulls nothing. Holding none is an error matching
-// sdk.ErrNotFound that says how to make one.
-func (p *Provider) LocalBase(ctx context.Context, settings []byte) (engine, base string, err error) {
-	set, err := decodeSettings(settings)
-	if err != nil {
-		return "", "", err
-	}
-	e, err := p.engine(ctx, set)
+// LocalBase reports, for `amelia init`, the engine a docker block without
+// host or context reaches (DOCKER_HOST, else the current docker context),
+// and a base image that engine already holds to build the sandbox image
+// FROM: the bootstrapped image.TestBase, else image.DefaultBase. It pulls
+// nothing. Holding neither is an error matching sdk.ErrNotFound that says
+// how to make one.
+func (p *Provider) LocalBase(ctx context.Context) (engine, base string, err error) {
+	e, err := p.engine(ctx, Settings{})
 	if err != nil {
 		return "", "", err
 	}
 	candidates := []string{image.TestBase, image.DefaultBase}
-	if set.BaseImage != image.DefaultBase {
-		candidates = []string{set.BaseImage} // the profile's own choice
-	}
 	for _, c := range candidates {
-		if _, err := e.cli.ImageInspect(ctx, c); err == nil {
+		if ok, err := hasImage(ctx, e, c); err != nil {
+			return e.host, "", err
+		} else if ok {
 			return e.host, c, nil
 		}
 	}

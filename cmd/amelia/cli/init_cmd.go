@@ -25,7 +25,7 @@ import (
 // --bootstrap, to make one.
 type dockerSetup interface {
 	imageBuilder
-	LocalBase(ctx context.Context, settings []byte) (engine, base string, err error)
+	LocalBase(ctx context.Context) (engine, base string, err error)
 	Bootstrap(ctx context.Context, out io.Writer) error
 }
 
@@ -106,13 +106,13 @@ func (a *app) setUpDocker(ctx context.Context, out io.Writer, bootstrap, noBuild
 	if !ok {
 		return "", "", errors.New("this amelia's docker provider cannot be set up by amelia init")
 	}
-	engine, base, err = d.LocalBase(ctx, nil)
+	engine, base, err = d.LocalBase(ctx)
 	if errors.Is(err, sdk.ErrNotFound) && bootstrap {
 		fmt.Fprintf(out, "the engine at %s holds no base image: making amelia-base:bookworm from Debian's packages (a few minutes)\n", engine)
 		if berr := d.Bootstrap(ctx, out); berr != nil {
 			return engine, "", berr
 		}
-		engine, base, err = d.LocalBase(ctx, nil)
+		engine, base, err = d.LocalBase(ctx)
 	}
 	if err != nil || noBuild {
 		return engine, base, err
