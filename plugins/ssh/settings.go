@@ -70,17 +70,14 @@ func invalid(key, format string, args ...any) error {
 // enforce_egress. It reads no ssh config and reaches no machine.
 func (p *Provider) ValidateSettings(_ context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
 	s, err := decodeSettings(req.Config)
-	problems, err := sdk.SettingsProblems(err)
-	if err != nil || len(problems) > 0 {
-		return problems, err
+	if err == nil {
+		err = s.enforces(req.Network.Mode)
 	}
-	if err := s.enforces(req.Network.Mode); err != nil {
-		return sdk.SettingsProblems(err)
-	}
-	return nil, nil
+	return sdk.SettingsProblems(err)
 }
 
-// enforces refuses a network mode these settings cannot enforce.
+// enforces refuses, at enforce_egress, a network mode these settings
+// cannot enforce: all but open need the machine's iptables.
 func (s Settings) enforces(mode sdk.NetworkMode) error {
 	if mode == sdk.NetworkOpen || s.EnforceEgress == "iptables" {
 		return nil

@@ -187,12 +187,10 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 	if err != nil {
 		return sdk.Sandbox{}, err
 	}
+	if err := sb.set.enforces(spec.Network.Mode); err != nil {
+		return sdk.Sandbox{}, sdk.Errorf(sdk.ErrUnsupported, "sandbox %s on %s: %v", sb.name, sb.r.conn.Target().Addr, err)
+	}
 	if spec.Network.Mode != sdk.NetworkOpen {
-		if sb.set.EnforceEgress != "iptables" {
-			return sdk.Sandbox{}, sdk.Errorf(sdk.ErrUnsupported,
-				"the ssh provider cannot take the network away from %s: network %q needs ssh.enforce_egress: iptables (and a login that may run `sudo -n iptables`); use network open, or the docker provider",
-				sb.r.conn.Target().Addr, spec.Network.Mode)
-		}
 		if err := p.enforceEgress(ctx, sb); err != nil {
 			return sdk.Sandbox{}, err
 		}

@@ -293,7 +293,7 @@ func TestNetworkPolicyRefused(t *testing.T) {
 	root := t.TempDir()
 	for _, mode := range []sdk.NetworkMode{sdk.NetworkNone, sdk.NetworkAllowlist} {
 		_, err := p.EnsureRunning(t.Context(), sdk.Spec{SandboxRef: sdk.SandboxRef{Name: "fenced", Config: settings(t, srv, map[string]any{"root": root})}, Network: sdk.NetworkPolicy{Mode: mode}})
-		if !errors.Is(err, sdk.ErrUnsupported) || !strings.Contains(err.Error(), "ssh.enforce_egress: iptables") {
+		if !errors.Is(err, sdk.ErrUnsupported) || !strings.Contains(err.Error(), fmt.Sprintf("ssh.enforce_egress: network %q needs enforce_egress: iptables", mode)) {
 			t.Errorf("network %s: %v", mode, err)
 		}
 	}
