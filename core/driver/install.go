@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,7 +66,13 @@ func (in *Installer) EnsureWorker(ctx context.Context, ex sdk.Execer, place sdk.
 	}
 	dest := dir + "/" + envelope.WorkerName(sum)
 
-	found, err := in.findInstalled(ctx, ex, sum, append([]string{dest}, place.Preinstalled...))
+	paths := []string{dest}
+	for _, p := range place.Preinstalled {
+		if !slices.Contains(paths, p) { // each is checksummed once
+			paths = append(paths, p)
+		}
+	}
+	found, err := in.findInstalled(ctx, ex, sum, paths)
 	if err != nil {
 		return "", err
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
@@ -147,6 +149,31 @@ func TestEnsureWorkerPreinstalled(t *testing.T) {
 	path, err = in.EnsureWorker(t.Context(), ex, sdk.WorkerPlace{Preinstalled: []string{stale}})
 	if err != nil || !strings.HasPrefix(path, homeOf(sb)) || ex.withStdin.Load() != 1 {
 		t.Errorf("with a stale copy: %s, %v, %d uploads", path, err, ex.withStdin.Load())
+	}
+}
+
+// A provider that names as preinstalled the path the installer would put
+// the worker at anyway (or one path twice) has each checksummed once.
+func TestEnsureWorkerPreinstalledAtDest(t *testing.T) {
+	sb := sandboxtest.New(t, "at-dest")
+	in := &driver.Installer{Dirs: []string{workerDir}}
+	path, err := in.EnsureWorker(t.Context(), sb, sdk.WorkerPlace{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var checked []string // the paths the check asked about
+	ex := execerFunc(func(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+		if len(req.Argv) > 4 && req.Argv[2] == envelope.SumScript {
+			checked = append(checked, req.Argv[4:]...)
+		}
+		return sb.Exec(ctx, req, eio)
+	})
+	got, err := in.EnsureWorker(t.Context(), ex, sdk.WorkerPlace{Preinstalled: []string{path, path}})
+	if err != nil || got != path {
+		t.Fatalf("EnsureWorker = %s, %v; want %s", got, err, path)
+	}
+	if !slices.Equal(checked, []string{path}) {
+		t.Errorf("the check asked about %q, want %s once", checked, path)
 	}
 }
 

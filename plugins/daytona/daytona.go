@@ -249,9 +249,10 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 	}
 	return sdk.Sandbox{
 		Ref: ref, Created: created, Workdir: workspace(set.home), Details: details,
-		// The worker ready() put there; amelia's installer finds it by
-		// its sha256 without another upload.
-		Worker: sdk.WorkerPlace{Dir: workerDir(set.home), Preinstalled: []string{set.worker}},
+		// ready() put the worker in Dir under the name amelia's installer
+		// gives it (its sha256), so the installer finds it there without
+		// another upload.
+		Worker: sdk.WorkerPlace{Dir: workerDir(set.home)},
 	}, nil
 }
 
