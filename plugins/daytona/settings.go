@@ -100,7 +100,7 @@ func (p *Provider) ValidateSettings(_ context.Context, req sdk.ValidateRequest) 
 // decodeSettings reads a settings block; unknown keys are errors.
 func decodeSettings(raw json.RawMessage) (Settings, time.Duration, error) {
 	var s Settings
-	if err := sdk.DecodeSettings(raw, "daytona", &s); err != nil {
+	if err := sdk.DecodeSettings(raw, Name, &s); err != nil {
 		return s, 0, err
 	}
 	if s.APIURL == "" {

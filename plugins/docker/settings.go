@@ -91,7 +91,7 @@ var (
 // request (strictly: a typo does not pass silently).
 func decodeSettings(raw json.RawMessage) (Settings, error) {
 	var s Settings
-	if err := sdk.DecodeSettings(raw, "docker", &s); err != nil {
+	if err := sdk.DecodeSettings(raw, Name, &s); err != nil {
 		return s, err
 	}
 	return s, s.normalize()

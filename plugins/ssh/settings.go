@@ -88,7 +88,7 @@ func (s Settings) enforces(mode sdk.NetworkMode) error {
 // decodeSettings reads a settings block; unknown keys are errors.
 func decodeSettings(raw json.RawMessage) (Settings, error) {
 	var s Settings
-	if err := sdk.DecodeSettings(raw, "ssh", &s); err != nil {
+	if err := sdk.DecodeSettings(raw, Name, &s); err != nil {
 		return s, err
 	}
 	switch {
