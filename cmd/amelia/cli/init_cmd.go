@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,9 +9,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
+	"github.com/moby/sys/atomicwriter"
 	"github.com/spf13/cobra"
 
 	"github.com/amelia-sandbox/amelia/core/config"
@@ -45,7 +44,7 @@ engines that cannot pull), builds the sandbox image once (unless --no-build),
 and writes --config (default ~/.config/amelia/config.yaml) with a profile
 "docker" as the default and a profile "local" (no isolation). Without an
 engine, local is the default and the docker profile waits for one. An
-existing file is kept unless --force, which moves it to FILE.bak.`,
+existing file is kept unless --force, which keeps a copy as FILE.bak.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.init(cmd.Context(), cmd.OutOrStdout(), force, bootstrap, noBuild)
@@ -119,8 +118,7 @@ func (a *app) setUpDocker(ctx context.Context, out io.Writer, bootstrap, noBuild
 	}
 	settings, _ := json.Marshal(map[string]string{"base_image": base})
 	fmt.Fprintf(out, "building the sandbox image FROM %s (once: runs reuse it)\n", base)
-	var progress bytes.Buffer
-	tag, err := d.BuildImage(ctx, settings, false, &progress)
+	tag, err := d.BuildImage(ctx, settings, false, io.Discard)
 	if err != nil {
 		return engine, base, fmt.Errorf("build the sandbox image FROM %s: %w", base, err)
 	}
@@ -168,30 +166,23 @@ func orUnknown(s string) string {
 	return s
 }
 
-// writeConfigFile writes text to path (0600, its directory 0700); with
-// replace, an existing file is first moved to path.bak.
+// writeConfigFile writes text to path (0600, its directory 0700), whole or
+// not at all; with replace, an existing file is first copied to path.bak,
+// and path holds the old config until the new one takes its place.
 func writeConfigFile(path, text string, replace bool) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if replace {
-		if err := os.Rename(path, path+".bak"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		old, err := os.ReadFile(path)
+		if err == nil {
+			err = atomicwriter.WriteFile(path+".bak", old, 0o600)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("keep the old config as %s.bak: %w", path, err)
 		}
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".config-*.yaml")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(strings.TrimLeft(text, "\n")); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicwriter.WriteFile(path, []byte(text), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
