@@ -23,6 +23,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/moby/sys/atomicwriter"
 )
 
 // State is what became of a run's work.
@@ -112,20 +114,8 @@ func (s *Store) Put(r Record) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return fmt.Errorf("record run %s: %w", r.Workflow, err)
 	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
-	if err != nil {
+	if err := atomicwriter.WriteFile(p, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("record run %s: %w", r.Workflow, err)
-	}
-	_, werr := f.Write(append(b, '\n'))
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(f.Name(), p)
-	}
-	if werr != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("record run %s: %w", r.Workflow, werr)
 	}
 	return nil
 }
