@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/atomicwriter"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
@@ -269,7 +270,7 @@ func supervise(dir, lock string, grace time.Duration, args []string, ready *os.F
 	if err != nil {
 		return fmt.Errorf("start %s: %w", args[0], err)
 	}
-	if err := writeAtomic(filepath.Join(dir, runPID), []byte(strconv.Itoa(os.Getpid())+"\n")); err != nil {
+	if err := atomicwriter.WriteFile(filepath.Join(dir, runPID), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 		child.Kill()
 		return err
 	}
@@ -286,7 +287,7 @@ func supervise(dir, lock string, grace time.Duration, args []string, ready *os.F
 	}()
 	end := reapAll(child.Pid)
 	data, _ := json.Marshal(end)
-	return writeAtomic(filepath.Join(dir, runExit), append(data, '\n'))
+	return atomicwriter.WriteFile(filepath.Join(dir, runExit), append(data, '\n'), 0o600)
 }
 
 // reapAll reaps every child of this process until none is left, and
@@ -578,13 +579,4 @@ func (w *worker) statusCmd() *cobra.Command {
 	cmd.Flags().StringVar(&dir, "dir", "", "the run's directory (required)")
 	cmd.MarkFlagRequired("dir")
 	return cmd
-}
-
-// writeAtomic writes data to path through a temporary file and a rename.
-func writeAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
