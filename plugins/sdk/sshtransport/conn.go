@@ -137,7 +137,7 @@ func (c *Conn) Session(ctx context.Context) (s *ssh.Session, release func(), err
 		if pick != nil {
 			pick.open++
 			c.mu.Unlock()
-			s, err := c.openSession(ctx, pick.ssh)
+			s, err := c.openSession(ctx, pick)
 			if err == nil {
 				c.mu.Lock()
 				pick.est++
@@ -185,34 +185,46 @@ func (c *Conn) Session(ctx context.Context) (s *ssh.Session, release func(), err
 // openSession opens a session on cl, within ctx and DialTimeout: a
 // connection whose server stopped answering (its peer gone without the TCP
 // connection closing) would otherwise block NewSession for good. On the
-// timeout cl is closed, which ends the wait and marks it dead.
-func (c *Conn) openSession(ctx context.Context, cl *ssh.Client) (*ssh.Session, error) {
+// timeout cl is closed, which marks it dead.
+//
+// Nothing here waits for NewSession once it gives up on it: x/crypto/ssh
+// can lose a channel open that races the connection's end (its mux drops
+// its channels before it closes the connection, so an open sent in between
+// is never answered), and that NewSession never returns. The end of cl is
+// one of the things waited for instead.
+func (c *Conn) openSession(ctx context.Context, cl *client) (*ssh.Session, error) {
 	type opened struct {
 		s   *ssh.Session
 		err error
 	}
 	done := make(chan opened, 1)
 	go func() {
-		s, err := cl.NewSession()
+		s, err := cl.ssh.NewSession()
 		done <- opened{s, err}
 	}()
-	t := time.NewTimer(c.opts.DialTimeout)
-	defer t.Stop()
-	select {
-	case o := <-done:
-		return o.s, o.err
-	case <-t.C:
-		cl.Close()
-		<-done
-		return nil, fmt.Errorf("ssh %s did not open a session within %v", c.target, c.opts.DialTimeout)
-	case <-ctx.Done():
-		// Other sessions share cl: leave it open, and close the session
-		// if it comes after all.
+	// abandon closes the session if it comes after all; other sessions
+	// may share cl, so cl itself stays open.
+	abandon := func() {
 		go func() {
 			if o := <-done; o.err == nil {
 				o.s.Close()
 			}
 		}()
+	}
+	t := time.NewTimer(c.opts.DialTimeout)
+	defer t.Stop()
+	select {
+	case o := <-done:
+		return o.s, o.err
+	case <-cl.done:
+		abandon()
+		return nil, fmt.Errorf("ssh %s: the connection ended while a session was being opened", c.target)
+	case <-t.C:
+		cl.ssh.Close()
+		abandon()
+		return nil, fmt.Errorf("ssh %s did not open a session within %v", c.target, c.opts.DialTimeout)
+	case <-ctx.Done():
+		abandon()
 		return nil, ctx.Err()
 	}
 }
