@@ -180,7 +180,7 @@ func (s *Server) start(bin string, port int) {
 			lis.Close()
 		}
 		cmd := exec.Command(bin, "-D", "-e", "-f", s.config, "-p", strconv.Itoa(port))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.SysProcAttr = procAttr()
 		stderr, err := cmd.StderrPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -306,6 +306,7 @@ func StartAgent(t testing.TB, keyPath, passphrase string) *Agent {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	cmd := exec.Command("ssh-agent", "-D", "-a", sock)
+	cmd.SysProcAttr = procAttr()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
