@@ -202,8 +202,7 @@ func (c *Conn) openSession(ctx context.Context, cl *client) (*ssh.Session, error
 		s, err := cl.ssh.NewSession()
 		done <- opened{s, err}
 	}()
-	// abandon closes the session if it comes after all; other sessions
-	// may share cl, so cl itself stays open.
+	// abandon closes the session if it comes after all.
 	abandon := func() {
 		go func() {
 			if o := <-done; o.err == nil {
@@ -224,6 +223,7 @@ func (c *Conn) openSession(ctx context.Context, cl *client) (*ssh.Session, error
 		abandon()
 		return nil, fmt.Errorf("ssh %s did not open a session within %v", c.target, c.opts.DialTimeout)
 	case <-ctx.Done():
+		// Other sessions share cl: leave it open.
 		abandon()
 		return nil, ctx.Err()
 	}
