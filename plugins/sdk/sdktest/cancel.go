@@ -62,12 +62,20 @@ func (k *kit) cancelEndsTree(t T, req sdk.ExecRequest, n int, marker, what strin
 	if r := <-done; !r.st.Canceled {
 		t.Errorf("exit = %+v, want Canceled", r.st)
 	}
-	// Gone or a zombie (dead, not yet reaped) counts as killed. The check
-	// runs as the default user, which may not signal the processes of
-	// another uid: a process is there while kill -0 reaches it or /proc
-	// has it.
+	// Gone, a zombie (dead, not yet reaped) or exiting (PF_EXITING, 0x4 in
+	// /proc/PID/stat's flags: killed, its memory released, not yet a
+	// zombie) counts as killed. The check runs as the default user, which
+	// may not signal the processes of another uid: a process is there while
+	// kill -0 reaches it or /proc has it. Without /proc, kill -0 decides.
 	check := `for p in ` + strings.Join(pids, " ") + `; do
-	  if { kill -0 $p 2>/dev/null || [ -e /proc/$p ]; } && ! grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; then echo "alive $p: $(tr '\000' ' ' </proc/$p/cmdline)"; fi
+	  kill -0 $p 2>/dev/null || [ -e /proc/$p ] || continue
+	  if st=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null) && [ -n "$st" ]; then
+	    set -- $st
+	    { [ "$1" = Z ] || [ $(( $7 & 4 )) -ne 0 ]; } && continue
+	    echo "alive $p (state $1): $(tr '\000' ' ' </proc/$p/cmdline 2>/dev/null)"
+	  elif kill -0 $p 2>/dev/null; then
+	    echo "alive $p"
+	  fi
 	done; test -e ` + marker + ` && echo marker written; true`
 	if r := k.run(ctx, t, k.in(k.sb, sh(check)), nil); len(r.stdout) != 0 {
 		t.Errorf("after cancelling %s, processes of its tree are still running:\n%s", what, r.stdout)

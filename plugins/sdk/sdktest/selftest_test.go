@@ -43,6 +43,7 @@ func TestBrokenProvidersFail(t *testing.T) {
 		{"MergesStderrIntoStdout", func(r *reference) sdk.Provider { return mergesStderr{r} }, nil, "Exec/ExitCodeAndStreamsKeptApart"},
 		{"WrongExitCode", func(r *reference) sdk.Provider { return wrongExitCode{r} }, nil, "Exec/ExitCodeAndStreamsKeptApart"},
 		{"IgnoresCancel", func(r *reference) sdk.Provider { return ignoresCancel{r} }, nil, "Cancel/CancelKillsProcessTree"},
+		{"CancelLeavesTree", func(r *reference) sdk.Provider { return leavesTree{r} }, nil, "Cancel/CancelKillsProcessTree"},
 		{"KillsWithoutTerm", func(r *reference) sdk.Provider { return killsWithoutTerm{r} }, nil, "Cancel/CancelSendsTermFirst"},
 		{"AcceptsUndeclaredNetwork", func(r *reference) sdk.Provider { return anyNetwork{r} }, nil, "FailClosed/UndeclaredNetworkModeRefused"},
 		{"IgnoresUnknownSettings", func(r *reference) sdk.Provider { return lenientSettings{r} }, nil, "FailClosed/UnknownSettingsKeyRefused"},
@@ -217,6 +218,18 @@ func (b ignoresCancel) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.Ex
 	case <-ctx.Done():
 		return sdk.ExitStatus{}, nil
 	}
+}
+
+// leavesTree says a cancelled exec was cancelled, and leaves its process
+// tree running: only the check for live processes can catch it.
+type leavesTree struct{ *reference }
+
+func (b leavesTree) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	st, err := ignoresCancel(b).Exec(ctx, req, eio)
+	if err == nil && ctx.Err() != nil {
+		st.Canceled = true
+	}
+	return st, err
 }
 
 // killsWithoutTerm SIGKILLs a cancelled exec at once.
