@@ -11,6 +11,7 @@ package sshtest
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"net"
@@ -30,6 +31,7 @@ import (
 	"github.com/moby/moby/client"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/amelia-sandbox/amelia/plugins/sdk/hostproc"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 )
@@ -60,6 +62,7 @@ type Server struct {
 	t      testing.TB
 	dir    string
 	config string
+	tag    string // NAME=value in the environment of every session's command
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	log    *sdktest.Buffer
@@ -119,7 +122,8 @@ func Start(t testing.TB, opts Options) *Server {
 		}
 	}
 	dir := t.TempDir()
-	s := &Server{Host: "127.0.0.1", User: u.Username, t: t, dir: dir, log: &sdktest.Buffer{}}
+	s := &Server{Host: "127.0.0.1", User: u.Username, t: t, dir: dir, log: &sdktest.Buffer{},
+		tag: "AMELIA_SSHTEST_SERVER=" + rand.Text()}
 	s.HostKey = Keygen(t, filepath.Join(dir, "host_key"), "")
 	s.ClientKey = filepath.Join(dir, "client_key")
 	client := Keygen(t, s.ClientKey, "")
@@ -140,7 +144,9 @@ func Start(t testing.TB, opts Options) *Server {
 		// unless SHLVL says it is nested: the tests' logins must not
 		// depend on (or print what is printed by) the rc files of the
 		// user running them. Noise from rc files is shexec's own test.
-		"SetEnv SHLVL=1",
+		// The tag finds what the sessions leave running when the server
+		// stops.
+		"SetEnv SHLVL=1 " + s.tag,
 	}
 	if opts.MaxSessions > 0 {
 		lines = append(lines, fmt.Sprintf("MaxSessions %d", opts.MaxSessions))
@@ -278,7 +284,8 @@ func children(pid int) []int {
 	return out
 }
 
-// Stop stops sshd and every session it runs.
+// Stop stops sshd, every session it runs and every process its sessions
+// left running, in the background or after a connection dropped.
 func (s *Server) Stop() {
 	s.mu.Lock()
 	cmd := s.cmd
@@ -292,6 +299,7 @@ func (s *Server) Stop() {
 		syscall.Kill(c, syscall.SIGKILL)
 	}
 	cmd.Wait()
+	hostproc.KillTagged(s.tag)
 }
 
 // Agent is a running ssh-agent.

@@ -338,7 +338,7 @@ func (p *Provider) Teardown(_ context.Context, ref sdk.SandboxRef) error {
 		return err
 	}
 	p.killRunning(sb.dir)
-	killTagged(sandboxIDEnv + "=" + m.ID)
+	hostproc.KillTagged(sandboxIDEnv + "=" + m.ID)
 	if err := removeAll(sb.dir); err != nil {
 		return fmt.Errorf("remove local sandbox %q: %w", sb.name, err)
 	}

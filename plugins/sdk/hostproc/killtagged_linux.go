@@ -1,4 +1,4 @@
-package local
+package hostproc
 
 import (
 	"bytes"
@@ -10,15 +10,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// killTagged SIGKILLs every process whose environment holds tag (NAME=value):
-// the background processes a sandbox's execs left behind, in whatever process
-// group or session they ended up. Only processes started by the sandbox carry
-// the tag, so a user's own shell sitting in the sandbox directory is safe.
+// KillTagged SIGKILLs every process whose environment holds tag (NAME=value)
+// and that this process may signal: what execs left behind in the
+// background, in whatever process group or session they ended up. Give
+// every exec of a sandbox the tag, and a process of the machine's own
+// (a user's shell sitting in the sandbox directory) is safe from it.
 //
 // A process in the middle of execve briefly shows an empty environment (on
 // a loaded machine, for longer than one scan takes), so the scan repeats,
 // a little apart, until two passes in a row find nothing to kill.
-func killTagged(tag string) {
+func KillTagged(tag string) {
 	const maxPasses, pause = 20, 10 * time.Millisecond
 	want := append([]byte(tag), 0)
 	for pass, quiet := 0, 0; pass < maxPasses && quiet < 2; pass++ {
