@@ -152,6 +152,8 @@ func TestDetachRefusals(t *testing.T) {
 
 	lock := filepath.Join(t.TempDir(), "lock")
 	holder := exec.Command("flock", lock, "sh", "-c", "echo held; exec sleep 1105")
+	// flock(1) runs the command as its child: the group goes at the end.
+	holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := holder.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +161,7 @@ func TestDetachRefusals(t *testing.T) {
 	if err := holder.Start(); err != nil {
 		t.Fatalf("start flock(1): %v", err)
 	}
-	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	t.Cleanup(func() { syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); holder.Wait() })
 	if line, err := bufio.NewReader(out).ReadString('\n'); line != "held\n" {
 		t.Fatalf("flock(1) said %q, %v", line, err)
 	}
