@@ -837,6 +837,16 @@ func TestMalformedYAML(t *testing.T) {
 			want:    "invalid YAML: line 6: did not find expected key in the block that starts at line 2 (check the indentation of line 6)",
 		},
 		{
+			name:    "a key indented out of its block, after a flow map over two lines",
+			content: "default_profile: dev\nprofiles:\n  dev:\n    model: m\n    sandbox: {provider: local,\n      network: open}\n   llm: {}\n",
+			want:    "invalid YAML: line 7: did not find expected key in the block that starts at line 2 (check the indentation of line 7)",
+		},
+		{
+			name:    "a key indented out of its block, after a quoted string over two lines",
+			content: "default_profile: dev\nprofiles:\n  dev:\n    model: \"a\n      b\"\n   llm: {}\n",
+			want:    "invalid YAML: line 6: did not find expected key in the block that starts at line 2 (check the indentation of line 6)",
+		},
+		{
 			name:    "mapping in a scalar",
 			content: "profiles:\n  dev: a: b\n",
 			want:    "invalid YAML: line 2: mapping values are not allowed in this context",

@@ -19,7 +19,9 @@ const mistakeScan = 500
 
 // locateMistake rewrites a block error to name the line the mistake is on:
 // the first line after the block's start at which the document, read up
-// to there, no longer parses. Other errors are returned as they are.
+// to there, fails with the same error. A prefix that fails otherwise (it
+// ends inside a flow map or a quoted string running over several lines)
+// is no such line. Other errors are returned as they are.
 func locateMistake(b []byte, err error) error {
 	m := blockError.FindStringSubmatch(err.Error())
 	if m == nil {
@@ -27,12 +29,14 @@ func locateMistake(b []byte, err error) error {
 	}
 	start, _ := strconv.Atoi(m[1])
 	lines := bytes.SplitAfter(b, []byte("\n"))
-	for k := start + 1; k <= len(lines) && k <= start+mistakeScan; k++ {
-		var n yaml.Node
-		if len(bytes.TrimSpace(lines[k-1])) == 0 {
+	end := 0 // the prefix's length, through line k
+	for k := 1; k <= len(lines) && k <= start+mistakeScan; k++ {
+		end += len(lines[k-1])
+		if k <= start || len(bytes.TrimSpace(lines[k-1])) == 0 {
 			continue // a blank line is no mistake
 		}
-		if yaml.Unmarshal(bytes.Join(lines[:k], nil), &n) != nil {
+		var n yaml.Node
+		if perr := yaml.Unmarshal(b[:end], &n); perr != nil && perr.Error() == err.Error() {
 			return fmt.Errorf("yaml: line %d: %s in the block that starts at line %d (check the indentation of line %d)", k, m[2], start, k)
 		}
 	}
