@@ -101,9 +101,9 @@ func (c *Config) Profile(name string) (*Profile, error) {
 	}
 	names := c.ProfileNames()
 	if len(names) == 0 {
-		return nil, fmt.Errorf("profile %q not found: %s defines no profiles", name, sourceName(c.Source))
+		return nil, fmt.Errorf("profile %q not found: %s defines no profiles", name, SourceName(c.Source))
 	}
-	return nil, fmt.Errorf("profile %q not found in %s (available: %s)", name, sourceName(c.Source), strings.Join(names, ", "))
+	return nil, fmt.Errorf("profile %q not found in %s (available: %s)", name, SourceName(c.Source), strings.Join(names, ", "))
 }
 
 // ProfileNames returns the profile names, sorted.

@@ -126,9 +126,6 @@ func Load(opts Options) (*Config, error) {
 	if len(d.problems) > 0 {
 		return nil, &ValidationError{File: source, Problems: d.problems}
 	}
-	if len(envKeys) == 0 {
-		envKeys = nil // as a profile without overrides compares
-	}
 	for _, p := range r.profiles {
 		p.source = source
 		p.lookupEnv = lookup

@@ -163,9 +163,8 @@ func TestBuiltinDefault(t *testing.T) {
 	}
 	equal(t, "Source", c.Source, "")
 	equal(t, "DefaultProfile", c.DefaultProfile, "local")
-	got := mustProfile(t, c, "")
-	got.lookupEnv = nil // functions are not comparable
-	equal(t, "default profile", got, local)
+	got := withoutEnv(*mustProfile(t, c, ""))
+	equal(t, "default profile", got, *local)
 
 	// Environment overrides apply to the built-in default too.
 	env := testEnv{"AMELIA_PROFILES__LOCAL__MODEL": "o3"}
@@ -235,8 +234,8 @@ func TestDefaultsFilled(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := mustLoad(t, "profiles:\n  p: "+tt.profile+"\n", nil)
 			equal(t, "DefaultProfile (the only profile)", c.DefaultProfile, "p")
-			got := *mustProfile(t, c, "")
-			got.lookupEnv, got.source = nil, ""
+			got := withoutEnv(*mustProfile(t, c, ""))
+			got.source = ""
 			tt.want.Name = "p"
 			equal(t, "profile", got, tt.want)
 		})
@@ -939,8 +938,7 @@ profiles:
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := *p
-	got.lookupEnv = nil // funcs never compare equal
+	got := withoutEnv(*p)
 	equal(t, "profile", got, Profile{
 		Name:  "dev",
 		Model: "gpt-4.1-mini",
@@ -1012,4 +1010,11 @@ profiles:
 	// A short value is too likely part of other words to be replaced.
 	got = p.ProblemAt("sandbox.daytona.target", `"eu" is not a region: try eu-west`).String()
 	equal(t, "short value", got, `profiles.dev.sandbox.daytona.target: "eu" is not a region: try eu-west`)
+}
+
+// withoutEnv is p without what it keeps of the environment, for comparing
+// with a Profile written out: functions never compare equal.
+func withoutEnv(p Profile) Profile {
+	p.lookupEnv, p.envKeys = nil, nil
+	return p
 }

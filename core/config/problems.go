@@ -26,7 +26,7 @@ type ValidationError struct {
 // are. Use Problems to print them all.
 func (e *ValidationError) Error() string {
 	var b strings.Builder
-	b.WriteString(sourceName(e.File))
+	b.WriteString(SourceName(e.File))
 	b.WriteString(": ")
 	if len(e.Problems) == 0 {
 		b.WriteString("invalid configuration")
@@ -39,8 +39,8 @@ func (e *ValidationError) Error() string {
 	return b.String()
 }
 
-// sourceName names a configuration source in messages.
-func sourceName(file string) string {
+// SourceName names a configuration source in messages.
+func SourceName(file string) string {
 	if file == "" {
 		return "built-in default config"
 	}

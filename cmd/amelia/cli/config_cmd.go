@@ -47,7 +47,7 @@ Exits 1 when there is a problem.`,
 			c, err := a.loadConfig()
 			var ve *config.ValidationError
 			if errors.As(err, &ve) {
-				printProblems(cmd.ErrOrStderr(), ve)
+				printProblems(cmd.ErrOrStderr(), ve.File, ve.Problems)
 				return exitError{1}
 			}
 			if err != nil {
@@ -55,28 +55,24 @@ Exits 1 when there is a problem.`,
 			}
 			problems, unchecked := a.profileProblems(cmd.Context(), c)
 			if len(problems) > 0 {
-				printProblems(cmd.ErrOrStderr(), &config.ValidationError{File: c.Source, Problems: problems})
+				printProblems(cmd.ErrOrStderr(), c.Source, problems)
 				return exitError{1}
 			}
 			for _, p := range unchecked {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", sourceName(c), p)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", config.SourceName(c.Source), p)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d profiles, default %s)\n", sourceName(c), len(c.Profiles), c.DefaultProfile)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d profiles, default %s)\n", config.SourceName(c.Source), len(c.Profiles), c.DefaultProfile)
 			return nil
 		},
 	})
 	return cmd
 }
 
-// printProblems writes every problem of a config, one line each, as
+// printProblems writes every problem of a config file, one line each, as
 // FILE: KEY: MESSAGE.
-func printProblems(w io.Writer, ve *config.ValidationError) {
-	file := ve.File
-	if file == "" {
-		file = "built-in default config"
-	}
-	for _, p := range ve.Problems {
-		fmt.Fprintf(w, "%s: %s\n", file, p)
+func printProblems(w io.Writer, file string, problems []config.Problem) {
+	for _, p := range problems {
+		fmt.Fprintf(w, "%s: %s\n", config.SourceName(file), p)
 	}
 }
 
@@ -109,7 +105,7 @@ func (a *app) profileProblems(ctx context.Context, c *config.Config) (problems, 
 		sb, err := sandbox.New(ctx, p, plug, a.logger)
 		if err != nil {
 			plug.Close()
-			problems = append(problems, p.ProblemAt("sandbox.provider", fmt.Sprintf("provider %s started, but did not describe itself: %v", p.Sandbox.Provider, errors.Unwrap(err))))
+			problems = append(problems, p.ProblemAt("sandbox.provider", err.Error()))
 			continue
 		}
 		found, err := sb.Problems(ctx)
@@ -117,17 +113,10 @@ func (a *app) profileProblems(ctx context.Context, c *config.Config) (problems, 
 		problems = append(problems, found...)
 		switch {
 		case errors.Is(err, sandbox.ErrSettingsUnchecked):
-			unchecked = append(unchecked, config.Problem{Key: p.ProblemAt(p.SettingsKey(), "").Key, Message: "not checked: " + err.Error()})
+			unchecked = append(unchecked, p.ProblemAt(p.SettingsKey(), "not checked: "+err.Error()))
 		case err != nil:
 			problems = append(problems, p.ProblemAt(p.SettingsKey(), err.Error()))
 		}
 	}
 	return problems, unchecked
-}
-
-func sourceName(c *config.Config) string {
-	if c.Source == "" {
-		return "built-in default config"
-	}
-	return c.Source
 }
