@@ -148,6 +148,14 @@ lock() {
 // wrote to stderr (branch exists, nothing to bundle...).
 const exitRefused = 3
 
+// exitUnmade is the exit code of a script that failed before it made
+// anything, so there is nothing of its own to clean up.
+const exitUnmade = 4
+
+// cleanupTimeout bounds a cleanup that runs after its caller's context
+// ended (a failure half-way, an interrupt).
+const cleanupTimeout = time.Minute
+
 // script runs prelude+body in the sandbox with args as $1...; stdin and
 // stdout may be nil. A non-zero exit is an *exitError carrying stderr.
 func (w *Workspace) script(ctx context.Context, what string, env map[string]string, stdin io.Reader, stdout io.Writer, body string, args ...string) error {
@@ -228,11 +236,14 @@ func (w *Workspace) AddWorktree(ctx context.Context, id string, base Base) (stri
 	// root; without run users it also makes the shared directories.
 	const body = `wt=$1 br=$2 start=$3 objects=$4 shared=$5
 if [ -n "$shared" ]; then
-	mkdir -p "$root/worktrees" "$root/.amelia/runs"
-	chmod 1733 "$root/worktrees" "$root/.amelia/runs"
+	{ mkdir -p "$root/worktrees" "$root/.amelia/runs" && chmod 1733 "$root/worktrees" "$root/.amelia/runs"; } || exit 4
 fi
-if [ -e "$wt" ] || [ -L "$wt" ]; then echo "$wt already exists in the sandbox" >&2; exit 3; fi
-mkdir -m 700 -- "$wt"
+# mkdir is the test for a checkout already there, so of two runs racing
+# for one id, only the one that made it goes on, and cleans it up.
+if ! mkdir -m 700 -- "$wt" 2>/dev/null; then
+	if [ -e "$wt" ] || [ -L "$wt" ]; then echo "$wt already exists in the sandbox" >&2; exit 3; fi
+	mkdir -m 700 -- "$wt" || exit 4
+fi
 g init --quiet --template= -- "$wt"
 printf '%s\n' "$objects" >"$wt/.git/objects/info/alternates"
 g -C "$wt" checkout --quiet -b "$br" "$start"
@@ -242,19 +253,27 @@ g -C "$wt" checkout --quiet -b "$br" "$start"
 		shared = ""
 	}
 	err := w.scriptAs(ctx, uid, "make the checkout", nil, nil, nil, body, dir, Branch(id), base.Start, path.Join(w.RepoDir(), "objects"), shared)
+	if err == nil {
+		w.log.Info("checkout added", "workflow", id, "dir", dir, "start", base.Start, "uid", uid)
+		return dir, nil
+	}
+	// What this call made goes, and the uid with it; a checkout that was
+	// there before (a kept one, another run's) stays.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	var ee *exitError
+	made := !errors.As(err, &ee) || (ee.code != exitRefused && ee.code != exitUnmade)
+	var cleanErr error
+	switch {
+	case made:
+		cleanErr = w.RemoveWorktree(cctx, id)
+	case uid != "":
+		cleanErr = w.releaseUser(cctx, id)
+	}
 	if msg, ok := refused(err); ok {
-		if uid != "" {
-			err = w.releaseUser(ctx, id)
-		}
-		return "", errors.Join(fmt.Errorf("add the checkout of %s: %w: %s", id, ErrBranchExists, msg), err)
+		return "", errors.Join(fmt.Errorf("add the checkout of %s: %w: %s", id, ErrBranchExists, msg), cleanErr)
 	}
-	if err != nil {
-		// Whatever was made goes, and the uid with it.
-		rmErr := w.RemoveWorktree(context.WithoutCancel(ctx), id)
-		return "", errors.Join(fmt.Errorf("add the checkout of %s at %.12s: %w", id, base.Start, err), rmErr)
-	}
-	w.log.Info("checkout added", "workflow", id, "dir", dir, "start", base.Start, "uid", uid)
-	return dir, nil
+	return "", errors.Join(fmt.Errorf("add the checkout of %s at %.12s: %w", id, base.Start, err), cleanErr)
 }
 
 // RemoveWorktree removes the checkout of id and its dirty ref from the

@@ -106,7 +106,9 @@ echo "$uid"
 
 // releaseUser removes the uid record of id, under the lock.
 func (w *Workspace) releaseUser(ctx context.Context, id string) error {
-	err := w.script(context.WithoutCancel(ctx), "release the workflow's uid", nil, nil, nil, `lock; rm -f "$1"`, w.userRecord(id))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	err := w.script(ctx, "release the workflow's uid", nil, nil, nil, `lock; rm -f "$1"`, w.userRecord(id))
 	w.forgetUser(id)
 	if err != nil {
 		return fmt.Errorf("release the uid of %s: %w", id, err)

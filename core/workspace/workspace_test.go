@@ -95,6 +95,45 @@ func TestOpenHostRepoErrors(t *testing.T) {
 	}
 }
 
+// Of two runs racing to make one workflow's checkout, one makes it and
+// the other is refused, saying so once; the refused one removes nothing.
+func TestAddWorktreeRace(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	host, _ := newHostRepo(t)
+	sb, ws := newSandbox(t)
+	synced, err := ws.SyncLocal(ctx, LocalSource{Repo: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 20 {
+		id := fmt.Sprintf("race-%d", round)
+		var errs [2]error
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() { _, errs[i] = ws.AddWorktree(ctx, id, synced.Base) })
+		}
+		wg.Wait()
+		made := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				made++
+			case !errors.Is(err, ErrBranchExists):
+				t.Errorf("%s: the loser of the race: %v, want ErrBranchExists", id, err)
+			case strings.Count(err.Error(), "already exists in the sandbox") != 1:
+				t.Errorf("%s: the refusal says it more than once: %v", id, err)
+			}
+		}
+		if made != 1 {
+			t.Errorf("%s: %d of 2 racing runs made the checkout, want 1", id, made)
+		}
+		if got := inSandbox(t, sb, `git -C "$1" symbolic-ref --short HEAD`, ws.WorktreeDir(id)); got != "amelia/"+id {
+			t.Errorf("%s: the winner's checkout after the race: %q", id, got)
+		}
+	}
+}
+
 // TestRoundTrip: sync, worktree, the agent edits, commit, bundle back,
 // fetch — the host gains exactly amelia/<id> with those changes; its
 // checked-out branch, index and worktree are untouched and no hook ran.
