@@ -299,10 +299,18 @@ func (w *Workspace) RemoveWorktree(ctx context.Context, id string) error {
 		// process is checked for its owner before it is killed (never
 		// kill -1, which run as any other user would hit all of that
 		// user's processes), and find deletes the uid's files alone.
+		// The scan repeats until a pass finds none of the uid's processes
+		// alive (zombies are dead), so what forked while it ran goes too.
 		const body = `wt=$1 uid=$2
-for p in /proc/[0-9]*; do
-	pid=${p#/proc/}
-	if [ "$pid" != "$$" ] && [ "$(stat -c %u "$p" 2>/dev/null)" = "$uid" ]; then kill -KILL "$pid" 2>/dev/null || true; fi
+pass=0 found=1
+while [ "$found" -gt 0 ] && [ "$pass" -lt 100 ]; do
+	found=0 pass=$((pass + 1))
+	for p in /proc/[0-9]*; do
+		pid=${p#/proc/}
+		[ "$pid" != "$$" ] && [ "$(stat -c %u "$p" 2>/dev/null)" = "$uid" ] || continue
+		[ "$(sed 's/.*) \(.\).*/\1/' "$p/stat" 2>/dev/null)" != Z ] || continue
+		kill -KILL "$pid" 2>/dev/null && found=$((found + 1))
+	done
 done
 if [ -e "$wt" ]; then chmod -R u+rwx "$wt" 2>/dev/null || true; rm -rf "$wt"; fi
 find /tmp /var/tmp /dev/shm -xdev -user "$uid" -delete 2>/dev/null || true

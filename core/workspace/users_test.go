@@ -1,13 +1,19 @@
 package workspace
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"maps"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
@@ -202,4 +208,84 @@ func TestLegacyLinkedWorktree(t *testing.T) {
 	if got := inSandboxWS(t, ws, `[ ! -e "$2" ] && git -C "$1" for-each-ref --format='%(refname)' && git -C "$1" worktree list | wc -l`, ws.RepoDir(), wt); got != "refs/heads/main\n1" {
 		t.Errorf("after removal, the bare repo's refs and worktrees: %q", got)
 	}
+}
+
+// Removing a checkout ends every process of its uid, those forked while
+// the removal runs included, and nobody else's.
+func TestRemoveWorktreeEndsTheUidsProcesses(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("SKIPPED: starting processes as a run uid needs root")
+	}
+	t.Parallel()
+	ctx := t.Context()
+	host, _ := newHostRepo(t)
+	sb := sandboxtest.New(t, "ws")
+	ws, err := New(&userLog{Sandbox: sb}, sb.Workdir, Options{Worker: workerBin, RunUsers: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws.uids = [2]int{50200, 50299} // the test's own, as in TestRunUsersBookkeeping
+	ws.idFiles = filepath.Join(t.TempDir(), "none")
+	s, err := ws.SyncLocal(ctx, LocalSource{Repo: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ws.AddWorktree(ctx, "f", s.Base); err != nil {
+		t.Fatal(err)
+	}
+	uid, err := ws.RunUser(ctx, "f")
+	if err != nil || uid == "" {
+		t.Fatalf("RunUser(f) = %q, %v", uid, err)
+	}
+	// A process of the uid that keeps forking while the removal runs (up
+	// to a bound, so that a removal that misses them cannot exhaust the
+	// machine's pids).
+	forker := exec.Command("setpriv", "--reuid="+uid, "--regid="+uid, "--clear-groups", "sh", "-c", `echo started; i=0; while [ $i -lt 3000 ]; do sleep 600 & i=$((i + 1)); done; wait`)
+	out, err := forker.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := forker.Start(); err != nil {
+		t.Fatalf("start a process as uid %s: %v", uid, err)
+	}
+	t.Cleanup(func() {
+		forker.Process.Kill()
+		forker.Wait()
+		// What a failing removal left.
+		for _, pid := range processesOf(t, uid) {
+			n, _ := strconv.Atoi(pid)
+			syscall.Kill(n, syscall.SIGKILL)
+		}
+	})
+	if line, err := bufio.NewReader(out).ReadString('\n'); line != "started\n" {
+		t.Fatalf("the forker said %q, %v", line, err)
+	}
+	if err := ws.RemoveWorktree(ctx, "f"); err != nil {
+		t.Fatal(err)
+	}
+	if alive := processesOf(t, uid); len(alive) > 0 {
+		t.Errorf("after RemoveWorktree, uid %s still runs %v", uid, alive)
+	}
+}
+
+// processesOf lists the live (not zombie) processes whose owner is uid.
+func processesOf(t *testing.T, uid string) []string {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	var alive []string
+	for _, p := range procs {
+		fi, err := os.Stat(p)
+		if err != nil || strconv.FormatUint(uint64(fi.Sys().(*syscall.Stat_t).Uid), 10) != uid {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join(p, "stat"))
+		if err != nil {
+			continue // gone
+		}
+		if rest := stat[bytes.LastIndexByte(stat, ')')+1:]; len(rest) > 1 && rest[1] == 'Z' {
+			continue
+		}
+		alive = append(alive, filepath.Base(p))
+	}
+	return alive
 }
