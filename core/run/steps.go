@@ -410,10 +410,15 @@ func (r *runner) worktreeAtEnd(ws *workspace.Workspace, src source, base workspa
 	})
 }
 
-// removeWorktree removes the worktree dir and the run's directory, and
-// forgets the run.
+// removeWorktree removes the run's directory, then the worktree dir, and
+// forgets the run. A run directory that could not be removed keeps the
+// worktree, and with it the uid that owns both: released, the uid would
+// go to another workflow with this run's directory still its own.
 func (r *runner) removeWorktree(ctx context.Context, ws *workspace.Workspace, src source, dir string) error {
-	err := errors.Join(r.removeRunDir(ctx, ws), ws.RemoveWorktree(ctx, src.workflow), r.forget())
+	err := r.removeRunDir(ctx, ws)
+	if err == nil {
+		err = errors.Join(ws.RemoveWorktree(ctx, src.workflow), r.forget())
+	}
 	if err != nil {
 		r.leave(fmt.Sprintf("worktree %s in sandbox %s (its removal failed)", dir, r.req.Profile.Name))
 		return err
