@@ -68,7 +68,12 @@ func (c counted) Info(ctx context.Context) (sdk.Info, error) {
 	return info, err
 }
 
-func (c counted) Close() { c.o.Closed.Add(1) }
+// Close counts, then closes the provider as a plugin's end would: the
+// local provider's ends the execs still running.
+func (c counted) Close() {
+	c.o.Closed.Add(1)
+	sandbox.CloseProvider(c.Provider)
+}
 
 func (c counted) ValidateSettings(ctx context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
 	c.o.Validated.Add(1)
