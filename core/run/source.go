@@ -1,6 +1,7 @@
 package run
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,17 +92,25 @@ func (r *runner) check(ctx context.Context) (source, error) {
 		return src, refuse(err)
 	}
 	src.local = repo
-	if has, err := repo.HasCommits(ctx); err != nil {
-		return src, err
-	} else if !has {
-		return src, refuse(fmt.Errorf("%s has no commits yet: the agent starts from a commit, so commit something first (git commit --allow-empty -m start)", repo.Dir))
+	// A repository without commits fails to name or resolve its branch;
+	// only then is it asked whether that is why.
+	empty := func() error {
+		if has, err := repo.HasCommits(ctx); err != nil || has {
+			return err
+		}
+		return refuse(fmt.Errorf("%s has no commits yet: the agent starts from a commit, so commit something first (git commit --allow-empty -m start)", repo.Dir))
 	}
 	if src.base == "" {
 		if src.base, err = repo.DefaultBranch(ctx); err != nil {
-			return src, refuse(err)
+			return src, cmp.Or(empty(), refuse(err))
 		}
 	}
 	baseCommit, err := repo.ResolveBranch(ctx, src.base)
+	if err != nil {
+		if err := empty(); err != nil {
+			return src, err
+		}
+	}
 	switch {
 	case err != nil && req.Base == "":
 		return src, refuse(fmt.Errorf("the checked-out branch %s of %s has no commits yet: commit on it, or pass --base BRANCH", src.base, repo.Dir))
