@@ -320,12 +320,17 @@ find /tmp /var/tmp /dev/shm -xdev -user "$uid" -delete 2>/dev/null || true
 		}
 		wt = "" // the sandbox's user leaves the uid's entry alone
 	}
+	// The bare repo's branch amelia/<id> goes only with the linked
+	// worktree that was on it (its .git a file): with no such worktree, it
+	// is not this checkout's, and may hold commits nothing else does.
 	const body = `repo=$1 wt=$2 br=$3 dref=$4 rec=$5
 lock
+refs=$dref
+if [ -n "$wt" ] && [ -f "$wt/.git" ]; then refs="$refs refs/heads/$br"; fi
 if [ -n "$wt" ] && [ -e "$wt" ]; then chmod -R u+rwx "$wt" 2>/dev/null || true; rm -rf "$wt"; fi
 if [ -d "$repo" ]; then
 	g -C "$repo" worktree prune
-	for r in "refs/heads/$br" "$dref"; do
+	for r in $refs; do
 		if g -C "$repo" show-ref --verify --quiet "$r"; then g -C "$repo" update-ref -d "$r"; fi
 	done
 fi

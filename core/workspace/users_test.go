@@ -208,6 +208,16 @@ func TestLegacyLinkedWorktree(t *testing.T) {
 	if got := inSandboxWS(t, ws, `[ ! -e "$2" ] && git -C "$1" for-each-ref --format='%(refname)' && git -C "$1" worktree list | wc -l`, ws.RepoDir(), wt); got != "refs/heads/main\n1" {
 		t.Errorf("after removal, the bare repo's refs and worktrees: %q", got)
 	}
+
+	// A branch amelia/<id> of the bare repo with no worktree on it is not
+	// a checkout's: removing the workflow's checkout keeps it.
+	inSandboxWS(t, ws, `git -C "$1" branch amelia/orphan "$2"`, ws.RepoDir(), s.Base.Start)
+	if err := ws.RemoveWorktree(ctx, "orphan"); err != nil {
+		t.Fatal(err)
+	}
+	if got := inSandboxWS(t, ws, `git -C "$1" for-each-ref --format='%(refname)' refs/heads/amelia`, ws.RepoDir()); got != "refs/heads/amelia/orphan" {
+		t.Errorf("the bare repo's amelia branches after removing a workflow with none of its checkouts: %q", got)
+	}
 }
 
 // Removing a checkout ends every process of its uid, those forked while
