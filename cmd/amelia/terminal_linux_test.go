@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"slices"
@@ -206,7 +207,12 @@ func TestTerminalRunInterrupted(t *testing.T) {
 	if code != 130 {
 		t.Errorf("exit %d after Ctrl-C, want 130:\n%s", code, screen)
 	}
-	if out, _ := exec.Command("pgrep", "-f", "sleep 296.5").Output(); len(out) != 0 {
+	// pgrep exits 1 when nothing matches; anything else is no answer.
+	out, err := exec.Command("pgrep", "-f", "sleep 296.5").Output()
+	if ee := (*exec.ExitError)(nil); err != nil && (!errors.As(err, &ee) || ee.ExitCode() != 1) {
+		t.Errorf("pgrep, looking for the agent's command: %v", err)
+	}
+	if len(out) != 0 {
 		t.Errorf("the agent's command is still running after Ctrl-C: pids %s", out)
 	}
 	box := checkScreen(t, lines, "amelia: interrupted; the agent was stopped")
