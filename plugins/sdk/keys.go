@@ -5,11 +5,11 @@ import (
 	"strings"
 )
 
-// Closest returns the candidate nearest to s by edit distance when it is
+// closest returns the candidate nearest to s by edit distance when it is
 // close enough to be a likely typo of it ("memroy" for "memory"), or "".
 // It is the did-you-mean of every unknown key Amelia reports: the
 // profile's own keys and those of a provider's settings block.
-func Closest(s string, candidates []string) string {
+func closest(s string, candidates []string) string {
 	best, bestDist := "", 3
 	for _, c := range candidates {
 		d := editDistance(strings.ToLower(s), c)
@@ -68,7 +68,7 @@ func needsQuote(k string) bool {
 }
 
 // UnknownKeyMessage says that key is not one of known, suggesting the
-// one it is likely a typo of (Closest): "unknown key, did you mean memory?
+// one it is likely a typo of (closest): "unknown key, did you mean memory?
 // (known: cpus, memory, pids)". A hint, when not empty, ends the list of
 // known keys ("or a map of provider settings"). It is the wording of
 // every unknown key Amelia reports, in a profile and in a provider's
@@ -78,7 +78,7 @@ func UnknownKeyMessage(key string, known []string, hint string) string {
 	if hint != "" {
 		list += ", " + hint
 	}
-	if c := Closest(key, known); c != "" {
+	if c := closest(key, known); c != "" {
 		return "unknown key, did you mean " + c + "? (known: " + list + ")"
 	}
 	return "unknown key (known: " + list + ")"

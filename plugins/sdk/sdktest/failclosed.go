@@ -79,7 +79,7 @@ func (k *kit) unknownSettingsKey(t T) {
 
 // ensureRefuses checks that EnsureRunning refuses settings, which hold
 // the unknown key at the path key, with an error matching ErrInvalid that
-// names the key; a sandbox it starts anyway is torn down.
+// names that path; a sandbox it starts anyway is torn down.
 func (k *kit) ensureRefuses(t T, settings map[string]json.RawMessage, key string) {
 	t.Helper()
 	spec := k.spec(freshName("settings"))
@@ -89,7 +89,7 @@ func (k *kit) ensureRefuses(t T, settings map[string]json.RawMessage, key string
 	case err == nil:
 		k.teardownAtEnd(t, sb.Ref)
 		t.Errorf("EnsureRunning with the unknown settings key %s started sandbox %s; want it refused with an error matching sdk.ErrInvalid that names the key (sdk.DecodeSettings does this)", key, sb.Ref.Name)
-	case !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), unknownKey):
+	case !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), key):
 		t.Errorf("EnsureRunning with the unknown settings key %s: %v; want an error matching sdk.ErrInvalid that names the key", key, err)
 	}
 }

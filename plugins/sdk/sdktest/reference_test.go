@@ -183,7 +183,7 @@ func (r *reference) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecI
 	default:
 		cmd.Dir = filepath.Join(work, req.Dir)
 	}
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, sandboxTag(dir)}
 	for k, v := range req.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -198,6 +198,9 @@ func (r *reference) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecI
 	defer r.track(dir, proc, false)
 	return proc.Wait(ctx, req.Grace())
 }
+
+// sandboxTag is in the environment of every exec in the sandbox at dir.
+func sandboxTag(dir string) string { return "SDKTEST_REFERENCE_SANDBOX=" + dir }
 
 func (r *reference) track(dir string, proc *hostproc.Process, on bool) {
 	r.mu.Lock()
@@ -231,6 +234,7 @@ func (r *reference) Teardown(_ context.Context, ref sdk.SandboxRef) error {
 		return err
 	}
 	r.kill(dir)
+	hostproc.KillTagged(sandboxTag(dir)) // what escaped the execs' groups
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove sandbox %q: %w", ref.Name, err)
 	}

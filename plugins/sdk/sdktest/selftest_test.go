@@ -52,6 +52,7 @@ func TestBrokenProvidersFail(t *testing.T) {
 		{"IgnoresUser", func(r *reference) sdk.Provider { return ignoresUser{r} }, nil, "FailClosed/UserHonouredOrRefused"},
 		{"DeclaresTTYWithoutOne", func(r *reference) sdk.Provider { return claimsTTY{ignoresTTY{r}} }, nil, "Capabilities/TTYWhenDeclared"},
 		{"DeclaresRootWithoutIt", claimsRoot, nil, "Capabilities/RootWhenDeclared"},
+		{"DeclaresRunUsersWithoutThem", func(r *reference) sdk.Provider { return claimsRunUsers{ignoresUser{r}} }, nil, "Capabilities/RunUsers"},
 		{"DeclaresLimitsWithoutThem", func(r *reference) sdk.Provider { return claimsLimits{r} }, func(c *sdktest.Config) { c.PidsLimit = 24 }, "Capabilities/PidsLimit"},
 		{"ForwarderNeverConnects", func(r *reference) sdk.Provider { return forwardsNowhere{r} }, nil, "Forwarder/ForwardReachesTarget"},
 		{"ForwarderOutlivesContext", func(r *reference) sdk.Provider { return &forwardsForever{reference: r} }, nil, "Forwarder/ForwardStopsWithContext"},
@@ -60,6 +61,8 @@ func TestBrokenProvidersFail(t *testing.T) {
 		{"ValidatorFindsFault", func(r *reference) sdk.Provider { return faultFinder{r} }, nil, "Settings/GoodSettingsHaveNoProblems"},
 		{"ValidatorAcceptsUnknownKey", func(r *reference) sdk.Provider { return lenientValidator{r} }, nil, "Settings/UnknownKeyIsAProblem"},
 		{"ValidatorLosesThePath", func(r *reference) sdk.Provider { return shortPaths{r} }, nil, "Settings/NestedUnknownKeyIsAProblem"},
+		{"ValidatorMisnamesTheProblem", func(r *reference) sdk.Provider { return vagueValidator{r} }, nil, "Settings/UnknownKeyIsAProblem"},
+		{"EnsureRunningLosesThePath", func(r *reference) sdk.Provider { return shortRefusals{r} }, nil, "Settings/NestedUnknownKeyIsAProblem"},
 		{"ValidatorStricterThanEnsureRunning", func(r *reference) sdk.Provider { return lenientSettings{r} }, nil, "Settings/NestedUnknownKeyIsAProblem"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -291,6 +294,29 @@ func (b shortPaths) ValidateSettings(ctx context.Context, req sdk.ValidateReques
 	return problems, err
 }
 
+// vagueValidator reports each problem at its key, without saying what is
+// wrong there.
+type vagueValidator struct{ *reference }
+
+func (b vagueValidator) ValidateSettings(ctx context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
+	problems, err := b.reference.ValidateSettings(ctx, req)
+	for i := range problems {
+		problems[i].Message = "looks odd"
+	}
+	return problems, err
+}
+
+// shortRefusals refuses settings naming the last key of the path only.
+type shortRefusals struct{ *reference }
+
+func (b shortRefusals) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
+	sb, err := b.reference.EnsureRunning(ctx, spec)
+	if err != nil {
+		return sb, sdk.Errorf(sdk.ErrInvalid, "%s", strings.ReplaceAll(err.Error(), "dirs.", ""))
+	}
+	return sb, nil
+}
+
 // ignoresTTY runs an exec asking for a terminal without one.
 type ignoresTTY struct{ *reference }
 
@@ -316,6 +342,15 @@ type ignoresUser struct{ *reference }
 func (b ignoresUser) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
 	req.User = ""
 	return b.reference.Exec(ctx, req, eio)
+}
+
+// claimsRunUsers declares RunUsers, and runs every exec as its own user.
+type claimsRunUsers struct{ ignoresUser }
+
+func (b claimsRunUsers) Info(ctx context.Context) (sdk.Info, error) {
+	info, err := b.reference.Info(ctx)
+	info.RunUsers = true
+	return info, err
 }
 
 // claimsTTY declares TTY, and runs without a terminal.

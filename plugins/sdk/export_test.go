@@ -1,0 +1,4 @@
+package sdk
+
+// Closest is closest, for the tests of its edit distance.
+var Closest = closest
