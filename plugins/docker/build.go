@@ -145,30 +145,31 @@ func hasImage(ctx context.Context, e *engine, ref string) (bool, error) {
 }
 
 // missing says which image the plan needs that the engine lacks: the ready
-// image (docker.image), or the base Amelia's sandbox image is built FROM
-// (isBase). Whether the sandbox image itself is built is buildIfMissing's
-// question; a profile's own Dockerfile names its base itself, and the
-// builder pulls that. ref is empty when nothing is missing.
-func (p *Provider) missing(ctx context.Context, e *engine, pl imagePlan) (ref string, isBase bool, err error) {
+// image (docker.image) when the plan has one, else the base Amelia's
+// sandbox image is built FROM. Whether the sandbox image itself is built
+// is buildIfMissing's question; a profile's own Dockerfile names its base
+// itself, and the builder pulls that. ref is empty when nothing is
+// missing.
+func missing(ctx context.Context, e *engine, pl imagePlan) (ref string, err error) {
 	switch {
 	case pl.ready != "":
 		ref = pl.ready
 	case pl.user != nil:
-		return "", false, nil
+		return "", nil
 	default:
-		ref, isBase = pl.base, true
+		ref = pl.base
 	}
 	if ok, err := hasImage(ctx, e, ref); err != nil || ok {
-		return "", false, err
+		return "", err
 	}
-	return ref, isBase, nil
+	return ref, nil
 }
 
 // pullMissing pulls the image the plan needs that the engine lacks. A base
 // that cannot be pulled is a *missingBase; a ready image, an error matching
 // sdk.ErrNotFound.
 func (p *Provider) pullMissing(ctx context.Context, e *engine, pl imagePlan) error {
-	ref, isBase, err := p.missing(ctx, e, pl)
+	ref, err := missing(ctx, e, pl)
 	if err != nil || ref == "" {
 		return err
 	}
@@ -176,7 +177,7 @@ func (p *Provider) pullMissing(ctx context.Context, e *engine, pl imagePlan) err
 	switch {
 	case err == nil:
 		return nil
-	case isBase:
+	case pl.ready == "":
 		return &missingBase{base: ref, host: e.host, cause: err}
 	}
 	return sdk.Errorf(sdk.ErrNotFound, "docker.image %q is not on the engine at %s and could not be pulled: %v", ref, e.host, err)

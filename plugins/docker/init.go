@@ -83,11 +83,11 @@ func (p *Provider) Preflight(ctx context.Context, spec sdk.Spec) error {
 			return err // a built sandbox image needs nothing more
 		}
 	}
-	ref, isBase, err := p.missing(ctx, e, pl)
+	ref, err := missing(ctx, e, pl)
 	switch {
 	case err != nil || ref == "":
 		return err
-	case isBase:
+	case pl.ready == "":
 		return &missingBase{base: ref, host: e.host, profile: spec.Name}
 	}
 	return sdk.Errorf(sdk.ErrNotFound, "docker.image %s is not on the Docker engine at %s (the first start would pull it): docker pull %s", ref, e.host, ref)
