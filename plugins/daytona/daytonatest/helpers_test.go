@@ -263,6 +263,15 @@ func refused(t *testing.T, f *Fake, token, why string) {
 		return
 	}
 	defer c.Close()
+	if !endsWithin(c, refusalWait) {
+		t.Errorf("%s: the gateway let the token in (its connection was still up after %s)", why, refusalWait)
+	}
+}
+
+// endsWithin reports whether c's connection ends within d. (A session
+// opened on it to find out could wait forever: x/crypto/ssh races a close
+// under NewSession.)
+func endsWithin(c *ssh.Client, d time.Duration) bool {
 	ended := make(chan struct{})
 	go func() {
 		c.Wait()
@@ -270,8 +279,9 @@ func refused(t *testing.T, f *Fake, token, why string) {
 	}()
 	select {
 	case <-ended:
-	case <-time.After(refusalWait):
-		t.Errorf("%s: the gateway let the token in (its connection was still up after %s)", why, refusalWait)
+		return true
+	case <-time.After(d):
+		return false
 	}
 }
 
