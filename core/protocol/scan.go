@@ -409,7 +409,7 @@ func (p *parser) usageMembers(r *rawUsage, prefix string) error {
 // intValue reads an integer or null into r.ints[i]. Like pydantic, it takes
 // a number written as a float if its value is integral (1.0, 1e3).
 func (p *parser) intValue(r *rawUsage, i int, prefix, name string) error {
-	v, null, err := p.int64Value(prefix + name)
+	v, null, err := p.int64Value(prefix, name)
 	if err == nil {
 		r.ints[i], r.intSet[i] = v, !null
 	}
@@ -418,14 +418,15 @@ func (p *parser) intValue(r *rawUsage, i int, prefix, name string) error {
 
 // int64Value reads an integer or null (null reports true). As in
 // pydantic's lax mode, a number with a fraction or exponent counts when its
-// value is whole (2.0).
-func (p *parser) int64Value(name string) (v int64, null bool, err error) {
+// value is whole (2.0). Errors name the key prefix+name (joined only for
+// them: this runs for every integer of every line).
+func (p *parser) int64Value(prefix, name string) (v int64, null bool, err error) {
 	c := p.data[p.pos]
 	if c == 'n' {
 		return 0, true, p.literal("null")
 	}
 	if c != '-' && (c < '0' || c > '9') {
-		return 0, false, p.typeError(name, "an integer or null")
+		return 0, false, p.typeError(prefix+name, "an integer or null")
 	}
 	tok, err := p.number()
 	if err != nil {
@@ -441,16 +442,16 @@ func (p *parser) int64Value(name string) (v int64, null bool, err error) {
 	if integer {
 		v, err = strconv.ParseInt(string(tok), 10, 64)
 		if err != nil {
-			return 0, false, invalidf("%s: %s is out of range for a 64-bit integer", name, truncate(tok))
+			return 0, false, invalidf("%s%s: %s is out of range for a 64-bit integer", prefix, name, truncate(tok))
 		}
 		return v, false, nil
 	}
 	f, _ := strconv.ParseFloat(string(tok), 64)
 	if f != math.Trunc(f) {
-		return 0, false, invalidf("%s must be an integer, got %s", name, truncate(tok))
+		return 0, false, invalidf("%s%s must be an integer, got %s", prefix, name, truncate(tok))
 	}
 	if f < -(1<<63) || f >= 1<<63 {
-		return 0, false, invalidf("%s: %s is out of range for a 64-bit integer", name, truncate(tok))
+		return 0, false, invalidf("%s%s: %s is out of range for a 64-bit integer", prefix, name, truncate(tok))
 	}
 	return int64(f), false, nil
 }

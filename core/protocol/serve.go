@@ -217,7 +217,7 @@ func parseRequest(data []byte) (*Request, error) {
 
 // maxTurns reads max_turns: an integer from 0 to MaxInt32, or null (0).
 func (p *parser) maxTurns() (int64, error) {
-	v, _, err := p.int64Value("max_turns")
+	v, _, err := p.int64Value("", "max_turns")
 	if err == nil && (v < 0 || v > math.MaxInt32) {
 		err = invalidf("max_turns must be an integer from 0 to %d, got %d", math.MaxInt32, v)
 	}
