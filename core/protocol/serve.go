@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // This file is the protocol of the persistent worker, `amelia-worker serve`,
@@ -251,7 +252,9 @@ type Frame struct {
 // JSON line without its newline, followed by "\n".
 func AppendMsgFrame(dst, line []byte) []byte {
 	dst = append(dst, `{"frame":"msg","msg":`...)
-	dst = AppendString(dst, string(line))
+	// Not a copy of line: AppendString keeps nothing of what it is given,
+	// and this runs for every message a serve worker sends.
+	dst = AppendString(dst, unsafe.String(unsafe.SliceData(line), len(line)))
 	return append(dst, ",\"error\":null}\n"...)
 }
 
@@ -268,10 +271,10 @@ func AppendDoneFrame(dst []byte) []byte {
 	return append(dst, "{\"frame\":\"done\",\"msg\":null,\"error\":null}\n"...)
 }
 
-// FrameLimit is the longest frame line that can carry a message line of
+// frameLimit is the longest frame line that can carry a message line of
 // maxLine bytes: escaping at most doubles it ('"' and '\\'; control
 // characters never appear raw in a message line), plus the frame's keys.
-func FrameLimit(maxLine int) int {
+func frameLimit(maxLine int) int {
 	const overhead = 64
 	if maxLine > (math.MaxInt-2-overhead)/2 {
 		return math.MaxInt - 2
@@ -283,11 +286,11 @@ func FrameLimit(maxLine int) int {
 // concurrent use.
 //
 // Its limit (see [WithMaxLineBytes]) is that of the messages the frames
-// carry; a frame line may be [FrameLimit] of it long. Errors are as those
-// of [Decoder]: a *[LineError] naming the frame's line, matching
-// [ErrInvalid] for a line that is not a frame or carries an invalid
-// message, and [ErrLineTooLong] for one too long or carrying a message too
-// long. Blank lines are skipped.
+// carry; a frame line may be about twice as long (its escaped msg).
+// Errors are as those of [Decoder]: a *[LineError] naming the frame's
+// line, matching [ErrInvalid] for a line that is not a frame or carries an
+// invalid message, and [ErrLineTooLong] for one too long or carrying a
+// message too long. Blank lines are skipped.
 type FrameDecoder struct {
 	d      *Decoder
 	maxMsg int
@@ -298,12 +301,9 @@ type FrameDecoder struct {
 func NewFrameDecoder(r io.Reader, opts ...DecoderOption) *FrameDecoder {
 	d := NewDecoder(r, opts...)
 	fd := &FrameDecoder{d: d, maxMsg: d.max}
-	d.max = FrameLimit(d.max)
+	d.max = frameLimit(d.max)
 	return fd
 }
-
-// Line returns the number of the last line read, counting from 1.
-func (fd *FrameDecoder) Line() int { return fd.d.line }
 
 // Decode reads the next frame. At the end of the input it returns io.EOF.
 func (fd *FrameDecoder) Decode() (*Frame, error) {
@@ -353,9 +353,13 @@ func (fd *FrameDecoder) parseFrame(line []byte) (*Frame, error) {
 		return nil, invalidf("missing frame (allowed: msg, error, done)")
 	}
 	f := &Frame{}
-	switch k := p.arena[kind.start:kind.end]; FrameKind(k) {
-	case FrameMsg, FrameError, FrameDone:
-		f.Kind = FrameKind(k)
+	switch k := p.arena[kind.start:kind.end]; string(k) {
+	case string(FrameMsg):
+		f.Kind = FrameMsg
+	case string(FrameError):
+		f.Kind = FrameError
+	case string(FrameDone):
+		f.Kind = FrameDone
 	default:
 		return nil, invalidf("unknown frame %s (allowed: msg, error, done)", quoteTrunc(k))
 	}
