@@ -145,45 +145,23 @@ func deref(s *string) string {
 	return *s
 }
 
-// frameWriter wraps every line written to it in a msg frame. The Encoder
-// writes each line whole; a line cut across writes is put together first.
-// After a failed write it fails every write, with that error.
+// frameWriter wraps each line written to it in a msg frame: the Encoder
+// writes every line whole, its newline included, in one Write. After a
+// failed write it fails every write, with that error.
 type frameWriter struct {
-	w       io.Writer
-	partial []byte
-	buf     []byte
-	err     error
+	w   io.Writer
+	buf []byte
+	err error
 }
 
 func (f *frameWriter) Write(p []byte) (int, error) {
 	if f.err != nil {
 		return 0, f.err
 	}
-	n := len(p)
-	f.buf = f.buf[:0]
-	for {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			f.partial = append(f.partial, p...)
-			break
-		}
-		line := p[:i]
-		if len(f.partial) > 0 {
-			f.partial = append(f.partial, line...)
-			line = f.partial
-		}
-		if len(line) > 0 {
-			f.buf = protocol.AppendMsgFrame(f.buf, line)
-		}
-		f.partial = f.partial[:0]
-		p = p[i+1:]
-	}
-	if len(f.buf) == 0 {
-		return n, nil
-	}
+	f.buf = protocol.AppendMsgFrame(f.buf[:0], bytes.TrimSuffix(p, []byte("\n")))
 	if _, err := f.w.Write(f.buf); err != nil {
 		f.err = err
 		return 0, err
 	}
-	return n, nil
+	return len(p), nil
 }
