@@ -290,8 +290,6 @@ func (d *Driver) generateAnswer(out workerOutput, err error, resolved *jsonschem
 	return answer, usage, nil
 }
 
-// compileSchema reads a JSON Schema document; one that is not is the
-// caller's error, found before anything runs.
 // prepareGenerate checks req and compiles schema, when there is one.
 func (d *Driver) prepareGenerate(req GenerateRequest, schema json.RawMessage) (*jsonschema.Resolved, error) {
 	if err := d.checkGenerate(req); err != nil {
@@ -303,6 +301,8 @@ func (d *Driver) prepareGenerate(req GenerateRequest, schema json.RawMessage) (*
 	return compileSchema(schema)
 }
 
+// compileSchema reads a JSON Schema document; one that is not is the
+// caller's error, found before anything runs.
 func compileSchema(schema json.RawMessage) (*jsonschema.Resolved, error) {
 	var s jsonschema.Schema
 	if err := json.Unmarshal(schema, &s); err != nil {
