@@ -5,10 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -187,19 +187,35 @@ func fakeWorker(t *testing.T, script string) string {
 // pidFile is a file a fake worker writes its pid to.
 func pidFile(t *testing.T) string { return filepath.Join(t.TempDir(), "pid") }
 
-// assertGone checks that the process whose pid is in file no longer runs.
+// assertGone checks that no process whose pid is in file still runs.
 func assertGone(t *testing.T, file string) {
+	t.Helper()
+	for _, pid := range pids(t, file) {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Errorf("the worker (pid %d) still runs (kill -0: %v)", pid, err)
+		}
+	}
+}
+
+// pids reads the pids fake workers wrote to file, one per start: at least
+// one.
+func pids(t *testing.T, file string) []int {
 	t.Helper()
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatalf("the fake worker wrote no pid: %v", err)
 	}
-	var pid int
-	if _, err := fmt.Sscan(string(b), &pid); err != nil || pid <= 0 {
-		t.Fatalf("pid file %q: %v", b, err)
+	var out []int
+	for f := range strings.FieldsSeq(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil || pid <= 0 {
+			t.Fatalf("pid file %q: %v", b, err)
+		}
+		out = append(out, pid)
 	}
-	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-		syscall.Kill(pid, syscall.SIGKILL)
-		t.Errorf("the worker (pid %d) still runs (kill -0: %v)", pid, err)
+	if len(out) == 0 {
+		t.Fatalf("the fake worker wrote no pid")
 	}
+	return out
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/core/driver"
@@ -255,32 +254,6 @@ func msg(line string) []byte        { return protocol.AppendMsgFrame(nil, []byte
 func errFrame(s string) []byte      { return protocol.AppendErrorFrame(nil, s) }
 func done() []byte                  { return protocol.AppendDoneFrame(nil) }
 
-// pids reads the pids a fake worker appended to file.
-func pids(t *testing.T, file string) []int {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int
-	for f := range strings.FieldsSeq(string(b)) {
-		var p int
-		fmt.Sscan(f, &p)
-		out = append(out, p)
-	}
-	return out
-}
-
-func assertAllGone(t *testing.T, file string) {
-	t.Helper()
-	for _, pid := range pids(t, file) {
-		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			t.Errorf("the worker (pid %d) still runs", pid)
-		}
-	}
-}
-
 // How a command's frames end, for ExecuteAgentic and for Generate.
 func TestSessionFrames(t *testing.T) {
 	for _, tt := range []struct {
@@ -334,7 +307,7 @@ func TestSessionFrames(t *testing.T) {
 				if err := s.Close(); err != nil && is == nil {
 					t.Errorf("Close: %v", err)
 				}
-				assertAllGone(t, pid)
+				assertGone(t, pid)
 			}
 		})
 	}
@@ -371,7 +344,7 @@ func TestSessionBounds(t *testing.T) {
 			if n := len(pids(t, pid)); n != 2 {
 				t.Errorf("%d workers started, want 2: a fresh one for the second call", n)
 			}
-			assertAllGone(t, pid)
+			assertGone(t, pid)
 		})
 	}
 }
@@ -402,5 +375,5 @@ exec cat >/dev/null`)
 	if err := s.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
-	assertAllGone(t, pid)
+	assertGone(t, pid)
 }
