@@ -433,7 +433,11 @@ func (a *app) workflowStates(ctx context.Context, sb *sandbox.Sandbox, profile s
 		return nil
 	}
 	states := map[string]string{}
-	var uids map[string]string // each workflow's, where runs have their own
+	var (
+		uids    map[string]string // each workflow's, where runs have their own
+		uidsErr error             // asked once: a failed listing is not asked again
+		asked   bool
+	)
 	for _, id := range ids {
 		states[id] = "active"
 		r, err := a.runs().Get(profile, id)
@@ -444,10 +448,12 @@ func (a *app) workflowStates(ctx context.Context, sb *sandbox.Sandbox, profile s
 		if r.State != runstore.Running || r.RunDir == "" || r.Worker == "" {
 			continue
 		}
-		if uids == nil && sb.Info.RunUsers {
-			if uids, err = workspace.RunUsers(ctx, sb); err != nil {
-				continue
-			}
+		if sb.Info.RunUsers && !asked {
+			uids, uidsErr = workspace.RunUsers(ctx, sb)
+			asked = true
+		}
+		if uidsErr != nil {
+			continue
 		}
 		// The worker that started the agent answers for it, as the run's
 		// uid (its directory is that uid's alone); ls starts nothing and
