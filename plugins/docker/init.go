@@ -18,7 +18,7 @@ import (
 // and a base image that engine already holds to build the sandbox image
 // FROM: the bootstrapped image.TestBase, else image.DefaultBase. It pulls
 // nothing. Holding neither is an error matching sdk.ErrNotFound that says
-// how to make one.
+// how to make one, with base the one Bootstrap makes.
 func (p *Provider) LocalBase(ctx context.Context) (engine, base string, err error) {
 	e, err := p.engine(ctx, Settings{})
 	if err != nil {
@@ -32,7 +32,7 @@ func (p *Provider) LocalBase(ctx context.Context) (engine, base string, err erro
 			return e.host, c, nil
 		}
 	}
-	return e.host, "", sdk.Errorf(sdk.ErrNotFound,
+	return e.host, image.TestBase, sdk.Errorf(sdk.ErrNotFound,
 		"the Docker engine at %s holds none of %v to build the sandbox image from: pull one, or make %s from Debian's packages with `amelia init --bootstrap` (needs mmdebstrap and root or sudo)",
 		e.host, candidates, image.TestBase)
 }

@@ -107,7 +107,7 @@ func (a *app) setUpDocker(ctx context.Context, out io.Writer, bootstrap, noBuild
 	}
 	engine, base, err = d.LocalBase(ctx)
 	if errors.Is(err, sdk.ErrNotFound) && bootstrap {
-		fmt.Fprintf(out, "the engine at %s holds no base image: making amelia-base:bookworm from Debian's packages (a few minutes)\n", engine)
+		fmt.Fprintf(out, "the engine at %s holds no base image: making %s from Debian's packages (a few minutes)\n", engine, base)
 		if berr := d.Bootstrap(ctx, out); berr != nil {
 			return engine, "", berr
 		}
@@ -132,8 +132,9 @@ func initConfig(engine, base string, dockerErr error) string {
 	if dockerErr != nil {
 		def = "local"
 	}
-	if base == "" {
-		base = "amelia-base:bookworm"
+	baseLine := "" // with no engine found, the provider's default
+	if base != "" {
+		baseLine = "\n      docker:\n        base_image: " + base
 	}
 	return fmt.Sprintf(`# Written by amelia init on %s.
 # Reference: the README's Configuration section; check with amelia config validate.
@@ -145,9 +146,7 @@ profiles:
     llm: {base_url: %s, api_key_env: %s}
     sandbox:
       provider: docker
-      network: open
-      docker:
-        base_image: %s
+      network: open%s
   # This machine itself, in a scratch directory: it isolates nothing.
   local:
     model: %s
@@ -155,7 +154,7 @@ profiles:
     sandbox:
       provider: local
 `, time.Now().UTC().Format("2006-01-02"), def, orUnknown(engine),
-		config.DefaultModel, config.DefaultBaseURL, config.DefaultAPIKeyEnv, base,
+		config.DefaultModel, config.DefaultBaseURL, config.DefaultAPIKeyEnv, baseLine,
 		config.DefaultModel, config.DefaultBaseURL, config.DefaultAPIKeyEnv)
 }
 
