@@ -138,24 +138,28 @@ func (v *ttyView) tick() {
 	v.end()
 }
 
-func (v *ttyView) PhaseStart(name string) {
+// draw runs f between begin and end, under the lock, unless the view is
+// closed.
+func (v *ttyView) draw(f func()) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.closed {
 		return
 	}
 	v.begin()
-	v.phases = append(v.phases, &phase{name: name, start: v.now()})
+	f()
 	v.end()
 }
 
+func (v *ttyView) PhaseStart(name string) {
+	v.draw(func() { v.phases = append(v.phases, &phase{name: name, start: v.now()}) })
+}
+
 func (v *ttyView) PhaseEnd(name string, d time.Duration, err error) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.closed {
-		return
-	}
-	v.begin()
+	v.draw(func() { v.phaseEnded(name, d, err) })
+}
+
+func (v *ttyView) phaseEnded(name string, d time.Duration, err error) {
 	for i := len(v.phases) - 1; i >= 0; i-- {
 		if v.phases[i].name == name {
 			v.phases = append(v.phases[:i], v.phases[i+1:]...)
@@ -173,29 +177,23 @@ func (v *ttyView) PhaseEnd(name string, d time.Duration, err error) {
 	default:
 		v.line(0, v.paint(sgrRed, markFailed)+" "+text)
 	}
-	v.end()
 }
 
 func (v *ttyView) Notice(text string) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.closed {
-		return
-	}
-	v.begin()
-	for _, l := range wrap(sanitize(text), v.cols()) {
-		v.line(0, l)
-	}
-	v.end()
+	v.draw(func() {
+		for _, l := range wrap(sanitize(text), v.cols()) {
+			v.line(0, l)
+		}
+	})
 }
 
 func (v *ttyView) Message(m *protocol.AgenticMessage) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.closed || m == nil {
-		return
+	if m != nil {
+		v.draw(func() { v.message(m) })
 	}
-	v.begin()
+}
+
+func (v *ttyView) message(m *protocol.AgenticMessage) {
 	switch m.Type {
 	case protocol.Thinking:
 		v.text(deref(m.Content), sgrDim, false)
@@ -209,7 +207,6 @@ func (v *ttyView) Message(m *protocol.AgenticMessage) {
 	case protocol.Usage:
 		v.usage = cloneUsage(m.Usage)
 	}
-	v.end()
 }
 
 // text shows the agent's text wrapped, below the running phase; a failed
