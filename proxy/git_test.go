@@ -32,8 +32,15 @@ func runGit(t *testing.T, dir string, env []string, args ...string) ([]byte, err
 // proxy's URL and the run token.
 func sandboxGit(t *testing.T, p *testProxy, run *proxy.Run, dir string, args ...string) ([]byte, error) {
 	t.Helper()
+	return helperGit(t, dir, []string{"AMELIA_PROXY_URL=" + p.URL, "AMELIA_PROXY_TOKEN=" + run.Token()}, args...)
+}
+
+// helperGit runs git in env (and a HOME of its own) with amelia-worker
+// git-credential as its only credential helper.
+func helperGit(t *testing.T, dir string, env []string, args ...string) ([]byte, error) {
+	t.Helper()
 	args = append([]string{"-c", "credential.helper=", "-c", "credential.helper=" + workerBin + " git-credential"}, args...)
-	return runGit(t, dir, []string{"HOME=" + t.TempDir(), "AMELIA_PROXY_URL=" + p.URL, "AMELIA_PROXY_TOKEN=" + run.Token()}, args...)
+	return runGit(t, dir, append([]string{"HOME=" + t.TempDir()}, env...), args...)
 }
 
 func TestGitWithAConfiguredToken(t *testing.T) {

@@ -105,8 +105,8 @@ func TestGitPythonEnvironment(t *testing.T) {
 		Git:    proxy.GitAuth{Token: token},
 	})
 	work := t.TempDir()
-	out, err := runGit(t, work, []string{"HOME=" + t.TempDir(), "LLM_PROXY_URL=" + p.URL + "/proxy/v1", "AMELIA_PROFILE=work", "AMELIA_PROXY_TOKEN=" + run.Token()},
-		"-c", "credential.helper=", "-c", "credential.helper="+workerBin+" git-credential", "clone", "-q", srv.RepoURL, "clone")
+	out, err := helperGit(t, work, []string{"LLM_PROXY_URL=" + p.URL + "/proxy/v1", "AMELIA_PROFILE=work", "AMELIA_PROXY_TOKEN=" + run.Token()},
+		"clone", "-q", srv.RepoURL, "clone")
 	if err != nil {
 		t.Fatalf("clone: %v\n%s", err, out)
 	}
