@@ -109,6 +109,26 @@ func newSandbox(t testing.TB) (*sandboxtest.Sandbox, *Workspace) {
 	return sb, ws
 }
 
+// synced is a host repository synced into a new local sandbox.
+type synced struct {
+	host *HostRepo
+	dir  string // the host repository's
+	sb   *sandboxtest.Sandbox
+	ws   *Workspace
+	Synced
+}
+
+func newSynced(t testing.TB) synced {
+	t.Helper()
+	host, dir := newHostRepo(t)
+	sb, ws := newSandbox(t)
+	s, err := ws.SyncLocal(t.Context(), LocalSource{Repo: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return synced{host, dir, sb, ws, s}
+}
+
 // inSandbox runs a shell script in the sandbox with args as $1...; it fails
 // the test on a non-zero exit.
 func inSandbox(t testing.TB, sb *sandboxtest.Sandbox, script string, args ...string) string {

@@ -111,12 +111,8 @@ func TestInspectBundle(t *testing.T) {
 func TestHostileResults(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	host, dir := newHostRepo(t)
-	sb, ws := newSandbox(t)
-	s, err := ws.SyncLocal(ctx, LocalSource{Repo: host})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSynced(t)
+	host, dir, sb, ws := s.host, s.dir, s.sb, s.ws
 	refsBefore := refs(t, dir)
 	for _, tc := range []struct {
 		id, agent, says string

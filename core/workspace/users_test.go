@@ -179,12 +179,8 @@ func TestRunUsersBookkeeping(t *testing.T) {
 func TestLegacyLinkedWorktree(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	host, dir := newHostRepo(t)
-	_, ws := newSandbox(t)
-	s, err := ws.SyncLocal(ctx, LocalSource{Repo: host})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSynced(t)
+	host, dir, ws := s.host, s.dir, s.ws
 	wt := ws.WorktreeDir("old")
 	inSandboxWS(t, ws, `mkdir -p "${2%/*}" && git -C "$1" worktree add --quiet -b amelia/old "$2" "$3" && echo kept >"$2/kept.txt"`, ws.RepoDir(), wt, s.Base.Start)
 	if _, err := ws.CommitAll(ctx, "old", "old work"); err != nil {

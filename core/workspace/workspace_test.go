@@ -100,18 +100,14 @@ func TestOpenHostRepoErrors(t *testing.T) {
 func TestAddWorktreeRace(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	host, _ := newHostRepo(t)
-	sb, ws := newSandbox(t)
-	synced, err := ws.SyncLocal(ctx, LocalSource{Repo: host})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSynced(t)
+	sb, ws := s.sb, s.ws
 	for round := range 20 {
 		id := fmt.Sprintf("race-%d", round)
 		var errs [2]error
 		var wg sync.WaitGroup
 		for i := range errs {
-			wg.Go(func() { _, errs[i] = ws.AddWorktree(ctx, id, synced.Base) })
+			wg.Go(func() { _, errs[i] = ws.AddWorktree(ctx, id, s.Base) })
 		}
 		wg.Wait()
 		made := 0
@@ -234,12 +230,8 @@ printf 'hello\n' >new.txt && rm README.md && echo 'func B() {}' >>src/app.go`, w
 func TestNoChanges(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	host, _ := newHostRepo(t)
-	_, ws := newSandbox(t)
-	s, err := ws.SyncLocal(ctx, LocalSource{Repo: host})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSynced(t)
+	host, ws := s.host, s.ws
 	if _, err := ws.AddWorktree(ctx, "idle", s.Base); err != nil {
 		t.Fatal(err)
 	}
