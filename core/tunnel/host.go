@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,13 @@ type HostOptions struct {
 	// it must be loopback. Default "127.0.0.1:0" (the port is chosen there
 	// and reported by Addr).
 	Listen string
+	// Run, instead of Listen, is the directory of a detached run whose
+	// supervisor holds the sandbox end (amelia-worker detach --tunnel):
+	// the tunnel exec only carries it (amelia-worker tunnel --run), and
+	// Addr is the address the run's agent was given. The exec must run as
+	// the run's user, whose directory it is. When the run has ended, Open
+	// fails with ErrRunEnded.
+	Run string
 	// Target is the host address every connection is piped to: a loopback
 	// IP and port (the proxy never leaves host loopback). Required.
 	Target string
@@ -55,6 +63,10 @@ const (
 	// maxLogLine bounds a line of the worker's stderr held for the log.
 	maxLogLine = 4 << 10
 )
+
+// ErrRunEnded: the detached run whose tunnel Open was to carry has ended,
+// and its tunnel with it.
+var ErrRunEnded = errors.New("the run has ended, and its tunnel with it")
 
 // errTunnelClosed ends the session's reads once the host end is shutting
 // down, and the sandbox end's writes once the exec is over.
@@ -110,11 +122,22 @@ func Open(ctx context.Context, ex sdk.Execer, opts HostOptions) (*Host, error) {
 	if opts.Worker == "" {
 		return nil, errors.New("open tunnel: no worker path")
 	}
-	if opts.Listen == "" {
-		opts.Listen = defaultListen
-	}
-	if err := checkListen(opts.Listen); err != nil {
-		return nil, fmt.Errorf("open tunnel: %w", err)
+	argv := []string{opts.Worker, "tunnel", "--run", opts.Run}
+	switch {
+	case opts.Run != "" && opts.Listen != "":
+		return nil, errors.New("open tunnel: a run's tunnel listens where its supervisor does: give Run or Listen, not both")
+	case opts.Run != "":
+		if !path.IsAbs(opts.Run) {
+			return nil, fmt.Errorf("open tunnel: run directory %q: want an absolute path inside the sandbox", opts.Run)
+		}
+	default:
+		if opts.Listen == "" {
+			opts.Listen = defaultListen
+		}
+		if err := checkListen(opts.Listen); err != nil {
+			return nil, fmt.Errorf("open tunnel: %w", err)
+		}
+		argv = []string{opts.Worker, "tunnel", "--listen", opts.Listen}
 	}
 	if err := checkTarget(opts.Target); err != nil {
 		return nil, fmt.Errorf("open tunnel: %w", err)
@@ -150,7 +173,7 @@ func Open(ctx context.Context, ex sdk.Execer, opts HostOptions) (*Host, error) {
 	h.session, _ = yamux.Server(&execConn{in: stdinW, out: h.out}, cfg)
 
 	req := sdk.ExecRequest{
-		Argv:        []string{opts.Worker, "tunnel", "--listen", opts.Listen},
+		Argv:        argv,
 		Env:         opts.Env,
 		CancelGrace: cancelGrace,
 	}
@@ -168,6 +191,9 @@ func Open(ctx context.Context, ex sdk.Execer, opts HostOptions) (*Host, error) {
 		defer h.mu.Unlock()
 		if h.lost != nil {
 			return nil, fmt.Errorf("open tunnel: session lost before the hello: %v; %s", h.lost, describeExit(h.status, h.execErr))
+		}
+		if opts.Run != "" && h.execErr == nil && h.status.Code == sandboxend.ExitRunEnded {
+			return nil, fmt.Errorf("open tunnel: %w", ErrRunEnded)
 		}
 		return nil, fmt.Errorf("open tunnel: %w", h.endReason("before it said hello"))
 	case <-ctx.Done():

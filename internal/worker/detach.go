@@ -61,9 +61,10 @@ const followPoll = 50 * time.Millisecond
 func (w *worker) detachCmd() *cobra.Command {
 	var dir, lock string
 	var homes privateDirs
+	var tun runTunnel
 	var grace time.Duration
 	cmd := &cobra.Command{
-		Use:   "detach --dir D [--lock FILE] [--home DIR] [--tmpdir DIR] -- PROGRAM ARGS...",
+		Use:   "detach --dir D [--lock FILE] [--home DIR] [--tmpdir DIR] [--tunnel [--egress-proxy]] -- PROGRAM ARGS...",
 		Short: "Start a command that outlives this connection, in run directory D",
 		Long: `Start a supervisor that runs PROGRAM ARGS... (amelia-worker agentic, say) with its stdout in
 D/messages.jsonl and its stderr in D/stderr.log, in a session of its own, and
@@ -72,11 +73,16 @@ when the command ends it kills whatever the command left running and writes
 D/exit. With --lock, the supervisor holds an exclusive flock on FILE for as
 long as it runs, and refuses to start (exit 4) when another process holds it.
 With --home and --tmpdir, the command's HOME and TMPDIR are those
-directories, made 0700 (inside D, they are the run's own). Exit 3: D
-already holds a run.`,
+directories, made 0700 (inside D, they are the run's own). With --tunnel,
+the supervisor holds the sandbox end of the run's tunnel to the proxy for
+as long as the command lives: a loopback port the command finds in
+AMELIA_PROXY_URL (and, with --egress-proxy, in HTTP_PROXY and HTTPS_PROXY,
+with AMELIA_PROXY_TOKEN as the password), carried to the host by whichever
+` + "`amelia-worker tunnel --run D`" + ` last attached. Exit 3: D already holds
+a run.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			return w.detach(dir, lock, homes, grace, args)
+			return w.detach(dir, lock, homes, tun, grace, args)
 		},
 	}
 	f := cmd.Flags()
@@ -84,6 +90,7 @@ already holds a run.`,
 	f.StringVar(&lock, "lock", "", "a file to hold an exclusive flock on while the run lives")
 	f.StringVar(&homes.home, "home", "", "the command's HOME (made 0700)")
 	f.StringVar(&homes.tmp, "tmpdir", "", "the command's TMPDIR (made 0700)")
+	tun.flags(f)
 	f.DurationVar(&grace, "grace", 10*time.Second, "how long a stopped command has between SIGTERM and SIGKILL")
 	cmd.MarkFlagRequired("dir")
 	return cmd
@@ -121,7 +128,7 @@ func makePrivate(flag, dir string) error {
 
 // detach starts the supervisor and waits for its word on the ready pipe:
 // "ok" once the command runs, or why it could not start.
-func (w *worker) detach(dir, lock string, homes privateDirs, grace time.Duration, args []string) error {
+func (w *worker) detach(dir, lock string, homes privateDirs, tun runTunnel, grace time.Duration, args []string) error {
 	if err := makePrivate("--dir", dir); err != nil {
 		return fmt.Errorf("detach: %w", err)
 	}
@@ -153,7 +160,8 @@ func (w *worker) detach(dir, lock string, homes privateDirs, grace time.Duration
 		return fmt.Errorf("detach: %w", err)
 	}
 	defer readyR.Close()
-	argv := append([]string{self, "supervise", "--dir", dir, "--grace", grace.String(), "--lock", lock, "--"}, args...)
+	argv := append(append([]string{self, "supervise", "--dir", dir, "--grace", grace.String(), "--lock", lock}, tun.args()...), "--")
+	argv = append(argv, args...)
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		readyW.Close()
@@ -196,6 +204,7 @@ func (e errBusy) Error() string {
 
 func (w *worker) superviseCmd() *cobra.Command {
 	var dir, lock string
+	var tun runTunnel
 	var grace time.Duration
 	cmd := &cobra.Command{
 		Use:    "supervise --dir D -- PROGRAM ARGS...",
@@ -208,7 +217,7 @@ func (w *worker) superviseCmd() *cobra.Command {
 			syscall.CloseOnExec(3)
 			ready := os.NewFile(3, "ready")
 			defer ready.Close()
-			err := supervise(dir, lock, grace, args, ready)
+			err := w.supervise(dir, lock, tun, grace, args, ready)
 			if err != nil {
 				fmt.Fprintf(ready, "%v\n", err)
 				fmt.Fprintf(w.p.Stderr, "amelia-worker supervise: %v\n", err)
@@ -224,15 +233,16 @@ func (w *worker) superviseCmd() *cobra.Command {
 	f.StringVar(&dir, "dir", "", "the run's directory")
 	f.StringVar(&lock, "lock", "", "a file to hold an exclusive flock on")
 	f.DurationVar(&grace, "grace", 10*time.Second, "SIGTERM to SIGKILL")
+	tun.flags(f)
 	return cmd
 }
 
 // supervise runs args as a child of this process, which becomes the
 // subreaper of everything the child starts: when the child ends, or after
 // the grace once this process is asked to stop, everything left below it
-// is killed, and only then is the exit file written. An error means the
-// command never started.
-func supervise(dir, lock string, grace time.Duration, args []string, ready *os.File) error {
+// is killed, then the run's tunnel closes, and only then is the exit file
+// written. An error means the command never started.
+func (w *worker) supervise(dir, lock string, tun runTunnel, grace time.Duration, args []string, ready *os.File) error {
 	if lock != "" {
 		f, err := os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
@@ -260,11 +270,25 @@ func supervise(dir, lock string, grace time.Duration, args []string, ready *os.F
 		return err
 	}
 	defer null.Close()
+	env := os.Environ()
+	var tunnelDone func()
+	if tun.on {
+		// Held before the child exists, and until everything below this
+		// process is gone: no other process ever has the address the
+		// child sends its token to.
+		var tenv map[string]string
+		if tenv, tunnelDone, err = w.holdTunnel(tun.egress); err != nil {
+			return err
+		}
+		defer tunnelDone()
+		env = withEnv(env, tenv)
+	}
 	// Signals are caught before the child exists, so none is lost.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	child, err := os.StartProcess(prog, args, &os.ProcAttr{
 		Dir:   dir,
+		Env:   env,
 		Files: []*os.File{null, out, os.Stderr},
 	})
 	if err != nil {
@@ -286,6 +310,9 @@ func supervise(dir, lock string, grace time.Duration, args []string, ready *os.F
 		killDescendants(os.Getpid())
 	}()
 	end := reapAll(child.Pid)
+	if tunnelDone != nil {
+		tunnelDone()
+	}
 	data, _ := json.Marshal(end)
 	return atomicwriter.WriteFile(filepath.Join(dir, runExit), append(data, '\n'), 0o600)
 }

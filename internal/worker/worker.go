@@ -30,10 +30,10 @@ import (
 
 // Environment variables the worker reads.
 const (
-	EnvProxyURL   = "AMELIA_PROXY_URL"   // the proxy's root URL, through the tunnel
-	EnvProxyToken = "AMELIA_PROXY_TOKEN" // the run's token
-	EnvLogFormat  = "AMELIA_LOG_FORMAT"  // "json" for JSON logs on stderr
-	EnvLogLevel   = "AMELIA_LOG_LEVEL"   // debug, info (default), warn, error
+	EnvProxyURL   = sandboxend.EnvProxyURL   // the proxy's root URL, through the tunnel
+	EnvProxyToken = sandboxend.EnvProxyToken // the run's token
+	EnvLogFormat  = "AMELIA_LOG_FORMAT"      // "json" for JSON logs on stderr
+	EnvLogLevel   = "AMELIA_LOG_LEVEL"       // debug, info (default), warn, error
 )
 
 // Exit codes.
@@ -326,12 +326,21 @@ func firstSet(getenv func(string) string, names ...string) string {
 }
 
 func (w *worker) tunnelCmd() *cobra.Command {
-	var listen string
+	var listen, run string
 	cmd := &cobra.Command{
-		Use:   "tunnel --listen 127.0.0.1:PORT",
+		Use:   "tunnel (--listen 127.0.0.1:PORT | --run D)",
 		Short: "The sandbox end of the host tunnel, over stdin and stdout",
-		Args:  noArgs,
+		Long: `With --listen, accept connections on a loopback address and carry each
+to the host as a stream of a yamux session over stdin and stdout, until
+stdin ends. With --run, carry the tunnel the supervisor of the detached
+run in D holds (amelia-worker detach --tunnel) instead: the run keeps its
+address when this process ends, and the next one carries it on. Exit 3:
+the run in D has ended.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if run != "" {
+				return w.attachTunnel(run)
+			}
 			if err := checkLoopback(listen); err != nil {
 				return err
 			}
@@ -347,8 +356,10 @@ func (w *worker) tunnelCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&listen, "listen", "", "loopback address to accept connections on, e.g. 127.0.0.1:8430 (port 0: any) (required)")
-	cmd.MarkFlagRequired("listen")
+	cmd.Flags().StringVar(&listen, "listen", "", "loopback address to accept connections on, e.g. 127.0.0.1:8430 (port 0: any)")
+	cmd.Flags().StringVar(&run, "run", "", "the directory of a detached run whose tunnel to carry")
+	cmd.MarkFlagsOneRequired("listen", "run")
+	cmd.MarkFlagsMutuallyExclusive("listen", "run")
 	return cmd
 }
 
