@@ -796,7 +796,12 @@ func (h *host) orphan(t *testing.T, g gate, wf string) {
 func (h *host) attachAfterHostDied(t *testing.T, g gate, wf string) {
 	t.Helper()
 	h.orphan(t, g, wf)
+	h.takeOver(t, g, wf)
+}
 
+// takeOver is attachAfterHostDied once the host of wf's run died.
+func (h *host) takeOver(t *testing.T, g gate, wf string) {
+	t.Helper()
 	if ls := h.amelia(t, "sandbox", "ls", "--json"); !strings.Contains(ls.stdout, `"`+wf+`": "running"`) {
 		t.Errorf("sandbox ls does not show %s running: %s\n%s", wf, ls.stdout, ls.stderr)
 	}

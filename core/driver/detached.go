@@ -61,6 +61,12 @@ type DetachOptions struct {
 	// 0700 inside the run directory (HomeDir and TmpDir): for a run whose
 	// uid no user of the sandbox has, which no other run may reach.
 	PrivateHome bool
+	// Tunnel has the run's supervisor hold the sandbox end of the agent's
+	// tunnel to the proxy for as long as the agent lives, with the run
+	// token of d.Env (AMELIA_PROXY_TOKEN): the agent's AMELIA_PROXY_URL
+	// leads there, and the host carries it with tunnel.Open's Run. With
+	// EgressProxy, its HTTP_PROXY and HTTPS_PROXY too.
+	Tunnel, EgressProxy bool
 }
 
 // HomeDir and TmpDir are the agent's HOME and TMPDIR inside its run
@@ -105,6 +111,12 @@ func (d *Driver) StartAgentic(ctx context.Context, req AgenticRequest, dir strin
 	}
 	if opts.PrivateHome {
 		argv = append(argv, "--home", dir+"/"+HomeDir, "--tmpdir", dir+"/"+TmpDir)
+	}
+	if opts.Tunnel {
+		argv = append(argv, "--tunnel")
+		if opts.EgressProxy {
+			argv = append(argv, "--egress-proxy")
+		}
 	}
 	argv = append(argv, "--", d.Worker, "agentic", "--prompt-file", files[0].path, "--cwd", req.Cwd, "--model", req.Model)
 	if len(files) > 1 {
@@ -198,6 +210,25 @@ func (d *Driver) StopAgentic(ctx context.Context, dir string) error {
 		return fmt.Errorf("stop the agent on %s: %s%s", d.provider(), execreport.Status(st), stderr.Note())
 	}
 	return nil
+}
+
+// maxPrompt bounds the prompt AgenticPrompt reads back.
+const maxPrompt = 16 << 20
+
+// AgenticPrompt reads back the prompt of the detached run in dir, as
+// StartAgentic wrote it.
+func (d *Driver) AgenticPrompt(ctx context.Context, dir string) (string, error) {
+	var stdout bytes.Buffer
+	var stderr execreport.Stderr
+	argv := []string{"cat", "--", dir + "/" + PromptFile}
+	st, err := d.Exec.Exec(ctx, sdk.ExecRequest{Argv: argv, Timeout: fileTimeout}, sdk.ExecIO{Stdout: &limitedWriter{w: &stdout, n: maxPrompt}, Stderr: &stderr})
+	if err != nil {
+		return "", fmt.Errorf("read the agent's prompt on %s: %w", d.provider(), err)
+	}
+	if st.Code != 0 {
+		return "", fmt.Errorf("read the agent's prompt on %s: %s%s", d.provider(), execreport.Status(st), stderr.Note())
+	}
+	return stdout.String(), nil
 }
 
 // RunState is how a detached run is.

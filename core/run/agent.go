@@ -10,6 +10,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/workspace"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // agentRun is the agent of a run: what it works on, and where it runs
@@ -25,6 +26,8 @@ type agentRun struct {
 	// sandbox's user.
 	uid string
 	det *driver.Detached
+	// tunnel carries the tunnel the agent's supervisor holds.
+	tunnel *keptTunnel
 }
 
 // drainTimeout bounds the reading of what a stopped agent wrote last.
@@ -32,12 +35,14 @@ const drainTimeout = 30 * time.Second
 
 // startAgent starts the agent detached in the sandbox, in a run directory
 // of its own; an agent with a uid of its own gets its HOME and TMPDIR
-// there too. When this run holds the sandbox, the agent's supervisor
-// takes the sandbox's lock over from this process, so that the sandbox
-// stays held for as long as the agent runs, whatever becomes of this
-// process. From then on the run is recorded as running, for attach.
+// there too. Its supervisor holds the agent's tunnel to the proxy, which
+// this process carries from then on (attachAgent). When this run holds the
+// sandbox, the supervisor takes the sandbox's lock over from this process,
+// so that the sandbox stays held for as long as the agent runs, whatever
+// becomes of this process. From then on the run is recorded as running,
+// for attach.
 func (r *runner) startAgent(ctx context.Context, ws *workspace.Workspace, d *driver.Driver, a *agentRun) error {
-	opts := driver.DetachOptions{PrivateHome: a.uid != ""}
+	opts := driver.DetachOptions{PrivateHome: a.uid != "", Tunnel: true, EgressProxy: r.req.Profile.Sandbox.Network != sdk.NetworkOpen}
 	if r.release != nil {
 		// Between this release and the supervisor's lock, another run
 		// could take the sandbox: the start then fails with ErrRunBusy,
@@ -58,7 +63,17 @@ func (r *runner) startAgent(ctx context.Context, ws *workspace.Workspace, d *dri
 	}
 	a.det = det
 	r.agentStarted, r.agentRunning = true, true
+	r.attachAgent(ctx, a)
 	return r.record(runstore.Running, nil)
+}
+
+// endAgentTunnel stops carrying the agent's tunnel, once the run no
+// longer follows the agent: its supervisor keeps it, for attach, should
+// the agent go on.
+func (r *runner) endAgentTunnel(a *agentRun) {
+	if a.tunnel != nil {
+		r.lv.close(a.tunnel)
+	}
 }
 
 // followAgent shows the agent's messages until it ends. When the sandbox

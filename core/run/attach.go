@@ -15,9 +15,9 @@ import (
 // and ends it as Run does: the work comes back as a branch, or is kept
 // when the run failed. It is how a run goes on after the process that
 // started it died or lost its sandbox: a proxy serves the run's token
-// again and a tunnel opens at the address the worker knows, so an agent
-// still waiting out the outage carries on. p is rec's profile, its
-// provider the one the run used.
+// again and carries the tunnel the agent's supervisor held meanwhile, so
+// an agent still waiting out the outage carries on. p is rec's profile,
+// its provider the one the run used.
 func Attach(ctx context.Context, host Host, rec runstore.Record, p *config.Profile, view runview.View) (Result, error) {
 	req := Request{Profile: p, Repo: rec.Repo, Base: rec.BaseBranch, Workflow: rec.Workflow, Prompt: rec.Title, Push: rec.Push}
 	r := newRunner(ctx, host, req, view)
@@ -26,7 +26,7 @@ func Attach(ctx context.Context, host Host, rec runstore.Record, p *config.Profi
 
 func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error) {
 	res := Result{Workflow: rec.Workflow}
-	if rec.State != runstore.Running || rec.RunDir == "" || rec.ProxyListen == "" {
+	if rec.State != runstore.Running || rec.RunDir == "" || rec.ProxyToken == "" {
 		return res, fmt.Errorf("%w: the run of %s is not running (it is %s): bring its work back with %s", ErrRefused, rec.Workflow, rec.State, RecoverCommand(rec))
 	}
 	var src source
@@ -47,12 +47,12 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 	if err != nil {
 		return res, err
 	}
-	if err := r.openLive(ctx, sb, worker, prx.addr, rec.ProxyListen); err != nil {
+	if err := r.openLive(ctx, sb, worker, prx.addr, src.url != ""); err != nil {
 		return res, err
 	}
-	ctx, cancel := r.keepTunnel(ctx)
+	ctx, cancel := r.keepTunnels(ctx)
 	defer cancel(nil)
-	ws, d, err := r.workIn(sb, workdir, worker, prx)
+	ws, d, err := r.workIn(workdir, worker, prx)
 	if err != nil {
 		return res, err
 	}
@@ -65,8 +65,17 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 	}
 	r.agentStarted, r.agentRunning = true, true
 	r.worktreeAtEnd(ws, src, base, rec.Worktree)
+	// The work is committed with the run's whole prompt, as the run that
+	// started it would have; the record holds only its title.
+	if prompt, err := d.AgenticPrompt(ctx, a.det.Dir); err == nil {
+		r.req.Prompt = prompt
+	} else {
+		r.host.Logger.Warn("could not read the run's prompt; its title goes into the commit", "err", err)
+	}
 
 	if err := r.phaseIn(ctx, PhaseAgent, func() error {
+		defer r.endAgentTunnel(a)
+		r.attachAgent(ctx, a)
 		return r.followAgent(ctx, d, a)
 	}); err != nil {
 		res.Usage = d.Usage()

@@ -26,20 +26,40 @@ const (
 )
 
 // live is the run's way into its sandbox: the provider plugin and the
-// tunnel to the proxy. The workspace, the driver and the tunnel all go
-// through it, so that when the plugin dies or the tunnel closes, repair
-// replaces what was lost and everything carries on with the new one.
+// tunnels to the proxy it keeps. The workspace, the driver and the tunnels
+// all go through it, so that when the plugin dies or a tunnel closes,
+// repair replaces what was lost and everything carries on with the new
+// one.
 type live struct {
-	r *runner
-
-	mu     sync.Mutex
-	sb     *sandbox.Sandbox
-	tun    tunnel.Tunnel
+	r      *runner
 	worker string
-	// listen is the tunnel's address inside the sandbox, which the
-	// worker was told: a reopened tunnel listens there again.
-	listen string
 	target string // the proxy, on host loopback
+
+	mu      sync.Mutex
+	sb      *sandbox.Sandbox
+	tunnels []*keptTunnel
+	// ctx and cancel are the run's, once keepTunnels was called: the
+	// tunnels kept from then on are watched under it.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// keptTunnel is a tunnel the run keeps open: open reopens it whenever it
+// closes, until it is closed on purpose or its sandbox end is gone for
+// good (tunnel.ErrRunEnded: the agent's run has ended).
+type keptTunnel struct {
+	what string // "the tunnel to the proxy", for messages
+	open func(context.Context, sdk.Execer) (tunnel.Tunnel, error)
+	tun  tunnel.Tunnel // nil until it first opened
+	over bool
+}
+
+// addr is where the tunnel listens inside the sandbox, once it opened.
+func (k *keptTunnel) addr() string {
+	if k.tun == nil {
+		return ""
+	}
+	return k.tun.Addr()
 }
 
 // Exec runs in the sandbox through the current plugin.
@@ -56,15 +76,100 @@ func (l *live) sandbox() *sandbox.Sandbox {
 	return l.sb
 }
 
-func (l *live) tunnel() tunnel.Tunnel {
+// keep opens a tunnel with open and keeps it open from then on (see
+// keptTunnel). When this first open fails, it says why, and the tunnel is
+// reopened as if it had closed; when its end is gone for good
+// (tunnel.ErrRunEnded), it returns that, and nothing is kept.
+func (l *live) keep(ctx context.Context, what string, open func(context.Context, sdk.Execer) (tunnel.Tunnel, error)) (*keptTunnel, error) {
+	tun, err := open(ctx, l.sandbox())
+	if errors.Is(err, tunnel.ErrRunEnded) {
+		return nil, err
+	}
+	if err != nil {
+		tun = nil // not a typed nil: the tunnel never opened
+	}
+	k := &keptTunnel{what: what, open: open, tun: tun}
+	l.watchFromNow(k)
+	return k, err
+}
+
+// watchFromNow adds k to the tunnels kept, watched from now on once
+// keepTunnels was called.
+func (l *live) watchFromNow(k *keptTunnel) {
+	l.mu.Lock()
+	l.tunnels = append(l.tunnels, k)
+	runCtx, cancel := l.ctx, l.cancel
+	l.mu.Unlock()
+	if runCtx != nil {
+		go l.watch(runCtx, cancel, k)
+	}
+}
+
+// keepTunnels watches every tunnel kept, now and from now on, under ctx:
+// each is reopened whenever it closes, and ctx is cancelled, with the
+// reason, when one cannot be.
+func (l *live) keepTunnels(ctx context.Context, cancel context.CancelCauseFunc) {
+	l.mu.Lock()
+	l.ctx, l.cancel = ctx, cancel
+	tunnels := append([]*keptTunnel(nil), l.tunnels...)
+	l.mu.Unlock()
+	for _, k := range tunnels {
+		go l.watch(ctx, cancel, k)
+	}
+}
+
+// current is k's tunnel (one that never opened is a closed one), or nil
+// once k is over.
+func (l *live) current(k *keptTunnel) tunnel.Tunnel {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.tun
+	switch {
+	case k.over:
+		return nil
+	case k.tun == nil:
+		return neverOpened{}
+	}
+	return k.tun
+}
+
+// neverOpened is a tunnel whose first open failed: closed from the start.
+type neverOpened struct{}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (neverOpened) Addr() string          { return "" }
+func (neverOpened) Done() <-chan struct{} { return closedChan }
+func (neverOpened) Err() error            { return errors.New("it never opened") }
+func (neverOpened) Close() error          { return nil }
+
+// watch reopens k whenever it closes, until ctx is done or k is over;
+// when it cannot within reconnectWindow, it cancels the run with why.
+func (l *live) watch(ctx context.Context, cancel context.CancelCauseFunc, k *keptTunnel) {
+	for {
+		tun := l.current(k)
+		if tun == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tun.Done():
+		}
+		if ctx.Err() != nil || l.current(k) == nil {
+			return
+		}
+		if err := retry(ctx, l.repair); err != nil {
+			if ctx.Err() == nil {
+				cancel(fmt.Errorf("%s closed (%v) and could not be reopened: %w", k.what, tun.Err(), err))
+			}
+			return
+		}
+	}
 }
 
 // repair starts the plugin again if it died (and the sandbox, should it
-// be down), and reopens the tunnel if it closed, at the address the
-// worker knows. It does nothing when nothing was lost.
+// be down), and reopens every kept tunnel that closed. It does nothing
+// when nothing was lost.
 func (l *live) repair(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -82,43 +187,60 @@ func (l *live) repair(ctx context.Context) error {
 		l.sb.Close()
 		l.sb = sb
 	}
-	if l.tun == nil {
-		return nil
+	for _, k := range l.tunnels {
+		if k.over || (k.tun != nil && !closed(k.tun)) {
+			continue
+		}
+		if k.tun != nil {
+			log.Warn(k.what+" closed; reopening it", "reason", k.tun.Err())
+		}
+		tun, err := k.open(ctx, l.sb)
+		if errors.Is(err, tunnel.ErrRunEnded) {
+			k.over = true
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reopen %s: %w", k.what, err)
+		}
+		k.tun = tun
 	}
-	select {
-	case <-l.tun.Done():
-	default:
-		return nil
-	}
-	log.Warn("the tunnel to the proxy closed; reopening it", "reason", l.tun.Err(), "listen", l.listen)
-	tun, err := tunnel.Open(ctx, l.sb, tunnel.HostOptions{Worker: l.worker, Listen: l.listen, Target: l.target, Logger: log})
-	if err != nil {
-		return err
-	}
-	l.tun = tun
 	return nil
 }
 
-// keepTunnel reopens the tunnel whenever it closes, until ctx is done;
-// when it cannot within reconnectWindow, it cancels the run with why.
-func (l *live) keepTunnel(ctx context.Context, cancel context.CancelCauseFunc) {
-	for {
-		tun := l.tunnel()
-		select {
-		case <-ctx.Done():
-			return
-		case <-tun.Done():
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if err := retry(ctx, l.repair); err != nil {
-			if ctx.Err() == nil {
-				cancel(fmt.Errorf("the tunnel to the proxy closed (%v) and could not be reopened: %w", tun.Err(), err))
-			}
-			return
-		}
+func closed(t tunnel.Tunnel) bool {
+	select {
+	case <-t.Done():
+		return true
+	default:
+		return false
 	}
+}
+
+// close closes k for good.
+func (l *live) close(k *keptTunnel) error {
+	l.mu.Lock()
+	k.over = true
+	tun := k.tun
+	l.mu.Unlock()
+	if tun == nil {
+		return nil
+	}
+	return tun.Close()
+}
+
+// closeTunnels closes every tunnel for good; it reports whether any had
+// opened.
+func (l *live) closeTunnels() (bool, error) {
+	l.mu.Lock()
+	tunnels := append([]*keptTunnel(nil), l.tunnels...)
+	l.mu.Unlock()
+	opened := false
+	var errs []error
+	for _, k := range tunnels {
+		opened = opened || k.tun != nil
+		errs = append(errs, l.close(k))
+	}
+	return opened, errors.Join(errs...)
 }
 
 // retry calls fn until it succeeds, ctx is done, or reconnectWindow has
@@ -143,11 +265,4 @@ func retry(ctx context.Context, fn func(context.Context) error) error {
 		}
 		wait = min(wait*2, retryMost)
 	}
-}
-
-// closeTunnel closes the current tunnel.
-func (l *live) closeTunnel() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.tun.Close()
 }

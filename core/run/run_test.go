@@ -196,7 +196,10 @@ func writeHello() llmtest.Turn {
 	return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{Name: "write_file", Arguments: `{"file_path":"hello.txt","content":"hello\n"}`}}}
 }
 
-var allPhases = []string{PhaseCheck, PhaseProxy, PhasePlugin, PhaseSandbox, PhaseWorker, PhaseTunnel, PhaseWorkspace, PhaseAgent, PhaseResults, PhaseCleanup}
+// allPhases are a local repository's: only the clone and push of a URL
+// need a tunnel of their own (PhaseTunnel), and the agent's is its
+// supervisor's.
+var allPhases = []string{PhaseCheck, PhaseProxy, PhasePlugin, PhaseSandbox, PhaseWorker, PhaseWorkspace, PhaseAgent, PhaseResults, PhaseCleanup}
 
 func TestRunPhasesInOrder(t *testing.T) {
 	f := newFixture(t, llmtest.Options{}, writeHello(), llmtest.Turn{Text: "done"})
@@ -308,7 +311,6 @@ func TestRunFailureBeforeTheAgentCleansUp(t *testing.T) {
 	}{
 		{"sandbox", "EnsureRunning", PhaseSandbox},
 		{"worker", "uname -m", PhaseWorker},
-		{"tunnel", "tunnel --listen", PhaseTunnel},
 		{"workspace", "objects/info/alternates", PhaseWorkspace},
 		{"agent", "detach", PhaseAgent},
 	} {
@@ -333,12 +335,10 @@ func TestRunFailureBeforeTheAgentCleansUp(t *testing.T) {
 			if errors.Is(err, context.Canceled) || errors.Is(view.errs[tc.phase], context.Canceled) {
 				t.Errorf("a failure shows as an interruption: %v, phase %v", err, view.errs[tc.phase])
 			}
-			cleaned := []string{"tunnel", "proxy", "plugin"}
-			if i := slices.Index(allPhases, tc.phase); i <= slices.Index(allPhases, PhaseTunnel) {
-				cleaned = []string{"proxy", "plugin"}
-			}
+			// The agent's tunnel opens once the agent runs.
+			cleaned := []string{"proxy", "plugin"}
 			if tc.phase == PhaseAgent {
-				cleaned = []string{"worktree", "tunnel", "proxy", "plugin"}
+				cleaned = []string{"worktree", "proxy", "plugin"}
 			}
 			var left []string
 			if tc.phase != PhaseSandbox {

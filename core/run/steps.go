@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
 	"github.com/amelia-sandbox/amelia/core/tunnel"
+	"github.com/amelia-sandbox/amelia/core/tunnel/sandboxend"
 	"github.com/amelia-sandbox/amelia/core/workspace"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/proxy"
@@ -64,12 +64,12 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		}
 	}
 
-	if err := r.openLive(ctx, sb, worker, prx.addr, ""); err != nil {
+	if err := r.openLive(ctx, sb, worker, prx.addr, src.url != ""); err != nil {
 		return res, err
 	}
-	ctx, cancel := r.keepTunnel(ctx)
+	ctx, cancel := r.keepTunnels(ctx)
 	defer cancel(nil)
-	ws, d, err := r.workIn(sb, workdir, worker, prx)
+	ws, d, err := r.workIn(workdir, worker, prx)
 	if err != nil {
 		return res, err
 	}
@@ -91,6 +91,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 
 	a := r.agent
 	if err := r.phaseIn(ctx, PhaseAgent, func() error {
+		defer r.endAgentTunnel(a)
 		if err := r.startAgent(ctx, ws, d, a); err != nil {
 			return err
 		}
@@ -166,36 +167,78 @@ func (r *runner) openSandbox(ctx context.Context) (sb *sandbox.Sandbox, workdir,
 	return sb, workdir, worker, nil
 }
 
-// openLive opens the tunnel to the proxy at target: at listen inside the
-// sandbox when given (the address a running worker knows), else wherever
-// it suits the provider.
-func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, target, listen string) error {
-	return r.phase(PhaseTunnel, func() (err error) {
-		var tun tunnel.Tunnel
-		if listen == "" {
-			tun, err = r.openTunnel(ctx, sb, worker, target)
-		} else {
-			tun, err = tunnel.Open(ctx, sb, tunnel.HostOptions{Worker: worker, Listen: listen, Target: target, Logger: r.host.Logger})
+// openLive makes the run's way into its sandbox, which reaches the proxy
+// at target. With hostSteps, the steps amelia runs there itself talk to a
+// remote through the proxy (the clone and the push of a URL): a tunnel to
+// the proxy is opened for them now, wherever it suits the provider, and
+// kept open for the run. The agent's own tunnel is its supervisor's
+// (attachAgent).
+func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, target string, hostSteps bool) error {
+	r.lv = &live{r: r, sb: sb, worker: worker, target: target}
+	r.onEnd("close the tunnels", "", func(context.Context) error {
+		opened, err := r.lv.closeTunnels()
+		if opened {
+			r.gone("tunnel")
 		}
+		return err
+	})
+	if !hostSteps {
+		return nil
+	}
+	return r.phase(PhaseTunnel, func() error {
+		k, err := r.lv.keep(ctx, "the tunnel to the proxy", func(ctx context.Context, ex sdk.Execer) (tunnel.Tunnel, error) {
+			return r.openTunnel(ctx, sb, ex, worker, target)
+		})
 		if err != nil {
 			return err
 		}
-		r.lv = &live{r: r, sb: sb, tun: tun, worker: worker, listen: tun.Addr(), target: target}
-		r.onEnd("close the tunnel", "tunnel", func(context.Context) error { return r.lv.closeTunnel() })
+		// Reopened where the steps' environment says it is.
+		listen := k.addr()
+		k.open = func(ctx context.Context, ex sdk.Execer) (tunnel.Tunnel, error) {
+			return tunnel.Open(ctx, ex, tunnel.HostOptions{Worker: worker, Listen: listen, Target: target, Logger: r.host.Logger})
+		}
+		r.hostTunnel = listen
 		return nil
 	})
 }
 
+// attachAgent carries the tunnel the supervisor of a's agent holds to the
+// proxy, and keeps carrying it, as the workflow's uid, until the agent
+// has ended. A first attempt that fails is retried as a lost tunnel is;
+// an agent that has ended already has no tunnel to carry.
+func (r *runner) attachAgent(ctx context.Context, a *agentRun) {
+	k, err := r.lv.keep(ctx, "the agent's tunnel to the proxy", func(ctx context.Context, ex sdk.Execer) (tunnel.Tunnel, error) {
+		return tunnel.Open(ctx, workspace.RunAs(ex, a.uid), tunnel.HostOptions{
+			Worker: a.worker, Run: a.det.Dir, Target: r.lv.target, Logger: r.host.Logger,
+		})
+	})
+	switch {
+	case errors.Is(err, tunnel.ErrRunEnded):
+		r.host.Logger.Info("the agent has ended, and its tunnel with it")
+		return
+	case err != nil:
+		r.host.Logger.Warn("could not carry the agent's tunnel to the proxy yet; trying again", "err", err)
+	}
+	a.tunnel = k
+}
+
 // workIn is the workspace and the agent's driver, both reaching the
-// sandbox through the live connection, with the worker's environment.
+// sandbox through the live connection. The steps amelia runs there get
+// the tunnel to the proxy, when it has one; the agent gets its token and
+// its supervisor holds the agent's own tunnel (driver.DetachOptions).
 // Where the provider separates uids, every workflow gets one of its own
 // (see workspace.RunUser).
-func (r *runner) workIn(sb *sandbox.Sandbox, workdir, worker string, prx *proxyRun) (*workspace.Workspace, *driver.Driver, error) {
-	env := workerEnv(r.lv.listen, prx.run.Token(), r.req.Profile.Sandbox.Network)
-	ws, err := workspace.New(r.lv, workdir, workspace.Options{Worker: worker, GitEnv: env, RunUsers: sb.Info.RunUsers, Logger: r.host.Logger})
+func (r *runner) workIn(workdir, worker string, prx *proxyRun) (*workspace.Workspace, *driver.Driver, error) {
+	sb := r.lv.sandbox()
+	var gitEnv map[string]string
+	if r.hostTunnel != "" {
+		gitEnv = sandboxend.ProxyEnv(r.hostTunnel, prx.run.Token(), false)
+	}
+	ws, err := workspace.New(r.lv, workdir, workspace.Options{Worker: worker, GitEnv: gitEnv, RunUsers: sb.Info.RunUsers, Logger: r.host.Logger})
 	if err != nil {
 		return nil, nil, err
 	}
+	env := map[string]string{sandboxend.EnvProxyToken: prx.run.Token()}
 	return ws, &driver.Driver{Exec: r.lv, Worker: worker, Provider: sb.Info.Name, Env: env, Logger: r.host.Logger}, nil
 }
 
@@ -211,12 +254,12 @@ func (r *runner) runAsItsUser(ctx context.Context, ws *workspace.Workspace, d *d
 	return nil
 }
 
-// keepTunnel returns a context that the run goes on under: the tunnel is
-// reopened whenever it closes, and the context is cancelled, with the
-// reason, when it cannot be.
-func (r *runner) keepTunnel(ctx context.Context) (context.Context, context.CancelCauseFunc) {
+// keepTunnels returns a context that the run goes on under: every tunnel
+// it keeps is reopened whenever it closes, and the context is cancelled,
+// with the reason, when one cannot be.
+func (r *runner) keepTunnels(ctx context.Context) (context.Context, context.CancelCauseFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	go r.lv.keepTunnel(ctx, cancel)
+	r.lv.keepTunnels(ctx, cancel)
 	return ctx, cancel
 }
 
@@ -238,8 +281,9 @@ func (r *runner) results(ctx context.Context, ws *workspace.Workspace, a *agentR
 
 // openTunnel opens the way from inside the sandbox to the proxy at target:
 // the provider's own forward (SSH's remote port forwarding) when it has
-// one that may be used here, else the exec tunnel, which works everywhere.
-func (r *runner) openTunnel(ctx context.Context, sb *sandbox.Sandbox, worker, target string) (tunnel.Tunnel, error) {
+// one that may be used here, else the exec tunnel through ex, which works
+// everywhere.
+func (r *runner) openTunnel(ctx context.Context, sb *sandbox.Sandbox, ex sdk.Execer, worker, target string) (tunnel.Tunnel, error) {
 	if fwd, ok := sb.Provider.(sdk.Forwarder); ok {
 		f, err := tunnel.Forward(ctx, fwd, sb.Ref, target)
 		if err == nil {
@@ -251,7 +295,7 @@ func (r *runner) openTunnel(ctx context.Context, sb *sandbox.Sandbox, worker, ta
 		}
 		r.host.Logger.Debug("the provider does not forward here: tunnelling over exec", "reason", err)
 	}
-	return tunnel.Open(ctx, sb, tunnel.HostOptions{Worker: worker, Target: target, Logger: r.host.Logger})
+	return tunnel.Open(ctx, ex, tunnel.HostOptions{Worker: worker, Target: target, Logger: r.host.Logger})
 }
 
 // causeOf prefers the reason ctx was cancelled with (the tunnel's death)
@@ -305,25 +349,6 @@ func (r *runner) startProxy(src source, id, token string) (*proxyRun, error) {
 	}
 	r.onEnd("stop the proxy", "proxy", func(context.Context) error { return srv.Close() })
 	return &proxyRun{addr: addr, run: run}, nil
-}
-
-// workerEnv is the worker's environment: the proxy through the tunnel, and
-// for a policy other than open, the egress proxy for everything else.
-func workerEnv(addr, token string, network sdk.NetworkMode) map[string]string {
-	env := map[string]string{
-		"AMELIA_PROXY_URL":   "http://" + addr,
-		"AMELIA_PROXY_TOKEN": token,
-	}
-	if network != sdk.NetworkOpen {
-		host, port, _ := net.SplitHostPort(addr)
-		egress := "http://amelia:" + token + "@" + net.JoinHostPort(host, port)
-		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
-			env[k] = egress
-		}
-		noProxy := strings.Join([]string{"127.0.0.1", "localhost", "::1"}, ",")
-		env["NO_PROXY"], env["no_proxy"] = noProxy, noProxy
-	}
-	return env
 }
 
 // holdSandbox makes this run the only one in the profile's sandbox until
@@ -463,7 +488,7 @@ func (r *runner) record(state runstore.State, reason error) error {
 		rec.RunDir = a.det.Dir
 	}
 	if state == runstore.Running {
-		rec.ProxyListen, rec.ProxyToken = r.lv.listen, a.token
+		rec.ProxyToken = a.token
 	}
 	if reason != nil {
 		rec.Reason = firstLine(new(reason.Error()))

@@ -72,10 +72,10 @@ type Record struct {
 	Worker string `json:"worker,omitempty"`
 	// RunID names the run at the proxy (its audit log).
 	RunID string `json:"run_id,omitempty"`
-	// ProxyListen is where the worker reaches the proxy inside the
-	// sandbox, and ProxyToken the run token it holds: only while Running.
-	ProxyListen string `json:"proxy_listen,omitempty"`
-	ProxyToken  string `json:"proxy_token,omitempty"`
+	// ProxyToken is the run token the agent holds: only while Running,
+	// for attach to serve it again. (Where the agent reaches the proxy is
+	// its supervisor's to keep: see driver.DetachOptions.Tunnel.)
+	ProxyToken string `json:"proxy_token,omitempty"`
 	// Title is the commit message's first line for the agent's work.
 	Title string `json:"title,omitempty"`
 	// Reason is why the run ended without delivering (its error).
