@@ -48,7 +48,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // to exit. Target: under 300 ms.
 func BenchmarkRunToFirstRequest(b *testing.B) {
 	var a arrivals
-	h := newHost(b, llmtest.Options{Script: a.script, Forget: true})
+	h := newHost(b, llmtest.Options{Script: a.script, Forget: true, Light: true})
 	h.env = append(h.env, "AMELIA_PROFILES__E2E__SANDBOX__CONCURRENT_RUNS=true")
 	if r := h.amelia(b, "run", "--json", "--workflow", "warm-up", "warm up"); r.code != 0 {
 		b.Fatalf("warm-up run: exit %d: %s", r.code, r.stderr)
@@ -82,7 +82,7 @@ func BenchmarkRunToFirstRequest(b *testing.B) {
 func BenchmarkTenConcurrentRuns(b *testing.B) {
 	const n = 10
 	var a arrivals
-	h := newHost(b, llmtest.Options{Script: a.script, Forget: true})
+	h := newHost(b, llmtest.Options{Script: a.script, Forget: true, Light: true})
 	h.env = append(h.env, "AMELIA_PROFILES__E2E__SANDBOX__CONCURRENT_RUNS=true")
 	if r := h.amelia(b, "run", "--json", "--workflow", "warm-up", "warm up"); r.code != 0 {
 		b.Fatalf("warm-up run: exit %d: %s", r.code, r.stderr)

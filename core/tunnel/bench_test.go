@@ -47,7 +47,7 @@ type route struct {
 func benchRoutes(b *testing.B) [3]route {
 	b.Helper()
 	up := llmtest.NewWithOptions(b, llmtest.Options{
-		Forget: true,
+		Forget: true, Light: true,
 		Script: func(int, *llmtest.Request) llmtest.Turn {
 			return llmtest.Turn{Text: "a short answer of a few tokens", Usage: &llmtest.Usage{PromptTokens: 12, CompletionTokens: 7}}
 		},

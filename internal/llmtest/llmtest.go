@@ -4,8 +4,9 @@
 // The server answers POST /v1/chat/completions from a script of turns, both
 // streaming (server-sent events, when the request has "stream": true) and
 // non-streaming, and GET /v1/models with a one-entry list. It records every
-// chat completions request it receives. Its wire format follows OpenAI's
-// published API reference; it does not share types with any client library.
+// chat completions request it receives (unless Options.Forget). Its wire
+// format follows OpenAI's published API reference; it does not share types
+// with any client library.
 //
 // Clients use URL()+"/v1" as their base URL:
 //
@@ -85,12 +86,17 @@ type Options struct {
 	// counting only well-formed requests) instead of taking turns from a fixed
 	// list. It may be called concurrently for concurrent requests.
 	Script func(i int, req *Request) Turn
-	// Forget, for benchmarks, keeps no requests (Requests returns none, and
-	// a long session does not hold every request in memory) and decodes
-	// only what answering needs (model, stream, stream_options), so the
-	// server takes little of the CPU the client under test is measured on.
-	// The Request a Script gets then has no Messages or Tools.
+	// Forget keeps no requests: Requests returns none, and a long session
+	// does not hold every request in memory (each holds the conversation
+	// so far, so together they grow with the square of its turns). For
+	// long sessions whose requests nobody reads: amelia run's scripted
+	// model, benchmarks.
 	Forget bool
+	// Light, for benchmarks, decodes only what answering needs (model,
+	// stream, stream_options), so the server takes little of the CPU the
+	// client under test is measured on. The Request a Script gets then has
+	// no Messages or Tools.
+	Light bool
 }
 
 // Server is a scripted OpenAI-compatible chat completions server.
@@ -100,6 +106,7 @@ type Server struct {
 	script    func(int, *Request) Turn
 	chunkSize int
 	forget    bool
+	light     bool
 
 	handlerNanos atomic.Int64
 
@@ -139,6 +146,7 @@ func Start(opts Options, turns ...Turn) (*Server, error) {
 		script:    opts.Script,
 		chunkSize: opts.ChunkSize,
 		forget:    opts.Forget,
+		light:     opts.Light,
 	}
 	if s.chunkSize <= 0 {
 		s.chunkSize = DefaultChunkSize
@@ -155,7 +163,7 @@ func (s *Server) Close() { s.ts.Close() }
 func (s *Server) URL() string { return s.ts.URL }
 
 // Requests returns the chat completions requests received so far, in
-// arrival order, including malformed ones.
+// arrival order, including malformed ones; none with Options.Forget.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -229,7 +237,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	req := Request{Header: r.Header.Clone(), Body: body}
 	decode := decodeChatRequest
-	if s.forget {
+	if s.light {
 		decode = decodeChatRequestLight
 	}
 	chat, aerr := decode(body)

@@ -793,6 +793,50 @@ func TestScript(t *testing.T) {
 	}
 }
 
+// With Forget the server keeps no request however long the conversation
+// grows (each request holds all of it, so kept they would grow with the
+// square of its turns), and a Script still gets each one decoded; with
+// Light too, it decodes only what answering needs.
+func TestForget(t *testing.T) {
+	for _, light := range []bool{false, true} {
+		t.Run(fmt.Sprintf("light=%v", light), func(t *testing.T) {
+			srv := NewWithOptions(t, Options{Forget: true, Light: light, Script: func(i int, req *Request) Turn {
+				msgs := req.Chat.Messages
+				if len(msgs) == 0 {
+					return Turn{Text: fmt.Sprintf("%d: no messages", i)}
+				}
+				return Turn{Text: fmt.Sprintf("%d: %d messages, the last %.6s", i, len(msgs), msgs[len(msgs)-1].Text())}
+			}})
+			client := newClient(srv, "k")
+			const turns = 100
+			var conv []openai.ChatCompletionMessage
+			for i := range turns {
+				ask := fmt.Sprintf("ask%03d", i) + strings.Repeat(".", 1<<10)
+				conv = append(conv, openai.ChatCompletionMessage{Role: "user", Content: ask})
+				resp, err := client.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{Model: testModel, Messages: conv})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := resp.Choices[0].Message.Content
+				want := fmt.Sprintf("%d: %d messages, the last %.6s", i, len(conv), ask)
+				if light {
+					want = fmt.Sprintf("%d: no messages", i)
+				}
+				if got != want {
+					t.Fatalf("answer %d: %q, want %q", i, got, want)
+				}
+				conv = append(conv, openai.ChatCompletionMessage{Role: "assistant", Content: got})
+			}
+			if n := len(srv.Requests()); n != 0 {
+				t.Errorf("%d of %d requests kept, want none", n, turns)
+			}
+			if errs := srv.Errors(); len(errs) != 0 {
+				t.Errorf("server errors: %v", errs)
+			}
+		})
+	}
+}
+
 func TestConcurrentRequests(t *testing.T) {
 	const n = 16
 	srv := NewWithOptions(t, Options{Script: func(i int, req *Request) Turn {

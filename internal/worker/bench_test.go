@@ -18,7 +18,7 @@ import (
 // p50 (target: under 20 ms). The baseline is the same binary's bare start to
 // its first line, `amelia-worker version`.
 func BenchmarkStartToFirstLine(b *testing.B) {
-	srv := llmtest.NewWithOptions(b, llmtest.Options{Forget: true, Script: func(i int, _ *llmtest.Request) llmtest.Turn {
+	srv := llmtest.NewWithOptions(b, llmtest.Options{Forget: true, Light: true, Script: func(i int, _ *llmtest.Request) llmtest.Turn {
 		if i%2 == 0 {
 			return llmtest.Turn{Text: "Looking.", ToolCalls: []llmtest.ToolCall{{Name: "ls", Arguments: `{}`}}}
 		}

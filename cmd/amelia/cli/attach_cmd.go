@@ -1,12 +1,17 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"iter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/run"
+	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/runview"
 )
 
@@ -63,7 +68,9 @@ func (a *app) logsCommand() *cobra.Command {
 		Long: `Show the messages of a run's agent, as amelia run showed them, from the log
 its sandbox keeps: of a run still going (whether or not an amelia process
 follows it) or of one whose work is kept. With -f, go on showing them until
-the agent ends; stopping amelia logs leaves the agent running.`,
+the agent ends; stopping amelia logs leaves the agent running. Of an agent
+whose sandbox restarted under it, show what it wrote until then, and how to
+bring its work back.`,
 		Example: `  amelia logs fix-login-3f9a
   amelia logs -f --json fix-login-3f9a`,
 		Args: oneWorkflow("logs WORKFLOW"),
@@ -77,19 +84,52 @@ the agent ends; stopping amelia logs leaves the agent running.`,
 			}
 			return a.withRecordedRun(cmd.Context(), rec, func(rs recordedSandbox) error {
 				view := runview.New(cmd.OutOrStdout(), asJSON)
-				var ferr error
-				for m, err := range rs.driver.AgenticLog(cmd.Context(), rec.RunDir, follow) {
-					if err != nil {
-						ferr = err
-						break
-					}
-					view.Message(&m)
-				}
-				return errors.Join(ferr, view.Close())
+				err := showLog(cmd.Context(), rs.driver, rec, follow, view)
+				return errors.Join(err, view.Close())
 			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON line per message, for programs")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "go on until the agent ends")
 	return cmd
+}
+
+// showLog shows the messages of rec's agent on view, with follow until it
+// ends. Of an agent whose supervisor is gone without an exit status (its
+// sandbox restarted), it shows the log it left and says what happened.
+func showLog(ctx context.Context, d *driver.Driver, rec runstore.Record, follow bool, view runview.View) error {
+	det := &driver.Detached{Dir: rec.RunDir}
+	// Without follow, the worker says a run is lost before it shows any of
+	// it: det.Seen stays 0, as it should.
+	msgs := d.AgenticLog(ctx, det.Dir, false)
+	if follow {
+		msgs = d.FollowAgentic(ctx, det)
+	}
+	shown := 0
+	show := func(msgs iter.Seq2[protocol.AgenticMessage, error]) error {
+		for m, err := range msgs {
+			if err != nil {
+				return err
+			}
+			view.Message(&m)
+			shown++
+		}
+		return nil
+	}
+	err := show(msgs)
+	if !errors.Is(err, driver.ErrRunLost) {
+		return err
+	}
+	if st, serr := d.AgenticState(ctx, det.Dir); serr != nil || st.State != driver.AgentLost {
+		return fmt.Errorf("%w; bring back what is left of its work with %s", err, run.RecoverCommand(rec))
+	}
+	if err := show(d.LostAgenticLog(ctx, det)); err != nil {
+		return err
+	}
+	wrote := "above is what it wrote until then"
+	if shown == 0 {
+		wrote = "it wrote nothing before"
+	}
+	return fmt.Errorf("the agent of %s is not running: its supervisor in sandbox %s is gone without an exit status (the sandbox restarted, or something killed it); %s; bring its work back with %s",
+		rec.Workflow, rec.Profile, wrote, run.RecoverCommand(rec))
 }

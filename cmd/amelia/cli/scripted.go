@@ -30,9 +30,11 @@ type scriptedTurn struct {
 }
 
 // startScripted starts the model server --model names after "scripted:",
-// and returns the profile p with it as its upstream (and no key).
+// and returns the profile p with it as its upstream (and no key). The
+// server keeps none of the requests it answered: a run's would add up to
+// the square of its turns.
 func startScripted(p *config.Profile, spec string) (*config.Profile, *llmtest.Server, error) {
-	var opts llmtest.Options
+	opts := llmtest.Options{Forget: true}
 	var turns []llmtest.Turn
 	switch spec {
 	case "echo":

@@ -123,7 +123,7 @@ func BenchmarkTenGenerates(b *testing.B) {
 // model reached through a tunnel.
 func driverFor(b *testing.B, sb sandbox, provider string) *driver.Driver {
 	b.Helper()
-	srv := llmtest.NewWithOptions(b, llmtest.Options{Forget: true, Script: func(_ int, req *llmtest.Request) llmtest.Turn {
+	srv := llmtest.NewWithOptions(b, llmtest.Options{Forget: true, Light: true, Script: func(_ int, req *llmtest.Request) llmtest.Turn {
 		return llmtest.Turn{Text: "echo: " + lastMessage(req)}
 	}})
 	ex := sb.ex
@@ -143,8 +143,8 @@ func driverFor(b *testing.B, sb sandbox, provider string) *driver.Driver {
 	}
 }
 
-// lastMessage is the text of a request's last message. With Forget the
-// server keeps no messages, so it is read from the body.
+// lastMessage is the text of a request's last message. With Light the
+// server decodes no messages, so it is read from the body.
 func lastMessage(req *llmtest.Request) string {
 	var body struct {
 		Messages []struct {

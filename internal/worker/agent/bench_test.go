@@ -57,7 +57,7 @@ func BenchmarkToolRoundTrip(b *testing.B) {
 
 // readFileTurns scripts sessions of turns read_file calls and a final answer.
 func readFileTurns(b *testing.B, turns int) *llmtest.Server {
-	return llmtest.NewWithOptions(b, llmtest.Options{Forget: true, Script: func(i int, _ *llmtest.Request) llmtest.Turn {
+	return llmtest.NewWithOptions(b, llmtest.Options{Forget: true, Light: true, Script: func(i int, _ *llmtest.Request) llmtest.Turn {
 		if i%(turns+1) == turns {
 			return llmtest.Turn{Text: "done"}
 		}

@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/amelia-sandbox/amelia/core/config"
+)
+
+// The scripted model of amelia run --model scripted:FILE or scripted:echo
+// answers a long conversation whose every request holds all of it so far,
+// and keeps none of those requests: kept, they would add up to the square
+// of its turns (issue 25: 29 to 69 MB over 392 calls).
+func TestScriptedModelKeepsNoRequests(t *testing.T) {
+	const turns = 150
+	script := make([]string, turns)
+	for i := range script {
+		script[i] = fmt.Sprintf(`{"text": "turn %d"}`, i)
+	}
+	file := filepath.Join(t.TempDir(), "script.json")
+	if err := os.WriteFile(file, []byte("["+strings.Join(script, ",\n")+"]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range []string{file, "echo"} {
+		t.Run(filepath.Base(spec), func(t *testing.T) {
+			p, srv, err := startScripted(&config.Profile{}, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			url := p.LLM.Upstream.BaseURL + "/chat/completions"
+			var conv []map[string]string
+			for i := range turns {
+				ask := fmt.Sprintf("ask %d ", i) + strings.Repeat("x", 1<<10)
+				conv = append(conv, map[string]string{"role": "user", "content": ask})
+				answer, args := askScripted(t, url, conv)
+				switch {
+				case spec == "echo" && !strings.Contains(args, ask):
+					t.Fatalf("echo turn %d: write_file arguments %.80q, want the prompt %.20q…", i, args, ask)
+				case spec != "echo" && answer != fmt.Sprintf("turn %d", i):
+					t.Fatalf("answer %d: %q, want the script's turn %d", i, answer, i)
+				}
+				conv = append(conv, map[string]string{"role": "assistant", "content": answer})
+			}
+			if n := len(srv.Requests()); n != 0 {
+				t.Errorf("the scripted model kept %d of its %d requests, want none", n, turns)
+			}
+			if errs := srv.Errors(); len(errs) != 0 {
+				t.Errorf("the scripted model's errors: %v", errs)
+			}
+		})
+	}
+}
+
+// askScripted posts the conversation to the chat completions url and
+// returns the answer's text and its first tool call's arguments.
+func askScripted(t *testing.T, url string, conv []map[string]string) (text, args string) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"model": "scripted", "messages": conv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Choices []struct {
+			Message struct {
+				Content   string `json:"content"`
+				ToolCalls []struct {
+					Function struct {
+						Arguments string `json:"arguments"`
+					} `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK || len(out.Choices) != 1 {
+		t.Fatalf("POST %s: %s, %v, %+v", url, resp.Status, err, out)
+	}
+	m := out.Choices[0].Message
+	if len(m.ToolCalls) > 0 {
+		args = m.ToolCalls[0].Function.Arguments
+	}
+	return m.Content, args
+}
