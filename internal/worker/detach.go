@@ -29,7 +29,7 @@ import (
 // what it wrote, from any line on, as often as a host reconnects; `stop`
 // ends it. The directory holds:
 const (
-	runPID      = "pid"            // the supervisor's pid, once the command runs
+	runPID      = "pid"            // the supervisor's pid and start time, once the command runs
 	runMessages = "messages.jsonl" // the command's stdout: the protocol lines
 	runStderr   = "stderr.log"     // the command's stderr, and the supervisor's
 	runExit     = "exit"           // how the command ended (runEnd), once all of it is gone
@@ -294,7 +294,12 @@ func (w *worker) supervise(dir, lock string, tun runTunnel, grace time.Duration,
 	if err != nil {
 		return fmt.Errorf("start %s: %w", args[0], err)
 	}
-	if err := atomicwriter.WriteFile(filepath.Join(dir, runPID), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+	self, err := procStart(os.Getpid())
+	if err != nil {
+		child.Kill()
+		return err
+	}
+	if err := atomicwriter.WriteFile(filepath.Join(dir, runPID), []byte(strconv.Itoa(os.Getpid())+" "+self+"\n"), 0o600); err != nil {
 		child.Kill()
 		return err
 	}
@@ -436,11 +441,8 @@ func (w *worker) follow(ctx context.Context, dir string, skip int, noWait bool) 
 	tick := time.NewTicker(followPoll)
 	defer tick.Stop()
 	for {
-		ended, end, err := runEnded(dir)
-		if err != nil {
-			fmt.Fprintf(w.p.Stderr, "amelia-worker follow: %v\n", err)
-			return exitCode(exitNoRun)
-		}
+		// A run whose supervisor is gone (lost) still shows what it wrote.
+		ended, end, lost := runEnded(dir)
 		for {
 			chunk, err := r.ReadSlice('\n')
 			if err == bufio.ErrBufferFull {
@@ -458,6 +460,11 @@ func (w *worker) follow(ctx context.Context, dir string, skip int, noWait bool) 
 				out.Write(chunk)
 			}
 			partial = partial[:0]
+		}
+		if lost != nil {
+			out.Flush()
+			fmt.Fprintf(w.p.Stderr, "amelia-worker follow: %v\n", lost)
+			return exitCode(exitNoRun)
 		}
 		if ended {
 			// Read after the exit file was seen: nothing more will come.
@@ -504,27 +511,79 @@ func runEnded(dir string) (bool, runEnd, error) {
 	if err != nil {
 		return false, end, err
 	}
-	if unix.Kill(pid, 0) == unix.ESRCH {
+	if !pid.alive() {
 		// It may have written the exit file just before it ended.
 		if _, err := os.Stat(filepath.Join(dir, runExit)); err == nil {
 			return runEnded(dir)
 		}
-		return false, end, fmt.Errorf("the run's supervisor (pid %d) is gone without an exit status: the sandbox restarted, or something killed it", pid)
+		return false, end, fmt.Errorf("the run's supervisor (pid %d) is gone without an exit status: the sandbox restarted, or something killed it", pid.pid)
 	}
 	return false, end, nil
 }
 
-func supervisorPID(dir string) (int, error) {
+// supervisor is the process a run's pid file names: its pid, and when it
+// started (so a process that got the same pid after a restart of the
+// sandbox is not taken for it; "" in the files of older workers).
+type supervisor struct {
+	pid   int
+	start string
+}
+
+// alive says whether the supervisor still runs.
+func (s supervisor) alive() bool {
+	start, err := procStart(s.pid)
+	switch {
+	case errors.Is(err, errGone):
+		return false
+	case err != nil:
+		return unix.Kill(s.pid, 0) != unix.ESRCH // no /proc to read: the pid alone
+	}
+	return s.start == "" || start == s.start
+}
+
+func supervisorPID(dir string) (supervisor, error) {
 	data, err := os.ReadFile(filepath.Join(dir, runPID))
 	if err != nil {
-		return 0, fmt.Errorf("no run in %s: %w", dir, err)
+		return supervisor{}, fmt.Errorf("no run in %s: %w", dir, err)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || pid <= 1 {
-		return 0, fmt.Errorf("%s: not a pid", filepath.Join(dir, runPID))
+	f := strings.Fields(string(data))
+	var s supervisor
+	if len(f) > 0 {
+		s.pid, err = strconv.Atoi(f[0])
 	}
-	return pid, nil
+	if len(f) == 0 || len(f) > 2 || err != nil || s.pid <= 1 {
+		return supervisor{}, fmt.Errorf("%s: not a pid", filepath.Join(dir, runPID))
+	}
+	if len(f) == 2 {
+		s.start = f[1]
+	}
+	return s, nil
 }
+
+// procStart is when process pid started, in clock ticks after boot (the
+// 22nd field of /proc/PID/stat); an error when it does not run.
+func procStart(pid int) (string, error) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if errors.Is(err, os.ErrNotExist) {
+		return "", errGone
+	}
+	if err != nil {
+		return "", err
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return "", fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 20 {
+		return "", fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	return fields[19], nil
+}
+
+// errGone: no process has the pid.
+var errGone = errors.New("no such process")
 
 // stderrTail copies the last 4 KiB of the run's stderr to stderr.
 func (w *worker) stderrTail(dir string) {
@@ -559,8 +618,8 @@ func (w *worker) stopCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := unix.Kill(pid, unix.SIGTERM); err != nil && err != unix.ESRCH {
-				return fmt.Errorf("stop: signal the supervisor (pid %d): %w", pid, err)
+			if err := unix.Kill(pid.pid, unix.SIGTERM); err != nil && err != unix.ESRCH {
+				return fmt.Errorf("stop: signal the supervisor (pid %d): %w", pid.pid, err)
 			}
 			deadline := time.Now().Add(wait)
 			for time.Now().Before(deadline) {

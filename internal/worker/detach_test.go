@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -217,5 +218,30 @@ func TestDetachPrivateHome(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("the command's output %q does not hold %q", out, want)
 		}
+	}
+}
+
+// A run whose supervisor is gone is lost even when another process got
+// its pid since (the sandbox restarted, and pids began again): the pid
+// file names the supervisor's start time too. Following such a run still
+// shows what it wrote.
+func TestDetachedRunLostToAReusedPid(t *testing.T) {
+	dir := t.TempDir()
+	line := `{"type":"thinking","content":"before the restart","session_id":"s","is_error":false,"model":"m","usage":null}` + "\n"
+	writeFile(t, dir, "messages.jsonl", line)
+	// This test's own pid, alive, but started at another time.
+	writeFile(t, dir, "pid", strconv.Itoa(os.Getpid())+" 1\n")
+	if st := runWorker(t, nil, nil, "status", "--dir", dir); string(st.stdout) != `{"state":"lost"}`+"\n" {
+		t.Errorf("status of a run whose pid another process has = %s", st.stdout)
+	}
+	lines, r := follow(t, dir)
+	if r.code != 125 || len(lines) != 1 || lines[0] != line {
+		t.Errorf("follow of the lost run: exit %d, lines %q, stderr %s; want its line, then 125", r.code, lines, r.stderr)
+	}
+	// The same file naming the pid alone, as older workers wrote it: the
+	// process runs, so the run does.
+	writeFile(t, dir, "pid", strconv.Itoa(os.Getpid())+"\n")
+	if st := runWorker(t, nil, nil, "status", "--dir", dir); string(st.stdout) != `{"state":"running"}`+"\n" {
+		t.Errorf("status of a run whose pid file is an older worker's = %s", st.stdout)
 	}
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/amelia-sandbox/amelia/core/driver"
-	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/run"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/runview"
@@ -98,33 +96,21 @@ bring its work back.`,
 // ends. Of an agent whose supervisor is gone without an exit status (its
 // sandbox restarted), it shows the log it left and says what happened.
 func showLog(ctx context.Context, d *driver.Driver, rec runstore.Record, follow bool, view runview.View) error {
-	det := &driver.Detached{Dir: rec.RunDir}
-	// Without follow, the worker says a run is lost before it shows any of
-	// it: det.Seen stays 0, as it should.
-	msgs := d.AgenticLog(ctx, det.Dir, false)
-	if follow {
-		msgs = d.FollowAgentic(ctx, det)
-	}
 	shown := 0
-	show := func(msgs iter.Seq2[protocol.AgenticMessage, error]) error {
-		for m, err := range msgs {
-			if err != nil {
-				return err
-			}
-			view.Message(&m)
-			shown++
+	var err error
+	for m, merr := range d.AgenticLog(ctx, rec.RunDir, follow) {
+		if merr != nil {
+			err = merr
+			break
 		}
-		return nil
+		view.Message(&m)
+		shown++
 	}
-	err := show(msgs)
 	if !errors.Is(err, driver.ErrRunLost) {
 		return err
 	}
-	if st, serr := d.AgenticState(ctx, det.Dir); serr != nil || st.State != driver.AgentLost {
+	if st, serr := d.AgenticState(ctx, rec.RunDir); serr != nil || st.State != driver.AgentLost {
 		return fmt.Errorf("%w; bring back what is left of its work with %s", err, run.RecoverCommand(rec))
-	}
-	if err := show(d.LostAgenticLog(ctx, det)); err != nil {
-		return err
 	}
 	wrote := "above is what it wrote until then"
 	if shown == 0 {
