@@ -84,10 +84,6 @@ func recordOf(ctx context.Context) *Record {
 // oversized request is refused before anything reaches the upstream.
 func (u *upstream) serve(w http.ResponseWriter, req *http.Request, rec *Record) {
 	rec.Upstream = u.base.Host
-	if bad := badSegment(req.URL.Path); bad != "" {
-		writeError(w, u.route, http.StatusBadRequest, "invalid_path", fmt.Sprintf("path segment %q is not allowed", bad))
-		return
-	}
 	if req.ContentLength > u.maxBody {
 		u.tooLarge(w)
 		return
@@ -123,34 +119,15 @@ func (u *upstream) tooLarge(w http.ResponseWriter) {
 		fmt.Sprintf("request body larger than %d bytes (the profile's proxy.max_request_bytes)", u.maxBody))
 }
 
-// badSegment returns a "." or ".." segment of path (decoded, so %2e%2e
-// counts), or "" if there is none: a route's path never climbs out of the
-// upstream's base path.
-func badSegment(path string) string {
-	for seg := range strings.SplitSeq(path, "/") {
-		if seg == "." || seg == ".." {
-			return seg
-		}
-	}
-	return ""
-}
-
 // rewrite points the request at the upstream: base path + the rest of the
 // route's path, the upstream's key instead of the sandbox's token, and
 // nothing of the sandbox's credentials or Amelia's own headers. (The
 // hop-by-hop and X-Forwarded-* headers are gone before Rewrite runs.)
 func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	in, out := pr.In, pr.Out
-	rest := strings.TrimPrefix(in.URL.EscapedPath(), strings.TrimSuffix(u.prefix, "/"))
-	raw := strings.TrimSuffix(u.base.EscapedPath(), "/") + rest
-	path, err := url.PathUnescape(raw)
-	if err != nil {
-		path = raw
-	}
-	out.URL = &url.URL{Scheme: u.base.Scheme, Host: u.base.Host, Path: path, RawQuery: in.URL.RawQuery}
-	if raw != out.URL.EscapedPath() {
-		out.URL.RawPath = raw
-	}
+	// The path is canonical (ServeHTTP): nothing in it is encoded.
+	rest := strings.TrimPrefix(in.URL.Path, strings.TrimSuffix(u.prefix, "/"))
+	out.URL = &url.URL{Scheme: u.base.Scheme, Host: u.base.Host, Path: strings.TrimSuffix(u.base.Path, "/") + rest, RawQuery: in.URL.RawQuery}
 	out.Host = ""
 	h := out.Header
 	for k := range h {

@@ -78,10 +78,14 @@ type RunConfig struct {
 	// allows nothing; otherwise it allows AllowedHosts.
 	Network      sdk.NetworkMode
 	AllowedHosts []string
-	// Repos are the run's repository URLs; only their scheme and host (with
-	// port) get git credentials.
+	// Repos are the run's repository URLs: git in the sandbox reaches
+	// those on http(s) through the git route (GitPath), with Git's
+	// credential added on the way out.
 	Repos []string
 	Git   GitAuth
+	// PushRef is the one ref a push through the git route may create or
+	// update ("refs/heads/amelia/<id>"); "" refuses every push.
+	PushRef string
 	// AuditDir holds the run's audit log, AuditDir/ID.jsonl (created 0700).
 	AuditDir string
 	// Token, when set, is the run's token instead of a new one: a host
@@ -132,7 +136,7 @@ type Run struct {
 	token    string
 	openai   *upstream
 	anthro   *upstream
-	git      *gitCredentials
+	gitRoute *gitRemotes
 	egress   *egress
 	redact   *redactor // the run's keys and token, kept out of LLM responses
 	audit    *auditLog
@@ -164,9 +168,7 @@ func (s *Server) Start(cfg RunConfig) (*Run, error) {
 			return nil, fmt.Errorf("run %s: anthropic upstream: %w", cfg.ID, err)
 		}
 	}
-	if r.git, err = newGitCredentials(cfg, s.opts.Environ); err != nil {
-		return nil, fmt.Errorf("run %s: %w", cfg.ID, err)
-	}
+	r.gitRoute = newGitRemotes(cfg, newGitCredentials(cfg, s.opts.Environ))
 	r.egress = newEgress(cfg, s.opts.EgressDial, s.log)
 	r.redact = newRedactor(cfg.runSecrets()...)
 	if r.audit, err = openAuditLog(cfg.AuditDir, cfg.ID, cfg.Profile); err != nil {
@@ -314,6 +316,7 @@ const (
 	routeOpenAI     = "openai"
 	routeAnthropic  = "anthropic"
 	routeGit        = "git-credentials"
+	routeGitRemote  = "git"
 	routeConnect    = "egress-connect"
 	routeEgressHTTP = "egress-http"
 	routeUnknown    = "unknown"
@@ -331,8 +334,10 @@ const (
 // ServeHTTP routes a request: CONNECT and absolute-form requests are egress
 // (authenticated by Proxy-Authorization), everything else is an API route
 // (authenticated by X-Amelia-Proxy-Token, else Authorization: Bearer, or
-// x-api-key on the Anthropic route). Nothing is routed before the token is
-// checked.
+// x-api-key on the Anthropic route, or the password of basic
+// authentication on the git route, which is how git sends it). Only
+// canonical paths are routed (see canonical), and nothing before the token
+// is checked.
 //
 // The Python Amelia's paths work too: /proxy/v1/X is /v1/X, and
 // /proxy/v1/git/credentials (and /v1/git/credentials, where a worker's
@@ -340,6 +345,11 @@ const (
 func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method == http.MethodConnect || req.URL.IsAbs() {
 		s.serveEgress(w, req)
+		return
+	}
+	if err := canonical(requestPath(req)); err != nil {
+		s.log.Warn("proxy: refused a request for a path that is not canonical", "err", err, "remote", req.RemoteAddr)
+		writeError(w, routeUnknown, http.StatusBadRequest, "invalid_path", err.Error())
 		return
 	}
 	path := req.URL.Path
@@ -350,30 +360,70 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	switch {
 	case path == gitcredential.ProxyRoute || path == openAIPrefix+gitcredential.ProxyRoute[1:]:
 		route = routeGit
+	case strings.HasPrefix(path, gitPrefix):
+		route = routeGitRemote
 	case strings.HasPrefix(path, openAIPrefix):
 		route = routeOpenAI
 	case strings.HasPrefix(path, anthropicPrefix):
 		route = routeAnthropic
 	}
 	refuse := func(w http.ResponseWriter) {
+		if route == routeGitRemote {
+			// git asks its credential helper for the run token on this.
+			w.Header().Set("WWW-Authenticate", `Basic realm="amelia proxy"`)
+		}
 		writeError(w, route, http.StatusUnauthorized, "unauthorized",
 			"missing or invalid run token: send Authorization: Bearer $AMELIA_PROXY_TOKEN or X-Amelia-Proxy-Token (tokens end with their run)")
 	}
-	s.withRun(w, req, route, apiToken(req, route == routeAnthropic), refuse, func(run *Run, w http.ResponseWriter, req *http.Request, rec *Record) {
+	s.withRun(w, req, route, apiToken(req, route), refuse, func(run *Run, w http.ResponseWriter, req *http.Request, rec *Record) {
 		if path != req.URL.Path {
 			// The audit record keeps the path asked for.
-			req.URL.Path, req.URL.RawPath = path, strings.TrimPrefix(req.URL.RawPath, pythonPrefix)
+			req.URL.Path, req.URL.RawPath = path, ""
 		}
 		switch route {
 		case routeOpenAI, routeAnthropic:
 			run.serveLLM(w, req, route, rec)
 		case routeGit:
-			run.git.serve(w, req, rec)
+			run.serveHelper(w, req, rec)
+		case routeGitRemote:
+			run.gitRoute.serve(w, req, rec)
 		default:
 			writeError(w, route, http.StatusNotFound, "not_found",
-				fmt.Sprintf("no route %s: the proxy serves %s*, %s* and %s", path, openAIPrefix, anthropicPrefix, gitcredential.ProxyRoute))
+				fmt.Sprintf("no route %s: the proxy serves %s*, %s*, %s* and %s", path, openAIPrefix, anthropicPrefix, gitPrefix, gitcredential.ProxyRoute))
 		}
 	})
+}
+
+// requestPath is the path of req as the client sent it, still encoded.
+func requestPath(req *http.Request) string {
+	p, _, _ := strings.Cut(req.RequestURI, "?")
+	if p == "" {
+		p = req.URL.EscapedPath() // a request made in process
+	}
+	return p
+}
+
+// canonical refuses a path that is not plain: anything percent-encoded, a
+// ';' or a backslash, a control character or space, an empty, "." or ".."
+// segment. Such a path may mean one thing here and another to an upstream
+// that decodes, normalises or splits it otherwise (%2F, "..;/", "%5c"), so
+// the proxy forwards only paths that mean the same everywhere.
+func canonical(p string) error {
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Errorf("path %.100q: want an absolute path", p)
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c == '%' || c == ';' || c == '\\' || c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("path %.100q: %q is not allowed in a path the proxy forwards (it forwards plain paths only: no percent-encoding, ';', '\\\\', space or control character)", p, c)
+		}
+	}
+	for seg := range strings.SplitSeq(p[1:], "/") {
+		switch seg {
+		case "", ".", "..":
+			return fmt.Errorf("path %.100q: an empty, \".\" or \"..\" segment is not allowed in a path the proxy forwards", p)
+		}
+	}
+	return nil
 }
 
 // serveLLM forwards a request on an LLM route, with the run's secrets
@@ -424,7 +474,7 @@ func (r *Run) requestContext(parent context.Context) (context.Context, context.C
 // its bearer token), else its bearer token; on the Anthropic route an
 // x-api-key header carries it too (Anthropic's clients send their key
 // there).
-func apiToken(req *http.Request, anthropic bool) string {
+func apiToken(req *http.Request, route string) string {
 	// The Python Amelia's identity header carries the token as
 	// Authorization does; its profile header is taken and ignored (the
 	// token names the run, and so its profile). Neither goes upstream (no
@@ -435,8 +485,13 @@ func apiToken(req *http.Request, anthropic bool) string {
 	if t, ok := bearer(req.Header.Get("Authorization")); ok {
 		return t
 	}
-	if anthropic {
+	switch route {
+	case routeAnthropic:
 		return req.Header.Get("X-Api-Key")
+	case routeGitRemote:
+		if _, password, ok := req.BasicAuth(); ok {
+			return password
+		}
 	}
 	return ""
 }

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -533,6 +534,47 @@ func TestRequestLimitsAndErrors(t *testing.T) {
 	}
 	if strings.Contains(body, realKey) {
 		t.Errorf("error body holds the key")
+	}
+}
+
+// Paths that are not plain never reach an upstream, with the key or
+// without: each is refused with 400, as the client wrote it (sent here
+// byte for byte, as no HTTP client would clean it first).
+func TestNonCanonicalPathsAreRefused(t *testing.T) {
+	var got atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Add(1)
+		w.Write([]byte(`{}`))
+	}))
+	t.Cleanup(up.Close)
+	p := newProxy(t, proxy.Options{})
+	run := p.start(t, proxy.RunConfig{OpenAI: proxy.Upstream{BaseURL: up.URL + "/v1", Key: realKey}, Anthropic: &proxy.Upstream{BaseURL: up.URL + "/v1", Key: realKey}})
+	for _, path := range []string{
+		"/v1/%2F%2Fevil", "/v1%2fmodels", "/v1/models;..;/x", "/v1/..;/x", "/v1/%252e%252e/x", "/v1/%5c..%5cx",
+		"/v1/../git/credentials", "/v1/./models", "/v1//models", "/v1/models/", "/anthropic/v1/%2e%2e/x", "/proxy/v1/%2e%2e/models",
+		"/v1/mod%65ls", "/v1/models\\..\\x",
+	} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(p.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n", path, run.Token())
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		c.Close()
+		if code, _ := apiError(t, string(body)); resp.StatusCode != 400 || code != "invalid_path" {
+			t.Errorf("GET %s: %d %s; want 400 invalid_path", path, resp.StatusCode, body)
+		}
+	}
+	if n := got.Load(); n != 0 {
+		t.Errorf("the upstream got %d requests", n)
+	}
+	// A plain path goes through.
+	if status, body := do(t, "GET", p.URL+"/v1/models", run.Token(), ""); status != 200 || got.Load() != 1 {
+		t.Errorf("GET /v1/models: %d %s, upstream got %d", status, body, got.Load())
 	}
 }
 
