@@ -19,8 +19,9 @@ environment (never a secret the worker should see):
     AMELIA_COMPAT_PROXY_URL    amelia's proxy, root URL, serving one run
     AMELIA_COMPAT_PROXY_TOKEN  that run's token
     AMELIA_COMPAT_UPSTREAM_KEY the run's upstream key (must never come back)
-    AMELIA_COMPAT_GIT_HOST     a host the run has git credentials for
-    AMELIA_COMPAT_GIT_TOKEN    those credentials' password
+    AMELIA_COMPAT_GIT_HOST     the host of the run's repository
+    AMELIA_COMPAT_GIT_TOKEN    the host's credential for it, which must
+                               never come back
     AMELIA_COMPAT_CONTROL_URL  /held answers once the model holds a request,
                                /release lets it go
 
@@ -361,12 +362,19 @@ def header_forms_through_amelias_proxy() -> None:
 
 @check
 def git_credential_in_both_environments() -> None:
-    ask = f"protocol=https\nhost={GIT_HOST}\n\n".encode()
+    # git in the sandbox asks for the proxy's own credential (its git route):
+    # the run's token, in both environments. The forge's token stays on the
+    # host: asked for the run's repository host, the proxy refuses.
+    proxy_host = PROXY.removeprefix("http://").split("/")[0]
     for name, e in [("amelia", amelia_env()), ("python", python_env())]:
-        r = worker(["git-credential", "get"], ask, e)
-        expect(r.code == 0 and f"password={GIT_TOKEN}\n".encode() in r.stdout, f"{name}: exit {r.code}: {r.stderr!r}")
+        r = worker(["git-credential", "get"], f"protocol=http\nhost={proxy_host}\n\n".encode(), e)
+        expect(r.code == 0 and f"password={TOKEN}\n".encode() in r.stdout, f"{name}: exit {r.code}: {r.stderr!r}")
+        r = worker(["git-credential", "get"], f"protocol=https\nhost={GIT_HOST}\n\n".encode(), e)
+        expect(r.code == 1 and b"403" in r.stderr and r.stdout == b"", f"{name}, the forge: exit {r.code}: {r.stderr!r}")
+        expect(GIT_TOKEN.encode() not in r.stdout + r.stderr, f"{name}: the forge's token came back")
     # The Python helper's environment without a token: our proxy wants one.
-    r = worker(["git-credential", "get"], ask, env(LLM_PROXY_URL=PROXY + "/proxy/v1", AMELIA_PROFILE="compat-profile"))
+    r = worker(["git-credential", "get"], f"protocol=http\nhost={proxy_host}\n\n".encode(),
+               env(LLM_PROXY_URL=PROXY + "/proxy/v1", AMELIA_PROFILE="compat-profile"))
     expect(r.code == 1 and b"401" in r.stderr and r.stdout == b"", f"without a token: exit {r.code}: {r.stderr!r}")
 
 

@@ -3,12 +3,11 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os/exec"
-	"slices"
 	"strings"
 	"time"
 
@@ -18,28 +17,17 @@ import (
 // gitFillTimeout bounds `git credential fill` on the host.
 const gitFillTimeout = 30 * time.Second
 
-// gitCredentials answers the sandbox's git credential requests for the
-// run's repository hosts.
+// gitCredentials is where the run's git credentials come from: the
+// profile's token, or the host's own credential store. They go upstream
+// only, through the git route (gitroute.go); what /git/credentials
+// answers the sandbox is the run's token, for the proxy itself.
 type gitCredentials struct {
-	allowed []string // "protocol://host[:port]" of the run's http(s) repositories
 	auth    GitAuth
 	environ []string
 }
 
-func newGitCredentials(cfg RunConfig, environ []string) (*gitCredentials, error) {
-	g := &gitCredentials{auth: cfg.Git, environ: gitEnviron(environ)}
-	for _, r := range cfg.Repos {
-		u, err := url.Parse(r)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			// ssh and local repositories do not use git's credential
-			// helpers.
-			continue
-		}
-		g.allowed = append(g.allowed, strings.ToLower(u.Scheme+"://"+u.Host))
-	}
-	slices.Sort(g.allowed)
-	g.allowed = slices.Compact(g.allowed)
-	return g, nil
+func newGitCredentials(cfg RunConfig, environ []string) *gitCredentials {
+	return &gitCredentials{auth: cfg.Git, environ: gitEnviron(environ)}
 }
 
 // gitEnviron is environ for `git credential fill`: never a prompt, on a
@@ -58,7 +46,13 @@ func gitEnviron(environ []string) []string {
 	return append(out, "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=", "GCM_INTERACTIVE=never")
 }
 
-func (g *gitCredentials) serve(w http.ResponseWriter, req *http.Request, rec *Record) {
+// serveHelper answers git's credential helper in the sandbox
+// (amelia-worker git-credential, or the Python Amelia's
+// credential-helper.sh): for the proxy itself, as the sandbox reaches it
+// (the request's Host), the run's token, which git then shows the git
+// route; for anything else nothing, with the way git gets there instead.
+// No credential of the host's ever goes back.
+func (r *Run) serveHelper(w http.ResponseWriter, req *http.Request, rec *Record) {
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, routeGit, http.StatusMethodNotAllowed, "method_not_allowed", "use POST with git's credential request as the body")
@@ -81,40 +75,32 @@ func (g *gitCredentials) serve(w http.ResponseWriter, req *http.Request, rec *Re
 		writeError(w, routeGit, http.StatusBadRequest, "bad_request", "the request names no protocol and host")
 		return
 	}
-	if !slices.Contains(g.allowed, protocol+"://"+host) {
-		allowed := "none: the run has no http(s) repository"
-		if len(g.allowed) > 0 {
-			allowed = strings.Join(g.allowed, ", ")
-		}
+	if protocol != "http" || host != strings.ToLower(req.Host) {
 		writeError(w, routeGit, http.StatusForbidden, "host_not_allowed",
-			fmt.Sprintf("no git credentials for %s://%s: this run gets them only for its repositories' hosts (%s)", protocol, host, allowed))
+			fmt.Sprintf("no git credentials for %s://%s: they stay on the host, and git reaches the run's repositories through the proxy: %s", protocol, host, r.gitRoute.names(req.Host)))
 		return
 	}
-	answer, err := g.fill(req.Context(), protocol, host, msg)
-	if err != nil {
-		rec.Error = err.Error()
-		writeError(w, routeGit, http.StatusNotFound, "no_credentials", err.Error())
-		return
+	answer := gitcredential.Message{
+		{Key: "protocol", Value: protocol}, {Key: "host", Value: host},
+		{Key: "username", Value: "amelia"}, {Key: "password", Value: r.token},
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Write(answer.Bytes())
 }
 
-// fill answers from the configured token, or from the host's credential
-// store through `git credential fill`. The answer holds only the protocol,
-// host, username and password.
-func (g *gitCredentials) fill(ctx context.Context, protocol, host string, req gitcredential.Message) (gitcredential.Message, error) {
-	answer := gitcredential.Message{{Key: "protocol", Value: protocol}, {Key: "host", Value: host}}
+// errNoStoredCredential: the host's credential store has nothing for a
+// host (git credential fill failed), and no token is configured.
+var errNoStoredCredential = errors.New("no git credentials on this machine")
+
+// fill is the credential for path on host: the configured token, or the
+// host's credential store's answer through `git credential fill`. The
+// answer holds only the username and password.
+func (g *gitCredentials) fill(ctx context.Context, protocol, host, path string) (gitcredential.Message, error) {
 	if g.auth.Token != "" {
-		return append(answer, gitcredential.Attr{Key: "username", Value: g.auth.Username}, gitcredential.Attr{Key: "password", Value: g.auth.Token}), nil
+		return gitcredential.Message{{Key: "username", Value: g.auth.Username}, {Key: "password", Value: g.auth.Token}}, nil
 	}
-	query := slices.Clone(answer)
-	for _, k := range []string{"path", "username"} {
-		if v := req.Get(k); v != "" {
-			query = append(query, gitcredential.Attr{Key: k, Value: v})
-		}
-	}
+	query := gitcredential.Message{{Key: "protocol", Value: protocol}, {Key: "host", Value: host}, {Key: "path", Value: path}}
 	ctx, cancel := context.WithTimeout(ctx, gitFillTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "git", "credential", "fill")
@@ -123,20 +109,23 @@ func (g *gitCredentials) fill(ctx context.Context, protocol, host string, req gi
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("git credential fill for %s://%s on this machine: %w", protocol, host, ctx.Err())
+		}
 		why := firstLine(stderr.String())
 		if why == "" {
 			why = err.Error()
 		}
-		return nil, fmt.Errorf("no git credentials for %s://%s on this machine (git credential fill: %s); set git.token_env in the profile or store one with git", protocol, host, why)
+		return nil, fmt.Errorf("%w for %s://%s (git credential fill: %s); set git.token_env in the profile or store one with git", errNoStoredCredential, protocol, host, why)
 	}
 	got, err := gitcredential.Read(&stdout)
 	if err != nil {
 		return nil, fmt.Errorf("git credential fill answered badly: %v", err)
 	}
 	if got.Get("password") == "" {
-		return nil, fmt.Errorf("no git credentials for %s://%s on this machine (git credential fill gave no password)", protocol, host)
+		return nil, fmt.Errorf("%w for %s://%s (git credential fill gave no password)", errNoStoredCredential, protocol, host)
 	}
-	return append(answer, gitcredential.Attr{Key: "username", Value: got.Get("username")}, gitcredential.Attr{Key: "password", Value: got.Get("password")}), nil
+	return gitcredential.Message{{Key: "username", Value: got.Get("username")}, {Key: "password", Value: got.Get("password")}}, nil
 }
 
 func firstLine(s string) string {

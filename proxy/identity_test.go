@@ -29,9 +29,10 @@ func TestPythonWorkerIdentity(t *testing.T) {
 		Git:    proxy.GitAuth{Token: "ghs_identity_test_token"},
 	})
 	const chat = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
-	host := strings.TrimPrefix(gitSrv.RepoURL, "http://")
-	host = host[:strings.Index(host, "/")]
-	cred := "protocol=http\nhost=" + host + "\n\n"
+	// The sandbox's git asks for the proxy's own credential (the run
+	// token, for the git route); the forge's stays on the host.
+	cred := "protocol=http\nhost=" + strings.TrimPrefix(p.URL, "http://") + "\n\n"
+	forge := "protocol=http\nhost=" + strings.TrimPrefix(gitSrv.URL, "http://") + "\n\n"
 	for _, tt := range []struct {
 		name, path, body string
 		header           map[string]string
@@ -46,8 +47,9 @@ func TestPythonWorkerIdentity(t *testing.T) {
 			map[string]string{"Authorization": "Bearer " + run.Token(), "X-Amelia-Proxy-Token": "amr_wrong"}, 401, "unauthorized"},
 		{"the profile header alone", "/proxy/v1/chat/completions", chat, map[string]string{"X-Amelia-Profile": "dev"}, 401, "X-Amelia-Proxy-Token"},
 		{"git credentials, python path", "/proxy/v1/git/credentials", cred,
-			map[string]string{"X-Amelia-Proxy-Token": run.Token(), "X-Amelia-Profile": "default"}, 200, "password=ghs_identity_test_token"},
-		{"git credentials under /v1", "/v1/git/credentials", cred, map[string]string{"X-Amelia-Proxy-Token": run.Token()}, 200, "password="},
+			map[string]string{"X-Amelia-Proxy-Token": run.Token(), "X-Amelia-Profile": "default"}, 200, "password=" + run.Token()},
+		{"git credentials under /v1", "/v1/git/credentials", cred, map[string]string{"X-Amelia-Proxy-Token": run.Token()}, 200, "password=" + run.Token()},
+		{"the forge's git credentials", "/proxy/v1/git/credentials", forge, map[string]string{"X-Amelia-Proxy-Token": run.Token()}, 403, "they stay on the host"},
 		{"not a python path", "/proxy/v2/chat/completions", chat, map[string]string{"X-Amelia-Proxy-Token": run.Token()}, 404, "no route /proxy/v2/chat/completions"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,8 +83,8 @@ func TestPythonWorkerIdentity(t *testing.T) {
 		}
 	}
 	recs := readAudit(t, run)
-	if len(recs) != 6 {
-		t.Fatalf("%d audit records, want 6 (the refused requests are not a run's): %+v", len(recs), recs)
+	if len(recs) != 7 {
+		t.Fatalf("%d audit records, want 7 (the refused requests are not a run's): %+v", len(recs), recs)
 	}
 	if recs[0].Path != "/proxy/v1/chat/completions" || recs[0].Route != "openai" || recs[4].Route != "git-credentials" {
 		t.Errorf("audit: %+v", recs)
@@ -90,11 +92,11 @@ func TestPythonWorkerIdentity(t *testing.T) {
 	if strings.Contains(logs.String(), run.Token()) || strings.Contains(logs.String(), "python-profile-7x") {
 		t.Errorf("the logs hold the token or the profile header:\n%s", logs.String())
 	}
-	assertNoSecret(t, filepath.Dir(run.AuditPath()), run.Token(), realKey)
+	assertNoSecret(t, filepath.Dir(run.AuditPath()), run.Token(), realKey, "ghs_identity_test_token")
 }
 
 // Real git in the Python Amelia's environment, with amelia-worker
-// git-credential as its helper, clones through this proxy.
+// git-credential as its helper, clones through this proxy's git route.
 func TestGitPythonEnvironment(t *testing.T) {
 	const token = "ghs_python_env_token_5c2a"
 	srv := gittest.NewServer(t, "x-access-token", token)
@@ -106,7 +108,7 @@ func TestGitPythonEnvironment(t *testing.T) {
 	})
 	work := t.TempDir()
 	out, err := helperGit(t, work, []string{"LLM_PROXY_URL=" + p.URL + "/proxy/v1", "AMELIA_PROFILE=work", "AMELIA_PROXY_TOKEN=" + run.Token()},
-		"clone", "-q", srv.RepoURL, "clone")
+		"clone", "-q", remote(t, p, srv.RepoURL), "clone")
 	if err != nil {
 		t.Fatalf("clone: %v\n%s", err, out)
 	}

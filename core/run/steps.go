@@ -230,11 +230,19 @@ func (r *runner) attachAgent(ctx context.Context, a *agentRun) {
 // (see workspace.RunUser).
 func (r *runner) workIn(workdir, worker string, prx *proxyRun) (*workspace.Workspace, *driver.Driver, error) {
 	sb := r.lv.sandbox()
-	var gitEnv map[string]string
+	opts := workspace.Options{Worker: worker, RunUsers: sb.Info.RunUsers, Logger: r.host.Logger}
 	if r.hostTunnel != "" {
-		gitEnv = sandboxend.ProxyEnv(r.hostTunnel, prx.run.Token(), false)
+		opts.GitEnv = sandboxend.ProxyEnv(r.hostTunnel, prx.run.Token(), false)
+		// git reaches an http(s) repository through the proxy's git
+		// route, which adds the credential outside the sandbox.
+		opts.GitURL = func(url string) string {
+			if path, ok := proxy.GitPath(url); ok {
+				return "http://" + r.hostTunnel + path
+			}
+			return url
+		}
 	}
-	ws, err := workspace.New(r.lv, workdir, workspace.Options{Worker: worker, GitEnv: gitEnv, RunUsers: sb.Info.RunUsers, Logger: r.host.Logger})
+	ws, err := workspace.New(r.lv, workdir, opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -337,6 +345,9 @@ func (r *runner) startProxy(src source, id, token string) (*proxyRun, error) {
 		return nil, err
 	}
 	cfg.Token = token
+	if r.req.Push {
+		cfg.PushRef = "refs/heads/" + workspace.Branch(src.workflow)
+	}
 	srv := proxy.New(proxy.Options{Logger: r.host.Logger, Environ: r.host.Environ})
 	run, err := srv.Start(cfg)
 	if err != nil {

@@ -20,19 +20,35 @@ func (w *Workspace) credentialArgs() []string {
 	return []string{"-c", "credential.helper=", "-c", "credential.helper=!'" + w.worker + "' git-credential"}
 }
 
+// remote is the URL git in the sandbox uses for url (Options.GitURL),
+// checked to be one it cannot take for an option or another line.
+func (w *Workspace) remote(url string) (string, error) {
+	remote := url
+	if w.gitURL != nil {
+		remote = w.gitURL(url)
+	}
+	for _, u := range []string{url, remote} {
+		if u == "" || strings.HasPrefix(u, "-") || strings.ContainsAny(u, "\n\x00") {
+			return "", fmt.Errorf("invalid repository URL %q", u)
+		}
+	}
+	return remote, nil
+}
+
 // SyncURL brings branch (empty: the remote's default branch) of the
 // repository at url into the sandbox's bare repo: `git clone --bare` the
 // first time, then `git fetch` of that branch into refs/heads/<branch>,
 // under the lock. git runs inside the sandbox with the worker as its
-// credential helper.
+// credential helper, at the URL Options.GitURL gives.
 func (w *Workspace) SyncURL(ctx context.Context, url, branch string) (Base, error) {
-	if url == "" || strings.HasPrefix(url, "-") || strings.ContainsAny(url, "\n\x00") {
-		return Base{}, fmt.Errorf("sync %q into sandbox: invalid repository URL", url)
+	remote, err := w.remote(url)
+	if err != nil {
+		return Base{}, fmt.Errorf("sync %s into sandbox: %w", url, err)
 	}
 	cred := w.credentialArgs()
 	if branch == "" {
 		var err error
-		if branch, err = w.remoteDefault(ctx, url, cred); err != nil {
+		if branch, err = w.remoteDefault(ctx, remote, cred); err != nil {
 			return Base{}, fmt.Errorf("sync %s into sandbox: %w", url, err)
 		}
 	}
@@ -51,7 +67,7 @@ fi
 g -C "$repo" rev-parse --verify --quiet "refs/heads/$br^{commit}" || { echo "branch $br not found in $url" >&2; exit 3; }
 `
 	var out strings.Builder
-	err := w.script(ctx, "git clone/fetch", w.gitEnv, nil, &out, body, append([]string{w.RepoDir(), url, branch}, cred...)...)
+	err = w.script(ctx, "git clone/fetch", w.gitEnv, nil, &out, body, append([]string{w.RepoDir(), remote, branch}, cred...)...)
 	if err != nil {
 		return Base{}, fmt.Errorf("sync %s into sandbox: %w", url, err)
 	}
@@ -91,8 +107,9 @@ func (w *Workspace) Push(ctx context.Context, id, url string, base Base) error {
 	if br == base.Branch {
 		return fmt.Errorf("push %s: %w: it is the base branch", br, ErrRefused)
 	}
-	if url == "" || strings.HasPrefix(url, "-") || strings.ContainsAny(url, "\n\x00") {
-		return fmt.Errorf("push %s: invalid repository URL %q", br, url)
+	remote, err := w.remote(url)
+	if err != nil {
+		return fmt.Errorf("push %s: %w", br, err)
 	}
 	uid, err := w.RunUser(ctx, id)
 	if err != nil {
@@ -100,7 +117,7 @@ func (w *Workspace) Push(ctx context.Context, id, url string, base Base) error {
 	}
 	ref := "refs/heads/" + br
 	argv := append(append([]string{"git", "-C", w.WorktreeDir(id), "-c", "core.hooksPath=/dev/null"}, w.credentialArgs()...),
-		"push", "--quiet", "--no-verify", "--", url, ref+":"+ref)
+		"push", "--quiet", "--no-verify", "--", remote, ref+":"+ref)
 	if err := w.execAs(ctx, uid, "git push", argv, w.gitEnv, nil, nil); err != nil {
 		return fmt.Errorf("push %s to %s: %w", br, url, err)
 	}

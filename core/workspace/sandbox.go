@@ -25,6 +25,7 @@ type Workspace struct {
 	root     string
 	worker   string
 	gitEnv   map[string]string
+	gitURL   func(string) string
 	runUsers bool
 	log      *slog.Logger
 	// lockWith is "flock" (flock(1) when the sandbox has it, else the
@@ -50,6 +51,10 @@ type Options struct {
 	// AMELIA_PROXY_TOKEN); it is given to git only where it talks to a
 	// remote.
 	GitEnv map[string]string
+	// GitURL is the URL git in the sandbox uses for a repository's URL
+	// (SyncURL, Push): the proxy's git route, which adds the credential
+	// outside the sandbox. Nil: the URL itself.
+	GitURL func(url string) string
 	// RunUsers gives every workflow a uid of its own, which owns its
 	// checkout and runs every step in it (the provider declares
 	// sdk.Capabilities.RunUsers); see users.go.
@@ -69,7 +74,7 @@ func New(ex sdk.Execer, root string, opts Options) (*Workspace, error) {
 		return nil, fmt.Errorf("worker path %q: must be absolute, with no quote, newline or NUL", opts.Worker)
 	}
 	return &Workspace{
-		ex: ex, root: path.Clean(root), worker: opts.Worker, gitEnv: opts.GitEnv, runUsers: opts.RunUsers,
+		ex: ex, root: path.Clean(root), worker: opts.Worker, gitEnv: opts.GitEnv, gitURL: opts.GitURL, runUsers: opts.RunUsers,
 		log: orDiscard(opts.Logger), lockWith: "flock", idFiles: idFiles, uids: [2]int{FirstRunUID, LastRunUID}, users: map[string]string{},
 	}, nil
 }

@@ -15,15 +15,18 @@ import (
 	"testing"
 )
 
-// Server is a git smart-HTTP server holding one bare repository, repo.git,
-// seeded with a commit on main (a README), that accepts pushes. Every
-// request must carry the username and password it was made with.
+// Server is a git smart-HTTP server holding two bare repositories,
+// repo.git and other.git, each seeded with a commit on main (a README),
+// that accept pushes. Every request must carry the username and password
+// it was made with.
 type Server struct {
 	*httptest.Server
-	// RepoURL is the repository's URL (http://127.0.0.1:PORT/repo.git).
-	RepoURL string
-	// Dir is the bare repository on disk, for the test's own checks.
-	Dir string
+	// RepoURL is the repository's URL (http://127.0.0.1:PORT/repo.git),
+	// and OtherURL that of the other one on the same host.
+	RepoURL, OtherURL string
+	// Dir and OtherDir are the bare repositories on disk, for the test's
+	// own checks.
+	Dir, OtherDir string
 }
 
 // NewServer starts a server that requires user and password; it stops when
@@ -31,9 +34,6 @@ type Server struct {
 func NewServer(t testing.TB, user, password string) *Server {
 	t.Helper()
 	root := t.TempDir()
-	dir := filepath.Join(root, "repo.git")
-	Git(t, root, "init", "-q", "--bare", "-b", "main", dir)
-	Git(t, dir, "config", "http.receivepack", "true")
 	seed := t.TempDir()
 	Git(t, seed, "init", "-q", "-b", "main")
 	if err := os.WriteFile(filepath.Join(seed, "README"), []byte("hello\n"), 0o644); err != nil {
@@ -41,13 +41,17 @@ func NewServer(t testing.TB, user, password string) *Server {
 	}
 	Git(t, seed, "add", "README")
 	Git(t, seed, "commit", "-q", "-m", "seed")
-	Git(t, seed, "push", "-q", dir, "main")
+	s := &Server{Dir: filepath.Join(root, "repo.git"), OtherDir: filepath.Join(root, "other.git")}
+	for _, dir := range []string{s.Dir, s.OtherDir} {
+		Git(t, root, "init", "-q", "--bare", "-b", "main", dir)
+		Git(t, dir, "config", "http.receivepack", "true")
+		Git(t, seed, "push", "-q", dir, "main")
+	}
 
 	backend := &cgi.Handler{
 		Path: filepath.Join(Git(t, "", "--exec-path"), "git-http-backend"),
 		Env:  []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"},
 	}
-	s := &Server{Dir: dir}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, p, ok := r.BasicAuth()
 		if !ok || u != user || p != password {
@@ -59,7 +63,7 @@ func NewServer(t testing.TB, user, password string) *Server {
 		backend.ServeHTTP(w, r)
 	}))
 	t.Cleanup(s.Close)
-	s.RepoURL = s.URL + "/repo.git"
+	s.RepoURL, s.OtherURL = s.URL+"/repo.git", s.URL+"/other.git"
 	return s
 }
 

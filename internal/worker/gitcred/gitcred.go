@@ -1,8 +1,10 @@
 // Package gitcred is git's credential helper inside a sandbox: git runs
 // `amelia-worker git-credential get`, and the request goes through the
-// tunnel to the host proxy's /git/credentials route, which answers from the
-// host's credential store for the run's repository host only. No credential
-// is stored in the sandbox.
+// tunnel to the host proxy's /git/credentials route. git in the sandbox
+// reaches the run's repositories through the proxy's git route, and what
+// the proxy answers is the credential for that: the run's token. The
+// forge's credential never leaves the host (the proxy adds it on the way
+// out), and nothing is stored in the sandbox.
 package gitcred
 
 import (
