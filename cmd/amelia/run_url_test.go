@@ -59,13 +59,10 @@ func TestRunURLRepoPush(t *testing.T) {
 		t.Fatalf("amelia run: exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)
 	}
 	evs := events(t, r.stdout)
-	var summary struct {
-		Status string `json:"status"`
-		Branch string `json:"branch"`
-		Pushed bool   `json:"pushed"`
-	}
-	if last := evs[len(evs)-1]; json.Unmarshal(last.Raw, &summary) != nil || summary.Status != "done" || summary.Branch != "amelia/url-push" || !summary.Pushed {
-		t.Errorf("summary %s, want done, pushed amelia/url-push", last.Raw)
+	var summary pushSummary
+	if last := evs[len(evs)-1]; json.Unmarshal(last.Raw, &summary) != nil || summary.Status != "done" || summary.Branch != "amelia/url-push" || !summary.Pushed ||
+		!strings.Contains(summary.DiffStat, "pushed.txt") {
+		t.Errorf("summary %s, want done, pushed amelia/url-push, pushed.txt in its diff stat", last.Raw)
 	}
 	// The agent worked on the clone: the server's README was there.
 	if !strings.Contains(r.stdout, `"tool_output":"hello\n`) {
@@ -95,5 +92,36 @@ func TestRunURLRepoPush(t *testing.T) {
 			t.Errorf("a host secret (%.8s...) appears in the run's output: the sandbox's environment or process arguments", secret)
 		}
 		assertNoSecret(t, secret, h.root, "/tmp/amelia")
+	}
+}
+
+// pushSummary is the summary line of a run that pushed.
+type pushSummary struct {
+	Status   string `json:"status"`
+	Branch   string `json:"branch"`
+	Pushed   bool   `json:"pushed"`
+	DiffStat string `json:"diff_stat"`
+}
+
+// A run on a file:// repository that pushes says what it changed, as a
+// run that fetches its branch home does.
+func TestRunFileURLPushSaysWhatChanged(t *testing.T) {
+	srv := gittest.NewServer(t, "x", "y")
+	h := newHost(t, llmtest.Options{},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("pushed.txt", "from the sandbox\n")}},
+		llmtest.Turn{Text: "Added pushed.txt."},
+	)
+	r := h.amelia(t, "run", "--json", "--repo", "file://"+srv.Dir, "--push", "--workflow", "file-push", "Add pushed.txt.")
+	if r.code != 0 {
+		t.Fatalf("amelia run: exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)
+	}
+	evs := events(t, r.stdout)
+	var summary pushSummary
+	if last := evs[len(evs)-1]; json.Unmarshal(last.Raw, &summary) != nil || !summary.Pushed ||
+		summary.DiffStat != "pushed.txt | 1 +\n 1 file changed, 1 insertion(+)" {
+		t.Errorf("summary %s: want the push, and pushed.txt's line in its diff stat", last.Raw)
+	}
+	if got := gittest.Git(t, srv.Dir, "show", "amelia/file-push:pushed.txt"); got != "from the sandbox" {
+		t.Errorf("the pushed branch's pushed.txt = %q", got)
 	}
 }

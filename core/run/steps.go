@@ -548,6 +548,11 @@ func (r *runner) deliver(ctx context.Context, ws *workspace.Workspace, src sourc
 			return res, err
 		}
 		res.Pushed = true
+		stat, err := ws.DiffStat(ctx, src.workflow, base.Commit)
+		if err != nil {
+			return res, err
+		}
+		res.DiffStat = stat
 		return res, nil
 	}
 	_, err := ws.FetchResult(ctx, src.local, src.workflow, base, workspace.ResultOptions{})

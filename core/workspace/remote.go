@@ -124,3 +124,22 @@ func (w *Workspace) Push(ctx context.Context, id, url string, base Base) error {
 	w.log.Info("pushed", "branch", br, "url", url)
 	return nil
 }
+
+// DiffStat is `git diff --stat` of the workflow's branch against base, in
+// its checkout in the sandbox, as its uid: what a run that pushed its
+// branch (and so fetched nothing to the host) changed.
+func (w *Workspace) DiffStat(ctx context.Context, id, base string) (string, error) {
+	if err := ValidateWorkflowID(id); err != nil {
+		return "", err
+	}
+	uid, err := w.RunUser(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	argv := []string{"git", "-C", w.WorktreeDir(id), "diff", "--stat", "--no-ext-diff", "--no-textconv", "--end-of-options", base, "refs/heads/" + Branch(id), "--"}
+	if err := w.execAs(ctx, uid, "git diff --stat", argv, nil, nil, &out); err != nil {
+		return "", fmt.Errorf("diff --stat of %s: %w", Branch(id), err)
+	}
+	return strings.TrimSpace(out.String()), nil
+}
