@@ -94,7 +94,8 @@ func TestRunOnSSH(t *testing.T) {
 // amelia run on another machine: sshd in a Docker container on its own
 // network address, logged in to as an unprivileged user, with network none
 // enforced by the provider's iptables rules (which the egress check then
-// confirms from inside) and the proxy reached through the SSH forward.
+// confirms from inside) and the proxy reached through the agent's tunnel,
+// carried over the SSH connection.
 func TestRunOnSSHContainer(t *testing.T) {
 	cli := dockertest.Engine(t)
 	remote := sshtest.StartContainer(t, cli)
@@ -133,8 +134,8 @@ func TestRunOnSSHContainer(t *testing.T) {
 	if !strings.HasPrefix(probed, "amelia\n/home/amelia/.amelia/sandboxes/e2e/workspace/worktrees/far\n") {
 		t.Errorf("the agent did not run as amelia in the sandbox under the remote's ~/.amelia/sandboxes:\n%s", probed)
 	}
-	if strings.Contains(probed, "REACHED") || !strings.Contains(probed, "UNREACHABLE "+outside.DevTCP()) || outside.Accepted() != 1 || strings.Contains(probed, "TUNNEL-EXEC") {
-		t.Errorf("the sandbox reached the host's listener directly (%d connections, 1 of them root's), or the exec tunnel served it (want the SSH forward):\n%s", outside.Accepted(), probed)
+	if strings.Contains(probed, "REACHED") || !strings.Contains(probed, "UNREACHABLE "+outside.DevTCP()) || outside.Accepted() != 1 || !strings.Contains(probed, "TUNNEL-EXEC") {
+		t.Errorf("the sandbox reached the host's listener directly (%d connections, 1 of them root's), or no exec carried the agent's tunnel:\n%s", outside.Accepted(), probed)
 	}
 	if rules := dockerExec(t, cli, remote.Container, "iptables", "-S", "OUTPUT"); !strings.Contains(rules, "--uid-owner 1000 -j AMELIA_EGRESS_1000") {
 		t.Errorf("the remote's OUTPUT chain has no rule for the sandbox user:\n%s", rules)
@@ -162,8 +163,8 @@ func dockerExec(t *testing.T, cli *client.Client, id string, argv ...string) str
 }
 
 // The SSH connection drops mid-run (sshd's session processes die): the
-// agent goes on on the remote, amelia reconnects, reopens the tunnel at
-// the address the worker knows, and the run delivers all of its work.
+// agent goes on on the remote, amelia reconnects, carries the tunnel its
+// supervisor kept again, and the run delivers all of its work.
 func TestRunOnSSHSurvivesADrop(t *testing.T) {
 	srv := sshtest.Start(t, sshtest.Options{})
 	root := t.TempDir()
