@@ -129,8 +129,10 @@ const newCheckoutPrefix = ".new-"
 // claim` renames it there if nothing is, or else atomically exchanges it
 // with whatever another uid put at that path (a directory, a file, a
 // link: never followed), which so ends at <from>, untouched until its uid
-// is released (RemoveWorktree). It refuses (exit 3) to move an entry of
-// the sandbox's user's: a checkout amelia made before workflows had uids.
+// is released (RemoveWorktree). It refuses (exit 3) to move a directory
+// of the sandbox's user's: a checkout amelia made before workflows had
+// uids (another uid can give a file of that user's a name there, a hard
+// link, never a directory).
 // A kept checkout of id's own never gets this far: the workflow's uid
 // record stops allocateUser. owner is the uid uid's script ran as.
 func (w *Workspace) placeCheckout(ctx context.Context, id, from, owner string) error {

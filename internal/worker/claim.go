@@ -34,7 +34,9 @@ func (w *worker) claimCmd() *cobra.Command {
 file, a link, which is never followed) is exchanged with FROM atomically
 (renameat2 RENAME_EXCHANGE), so it ends at FROM: nothing is deleted, and no
 other uid can slip anything in between. On stdout, "aside UID" when that
-happened. Exit 3, and nothing moved, when TO belongs to this user.`,
+happened. Exit 3, and nothing moved, when TO is a directory of this user's.
+A file of this user's at TO can only be another uid's hard link to it: it
+is moved out of the way too, and that name of it removed.`,
 		Args: cobra.ExactArgs(3),
 		RunE: func(_ *cobra.Command, args []string) error {
 			dir, from, to := args[0], args[1], args[2]
@@ -67,7 +69,7 @@ happened. Exit 3, and nothing moved, when TO belongs to this user.`,
 	return cmd
 }
 
-// claimRefused: TO is this user's.
+// claimRefused: TO is a directory of this user's.
 type claimRefused struct{ error }
 
 // claim renames from to to in dir (see claimCmd) and returns the uid of
@@ -107,10 +109,19 @@ func claim(dir string, owner int, from, to string) (int, error) {
 		} else if err != nil {
 			return -1, fmt.Errorf("stat %s/%s: %w", dir, to, err)
 		}
-		if int(cur.Uid) == me {
-			return -1, claimRefused{fmt.Errorf("%s/%s is this user's (uid %d): left as it is", dir, to, me)}
+		mine := int(cur.Uid) == me
+		if mine && cur.Mode&unix.S_IFMT == unix.S_IFDIR {
+			return -1, claimRefused{fmt.Errorf("%s/%s is a directory of this user's (uid %d): left as it is", dir, to, me)}
 		}
 		err = unix.Renameat2(fd, from, fd, to, unix.RENAME_EXCHANGE)
+		if err == nil && mine {
+			// Not a directory (unlinkat refuses one): a name another uid
+			// gave a file of this user's.
+			if err := unix.Unlinkat(fd, from, 0); err != nil {
+				return -1, fmt.Errorf("remove the link another uid made at %s/%s, now %s: %w", dir, to, from, err)
+			}
+			return -1, placed(fd, dir, to, &src)
+		}
 		if err == nil {
 			return int(cur.Uid), placed(fd, dir, to, &src)
 		}

@@ -20,19 +20,22 @@ func inode(t *testing.T, path string) [2]uint64 {
 	return [2]uint64{st.Dev, st.Ino}
 }
 
-// entry makes an entry of uid in dir: a directory, the file "squat", or a
-// link to the directory target.
+// entry makes an entry of uid in dir: a directory, the file "squat", a
+// hard link to the file target ("=target"), or a symbolic link to the
+// directory target.
 func entry(t *testing.T, dir, name, kind string, uid int) {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	var err error
-	switch kind {
-	case "dir":
+	switch target, hard := strings.CutPrefix(kind, "="); {
+	case kind == "dir":
 		err = os.Mkdir(p, 0o700)
-	case "file":
+	case kind == "file":
 		writeFile(t, dir, name, "squat")
+	case hard:
+		err = os.Link(filepath.Join(dir, target), p)
 	default:
-		err = os.Symlink(filepath.Join(dir, kind), p)
+		err = os.Symlink(filepath.Join(dir, target), p)
 	}
 	if err == nil {
 		err = os.Lchown(p, uid, uid)
@@ -44,8 +47,9 @@ func entry(t *testing.T, dir, name, kind string, uid int) {
 
 // claim renames the owner's directory "new" to "to" in a sticky directory
 // of this user's. What another uid has at "to" (a file, a link, never
-// followed) it exchanges with it, so nothing is lost; this user's own
-// entry it leaves alone (exit 3); it refuses a FROM that is not a
+// followed) it exchanges with it, so nothing is lost; a directory of this
+// user's it leaves alone (exit 3), a hard link another uid made to a file
+// of this user's it moves away and removes; it refuses a FROM that is not a
 // directory of the owner, a DIR that is not this user's, and a name with
 // a slash. Entries of another uid take root to make (chown): without
 // root, those cases are skipped.
@@ -64,9 +68,11 @@ func TestClaim(t *testing.T) {
 		code   int
 		stdout string
 		stderr string
+		gone   bool // what was at to is removed, not moved aside
 	}{
 		{name: "free", made: []made{{"new", "dir", me}}, owner: me, to: "to"},
-		{name: "own entry at to", made: []made{{"new", "dir", me}, {"to", "dir", me}}, owner: me, to: "to", code: 3, stderr: "is this user's"},
+		{name: "own directory at to", made: []made{{"new", "dir", me}, {"to", "dir", me}}, owner: me, to: "to", code: 3, stderr: "is a directory of this user's"},
+		{name: "hard link to an own file at to", made: []made{{"new", "dir", me}, {"mine", "file", me}, {"to", "=mine", me}}, owner: me, to: "to", gone: true},
 		{name: "new of another owner", made: []made{{"new", "dir", me}}, owner: 60778, to: "to", code: 1, stderr: "is not a directory of uid 60778"},
 		{name: "new a link", made: []made{{"real", "dir", me}, {"new", "real", me}}, owner: me, to: "to", code: 1, stderr: "is not a directory of uid"},
 		{name: "slash", made: []made{{"new", "dir", me}}, owner: me, to: "../to", code: 2, stderr: "without a slash"},
@@ -103,6 +109,14 @@ func TestClaim(t *testing.T) {
 				t.Errorf("new is not what was at to: it was not moved aside")
 			case c.code == 3 && inode(t, filepath.Join(dir, "to")) == inode(t, filepath.Join(dir, "new")):
 				t.Errorf("a refused claim moved new")
+			}
+			if c.gone {
+				if _, err := os.Lstat(filepath.Join(dir, "new")); !os.IsNotExist(err) {
+					t.Errorf("the link that was at to, moved aside to new: %v; want it removed", err)
+				}
+				if got := readFile(t, filepath.Join(dir, "mine")); got != "squat" {
+					t.Errorf("the file the removed link led to holds %q", got)
+				}
 			}
 			if ents, err := os.ReadDir(filepath.Join(dir, "trap")); err == nil && len(ents) != 0 {
 				t.Errorf("the link's target holds %v: the link was followed", ents)
