@@ -121,6 +121,7 @@ mkdir "$w/$(printf 'two\nlines')"
 	// made.
 	stop := "/tmp/stop-" + randomHex(4)
 	pr, pw := io.Pipe()
+	t.Cleanup(func() { pr.Close() }) // before the sandbox goes: the racer never blocks on its output
 	raced := make(chan string, 1)
 	go func() {
 		code, stderr, err := asUser(ctx, ex, squatter, pw, `w=$1 trap=$2 stop=$3 n=0
@@ -203,7 +204,7 @@ echo "made $n"
 	}
 	aside := mustAs(t, ex, "", `find "$1" -mindepth 1 -maxdepth 1 -user "$2" -name '.new-*' | wc -l; find "$1" -mindepth 2 -maxdepth 2 -path "$1/.new-*/planted" | wc -l`, wts, att)
 	if f := strings.Fields(aside); len(f) != 2 || atoi(f[0]) < 3 || f[1] != "1" {
-		t.Errorf("moved aside: %q entries of the squatter's, and the planted file in %q of them; want at least 3, and 1", f[0], f[1])
+		t.Errorf("moved aside: %q (entries of the squatter's, and how many hold the planted file); want at least 3, and 1", aside)
 	}
 
 	// A checkout of the sandbox's user's stays, and its id is refused.

@@ -123,18 +123,16 @@ echo "$uid"
 // it), so none can have put anything there first. It is no workflow id.
 const newCheckoutPrefix = ".new-"
 
-// placeCheckout moves the checkout that uid made at ROOT/worktrees/<from>
-// to ROOT/worktrees/<id>, as the sandbox's user, who owns worktrees/ and
-// so may move what any uid made in it, under the lock: `amelia-worker
-// claim` renames it there if nothing is, or else atomically exchanges it
-// with whatever another uid put at that path (a directory, a file, a
-// link: never followed), which so ends at <from>, untouched until its uid
-// is released (RemoveWorktree). It refuses (exit 3) to move a directory
-// of the sandbox's user's: a checkout amelia made before workflows had
-// uids (another uid can give a file of that user's a name there, a hard
-// link, never a directory).
-// A kept checkout of id's own never gets this far: the workflow's uid
-// record stops allocateUser. owner is the uid uid's script ran as.
+// placeCheckout moves the checkout that the workflow's uid, running as
+// owner, made at ROOT/worktrees/<from> to ROOT/worktrees/<id>: the
+// sandbox's user, who owns worktrees/ and so may move what any uid made
+// in it, runs `amelia-worker claim` under the lock, which renames it there
+// if nothing is, or else atomically exchanges it with whatever another
+// uid put at that path (a directory, a file, a link: never followed),
+// which so ends at <from>, untouched until its uid is released. It
+// refuses (exit 3) to move a directory of the sandbox's user's: a
+// checkout amelia made before workflows had uids. A kept checkout of id's
+// own never gets this far: its uid record stops allocateUser.
 func (w *Workspace) placeCheckout(ctx context.Context, id, from, owner string) error {
 	if _, err := validUID(owner, 0, math.MaxInt32); err != nil {
 		return fmt.Errorf("make the checkout: its script did not end with the uid it ran as: %w", err)

@@ -10,8 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// exitClaimRefused is claim's exit when the target belongs to the user
-// who runs it, which claim leaves as it is.
+// exitClaimRefused is claim's exit when the target is a directory of the
+// user who runs it, which claim leaves as it is.
 const exitClaimRefused = 3
 
 // claimAttempts bounds claim's tries at a target that another uid keeps
@@ -49,19 +49,17 @@ is moved out of the way too, and that name of it removed.`,
 				return fmt.Errorf("claim: want FROM and TO different and --owner a uid")
 			}
 			aside, err := claim(dir, owner, from, to)
-			var refused claimRefused
-			switch {
-			case errors.As(err, &refused):
+			if err != nil {
 				fmt.Fprintf(w.p.Stderr, "amelia-worker claim: %v\n", err)
-				return exitCode(exitClaimRefused)
-			case err != nil:
-				fmt.Fprintf(w.p.Stderr, "amelia-worker claim: %v\n", err)
+				if _, ok := errors.AsType[claimRefused](err); ok {
+					return exitCode(exitClaimRefused)
+				}
 				return exitCode(exitFailed)
-			case aside >= 0:
-				_, err := fmt.Fprintf(w.p.Stdout, "aside %d\n", aside)
-				return err
 			}
-			return nil
+			if aside >= 0 {
+				_, err = fmt.Fprintf(w.p.Stdout, "aside %d\n", aside)
+			}
+			return err
 		},
 	}
 	cmd.Flags().IntVar(&owner, "owner", -1, "the uid FROM must belong to (required)")
@@ -114,20 +112,20 @@ func claim(dir string, owner int, from, to string) (int, error) {
 			return -1, claimRefused{fmt.Errorf("%s/%s is a directory of this user's (uid %d): left as it is", dir, to, me)}
 		}
 		err = unix.Renameat2(fd, from, fd, to, unix.RENAME_EXCHANGE)
-		if err == nil && mine {
-			// Not a directory (unlinkat refuses one): a name another uid
-			// gave a file of this user's.
-			if err := unix.Unlinkat(fd, from, 0); err != nil {
-				return -1, fmt.Errorf("remove the link another uid made at %s/%s, now %s: %w", dir, to, from, err)
-			}
-			return -1, placed(fd, dir, to, &src)
-		}
-		if err == nil {
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			continue // gone meanwhile
+		case err != nil:
+			return -1, fmt.Errorf("exchange %s and %s in %s: %w", from, to, dir, err)
+		case !mine:
 			return int(cur.Uid), placed(fd, dir, to, &src)
 		}
-		if !errors.Is(err, unix.ENOENT) {
-			return -1, fmt.Errorf("exchange %s and %s in %s: %w", from, to, dir, err)
+		// Not a directory (unlinkat refuses one): a name another uid gave
+		// a file of this user's.
+		if err := unix.Unlinkat(fd, from, 0); err != nil {
+			return -1, fmt.Errorf("remove the link another uid made at %s/%s, now %s: %w", dir, to, from, err)
 		}
+		return -1, placed(fd, dir, to, &src)
 	}
 	return -1, fmt.Errorf("%s/%s appeared and vanished %d times while it was claimed: another uid is racing for it; try again", dir, to, claimAttempts)
 }
