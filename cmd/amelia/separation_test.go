@@ -290,3 +290,86 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// squatScript is what a squatting agent runs first: a directory anyone
+// may write in /tmp, and a link to it at the checkout path of workflow
+// late1, which has not run yet.
+const squatScript = `w=$(dirname "$(pwd -P)") trap=/tmp/trap-$(id -u)
+mkdir -m 777 "$trap" && ln -s "$trap" "$w/late1" && echo SQUATTED`
+
+// raceScript keeps replacing what the squatter has at late1's path by a
+// directory, a file and a link, until the gate g opens.
+func raceScript(g gate) string {
+	return `w=$(dirname "$(pwd -P)") trap=/tmp/trap-$(id -u)
+while :; do
+	rm -rf "$w/late1"; mkdir "$w/late1"; rm -rf "$w/late1"; echo squat >"$w/late1"; rm -f "$w/late1"; ln -s "$trap" "$w/late1"
+done >/dev/null 2>&1 &
+` + g.command() + `
+kill $!`
+}
+
+// A run's agent cannot block a workflow yet to run: it puts a link at the
+// checkout path of workflow late1, and while late1 starts keeps replacing
+// it by a directory, a file and a link. sandbox ls counts none of them as
+// a workflow; late1 runs all the same and brings back its own branch; the
+// link's target stays empty; and once the squatter's run has ended (its
+// uid released), nothing is left in the sandbox's worktrees/ and
+// .amelia/runs/, nor the squatter's trap.
+func TestDockerRunCannotBlockALaterWorkflow(t *testing.T) {
+	cli := dockertest.Engine(t)
+	g := newGate(t)
+	script := func(_ int, req *llmtest.Request) llmtest.Turn {
+		steps, late := 0, false
+		for _, m := range req.Chat.Messages {
+			if m.Role == "tool" {
+				steps++
+			}
+			if m.Role == "user" && strings.Contains(m.Text(), "run late1.") {
+				late = true
+			}
+		}
+		switch {
+		case late && steps == 0:
+			return llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("late1.txt", "late1\n")}}
+		case !late && steps == 0:
+			return llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall(squatScript)}}
+		case !late && steps == 1:
+			return llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeFor(raceScript(g), 600)}}
+		}
+		return llmtest.Turn{Text: "done"}
+	}
+	h := newHostWith(t, dockerSandbox("open"), "", llmtest.Options{Script: script})
+	dockertest.RemoveContainers(t, cli, "amelia.config="+h.configPath())
+
+	squatter := h.startUntil(t, g.path, "run", "--json", "--workflow", "squat", "This is run squat.")
+	ls := h.amelia(t, "sandbox", "ls", "--json")
+	var rows []struct {
+		Workflows []string `json:"workflows"`
+	}
+	if err := json.Unmarshal([]byte(ls.stdout), &rows); err != nil || len(rows) != 1 {
+		t.Fatalf("sandbox ls --json: %v\n%s%s", err, ls.stdout, ls.stderr)
+	}
+	if !slices.Equal(rows[0].Workflows, []string{"squat"}) {
+		t.Errorf("sandbox ls while late1's path is squatted: workflows %q, want squat alone", rows[0].Workflows)
+	}
+
+	late := h.amelia(t, "run", "--json", "--workflow", "late1", "This is run late1.")
+	if late.code != 0 {
+		t.Fatalf("run late1 with its path squatted: exit %d\nstderr: %s", late.code, late.stderr)
+	}
+	if got := h.git(t, "diff", "--name-only", "main", "amelia/late1"); got != "late1.txt" {
+		t.Errorf("amelia/late1 changes %q, want late1.txt alone", got)
+	}
+	if r := h.amelia(t, "sandbox", "exec", "--", "sh", "-c", `ls -A /tmp/trap-*/`); r.code != 0 || r.stdout != "" {
+		t.Errorf("the trap the squatter's links led to: exit %d, %q %s", r.code, r.stdout, r.stderr)
+	}
+
+	g.open(t, h)
+	if code := squatter.wait(t, "its gate opened"); code != 0 {
+		t.Fatalf("the squatter's run: exit %d\nstderr: %s", code, squatter.stderr.String())
+	}
+	r := h.amelia(t, "sandbox", "exec", "--", "sh", "-c", `find worktrees .amelia/runs -mindepth 1 -maxdepth 1 -printf '%u %p\n'; ls -d /tmp/trap-* 2>/dev/null; true`)
+	if r.code != 0 || r.stdout != "" {
+		t.Errorf("left in the sandbox once both runs ended: exit %d, %q %s", r.code, r.stdout, r.stderr)
+	}
+}

@@ -14,15 +14,17 @@ import (
 )
 
 // workerBin is a real amelia-worker, the lock of the sandboxes that lack
-// flock(1); built once by TestMain.
-var workerBin string
+// flock(1), built once by TestMain into workerDir under the name the
+// docker provider puts into its image.
+var workerBin, workerDir string
 
 func TestMain(m *testing.M) {
 	if sandboxtest.ServePlugin() {
 		return
 	}
 	os.Exit(testbin.Main(m, func(dir string) (err error) {
-		workerBin, err = testbin.BuildWorker(dir)
+		workerDir = dir
+		workerBin, err = testbin.BuildSandboxWorker(dir)
 		return err
 	}))
 }

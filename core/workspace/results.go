@@ -77,7 +77,7 @@ func (w *Workspace) FetchResult(ctx context.Context, host *HostRepo, id string, 
 // most max bytes.
 func (w *Workspace) resultBundle(ctx context.Context, id string, base Base, max int64) ([]byte, error) {
 	const body = `wt=$1 br=$2 base=$3
-[ -d "$wt" ] || { echo "the checkout $wt is not in the sandbox" >&2; exit 3; }
+mine "$wt" || { echo "the checkout $wt is not in the sandbox" >&2; exit 3; }
 tip=$(g -C "$wt" rev-parse --verify --quiet "refs/heads/$br^{commit}") || { echo "branch $br not found in the sandbox" >&2; exit 3; }
 if [ "$tip" = "$base" ]; then echo "no-changes" >&2; exit 4; fi
 g -C "$wt" bundle create - "refs/heads/$br" "^$base"

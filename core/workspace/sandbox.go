@@ -1,12 +1,14 @@
 package workspace
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -117,7 +119,10 @@ func dirtyRef(id string) string { return "refs/amelia/dirty/" + id }
 // and a detached gc would outlive the script holding the lock; so no
 // sandbox repo is gc'd by us, which suits a sandbox's lifetime), `mktmp`
 // (sets $tmpd to a private temp directory under the root, removed on
-// exit; for the sandbox's user, who owns the root) and `lock`.
+// exit; for the sandbox's user, who owns the root), `mine` (is $1 a
+// directory of whoever runs the script, not a link: the checkout of the
+// uid that runs it, which no other uid can put there or replace) and
+// `lock`.
 //
 // lock serialises writers of ROOT/repo across concurrent runs: an exclusive
 // flock(2) on ROOT/.amelia-repo.lock held through fd 9, taken by flock(1)
@@ -136,6 +141,7 @@ trap 'if [ -n "$tmpd" ]; then rm -rf "$tmpd"; fi' EXIT
 trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 143' TERM
+mine() { [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ]; }
 lock() {
 	exec 9>>"$root/.amelia-repo.lock"
 	if [ "$lockwith" = flock ] && command -v flock >/dev/null 2>&1; then
@@ -223,11 +229,19 @@ func refused(err error) (string, bool) {
 // objects/info/alternates), on a new branch amelia/<id> at base.Start. So
 // what the agent commits stays in its checkout, out of the repository
 // other workflows read. With run users, the workflow first gets its uid
-// (see allocateUser), and the checkout is made by that uid. It refuses
-// (ErrBranchExists) when the workflow has a checkout or a uid already.
+// (see allocateUser), which makes the checkout under a name of the host's
+// choosing that no other uid can guess, and the sandbox's user moves it to
+// ROOT/worktrees/<id> (see placeCheckout), moving aside whatever another
+// uid put there. It refuses (ErrBranchExists) when the workflow has a uid
+// already (a kept checkout of its own), or a checkout of the sandbox's
+// user is at that path (one amelia made before workflows had uids, or
+// where runs have none).
 func (w *Workspace) AddWorktree(ctx context.Context, id string, base Base) (string, error) {
 	if err := ValidateWorkflowID(id); err != nil {
 		return "", err
+	}
+	if w.runUsers && w.worker == "" {
+		return "", fmt.Errorf("add the checkout of %s: a run's checkout is moved into place by amelia-worker, and the workspace was not given its path (Options.Worker)", id)
 	}
 	dir := w.WorktreeDir(id)
 	uid := ""
@@ -237,8 +251,34 @@ func (w *Workspace) AddWorktree(ctx context.Context, id string, base Base) (stri
 			return "", err
 		}
 	}
+	err := w.makeCheckout(ctx, id, uid, base)
+	if err == nil {
+		w.log.Info("checkout added", "workflow", id, "dir", dir, "start", base.Start, "uid", uid)
+		return dir, nil
+	}
+	// What this call made goes, and the uid with it, which takes whatever
+	// the uid made anywhere; a checkout that was there before (a kept one,
+	// another run's) stays.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	var ee *exitError
+	made := !errors.As(err, &ee) || (ee.code != exitRefused && ee.code != exitUnmade)
+	var cleanErr error
+	if made || uid != "" {
+		cleanErr = w.RemoveWorktree(cctx, id)
+	}
+	if msg, ok := refused(err); ok {
+		return "", errors.Join(fmt.Errorf("add the checkout of %s: %w: %s", id, ErrBranchExists, msg), cleanErr)
+	}
+	return "", errors.Join(fmt.Errorf("add the checkout of %s at %.12s: %w", id, base.Start, err), cleanErr)
+}
+
+// makeCheckout makes the checkout of id as uid ("": the sandbox's user,
+// at its path at once; else see AddWorktree).
+func (w *Workspace) makeCheckout(ctx context.Context, id, uid string, base Base) error {
 	// Run as the checkout's owner, who may write nothing else under the
-	// root; without run users it also makes the shared directories.
+	// root; without run users it also makes the shared directories. Its
+	// last line is the uid it ran as.
 	const body = `wt=$1 br=$2 start=$3 objects=$4 shared=$5
 if [ -n "$shared" ]; then
 	{ mkdir -p "$root/worktrees" "$root/.amelia/runs" && chmod 1733 "$root/worktrees" "$root/.amelia/runs"; } || exit 4
@@ -252,43 +292,34 @@ fi
 g init --quiet --template= -- "$wt"
 printf '%s\n' "$objects" >"$wt/.git/objects/info/alternates"
 g -C "$wt" checkout --quiet -b "$br" "$start"
+id -u
 `
-	shared := "yes"
+	wt, shared := w.WorktreeDir(id), "yes"
 	if uid != "" {
-		shared = ""
+		wt, shared = path.Join(w.root, "worktrees", newCheckoutPrefix+randomHex(16)), ""
 	}
-	err := w.scriptAs(ctx, uid, "make the checkout", nil, nil, nil, body, dir, Branch(id), base.Start, path.Join(w.RepoDir(), "objects"), shared)
-	if err == nil {
-		w.log.Info("checkout added", "workflow", id, "dir", dir, "start", base.Start, "uid", uid)
-		return dir, nil
+	var out strings.Builder
+	if err := w.scriptAs(ctx, uid, "make the checkout", nil, nil, &out, body, wt, Branch(id), base.Start, path.Join(w.RepoDir(), "objects"), shared); err != nil {
+		return err
 	}
-	// What this call made goes, and the uid with it; a checkout that was
-	// there before (a kept one, another run's) stays.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	var ee *exitError
-	made := !errors.As(err, &ee) || (ee.code != exitRefused && ee.code != exitUnmade)
-	var cleanErr error
-	switch {
-	case made:
-		cleanErr = w.RemoveWorktree(cctx, id)
-	case uid != "":
-		cleanErr = w.releaseUser(cctx, id)
+	if uid == "" {
+		return nil
 	}
-	if msg, ok := refused(err); ok {
-		return "", errors.Join(fmt.Errorf("add the checkout of %s: %w: %s", id, ErrBranchExists, msg), cleanErr)
-	}
-	return "", errors.Join(fmt.Errorf("add the checkout of %s at %.12s: %w", id, base.Start, err), cleanErr)
+	return w.placeCheckout(ctx, id, path.Base(wt), lastLine(out.String()))
 }
 
 // RemoveWorktree removes the checkout of id and its dirty ref from the
-// sandbox, and releases its uid. With a uid, the uid removes the checkout
-// and, first, ends every process it still has and its files in the
-// sandbox's shared temp directories, so a later workflow given the same
-// uid inherits nothing. It is idempotent and finishes what a removal that
-// failed half-way left behind: each step tolerates its target being gone,
-// and the uid is released last. A linked git worktree on a branch of the
-// bare repo, as amelia made them before checkouts were repositories of
+// sandbox, and releases its uid. With a uid, the uid first ends every
+// process it still has, then removes its checkout, its files in the
+// sandbox's shared temp directories and every entry it has in
+// ROOT/worktrees and ROOT/.amelia/runs, whatever its name (the sandbox's
+// user lists them for it: see removeLeft), so a later workflow given the
+// same uid inherits nothing, and nothing a run put in another's way
+// outlives the run's uid. It is idempotent and finishes what a removal that failed
+// half-way left behind: each step tolerates its target being gone, and
+// the uid is released last, once nothing of it is left there. Nothing of
+// another uid is followed or removed. A linked git worktree on a branch of
+// the bare repo, as amelia made them before checkouts were repositories of
 // their own, is removed with its branch.
 func (w *Workspace) RemoveWorktree(ctx context.Context, id string) error {
 	if err := ValidateWorkflowID(id); err != nil {
@@ -303,7 +334,8 @@ func (w *Workspace) RemoveWorktree(ctx context.Context, id string) error {
 		// Only what the uid owns is touched, whoever runs this: each
 		// process is checked for its owner before it is killed (never
 		// kill -1, which run as any other user would hit all of that
-		// user's processes), and find deletes the uid's files alone.
+		// user's processes), the checkout goes only if it is the uid's,
+		// and find deletes the uid's files alone.
 		// The scan repeats until a pass finds none of the uid's processes
 		// alive (zombies are dead), so what forked while it ran goes too.
 		const body = `wt=$1 uid=$2
@@ -317,7 +349,7 @@ while [ "$found" -gt 0 ] && [ "$pass" -lt 100 ]; do
 		kill -KILL "$pid" 2>/dev/null && found=$((found + 1))
 	done
 done
-if [ -e "$wt" ]; then chmod -R u+rwx "$wt" 2>/dev/null || true; rm -rf "$wt"; fi
+if mine "$wt"; then chmod -R u+rwx "$wt" 2>/dev/null || true; rm -rf "$wt"; fi
 find /tmp /var/tmp /dev/shm -xdev -user "$uid" -delete 2>/dev/null || true
 `
 		if err := w.scriptAs(ctx, uid, "remove the checkout", nil, nil, nil, body, wt, uid); err != nil {
@@ -328,11 +360,24 @@ find /tmp /var/tmp /dev/shm -xdev -user "$uid" -delete 2>/dev/null || true
 	// The bare repo's branch amelia/<id> goes only with the linked
 	// worktree that was on it (its .git a file): with no such worktree, it
 	// is not this checkout's, and may hold commits nothing else does.
-	const body = `repo=$1 wt=$2 br=$3 dref=$4 rec=$5
+	// With a uid, the uid is released only when it has nothing left in
+	// worktrees/ and .amelia/runs/: else the script lists what it has
+	// (NUL-terminated paths) and exits exitUserLeft, for the uid to remove.
+	const body = `repo=$1 wt=$2 br=$3 dref=$4 rec=$5 uid=$6
 lock
+if [ -n "$uid" ]; then
+	set -- "$root/worktrees" "$root/.amelia/runs"
+	if [ -n "$(find "$@" -mindepth 1 -maxdepth 1 -user "$uid" -print -quit 2>/dev/null)" ]; then
+		find "$@" -mindepth 1 -maxdepth 1 -user "$uid" -print0 2>/dev/null || true
+		exit 5
+	fi
+fi
 refs=$dref
-if [ -n "$wt" ] && [ -f "$wt/.git" ]; then refs="$refs refs/heads/$br"; fi
-if [ -n "$wt" ] && [ -e "$wt" ]; then chmod -R u+rwx "$wt" 2>/dev/null || true; rm -rf "$wt"; fi
+if mine "$wt"; then
+	if [ -f "$wt/.git" ]; then refs="$refs refs/heads/$br"; fi
+	chmod -R u+rwx "$wt" 2>/dev/null || true
+	rm -rf "$wt"
+fi
 if [ -d "$repo" ]; then
 	g -C "$repo" worktree prune
 	for r in $refs; do
@@ -341,8 +386,19 @@ if [ -d "$repo" ]; then
 fi
 rm -f "$rec"
 `
-	if err := w.script(ctx, "remove the checkout", nil, nil, nil, body, w.RepoDir(), wt, Branch(id), dirtyRef(id), w.userRecord(id)); err != nil {
-		return fmt.Errorf("remove the checkout of %s: %w", id, err)
+	for pass := 1; ; pass++ {
+		var out bytes.Buffer
+		err := w.script(ctx, "remove the checkout", nil, nil, &out, body, w.RepoDir(), wt, Branch(id), dirtyRef(id), w.userRecord(id), uid)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != exitUserLeft {
+			if err != nil {
+				return fmt.Errorf("remove the checkout of %s: %w", id, err)
+			}
+			break
+		}
+		if err := w.removeLeft(ctx, uid, out.Bytes(), pass); err != nil {
+			return fmt.Errorf("remove the checkout of %s: %w", id, err)
+		}
 	}
 	w.forgetUser(id)
 	w.log.Info("checkout removed", "workflow", id)
@@ -366,6 +422,7 @@ func (w *Workspace) CommitAll(ctx context.Context, id, prompt string) (bool, err
 		msg += "\n\n" + strings.TrimSpace(first)
 	}
 	const body = `wt=$1 msg=$2
+mine "$wt" || { echo "the checkout $wt is not in the sandbox" >&2; exit 1; }
 g -C "$wt" add -A
 if g -C "$wt" diff --cached --quiet; then echo clean; exit 0; fi
 g -C "$wt" -c commit.gpgsign=false commit --quiet --no-verify -m "$msg"
@@ -383,20 +440,38 @@ echo committed
 	return strings.TrimSpace(out.String()) == "committed", nil
 }
 
-// Workflows lists, in name order, the workflows that have a worktree in the
-// workspace at the sandbox's workdir (where amelia run keeps it): the runs
-// in progress, and worktrees kept with --keep-worktree. It runs one `ls`.
+// Workflows lists, in name order, the workflows that have a checkout in
+// the workspace at the sandbox's workdir (where amelia run keeps it): the
+// runs in progress, and checkouts kept after a failure or with
+// --keep-worktree. A checkout is the directory worktrees/<id>, not a link,
+// of the uid the workflow's record names, or, for a workflow without one,
+// of the sandbox's user (a checkout from before workflows had uids, or
+// where runs have none): what another uid put at that path is none. It
+// runs one exec, in which only an entry named like a workflow with a uid
+// record costs a process: junk in worktrees/ slows it down little.
 func Workflows(ctx context.Context, ex sdk.Execer) ([]string, error) {
+	const script = `cd worktrees 2>/dev/null || exit 0
+for e in *; do
+	case $e in [!A-Za-z0-9]* | *[!A-Za-z0-9._-]*) continue ;; esac
+	if [ -L "$e" ] || [ ! -d "$e" ]; then continue; fi
+	rec=../` + usersDir + `/$e
+	if [ -f "$rec" ]; then
+		uid=
+		read -r uid <"$rec" || true
+		[ -n "$uid" ] && [ -n "$(find "./$e" -maxdepth 0 -user "$uid" 2>/dev/null)" ] || continue
+	elif [ ! -O "$e" ]; then
+		continue
+	fi
+	printf '%s\n' "$e"
+done
+`
 	var out, stderr strings.Builder
-	st, err := ex.Exec(ctx, sdk.ExecRequest{
-		Argv:    []string{"sh", "-c", `[ ! -d worktrees ] || ls -1A worktrees`},
-		Timeout: workflowsTimeout,
-	}, sdk.ExecIO{Stdout: &out, Stderr: &stderr})
+	st, err := ex.Exec(ctx, sdk.ExecRequest{Argv: []string{"sh", "-c", script}, Timeout: workflowsTimeout}, sdk.ExecIO{Stdout: &out, Stderr: &stderr})
 	if err != nil {
 		return nil, fmt.Errorf("list the workflows: %w", err)
 	}
 	if st.Code != 0 {
-		return nil, fmt.Errorf("list the workflows: ls ended with %s: %s", execreport.Status(st), strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("list the workflows: the listing ended with %s: %s", execreport.Status(st), strings.TrimSpace(stderr.String()))
 	}
 	var ids []string
 	for _, id := range strings.Fields(out.String()) {
@@ -404,6 +479,7 @@ func Workflows(ctx context.Context, ex sdk.Execer) ([]string, error) {
 			ids = append(ids, id)
 		}
 	}
+	slices.Sort(ids)
 	return ids, nil
 }
 
@@ -419,7 +495,7 @@ func (w *Workspace) HasWork(ctx context.Context, id, start string) (bool, error)
 		return false, err
 	}
 	const body = `wt=$1 br=$2 base=$3
-[ -d "$wt" ] || { echo none; exit 0; }
+mine "$wt" || { echo none; exit 0; }
 tip=$(g -C "$wt" rev-parse --verify --quiet "refs/heads/$br^{commit}") || { echo none; exit 0; }
 if [ "$tip" = "$base" ]; then echo none; else echo work; fi
 `

@@ -2,9 +2,12 @@ package workspace
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,13 +23,23 @@ import (
 // the result bundle and the push. The sandbox's user keeps the bare
 // repository, which every uid may read and none may write, and the
 // tunnel. ROOT/worktrees and ROOT/.amelia/runs are mode 1733: any uid
-// makes an entry there, none lists them, and none removes another's.
+// makes an entry there, none lists them, and none removes or renames
+// another's; only the sandbox's user, their owner, may.
+//
+// So no uid can take a path another workflow will need: a uid may make
+// ROOT/worktrees/<id> of a workflow yet to run, but the workflow's uid
+// makes its checkout under a name only the host knows, and the sandbox's
+// user moves it to ROOT/worktrees/<id>, moving aside what is in the way
+// (placeCheckout); run directories are named with a random part.
 //
 // A workflow's uid is allocated inside the sandbox, under the repository
 // lock, as the record ROOT/.amelia/users/<id> (written by the sandbox's
 // user, so no uid can forge one), skipping every uid any record holds and
-// every id the image's /etc/passwd and /etc/group know; RemoveWorktree
-// releases it.
+// every id the image's /etc/passwd and /etc/group know. RemoveWorktree
+// releases it once the uid has nothing left there: no process, no file in
+// the shared temp directories, no entry in ROOT/worktrees or
+// ROOT/.amelia/runs, whatever its name, so what a run put in another's way
+// goes with its uid.
 const (
 	FirstRunUID = 60100
 	LastRunUID  = 64999
@@ -62,8 +75,8 @@ const idFiles = "/etc/passwd /etc/group"
 
 // allocateUser gives workflow id the lowest free uid and records it,
 // under the lock; it also makes the shared directories, 1733. It refuses
-// (exit 3, ErrBranchExists) when the workflow has a uid already; the
-// checkout's owner checks that it has no checkout.
+// (exit 3, ErrBranchExists) when the workflow has a uid already: its
+// checkout is kept.
 func (w *Workspace) allocateUser(ctx context.Context, id string) (string, error) {
 	const body = `users=$1 id=$2 first=$3 last=$4 idfiles=$5
 lock
@@ -104,16 +117,97 @@ echo "$uid"
 	return uid, nil
 }
 
-// releaseUser removes the uid record of id, under the lock.
-func (w *Workspace) releaseUser(ctx context.Context, id string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	err := w.script(ctx, "release the workflow's uid", nil, nil, nil, `lock; rm -f "$1"`, w.userRecord(id))
-	w.forgetUser(id)
+// newCheckoutPrefix starts the name under which a workflow's uid makes its
+// checkout in ROOT/worktrees, followed by 32 random hex digits the host
+// picks: no other uid can know it (the directory is 1733, no uid lists
+// it), so none can have put anything there first. It is no workflow id.
+const newCheckoutPrefix = ".new-"
+
+// placeCheckout moves the checkout that the workflow's uid, running as
+// owner, made at ROOT/worktrees/<from> to ROOT/worktrees/<id>: the
+// sandbox's user, who owns worktrees/ and so may move what any uid made
+// in it, runs `amelia-worker claim` under the lock, which renames it there
+// if nothing is, or else atomically exchanges it with whatever another
+// uid put at that path (a directory, a file, a link: never followed),
+// which so ends at <from>, untouched until its uid is released. It
+// refuses (exit 3) to move a directory of the sandbox's user's: a
+// checkout amelia made before workflows had uids. A kept checkout of id's
+// own never gets this far: its uid record stops allocateUser.
+func (w *Workspace) placeCheckout(ctx context.Context, id, from, owner string) error {
+	if _, err := validUID(owner, 0, math.MaxInt32); err != nil {
+		return fmt.Errorf("make the checkout: its script did not end with the uid it ran as: %w", err)
+	}
+	var out strings.Builder
+	err := w.script(ctx, "move the checkout into place", nil, nil, &out,
+		`lock; "$worker" claim --owner "$1" -- "$root/worktrees" "$2" "$3"`, owner, from, id)
+	if _, ok := refused(err); ok {
+		return &exitError{what: "move the checkout into place", code: exitRefused,
+			stderr: w.WorktreeDir(id) + " is a checkout of the sandbox's user, as amelia made them before workflows had uids"}
+	}
 	if err != nil {
-		return fmt.Errorf("release the uid of %s: %w", id, err)
+		return err
+	}
+	if aside, ok := strings.CutPrefix(strings.TrimSpace(out.String()), "aside "); ok {
+		w.log.Warn("another uid had put something at the workflow's checkout; it was moved aside, and goes when that uid is released",
+			"workflow", id, "dir", w.WorktreeDir(id), "uid", aside, "now", path.Join(w.root, "worktrees", from))
 	}
 	return nil
+}
+
+// exitUserLeft is the exit of RemoveWorktree's release when the uid still
+// has entries in worktrees/ or .amelia/runs/, which it lists.
+const exitUserLeft = 5
+
+// removePasses bounds how often RemoveWorktree has the uid remove what it
+// has left before it gives up and keeps the uid.
+const removePasses = 3
+
+// removeLeft has uid remove the entries listed (NUL-terminated paths in
+// worktrees/ or .amelia/runs/, as the sandbox's user found them), each
+// only if it is still the uid's: the uid may not list those directories,
+// only reach an entry by its name. It fails once pass reaches
+// removePasses.
+func (w *Workspace) removeLeft(ctx context.Context, uid string, listing []byte, pass int) error {
+	var paths []string
+	for p := range strings.SplitSeq(strings.TrimSuffix(string(listing), "\x00"), "\x00") {
+		dir, name := path.Split(path.Clean(p))
+		dir = path.Clean(dir)
+		if (dir != path.Join(w.root, "worktrees") && dir != path.Join(w.root, ".amelia", "runs")) || name == "" || name == "." || name == ".." {
+			return fmt.Errorf("release uid %s: the sandbox listed %q as one of its entries, which is no entry of worktrees/ or .amelia/runs/", uid, p)
+		}
+		paths = append(paths, path.Join(dir, name))
+	}
+	if pass >= removePasses {
+		return fmt.Errorf("release uid %s: it still has %d entries in the sandbox that it could not remove, such as %q; the uid stays taken until they are gone: remove them as that uid (amelia sandbox exec --user %s -- rm -rf PATH), or remove the sandbox",
+			uid, len(paths), paths[0], uid)
+	}
+	const body = `uid=$1
+shift
+for p; do
+	[ -n "$(find "$p" -maxdepth 0 -user "$uid" 2>/dev/null)" ] || continue
+	if [ ! -L "$p" ]; then chmod -R u+rwx -- "$p" 2>/dev/null || true; fi
+	rm -rf -- "$p" 2>/dev/null || true
+done
+`
+	for chunk := range slices.Chunk(paths, 100) {
+		if err := w.scriptAs(ctx, uid, "remove what the uid left", nil, nil, nil, body, append([]string{uid}, chunk...)...); err != nil {
+			return fmt.Errorf("release uid %s: %w", uid, err)
+		}
+	}
+	return nil
+}
+
+// randomHex is n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return hex.EncodeToString(b)
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	return s[strings.LastIndexByte(s, '\n')+1:]
 }
 
 func (w *Workspace) forgetUser(id string) {

@@ -8,13 +8,21 @@
 //	ROOT/worktrees/<id>       one checkout per workflow (0700): a repository of
 //	                          its own on branch amelia/<id>, borrowing the
 //	                          objects of ROOT/repo, which it never writes
+//	ROOT/worktrees/.new-<hex> a checkout being made by its workflow's uid, or
+//	                          what another uid had put in a checkout's way
 //	ROOT/.amelia/runs/<run>   the run directory of a detached agent (0700)
 //	ROOT/.amelia/users/<id>   the uid of workflow id, with run users (users.go)
 //	ROOT/.amelia-repo.lock    the lock that serialises writes to ROOT/repo
 //
 // worktrees/ and .amelia/runs/ are mode 1733. Where the provider separates
 // uids (sdk.Capabilities.RunUsers), each workflow's checkout, run directory
-// and steps belong to a uid of its own (see users.go); elsewhere all is the
+// and steps belong to a uid of its own (see users.go), and no uid can
+// take, block or redirect another workflow's path: a checkout is made
+// under a name only the host knows and moved to worktrees/<id> by the
+// sandbox's user, who moves aside whatever another uid put there; only a
+// directory of the workflow's own uid counts as its checkout (Workflows,
+// CommitAll, HasWork, FetchResult); and what a uid leaves in those
+// directories goes when its uid is released. Elsewhere all is the
 // sandbox's user's, and runs sharing the sandbox are not separated.
 //
 // Everything inside the sandbox happens through one Exec per step, as argv

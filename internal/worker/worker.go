@@ -1,9 +1,9 @@
 // Package worker is amelia-worker, the one program that runs inside every
 // sandbox: the agent (agentic, generate, and serve, which runs many of them
-// in one process), the sandbox end of the tunnel and git's credential
-// helper. Its stdout carries only protocol lines (or, for
-// tunnel, the tunnel session, and for git-credential, git's answer); logs go
-// to stderr.
+// in one process), the sandbox end of the tunnel, git's credential helper
+// and the workspace's helpers (flock, claim). Its stdout carries only
+// protocol lines (or, for tunnel, the tunnel session, for git-credential,
+// git's answer, and for claim, what it moved aside); logs go to stderr.
 package worker
 
 import (
@@ -96,7 +96,7 @@ func (w *worker) commands() *cobra.Command {
 	root.SetErr(w.p.Stderr)
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(w.agenticCmd(), w.generateCmd(), w.serveCmd(), w.tunnelCmd(), w.gitCredentialCmd(), w.flockCmd(), w.egressCheckCmd(), w.execCmd(), w.muxCmd(),
-		w.detachCmd(), w.superviseCmd(), w.followCmd(), w.stopCmd(), w.statusCmd(), w.versionCmd())
+		w.claimCmd(), w.detachCmd(), w.superviseCmd(), w.followCmd(), w.stopCmd(), w.statusCmd(), w.versionCmd())
 	return root
 }
 
