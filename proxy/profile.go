@@ -48,10 +48,12 @@ func ProfileRun(p *config.Profile, lookupEnv func(string) (string, bool), id str
 }
 
 // NewRunID returns a fresh run id from prefix (a valid run id itself):
-// prefix-YYYYMMDD-HHMMSS-xxxx, the prefix cut short where the whole would
-// pass 63 characters (a workflow id may take all 63).
+// prefix-YYYYMMDD-HHMMSS-xxxxxxxx, the prefix cut short where the whole
+// would pass 63 characters (a workflow id may take all 63). Its 32 random
+// bits keep another run in the sandbox from making the run's directory
+// before it (it is named by the run id).
 func NewRunID(prefix string, now time.Time) string {
-	b := make([]byte, 2)
+	b := make([]byte, 4)
 	rand.Read(b)
 	suffix := "-" + now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b)
 	if max := 63 - len(suffix); len(prefix) > max {

@@ -111,14 +111,16 @@ func (w *Workspace) Push(ctx context.Context, id, url string, base Base) error {
 	if err != nil {
 		return fmt.Errorf("push %s: %w", br, err)
 	}
-	uid, err := w.RunUser(ctx, id)
-	if err != nil {
-		return fmt.Errorf("push %s: %w", br, err)
-	}
 	ref := "refs/heads/" + br
-	argv := append(append([]string{"git", "-C", w.WorktreeDir(id), "-c", "core.hooksPath=/dev/null"}, w.credentialArgs()...),
-		"push", "--quiet", "--no-verify", "--", remote, ref+":"+ref)
-	if err := w.execAs(ctx, uid, "git push", argv, w.gitEnv, nil, nil); err != nil {
+	// Positional parameters: the checkout, the remote and the ref, then
+	// the credential -c pairs. Only a checkout of the uid's own is pushed
+	// from (see mine).
+	const body = `wt=$1 url=$2 ref=$3
+shift 3
+mine "$wt" || { echo "$wt is not the workflow's checkout" >&2; exit 1; }
+g -C "$wt" "$@" push --quiet --no-verify -- "$url" "$ref:$ref"
+`
+	if err := w.scriptFor(ctx, id, "git push", w.gitEnv, nil, nil, body, append([]string{w.WorktreeDir(id), remote, ref}, w.credentialArgs()...)...); err != nil {
 		return fmt.Errorf("push %s to %s: %w", br, url, err)
 	}
 	w.log.Info("pushed", "branch", br, "url", url)
@@ -132,13 +134,12 @@ func (w *Workspace) DiffStat(ctx context.Context, id, base string) (string, erro
 	if err := ValidateWorkflowID(id); err != nil {
 		return "", err
 	}
-	uid, err := w.RunUser(ctx, id)
-	if err != nil {
-		return "", err
-	}
+	const body = `wt=$1 base=$2 br=$3
+mine "$wt" || { echo "$wt is not the workflow's checkout" >&2; exit 1; }
+g -C "$wt" diff --stat --no-ext-diff --no-textconv --end-of-options "$base" "refs/heads/$br" --
+`
 	var out strings.Builder
-	argv := []string{"git", "-C", w.WorktreeDir(id), "diff", "--stat", "--no-ext-diff", "--no-textconv", "--end-of-options", base, "refs/heads/" + Branch(id), "--"}
-	if err := w.execAs(ctx, uid, "git diff --stat", argv, nil, nil, &out); err != nil {
+	if err := w.scriptFor(ctx, id, "git diff --stat", nil, nil, &out, body, w.WorktreeDir(id), base, Branch(id)); err != nil {
 		return "", fmt.Errorf("diff --stat of %s: %w", Branch(id), err)
 	}
 	return strings.TrimSpace(out.String()), nil

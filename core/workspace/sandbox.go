@@ -144,6 +144,9 @@ trap 'exit 143' TERM
 mine() { [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ]; }
 lock() {
 	exec 9>>"$root/.amelia-repo.lock"
+	# The sandbox's user's alone: a uid that could open it could flock it
+	# and stall every run's workspace.
+	chmod 600 "$root/.amelia-repo.lock"
 	if [ "$lockwith" = flock ] && command -v flock >/dev/null 2>&1; then
 		flock -x 9
 	elif [ -n "$worker" ]; then
