@@ -274,7 +274,7 @@ func (f *Fake) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		offset = n
 	}
 	f.mu.Lock()
-	asOf := time.Now().Add(-f.opts.ListLag)
+	asOf := f.indexedUpToLocked()
 	var match []api.Sandbox
 	for _, id := range f.order {
 		sb, ok := f.boxes[id].indexedAt(asOf)

@@ -224,6 +224,9 @@ type Fake struct {
 	lastActivity time.Time
 	conns        map[*ssh.ServerConn]struct{}
 	closed       bool
+	// heldAt, when set, is when the list's index stopped taking changes
+	// (HoldList).
+	heldAt time.Time
 }
 
 type failure struct {

@@ -154,7 +154,7 @@ func (f *Fake) changedLocked(s *sandbox) {
 	s.updatedAt = now
 	s.history = append(s.history, indexed{at: now, item: s.stored()})
 	// Keep the newest item the list can show already, and all after it.
-	cut := now.Add(-f.opts.ListLag)
+	cut := f.indexedUpToLocked()
 	first := 0
 	for i, h := range s.history {
 		if !h.at.After(cut) {
@@ -162,6 +162,35 @@ func (f *Fake) changedLocked(s *sandbox) {
 		}
 	}
 	s.history = s.history[first:]
+}
+
+// indexedUpToLocked is the time up to which the list's index has taken
+// the sandboxes' changes: Options.ListLag ago, or when HoldList held it if
+// that is earlier. The caller holds f.mu.
+func (f *Fake) indexedUpToLocked() time.Time {
+	t := time.Now().Add(-f.opts.ListLag)
+	if !f.heldAt.IsZero() && f.heldAt.Before(t) {
+		t = f.heldAt
+	}
+	return t
+}
+
+// HoldList stops the list's index from taking changes until ReleaseList:
+// GET /sandbox answers as things were now, whatever changes meanwhile, as
+// when Daytona's search index falls behind by more than Options.ListLag.
+// Tests of what the lag hides hold it, rather than racing the lag.
+func (f *Fake) HoldList() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.heldAt = time.Now()
+}
+
+// ReleaseList lets the list's index catch up again: from now on the list
+// lags by Options.ListLag only.
+func (f *Fake) ReleaseList() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.heldAt = time.Time{}
 }
 
 // indexedAt is the sandbox as the list shows it at t: false when the
