@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -193,6 +194,52 @@ func TestListReconcilesTheLaggingList(t *testing.T) {
 	}
 	if got, err := p.List(t.Context(), sdk.ListRequest{Config: cfg, Labels: mine}); err != nil || len(got) != 0 {
 		t.Errorf("List right after Teardown: %+v, %v", got, err)
+	}
+}
+
+// An amelia that loses the race to create a profile's sandbox to another
+// (Daytona answers its create 409) uses the other's sandbox, though for a
+// while Daytona's lookup by name answers 404 (its cache keeps the miss of
+// the first look until the new sandbox first changes state) and its list
+// does not show it either.
+func TestCreateRaceLostToAnotherAmelia(t *testing.T) {
+	f, cfg := startWith(t, daytonatest.Options{}, nil)
+	c := client(t, f)
+	// The other amelia's sandbox stays as it is created, in state
+	// creating, and out of the list, until the test lets it go on.
+	f.HoldTransitions()
+	t.Cleanup(f.ReleaseTransitions)
+	f.HoldList()
+	if _, err := c.GetSandbox(t.Context(), "raced"); api.StatusOf(err) != http.StatusNotFound {
+		t.Fatalf("the other amelia's look: %v, want 404", err)
+	}
+	other, err := c.CreateSandbox(t.Context(), api.CreateSandbox{Name: "raced", Labels: map[string]string{daytona.LabelSandbox: "raced", "amelia.profile": "raced"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p := newProvider(t)
+	type result struct {
+		sb  sdk.Sandbox
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sb, err := p.EnsureRunning(t.Context(), spec("raced", cfg, sdk.NetworkOpen))
+		done <- result{sb, err}
+	}()
+	// Its create answered 409, and its look by name after it 404.
+	for count(f, "POST", "/api/sandbox") < 2 || count(f, "GET", "/api/sandbox/raced") < 3 {
+		select {
+		case r := <-done:
+			t.Fatalf("EnsureRunning returned before the other's sandbox could be found: %+v, %v", r.sb, r.err)
+		case <-time.After(10 * time.Millisecond): // polling interval
+		}
+	}
+	f.ReleaseTransitions()
+	r := <-done
+	if r.err != nil || r.sb.Created || r.sb.Ref.ID != other.ID {
+		t.Fatalf("EnsureRunning that lost the race: %+v, %v; want the other's sandbox %s, not created", r.sb, r.err, other.ID)
 	}
 }
 
