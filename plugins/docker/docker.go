@@ -134,6 +134,7 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 	}
 	name := containerName(spec.Name)
 	var w *watch
+	told := "" // the wait last shown
 	defer func() {
 		if w != nil {
 			w.stop()
@@ -153,8 +154,14 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 			continue
 		}
 		p.opts.Logger.Debug("waiting for the sandbox container to change", "container", name, "seen", race.what)
-		if werr := w.next(ctx); werr != nil {
+		woke, werr := w.next(ctx)
+		if werr != nil {
 			return sdk.Sandbox{}, fmt.Errorf("sandbox %s: container %s %s, and amelia stopped waiting for it: %w", spec.Name, name, race.what, werr)
+		}
+		if !woke && told != race.what {
+			// A wait that is not over in a moment is shown, once.
+			sdk.Progress(p.opts.Logger, fmt.Sprintf("sandbox %s: container %s %s; waiting for it", spec.Name, name, race.what))
+			told = race.what
 		}
 	}
 }

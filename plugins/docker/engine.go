@@ -236,21 +236,22 @@ func (e *engine) watch(ctx context.Context, name string) *watch {
 	return &watch{events: res.Messages, errs: res.Err, stop: cancel}
 }
 
-// next waits for the container's next event, or relook, or until ctx ends.
-func (w *watch) next(ctx context.Context) error {
+// next waits for the container's next event, or relook, or until ctx
+// ends. It reports whether an event woke it.
+func (w *watch) next(ctx context.Context) (bool, error) {
 	t := time.NewTimer(relook)
 	defer t.Stop()
 	for {
 		select {
 		case <-w.events:
-			return nil
+			return true, nil
 		case <-w.errs:
 			// The stream ended: from now on only the timer wakes.
 			w.events, w.errs = nil, nil
 		case <-t.C:
-			return nil
+			return false, nil
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 	}
 }
