@@ -1,10 +1,14 @@
 package main_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -194,6 +198,60 @@ func TestDockerProfilesAndStop(t *testing.T) {
 	list, err = cli.ContainerList(t.Context(), client.ContainerListOptions{All: true, Filters: mine})
 	if err != nil || len(list.Items) != 0 {
 		t.Errorf("after amelia stop, containers of the config remain: %v %v", list.Items, err)
+	}
+}
+
+// Ten runs of a new docker profile started at once, each its own amelia
+// process with its own plugin process, all get its sandbox: one
+// container, created by one of them and reused by the others.
+func TestDockerSandboxUpTogether(t *testing.T) {
+	cli := dockertest.Engine(t)
+	h := newDockerHost(t, cli, dockerSandbox("open"))
+	// A profile of a name no other test uses: its container is new.
+	b := make([]byte, 4)
+	rand.Read(b)
+	profile := "together-" + hex.EncodeToString(b)
+	h.addProfileYAML(t, "  "+profile+":\n    llm: {api_key_env: AMELIA_E2E_KEY}\n    sandbox: "+dockerSandbox("open")+"\n")
+	// The image first: the race to look at is the container's.
+	if r := h.amelia(t, "image", "build", "-p", profile); r.code != 0 {
+		t.Fatalf("image build: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	const runs = 10
+	cmds := make([]*exec.Cmd, runs)
+	outs := make([]bytes.Buffer, runs)
+	for i := range cmds {
+		cmds[i] = h.command("sandbox", "up", "-p", profile)
+		cmds[i].Stdout, cmds[i].Stderr = &outs[i], &outs[i]
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	}
+	created := 0
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("sandbox up %d of %d: %v\n%s", i+1, runs, err, outs[i].String())
+			continue
+		}
+		out := outs[i].String()
+		if !strings.Contains(out, "container: amelia-sandbox-"+profile+"\n") {
+			t.Errorf("sandbox up %d of %d names no container amelia-sandbox-%s:\n%s", i+1, runs, profile, out)
+		}
+		if strings.Contains(out, "sandbox "+profile+" created") {
+			created++
+		}
+	}
+	list, err := cli.ContainerList(t.Context(), client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", "amelia.profile="+profile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].State != "running" {
+		t.Errorf("containers of profile %s: %+v, want one, running", profile, list.Items)
+	}
+	if created != 1 {
+		t.Errorf("%d of the %d runs created the sandbox, want 1 (the others reuse it)", created, runs)
 	}
 }
 

@@ -88,11 +88,16 @@ func (h *hello) EnsureRunning(_ context.Context, spec sdk.Spec) (sdk.Sandbox, er
 	if err != nil {
 		return sdk.Sandbox{}, err
 	}
-	_, statErr := os.Stat(dir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return sdk.Sandbox{}, err
 	}
-	return sdk.Sandbox{Ref: spec.SandboxRef, Created: statErr != nil, Workdir: dir}, nil
+	// Mkdir, not a look then a create: of several processes ensuring the
+	// sandbox at once, exactly one makes it; the others reuse it.
+	err = os.Mkdir(dir, 0o700)
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		return sdk.Sandbox{}, err
+	}
+	return sdk.Sandbox{Ref: spec.SandboxRef, Created: err == nil, Workdir: dir}, nil
 }
 
 func (h *hello) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {

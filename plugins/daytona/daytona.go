@@ -257,30 +257,46 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 }
 
 // findOrCreate finds the sandbox labelled with spec's name, or creates it.
+// Several processes may do so at once (runs started together): Daytona
+// makes one sandbox of a name and answers the others' creates 409, and
+// they look for it again until they find it, within the start timeout,
+// since for a while Daytona may still not find it: its lookup by name
+// keeps the miss of their first look in a cache until the new sandbox
+// first changes (or 10 s), and its list lags.
 func (p *Provider) findOrCreate(ctx context.Context, r resolved, spec sdk.Spec, block bool) (api.Sandbox, bool, error) {
-	if sb, err := r.acct.lookup(ctx, spec.Name, spec.ID); err == nil {
-		return sb, false, nil
-	} else if !errors.Is(err, sdk.ErrNotFound) {
-		return api.Sandbox{}, false, err
-	}
-	req := r.set.createRequest(spec, block)
-	sb, err := r.acct.api.CreateSandbox(ctx, req)
-	if err == nil {
-		r.acct.saw(sb)
-	}
-	if api.StatusOf(err) == 409 {
-		// Created meanwhile by another amelia, or a sandbox of that name
-		// that is not ours.
-		sb, err = r.acct.api.GetSandbox(ctx, spec.Name)
-		if err == nil && sb.Labels[LabelSandbox] != spec.Name {
-			return api.Sandbox{}, false, sdk.Errorf(sdk.ErrConflict, "a Daytona sandbox named %s (%s) exists and is not Amelia's (no %s=%s label): rename the profile, or remove that sandbox", spec.Name, sb.ID, LabelSandbox, spec.Name)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		if sb, err := r.acct.lookup(ctx, spec.Name, spec.ID); err == nil {
+			return sb, false, nil
+		} else if !errors.Is(err, sdk.ErrNotFound) {
+			return api.Sandbox{}, false, err
 		}
-		return sb, false, err
+		sb, err := r.acct.api.CreateSandbox(ctx, r.set.createRequest(spec, block))
+		switch {
+		case err == nil:
+			r.acct.saw(sb)
+			return sb, true, nil
+		case api.StatusOf(err) != http.StatusConflict:
+			return api.Sandbox{}, false, fmt.Errorf("create Daytona sandbox %s: %w", spec.Name, err)
+		}
+		// The name is taken: by the sandbox another amelia has just
+		// created, or by one that is not Amelia's.
+		sb, err = r.acct.api.GetSandbox(ctx, spec.Name)
+		switch {
+		case err == nil && sb.Labels[LabelSandbox] != spec.Name:
+			return api.Sandbox{}, false, sdk.Errorf(sdk.ErrConflict, "a Daytona sandbox named %s (%s) exists and is not Amelia's (no %s=%s label): rename the profile, or remove that sandbox", spec.Name, sb.ID, LabelSandbox, spec.Name)
+		case err == nil:
+			r.acct.saw(sb)
+			return sb, false, nil
+		case !errors.Is(err, sdk.ErrNotFound):
+			return api.Sandbox{}, false, fmt.Errorf("find Daytona sandbox %s: %w", spec.Name, err)
+		}
+		if err := pause(ctx, &wait, p.opts.PollInterval); err != nil {
+			return api.Sandbox{}, false, fmt.Errorf("create Daytona sandbox %s: Daytona says the name is taken (409) but finds no sandbox of that name; remove the sandbox of that name in Daytona if it is stuck: %w", spec.Name, err)
+		}
 	}
-	if err != nil {
-		return api.Sandbox{}, false, fmt.Errorf("create Daytona sandbox %s: %w", spec.Name, err)
-	}
-	return sb, true, nil
 }
 
 // createRequest is the API request that creates spec's sandbox.

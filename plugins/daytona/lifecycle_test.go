@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -148,44 +149,97 @@ func TestFindsWhatTheListLacks(t *testing.T) {
 // List answers what this process made or removed a moment ago, which the
 // list, lagging, does not show (or still shows).
 func TestListReconcilesTheLaggingList(t *testing.T) {
-	const lag = 3 * time.Second // longer than a teardown takes
-	f, cfg := startWith(t, daytonatest.Options{ListLag: lag}, nil)
+	// No lag of its own: the test holds the list's index where it wants
+	// it behind (HoldList), so the list lags however long each step
+	// takes on this machine.
+	f, cfg := startWith(t, daytonatest.Options{ListLag: -1}, nil)
 	p := newProvider(t)
+	c := client(t, f)
+	mine := map[string]string{"amelia.profile": "lagging"}
+	listed := func() []api.Sandbox {
+		t.Helper()
+		raw, err := c.ListSandboxes(t.Context(), mine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+
+	f.HoldList()
 	sb, err := p.EnsureRunning(t.Context(), spec("lagging", cfg, sdk.NetworkOpen))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := client(t, f)
-	mine := map[string]string{"amelia.profile": "lagging"}
-	raw, err := c.ListSandboxes(t.Context(), mine)
-	if err != nil || len(raw) != 0 {
-		t.Fatalf("Daytona's list already shows it (%v, %v): the test proves nothing", raw, err)
+	if raw := listed(); len(raw) != 0 {
+		t.Fatalf("Daytona's held list shows the new sandbox (%v): the test proves nothing", raw)
 	}
-	listed, err := p.List(t.Context(), sdk.ListRequest{Config: cfg, Labels: mine})
-	if err != nil || len(listed) != 1 || listed[0].Ref.ID != sb.Ref.ID || listed[0].State != sdk.HealthReady {
-		t.Fatalf("List right after EnsureRunning: %+v, %v", listed, err)
+	got, err := p.List(t.Context(), sdk.ListRequest{Config: cfg, Labels: mine})
+	if err != nil || len(got) != 1 || got[0].Ref.ID != sb.Ref.ID || got[0].State != sdk.HealthReady {
+		t.Fatalf("List right after EnsureRunning: %+v, %v", got, err)
 	}
 	if other, err := p.List(t.Context(), sdk.ListRequest{Config: cfg, Labels: map[string]string{"amelia.profile": "other"}}); err != nil || len(other) != 0 {
 		t.Errorf("List with other labels: %+v, %v", other, err)
 	}
-	for deadline := time.Now().Add(time.Minute); len(raw) == 0; {
-		if raw, err = c.ListSandboxes(t.Context(), mine); err != nil {
-			t.Fatal(err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("Daytona's list never showed the sandbox")
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
+
+	f.ReleaseList()
+	if raw := listed(); len(raw) != 1 {
+		t.Fatalf("Daytona's list, caught up, shows %v, want the sandbox", raw)
 	}
-	removed := time.Now()
+	f.HoldList()
 	if err := p.Teardown(t.Context(), sb.Ref); err != nil {
 		t.Fatal(err)
 	}
-	if raw, err = c.ListSandboxes(t.Context(), mine); err != nil || len(raw) != 1 || time.Since(removed) > lag {
-		t.Fatalf("Daytona's list no longer shows it (%v, %v): the test proves nothing", raw, err)
+	if raw := listed(); len(raw) != 1 {
+		t.Fatalf("Daytona's held list no longer shows the removed sandbox (%v): the test proves nothing", raw)
 	}
-	if listed, err := p.List(t.Context(), sdk.ListRequest{Config: cfg, Labels: mine}); err != nil || len(listed) != 0 {
-		t.Errorf("List right after Teardown: %+v, %v", listed, err)
+	if got, err := p.List(t.Context(), sdk.ListRequest{Config: cfg, Labels: mine}); err != nil || len(got) != 0 {
+		t.Errorf("List right after Teardown: %+v, %v", got, err)
+	}
+}
+
+// An amelia that loses the race to create a profile's sandbox to another
+// (Daytona answers its create 409) uses the other's sandbox, though for a
+// while Daytona's lookup by name answers 404 (its cache keeps the miss of
+// the first look until the new sandbox first changes state) and its list
+// does not show it either.
+func TestCreateRaceLostToAnotherAmelia(t *testing.T) {
+	f, cfg := startWith(t, daytonatest.Options{}, nil)
+	c := client(t, f)
+	// The other amelia's sandbox stays as it is created, in state
+	// creating, and out of the list, until the test lets it go on.
+	f.HoldTransitions()
+	t.Cleanup(f.ReleaseTransitions)
+	f.HoldList()
+	if _, err := c.GetSandbox(t.Context(), "raced"); api.StatusOf(err) != http.StatusNotFound {
+		t.Fatalf("the other amelia's look: %v, want 404", err)
+	}
+	other, err := c.CreateSandbox(t.Context(), api.CreateSandbox{Name: "raced", Labels: map[string]string{daytona.LabelSandbox: "raced", "amelia.profile": "raced"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p := newProvider(t)
+	type result struct {
+		sb  sdk.Sandbox
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sb, err := p.EnsureRunning(t.Context(), spec("raced", cfg, sdk.NetworkOpen))
+		done <- result{sb, err}
+	}()
+	// Its create answered 409, and its look by name after it 404.
+	for count(f, "POST", "/api/sandbox") < 2 || count(f, "GET", "/api/sandbox/raced") < 3 {
+		select {
+		case r := <-done:
+			t.Fatalf("EnsureRunning returned before the other's sandbox could be found: %+v, %v", r.sb, r.err)
+		case <-time.After(10 * time.Millisecond): // polling interval
+		}
+	}
+	f.ReleaseTransitions()
+	r := <-done
+	if r.err != nil || r.sb.Created || r.sb.Ref.ID != other.ID {
+		t.Fatalf("EnsureRunning that lost the race: %+v, %v; want the other's sandbox %s, not created", r.sb, r.err, other.ID)
 	}
 }
 

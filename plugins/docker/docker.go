@@ -116,6 +116,13 @@ func networkMode(m sdk.NetworkMode) container.NetworkMode {
 	return "none"
 }
 
+// EnsureRunning starts the profile's container, or reuses it. Runs
+// started together make several processes ensure one sandbox at once: each
+// looks at the container and acts on what it finds, and one that finds
+// another's change under way (a create that holds the name but has not
+// made the container yet, a removal) waits until the engine reports the
+// container's next event, then looks again, for as long as ctx allows. So
+// all of them end up in the one container that one of them created.
 func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
 	set, err := decodeSettings(spec.Config)
 	if err != nil {
@@ -126,35 +133,65 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 		return sdk.Sandbox{}, err
 	}
 	name := containerName(spec.Name)
-	// A concurrent EnsureRunning may create or remove the container between
-	// the look and the act; look again then.
-	for range 3 {
-		res, err := e.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
-		if cerrdefs.IsNotFound(err) {
-			sb, err := p.create(ctx, e, set, spec)
-			if errors.Is(err, errRace) {
-				continue
-			}
+	var w *watch
+	told := "" // the wait last shown
+	defer func() {
+		if w != nil {
+			w.stop()
+		}
+	}()
+	for {
+		sb, err := p.ensureOnce(ctx, e, set, spec, name)
+		var race *raceError
+		if !errors.As(err, &race) {
 			return sb, err
 		}
-		if err != nil {
-			return sdk.Sandbox{}, e.wrap(err, "inspect container "+name)
-		}
-		c := res.Container
-		if err := checkOwned(c, spec); err != nil {
-			return sdk.Sandbox{}, err
-		}
-		sb, err := p.resume(ctx, e, set, spec, c)
-		if errors.Is(err, errRace) {
+		if w == nil {
+			// Watch from now on and look again at once: a change made
+			// before the watch began shows in that look, any later one
+			// in an event.
+			w = e.watch(ctx, name)
 			continue
 		}
-		return sb, err
+		p.opts.Logger.Debug("waiting for the sandbox container to change", "container", name, "seen", race.what)
+		woke, werr := w.next(ctx)
+		if werr != nil {
+			return sdk.Sandbox{}, fmt.Errorf("sandbox %s: container %s %s, and amelia stopped waiting for it: %w", spec.Name, name, race.what, werr)
+		}
+		if !woke && told != race.what {
+			// A wait that is not over in a moment is shown, once.
+			sdk.Progress(p.opts.Logger, fmt.Sprintf("sandbox %s: container %s %s; waiting for it", spec.Name, name, race.what))
+			told = race.what
+		}
 	}
-	return sdk.Sandbox{}, sdk.Errorf(sdk.ErrConflict, "sandbox %s: container %s keeps changing under amelia (another process creating and removing it?)", spec.Name, name)
 }
 
-// errRace is a container that appeared or vanished between look and act.
-var errRace = errors.New("the container changed meanwhile")
+// raceError is a container that another process is changing: it was
+// created or removed between a look and an act, or it is between two
+// states. what says which.
+type raceError struct{ what string }
+
+func (r *raceError) Error() string { return r.what }
+
+func raced(what string) error { return &raceError{what} }
+
+// ensureOnce looks at the container once and acts on what it finds:
+// creates it, starts it or reuses it. A *raceError means another process
+// is changing it: look again once it has.
+func (p *Provider) ensureOnce(ctx context.Context, e *engine, set Settings, spec sdk.Spec, name string) (sdk.Sandbox, error) {
+	res, err := e.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return p.create(ctx, e, set, spec)
+	}
+	if err != nil {
+		return sdk.Sandbox{}, e.wrap(err, "inspect container "+name)
+	}
+	c := res.Container
+	if err := checkOwned(c, spec); err != nil {
+		return sdk.Sandbox{}, err
+	}
+	return p.resume(ctx, e, set, spec, c)
+}
 
 // checkOwned refuses a container that is not this spec's sandbox: one
 // Amelia did not create (it is left alone), one of the same profile name
@@ -186,19 +223,26 @@ func (p *Provider) resume(ctx context.Context, e *engine, set Settings, spec sdk
 		p.noteStale(ctx, e, set, c)
 		return sb, nil
 	case st.Paused:
-		if _, err := e.cli.ContainerUnpause(ctx, c.ID, client.ContainerUnpauseOptions{}); err != nil {
+		_, err := e.cli.ContainerUnpause(ctx, c.ID, client.ContainerUnpauseOptions{})
+		switch {
+		case cerrdefs.IsNotFound(err), cerrdefs.IsConflict(err):
+			return sb, raced("was unpaused or removed by another process") // look at what it is now
+		case err != nil:
 			return sb, e.wrap(err, "unpause container "+sb.Details["container"])
 		}
 	case st.Status == container.StateDead:
-		if _, err := e.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		_, err := e.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) { // conflict: another removal is under way
 			return sb, e.wrap(err, "remove dead container "+sb.Details["container"])
 		}
-		return sb, errRace
+		return sb, raced("was dead, and is being removed")
 	case st.Status == container.StateRemoving:
-		return sb, sdk.Errorf(sdk.ErrConflict, "sandbox %s is being removed; try again in a moment", spec.Name)
-	default: // created, exited
+		return sb, raced("is being removed by another process")
+	case st.Restarting:
+		return sb, raced("is restarting")
+	default: // created (by another process that is starting it, or by one that died), exited
 		if err := p.start(ctx, e, set, c.ID); errors.Is(err, sdk.ErrNotFound) {
-			return sb, errRace // removed meanwhile
+			return sb, raced("was removed by another process as amelia started it")
 		} else if err != nil {
 			return sb, err
 		}
@@ -208,7 +252,10 @@ func (p *Provider) resume(ctx context.Context, e *engine, set Settings, spec sdk
 }
 
 // create makes and starts the sandbox's container, building its image
-// when needed. A container it created but could not start is removed.
+// when needed. A container that cannot serve (see unusable) is removed;
+// one whose start failed for another reason (ctx ended) is left for the
+// next EnsureRunning to start, since another process may already be
+// starting it and using it.
 func (p *Provider) create(ctx context.Context, e *engine, set Settings, spec sdk.Spec) (sdk.Sandbox, error) {
 	pl, err := p.ensureImage(ctx, e, set)
 	if mb := (*missingBase)(nil); errors.As(err, &mb) {
@@ -259,15 +306,22 @@ func (p *Provider) create(ctx context.Context, e *engine, set Settings, spec sdk
 	}
 	res, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: host})
 	if cerrdefs.IsConflict(err) {
-		return sdk.Sandbox{}, errRace // created by another EnsureRunning meanwhile
+		// The engine takes the name before it makes the container: until
+		// it has, inspect finds nothing and a create conflicts.
+		return sdk.Sandbox{}, raced("is being created by another process")
 	}
 	if err != nil {
 		return sdk.Sandbox{}, e.wrap(err, "create container "+name)
 	}
 	if err := p.start(ctx, e, set, res.ID); err != nil {
-		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), internalTimeout)
-		defer cancel()
-		_, _ = e.cli.ContainerRemove(rmCtx, res.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if errors.Is(err, sdk.ErrNotFound) {
+			return sdk.Sandbox{}, raced("was removed by another process as amelia started it")
+		}
+		if errors.As(err, new(unusable)) {
+			rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), internalTimeout)
+			defer cancel()
+			_, _ = e.cli.ContainerRemove(rmCtx, res.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		}
 		return sdk.Sandbox{}, err
 	}
 	sb := sandboxOf(spec, res.ID, pl.tag, pl.hash)
@@ -276,26 +330,42 @@ func (p *Provider) create(ctx context.Context, e *engine, set Settings, spec sdk
 	return sb, nil
 }
 
+// unusable is a container that cannot serve as the sandbox, whoever
+// starts it: the engine refused to start it, it exited as it started, or
+// commands cannot run in it as the profile's user. Other failures of start
+// (ctx ended, the engine out of reach, the container removed) say nothing
+// about the container.
+type unusable struct{ error }
+
+func (u unusable) Unwrap() error { return u.error }
+
 // start starts a container and checks that commands run in it as the
 // profile's user, in the workdir: the first exec shows a wrong image or
-// user now, with a message saying which.
+// user now, with a message saying which. Starting a container another
+// process started already is no error: the engine answers that it runs.
 func (p *Provider) start(ctx context.Context, e *engine, set Settings, id string) error {
 	if _, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
-		if strings.Contains(err.Error(), "unable to find user") {
-			return sdk.Errorf(sdk.ErrInvalid, "docker.user %q is not a user of the sandbox image (%v): set docker.user to one it has", set.User, err)
+		switch {
+		case strings.Contains(err.Error(), "unable to find user"):
+			return unusable{sdk.Errorf(sdk.ErrInvalid, "docker.user %q is not a user of the sandbox image (%v): set docker.user to one it has", set.User, err)}
+		case ctx.Err() != nil, client.IsErrConnectionFailed(err), cerrdefs.IsNotFound(err), cerrdefs.IsConflict(err):
+			return e.wrap(err, "start container "+id[:min(12, len(id))])
 		}
-		return e.wrap(err, "start container "+id[:min(12, len(id))])
+		return unusable{e.wrap(err, "start container "+id[:min(12, len(id))])}
 	}
 	code, out, err := e.run(ctx, id, set.User, []string{"sh", "-c", `test -d "$1" && test -w "$1" || { echo "$1 is missing or not writable by $(id -un)"; exit 1; }`, "sh", image.Workdir})
 	if err == nil && code != 0 {
-		err = errors.New(out)
+		return unusable{fmt.Errorf("the sandbox container started, but commands cannot run in it as user %s: %s (docker.user and docker.image must fit together)", set.User, out)}
 	}
 	if err != nil {
 		res, ierr := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-		if ierr == nil && res.Container.State != nil && !res.Container.State.Running {
-			return fmt.Errorf("the sandbox container exited as it started (exit code %d%s): is the image a sandbox image (docker.image)?", res.Container.State.ExitCode, stateError(res.Container.State))
+		switch {
+		case cerrdefs.IsNotFound(ierr):
+			return sdk.Errorf(sdk.ErrNotFound, "container %s was removed as it started", id[:min(12, len(id))])
+		case ierr == nil && res.Container.State != nil && !res.Container.State.Running:
+			return unusable{fmt.Errorf("the sandbox container exited as it started (exit code %d%s): is the image a sandbox image (docker.image)?", res.Container.State.ExitCode, stateError(res.Container.State))}
 		}
-		return fmt.Errorf("the sandbox container started, but commands cannot run in it as user %s: %v (docker.user and docker.image must fit together)", set.User, err)
+		return fmt.Errorf("the sandbox container started, but a first command in it failed: %w", err)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	dockercontext "github.com/docker/cli/cli/context/docker"
 	"github.com/docker/cli/cli/context/store"
+	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/client"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
@@ -207,4 +208,50 @@ func connectCause(err error) string {
 		return pe.Error()
 	}
 	return "nothing answers there"
+}
+
+// relook is how long a wait for a container's next event lasts at most:
+// some changes come with no event (a create that fails gives its name back
+// silently), and an event stream can break.
+const relook = time.Second
+
+// watch follows the engine's events about one container name, so that a
+// process waiting for another's change to the container wakes when the
+// change happens.
+type watch struct {
+	events <-chan events.Message
+	errs   <-chan error
+	stop   context.CancelFunc
+}
+
+// watch starts following the lifecycle events of the container name (its
+// creation, start, death, removal, unpause, rename) from now on.
+func (e *engine) watch(ctx context.Context, name string) *watch {
+	ctx, cancel := context.WithCancel(ctx)
+	f := make(client.Filters).Add("type", "container").Add("container", name)
+	for _, ev := range []events.Action{events.ActionCreate, events.ActionStart, events.ActionDie, events.ActionDestroy, events.ActionUnPause, events.ActionRename} {
+		f.Add("event", string(ev))
+	}
+	res := e.cli.Events(ctx, client.EventsListOptions{Filters: f})
+	return &watch{events: res.Messages, errs: res.Err, stop: cancel}
+}
+
+// next waits for the container's next event, or relook, or until ctx
+// ends. It reports whether an event woke it.
+func (w *watch) next(ctx context.Context) (bool, error) {
+	t := time.NewTimer(relook)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.events:
+			return true, nil
+		case <-w.errs:
+			// The stream ended: from now on only the timer wakes.
+			w.events, w.errs = nil, nil
+		case <-t.C:
+			return false, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
 }

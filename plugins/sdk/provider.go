@@ -51,7 +51,11 @@ type Provider interface {
 	// Info describes the provider. APIVersions is filled in by the SDK.
 	Info(ctx context.Context) (Info, error)
 	// EnsureRunning starts the sandbox spec names, or reuses it when it is
-	// already running. Calling it again with the same spec is harmless.
+	// already running. Calling it again with the same spec is harmless,
+	// also from several processes at once (runs of a profile started
+	// together): all of them get the one sandbox, which exactly one of
+	// them reports Created; one that finds another's change under way
+	// waits for it (within ctx) rather than failing.
 	EnsureRunning(ctx context.Context, spec Spec) (Sandbox, error)
 	// Exec runs one process in a running sandbox and streams its I/O. It
 	// returns once the process has exited and all its output has been

@@ -184,6 +184,24 @@ func (f *Fake) lookupLocked(idOrName string) *sandbox {
 	return nil
 }
 
+// lookupCachedLocked is lookupLocked through Daytona's lookup cache: a
+// name no sandbox had when it was last looked for is still not found
+// until the miss expires or a sandbox of that name changes
+// (Options.LookupCacheTTL). The caller holds f.mu.
+func (f *Fake) lookupCachedLocked(idOrName string) *sandbox {
+	if s, ok := f.boxes[idOrName]; ok && s.visible() {
+		return s
+	}
+	if at, ok := f.misses[idOrName]; ok && time.Since(at) < f.opts.LookupCacheTTL {
+		return nil
+	}
+	s := f.lookupLocked(idOrName)
+	if s == nil && f.opts.LookupCacheTTL > 0 {
+		f.misses[idOrName] = time.Now()
+	}
+	return s
+}
+
 func notFound(w http.ResponseWriter, idOrName string) {
 	writeError(w, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", idOrName))
 }
@@ -208,7 +226,7 @@ func (f *Fake) onSandbox(h func(r *http.Request, s *sandbox) answer) http.Handle
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		f.mu.Lock()
-		s := f.lookupLocked(id)
+		s := f.lookupCachedLocked(id)
 		var a answer
 		if s != nil {
 			a = h(r, s)
@@ -274,7 +292,7 @@ func (f *Fake) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		offset = n
 	}
 	f.mu.Lock()
-	asOf := time.Now().Add(-f.opts.ListLag)
+	asOf := f.indexedUpToLocked()
 	var match []api.Sandbox
 	for _, id := range f.order {
 		sb, ok := f.boxes[id].indexedAt(asOf)
@@ -398,6 +416,7 @@ func (f *Fake) createSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "shutting down")
 		return
 	}
+	// The database's unique name, not the lookup cache.
 	if req.Name != "" && f.lookupLocked(req.Name) != nil {
 		writeError(w, http.StatusConflict, fmt.Sprintf("Sandbox with name %s already exists", req.Name))
 		return
@@ -545,6 +564,7 @@ func (f *Fake) deleteSandbox(_ *http.Request, s *sandbox) answer {
 		return refusal(http.StatusConflict, "Sandbox state change in progress")
 	}
 	s.desired = api.DesiredDestroyed
+	delete(f.misses, s.name) // the update clears its old name's lookups too
 	s.name = fmt.Sprintf("DESTROYED_%s_%d", s.name, time.Now().UnixMilli())
 	f.transition(s, f.destroySteps(s, s.op), api.StateDestroyed, "")
 	return answer{status: http.StatusOK, body: s.view()}

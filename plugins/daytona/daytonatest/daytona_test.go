@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,6 +136,73 @@ func TestSoftDelete(t *testing.T) {
 	}
 	e.waitState(t, sb.ID, api.StateDestroyed)
 	e.listUntil(t, map[string]string{"t": "soft"}, func(l []api.Sandbox) bool { return len(l) == 0 })
+}
+
+// Creates of one name that come together make one sandbox: the others
+// are answered 409 (the database's unique name, sandbox.service.ts
+// create). A name looked up before it existed is still not found after
+// (Daytona's lookup cache keeps the miss, and a create does not clear
+// it) until the new sandbox first changes state (sandbox.repository.ts
+// insert and update, and SANDBOX_LOOKUP_CACHE_TTL_MS, as of b5a5d9e78).
+func TestCreateRaceOnAName(t *testing.T) {
+	t.Parallel()
+	f := Start(t, Options{})
+	e := newEnv(t, f)
+	ctx := context.Background()
+	f.HoldTransitions()
+	t.Cleanup(f.ReleaseTransitions)
+	if _, err := e.c.GetSandbox(ctx, "race"); api.StatusOf(err) != http.StatusNotFound {
+		t.Fatalf("get a name no sandbox has: %v, want 404", err)
+	}
+	const creates = 10
+	made := make(chan api.Sandbox, creates)
+	errs := make(chan error, creates)
+	var wg sync.WaitGroup
+	for range creates {
+		wg.Go(func() {
+			sb, err := e.c.CreateSandbox(ctx, api.CreateSandbox{Name: "race"})
+			if err != nil {
+				errs <- err
+				return
+			}
+			made <- sb
+		})
+	}
+	wg.Wait()
+	close(made)
+	close(errs)
+	if len(made) != 1 {
+		t.Fatalf("%d creates of one name made a sandbox, want 1", len(made))
+	}
+	created := <-made
+	for err := range errs {
+		if api.StatusOf(err) != http.StatusConflict || !strings.Contains(err.Error(), "Sandbox with name race already exists") {
+			t.Errorf("a create that lost the race: %v, want 409 saying the name exists", err)
+		}
+	}
+	if _, err := e.c.GetSandbox(ctx, "race"); api.StatusOf(err) != http.StatusNotFound {
+		t.Errorf("get by name while the miss is cached: %v, want 404", err)
+	}
+	if got, err := e.c.GetSandbox(ctx, created.ID); err != nil || got.Name != "race" {
+		t.Errorf("get by id: %+v, %v", got, err)
+	}
+	f.ReleaseTransitions()
+	e.waitState(t, created.ID, api.StateStarted)
+	if got, err := e.c.GetSandbox(ctx, "race"); err != nil || got.ID != created.ID {
+		t.Errorf("get by name once the sandbox changed: %+v, %v", got.ID, err)
+	}
+
+	// Without the cache, the name is found at once.
+	nc := newEnv(t, Start(t, Options{LookupCacheTTL: -1}))
+	if _, err := nc.c.GetSandbox(ctx, "race"); api.StatusOf(err) != http.StatusNotFound {
+		t.Fatalf("get a name no sandbox has: %v, want 404", err)
+	}
+	if sb := nc.create(t, api.CreateSandbox{Name: "race"}); sb.Name != "race" {
+		t.Fatalf("created %+v", sb)
+	}
+	if _, err := nc.c.GetSandbox(ctx, "race"); err != nil {
+		t.Errorf("get by name without the cache: %v", err)
+	}
 }
 
 // The list lags (it is served from a search index) and is sorted by last

@@ -102,6 +102,17 @@ type Options struct {
 	// by default); negative: no lag, for a test of something else that
 	// must list what it just made and says why.
 	ListLag time.Duration
+	// LookupCacheTTL is how long a request naming a sandbox by a name
+	// that no sandbox has keeps finding none (404), even once a sandbox of
+	// that name is created. Daytona caches its lookups by name in Redis
+	// for SANDBOX_LOOKUP_CACHE_TTL_MS, 10 s (sandbox.service.ts
+	// findOneByIdOrName), misses included, and a create does not clear
+	// that cache: only a later change of the sandbox (its first state
+	// change, a delete) does (sandbox.repository.ts insert and update). So
+	// a client that looked for the name, lost the race to create it (409,
+	// "Sandbox with name ... already exists") and looks again may be told
+	// it does not exist. Default 10 s; negative: no cache.
+	LookupCacheTTL time.Duration
 	// StartWait is how long POST /sandbox/{id}/start holds its answer
 	// waiting for the sandbox to be started, as Daytona's does; default,
 	// as there, 30 s.
@@ -224,6 +235,15 @@ type Fake struct {
 	lastActivity time.Time
 	conns        map[*ssh.ServerConn]struct{}
 	closed       bool
+	// misses are the names a lookup found no sandbox of, and when: the
+	// lookup cache's misses (Options.LookupCacheTTL).
+	misses map[string]time.Time
+	// heldAt, when set, is when the list's index stopped taking changes
+	// (HoldList).
+	heldAt time.Time
+	// held, while transitions are held (HoldTransitions), is closed when
+	// they are released.
+	held chan struct{}
 }
 
 type failure struct {
@@ -261,6 +281,12 @@ func Start(t testing.TB, opts Options) *Fake {
 	case opts.ListLag < 0:
 		opts.ListLag = 0
 	}
+	switch {
+	case opts.LookupCacheTTL == 0:
+		opts.LookupCacheTTL = 10 * time.Second
+	case opts.LookupCacheTTL < 0:
+		opts.LookupCacheTTL = 0
+	}
 	if opts.StartWait <= 0 {
 		opts.StartWait = 30 * time.Second
 	}
@@ -294,6 +320,7 @@ func Start(t testing.TB, opts Options) *Fake {
 		runnerKey:  randomHex(16),
 		started:    time.Now(),
 		boxes:      map[string]*sandbox{},
+		misses:     map[string]time.Time{},
 		tokens:     map[string]*token{},
 		conns:      map[*ssh.ServerConn]struct{}{},
 	}

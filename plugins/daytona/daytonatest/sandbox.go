@@ -148,13 +148,18 @@ func (s *sandbox) stored() api.Sandbox {
 }
 
 // changedLocked records a change of the sandbox: updatedAt, and what the
-// list will show once Options.ListLag has passed. The caller holds f.mu.
+// list will show once Options.ListLag has passed. Every change but the
+// first (the sandbox's insertion) clears the lookup cache's miss of its
+// name, as Daytona's repository update does. The caller holds f.mu.
 func (f *Fake) changedLocked(s *sandbox) {
 	now := time.Now()
 	s.updatedAt = now
+	if len(s.history) > 0 {
+		delete(f.misses, s.name)
+	}
 	s.history = append(s.history, indexed{at: now, item: s.stored()})
 	// Keep the newest item the list can show already, and all after it.
-	cut := now.Add(-f.opts.ListLag)
+	cut := f.indexedUpToLocked()
 	first := 0
 	for i, h := range s.history {
 		if !h.at.After(cut) {
@@ -162,6 +167,35 @@ func (f *Fake) changedLocked(s *sandbox) {
 		}
 	}
 	s.history = s.history[first:]
+}
+
+// indexedUpToLocked is the time up to which the list's index has taken
+// the sandboxes' changes: Options.ListLag ago, or when HoldList held it if
+// that is earlier. The caller holds f.mu.
+func (f *Fake) indexedUpToLocked() time.Time {
+	t := time.Now().Add(-f.opts.ListLag)
+	if !f.heldAt.IsZero() && f.heldAt.Before(t) {
+		t = f.heldAt
+	}
+	return t
+}
+
+// HoldList stops the list's index from taking changes until ReleaseList:
+// GET /sandbox answers as things were now, whatever changes meanwhile, as
+// when Daytona's search index falls behind by more than Options.ListLag.
+// Tests of what the lag hides hold it, rather than racing the lag.
+func (f *Fake) HoldList() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.heldAt = time.Now()
+}
+
+// ReleaseList lets the list's index catch up again: from now on the list
+// lags by Options.ListLag only.
+func (f *Fake) ReleaseList() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.heldAt = time.Time{}
 }
 
 // indexedAt is the sandbox as the list shows it at t: false when the
@@ -216,7 +250,7 @@ func (f *Fake) transition(s *sandbox, steps []step, final api.State, reason stri
 		defer close(op.done)
 		defer cancel()
 		for i, st := range steps {
-			if i > 0 && !f.showState(s, op, st.state) {
+			if i > 0 && (!f.heldTransitions(ctx) || !f.showState(s, op, st.state)) {
 				return
 			}
 			begun := time.Now()
@@ -243,9 +277,50 @@ func (f *Fake) transition(s *sandbox, steps []step, final api.State, reason stri
 				return
 			}
 		}
-		f.finish(s, op, final, reason)
+		if f.heldTransitions(ctx) {
+			f.finish(s, op, final, reason)
+		}
 	}()
 	return op
+}
+
+// HoldTransitions stops every sandbox where it is, in the state it shows,
+// until ReleaseTransitions: its transition takes no next step, as when
+// Daytona's runner is slow to act. A test holds them to act while a
+// sandbox is in a state, rather than racing its StartDelay.
+func (f *Fake) HoldTransitions() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held == nil {
+		f.held = make(chan struct{})
+	}
+}
+
+// ReleaseTransitions lets the held transitions go on.
+func (f *Fake) ReleaseTransitions() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held != nil {
+		close(f.held)
+		f.held = nil
+	}
+}
+
+// heldTransitions waits while transitions are held; false when ctx ended
+// first.
+func (f *Fake) heldTransitions(ctx context.Context) bool {
+	f.mu.Lock()
+	held := f.held
+	f.mu.Unlock()
+	if held == nil {
+		return true
+	}
+	select {
+	case <-held:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // showState moves a sandbox to the state of the next step of op, unless a

@@ -3,6 +3,7 @@ package sdktest
 import (
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
@@ -104,5 +105,67 @@ func (k *kit) ensureAfterTeardown(t T) {
 	r := k.run(k.ctx(t), t, k.in(again, sh("if test -e "+leftover+"; then echo left; else echo gone; fi")), nil)
 	if got := string(r.stdout); got != "gone\n" || r.st.Code != 0 {
 		t.Errorf("a file of the sandbox before Teardown, in the new one: %q (exit %+v), want gone", got, r.st)
+	}
+}
+
+// Callers is how many connections the ConcurrentEnsureRunningConverges
+// case ensures one sandbox from at once: as many as runs of one profile
+// started together. With Config.Command each is a plugin process of its
+// own, as each amelia run has.
+const Callers = 10
+
+// Runs of a profile started together ensure its sandbox from several
+// processes at once, before it exists: every one of them must succeed, in
+// the same sandbox, which exactly one of them created; no caller may fail
+// because another is creating it, nor make a second one.
+func (k *kit) concurrentEnsure(t T) {
+	name := freshName("together")
+	spec := k.spec(name)
+	// Torn down by name, whatever the callers got: also after a failure.
+	k.teardownAtEnd(t, spec.SandboxRef)
+	callers := make([]conn, Callers)
+	for i := range callers {
+		callers[i] = connect(t, k.cfg)
+	}
+	ctx := k.ctx(t)
+	got := make([]sdk.Sandbox, len(callers))
+	errs := make([]error, len(callers))
+	begin := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, c := range callers {
+		wg.Go(func() {
+			<-begin
+			got[i], errs[i] = c.EnsureRunning(ctx, spec)
+		})
+	}
+	close(begin)
+	wg.Wait()
+
+	created := 0
+	var first *sdk.Sandbox
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("caller %d of %d: EnsureRunning(%s) while the others ensured it too: %v", i+1, len(callers), name, err)
+			continue
+		}
+		sb := got[i]
+		if sb.Created {
+			created++
+		}
+		if first == nil {
+			first = &got[i]
+		} else if sb.Ref.ID != first.Ref.ID || sb.Workdir != first.Workdir {
+			t.Errorf("caller %d of %d got sandbox %q (workdir %q), another got %q (workdir %q): one sandbox, or two?", i+1, len(callers), sb.Ref.ID, sb.Workdir, first.Ref.ID, first.Workdir)
+		}
+	}
+	if first == nil {
+		t.Fatalf("no caller of %d got the sandbox", len(callers))
+	}
+	if created != 1 {
+		t.Errorf("%d of the %d callers say they created the sandbox (Created), want exactly 1: the others must find and reuse it", created, len(callers))
+	}
+	// The sandbox they share works.
+	if r := k.run(ctx, t, k.in(*first, sh("echo together")), nil); r.st.Code != 0 || string(r.stdout) != "together\n" {
+		t.Errorf("a command in the sandbox the callers share: exit %+v, stdout %q, stderr %q", r.st, r.stdout, r.stderr)
 	}
 }

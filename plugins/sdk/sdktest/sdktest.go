@@ -84,10 +84,13 @@ type Group string
 
 // The groups of cases.
 const (
-	// Lifecycle: Info; EnsureRunning is idempotent; HealthCheck answers
-	// within its bound; Teardown twice is fine and leaves Exec and
-	// HealthCheck ErrNotFound; EnsureRunning after Teardown makes a new
-	// sandbox without the old one's files.
+	// Lifecycle: Info; EnsureRunning is idempotent, and EnsureRunning of
+	// one new sandbox from Callers connections at once (each a plugin
+	// process of its own) succeeds for all of them, on one sandbox that
+	// one of them created; HealthCheck answers within its bound; Teardown
+	// twice is fine and leaves Exec and HealthCheck ErrNotFound;
+	// EnsureRunning after Teardown makes a new sandbox without the old
+	// one's files.
 	Lifecycle Group = "Lifecycle"
 	// Exec: exit codes and the two streams kept apart, env and working
 	// directory, 127 for an unknown command, streaming, stdin and its EOF,
@@ -199,6 +202,7 @@ func (k *kit) table() []group {
 		{Lifecycle, []kcase{
 			{"Info", k.infoCase},
 			{"EnsureRunningIdempotent", k.ensureIdempotent},
+			{"ConcurrentEnsureRunningConverges", k.concurrentEnsure},
 			{"HealthCheckBounded", k.health},
 			{"TeardownThenExecIsNotFound", k.teardown},
 			{"EnsureAfterTeardown", k.ensureAfterTeardown},
@@ -308,7 +312,7 @@ func connect(t T, cfg Config) conn {
 	t.Helper()
 	logs := &Buffer{}
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() && logs.String() != "" {
 			t.Logf("provider log:\n%s", logs.String())
 		}
 	})

@@ -38,6 +38,8 @@ func TestBrokenProvidersFail(t *testing.T) {
 		fails  string // the case, as Group/Case
 	}{
 		{"CreatedEveryTime", func(r *reference) sdk.Provider { return alwaysCreated{r} }, nil, "Lifecycle/EnsureRunningIdempotent"},
+		{"CreatesTwiceWhenRaced", func(r *reference) sdk.Provider { return &checkThenCreate{reference: r} }, nil, "Lifecycle/ConcurrentEnsureRunningConverges"},
+		{"GivesUpWhileAnotherCreates", func(r *reference) sdk.Provider { return &givesUpWhileCreating{reference: r} }, nil, "Lifecycle/ConcurrentEnsureRunningConverges"},
 		{"TeardownDoesNothing", func(r *reference) sdk.Provider { return teardownNothing{r} }, nil, "Lifecycle/TeardownThenExecIsNotFound"},
 		{"TeardownLeavesFiles", func(r *reference) sdk.Provider { return teardownLeavesFiles{r} }, nil, "Lifecycle/EnsureAfterTeardown"},
 		{"MergesStderrIntoStdout", func(r *reference) sdk.Provider { return mergesStderr{r} }, nil, "Exec/ExitCodeAndStreamsKeptApart"},
@@ -160,6 +162,87 @@ func (b alwaysCreated) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sa
 	sb, err := b.reference.EnsureRunning(ctx, spec)
 	sb.Created = true
 	return sb, err
+}
+
+// togetherPrefix starts the names of the sandboxes the kit ensures from
+// several callers at once. The variants that lose that race make sure
+// they do there, and behave elsewhere, where no other call comes.
+const togetherPrefix = "sdktest-together-"
+
+// pair is where the first of two concurrent calls waits for the second.
+type pair struct {
+	mu   sync.Mutex
+	n    int
+	both chan struct{}
+}
+
+// arrive reports whether this call is the first; the first waits until a
+// second arrives (or ctx ends).
+func (p *pair) arrive(ctx context.Context) (bool, error) {
+	p.mu.Lock()
+	if p.both == nil {
+		p.both = make(chan struct{})
+	}
+	p.n++
+	first := p.n == 1
+	if p.n == 2 {
+		close(p.both)
+	}
+	p.mu.Unlock()
+	if !first {
+		return false, nil
+	}
+	select {
+	case <-p.both:
+		return true, nil
+	case <-ctx.Done():
+		return true, ctx.Err()
+	}
+}
+
+// checkThenCreate looks for the sandbox, then creates it if it was not
+// there, without making sure that no other call created it meanwhile:
+// calls that come together each create it (the second over the first)
+// and each say so. The first caller waits for a second, so that they do.
+type checkThenCreate struct {
+	*reference
+	race pair
+}
+
+func (b *checkThenCreate) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
+	if _, _, err := b.existing(spec.SandboxRef); err == nil || !strings.HasPrefix(spec.Name, togetherPrefix) {
+		return b.reference.EnsureRunning(ctx, spec)
+	}
+	if _, err := b.race.arrive(ctx); err != nil {
+		return sdk.Sandbox{}, err
+	}
+	dir, _, _ := b.paths(spec.SandboxRef)
+	_ = os.Remove(filepath.Join(dir, markerName)) // creates it anew
+	sb, err := b.reference.EnsureRunning(ctx, spec)
+	sb.Created = true
+	return sb, err
+}
+
+// givesUpWhileCreating refuses to go on while another call is creating
+// the sandbox, as a look-and-act loop bounded by a count of tries does:
+// the second of two calls that come together fails.
+type givesUpWhileCreating struct {
+	*reference
+	race pair
+}
+
+func (b *givesUpWhileCreating) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
+	if _, _, err := b.existing(spec.SandboxRef); err == nil || !strings.HasPrefix(spec.Name, togetherPrefix) {
+		return b.reference.EnsureRunning(ctx, spec)
+	}
+	first, err := b.race.arrive(ctx)
+	switch {
+	case err != nil:
+		return sdk.Sandbox{}, err
+	case !first:
+		return sdk.Sandbox{}, sdk.Errorf(sdk.ErrConflict, "sandbox %s keeps changing under us (another process creating it?)", spec.Name)
+	}
+	return b.reference.EnsureRunning(ctx, spec)
 }
 
 // teardownNothing leaves the sandbox as it is.
