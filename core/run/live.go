@@ -54,14 +54,6 @@ type keptTunnel struct {
 	over bool
 }
 
-// addr is where the tunnel listens inside the sandbox, once it opened.
-func (k *keptTunnel) addr() string {
-	if k.tun == nil {
-		return ""
-	}
-	return k.tun.Addr()
-}
-
 // Exec runs in the sandbox through the current plugin.
 func (l *live) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
 	return l.sandbox().Exec(ctx, req, eio)
@@ -118,49 +110,37 @@ func (l *live) keepTunnels(ctx context.Context, cancel context.CancelCauseFunc) 
 	}
 }
 
-// current is k's tunnel (one that never opened is a closed one), or nil
-// once k is over.
-func (l *live) current(k *keptTunnel) tunnel.Tunnel {
+// current is k's tunnel (nil: it never opened), and false once k is over.
+func (l *live) current(k *keptTunnel) (tunnel.Tunnel, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch {
-	case k.over:
-		return nil
-	case k.tun == nil:
-		return neverOpened{}
-	}
-	return k.tun
+	return k.tun, !k.over
 }
 
-// neverOpened is a tunnel whose first open failed: closed from the start.
-type neverOpened struct{}
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-func (neverOpened) Addr() string          { return "" }
-func (neverOpened) Done() <-chan struct{} { return closedChan }
-func (neverOpened) Err() error            { return errors.New("it never opened") }
-func (neverOpened) Close() error          { return nil }
-
-// watch reopens k whenever it closes, until ctx is done or k is over;
-// when it cannot within reconnectWindow, it cancels the run with why.
+// watch reopens k whenever it closes (or first, when it never opened),
+// until ctx is done or k is over; when it cannot within reconnectWindow,
+// it cancels the run with why.
 func (l *live) watch(ctx context.Context, cancel context.CancelCauseFunc, k *keptTunnel) {
 	for {
-		tun := l.current(k)
-		if tun == nil {
+		tun, ok := l.current(k)
+		if !ok {
 			return
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tun.Done():
+		why := errors.New("it never opened")
+		if tun != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tun.Done():
+			}
+			why = tun.Err()
 		}
-		if ctx.Err() != nil || l.current(k) == nil {
+		if _, ok := l.current(k); !ok || ctx.Err() != nil {
 			return
 		}
 		if err := retry(ctx, l.repair); err != nil {
 			if ctx.Err() == nil {
-				cancel(fmt.Errorf("%s closed (%v) and could not be reopened: %w", k.what, tun.Err(), err))
+				cancel(fmt.Errorf("%s closed (%v) and could not be reopened: %w", k.what, why, err))
 			}
 			return
 		}

@@ -186,19 +186,22 @@ func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, targ
 		return nil
 	}
 	return r.phase(PhaseTunnel, func() error {
-		k, err := r.lv.keep(ctx, "the tunnel to the proxy", func(ctx context.Context, ex sdk.Execer) (tunnel.Tunnel, error) {
-			return r.openTunnel(ctx, sb, ex, worker, target)
+		// Opened wherever it suits the provider, then reopened where the
+		// steps' environment says it is. The first open returns before
+		// anything can reopen it.
+		var listen string
+		_, err := r.lv.keep(ctx, "the tunnel to the proxy", func(ctx context.Context, ex sdk.Execer) (tunnel.Tunnel, error) {
+			if listen != "" {
+				return tunnel.Open(ctx, ex, tunnel.HostOptions{Worker: worker, Listen: listen, Target: target, Logger: r.host.Logger})
+			}
+			tun, err := r.openTunnel(ctx, sb, ex, worker, target)
+			if err == nil {
+				listen = tun.Addr()
+			}
+			return tun, err
 		})
-		if err != nil {
-			return err
-		}
-		// Reopened where the steps' environment says it is.
-		listen := k.addr()
-		k.open = func(ctx context.Context, ex sdk.Execer) (tunnel.Tunnel, error) {
-			return tunnel.Open(ctx, ex, tunnel.HostOptions{Worker: worker, Listen: listen, Target: target, Logger: r.host.Logger})
-		}
 		r.hostTunnel = listen
-		return nil
+		return err
 	})
 }
 
