@@ -198,14 +198,16 @@ func TestProxyThroughTunnel(t *testing.T) {
 		}
 	})
 
-	t.Run("git credentials for the run's repository host", func(t *testing.T) {
-		r := e.inside(t, strings.NewReader("protocol=https\nhost=git.example\npath=team/repo.git\n\n"), workerBin, "git-credential", "get")
-		if r.Status.Code != 0 || !strings.Contains(r.Stdout, "password="+gitToken+"\n") || !strings.Contains(r.Stdout, "username=x-access-token\n") {
-			t.Errorf("git-credential get: %v", r)
+	t.Run("git credentials: the run token for the proxy, none for a forge", func(t *testing.T) {
+		r := e.inside(t, strings.NewReader("protocol=http\nhost="+e.tun.Addr()+"\npath=git/git.example/team/repo.git\n\n"), workerBin, "git-credential", "get")
+		if r.Status.Code != 0 || !strings.Contains(r.Stdout, "password="+e.run.Token()+"\n") || strings.Contains(r.Stdout, gitToken) {
+			t.Errorf("git-credential get for the proxy's git route: %v", r)
 		}
-		r = e.inside(t, strings.NewReader("protocol=https\nhost=github.com\n\n"), workerBin, "git-credential", "get")
-		if r.Status.Code == 0 || strings.Contains(r.Stdout, gitToken) || !strings.Contains(r.Stderr, "refused credentials for github.com") {
-			t.Errorf("git-credential get for another host: %v, want a refusal", r)
+		for _, host := range []string{"git.example", "github.com"} {
+			r = e.inside(t, strings.NewReader("protocol=https\nhost="+host+"\npath=team/repo.git\n\n"), workerBin, "git-credential", "get")
+			if r.Status.Code == 0 || strings.Contains(r.Stdout+r.Stderr, gitToken) || !strings.Contains(r.Stderr, "refused credentials for "+host) {
+				t.Errorf("git-credential get for %s: %v, want a refusal", host, r)
+			}
 		}
 	})
 
@@ -265,9 +267,9 @@ func TestProxyThroughTunnel(t *testing.T) {
 		}
 		routes[rec.Route]++
 	}
-	// 3 LLM calls, 2 credential requests, 2 egress requests (the 407 and
+	// 3 LLM calls, 3 credential requests, 2 egress requests (the 407 and
 	// the 401 carried no valid token, so no run to log them under).
-	if routes["openai"] != 3 || routes["git-credentials"] != 2 || routes["egress-http"] != 2 {
-		t.Errorf("audit routes %v, want openai 3, git-credentials 2, egress-http 2", routes)
+	if routes["openai"] != 3 || routes["git-credentials"] != 3 || routes["egress-http"] != 2 {
+		t.Errorf("audit routes %v, want openai 3, git-credentials 3, egress-http 2", routes)
 	}
 }

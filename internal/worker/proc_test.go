@@ -12,7 +12,9 @@ import (
 
 func pidFrom(t *testing.T, path string) int {
 	t.Helper()
-	pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, path)))
+	// A run's pid file holds the supervisor's start time after its pid.
+	first, _, _ := strings.Cut(strings.TrimSpace(readFile(t, path)), " ")
+	pid, err := strconv.Atoi(first)
 	if err != nil {
 		t.Fatalf("pid file %s: %v", path, err)
 	}
