@@ -22,8 +22,9 @@ func pidFrom(t *testing.T, path string) int {
 }
 
 // waitGone waits, through a pidfd (no polling), until process pid has
-// exited, and fails the test if that takes more than 10 s. An exited
-// process that nobody reaped yet counts as gone.
+// exited, saying so in the log every 10 s it still runs (on a loaded
+// machine a kill may take long; the test's deadline bounds the wait). An
+// exited process that nobody reaped yet counts as gone.
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
 	fd, err := unix.PidfdOpen(pid, 0)
@@ -45,7 +46,8 @@ func waitGone(t *testing.T, pid int) {
 		}
 		if n == 0 {
 			stat, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-			t.Fatalf("process %d still runs 10 s after it should have been killed: %s", pid, stat)
+			t.Logf("process %d still runs, 10 s more after it should have been killed: %s", pid, stat)
+			continue
 		}
 		return
 	}
