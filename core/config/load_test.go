@@ -177,7 +177,7 @@ func TestBuiltinDefault(t *testing.T) {
 	// And problems they cause name the built-in default.
 	env = testEnv{"AMELIA_PROFILES__LOCAL__SANDBOX__NETWORK": "nope"}
 	_, err = Load(env.options("", t.TempDir()))
-	equal(t, "error", errString(err), `built-in default config: profiles.local.sandbox.network: "nope" is not one of open, allowlist, none (set by AMELIA_PROFILES__LOCAL__SANDBOX__NETWORK)`)
+	equal(t, "error", errString(err), `built-in default config: profiles.local.sandbox.network: the value from AMELIA_PROFILES__LOCAL__SANDBOX__NETWORK is not one of open, allowlist, none`)
 }
 
 func errString(err error) string {
@@ -617,12 +617,12 @@ func TestEnvOverrideProblemsNameTheVariable(t *testing.T) {
 	}
 	got := problems(t, minimal, env)
 	equal(t, "problems", got, []string{
-		`profiles.dev.llm.timeout: "soon" is not a duration (like 90s, 10m) (set by AMELIA_PROFILES__DEV__LLM__TIMEOUT)`,
-		`profiles.dev.proxy.max_request_bytes: "10 furlongs" is not a size (an integer of bytes, or like 512KiB, 10MiB) (set by AMELIA_PROFILES__DEV__PROXY__MAX_REQUEST_BYTES)`,
-		`profiles.dev.sandbox.network: "opn" is not one of open, allowlist, none (set by AMELIA_PROFILES__DEV__SANDBOX__NETWORK)`,
-		`profiles.dev.sandbox.allowed_hosts[1]: "bad host" is not a hostname, *.wildcard or IP address (no scheme, port or path) (set by AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS)`,
+		`profiles.dev.llm.timeout: the value from AMELIA_PROFILES__DEV__LLM__TIMEOUT is not a duration (like 90s, 10m)`,
+		`profiles.dev.proxy.max_request_bytes: the value from AMELIA_PROFILES__DEV__PROXY__MAX_REQUEST_BYTES is not a size (an integer of bytes, or like 512KiB, 10MiB)`,
+		`profiles.dev.sandbox.network: the value from AMELIA_PROFILES__DEV__SANDBOX__NETWORK is not one of open, allowlist, none`,
+		`profiles.dev.sandbox.allowed_hosts[1]: the value from AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
 		`profiles.dev.modle: unknown key, did you mean model? (known: model, llm, git, proxy, sandbox) (set by AMELIA_PROFILES__DEV__MODLE)`,
-		`default_profile: "nope" is not a profile (profiles: dev) (set by AMELIA_DEFAULT_PROFILE)`,
+		`default_profile: the value from AMELIA_DEFAULT_PROFILE is not a profile (profiles: dev)`,
 	})
 }
 
@@ -978,7 +978,8 @@ profiles:
 		key, msg string
 		want     string
 	}{
-		{dev, "sandbox.docker.resources.memory", `"4x" is not a size`, `profiles.dev.sandbox.docker.resources.memory: "4x" is not a size (set by AMELIA_PROFILES__DEV__SANDBOX__DOCKER__RESOURCES__MEMORY)`},
+		{dev, "sandbox.docker.resources.memory", `"4x" is not a size`, `profiles.dev.sandbox.docker.resources.memory: "${AMELIA_PROFILES__DEV__SANDBOX__DOCKER__RESOURCES__MEMORY}" is not a size`},
+		{dev, "sandbox.docker.resources.memory", `not a size`, `profiles.dev.sandbox.docker.resources.memory: not a size (set by AMELIA_PROFILES__DEV__SANDBOX__DOCKER__RESOURCES__MEMORY)`},
 		{dev, "sandbox.docker", "bad block", `profiles.dev.sandbox.docker: bad block (set by AMELIA_PROFILES__DEV__SANDBOX__DOCKER__RESOURCES__MEMORY)`},
 		{dev, `sandbox.docker.labels."com.example.team"`, "no", `profiles.dev.sandbox.docker.labels."com.example.team": no`},
 		{dev, "sandbox.docker.mounts[2].path", "no", `profiles.dev.sandbox.docker.mounts[2].path: no`},
@@ -1007,14 +1008,15 @@ profiles:
 	got := p.ProblemAt("sandbox.daytona.api_key_env", `"dtn_0123456789abcdefXYZ" is not an environment variable name`).String()
 	want := `profiles.dev.sandbox.daytona.api_key_env: "${DAYTONA_KEY}" is not an environment variable name`
 	equal(t, "problem", got, want)
-	// A short value is too likely part of other words to be replaced.
+	// A short value is replaced where it is quoted; elsewhere it is too
+	// likely part of other words.
 	got = p.ProblemAt("sandbox.daytona.target", `"eu" is not a region: try eu-west`).String()
-	equal(t, "short value", got, `profiles.dev.sandbox.daytona.target: "eu" is not a region: try eu-west`)
+	equal(t, "short value", got, `profiles.dev.sandbox.daytona.target: "${REGION}" is not a region: try eu-west`)
 }
 
 // withoutEnv is p without what it keeps of the environment, for comparing
 // with a Profile written out: functions never compare equal.
 func withoutEnv(p Profile) Profile {
-	p.lookupEnv, p.envKeys = nil, nil
+	p.lookupEnv, p.envKeys, p.hide = nil, nil, nil
 	return p
 }

@@ -516,9 +516,7 @@ func sandboxSection() section[Sandbox] {
 			if sb.Settings == nil {
 				sb.Settings = map[string]map[string]any{}
 			}
-			n := len(d.expansions)
 			block, _ := d.tree(at, v).(map[string]any)
-			sb.expanded = append(sb.expanded, d.expansions[n:]...)
 			if block == nil {
 				block = map[string]any{}
 			}
