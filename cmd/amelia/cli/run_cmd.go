@@ -117,16 +117,18 @@ func (a *app) workers() *driver.Installer {
 // above its live area instead of into its spinner line.
 func (a *app) showRun(cmd *cobra.Command, asJSON bool, fn func(runview.View) (run.Result, error)) error {
 	stderr := cmd.ErrOrStderr()
-	view := runview.New(cmd.OutOrStdout(), asJSON)
+	// The view writes the worker's messages as they are, and needs the
+	// terminal itself; the host's own errors in it are masked.
+	view := runview.New(a.stdout, asJSON)
 	live, isLive := view.(runview.Live)
 	var out *logOutput
 	if isLive {
-		out = &logOutput{w: stderr, live: live}
+		out = &logOutput{w: a.stderr, live: live}
 		logger := a.logger
-		a.logger = newLogger(out, a.debug)
+		a.logger = newLogger(a.mask.Writer(out), a.debug)
 		defer func() { a.logger = logger }()
 	}
-	res, err := fn(view)
+	res, err := fn(a.mask.View(view))
 	if out != nil {
 		out.detach() // what is logged from now on goes to stderr
 	}
