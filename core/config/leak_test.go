@@ -303,3 +303,51 @@ func profileSetting(t *testing.T, key string, v any) string {
 	}
 	return string(b)
 }
+
+// A file nested deeper than maxConfigDepth is refused, before it becomes
+// keys, with one line naming it and the limit: thousands of levels in a
+// few KiB would otherwise take seconds. A file nested exactly to the
+// limit loads, so the bound is what refuses the others.
+func TestConfigDepthLimit(t *testing.T) {
+	// settingsNested is a profile whose docker settings hold maps nested
+	// so that the deepest is at level depth (the top of the file is 1;
+	// the docker block is 5).
+	settingsNested := func(depth int) string {
+		n := depth - 5
+		return "profiles: {dev: {sandbox: {provider: docker, docker: " + strings.Repeat("{a: ", n) + "{}" + strings.Repeat("}", n) + "}}}\n"
+	}
+	const deep = 5000
+	tooDeep := "maps and lists nested more than 100 levels deep, over the limit for a config file"
+	for _, tc := range []struct {
+		name, content, want string
+	}{
+		{"flow lists", "profiles: " + strings.Repeat("[", deep) + strings.Repeat("]", deep) + "\n", "line 1: " + tooDeep},
+		{"flow maps", settingsNested(deep), "line 1: " + tooDeep},
+		{"block lists", "profiles:\n  dev:\n    " + strings.Repeat("- ", deep) + "x\n", "line 3: " + tooDeep},
+		{"past the parser's own limit", "profiles: " + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + "\n", tooDeep},
+		{"one level too deep", settingsNested(maxConfigDepth + 1), "line 1: " + tooDeep},
+		{"an alias of a deep anchor", "x: &x " + settingsNested(60)[len("profiles: "):] + "y: [" + strings.Repeat("[", 45) + "*x" + strings.Repeat("]", 45) + "]\n", "line 2: " + tooDeep},
+		{"an anchor that holds itself", "x: &x [*x]\n", "line 1: " + tooDeep},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, path, err := loadString(t, tc.content, nil)
+			if err == nil || err.Error() != path+": "+tc.want+" (is it the right file?)" {
+				t.Errorf("Load: %v\nwant %s: %s (is it the right file?)", err, path, tc.want)
+			}
+		})
+	}
+	c := mustLoad(t, settingsNested(maxConfigDepth), nil)
+	if c.Profiles["dev"].Sandbox.ProviderSettings()["a"] == nil {
+		t.Errorf("the settings at the limit did not load: %v", c.Profiles["dev"].Sandbox.Settings)
+	}
+
+	// The overrides' keys are held to it too.
+	name := "AMELIA_PROFILES__DEV__SANDBOX__DOCKER" + strings.Repeat("__A", deep)
+	got := problems(t, minimal, testEnv{name: "1"})
+	want := "environment variable " + name[:60] + "...: its keys are nested more than 100 levels deep, over the limit for config keys"
+	equal(t, "problems", got, []string{want})
+	name = "AMELIA_PROFILES__DEV__SANDBOX__DOCKER" + strings.Repeat("__A", maxConfigDepth-5)
+	if c := mustLoad(t, minimal, testEnv{name: "1"}); c.Profiles["dev"].Sandbox.ProviderSettings()["a"] == nil {
+		t.Errorf("the override at the limit did not load: %v", c.Profiles["dev"].Sandbox.Settings)
+	}
+}
