@@ -55,7 +55,13 @@ const (
 	DefaultGitUsername = "x-access-token"
 	// DefaultMaxRequestBytes is proxy.max_request_bytes: 10 MiB.
 	DefaultMaxRequestBytes = 10 << 20
+	// DefaultMaxTurns is max_turns: how many model calls a run's agent
+	// may make.
+	DefaultMaxTurns = 100
 )
+
+// MaxTurnsLimit is the largest max_turns (and amelia run --max-turns).
+const MaxTurnsLimit = 10000
 
 // Bounds of proxy.max_request_bytes.
 const (
@@ -121,12 +127,15 @@ func (c *Config) ProfileNames() []string {
 // Profile is one resolved profile: defaults filled, ${VAR}s expanded,
 // environment overrides applied.
 type Profile struct {
-	Name    string
-	Model   string
-	LLM     LLM
-	Git     Git
-	Proxy   Proxy
-	Sandbox Sandbox
+	Name  string
+	Model string
+	// MaxTurns bounds the model calls of a run's agent: from 1 to
+	// MaxTurnsLimit, DefaultMaxTurns unless set.
+	MaxTurns int
+	LLM      LLM
+	Git      Git
+	Proxy    Proxy
+	Sandbox  Sandbox
 
 	source    string                      // file it came from, "" for the built-in default
 	lookupEnv func(string) (string, bool) // for ShowYAML's "# set" comments; may be nil

@@ -1,12 +1,14 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -177,6 +179,46 @@ func (d *decoder) size(at path, v any, lo, hi int64) (int64, bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// count converts a non-nil value to a whole number from lo to hi: a
+// YAML integer, or a string (as environment variables always are)
+// holding one.
+func (d *decoder) count(at path, v any, lo, hi int) (int, bool) {
+	var n int64
+	var shown string
+	switch t := v.(type) {
+	case int:
+		n, shown = int64(t), strconv.Itoa(t)
+	case uint64: // too large for an int
+		n, shown = math.MaxInt64, fmt.Sprint(t)
+	case float64:
+		shown = fmt.Sprint(t)
+		if t != math.Trunc(t) {
+			d.problemf(at, "%s is not a whole number (from %d to %d)", shown, lo, hi)
+			return 0, false
+		}
+		n = int64(max(min(t, math.MaxInt32), math.MinInt32))
+	case string:
+		s, ok := d.str(at, v)
+		if !ok {
+			return 0, false
+		}
+		shown = s.quote()
+		var err error
+		if n, err = strconv.ParseInt(strings.TrimSpace(s.val), 10, 64); err != nil && !errors.Is(err, strconv.ErrRange) {
+			d.problemf(at, "%s is not a whole number (from %d to %d)", shown, lo, hi)
+			return 0, false
+		}
+	default:
+		d.problemf(at, "must be a whole number from %d to %d, got %s", lo, hi, typeName(v))
+		return 0, false
+	}
+	if n < int64(lo) || n > int64(hi) {
+		d.problemf(at, "%s is not from %d to %d", shown, lo, hi)
+		return 0, false
+	}
+	return int(n), true
 }
 
 // absPath checks that s is an absolute path, or one starting with "~/"
