@@ -55,7 +55,13 @@ const (
 	DefaultGitUsername = "x-access-token"
 	// DefaultMaxRequestBytes is proxy.max_request_bytes: 10 MiB.
 	DefaultMaxRequestBytes = 10 << 20
+	// DefaultMaxTurns is max_turns: how many model calls a run's agent
+	// may make.
+	DefaultMaxTurns = 100
 )
+
+// MaxTurnsLimit is the largest max_turns (and amelia run --max-turns).
+const MaxTurnsLimit = 10000
 
 // Bounds of proxy.max_request_bytes.
 const (
@@ -89,6 +95,8 @@ type Config struct {
 	Source         string
 	DefaultProfile string
 	Profiles       map[string]*Profile
+
+	hide *hiding
 }
 
 // Profile returns the named profile; "" means the default profile.
@@ -119,16 +127,20 @@ func (c *Config) ProfileNames() []string {
 // Profile is one resolved profile: defaults filled, ${VAR}s expanded,
 // environment overrides applied.
 type Profile struct {
-	Name    string
-	Model   string
-	LLM     LLM
-	Git     Git
-	Proxy   Proxy
-	Sandbox Sandbox
+	Name  string
+	Model string
+	// MaxTurns bounds the model calls of a run's agent: from 1 to
+	// MaxTurnsLimit, DefaultMaxTurns unless set.
+	MaxTurns int
+	LLM      LLM
+	Git      Git
+	Proxy    Proxy
+	Sandbox  Sandbox
 
 	source    string                      // file it came from, "" for the built-in default
 	lookupEnv func(string) (string, bool) // for ShowYAML's "# set" comments; may be nil
 	envKeys   map[string]string           // the overrides: lowercased key path → variable
+	hide      *hiding                     // the values from ${VAR}s and overrides, of the whole config
 }
 
 // ProblemAt is a problem found in the profile once it is loaded (by its
@@ -137,9 +149,11 @@ type Profile struct {
 // "sandbox.docker.resources.memory"; "" for the profile itself), and the
 // problem's Key is its path from the top of the file
 // ("profiles.dev.sandbox.network"); the message names the environment
-// variables that set the value, if any did.
+// variables that set the value, if any did. Wherever message holds a
+// value that came from a ${VAR} or an override, it is written as written
+// (see Redact).
 func (p *Profile) ProblemAt(key, message string) Problem {
-	message = p.Sandbox.unexpand(message)
+	message = p.Redact(message)
 	at := path{}.key("profiles").key(p.Name)
 	rel, ok := parsePath(key)
 	if !ok {
@@ -147,24 +161,6 @@ func (p *Profile) ProblemAt(key, message string) Problem {
 		return Problem{Key: at.String() + "." + key, Message: message}
 	}
 	return problemAt(append(at, rel...), message, p.envKeys)
-}
-
-// minUnexpand is the shortest value of a ${VAR} that unexpand puts back:
-// shorter ones are too likely to be parts of other words, and a secret is
-// longer.
-const minUnexpand = 8
-
-// unexpand writes the values ${VAR}s gave the settings back as they were
-// written, wherever msg quotes them: a provider says what is wrong with a
-// value by quoting it, and a value from a variable may be a secret (a key
-// put where a variable's name goes), which messages never show.
-func (s Sandbox) unexpand(msg string) string {
-	for _, x := range s.expanded {
-		if len(x.val) >= minUnexpand {
-			msg = strings.ReplaceAll(msg, x.val, x.raw)
-		}
-	}
-	return msg
 }
 
 // SettingsKey is the path, inside the profile, of the settings block of
@@ -269,11 +265,6 @@ type Sandbox struct {
 	// (after ${VAR} expansion). Blocks for providers other than Provider
 	// are kept so that overriding the provider keeps working.
 	Settings map[string]map[string]any
-
-	// expanded are the strings of Settings that ${VAR}s made, with what
-	// was written: a provider's message that quotes one shows it as
-	// written (ProblemAt).
-	expanded []sval
 }
 
 // ProviderSettings returns the settings block of the selected provider, or

@@ -1,11 +1,14 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,9 +26,9 @@ type decoder struct {
 	// expanded counts the bytes ${VAR}s have expanded to so far, held to
 	// maxConfigBytes like the file.
 	expanded int
-	// expansions are the strings of provider settings that ${VAR}s
-	// changed, as tree found them.
-	expansions []sval
+	// hidden are the values that came from ${VAR}s or overrides, by path
+	// (see sval.hidden).
+	hidden map[string]sval
 }
 
 // problemf records a problem at a path, naming the environment variables
@@ -44,12 +47,25 @@ func (d *decoder) problemf(at path, format string, args ...any) {
 func (d *decoder) failed(at path) bool { return d.bad[at.String()] }
 
 // problemAt is a problem at a path, naming the environment variables
-// that set the value (or something below it) when there are any.
+// that set the value (or something below it) when there are any and msg
+// does not name them already.
 func problemAt(at path, msg string, envKeys map[string]string) Problem {
-	if vars := envVarsFor(at, envKeys); len(vars) > 0 {
+	var vars []string
+	for _, v := range envVarsFor(at, envKeys) {
+		if !namesVar(msg, v) {
+			vars = append(vars, v)
+		}
+	}
+	if len(vars) > 0 {
 		msg += " (set by " + strings.Join(vars, ", ") + ")"
 	}
 	return Problem{Key: at.String(), Message: msg}
+}
+
+// namesVar reports whether msg names the environment variable name as a
+// whole word.
+func namesVar(msg, name string) bool {
+	return regexp.MustCompile(`\b` + regexp.QuoteMeta(name) + `\b`).MatchString(msg)
 }
 
 func envVarsFor(at path, envKeys map[string]string) []string {
@@ -69,24 +85,6 @@ func (d *decoder) fromEnv(at path) bool {
 	return ok
 }
 
-// sval is a string value after ${VAR} expansion, with what was written.
-type sval struct {
-	val, raw string
-}
-
-func (s sval) expanded() bool { return s.val != s.raw }
-
-// quote renders the value for a message as it was written. A value that
-// came from ${VAR}s is never shown expanded, in any message: a variable
-// may hold a secret (the wrong variable named, or a key put in the wrong
-// variable), and messages end up in terminals, logs and bug reports.
-func (s sval) quote() string {
-	if s.expanded() {
-		return fmt.Sprintf("%q (as expanded)", s.raw)
-	}
-	return fmt.Sprintf("%q", s.val)
-}
-
 // envName converts a non-nil value to the name of an environment variable
 // for the key named key (like example). What it expanded to is never
 // echoed: when it is not a name, it is probably the secret itself.
@@ -94,12 +92,12 @@ func (d *decoder) envName(at path, v any, key, example string) (string, bool) {
 	s, ok := d.str(at, v)
 	switch {
 	case !ok:
-	case looksLikeSecret(s.val) && s.expanded():
+	case looksLikeSecret(s.val) && s.hidden():
 		d.problemf(at, "%s looks like a secret, not a variable name: %s takes the variable's name (like %s), not its value", s.quote(), key, example)
 	case looksLikeSecret(s.val):
 		// Not echoed, even as written: it would end up in logs.
 		d.problemf(at, "this looks like a secret, not a variable name: %s takes the variable's name (like %s), not its value", key, example)
-	case !validEnvName(s.val) && s.expanded():
+	case !validEnvName(s.val) && s.hidden():
 		d.problemf(at, "%s is not a valid environment variable name: %s takes the variable's name (like %s), not its value", s.quote(), key, example)
 	case !validEnvName(s.val):
 		d.problemf(at, "%q is not a valid environment variable name (letters, digits and _, not starting with a digit)", s.val)
@@ -183,6 +181,46 @@ func (d *decoder) size(at path, v any, lo, hi int64) (int64, bool) {
 	return n, true
 }
 
+// count converts a non-nil value to a whole number from lo to hi: a
+// YAML integer, or a string (as environment variables always are)
+// holding one.
+func (d *decoder) count(at path, v any, lo, hi int) (int, bool) {
+	var n int64
+	var shown string
+	switch t := v.(type) {
+	case int:
+		n, shown = int64(t), strconv.Itoa(t)
+	case uint64: // too large for an int
+		n, shown = math.MaxInt64, fmt.Sprint(t)
+	case float64:
+		shown = fmt.Sprint(t)
+		if t != math.Trunc(t) {
+			d.problemf(at, "%s is not a whole number (from %d to %d)", shown, lo, hi)
+			return 0, false
+		}
+		n = int64(max(min(t, math.MaxInt32), math.MinInt32))
+	case string:
+		s, ok := d.str(at, v)
+		if !ok {
+			return 0, false
+		}
+		shown = s.quote()
+		var err error
+		if n, err = strconv.ParseInt(strings.TrimSpace(s.val), 10, 64); err != nil && !errors.Is(err, strconv.ErrRange) {
+			d.problemf(at, "%s is not a whole number (from %d to %d)", shown, lo, hi)
+			return 0, false
+		}
+	default:
+		d.problemf(at, "must be a whole number from %d to %d, got %s", lo, hi, typeName(v))
+		return 0, false
+	}
+	if n < int64(lo) || n > int64(hi) {
+		d.problemf(at, "%s is not from %d to %d", shown, lo, hi)
+		return 0, false
+	}
+	return int(n), true
+}
+
 // absPath checks that s is an absolute path, or one starting with "~/"
 // (expanded with the home directory), and returns it cleaned.
 func (d *decoder) absPath(at path, s sval) (string, bool) {
@@ -259,7 +297,20 @@ func (d *decoder) expand(at path, s string) (sval, bool) {
 			return sval{}, false
 		}
 	}
-	return sval{val: x.value, raw: s}, true
+	sv := sval{val: x.value, raw: s, env: d.envKeys[at.envKey()]}
+	if sv.hidden() {
+		d.hide(at, sv)
+	}
+	return sv, true
+}
+
+// hide records that the value at a path came from ${VAR}s or an
+// override.
+func (d *decoder) hide(at path, s sval) {
+	if d.hidden == nil {
+		d.hidden = map[string]sval{}
+	}
+	d.hidden[at.String()] = s
 }
 
 // strList converts a non-nil list of strings, expanding ${VAR}s in each
@@ -267,6 +318,7 @@ func (d *decoder) expand(at path, s string) (sval, bool) {
 // comma-separated list.
 func (d *decoder) strList(at path, v any, item func(at path, s sval) (string, bool)) ([]string, bool) {
 	if s, ok := v.(string); ok && d.fromEnv(at) {
+		d.hide(at, sval{val: s, raw: s, env: d.envKeys[at.envKey()]})
 		var items []any
 		for _, f := range strings.Split(s, ",") {
 			if f = strings.TrimSpace(f); f != "" {
@@ -313,9 +365,6 @@ func (d *decoder) tree(at path, v any) any {
 	switch t := v.(type) {
 	case string:
 		s, _ := d.expand(at, t)
-		if s.expanded() {
-			d.expansions = append(d.expansions, s)
-		}
 		return s.val
 	case map[string]any:
 		out := make(map[string]any, len(t))

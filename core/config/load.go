@@ -40,6 +40,14 @@ const (
 // being parsed into a tree many times its size.
 const maxConfigBytes = 1 << 20
 
+// maxConfigDepth bounds how deep maps and lists nest in config text, the
+// file's and the overrides' keys. The deepest key Amelia knows is 7
+// levels down (profiles.NAME.sandbox.docker.registry.auth.username), and
+// providers' settings are a few more; the YAML parser allows 10,000, and
+// a file nested thousands of levels deep, a few KiB, takes seconds to
+// turn into keys.
+const maxConfigDepth = 100
+
 // builtinConfig is used when there is no --config, no AMELIA_CONFIG and no
 // file at the default path.
 const builtinConfig = `
@@ -122,16 +130,23 @@ func Load(opts Options) (*Config, error) {
 	d := &decoder{lookup: lookup, home: opts.HomeDir, envKeys: envKeys}
 	var r root
 	decodeSection(d, nil, k.Raw(), rootSection(), &r)
+	hide := newHiding(d.hidden)
 	d.problems = append(ov.problems(), d.problems...)
 	if len(d.problems) > 0 {
+		// The problems quote hidden values as written already; this
+		// keeps it so for any message that forgot to.
+		for i := range d.problems {
+			d.problems[i].Message = hide.redact(d.problems[i].Message)
+		}
 		return nil, &ValidationError{File: source, Problems: d.problems}
 	}
 	for _, p := range r.profiles {
 		p.source = source
 		p.lookupEnv = lookup
 		p.envKeys = envKeys
+		p.hide = hide
 	}
-	return &Config{Source: source, DefaultProfile: r.defaultProfile, Profiles: r.profiles}, nil
+	return &Config{Source: source, DefaultProfile: r.defaultProfile, Profiles: r.profiles, hide: hide}, nil
 }
 
 // readConfig reads the config file name, refusing one over maxConfigBytes
@@ -253,6 +268,9 @@ type overrides struct {
 	seen map[string]string
 	// stray are the variables left out, by the profile they name.
 	stray map[string][]string
+	// deep are the variables left out whose keys nest deeper than
+	// maxConfigDepth.
+	deep []string
 }
 
 // transform maps one variable to a koanf key; every other variable is
@@ -268,6 +286,10 @@ func (o *overrides) transform(k, v string) (string, any) {
 			if p == "" {
 				return "", nil
 			}
+		}
+		if len(parts) > maxConfigDepth {
+			o.deep = append(o.deep, k)
+			return "", nil
 		}
 		if o.profiles != nil && !o.profiles[parts[1]] {
 			if v != "" { // unsetting a key of no profile changes nothing
@@ -290,9 +312,16 @@ func (o *overrides) transform(k, v string) (string, any) {
 }
 
 // problems are the overrides of profiles the config does not have, one
-// per profile, naming the variables.
+// per profile, naming the variables, and those nested too deep.
 func (o *overrides) problems() []Problem {
 	var out []Problem
+	slices.Sort(o.deep)
+	for _, name := range o.deep {
+		if len(name) > 60 {
+			name = name[:60] + "..."
+		}
+		out = append(out, Problem{Message: fmt.Sprintf("environment variable %s: its keys are nested more than %d levels deep, over the limit for config keys", name, maxConfigDepth)})
+	}
 	have := sortedKeys(o.profiles)
 	for _, name := range sortedKeys(o.stray) {
 		vars := o.stray[name]
@@ -355,6 +384,9 @@ type yamlParser struct{}
 func (yamlParser) Unmarshal(b []byte) (map[string]any, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
+		if strings.Contains(err.Error(), "exceeded max depth") {
+			return nil, &parseError{msg: tooDeep}
+		}
 		return nil, yamlError(locateMistake(b, err))
 	}
 	if len(doc.Content) == 0 {
@@ -363,11 +395,69 @@ func (yamlParser) Unmarshal(b []byte) (map[string]any, error) {
 	if top := doc.Content[0]; top.Kind != yaml.MappingNode {
 		return nil, &parseError{msg: fmt.Sprintf("invalid config: line %d: the top level must be a map (default_profile, profiles), got %s", top.Line, nodeKind(top))}
 	}
+	// Before the document becomes maps and keys, which takes seconds for
+	// one nested thousands of levels deep.
+	if line := nestedTooDeep(doc.Content[0], 1, map[*yaml.Node]int{}); line != 0 {
+		return nil, &parseError{msg: fmt.Sprintf("line %d: %s", line, tooDeep)}
+	}
 	m, err := kyaml.Parser().Unmarshal(b)
 	if err != nil {
 		return nil, yamlError(err)
 	}
 	return m, nil
+}
+
+// tooDeep says that config text nests deeper than maxConfigDepth.
+var tooDeep = fmt.Sprintf("maps and lists nested more than %d levels deep, over the limit for a config file (is it the right file?)", maxConfigDepth)
+
+// nestedTooDeep returns the line of the first map or list under n, n at
+// nesting level, that is deeper than maxConfigDepth, or 0 if there is
+// none. An alias is as deep as what it stands for: height holds the
+// heights of anchored nodes, -1 while one is measured.
+func nestedTooDeep(n *yaml.Node, level int, height map[*yaml.Node]int) int {
+	switch n.Kind {
+	case yaml.AliasNode:
+		if level+aliasHeight(n.Alias, height) > maxConfigDepth+1 {
+			return n.Line
+		}
+	case yaml.MappingNode, yaml.SequenceNode:
+		if level > maxConfigDepth {
+			return n.Line
+		}
+		for _, c := range n.Content {
+			if line := nestedTooDeep(c, level+1, height); line != 0 {
+				return line
+			}
+		}
+	}
+	return 0
+}
+
+// aliasHeight is how many levels of maps and lists n is, counting n
+// itself; more than maxConfigDepth for one that holds itself.
+func aliasHeight(n *yaml.Node, height map[*yaml.Node]int) int {
+	switch h, ok := height[n]; {
+	case ok && h < 0:
+		return maxConfigDepth + 1
+	case ok:
+		return h
+	}
+	height[n] = -1
+	h := 0
+	switch n.Kind {
+	case yaml.AliasNode:
+		h = aliasHeight(n.Alias, height)
+	case yaml.MappingNode, yaml.SequenceNode:
+		for _, c := range n.Content {
+			h = max(h, aliasHeight(c, height))
+			if h > maxConfigDepth {
+				break
+			}
+		}
+		h++
+	}
+	height[n] = h
+	return h
 }
 
 // yamlError turns a YAML error into one line starting with the line number.

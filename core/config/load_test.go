@@ -153,9 +153,10 @@ func TestBuiltinDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	local := &Profile{
-		Name:  "local",
-		Model: "gpt-4.1-mini",
-		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+		Name:     "local",
+		Model:    "gpt-4.1-mini",
+		MaxTurns: DefaultMaxTurns,
+		LLM:      LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 		Sandbox: Sandbox{
 			Provider: "local",
 			Network:  sdk.NetworkOpen,
@@ -177,7 +178,7 @@ func TestBuiltinDefault(t *testing.T) {
 	// And problems they cause name the built-in default.
 	env = testEnv{"AMELIA_PROFILES__LOCAL__SANDBOX__NETWORK": "nope"}
 	_, err = Load(env.options("", t.TempDir()))
-	equal(t, "error", errString(err), `built-in default config: profiles.local.sandbox.network: "nope" is not one of open, allowlist, none (set by AMELIA_PROFILES__LOCAL__SANDBOX__NETWORK)`)
+	equal(t, "error", errString(err), `built-in default config: profiles.local.sandbox.network: the value from AMELIA_PROFILES__LOCAL__SANDBOX__NETWORK is not one of open, allowlist, none`)
 }
 
 func errString(err error) string {
@@ -196,37 +197,37 @@ func TestDefaultsFilled(t *testing.T) {
 		{
 			name:    "only the provider",
 			profile: `{sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+			want: Profile{Model: DefaultModel, MaxTurns: DefaultMaxTurns, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "docker", Network: sdk.NetworkOpen}},
 		},
 		{
 			name:    "api_key set: no default api_key_env",
 			profile: `{llm: {api_key: sk-1}, sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKey: "sk-1"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+			want: Profile{Model: DefaultModel, MaxTurns: DefaultMaxTurns, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKey: "sk-1"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "docker", Network: sdk.NetworkOpen}},
 		},
 		{
 			name:    "base_url set: the key variable still defaults",
 			profile: `{llm: {base_url: "http://localhost:11434/v1"}, sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: "http://localhost:11434/v1", APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+			want: Profile{Model: DefaultModel, MaxTurns: DefaultMaxTurns, LLM: LLM{Upstream: Upstream{BaseURL: "http://localhost:11434/v1", APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "docker", Network: sdk.NetworkOpen}},
 		},
 		{
 			name:    "null values count as absent",
 			profile: `{model: null, llm: null, sandbox: {provider: docker, network: null}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+			want: Profile{Model: DefaultModel, MaxTurns: DefaultMaxTurns, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "docker", Network: sdk.NetworkOpen}},
 		},
 		{
 			name:    "provider none is local",
 			profile: `{sandbox: {provider: none}}`,
-			want: Profile{Model: DefaultModel, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+			want: Profile{Model: DefaultModel, MaxTurns: DefaultMaxTurns, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "local", Network: sdk.NetworkOpen}},
 		},
 		{
 			name:    "everything set",
-			profile: `{model: o3, llm: {base_url: "https://llm.example/v1", api_key_env: K}, sandbox: {provider: ssh, network: allowlist, allowed_hosts: [Example.COM]}}`,
-			want: Profile{Model: "o3", LLM: LLM{Upstream: Upstream{BaseURL: "https://llm.example/v1", APIKeyEnv: "K"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+			profile: `{model: o3, max_turns: 7, llm: {base_url: "https://llm.example/v1", api_key_env: K}, sandbox: {provider: ssh, network: allowlist, allowed_hosts: [Example.COM]}}`,
+			want: Profile{Model: "o3", MaxTurns: 7, LLM: LLM{Upstream: Upstream{BaseURL: "https://llm.example/v1", APIKeyEnv: "K"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "ssh", Network: sdk.NetworkAllowlist, AllowedHosts: []string{"example.com"}}},
 		},
 	}
@@ -617,12 +618,12 @@ func TestEnvOverrideProblemsNameTheVariable(t *testing.T) {
 	}
 	got := problems(t, minimal, env)
 	equal(t, "problems", got, []string{
-		`profiles.dev.llm.timeout: "soon" is not a duration (like 90s, 10m) (set by AMELIA_PROFILES__DEV__LLM__TIMEOUT)`,
-		`profiles.dev.proxy.max_request_bytes: "10 furlongs" is not a size (an integer of bytes, or like 512KiB, 10MiB) (set by AMELIA_PROFILES__DEV__PROXY__MAX_REQUEST_BYTES)`,
-		`profiles.dev.sandbox.network: "opn" is not one of open, allowlist, none (set by AMELIA_PROFILES__DEV__SANDBOX__NETWORK)`,
-		`profiles.dev.sandbox.allowed_hosts[1]: "bad host" is not a hostname, *.wildcard or IP address (no scheme, port or path) (set by AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS)`,
-		`profiles.dev.modle: unknown key, did you mean model? (known: model, llm, git, proxy, sandbox) (set by AMELIA_PROFILES__DEV__MODLE)`,
-		`default_profile: "nope" is not a profile (profiles: dev) (set by AMELIA_DEFAULT_PROFILE)`,
+		`profiles.dev.llm.timeout: the value from AMELIA_PROFILES__DEV__LLM__TIMEOUT is not a duration (like 90s, 10m)`,
+		`profiles.dev.proxy.max_request_bytes: the value from AMELIA_PROFILES__DEV__PROXY__MAX_REQUEST_BYTES is not a size (an integer of bytes, or like 512KiB, 10MiB)`,
+		`profiles.dev.sandbox.network: the value from AMELIA_PROFILES__DEV__SANDBOX__NETWORK is not one of open, allowlist, none`,
+		`profiles.dev.sandbox.allowed_hosts[1]: the value from AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
+		`profiles.dev.modle: unknown key, did you mean model? (known: model, max_turns, llm, git, proxy, sandbox) (set by AMELIA_PROFILES__DEV__MODLE)`,
+		`default_profile: the value from AMELIA_DEFAULT_PROFILE is not a profile (profiles: dev)`,
 	})
 }
 
@@ -940,9 +941,10 @@ profiles:
 	}
 	got := withoutEnv(*p)
 	equal(t, "profile", got, Profile{
-		Name:  "dev",
-		Model: "gpt-4.1-mini",
-		LLM:   LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+		Name:     "dev",
+		Model:    "gpt-4.1-mini",
+		MaxTurns: DefaultMaxTurns,
+		LLM:      LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 		Sandbox: Sandbox{
 			Provider:     "docker",
 			Network:      sdk.NetworkOpen,
@@ -978,7 +980,8 @@ profiles:
 		key, msg string
 		want     string
 	}{
-		{dev, "sandbox.docker.resources.memory", `"4x" is not a size`, `profiles.dev.sandbox.docker.resources.memory: "4x" is not a size (set by AMELIA_PROFILES__DEV__SANDBOX__DOCKER__RESOURCES__MEMORY)`},
+		{dev, "sandbox.docker.resources.memory", `"4x" is not a size`, `profiles.dev.sandbox.docker.resources.memory: "${AMELIA_PROFILES__DEV__SANDBOX__DOCKER__RESOURCES__MEMORY}" is not a size`},
+		{dev, "sandbox.docker.resources.memory", `not a size`, `profiles.dev.sandbox.docker.resources.memory: not a size (set by AMELIA_PROFILES__DEV__SANDBOX__DOCKER__RESOURCES__MEMORY)`},
 		{dev, "sandbox.docker", "bad block", `profiles.dev.sandbox.docker: bad block (set by AMELIA_PROFILES__DEV__SANDBOX__DOCKER__RESOURCES__MEMORY)`},
 		{dev, `sandbox.docker.labels."com.example.team"`, "no", `profiles.dev.sandbox.docker.labels."com.example.team": no`},
 		{dev, "sandbox.docker.mounts[2].path", "no", `profiles.dev.sandbox.docker.mounts[2].path: no`},
@@ -1007,14 +1010,15 @@ profiles:
 	got := p.ProblemAt("sandbox.daytona.api_key_env", `"dtn_0123456789abcdefXYZ" is not an environment variable name`).String()
 	want := `profiles.dev.sandbox.daytona.api_key_env: "${DAYTONA_KEY}" is not an environment variable name`
 	equal(t, "problem", got, want)
-	// A short value is too likely part of other words to be replaced.
+	// A short value is replaced where it is quoted; elsewhere it is too
+	// likely part of other words.
 	got = p.ProblemAt("sandbox.daytona.target", `"eu" is not a region: try eu-west`).String()
-	equal(t, "short value", got, `profiles.dev.sandbox.daytona.target: "eu" is not a region: try eu-west`)
+	equal(t, "short value", got, `profiles.dev.sandbox.daytona.target: "${REGION}" is not a region: try eu-west`)
 }
 
 // withoutEnv is p without what it keeps of the environment, for comparing
 // with a Profile written out: functions never compare equal.
 func withoutEnv(p Profile) Profile {
-	p.lookupEnv, p.envKeys = nil, nil
+	p.lookupEnv, p.envKeys, p.hide = nil, nil, nil
 	return p
 }

@@ -106,6 +106,17 @@ func profileSection() section[Profile] {
 				show: func(_ *shower, _ path, p *Profile) any { return p.Model },
 			},
 			{
+				key: "max_turns",
+				decode: func(d *decoder, at path, v any, p *Profile) {
+					if v == nil {
+						p.MaxTurns = DefaultMaxTurns
+						return
+					}
+					p.MaxTurns, _ = d.count(at, v, 1, MaxTurnsLimit)
+				},
+				show: func(_ *shower, _ path, p *Profile) any { return p.MaxTurns },
+			},
+			{
 				key: "llm",
 				decode: func(d *decoder, at path, v any, p *Profile) {
 					decodeSection(d, at, v, llmSection(), &p.LLM)
@@ -516,9 +527,7 @@ func sandboxSection() section[Sandbox] {
 			if sb.Settings == nil {
 				sb.Settings = map[string]map[string]any{}
 			}
-			n := len(d.expansions)
 			block, _ := d.tree(at, v).(map[string]any)
-			sb.expanded = append(sb.expanded, d.expansions[n:]...)
 			if block == nil {
 				block = map[string]any{}
 			}

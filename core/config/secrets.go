@@ -1,6 +1,9 @@
 package config
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // The keys and tokens a run needs are resolved by the host when the run
 // starts, from the host's environment: never earlier (a profile can be
@@ -38,8 +41,18 @@ func (p *Profile) GitToken(lookupEnv func(string) (string, bool)) (string, error
 }
 
 // secret resolves a secret written literally under key, or held by the
-// variable envName names under key+"_env" (which wins when set).
+// variable envName names under key+"_env" (which wins when set). A name
+// that came from a ${VAR} is written as written in its errors, as every
+// such value is (see Redact).
 func (p *Profile) secret(lookupEnv func(string) (string, bool), key, envName, literal, fix string) (string, error) {
+	v, err := p.resolve(lookupEnv, key, envName, literal, fix)
+	if err != nil {
+		return "", errors.New(p.Redact(err.Error()))
+	}
+	return v, nil
+}
+
+func (p *Profile) resolve(lookupEnv func(string) (string, bool), key, envName, literal, fix string) (string, error) {
 	if envName == "" {
 		if hasLineBreak(literal) {
 			return "", fmt.Errorf("profile %s: %s: contains a line break or NUL, which cannot be sent", p.Name, key)

@@ -19,10 +19,11 @@ const masked = "********"
 // the provider settings blocks sorted by name, their keys sorted). Secrets
 // are masked by key name at any depth (see isSecretKey), passwords in URLs
 // too, and every api_key_env and git.token_env carries a comment saying
-// whether the variable is set, never its value.
+// whether the variable is set, never its value. A value that came from a
+// ${VAR} or an override is shown as written (see Redact), never expanded.
 func (p *Profile) ShowYAML() ([]byte, error) {
-	s := &shower{lookup: p.lookupEnv}
-	top := showSection(s, nil, profileSection(), p)
+	s := &shower{lookup: p.lookupEnv, hide: p.hide}
+	top := showSection(s, path{}.key("profiles").key(p.Name), profileSection(), p)
 	src := p.source
 	if src == "" {
 		src = "built-in default"
@@ -45,6 +46,7 @@ func (p *Profile) ShowYAML() ([]byte, error) {
 // shower builds the YAML nodes of ShowYAML.
 type shower struct {
 	lookup func(string) (string, bool) // nil: say nothing about variables
+	hide   *hiding                     // nil: nothing is hidden
 }
 
 // showSection renders a section's fields in schema order, then its extras.
@@ -55,22 +57,30 @@ func showSection[T any](s *shower, at path, sec section[T], src *T) *yaml.Node {
 			continue
 		}
 		if v := f.show(s, at.key(f.key), src); v != nil {
-			m.Content = append(m.Content, strNode(f.key), s.value(f.key, v))
+			m.Content = append(m.Content, strNode(f.key), s.value(at.key(f.key), f.key, v))
 		}
 	}
 	if sec.showExtra != nil {
 		for _, kv := range sec.showExtra(s, at, src) {
-			m.Content = append(m.Content, strNode(kv.key), s.value(kv.key, kv.val))
+			m.Content = append(m.Content, strNode(kv.key), s.value(at.key(kv.key), kv.key, kv.val))
 		}
 	}
 	return m
 }
 
-// value renders the value stored under key, masking it if the key names a
-// secret.
-func (s *shower) value(key string, v any) *yaml.Node {
+// value renders the value stored under key, at a path, masking it if the
+// key names a secret, and showing it as written if it is hidden (came
+// from a ${VAR} or an override).
+func (s *shower) value(at path, key string, v any) *yaml.Node {
 	if isSecretKey(key) && !isEmptyValue(v) {
 		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: masked, Style: yaml.DoubleQuotedStyle}
+	}
+	if h, ok := s.hide.value(at); ok {
+		n := strNode(redactURL(h.written()))
+		if c, ok := v.(*yaml.Node); ok {
+			n.LineComment = c.LineComment // what it says of the value's variable, or of its default
+		}
+		return n
 	}
 	switch t := v.(type) {
 	case *yaml.Node:
@@ -79,22 +89,22 @@ func (s *shower) value(key string, v any) *yaml.Node {
 		return strNode(redactURL(t))
 	case []string:
 		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-		for _, it := range t {
-			n.Content = append(n.Content, strNode(redactURL(it)))
+		for i, it := range t {
+			n.Content = append(n.Content, s.value(at.index(i), "", it))
 		}
 		return n
 	case []any:
 		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-		for _, it := range t {
+		for i, it := range t {
 			// Items of a list inherit nothing: the list's own key was
 			// checked above.
-			n.Content = append(n.Content, s.value("", it))
+			n.Content = append(n.Content, s.value(at.index(i), "", it))
 		}
 		return n
 	case map[string]any:
 		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 		for _, k := range sortedKeys(t) {
-			n.Content = append(n.Content, strNode(k), s.value(k, t[k]))
+			n.Content = append(n.Content, strNode(k), s.value(at.key(k), k, t[k]))
 		}
 		return n
 	}

@@ -224,3 +224,41 @@ profiles:
 	_, err = builtin.Profile("dev")
 	equal(t, "unknown profile error", errString(err), `profile "dev" not found in built-in default config (available: local)`)
 }
+
+// A value that came from a ${VAR} or an override is shown as written,
+// with what ShowYAML says of it otherwise (whether a key's variable is
+// set); its neighbours as they are.
+func TestShowYAMLShowsHiddenValuesAsWritten(t *testing.T) {
+	c := mustLoad(t, profileWith(`model: ${MODEL:-gpt-4.1}
+llm: {api_key_env: "${WHICH}"}
+sandbox:
+  provider: docker
+  allowed_hosts: [github.com, "${HOST}"]
+  docker: {image: "registry.test/${IMAGE}", cpus: 2}
+`), testEnv{
+		"MODEL": "sk-model-SECRET", "WHICH": "MY_KEY", "MY_KEY": "k", "HOST": "secret.example", "IMAGE": "img-SECRET",
+		"AMELIA_PROFILES__DEV__SANDBOX__NETWORK":         "allowlist",
+		"AMELIA_PROFILES__DEV__SANDBOX__PLUGIN_ENV":      "A,B",
+		"AMELIA_PROFILES__DEV__PROXY__MAX_REQUEST_BYTES": "1MiB",
+	})
+	out, err := mustProfile(t, c, "dev").ShowYAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"\nmodel: ${MODEL:-gpt-4.1}\n",
+		"\n  api_key_env: ${WHICH} # set\n",
+		"\n  max_request_bytes: ${AMELIA_PROFILES__DEV__PROXY__MAX_REQUEST_BYTES}\n",
+		"\n  network: ${AMELIA_PROFILES__DEV__SANDBOX__NETWORK}\n",
+		"\n    - github.com\n    - ${HOST}\n",
+		"\n  plugin_env: ${AMELIA_PROFILES__DEV__SANDBOX__PLUGIN_ENV}\n",
+		"\n    cpus: 2\n    image: registry.test/${IMAGE}\n",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("ShowYAML lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "SECRET") || strings.Contains(string(out), "secret.example") {
+		t.Errorf("ShowYAML shows a value from a variable:\n%s", out)
+	}
+}

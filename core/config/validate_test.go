@@ -79,6 +79,24 @@ func TestValidationRules(t *testing.T) {
 			content: profileWith("model: 4.1\n" + sandbox),
 			want:    []string{`profiles.dev.model: must be a string, got a number`},
 		},
+		// max_turns.
+		{
+			name:    "max_turns zero, too many, a fraction, not a number",
+			content: "default_profile: a\nprofiles:\n  a: {max_turns: 0, sandbox: {provider: docker}}\n  b: {max_turns: 10001, sandbox: {provider: docker}}\n  c: {max_turns: 2.5, sandbox: {provider: docker}}\n  d: {max_turns: many, sandbox: {provider: docker}}\n  e: {max_turns: [1], sandbox: {provider: docker}}\n",
+			want: []string{
+				`profiles.a.max_turns: 0 is not from 1 to 10000`,
+				`profiles.b.max_turns: 10001 is not from 1 to 10000`,
+				`profiles.c.max_turns: 2.5 is not a whole number (from 1 to 10000)`,
+				`profiles.d.max_turns: "many" is not a whole number (from 1 to 10000)`,
+				`profiles.e.max_turns: must be a whole number from 1 to 10000, got a list`,
+			},
+		},
+		{
+			name:    "max_turns from a variable",
+			content: profileWith("max_turns: '${TURNS}'\n" + sandbox),
+			env:     testEnv{"TURNS": "99999999999999999999"},
+			want:    []string{`profiles.dev.max_turns: "${TURNS}" (as expanded) is not from 1 to 10000`},
+		},
 		// llm.
 		{
 			name:    "base_url without scheme",
@@ -533,8 +551,8 @@ func TestValidationRules(t *testing.T) {
 			name:    "unknown profile key",
 			content: profileWith("sandbx: {provider: docker}\n" + sandbox + "image: x\n"),
 			want: []string{
-				`profiles.dev.image: unknown key (known: model, llm, git, proxy, sandbox)`,
-				`profiles.dev.sandbx: unknown key, did you mean sandbox? (known: model, llm, git, proxy, sandbox)`,
+				`profiles.dev.image: unknown key (known: model, max_turns, llm, git, proxy, sandbox)`,
+				`profiles.dev.sandbx: unknown key, did you mean sandbox? (known: model, max_turns, llm, git, proxy, sandbox)`,
 			},
 		},
 		{
@@ -613,7 +631,7 @@ profiles:
 	want := []string{
 		`profiles.Bad: invalid profile name: profile names become sandbox names, so use lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters`,
 		`profiles.Bad.sandbox.provider: required: where the profile runs (local, docker, ssh, daytona, or an installed plugin's name)`,
-		`profiles.Bad.sandbx: unknown key, did you mean sandbox? (known: model, llm, git, proxy, sandbox)`,
+		`profiles.Bad.sandbx: unknown key, did you mean sandbox? (known: model, max_turns, llm, git, proxy, sandbox)`,
 		`profiles.dev.model: must not be empty`,
 		`profiles.dev.llm.base_url: "ftp://x" is not an absolute http(s) URL`,
 		`profiles.dev.llm: api_key and api_key_env are both set; use one`,

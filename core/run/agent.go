@@ -1,6 +1,7 @@
 package run
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,6 +55,7 @@ func (r *runner) startAgent(ctx context.Context, ws *workspace.Workspace, d *dri
 	}
 	det, err := d.StartAgentic(ctx, driver.AgenticRequest{
 		Workflow: a.src.workflow, Prompt: r.req.Prompt, Cwd: a.worktree, Model: r.model(),
+		MaxTurns: cmp.Or(r.req.MaxTurns, r.req.Profile.MaxTurns),
 	}, ws.RunDir(a.runID), opts)
 	if errors.Is(err, driver.ErrRunBusy) {
 		return fmt.Errorf("%w: another run took the sandbox while this one prepared; nothing ran, try again", err)

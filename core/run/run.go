@@ -56,8 +56,11 @@ type Request struct {
 	// Workflow is the workflow id; "" makes one from the prompt.
 	Workflow string
 	// Model is the model; "" is the profile's.
-	Model  string
-	Prompt string
+	Model string
+	// MaxTurns bounds the agent's model calls; 0 is the profile's
+	// max_turns.
+	MaxTurns int
+	Prompt   string
 	// Push pushes the result branch of a URL repository to its origin.
 	Push bool
 	// KeepWorktree leaves the worktree in the sandbox after the run.

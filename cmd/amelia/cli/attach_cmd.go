@@ -81,7 +81,7 @@ bring its work back.`,
 				return fmt.Errorf("the run of %s kept no log in its sandbox", rec.Workflow)
 			}
 			return a.withRecordedRun(cmd.Context(), rec, func(rs recordedSandbox) error {
-				view := runview.New(cmd.OutOrStdout(), asJSON)
+				view := runview.New(a.stdout, asJSON) // the worker's messages, as they are
 				err := showLog(cmd.Context(), rs.driver, rec, follow, view)
 				return errors.Join(err, view.Close())
 			})

@@ -46,8 +46,12 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer, builtins []pluginhost.Bui
 
 // app is one invocation: its streams, environment and global flags.
 type app struct {
-	stdin          io.Reader
+	stdin io.Reader
+	// stdout and stderr are the process's; commands write through mask
+	// (cmd.OutOrStdout, cmd.ErrOrStderr) unless what they write is not
+	// amelia's own words.
 	stdout, stderr io.Writer
+	mask           masker
 	lookup         func(string) (string, bool)
 	environ        []string
 	home           string
@@ -75,8 +79,9 @@ func (a *app) run(ctx context.Context, args []string) int {
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetIn(a.stdin)
-	root.SetOut(a.stdout)
-	root.SetErr(a.stderr)
+	stderr := a.mask.Writer(a.stderr)
+	root.SetOut(a.mask.Writer(a.stdout))
+	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
@@ -85,14 +90,14 @@ func (a *app) run(ctx context.Context, args []string) int {
 		return ee.code
 	}
 	msg := oneLine(err.Error())
-	fmt.Fprintf(a.stderr, "amelia: %s\n", msg)
+	fmt.Fprintf(stderr, "amelia: %s\n", msg)
 	if a.debug {
 		if full := strings.TrimSpace(err.Error()); full != msg {
-			fmt.Fprintf(a.stderr, "%s\n", full)
+			fmt.Fprintf(stderr, "%s\n", full)
 		}
 		if ve := (*config.ValidationError)(nil); errors.As(err, &ve) {
 			for _, p := range ve.Problems {
-				fmt.Fprintf(a.stderr, "  %s: %s\n", ve.File, p)
+				fmt.Fprintf(stderr, "  %s: %s\n", ve.File, p)
 			}
 		}
 	}
@@ -119,7 +124,7 @@ streams what it does back to you. Sandbox providers are plugins.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
-			a.logger = newLogger(a.stderr, a.debug)
+			a.logger = newLogger(cmd.ErrOrStderr(), a.debug)
 		},
 	})
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -202,13 +207,20 @@ func (a *app) stateDir() string {
 	return filepath.Join(a.home, ".local", "state")
 }
 
+// loadConfig loads the config; from then on, what amelia prints shows
+// none of the values it got from ${VAR}s and overrides (see masker).
 func (a *app) loadConfig() (*config.Config, error) {
-	return config.Load(config.Options{
+	c, err := config.Load(config.Options{
 		Path:      a.configPath,
 		LookupEnv: a.lookup,
 		Environ:   a.environ,
 		HomeDir:   a.home,
 	})
+	if err != nil {
+		return nil, err
+	}
+	a.mask.use(c)
+	return c, nil
 }
 
 // loadProfile loads the config and picks --profile or the default.

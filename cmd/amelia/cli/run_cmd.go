@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/run"
 	"github.com/amelia-sandbox/amelia/core/runview"
@@ -49,6 +50,9 @@ up and exits 130.`,
 				return usageError{err}
 			}
 			req.Prompt = prompt
+			if cmd.Flags().Changed("max-turns") && (req.MaxTurns < 1 || req.MaxTurns > config.MaxTurnsLimit) {
+				return usageError{fmt.Errorf("--max-turns %d: give a number of model calls from 1 to %d", req.MaxTurns, config.MaxTurnsLimit)}
+			}
 			p, err := a.loadProfile()
 			if err != nil {
 				return err
@@ -81,6 +85,7 @@ up and exits 130.`,
 	f.StringVar(&req.Base, "base", "", "branch to start from (default: the checked-out branch, or the URL's default branch)")
 	f.StringVar(&req.Workflow, "workflow", "", "workflow id; the result branch is amelia/<id> (default: made from the prompt, e.g. fix-login-3f9a)")
 	f.StringVar(&req.Model, "model", "", "model, as the upstream names it (default: the profile's); "+ScriptedPrefix+"echo or "+ScriptedPrefix+"FILE plays a scripted model on this machine, without a key")
+	f.IntVar(&req.MaxTurns, "max-turns", 0, fmt.Sprintf("most model calls the agent may make (default: the profile's max_turns, %d unless set)", config.DefaultMaxTurns))
 	f.StringVar(&promptFile, "prompt-file", "", "file holding the task (- for stdin)")
 	f.BoolVar(&asJSON, "json", false, "one JSON line per event, for programs")
 	f.BoolVar(&req.Push, "push", false, "push the result branch to the origin of a URL repository")
@@ -117,16 +122,18 @@ func (a *app) workers() *driver.Installer {
 // above its live area instead of into its spinner line.
 func (a *app) showRun(cmd *cobra.Command, asJSON bool, fn func(runview.View) (run.Result, error)) error {
 	stderr := cmd.ErrOrStderr()
-	view := runview.New(cmd.OutOrStdout(), asJSON)
+	// The view writes the worker's messages as they are, and needs the
+	// terminal itself; the host's own errors in it are masked.
+	view := runview.New(a.stdout, asJSON)
 	live, isLive := view.(runview.Live)
 	var out *logOutput
 	if isLive {
-		out = &logOutput{w: stderr, live: live}
+		out = &logOutput{w: a.stderr, live: live}
 		logger := a.logger
-		a.logger = newLogger(out, a.debug)
+		a.logger = newLogger(a.mask.Writer(out), a.debug)
 		defer func() { a.logger = logger }()
 	}
-	res, err := fn(view)
+	res, err := fn(a.mask.View(view))
 	if out != nil {
 		out.detach() // what is logged from now on goes to stderr
 	}

@@ -212,7 +212,7 @@ command's exit code (128+N when a signal N killed it, 130 on Ctrl-C).`,
 				envMap[k] = v
 			}
 			req := sdk.ExecRequest{Argv: args, Env: envMap, Dir: workdir, User: user, Timeout: timeout, CancelGrace: grace}
-			eio := sdk.ExecIO{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
+			eio := sdk.ExecIO{Stdout: a.stdout, Stderr: a.stderr} // the command's output, as it is
 			if stdin {
 				eio.Stdin = cmd.InOrStdin()
 			}

@@ -104,7 +104,7 @@ func (a *Agentic) loop(ctx context.Context, prompt string, usage *tally) (string
 			return "", errInterrupted
 		}
 	}
-	return "", fmt.Errorf("stopped after %d turns without a final answer: raise --max-turns or narrow the task", maxTurns)
+	return "", fmt.Errorf("stopped after %d turns without a final answer: raise the limit (amelia run --max-turns N, or the profile's max_turns) or narrow the task", maxTurns)
 }
 
 // callTool runs one tool call and writes it and its result. A tool's
