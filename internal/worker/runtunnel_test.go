@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -14,63 +13,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/yamux"
-
 	"github.com/amelia-sandbox/amelia/core/tunnel/sandboxend"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/netpipe"
 )
 
-// carrier is a host end of a detached run's tunnel: `amelia-worker tunnel
-// --run DIR` with an in-process yamux peer on its stdio that pipes every
-// stream to target, as the host's tunnel pipes them to the proxy.
-type carrier struct {
-	cmd     *exec.Cmd
-	session *yamux.Session
-	hello   sandboxend.Hello
-}
-
-func attachCarrier(t *testing.T, dir, target string) *carrier {
+// attachCarrier is a host end of a detached run's tunnel: `amelia-worker
+// tunnel --run DIR`, its yamux peer piping every stream to target, as the
+// host's tunnel pipes them to the proxy.
+func attachCarrier(t *testing.T, dir, target string) *tunnelPeer {
 	t.Helper()
-	cmd := exec.Command(workerBin, "tunnel", "--run", dir)
-	cmd.Env = []string{"GORACE=atexit_sleep_ms=0"}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	session, err := yamux.Server(pipeConn{stdout, stdin}, sandboxend.SessionConfig(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	control, err := session.Accept()
-	if err != nil {
-		t.Fatalf("no hello from tunnel --run: %v; stderr: %s", err, stderr.String())
-	}
-	hello, err := sandboxend.ReadHello(control)
-	if err != nil {
-		t.Fatal(err)
-	}
-	control.Close()
+	p := startTunnelPeer(t, "tunnel", "--run", dir)
 	go func() {
 		for {
-			s, err := session.AcceptStream()
+			s, err := p.session.AcceptStream()
 			if err != nil {
 				return
 			}
 			go netpipe.Forward(context.Background(), s, target)
 		}
 	}()
-	return &carrier{cmd: cmd, session: session, hello: hello}
+	return p
 }
 
 // The sandbox end of a detached run's tunnel is its supervisor's: when
