@@ -127,6 +127,7 @@ func (h *holder) carry(ctx context.Context, c net.Conn) {
 		h.log.Info("tunnel carrier lost; waiting for the host to attach another")
 	}
 	h.mu.Unlock()
+	s.Close() // when Hold ended first
 }
 
 // replace makes s the carrier's session (nil: none), closing the one
