@@ -65,9 +65,12 @@ func TestRunTunnelOutlivesItsCarrier(t *testing.T) {
 
 	first := attachCarrier(t, dir, target)
 	addr := first.hello.Listen
-	// The agent's first call went through the first carrier: it waits at
-	// the FIFO now, its next call to come.
-	waitFor(t, "the agent's first call", func() bool { return len(srv.Requests()) == 1 })
+	// The agent's first call went through the first carrier, answered:
+	// it runs its tool, which waits at the FIFO, its next call to come.
+	waitFor(t, "the agent's tool call", func() bool {
+		lines, _ := follow(t, dir, "--no-wait")
+		return len(lines) > 0 && strings.Contains(lines[0], `"type":"tool_call"`)
+	})
 	if got := srv.Requests()[0].Header.Get("Authorization"); got != "Bearer "+runToken {
 		t.Errorf("the model got Authorization %q, want the run's token", got)
 	}
