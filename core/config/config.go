@@ -211,10 +211,11 @@ type Upstream struct {
 	APIKey    string // the key itself (usually written as ${VAR} in the file)
 }
 
-// Git is where the proxy gets the credentials it gives git inside the
-// sandbox (only for the run's repository hosts). At most one of TokenEnv
-// and Token is set; with neither, the host's own credential store answers
-// (git credential fill).
+// Git is where the proxy gets the credential it adds to the requests git
+// in the sandbox makes through its git route (for the run's repositories
+// only), never sending it in. At most one of TokenEnv and Token is set;
+// with neither, the host's own credential store answers (git credential
+// fill).
 type Git struct {
 	TokenEnv string // name of the host environment variable holding a token
 	Token    string // the token itself (usually written as ${VAR} in the file)
