@@ -47,12 +47,13 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 	if err != nil {
 		return res, err
 	}
-	if err := r.openLive(ctx, sb, worker, prx.addr, src.url != ""); err != nil {
+	hostTunnel, err := r.openLive(ctx, sb, worker, prx.addr, src.url != "")
+	if err != nil {
 		return res, err
 	}
 	ctx, cancel := r.keepTunnels(ctx)
 	defer cancel(nil)
-	ws, d, err := r.workIn(workdir, worker, prx)
+	ws, d, err := r.workIn(workdir, worker, hostTunnel, prx)
 	if err != nil {
 		return res, err
 	}

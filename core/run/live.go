@@ -32,7 +32,6 @@ const (
 // one.
 type live struct {
 	r      *runner
-	worker string
 	target string // the proxy, on host loopback
 
 	mu      sync.Mutex

@@ -203,13 +203,10 @@ type runner struct {
 	kept                                                *runstore.Record
 	failure                                             error // why the run ended, for the cleanups
 
-	provider *sandbox.Sandbox // the provider plugin, once started
-	lv       *live            // the way into the sandbox, once it is up
-	// hostTunnel is where the steps amelia runs in the sandbox reach the
-	// proxy, inside the sandbox: "" when none of them needs it.
-	hostTunnel string
-	agent      *agentRun                   // the agent, once started
-	release    func(context.Context) error // ends this process's hold on the sandbox
+	provider *sandbox.Sandbox            // the provider plugin, once started
+	lv       *live                       // the way into the sandbox, once it is up
+	agent    *agentRun                   // the agent, once started
+	release  func(context.Context) error // ends this process's hold on the sandbox
 }
 
 // RecoverCommand is the command that brings a kept run's work back.

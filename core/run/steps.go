@@ -64,12 +64,13 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		}
 	}
 
-	if err := r.openLive(ctx, sb, worker, prx.addr, src.url != ""); err != nil {
+	hostTunnel, err := r.openLive(ctx, sb, worker, prx.addr, src.url != "")
+	if err != nil {
 		return res, err
 	}
 	ctx, cancel := r.keepTunnels(ctx)
 	defer cancel(nil)
-	ws, d, err := r.workIn(workdir, worker, prx)
+	ws, d, err := r.workIn(workdir, worker, hostTunnel, prx)
 	if err != nil {
 		return res, err
 	}
@@ -171,10 +172,11 @@ func (r *runner) openSandbox(ctx context.Context) (sb *sandbox.Sandbox, workdir,
 // at target. With hostSteps, the steps amelia runs there itself talk to a
 // remote through the proxy (the clone and the push of a URL): a tunnel to
 // the proxy is opened for them now, wherever it suits the provider, and
-// kept open for the run. The agent's own tunnel is its supervisor's
+// kept open for the run; openLive returns where it listens in the sandbox
+// ("" without hostSteps). The agent's own tunnel is its supervisor's
 // (attachAgent).
-func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, target string, hostSteps bool) error {
-	r.lv = &live{r: r, sb: sb, worker: worker, target: target}
+func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, target string, hostSteps bool) (string, error) {
+	r.lv = &live{r: r, sb: sb, target: target}
 	r.onEnd("close the tunnels", "", func(context.Context) error {
 		opened, err := r.lv.closeTunnels()
 		if opened {
@@ -183,13 +185,13 @@ func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, targ
 		return err
 	})
 	if !hostSteps {
-		return nil
+		return "", nil
 	}
-	return r.phase(PhaseTunnel, func() error {
+	var listen string
+	err := r.phase(PhaseTunnel, func() error {
 		// Opened wherever it suits the provider, then reopened where the
 		// steps' environment says it is. The first open returns before
 		// anything can reopen it.
-		var listen string
 		_, err := r.lv.keep(ctx, "the tunnel to the proxy", func(ctx context.Context, ex sdk.Execer) (tunnel.Tunnel, error) {
 			if listen != "" {
 				return tunnel.Open(ctx, ex, tunnel.HostOptions{Worker: worker, Listen: listen, Target: target, Logger: r.host.Logger})
@@ -200,9 +202,9 @@ func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, targ
 			}
 			return tun, err
 		})
-		r.hostTunnel = listen
 		return err
 	})
+	return listen, err
 }
 
 // attachAgent carries the tunnel the supervisor of a's agent holds to the
@@ -227,20 +229,21 @@ func (r *runner) attachAgent(ctx context.Context, a *agentRun) {
 
 // workIn is the workspace and the agent's driver, both reaching the
 // sandbox through the live connection. The steps amelia runs there get
-// the tunnel to the proxy, when it has one; the agent gets its token and
+// the tunnel to the proxy at hostTunnel, when there is one ("": none); the
+// agent gets its token and
 // its supervisor holds the agent's own tunnel (driver.DetachOptions).
 // Where the provider separates uids, every workflow gets one of its own
 // (see workspace.RunUser).
-func (r *runner) workIn(workdir, worker string, prx *proxyRun) (*workspace.Workspace, *driver.Driver, error) {
+func (r *runner) workIn(workdir, worker, hostTunnel string, prx *proxyRun) (*workspace.Workspace, *driver.Driver, error) {
 	sb := r.lv.sandbox()
 	opts := workspace.Options{Worker: worker, RunUsers: sb.Info.RunUsers, Logger: r.host.Logger}
-	if r.hostTunnel != "" {
-		opts.GitEnv = sandboxend.ProxyEnv(r.hostTunnel, prx.run.Token(), false)
+	if hostTunnel != "" {
+		opts.GitEnv = sandboxend.ProxyEnv(hostTunnel, prx.run.Token(), false)
 		// git reaches an http(s) repository through the proxy's git
 		// route, which adds the credential outside the sandbox.
 		opts.GitURL = func(url string) string {
 			if path, ok := proxy.GitPath(url); ok {
-				return "http://" + r.hostTunnel + path
+				return "http://" + hostTunnel + path
 			}
 			return url
 		}
