@@ -334,6 +334,8 @@ func TestRunRefusesBeforeStarting(t *testing.T) {
 		{"prompt not UTF-8", []string{"--workflow", "ok", "fix caf\xe9"}, "not UTF-8 (byte 0xe9 at offset 7)"},
 		{"unknown base", []string{"--workflow", "ok", "--base", "nosuch", "do it"}, "nosuch"},
 		{"URL without --push", []string{"--repo", "https://host.example/r.git", "do it"}, "--push"},
+		{"URL the git route cannot serve", []string{"--repo", "https://me@host.example/r.git", "--push", "do it"}, "plain URL"},
+		{"encoded URL", []string{"--repo", "https://host.example/a%2Fb.git", "--push", "do it"}, "plain URL"},
 		{"empty prompt", []string{"--workflow", "ok", "  "}, "no task"},
 		{"prompt file and arguments", []string{"--prompt-file", "task.md", "do it"}, "not both"},
 		{"no such repo", []string{"--workflow", "ok", "--repo", "/no/such/dir", "do it"}, "/no/such/dir: no such directory"},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/workspace"
+	"github.com/amelia-sandbox/amelia/proxy"
 )
 
 // ErrRefused matches the errors of a run refused before anything started:
@@ -80,6 +81,9 @@ func (r *runner) check(ctx context.Context) (source, error) {
 		}
 		if req.IncludeDirty {
 			return src, refuse(errors.New("--include-dirty is for a local checkout, not a URL"))
+		}
+		if _, served := proxy.GitPath(req.Repo); !served && (strings.HasPrefix(req.Repo, "https://") || strings.HasPrefix(req.Repo, "http://")) {
+			return src, refuse(fmt.Errorf("--repo %s: git in the sandbox reaches an http(s) repository only through amelia's proxy, which takes its plain URL (https://HOST/PATH: no user name, query, fragment or percent-encoding); give that", req.Repo))
 		}
 		src.url = req.Repo
 		return src, nil
