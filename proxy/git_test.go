@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -273,4 +274,43 @@ func pushCommand(refs ...string) string {
 		fmt.Fprintf(&b, "%04x%s\n", len(line)+5, line)
 	}
 	return b.String() + "0000"
+}
+
+// A forge that echoes the credential back — in a redirect's Location, in
+// a header git reads — hands it to nobody: what the route sends back
+// holds it redacted.
+func TestGitRouteRedactsWhatComesBack(t *testing.T) {
+	const token = "ghs_echoed_back_by_the_forge_41c2"
+	forge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, password, _ := r.BasicAuth()
+		if strings.HasSuffix(r.URL.Path, "/info/refs") && r.URL.Query().Get("service") == "git-receive-pack" {
+			w.Header().Set("Content-Type", "text/plain; token="+password)
+			w.Write([]byte("not a pack"))
+			return
+		}
+		http.Redirect(w, r, "https://forge.example/moved?token="+password, http.StatusFound)
+	}))
+	t.Cleanup(forge.Close)
+	p := newProxy(t, proxy.Options{})
+	run := p.start(t, proxy.RunConfig{
+		OpenAI: proxy.Upstream{BaseURL: "http://127.0.0.1:1/v1"},
+		Repos:  []string{forge.URL + "/org/repo.git"},
+		Git:    proxy.GitAuth{Token: token},
+	})
+	route := remote(t, p, forge.URL+"/org/repo.git")
+	for _, service := range []string{"git-upload-pack", "git-receive-pack"} {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", route+"/info/refs?service="+service, nil)
+		req.SetBasicAuth("amelia", run.Token())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body bytes.Buffer
+		body.ReadFrom(resp.Body)
+		resp.Body.Close()
+		back := fmt.Sprint(resp.Header) + body.String()
+		if strings.Contains(back, token) || !strings.Contains(back, "[redacted]") {
+			t.Errorf("%s: the forge's echo of the token came back as %d %q", service, resp.StatusCode, back)
+		}
+	}
 }

@@ -98,14 +98,23 @@ type gitRemotes struct {
 	creds   *gitCredentials
 	client  *http.Client
 
+	// secrets are the run's, which nothing the route sends back holds
+	// (the redactor of the LLM routes)...
+	secrets []string
+
 	mu    sync.Mutex
 	auths map[string]gitAuth // by upstream host, once found
+	// ...nor the passwords the host's credential store gave: redact is
+	// made again whenever one is found.
+	redact *redactor
 }
 
 type gitAuth struct{ user, password string }
 
 func newGitRemotes(cfg RunConfig, creds *gitCredentials) *gitRemotes {
 	g := &gitRemotes{repos: map[string]gitRepo{}, pushRef: cfg.PushRef, creds: creds, auths: map[string]gitAuth{}}
+	g.secrets = cfg.runSecrets()
+	g.redact = newRedactor(g.secrets...)
 	for _, raw := range cfg.Repos {
 		if r, ok := parseGitRepo(raw); ok {
 			g.repos[r.key()] = r
@@ -454,26 +463,22 @@ func (g *gitRemotes) auth(ctx context.Context, repo gitRepo) (gitAuth, error) {
 	}
 	a = gitAuth{user: answer.Get("username"), password: answer.Get("password")}
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.auths[repo.host] = a
-	g.mu.Unlock()
+	if a.password != "" {
+		g.secrets = append(g.secrets, a.password)
+		g.redact = newRedactor(g.secrets...)
+	}
 	return a, nil
 }
 
-// scrub hides the run's git credentials in msg, for what goes back to the
-// sandbox.
-func (g *gitRemotes) scrub(msg string) string {
-	secrets := []string{g.creds.auth.Token}
+// scrub hides the run's secrets and git credentials in s, for what goes
+// back to the sandbox.
+func (g *gitRemotes) scrub(s string) string {
 	g.mu.Lock()
-	for _, a := range g.auths {
-		secrets = append(secrets, a.password)
-	}
+	r := g.redact
 	g.mu.Unlock()
-	for _, s := range secrets {
-		if len(s) >= 4 {
-			msg = strings.ReplaceAll(msg, s, "****")
-		}
-	}
-	return msg
+	return r.replace(s)
 }
 
 // flushCopy copies body to w, flushing every write, as git's side-band
