@@ -33,40 +33,64 @@ func client(t *testing.T, f *daytonatest.Fake) *api.Client {
 // count is how many requests the fake got with that method and path.
 func count(f *daytonatest.Fake, method, path string) int { return len(requests(f, method, path)) }
 
+// waitUntil polls cond until it holds, failing the test if done says
+// first that the call it waits beside has returned.
+func waitUntil[T any](t *testing.T, done <-chan T, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case r := <-done:
+			t.Fatalf("returned before %s: %+v", what, r)
+		case <-time.After(10 * time.Millisecond): // polling interval
+		}
+	}
+}
+
 // `sandbox down` while a start or stop is in flight waits for it and
 // deletes the sandbox: Daytona refuses (409) to delete while a state
-// change is pending.
+// change is pending. The fake holds every transition where it is until
+// the test has seen Teardown wait, whatever the machine's speed.
 func TestTeardownWaitsOutATransition(t *testing.T) {
-	// Transitions slow enough to tear down in the middle of one.
-	f, cfg := startWith(t, daytonatest.Options{StartDelay: 2 * time.Second}, nil)
+	f, cfg := startWith(t, daytonatest.Options{}, nil)
+	t.Cleanup(f.ReleaseTransitions)
 	p := newProvider(t)
 	sb, err := p.EnsureRunning(t.Context(), spec("busy", cfg, sdk.NetworkOpen))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Teardown of ref while the sandbox id is in the middle of a
+	// transition: it looks twice, and so waits, before the transition may
+	// end; then it deletes the sandbox.
+	tearDownAmid := func(what, id string, ref sdk.SandboxRef) {
+		t.Helper()
+		looked := count(f, "GET", "/api/sandbox/"+id)
+		done := make(chan error, 1)
+		go func() { done <- newProvider(t).Teardown(t.Context(), ref) }()
+		waitUntil(t, done, "the "+what+" ended", func() bool { return count(f, "GET", "/api/sandbox/"+id) >= looked+2 })
+		f.ReleaseTransitions()
+		if err := <-done; err != nil {
+			t.Fatalf("Teardown while %s: %v", what, err)
+		}
+		if got, _ := f.Sandbox(id); got.State != api.StateDestroyed {
+			t.Errorf("after Teardown while %s: %s", what, got.State)
+		}
+	}
+	f.HoldTransitions()
 	if _, err := client(t, f).StopSandbox(t.Context(), sb.Ref.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Teardown(t.Context(), sb.Ref); err != nil {
-		t.Fatalf("Teardown while stopping: %v", err)
-	}
-	if got, _ := f.Sandbox(sb.Ref.ID); got.State != api.StateDestroyed {
-		t.Errorf("after Teardown: %s", got.State)
-	}
+	tearDownAmid("stopping", sb.Ref.ID, sb.Ref)
 
 	// Another amelia is creating it: Teardown waits, then deletes.
+	f.HoldTransitions()
 	created, err := client(t, f).CreateSandbox(t.Context(), api.CreateSandbox{Name: "creating", Labels: map[string]string{daytona.LabelSandbox: "creating"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := newProvider(t).Teardown(t.Context(), sdk.SandboxRef{Name: "creating", Config: cfg}); err != nil {
-		t.Fatalf("Teardown while creating: %v", err)
-	}
-	if got, _ := f.Sandbox(created.ID); got.State != api.StateDestroyed {
-		t.Errorf("after Teardown while creating: %s", got.State)
-	}
+	tearDownAmid("creating", created.ID, sdk.SandboxRef{Name: "creating", Config: cfg})
 
-	// Bounded by the context all the same.
+	// Bounded by the context all the same: the creation never ends here.
+	f.HoldTransitions()
 	other, err := client(t, f).CreateSandbox(t.Context(), api.CreateSandbox{Name: "bounded", Labels: map[string]string{daytona.LabelSandbox: "bounded"}})
 	if err != nil {
 		t.Fatal(err)
@@ -80,20 +104,21 @@ func TestTeardownWaitsOutATransition(t *testing.T) {
 }
 
 // A sandbox being deleted (desiredState destroyed, its state kept, as the
-// list shows it) is gone: not adopted, not listed; a new one is made.
+// list shows it) is gone: not adopted, not listed; a new one is made. The
+// fake holds the deletion half done until the new one is being created.
 func TestBeingDeletedIsGone(t *testing.T) {
-	// Deletion slow enough to be seen half done; the list shows it soon.
-	f, cfg := startWith(t, daytonatest.Options{StartDelay: 3 * time.Second, ListLag: 100 * time.Millisecond}, nil)
+	f, cfg := startWith(t, daytonatest.Options{ListLag: 100 * time.Millisecond}, nil)
+	t.Cleanup(f.ReleaseTransitions)
 	first, err := newProvider(t).EnsureRunning(t.Context(), spec("doomed", cfg, sdk.NetworkOpen))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := client(t, f)
+	f.HoldTransitions()
 	if err := c.DeleteSandbox(t.Context(), first.Ref.ID); err != nil {
 		t.Fatal(err)
 	}
-	// Until the list shows it started, with desiredState destroyed (the
-	// deletion takes 3 s: the loop ends with it at the latest).
+	// Until the list shows it still started, with desiredState destroyed.
 	for {
 		l, err := c.ListSandboxes(t.Context(), map[string]string{daytona.LabelSandbox: "doomed"})
 		if err != nil {
@@ -101,9 +126,6 @@ func TestBeingDeletedIsGone(t *testing.T) {
 		}
 		if len(l) == 1 && l[0].State == api.StateStarted && l[0].DesiredState == api.DesiredDestroyed {
 			break
-		}
-		if got, _ := f.Sandbox(first.Ref.ID); got.State == api.StateDestroyed {
-			t.Fatal("destroyed before the list showed it being deleted")
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval
 	}
@@ -115,24 +137,40 @@ func TestBeingDeletedIsGone(t *testing.T) {
 	if _, err := p.HealthCheck(t.Context(), sdk.SandboxRef{Name: "doomed", Config: cfg}); !errors.Is(err, sdk.ErrNotFound) {
 		t.Errorf("HealthCheck of the sandbox being deleted: %v, want not found", err)
 	}
-	again, err := p.EnsureRunning(t.Context(), spec("doomed", cfg, sdk.NetworkOpen))
-	if err != nil || !again.Created || again.Ref.ID == first.Ref.ID {
-		t.Fatalf("EnsureRunning beside the sandbox being deleted: %+v, %v; want a new one", again, err)
+	type result struct {
+		sb  sdk.Sandbox
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sb, err := p.EnsureRunning(t.Context(), spec("doomed", cfg, sdk.NetworkOpen))
+		done <- result{sb, err}
+	}()
+	// Its new sandbox is created beside the one still being deleted; then
+	// both go on.
+	waitUntil(t, done, "creating a new sandbox", func() bool { return count(f, "POST", "/api/sandbox") == 2 })
+	if got, _ := f.Sandbox(first.Ref.ID); got.State == api.StateDestroyed {
+		t.Fatal("the first sandbox is destroyed while the fake holds its deletion")
+	}
+	f.ReleaseTransitions()
+	r := <-done
+	if r.err != nil || !r.sb.Created || r.sb.Ref.ID == first.Ref.ID {
+		t.Fatalf("EnsureRunning beside the sandbox being deleted: %+v, %v; want a new one", r.sb, r.err)
 	}
 }
 
 // A sandbox created a moment ago is found by GET (by name) although the
-// list, which lags, does not show it yet: no second create.
+// list, which lags, does not show it yet: no second create. The fake's
+// list is held, as when its index lags, whatever the machine's speed.
 func TestFindsWhatTheListLacks(t *testing.T) {
-	// A lag the test can be sure to act within.
-	f, cfg := startWith(t, daytonatest.Options{ListLag: 5 * time.Second}, nil)
-	begun := time.Now()
+	f, cfg := startWith(t, daytonatest.Options{}, nil)
+	f.HoldList()
 	first, err := newProvider(t).EnsureRunning(t.Context(), spec("fresh", cfg, sdk.NetworkOpen))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if l, err := client(t, f).ListSandboxes(t.Context(), nil); err != nil || len(l) != 0 {
-		t.Fatalf("the list already shows it (%v, %v): the test proves nothing", l, err)
+		t.Fatalf("the held list shows it (%v, %v): the test proves nothing", l, err)
 	}
 	again, err := newProvider(t).EnsureRunning(t.Context(), spec("fresh", cfg, sdk.NetworkOpen))
 	if err != nil || again.Created || again.Ref.ID != first.Ref.ID {
@@ -140,9 +178,6 @@ func TestFindsWhatTheListLacks(t *testing.T) {
 	}
 	if n := count(f, "POST", "/api/sandbox"); n != 1 {
 		t.Errorf("%d creates, want 1", n)
-	}
-	if time.Since(begun) > 5*time.Second {
-		t.Fatalf("took longer than the list's lag: the test proves nothing")
 	}
 }
 
@@ -229,13 +264,9 @@ func TestCreateRaceLostToAnotherAmelia(t *testing.T) {
 		done <- result{sb, err}
 	}()
 	// Its create answered 409, and its look by name after it 404.
-	for count(f, "POST", "/api/sandbox") < 2 || count(f, "GET", "/api/sandbox/raced") < 3 {
-		select {
-		case r := <-done:
-			t.Fatalf("EnsureRunning returned before the other's sandbox could be found: %+v, %v", r.sb, r.err)
-		case <-time.After(10 * time.Millisecond): // polling interval
-		}
-	}
+	waitUntil(t, done, "the other's sandbox could be found", func() bool {
+		return count(f, "POST", "/api/sandbox") >= 2 && count(f, "GET", "/api/sandbox/raced") >= 3
+	})
 	f.ReleaseTransitions()
 	r := <-done
 	if r.err != nil || r.sb.Created || r.sb.Ref.ID != other.ID {

@@ -67,9 +67,11 @@ func TestMintRevokesOtherTokens(t *testing.T) {
 // a build waits.
 func TestDeleteRefusedWhilePending(t *testing.T) {
 	t.Parallel()
-	// Transitions long enough to be caught in the middle.
-	f := Start(t, Options{StartDelay: 2 * time.Second})
+	// Transitions held in the middle, whatever the machine's speed.
+	f := Start(t, Options{})
+	t.Cleanup(f.ReleaseTransitions)
 	e := newEnv(t, f)
+	f.HoldTransitions()
 	created := e.create(t, api.CreateSandbox{})
 	st, _, b := e.raw(t, "DELETE", f.URL()+"/sandbox/"+created.ID, nil, nil)
 	var body api.ErrorBody
@@ -79,13 +81,16 @@ func TestDeleteRefusedWhilePending(t *testing.T) {
 	if st != http.StatusConflict || body.StatusCode != 409 || body.Message != "Sandbox state change in progress" || body.Error != "Conflict" {
 		t.Errorf("delete while creating: %d %s", st, b)
 	}
+	f.ReleaseTransitions()
 	e.waitState(t, created.ID, api.StateStarted)
+	f.HoldTransitions()
 	if _, err := e.c.StopSandbox(context.Background(), created.ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.c.DeleteSandbox(context.Background(), created.ID); api.StatusOf(err) != http.StatusConflict {
 		t.Errorf("delete while stopping: %v, want 409", err)
 	}
+	f.ReleaseTransitions()
 	e.waitState(t, created.ID, api.StateStopped)
 	if err := e.c.DeleteSandbox(context.Background(), created.ID); err != nil {
 		t.Errorf("delete once stopped: %v", err)
