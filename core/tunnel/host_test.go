@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -165,11 +164,13 @@ var leaked = []string{"core/tunnel.(*Host)", "core/tunnel.pipe", "core/tunnel.Op
 
 // checkNoGoroutines fails when a goroutine of a finished tunnel is still
 // there. A goroutine that has signalled that it is done may still be on its
-// way out, so the check is retried for a while before it fails.
+// way out, so the check is retried for a while before it fails: a minute,
+// which a goroutine on its way out does not take even at load 20+, and a
+// leaked one outlasts.
 func checkNoGoroutines(t testing.TB) {
 	t.Helper()
 	var stacks string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
 		buf := make([]byte, 1<<20)
 		stacks = string(buf[:runtime.Stack(buf, true)])
 		found := false
@@ -189,14 +190,10 @@ func checkNoGoroutines(t testing.TB) {
 	t.Errorf("tunnel goroutines still running after the tunnel ended:\n%s", stacks)
 }
 
-// waitDone waits for the tunnel to end, within a bound that fails the test.
+// waitDone waits for the tunnel to end; the test's deadline bounds it.
 func waitDone(t *testing.T, h *tunnel.Host) {
 	t.Helper()
-	select {
-	case <-h.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the tunnel did not end within 30s")
-	}
+	<-h.Done()
 }
 
 // hostServer is the tunnel's target: an HTTP server on host loopback that
@@ -377,11 +374,7 @@ func TestExecDies(t *testing.T) {
 	if r.Status.Code == 0 || r.Status.Code == curlTimedOut {
 		t.Errorf("the open request through the dead tunnel: %v, want a failure other than a timeout", r)
 	}
-	select {
-	case <-hostSideGone:
-	case <-time.After(20 * time.Second):
-		t.Error("the host side of the connection is still open after the tunnel died")
-	}
+	<-hostSideGone // the host side of the connection closes after the tunnel died
 	if r := sb.curl(t, base+"/path"); r.Status.Code != curlCannotConnect {
 		t.Errorf("a new connection after the tunnel died: %v, want curl exit %d (cannot connect)", r, curlCannotConnect)
 	}
@@ -418,15 +411,27 @@ func TestOpenWithFailingWorker(t *testing.T) {
 }
 
 // Open gives up when its context ends before the hello, and stops the exec.
+// The context ends once the worker has said something on stderr (a file
+// it makes then says so), whatever the machine's speed.
 func TestOpenBoundedByContext(t *testing.T) {
 	sb := newSandbox(t)
 	srv := newHostServer(t, nil)
-	worker := wrapper(t, `echo started >&2; exec sleep 600`)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	said := filepath.Join(t.TempDir(), "said")
+	worker := wrapper(t, `echo started >&2; touch "`+said+`"; exec sleep 600`)
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	go func() {
+		for {
+			if _, err := os.Stat(said); err == nil || ctx.Err() != nil {
+				cancel()
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // polling interval
+		}
+	}()
 	_, err := tunnel.Open(ctx, sb, tunnel.HostOptions{Worker: worker, Target: srv.target(), Logger: testLogger(t, nil)})
-	if err == nil || !errors.Is(ctx.Err(), context.DeadlineExceeded) || !strings.Contains(err.Error(), "deadline exceeded") || !strings.Contains(err.Error(), "started") {
-		t.Errorf("err = %v, want the deadline and the worker's stderr", err)
+	if err == nil || !strings.Contains(err.Error(), "context canceled") || !strings.Contains(err.Error(), "started") {
+		t.Errorf("err = %v, want the context's end and the worker's stderr", err)
 	}
 	checkNoGoroutines(t)
 }
