@@ -40,8 +40,6 @@
 package workspace
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -107,9 +105,7 @@ func NewWorkflowID(prompt string) string {
 	if stem == "" {
 		stem = "run"
 	}
-	var b [2]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return stem + "-" + hex.EncodeToString(b[:])
+	return stem + "-" + randomHex(2)
 }
 
 // Branch is the workflow's branch name, the same on the host and in the
