@@ -165,7 +165,8 @@ func (g *gitRemotes) serve(w http.ResponseWriter, req *http.Request, rec *Record
 			break
 		}
 	}
-	repo, ok := g.repos[gitKey(strings.ToLower(hostOfKey(rest))+pathOfKey(rest))]
+	host, repoPath, _ := strings.Cut(rest, "/")
+	repo, ok := g.repos[gitKey(strings.ToLower(host)+"/"+repoPath)]
 	switch {
 	case endpoint == "":
 		gitError(w, http.StatusNotFound, "the git route serves git's smart HTTP protocol only (info/refs, git-upload-pack, git-receive-pack)")
@@ -263,19 +264,6 @@ func gitError(w http.ResponseWriter, status int, msg string) {
 	h.Del("Content-Length")
 	w.WriteHeader(status)
 	io.WriteString(w, msg+"\n")
-}
-
-// hostOfKey and pathOfKey split the route's "HOST/PATH".
-func hostOfKey(s string) string {
-	host, _, _ := strings.Cut(s, "/")
-	return host
-}
-
-func pathOfKey(s string) string {
-	if i := strings.IndexByte(s, '/'); i >= 0 {
-		return s[i:]
-	}
-	return ""
 }
 
 // gitService checks the method and the service of a request for endpoint
