@@ -158,6 +158,9 @@ func TestPythonHarness(t *testing.T) {
 		"AMELIA_COMPAT_GIT_HOST="+gitHost,
 		"AMELIA_COMPAT_GIT_TOKEN="+gitToken,
 		"AMELIA_COMPAT_CONTROL_URL="+control.URL,
+		// The harness's files (the workers' homes and work directories
+		// among them) go where the test removes them, however it ends.
+		"TMPDIR="+t.TempDir(),
 	)
 	out, err := cmd.CombinedOutput()
 	t.Logf("harness.py:\n%s", out)

@@ -30,8 +30,10 @@ It prints one line per check and exits 1 if any failed.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -64,6 +66,9 @@ MAX_REQUEST_BYTES = 64 * 1024 * 1024
 TIMEOUT = 300  # seconds: a bound on a stuck worker, not a wait for one
 
 TMP = Path(tempfile.mkdtemp(prefix="amelia-compat-"))
+# compat_test.go points TMPDIR at a test directory it removes; this is for
+# a run by hand, and for a run that ends early.
+atexit.register(shutil.rmtree, TMP, ignore_errors=True)
 
 # A pydantic model of the Python Amelia's kind (its images hold such modules:
 # amelia.agents.schemas), for both forms of generate's schema.

@@ -22,6 +22,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/internal/gittest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
@@ -239,6 +240,17 @@ func assertNoSecret(t *testing.T, secret string, dirs ...string) {
 	}
 }
 
+// callDirs are the directories of the driver's one-shot calls on this
+// machine (the local provider's sandboxes share its /tmp).
+func callDirs() []string {
+	var dirs []string
+	for _, mode := range []string{"agentic", "generate", "session"} {
+		m, _ := filepath.Glob(driver.FilePrefix + mode + "-*")
+		dirs = append(dirs, m...)
+	}
+	return dirs
+}
+
 // A run that creates and edits files ends with amelia/<id> in the host repo
 // holding exactly those changes; nothing else in the repo moves, every
 // --json line parses, and the key is nowhere inside the sandbox.
@@ -304,12 +316,12 @@ func TestRunBringsBackTheBranch(t *testing.T) {
 			t.Errorf("LLM request %d: Authorization %q, want the host's key", i, got)
 		}
 	}
-	assertNoSecret(t, upstreamKey, h.root, "/tmp/amelia")
+	assertNoSecret(t, upstreamKey, append(callDirs(), h.root)...)
 	// Cleanup: no worktree and no prompt file left.
 	if m, _ := filepath.Glob(filepath.Join(h.root, "*", "workspace", "worktrees", "*")); len(m) != 0 {
 		t.Errorf("worktrees left in the sandbox: %v", m)
 	}
-	if m, _ := filepath.Glob("/tmp/amelia/agentic-add-hello-*"); len(m) != 0 {
+	if m, _ := filepath.Glob(driver.FilePrefix + "agentic-add-hello-*"); len(m) != 0 {
 		t.Errorf("prompt files are still there: %v", m)
 	}
 }

@@ -91,7 +91,7 @@ func TestRunURLRepoPush(t *testing.T) {
 		if strings.Contains(r.stdout, secret) || strings.Contains(r.stderr, secret) {
 			t.Errorf("a host secret (%.8s...) appears in the run's output: the sandbox's environment or process arguments", secret)
 		}
-		assertNoSecret(t, secret, h.root, "/tmp/amelia")
+		assertNoSecret(t, secret, append(callDirs(), h.root)...)
 	}
 }
 

@@ -138,11 +138,11 @@ func TestAgenticRealWorkerCancelled(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	during := make(chan string, 1) // /tmp/amelia's listing while the worker runs
+	during := make(chan string, 1) // the calls' files while the worker runs
 	go func() {
 		select {
 		case <-asked:
-			r := sb.Run(t, nil, nil, "ls", "-A", driver.FileDir)
+			r := sb.Run(t, nil, nil, "sh", "-c", callFilesScript, "sh", driver.FilePrefix)
 			during <- r.Stdout
 			cancel()
 		case <-ctx.Done():
@@ -154,9 +154,9 @@ func TestAgenticRealWorkerCancelled(t *testing.T) {
 	}
 	// The prompt file existed while the worker ran.
 	if ls := <-during; !slices.ContainsFunc(strings.Fields(ls), func(f string) bool {
-		return strings.HasPrefix(f, "agentic-"+wf+"-") && strings.HasSuffix(f, "-prompt.txt")
+		return strings.HasPrefix(f, driver.FilePrefix+"agentic-"+wf+"-") && strings.HasSuffix(f, "/prompt.txt")
 	}) {
-		t.Errorf("%s while the worker ran: %q, want agentic-%s-*-prompt.txt in it", driver.FileDir, ls, wf)
+		t.Errorf("%s* while the worker ran: %q, want %sagentic-%s-*/prompt.txt", driver.FilePrefix, ls, driver.FilePrefix, wf)
 	}
 	// The worker ends an interrupted run with a result that says so.
 	if len(msgs) != 1 || !strings.HasPrefix(describe(msgs[0]), "result:") {

@@ -163,23 +163,23 @@ type GenerateRequest struct {
 // turns ran out, it was interrupted) ends with a Result message whose
 // IsError is set and no error: check it to tell success from failure.
 //
-// The prompt and the instructions go to files of this call alone in
-// [FileDir] (agentic-<workflow>-<random>-*), passed with --prompt-file and
-// --instructions-file rather than on the command line.
+// The prompt and the instructions go to files in a directory of this call
+// alone ([FilePrefix]agentic-<workflow>-<random>/), passed with
+// --prompt-file and --instructions-file rather than on the command line.
 func (d *Driver) ExecuteAgentic(ctx context.Context, req AgenticRequest) iter.Seq2[protocol.AgenticMessage, error] {
 	return d.agentic(req, func(each func(*protocol.AgenticMessage) bool) (out workerOutput, err error) {
-		base := callFiles("agentic", req.Workflow)
-		files := []sandboxFile{{what: "prompt", path: base + "-prompt.txt", data: req.Prompt}}
+		dir := callDir("agentic", req.Workflow)
+		files := []sandboxFile{{what: "prompt", path: dir + "/prompt.txt", data: req.Prompt}}
 		argv := []string{d.Worker, "agentic", "--prompt-file", files[0].path, "--cwd", req.Cwd, "--model", req.Model}
 		if req.Instructions != "" {
-			f := sandboxFile{what: "instructions", path: base + "-instructions.txt", data: req.Instructions}
+			f := sandboxFile{what: "instructions", path: dir + "/instructions.txt", data: req.Instructions}
 			files = append(files, f)
 			argv = append(argv, "--instructions-file", f.path)
 		}
 		if req.MaxTurns > 0 {
 			argv = append(argv, "--max-turns", strconv.Itoa(req.MaxTurns))
 		}
-		err = d.withFiles(ctx, files, func() (err error) {
+		err = d.withFiles(ctx, dir, files, func() (err error) {
 			out, err = d.runWorker(ctx, argv, false, each)
 			return err
 		})
@@ -228,7 +228,7 @@ func (d *Driver) setUsage(u *protocol.DriverUsage) {
 }
 
 // Generate runs `amelia-worker generate` for one answer. Its files are
-// named per call (/tmp/amelia/generate-<workflow>-<random>-*), so calls for
+// in a directory of the call's own ([FilePrefix]generate-<workflow>-<random>/), so calls for
 // one workflow may run concurrently. With a schema (a
 // JSON Schema document) the answer is a JSON document that matches it,
 // returned compact; without one it is free text, returned as a JSON string.
@@ -239,22 +239,22 @@ func (d *Driver) Generate(ctx context.Context, req GenerateRequest, schema json.
 		return nil, protocol.DriverUsage{}, err
 	}
 	// Generate calls of one workflow may run concurrently (reviewers, say).
-	base := callFiles("generate", req.Workflow)
-	files := []sandboxFile{{what: "prompt", path: base + "-prompt.txt", data: req.Prompt}}
+	dir := callDir("generate", req.Workflow)
+	files := []sandboxFile{{what: "prompt", path: dir + "/prompt.txt", data: req.Prompt}}
 	argv := []string{d.Worker, "generate", "--prompt-file", files[0].path, "--model", req.Model}
 	if resolved != nil {
-		f := sandboxFile{what: "schema", path: base + "-schema.json", data: string(schema)}
+		f := sandboxFile{what: "schema", path: dir + "/schema.json", data: string(schema)}
 		files = append(files, f)
 		argv = append(argv, "--schema", f.path)
 	}
 	if req.System != "" {
-		f := sandboxFile{what: "system prompt", path: base + "-system.txt", data: req.System}
+		f := sandboxFile{what: "system prompt", path: dir + "/system.txt", data: req.System}
 		files = append(files, f)
 		argv = append(argv, "--system-prompt-file", f.path)
 	}
 
 	var out workerOutput
-	err = d.withFiles(ctx, files, func() error {
+	err = d.withFiles(ctx, dir, files, func() error {
 		var err error
 		out, err = d.runWorker(ctx, argv, false, func(*protocol.AgenticMessage) bool { return true })
 		return err

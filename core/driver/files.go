@@ -11,22 +11,25 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
-// FileDir is the directory inside the sandbox that holds prompt files while
-// a worker runs. It is made mode 0700 and the files 0600.
-const FileDir = "/tmp/amelia"
+// FilePrefix starts the name of the directory inside the sandbox that
+// holds one call's files (its prompt, schema, instructions) while its
+// worker runs: FilePrefix + "<mode>-<workflow>-<random>", made mode 0700
+// with the files 0600 in it, and removed whole when the call ends, so no
+// two calls share a file — not two runs of one workflow id from different
+// profiles or hosts on a shared machine, nor a run and its own retry — and
+// nothing is left behind, not even an empty directory.
+const FilePrefix = "/tmp/amelia-"
 
-// callFiles is the stem of one call's files in FileDir: the mode, the
-// workflow, and a random part, so that no two calls share a file — not two
-// runs of one workflow id from different profiles or hosts on a shared
-// machine, nor a run and its own retry.
-func callFiles(mode, workflow string) string {
-	return FileDir + "/" + mode + "-" + workflow + "-" + randomHex(8)
+// callDir is the directory of one call's files: the mode, the workflow,
+// and a random part.
+func callDir(mode, workflow string) string {
+	return FilePrefix + mode + "-" + workflow + "-" + randomHex(8)
 }
 
 // sandboxFile is a file the worker reads, written for one call.
 type sandboxFile struct {
 	what string // for errors: "prompt", "schema"...
-	path string // absolute, under FileDir
+	path string // absolute, in its call's directory
 	data string
 }
 
@@ -43,25 +46,22 @@ chmod 700 -- "$1"
 rm -f -- "$2"
 cat > "$2"`
 
-// withFiles writes files into the sandbox, runs fn, and removes the files
-// whatever happened — also when ctx is done, with a context of its own. A
-// failure to remove them is the error when fn succeeded, else it is logged.
-func (d *Driver) withFiles(ctx context.Context, files []sandboxFile, fn func() error) (err error) {
+// withFiles writes files into dir, the call's own directory (callDir),
+// runs fn, and removes the directory whatever happened — also when ctx is
+// done, with a context of its own. A failure to remove it is the error
+// when fn succeeded, else it is logged.
+func (d *Driver) withFiles(ctx context.Context, dir string, files []sandboxFile, fn func() error) (err error) {
 	defer func() {
-		paths := make([]string, len(files))
-		for i, f := range files {
-			paths[i] = f.path
-		}
-		if rmErr := d.removeFiles(ctx, paths); rmErr != nil {
+		if rmErr := d.removeDir(ctx, dir); rmErr != nil {
 			if err == nil {
 				err = rmErr
 			} else {
-				d.logger().Warn("prompt files left in the sandbox", "paths", paths, "err", rmErr)
+				d.logger().Warn("prompt files left in the sandbox", "dir", dir, "err", rmErr)
 			}
 		}
 	}()
 	for _, f := range files {
-		if err := d.writeFile(ctx, FileDir, f); err != nil {
+		if err := d.writeFile(ctx, dir, f); err != nil {
 			return err
 		}
 	}
@@ -89,18 +89,19 @@ func (d *Driver) writeFile(ctx context.Context, dir string, f sandboxFile) error
 	return nil
 }
 
-// removeFiles removes paths inside the sandbox, even when ctx is done.
-func (d *Driver) removeFiles(ctx context.Context, paths []string) error {
+// removeDir removes a call's directory (callDir) inside the sandbox with
+// what is in it, even when ctx is done.
+func (d *Driver) removeDir(ctx context.Context, dir string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	var stderr execreport.Stderr
-	req := sdk.ExecRequest{Argv: append([]string{"rm", "-f", "--"}, paths...)}
+	req := sdk.ExecRequest{Argv: []string{"rm", "-rf", "--", dir}}
 	st, err := d.Exec.Exec(ctx, req, sdk.ExecIO{Stderr: &stderr})
 	if err != nil {
-		return fmt.Errorf("remove %s on %s: %w", strings.Join(paths, " "), d.provider(), err)
+		return fmt.Errorf("remove %s on %s: %w", dir, d.provider(), err)
 	}
 	if st.Code != 0 {
-		return fmt.Errorf("remove %s on %s: %s%s", strings.Join(paths, " "), d.provider(), execreport.Status(st), stderr.Note())
+		return fmt.Errorf("remove %s on %s: %s%s", dir, d.provider(), execreport.Status(st), stderr.Note())
 	}
 	return nil
 }

@@ -131,8 +131,8 @@ func realDriver(t *testing.T, srv *llmtest.Server) (*driver.Driver, *sandboxtest
 	return sb.driverFor(srv), sb.Sandbox
 }
 
-// workflowID is a fresh workflow id: /tmp/amelia is shared by every local
-// sandbox on this machine, so each test names its own files.
+// workflowID is a fresh workflow id: /tmp is shared by every local
+// sandbox on this machine, so each test names its own calls' files.
 func workflowID(t *testing.T) string {
 	b := make([]byte, 4)
 	rand.Read(b)
@@ -148,13 +148,17 @@ func workflowID(t *testing.T) string {
 	return name + "-" + hex.EncodeToString(b)
 }
 
-// filesOf lists the files under /tmp/amelia, as seen inside the sandbox,
-// whose names contain workflow.
+// callFilesScript lists, as seen inside the sandbox, the calls'
+// directories (driver.FilePrefix*) and everything in them, one path a line.
+const callFilesScript = `for d in "$1"*; do [ -e "$d" ] || continue; printf '%s\n' "$d"; find "$d" -mindepth 1 2>/dev/null; done; true`
+
+// filesOf lists the calls' directories and files, as seen inside the
+// sandbox, whose paths contain workflow.
 func filesOf(t *testing.T, sb *sandboxtest.Sandbox, workflow string) []string {
 	t.Helper()
-	r := sb.Run(t, nil, nil, "sh", "-c", `ls -A -- "$1" 2>/dev/null; true`, "sh", driver.FileDir)
+	r := sb.Run(t, nil, nil, "sh", "-c", callFilesScript, "sh", driver.FilePrefix)
 	if r.Status.Code != 0 {
-		t.Fatalf("list %s: %s", driver.FileDir, r)
+		t.Fatalf("list %s*: %s", driver.FilePrefix, r)
 	}
 	var out []string
 	for _, f := range strings.Fields(r.Stdout) {
@@ -168,7 +172,7 @@ func filesOf(t *testing.T, sb *sandboxtest.Sandbox, workflow string) []string {
 func noFilesLeft(t *testing.T, sb *sandboxtest.Sandbox, workflow string) {
 	t.Helper()
 	if left := filesOf(t, sb, workflow); len(left) > 0 {
-		t.Errorf("files left in %s: %v", driver.FileDir, left)
+		t.Errorf("files left in %s*: %v", driver.FilePrefix, left)
 	}
 }
 

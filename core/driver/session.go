@@ -57,6 +57,9 @@ func (d *Driver) Persistent() *Session {
 	return &Session{d: d, id: randomHex(8), schemas: map[[sha256.Size]byte]string{}}
 }
 
+// dir is the directory of the session's files inside the sandbox.
+func (s *Session) dir() string { return FilePrefix + "session-" + s.id }
+
 // errSessionClosed is the error of a call on a closed Session.
 var errSessionClosed = errors.New("the session is closed")
 
@@ -132,8 +135,8 @@ func (s *Session) schemaFile(ctx context.Context, schema json.RawMessage) (strin
 	if p, ok := s.schemas[sum]; ok {
 		return p, nil
 	}
-	f := sandboxFile{what: "schema", path: FileDir + "/schema-" + s.id + "-" + hex.EncodeToString(sum[:8]) + ".json", data: string(schema)}
-	if err := s.d.writeFile(ctx, FileDir, f); err != nil {
+	f := sandboxFile{what: "schema", path: s.dir() + "/schema-" + hex.EncodeToString(sum[:8]) + ".json", data: string(schema)}
+	if err := s.d.writeFile(ctx, s.dir(), f); err != nil {
 		return "", err
 	}
 	s.schemas[sum] = f.path
@@ -158,13 +161,9 @@ func (s *Session) Close() error {
 		}
 	}
 	if len(s.schemas) > 0 {
-		var paths []string
-		for _, p := range s.schemas {
-			paths = append(paths, p)
-		}
 		// The files outlive the call that wrote them; the session's own
 		// context is gone, so a fresh one bounds their removal.
-		if err := s.d.removeFiles(context.Background(), paths); err != nil {
+		if err := s.d.removeDir(context.Background(), s.dir()); err != nil {
 			errs = append(errs, err)
 		}
 	}
