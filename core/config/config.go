@@ -132,10 +132,14 @@ type Profile struct {
 	// MaxTurns bounds the model calls of a run's agent: from 1 to
 	// MaxTurnsLimit, DefaultMaxTurns unless set.
 	MaxTurns int
-	LLM      LLM
-	Git      Git
-	Proxy    Proxy
-	Sandbox  Sandbox
+	// CommitBuildOutputs lets well-known build and cache outputs
+	// (workspace.BuildOutputs: __pycache__/, node_modules/...) onto a
+	// run's branch; by default its checkout ignores them.
+	CommitBuildOutputs bool
+	LLM                LLM
+	Git                Git
+	Proxy              Proxy
+	Sandbox            Sandbox
 
 	source    string                      // file it came from, "" for the built-in default
 	lookupEnv func(string) (string, bool) // for ShowYAML's "# set" comments; may be nil

@@ -117,6 +117,16 @@ func profileSection() section[Profile] {
 				show: func(_ *shower, _ path, p *Profile) any { return p.MaxTurns },
 			},
 			{
+				key: "commit_build_outputs",
+				decode: func(d *decoder, at path, v any, p *Profile) {
+					if v == nil {
+						return
+					}
+					p.CommitBuildOutputs, _ = d.boolean(at, v)
+				},
+				show: func(_ *shower, _ path, p *Profile) any { return p.CommitBuildOutputs },
+			},
+			{
 				key: "llm",
 				decode: func(d *decoder, at path, v any, p *Profile) {
 					decodeSection(d, at, v, llmSection(), &p.LLM)

@@ -237,6 +237,9 @@ func (r *runner) attachAgent(ctx context.Context, a *agentRun) {
 func (r *runner) workIn(workdir, worker, hostTunnel string, prx *proxyRun) (*workspace.Workspace, *driver.Driver, error) {
 	sb := r.lv.sandbox()
 	opts := workspace.Options{Worker: worker, RunUsers: sb.Info.RunUsers, Logger: r.host.Logger}
+	if !r.req.Profile.CommitBuildOutputs {
+		opts.Ignore = workspace.BuildOutputs()
+	}
 	if hostTunnel != "" {
 		opts.GitEnv = sandboxend.ProxyEnv(hostTunnel, prx.run.Token(), false)
 		// git reaches an http(s) repository through the proxy's git
@@ -476,8 +479,9 @@ func (r *runner) removeWorktree(ctx context.Context, ws *workspace.Workspace, sr
 // When the sandbox cannot be asked (its transport is gone), the work is
 // kept too: nothing is removed on a guess.
 func (r *runner) keepWork(ctx context.Context, ws *workspace.Workspace, src source, base workspace.Base, dir string) error {
-	_, commitErr := ws.CommitAll(ctx, src.workflow, r.req.Prompt)
+	c, commitErr := ws.CommitAll(ctx, src.workflow, r.req.Prompt)
 	if commitErr == nil {
+		r.sayLeftOut(workspace.Branch(src.workflow), c.LeftOut)
 		has, err := ws.HasWork(ctx, src.workflow, base.Start)
 		if err == nil && !has {
 			r.host.Logger.Info("the agent left no work; worktree removed", "workflow", src.workflow)
@@ -536,6 +540,22 @@ func (r *runner) removeRunDir(ctx context.Context, ws *workspace.Workspace) erro
 	return ws.RemoveRunDir(ctx, r.agent.src.workflow, r.agent.det.Dir)
 }
 
+// sayLeftOut tells the user which build and cache outputs the checkout
+// ignored (workspace.BuildOutputs), so none is missed without a word: a
+// progress line, shown above a live view.
+func (r *runner) sayLeftOut(branch string, paths []string) {
+	if len(paths) == 0 {
+		return
+	}
+	const most = 5
+	list := strings.Join(paths[:min(len(paths), most)], ", ")
+	if len(paths) > most {
+		list += fmt.Sprintf(" and %d more", len(paths)-most)
+	}
+	r.host.Logger.Info(fmt.Sprintf("left out of %s, as build and cache outputs: %s (profile key commit_build_outputs: true keeps them)", branch, list),
+		sdk.ProgressKey, true)
+}
+
 // commitTitle is the prompt's first line, as CommitAll uses it.
 func commitTitle(prompt string) string {
 	first, _, _ := strings.Cut(strings.TrimSpace(prompt), "\n")
@@ -544,11 +564,18 @@ func commitTitle(prompt string) string {
 
 // deliver commits what the agent left uncommitted, then brings the branch
 // back into the host checkout, or pushes it for a URL.
-func (r *runner) deliver(ctx context.Context, ws *workspace.Workspace, src source, base workspace.Base) (Result, error) {
-	res := Result{Workflow: src.workflow, Branch: workspace.Branch(src.workflow)}
-	if _, err := ws.CommitAll(ctx, src.workflow, r.req.Prompt); err != nil {
+func (r *runner) deliver(ctx context.Context, ws *workspace.Workspace, src source, base workspace.Base) (res Result, err error) {
+	res = Result{Workflow: src.workflow, Branch: workspace.Branch(src.workflow)}
+	c, err := ws.CommitAll(ctx, src.workflow, r.req.Prompt)
+	if err != nil {
 		return res, err
 	}
+	// Said once there is a branch to say it of.
+	defer func() {
+		if err == nil && res.Branch != "" {
+			r.sayLeftOut(res.Branch, c.LeftOut)
+		}
+	}()
 	if src.local == nil {
 		if err := ws.Push(ctx, src.workflow, src.url, base); err != nil {
 			return res, err
@@ -561,7 +588,7 @@ func (r *runner) deliver(ctx context.Context, ws *workspace.Workspace, src sourc
 		res.DiffStat = stat
 		return res, nil
 	}
-	_, err := ws.FetchResult(ctx, src.local, src.workflow, base, workspace.ResultOptions{})
+	_, err = ws.FetchResult(ctx, src.local, src.workflow, base, workspace.ResultOptions{})
 	if errors.Is(err, workspace.ErrNoChanges) {
 		// The agent changed nothing (it answered a question, or found
 		// nothing to do): a successful run without a branch.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,7 @@ type Workspace struct {
 	gitEnv   map[string]string
 	gitURL   func(string) string
 	runUsers bool
+	exclude  string // the checkouts' .git/info/exclude (Options.Ignore)
 	log      *slog.Logger
 	// lockWith is "flock" (flock(1) when the sandbox has it, else the
 	// worker) or "worker"; tests force the fallback with it.
@@ -61,7 +63,12 @@ type Options struct {
 	// checkout and runs every step in it (the provider declares
 	// sdk.Capabilities.RunUsers); see users.go.
 	RunUsers bool
-	Logger   *slog.Logger
+	// Ignore are git ignore patterns for every checkout the workspace
+	// makes (its .git/info/exclude): untracked files they match stay out
+	// of the agent's commits and CommitAll's; tracked ones are not
+	// affected. BuildOutputs is the usual list; nil ignores nothing.
+	Ignore []string
+	Logger *slog.Logger
 }
 
 // New returns the workspace under root, an absolute path inside the
@@ -75,8 +82,13 @@ func New(ex sdk.Execer, root string, opts Options) (*Workspace, error) {
 	if opts.Worker != "" && (!path.IsAbs(opts.Worker) || strings.ContainsAny(opts.Worker, "'\n\r\x00")) {
 		return nil, fmt.Errorf("worker path %q: must be absolute, with no quote, newline or NUL", opts.Worker)
 	}
+	for _, p := range opts.Ignore {
+		if strings.TrimSpace(p) == "" || strings.ContainsAny(p, "\n\r\x00") {
+			return nil, fmt.Errorf("ignore pattern %q: must be one line, not blank", p)
+		}
+	}
 	return &Workspace{
-		ex: ex, root: path.Clean(root), worker: opts.Worker, gitEnv: opts.GitEnv, gitURL: opts.GitURL, runUsers: opts.RunUsers,
+		ex: ex, root: path.Clean(root), worker: opts.Worker, gitEnv: opts.GitEnv, gitURL: opts.GitURL, runUsers: opts.RunUsers, exclude: excludeFile(opts.Ignore),
 		log: orDiscard(opts.Logger), lockWith: "flock", idFiles: idFiles, uids: [2]int{FirstRunUID, LastRunUID}, users: map[string]string{},
 	}, nil
 }
@@ -282,7 +294,7 @@ func (w *Workspace) makeCheckout(ctx context.Context, id, uid string, base Base)
 	// Run as the checkout's owner, who may write nothing else under the
 	// root; without run users it also makes the shared directories. Its
 	// last line is the uid it ran as.
-	const body = `wt=$1 br=$2 start=$3 objects=$4 shared=$5
+	const body = `wt=$1 br=$2 start=$3 objects=$4 shared=$5 exclude=$6
 if [ -n "$shared" ]; then
 	{ mkdir -p "$root/worktrees" "$root/.amelia/runs" && chmod 1733 "$root/worktrees" "$root/.amelia/runs"; } || exit 4
 fi
@@ -294,6 +306,7 @@ if ! mkdir -m 700 -- "$wt" 2>/dev/null; then
 fi
 g init --quiet --template= -- "$wt"
 printf '%s\n' "$objects" >"$wt/.git/objects/info/alternates"
+if [ -n "$exclude" ]; then mkdir -p "$wt/.git/info" && printf '%s' "$exclude" >"$wt/.git/info/exclude"; fi
 g -C "$wt" checkout --quiet -b "$br" "$start"
 id -u
 `
@@ -302,7 +315,7 @@ id -u
 		wt, shared = path.Join(w.root, "worktrees", newCheckoutPrefix+randomHex(16)), ""
 	}
 	var out strings.Builder
-	if err := w.scriptAs(ctx, uid, "make the checkout", nil, nil, &out, body, wt, Branch(id), base.Start, path.Join(w.RepoDir(), "objects"), shared); err != nil {
+	if err := w.scriptAs(ctx, uid, "make the checkout", nil, nil, &out, body, wt, Branch(id), base.Start, path.Join(w.RepoDir(), "objects"), shared, w.exclude); err != nil {
 		return err
 	}
 	if uid == "" {
@@ -408,14 +421,28 @@ rm -f "$rec"
 	return nil
 }
 
+// Commit is what CommitAll did.
+type Commit struct {
+	// Committed: there was something to commit.
+	Committed bool
+	// LeftOut lists untracked paths (a directory ending in "/") that the
+	// checkout's ignore patterns (Options.Ignore) kept out of the branch
+	// and the repository's own .gitignore files would not have: at most
+	// maxLeftOut of them, as git quotes them.
+	LeftOut []string
+}
+
+// maxLeftOut bounds Commit.LeftOut.
+const maxLeftOut = 100
+
 // CommitAll commits whatever the agent left uncommitted in the checkout of
 // id, as "amelia: <id>" with the prompt's first line as the body, authored
-// by Amelia <amelia@localhost> (the sandbox need not have a git identity).
-// It reports whether there was anything to commit. Commits the agent made
-// itself stay as they are.
-func (w *Workspace) CommitAll(ctx context.Context, id, prompt string) (bool, error) {
+// by Amelia <amelia@localhost> (the sandbox need not have a git identity),
+// and says what the checkout's ignore patterns kept out. Commits the
+// agent made itself stay as they are.
+func (w *Workspace) CommitAll(ctx context.Context, id, prompt string) (Commit, error) {
 	if err := ValidateWorkflowID(id); err != nil {
-		return false, err
+		return Commit{}, err
 	}
 	msg := "amelia: " + id
 	if first, _, _ := strings.Cut(strings.TrimSpace(prompt), "\n"); first != "" {
@@ -424,12 +451,22 @@ func (w *Workspace) CommitAll(ctx context.Context, id, prompt string) (bool, err
 		}
 		msg += "\n\n" + strings.TrimSpace(first)
 	}
-	const body = `wt=$1 msg=$2
+	// After the verdict, what our patterns leave out ("ours" lines), then
+	// what the repository's own .gitignore files do ("theirs").
+	const body = `wt=$1 msg=$2 max=$3
 mine "$wt" || { echo "the checkout $wt is not in the sandbox" >&2; exit 1; }
 g -C "$wt" add -A
-if g -C "$wt" diff --cached --quiet; then echo clean; exit 0; fi
-g -C "$wt" -c commit.gpgsign=false commit --quiet --no-verify -m "$msg"
-echo committed
+if g -C "$wt" diff --cached --quiet; then
+	echo clean
+else
+	g -C "$wt" -c commit.gpgsign=false commit --quiet --no-verify -m "$msg"
+	echo committed
+fi
+ex="$wt/.git/info/exclude"
+[ -f "$ex" ] || exit 0
+left() { g -C "$wt" ls-files --others --ignored --directory --no-empty-directory "$@" | head -n "$max"; }
+left --exclude-from="$ex" | sed 's/^/ours /'
+left --exclude-per-directory=.gitignore | sed 's/^/theirs /'
 `
 	env := map[string]string{}
 	for _, kv := range identityEnv() {
@@ -437,10 +474,26 @@ echo committed
 		env[k] = v
 	}
 	var out strings.Builder
-	if err := w.scriptFor(ctx, id, "git commit", env, nil, &out, body, w.WorktreeDir(id), msg); err != nil {
-		return false, fmt.Errorf("commit the changes of %s: %w", id, err)
+	if err := w.scriptFor(ctx, id, "git commit", env, nil, &out, body, w.WorktreeDir(id), msg, strconv.Itoa(maxLeftOut)); err != nil {
+		return Commit{}, fmt.Errorf("commit the changes of %s: %w", id, err)
 	}
-	return strings.TrimSpace(out.String()) == "committed", nil
+	verdict, rest, _ := strings.Cut(out.String(), "\n")
+	c := Commit{Committed: strings.TrimSpace(verdict) == "committed"}
+	var ours []string
+	theirs := map[string]bool{}
+	for _, line := range strings.Split(rest, "\n") {
+		if p, ok := strings.CutPrefix(line, "ours "); ok {
+			ours = append(ours, p)
+		} else if p, ok := strings.CutPrefix(line, "theirs "); ok {
+			theirs[p] = true
+		}
+	}
+	for _, p := range ours {
+		if !theirs[p] {
+			c.LeftOut = append(c.LeftOut, p)
+		}
+	}
+	return c, nil
 }
 
 // Workflows lists, in name order, the workflows that have a checkout in

@@ -163,11 +163,11 @@ func TestRoundTrip(t *testing.T) {
 	// The agent commits one change itself and leaves others uncommitted.
 	inSandbox(t, sb, agentGit+`echo one >first.txt && git add first.txt && git commit -qm "agent commit"
 printf 'hello\n' >new.txt && rm README.md && echo 'func B() {}' >>src/app.go`, wt)
-	if committed, err := ws.CommitAll(ctx, id, "Edit the files\nwith details"); err != nil || !committed {
-		t.Fatalf("CommitAll = %v, %v", committed, err)
+	if c, err := ws.CommitAll(ctx, id, "Edit the files\nwith details"); err != nil || !c.Committed {
+		t.Fatalf("CommitAll = %+v, %v", c, err)
 	}
-	if committed, err := ws.CommitAll(ctx, id, "again"); err != nil || committed {
-		t.Errorf("CommitAll on a clean worktree = %v, %v; want false", committed, err)
+	if c, err := ws.CommitAll(ctx, id, "again"); err != nil || c.Committed {
+		t.Errorf("CommitAll on a clean worktree = %+v, %v; want nothing committed", c, err)
 	}
 	// The checkout is a repository of its own, 0700, that borrows the bare
 	// repo's objects: the agent's commits and branch stay in it, and the
