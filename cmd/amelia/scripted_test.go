@@ -29,13 +29,24 @@ func TestRunScriptedEcho(t *testing.T) {
 	if got := h.git(t, "show", "amelia/echo:AMELIA_ECHO.md"); got != prompt {
 		t.Errorf("AMELIA_ECHO.md on the branch: %q, want the prompt %q", got, prompt)
 	}
-	if !strings.Contains(r.stderr, "scripted") {
-		t.Errorf("stderr does not say the model is scripted:\n%s", r.stderr)
+	if n := strings.Count(r.stderr, scriptedNote); n != 1 {
+		t.Errorf("stderr says %d times that the model is scripted, want once:\n%s", n, r.stderr)
 	}
 	if n := len(h.up.Requests()); n != 0 {
 		t.Errorf("the profile's upstream got %d requests", n)
 	}
+
+	// A run its check refuses says why, and nothing else.
+	writeFile(t, filepath.Join(h.repo, "dirty.txt"), "x\n")
+	r = h.amelia(t, "run", "--json", "--workflow", "echo-2", "--model", "scripted:echo", prompt)
+	want := "amelia: check: " + h.repo + " has uncommitted changes (dirty.txt): commit or stash them, or pass --include-dirty to carry them in as a commit\n"
+	if r.code != 2 || r.stderr != want {
+		t.Errorf("a refused scripted run: exit %d, stderr\n%s\nwant exit 2 and only\n%s", r.code, r.stderr, want)
+	}
 }
+
+// scriptedNote is how a run says its model is a scripted one.
+const scriptedNote = "amelia: the model is a scripted one on this machine (scripted:echo): no API key is used\n"
 
 // --model scripted:FILE plays the file's turns; a bad file is refused
 // before anything starts.

@@ -66,7 +66,6 @@ up and exits 130.`,
 					return usageError{err}
 				}
 				defer srv.Close()
-				fmt.Fprintf(cmd.ErrOrStderr(), "amelia: the model is a scripted one on this machine (%s): no API key is used\n", req.Model)
 			}
 			req.Profile = p
 			if req.Repo == "" {
@@ -75,6 +74,9 @@ up and exits 130.`,
 				}
 			}
 			return a.showRun(cmd, asJSON, func(view runview.View) (run.Result, error) {
+				if strings.HasPrefix(req.Model, ScriptedPrefix) {
+					view = a.scriptedNote(view, req.Model)
+				}
 				return run.Run(cmd.Context(), a.runHost(), req, view)
 			})
 		},

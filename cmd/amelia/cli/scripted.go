@@ -5,9 +5,14 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/run"
+	"github.com/amelia-sandbox/amelia/core/runview"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // ScriptedPrefix starts a --model that is played by a scripted model server
@@ -97,4 +102,27 @@ func readScript(path string) ([]llmtest.Turn, error) {
 		}
 	}
 	return turns, nil
+}
+
+// scriptedNote is view, which says once, when the run's check phase has
+// passed, that the model is a scripted one: a run refused at its check
+// says only why.
+func (a *app) scriptedNote(view runview.View, model string) runview.View {
+	return &afterCheck{View: view, note: func() {
+		a.logger.Info(fmt.Sprintf("the model is a scripted one on this machine (%s): no API key is used", model), sdk.ProgressKey, true)
+	}}
+}
+
+// afterCheck is a view that calls note once the check phase has passed.
+type afterCheck struct {
+	runview.View
+	once sync.Once
+	note func()
+}
+
+func (v *afterCheck) PhaseEnd(name string, d time.Duration, err error) {
+	v.View.PhaseEnd(name, d, err)
+	if name == run.PhaseCheck && err == nil {
+		v.once.Do(v.note)
+	}
 }
