@@ -96,7 +96,7 @@ func (r *runner) followAgent(ctx context.Context, d *driver.Driver, a *agentRun)
 				break
 			}
 			lost, wait = time.Time{}, retryFirst
-			r.view.Message(&m)
+			r.message(&m)
 			if m.Type == protocol.Result && m.IsError {
 				// The worker's own account of a failed run: nothing to
 				// deliver. Read on to the end for its usage.
@@ -153,9 +153,30 @@ func (r *runner) stopAgent(ctx context.Context, d *driver.Driver, a *agentRun, w
 		if err != nil {
 			break
 		}
-		r.view.Message(&m)
+		r.message(&m)
 	}
 	return why
+}
+
+// message shows one of the agent's messages, and copies it to the run's
+// log on this host (Host.Logs).
+func (r *runner) message(m *protocol.AgenticMessage) {
+	r.view.Message(m)
+	if r.host.Logs == nil || r.agent == nil || r.noLog {
+		return
+	}
+	if r.msgLog == nil {
+		w, err := r.host.Logs.Create(r.req.Profile.Name, r.agent.src.workflow)
+		if err != nil {
+			r.noLog = true
+			r.host.Logger.Warn("the run's log is not kept on this host", "err", err)
+			return
+		}
+		r.msgLog = w
+	}
+	if line, err := protocol.AppendJSON(nil, m); err == nil {
+		r.msgLog.WriteLine(line)
+	}
 }
 
 // attachCommand follows a running workflow.

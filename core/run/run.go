@@ -85,7 +85,11 @@ type Host struct {
 	Environ []string
 	// Runs records where the work of a run that did not deliver is kept;
 	// nil records nothing.
-	Runs   *runstore.Store
+	Runs *runstore.Store
+	// Logs keeps a copy of the agent's messages as the run showed them,
+	// for `amelia logs` once nothing of the run is left in its sandbox;
+	// nil keeps none.
+	Logs   *runstore.Logs
 	Logger *slog.Logger
 }
 
@@ -138,6 +142,11 @@ func (r *runner) end(res Result, err error) (Result, error) {
 	err = r.interruption(err)
 	r.failure = err
 	r.cleanup()
+	if r.msgLog != nil {
+		if lerr := r.msgLog.Keep(); lerr != nil {
+			r.host.Logger.Warn("could not keep the run's log on this host", "err", lerr)
+		}
+	}
 	res.Kept = r.kept
 	res.AgentStopped, res.AgentRunning = r.agentStopped, r.agentRunning
 	var kept *runview.Kept
@@ -207,6 +216,9 @@ type runner struct {
 	lv       *live                       // the way into the sandbox, once it is up
 	agent    *agentRun                   // the agent, once started
 	release  func(context.Context) error // ends this process's hold on the sandbox
+
+	msgLog *runstore.LogWriter // the agent's messages on this host, once one came
+	noLog  bool                // the log could not be made: none is kept
 }
 
 // RecoverCommand is the command that brings a kept run's work back.

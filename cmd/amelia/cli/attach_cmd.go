@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/run"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/runview"
@@ -68,28 +72,87 @@ its sandbox keeps: of a run still going (whether or not an amelia process
 follows it) or of one whose work is kept. With -f, go on showing them until
 the agent ends; stopping amelia logs leaves the agent running. Of an agent
 whose sandbox restarted under it, show what it wrote until then, and how to
-bring its work back.`,
+bring its work back. Of a run that left nothing in its sandbox (it
+delivered its branch, or its work was brought back or discarded), show the
+copy this host keeps for 7 days after the run ends.`,
 		Example: `  amelia logs fix-login-3f9a
   amelia logs -f --json fix-login-3f9a`,
 		Args: oneWorkflow("logs WORKFLOW"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rec, err := a.recordedRun(args[0])
-			if err != nil {
-				return err
+			err := a.showLogs(cmd.Context(), args[0], follow, asJSON)
+			if cmd.Context().Err() != nil {
+				// Ctrl-C: following stops, the agent goes on; as other
+				// commands do, exit 130 without a word.
+				return exitError{130}
 			}
-			if rec.RunDir == "" {
-				return fmt.Errorf("the run of %s kept no log in its sandbox", rec.Workflow)
-			}
-			return a.withRecordedRun(cmd.Context(), rec, func(rs recordedSandbox) error {
-				view := runview.New(a.stdout, asJSON) // the worker's messages, as they are
-				err := showLog(cmd.Context(), rs.driver, rec, follow, view)
-				return errors.Join(err, view.Close())
-			})
+			return err
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON line per message, for programs")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "go on until the agent ends")
 	return cmd
+}
+
+// showLogs shows the log of workflow's agent: from its sandbox while the
+// run is recorded there, else this host's copy.
+func (a *app) showLogs(ctx context.Context, workflow string, follow, asJSON bool) error {
+	rec, rerr := a.recordedRun(workflow)
+	if rerr == nil && rec.RunDir != "" && rec.State != runstore.Delivered {
+		return a.withRecordedRun(ctx, rec, func(rs recordedSandbox) error {
+			view := runview.New(a.stdout, asJSON) // the worker's messages, as they are
+			err := showLog(ctx, rs.driver, rec, follow, view)
+			return errors.Join(err, view.Close())
+		})
+	}
+	f, err := a.hostLog(workflow)
+	switch {
+	case err == nil:
+		defer f.Close()
+		view := runview.New(a.stdout, asJSON)
+		err := showHostLog(f, view)
+		return errors.Join(err, view.Close())
+	case !errors.Is(err, runstore.ErrNotFound):
+		return err
+	case rerr != nil && !errors.Is(rerr, runstore.ErrNotFound):
+		return rerr
+	}
+	return fmt.Errorf("no log of workflow %s on this host: a run's log is kept in its sandbox while its agent runs or its work is kept there, and on this host for %d days after the run ends (amelia sandbox ls lists each sandbox's workflows)",
+		workflow, int(runstore.LogRetention.Hours()/24))
+}
+
+// hostLog opens this host's copy of the log of workflow: of --profile's
+// sandbox when given, else of the only profile that has one.
+func (a *app) hostLog(workflow string) (*os.File, error) {
+	logs := a.runLogs()
+	profile := a.profile
+	if profile == "" {
+		profiles := logs.Find(workflow)
+		switch len(profiles) {
+		case 0:
+			return nil, runstore.ErrNotFound
+		case 1:
+			profile = profiles[0]
+		default:
+			return nil, fmt.Errorf("workflow %s has logs of the runs of profiles %s: pick one with --profile", workflow, strings.Join(profiles, ", "))
+		}
+	}
+	f, _, err := logs.Open(profile, workflow)
+	return f, err
+}
+
+// showHostLog shows the messages of a log this host kept (runstore.Logs).
+func showHostLog(r io.Reader, view runview.View) error {
+	dec := protocol.NewDecoder(r)
+	for {
+		m, err := dec.Decode()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read the run's log: %w", err)
+		}
+		view.Message(m)
+	}
 }
 
 // showLog shows the messages of rec's agent on view, with follow until it

@@ -23,6 +23,11 @@ func (a *app) runs() *runstore.Store {
 	return runstore.New(filepath.Join(a.stateDir(), "amelia", "runs"))
 }
 
+// runLogs is this host's copy of the logs of the runs it showed.
+func (a *app) runLogs() *runstore.Logs {
+	return runstore.NewLogs(filepath.Join(a.stateDir(), "amelia", "logs"))
+}
+
 func (a *app) resultsCommand() *cobra.Command {
 	var (
 		discard bool
@@ -90,7 +95,7 @@ func (a *app) recordedRun(workflow string) (runstore.Record, error) {
 	if a.profile != "" {
 		rec, err := store.Get(a.profile, workflow)
 		if errors.Is(err, runstore.ErrNotFound) {
-			return rec, fmt.Errorf("no work of workflow %s is kept in the sandbox of profile %s on this host (amelia sandbox ls lists each sandbox's workflows)", workflow, a.profile)
+			return rec, notRecorded(fmt.Sprintf("no work of workflow %s is kept in the sandbox of profile %s on this host (amelia sandbox ls lists each sandbox's workflows)", workflow, a.profile))
 		}
 		return rec, err
 	}
@@ -100,7 +105,7 @@ func (a *app) recordedRun(workflow string) (runstore.Record, error) {
 	}
 	switch len(recs) {
 	case 0:
-		return runstore.Record{}, fmt.Errorf("no work of workflow %s is kept on this host (amelia sandbox ls lists each sandbox's workflows)", workflow)
+		return runstore.Record{}, notRecorded(fmt.Sprintf("no work of workflow %s is kept on this host (amelia sandbox ls lists each sandbox's workflows)", workflow))
 	case 1:
 		return recs[0], nil
 	}
@@ -110,6 +115,13 @@ func (a *app) recordedRun(workflow string) (runstore.Record, error) {
 	}
 	return runstore.Record{}, fmt.Errorf("workflow %s has work in the sandboxes of profiles %s: pick one with --profile", workflow, strings.Join(profiles, ", "))
 }
+
+// notRecorded is recordedRun's error when no record matches; it matches
+// runstore.ErrNotFound.
+type notRecorded string
+
+func (e notRecorded) Error() string        { return string(e) }
+func (e notRecorded) Is(target error) bool { return target == runstore.ErrNotFound }
 
 // recordedProfile is the profile rec's run ran with, with the provider
 // it used.

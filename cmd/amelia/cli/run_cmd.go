@@ -105,6 +105,7 @@ func (a *app) runHost() run.Host {
 		LookupEnv: a.lookup,
 		Environ:   a.environ,
 		Runs:      a.runs(),
+		Logs:      a.runLogs(),
 		Logger:    a.logger,
 	}
 }
