@@ -13,18 +13,27 @@ export GORACE = atexit_sleep_ms=0
 # package takes ~9 minutes on a quiet 2-core machine, and several times
 # that on a loaded one (load 20+ must pass), so go test's 10m is too short.
 TEST_TIMEOUT ?= 60m
+# Where make install puts amelia and its workers (amelia looks for the
+# workers beside itself): $(go env GOPATH)/bin unless PREFIX or BINDIR says.
+PREFIX   ?= $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))
+BINDIR   ?= $(PREFIX)/bin
 
-.PHONY: all build worker run demo test fmt-check vet lint base-image proto proto-check bench fuzz clean
+.PHONY: all build worker run demo install test fmt-check vet lint base-image proto proto-check bench fuzz clean
 
 all: build
 
 ## build: bin/amelia and, beside it, the workers it puts into sandboxes
 build: worker
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/amelia ./cmd/amelia
+	@echo "make: go build bin/amelia"
+	@$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/amelia ./cmd/amelia
 
 ## worker: the static in-sandbox worker, bin/amelia-worker-linux-{amd64,arm64}
+# The first build on a fresh machine compiles every dependency, three times
+# (two workers, then amelia) and prints nothing while it does: say so.
 worker:
-	for arch in amd64 arm64; do \
+	@if [ ! -e bin/amelia ]; then echo "make: the first build compiles every dependency for amd64 and arm64 and prints nothing meanwhile: it can take many minutes"; fi
+	@for arch in amd64 arm64; do \
+		echo "make: go build bin/amelia-worker-linux-$$arch (static)"; \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' \
 			-o bin/amelia-worker-linux-$$arch ./cmd/worker || exit 1; \
 	done
@@ -35,7 +44,15 @@ run: build
 
 ## demo: build, then amelia run in a throwaway git repo (a scripted model unless OPENAI_API_KEY is set)
 demo: build
-	$(GO) run ./internal/demo -amelia bin/amelia
+	@echo "make: go run ./internal/demo (compiled first: a minute or more on a fresh machine)"
+	@$(GO) run ./internal/demo -amelia bin/amelia
+
+## install: bin/amelia and its workers into $(BINDIR) ($(go env GOPATH)/bin unless PREFIX=DIR or BINDIR=DIR), where amelia finds the workers beside it
+install: build
+	@echo "make: installing amelia and amelia-worker-linux-{amd64,arm64} into $(BINDIR)"
+	@install -d '$(BINDIR)'
+	@install -m 755 bin/amelia bin/amelia-worker-linux-amd64 bin/amelia-worker-linux-arm64 '$(BINDIR)/'
+	@case ":$$PATH:" in *":$(BINDIR):"*) ;; *) echo "make: $(BINDIR) is not on your PATH: add it (export PATH=\"$(BINDIR):\$$PATH\") to run amelia by name";; esac
 
 ## base-image: amelia-base:bookworm for the Docker tests and amelia-sshd:bookworm (a remote machine for the SSH tests), made with mmdebstrap (image/bootstrap-base.sh); says so and does nothing without a Docker engine
 base-image:
@@ -49,6 +66,7 @@ base-image:
 
 ## test: gofmt, go vet, staticcheck and all tests with the race detector, examples included
 test: fmt-check vet lint base-image
+	@echo "make: go test -race ./... (every package compiled with the race detector first: many minutes on a fresh machine; each package's line comes when its tests end)"
 	@python3 -c 'import pydantic, sys; sys.exit(not pydantic.VERSION.startswith("2."))' 2>/dev/null || \
 		echo "make test: SKIPPING the checks of the worker with the Python models (its output, and compat/harness.py): python3 with pydantic v2 not found"
 	$(GO) test -race -count=1 -timeout=$(TEST_TIMEOUT) ./...
@@ -59,12 +77,14 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 vet:
-	$(GO) vet ./...
-	cd $(EXAMPLES) && $(GO) vet ./...
+	@echo "make: go vet ./... (the first run compiles every package)"
+	@$(GO) vet ./...
+	@cd $(EXAMPLES) && $(GO) vet ./...
 
 ## lint: staticcheck, a tool of go.mod (`go tool staticcheck`), so CI downloads nothing else
 lint:
-	$(GO) tool staticcheck ./...
+	@echo "make: staticcheck ./... (the first run builds staticcheck, then checks every package)"
+	@$(GO) tool staticcheck ./...
 
 PROTO_DIR := plugins/sdk/providerv1
 PROTOC    := protoc --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) \

@@ -86,12 +86,34 @@ func TestInitWithoutAnEngine(t *testing.T) {
 	if !strings.Contains(r.stdout, "profile local (the default)") || !strings.Contains(r.stdout, "no Docker engine answers") {
 		t.Errorf("init's output:\n%s", r.stdout)
 	}
+	// amelia is not on the test's PATH: the next step names it by its path.
+	if want := "\n  " + ameliaBin + " run --model scripted:echo"; !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "make install") {
+		t.Errorf("init's next step is not runnable: want %q and how to install it in:\n%s", want, r.stdout)
+	}
 	cfg, _ := os.ReadFile(h.configPath())
 	if !strings.Contains(string(cfg), "default_profile: local") {
 		t.Errorf("config:\n%s", cfg)
 	}
 	if r := h.amelia(t, "config", "validate"); r.code != 0 {
 		t.Errorf("config validate: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// Once PATH finds this amelia, init's next step is plain amelia run.
+func TestInitNamesAmeliaOnPath(t *testing.T) {
+	h := newBareHost(t)
+	h.env = append(h.env, "DOCKER_HOST=unix://"+filepath.Join(t.TempDir(), "no-engine.sock"))
+	for i, kv := range h.env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			h.env[i] = "PATH=" + binDir + string(filepath.ListSeparator) + v
+		}
+	}
+	r := h.amelia(t, "init")
+	if r.code != 0 {
+		t.Fatalf("amelia init: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "\n  amelia run --model scripted:echo") || strings.Contains(r.stdout, "make install") {
+		t.Errorf("init's next step with amelia on PATH:\n%s", r.stdout)
 	}
 }
 

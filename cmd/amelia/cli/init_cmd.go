@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/moby/sys/atomicwriter"
@@ -87,10 +88,43 @@ func (a *app) init(ctx context.Context, out io.Writer, force, bootstrap, noBuild
 		fmt.Fprintf(out, "  profile local (the default): runs on this machine and isolates nothing\n")
 		fmt.Fprintf(out, "  profile docker: no Docker engine answers (%s); start one and run amelia init --force again\n", oneLine(dockerErr.Error()))
 	}
+	amelia := a.invocation()
 	fmt.Fprintf(out, "next, in a git checkout:\n")
-	fmt.Fprintf(out, "  amelia run --model %secho \"add a --verbose flag\"   # a scripted model on this machine: no key needed\n", ScriptedPrefix)
-	fmt.Fprintf(out, "  export %s=...; amelia run \"add a --verbose flag\"   # the real model; the key stays on this machine\n", config.DefaultAPIKeyEnv)
+	fmt.Fprintf(out, "  %s run --model %secho \"add a --verbose flag\"   # a scripted model on this machine: no key needed\n", amelia, ScriptedPrefix)
+	fmt.Fprintf(out, "  export %s=...; %s run \"add a --verbose flag\"   # the real model; the key stays on this machine\n", config.DefaultAPIKeyEnv, amelia)
+	if amelia != "amelia" {
+		fmt.Fprintf(out, "(this amelia, named by its path: PATH does not find it; make install in its clone puts amelia and its workers in $(go env GOPATH)/bin)\n")
+	}
 	return nil
+}
+
+// invocation is how a shell runs this amelia from any directory:
+// "amelia" when it is the first amelia on PATH, else its absolute path,
+// quoted for the shell when it needs to be.
+func (a *app) invocation() string {
+	if a.self == "" {
+		return "amelia"
+	}
+	for _, dir := range filepath.SplitList(a.getenv("PATH")) {
+		if !filepath.IsAbs(dir) {
+			continue // a relative PATH entry finds it only from one directory
+		}
+		p := filepath.Join(dir, "amelia")
+		st, err := os.Stat(p)
+		if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+			continue
+		}
+		if self, err := os.Stat(a.self); err == nil && os.SameFile(st, self) {
+			return "amelia"
+		}
+		break // another amelia comes first
+	}
+	if strings.ContainsFunc(a.self, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+", r))
+	}) {
+		return "'" + strings.ReplaceAll(a.self, "'", `'\''`) + "'"
+	}
+	return a.self
 }
 
 // setUpDocker finds the engine and a base image it holds (making one with
