@@ -76,6 +76,12 @@ type Record struct {
 	// for attach to serve it again. (Where the agent reaches the proxy is
 	// its supervisor's to keep: see driver.DetachOptions.Tunnel.)
 	ProxyToken string `json:"proxy_token,omitempty"`
+	// Model is the model the agent runs with, as amelia run was given it
+	// (--model, else the profile's): a scripted one ("scripted:echo",
+	// "scripted:/abs/script.json") is played on the host again by the
+	// process that attaches. Records written before it was kept have "":
+	// the profile's upstream then answers.
+	Model string `json:"model,omitempty"`
 	// Title is the commit message's first line for the agent's work.
 	Title string `json:"title,omitempty"`
 	// Reason is why the run ended without delivering (its error).

@@ -32,8 +32,11 @@ func (a *app) attachCommand() *cobra.Command {
 connection broke for longer than amelia waits, or the amelia process died
 (killed, the terminal closed, the machine slept). amelia attach takes the run
 over from any terminal of this host: it serves the agent's model calls
-again, shows the run from its first message, and at its end brings the
-branch back as amelia run would, or keeps the work if it failed.
+again, with the model the run recorded (a scripted one is played here
+again, without a key), shows the run from its first message, and at its
+end brings the branch back as amelia run would, or keeps the work if it
+failed. An agent that has ended needs no key: only one still running is
+refused while the profile's key is not set.
 
 Ctrl-C stops the agent, as it does for amelia run; to watch a run without
 taking it over, use amelia logs -f.`,
@@ -49,6 +52,13 @@ taking it over, use amelia logs -f.`,
 			if err != nil {
 				return err
 			}
+			// A scripted model is played here again; the run's token is
+			// served, with the profile's keys when they are set.
+			p, stop, err := playScripted(cmd.ErrOrStderr(), p, rec.Model)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			return a.showRun(cmd, asJSON, func(view runview.View) (run.Result, error) {
 				return run.Attach(cmd.Context(), a.runHost(), rec, p, view)
 			})

@@ -60,14 +60,14 @@ up and exits 130.`,
 			if provider != "" {
 				p = p.WithProvider(provider)
 			}
-			if spec, ok := strings.CutPrefix(req.Model, ScriptedPrefix); ok {
-				var srv interface{ Close() }
-				if p, srv, err = startScripted(p, spec); err != nil {
-					return usageError{err}
-				}
-				defer srv.Close()
-				fmt.Fprintf(cmd.ErrOrStderr(), "amelia: the model is a scripted one on this machine (%s): no API key is used\n", req.Model)
+			if req.Model, err = scriptedModel(req.Model); err != nil {
+				return usageError{err}
 			}
+			p, stop, err := playScripted(cmd.ErrOrStderr(), p, req.Model)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			req.Profile = p
 			if req.Repo == "" {
 				if req.Repo, err = os.Getwd(); err != nil {
