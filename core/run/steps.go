@@ -31,7 +31,12 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		if src, err = r.check(ctx); err != nil {
 			return err
 		}
-		return r.checkProfile(ctx)
+		// Whatever stops the run here, nothing was started but the
+		// provider plugin: the run is refused.
+		if err := r.checkProfile(ctx); err != nil {
+			return refuse(err)
+		}
+		return r.checkKeys()
 	}); err != nil {
 		return res, err
 	}
@@ -103,6 +108,18 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	return r.results(ctx, ws, a, d.Usage())
+}
+
+// checkKeys refuses a profile whose keys (its LLM upstreams', and the git
+// token it names) the proxy could not read from the host's environment.
+func (r *runner) checkKeys() error {
+	p := r.req.Profile
+	for _, read := range []func(func(string) (string, bool)) (string, error){p.LLMKey, p.AnthropicKey, p.GitToken} {
+		if _, err := read(r.host.LookupEnv); err != nil {
+			return refuse(err)
+		}
+	}
+	return nil
 }
 
 // checkProfile has the profile's provider, the one the run goes on with,

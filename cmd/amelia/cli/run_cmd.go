@@ -55,7 +55,7 @@ up and exits 130.`,
 			}
 			p, err := a.loadProfile()
 			if err != nil {
-				return err
+				return usageError{err} // refused before anything started
 			}
 			if provider != "" {
 				p = p.WithProvider(provider)
