@@ -198,6 +198,19 @@ func (s *Store) Of(profile string) ([]Record, error) {
 	return out, nil
 }
 
+// All returns every record, by profile, then by workflow.
+func (s *Store) All() ([]Record, error) {
+	var out []Record
+	for _, profile := range s.profiles() {
+		recs, err := s.Of(profile)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, recs...)
+	}
+	return out, nil
+}
+
 func (s *Store) profiles() []string {
 	entries, _ := os.ReadDir(s.dir)
 	var names []string

@@ -32,6 +32,9 @@ func TestStore(t *testing.T) {
 	if got, err := s.Of("dev"); err != nil || len(got) != 1 {
 		t.Errorf("Of(dev) = %+v, %v", got, err)
 	}
+	if got, err := s.All(); err != nil || len(got) != 2 || got[0].Profile != "dev" || got[1].Profile != "remote" {
+		t.Errorf("All = %+v, %v; want the records of dev and remote", got, err)
+	}
 	if err := s.Delete("dev", "fix-1"); err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,8 @@ Ctrl-C stops the agent, as it does for amelia run; to watch a run without
 taking it over, use amelia logs -f.`,
 		Example: `  amelia attach fix-login-3f9a
   amelia attach --profile dev --json fix-login-3f9a`,
-		Args: oneWorkflow("attach WORKFLOW"),
+		Args:              oneWorkflow("attach WORKFLOW"),
+		ValidArgsFunction: a.completeWorkflows(running),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rec, err := a.recordedRun(args[0])
 			if err != nil {
@@ -81,7 +82,8 @@ whose sandbox restarted under it, show what it wrote until then, and how to
 bring its work back.`,
 		Example: `  amelia logs fix-login-3f9a
   amelia logs -f --json fix-login-3f9a`,
-		Args: oneWorkflow("logs WORKFLOW"),
+		Args:              oneWorkflow("logs WORKFLOW"),
+		ValidArgsFunction: a.completeWorkflows(withLog),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rec, err := a.recordedRun(args[0])
 			if err != nil {

@@ -140,6 +140,7 @@ streams what it does back to you. Sandbox providers are plugins.`,
 	f.StringVar(&a.configPath, "config", "", "config file (default $AMELIA_CONFIG, else ~/.config/amelia/config.yaml)")
 	f.StringVarP(&a.profile, "profile", "p", "", "profile to use (default: the config's default_profile)")
 	f.BoolVar(&a.debug, "debug", false, "log details, including the plugins' logs, to stderr")
+	root.RegisterFlagCompletionFunc("profile", a.completeProfiles)
 	root.AddCommand(
 		a.versionCommand(),
 		a.initCommand(),
