@@ -19,8 +19,8 @@ func TestRunRefusesWhatItsProviderWould(t *testing.T) {
 		llmtest.Options{}, llmtest.Turn{Text: "never asked"})
 	r := h.amelia(t, "run", "--workflow", "typo", "Write nothing.")
 	want := "amelia: check: " + h.configPath() + `: profiles.e2e.sandbox.network: provider local cannot enforce "none" (it can enforce: open); pick another provider or network mode (and 1 more; run ` + "`amelia config validate`)\n"
-	if r.code != 1 || !strings.HasSuffix(r.stderr, want) {
-		t.Errorf("amelia run: exit %d, stderr %q; want 1 and a last line %q", r.code, r.stderr, want)
+	if r.code != 2 || !strings.HasSuffix(r.stderr, want) {
+		t.Errorf("amelia run: exit %d, stderr %q; want 2 (refused) and a last line %q", r.code, r.stderr, want)
 	}
 	if !strings.Contains(r.stdout, `{"type":"phase","content":"check","status":"failed"`) {
 		t.Errorf("the check phase did not fail:\n%s", r.stdout)

@@ -221,10 +221,16 @@ func TestTerminalRunInterrupted(t *testing.T) {
 			t.Errorf("the screen says %q:\n%s", bad, screen)
 		}
 	}
-	if !slices.ContainsFunc(lines, func(l string) bool {
+	interrupted := slices.IndexFunc(lines, func(l string) bool {
 		return strings.HasPrefix(l, "■ agent ") && strings.HasSuffix(l, " (interrupted)")
-	}) {
+	})
+	if interrupted < 0 {
 		t.Errorf("no line shows the agent phase interrupted:\n%s", screen)
+	}
+	// While the agent stops, the screen says what amelia waits for.
+	const stopping = "amelia: stopping the agent: waiting for it and the commands it started to end"
+	if i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, stopping) }); i < 0 || i > interrupted {
+		t.Errorf("no line above the interrupted phase says %q:\n%s", stopping, screen)
 	}
 	if !strings.HasPrefix(box[0], "╭─ ■ interrupted ─") {
 		t.Errorf("the box's title: %q, want interrupted", box[0])

@@ -132,21 +132,22 @@ func Load(opts Options) (*Config, error) {
 	decodeSection(d, nil, k.Raw(), rootSection(), &r)
 	hide := newHiding(d.hidden)
 	d.problems = append(ov.problems(), d.problems...)
-	if len(d.problems) > 0 {
-		// The problems quote hidden values as written already; this
-		// keeps it so for any message that forgot to.
-		for i := range d.problems {
-			d.problems[i].Message = hide.redact(d.problems[i].Message)
-		}
-		return nil, &ValidationError{File: source, Problems: d.problems}
-	}
 	for _, p := range r.profiles {
 		p.source = source
 		p.lookupEnv = lookup
 		p.envKeys = envKeys
 		p.hide = hide
 	}
-	return &Config{Source: source, DefaultProfile: r.defaultProfile, Profiles: r.profiles, hide: hide}, nil
+	c := &Config{Source: source, DefaultProfile: r.defaultProfile, Profiles: r.profiles, hide: hide}
+	if len(d.problems) > 0 {
+		// The problems quote hidden values as written already; this
+		// keeps it so for any message that forgot to.
+		for i := range d.problems {
+			d.problems[i].Message = hide.redact(d.problems[i].Message)
+		}
+		return nil, &ValidationError{File: source, Problems: d.problems, partial: c}
+	}
+	return c, nil
 }
 
 // readConfig reads the config file name, refusing one over maxConfigBytes

@@ -20,6 +20,33 @@ type ValidationError struct {
 	// File is the configuration file, or "" for the built-in default.
 	File     string
 	Problems []Problem
+
+	partial *Config // see Partial
+}
+
+// Partial is the configuration as far as Load could read it despite its
+// Problems, or nil: every profile it could tell apart, each key with a
+// problem left at its zero value. It is for checking what those problems
+// leave unchecked (`amelia config validate` asks each profile's provider
+// about its settings block), never for running anything; what such a
+// check finds at a key Reported already is said, or stems from it.
+func (e *ValidationError) Partial() *Config { return e.partial }
+
+// Reported reports whether one of the problems is at key (a whole path,
+// as Problem.Key) or above it.
+func (e *ValidationError) Reported(key string) bool {
+	for _, p := range e.Problems {
+		if within(key, p.Key) {
+			return true
+		}
+	}
+	return false
+}
+
+// within reports whether key is at or under the path at.
+func within(key, at string) bool {
+	rest, ok := strings.CutPrefix(key, at)
+	return ok && (rest == "" || rest[0] == '.' || rest[0] == '[')
 }
 
 // Error is one line: the file, the first problem, and how many more there

@@ -742,3 +742,43 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+// A config with problems keeps what of it could be read, for the checks
+// those problems leave undone; Reported says which keys are in doubt.
+func TestPartialConfig(t *testing.T) {
+	_, _, err := loadString(t, `default_profile: dev
+profiles:
+  dev:
+    sandbox:
+      provider: docker
+      network: opn
+      docker: {imag: x}
+  ok:
+    sandbox: {provider: local}
+`, testEnv{})
+	ve, ok := err.(*ValidationError)
+	if !ok {
+		t.Fatalf("Load: %v, want a *ValidationError", err)
+	}
+	c := ve.Partial()
+	if c == nil || len(c.Profiles) != 2 {
+		t.Fatalf("Partial = %+v, want both profiles", c)
+	}
+	dev := c.Profiles["dev"]
+	if dev.Sandbox.Provider != "docker" || dev.Sandbox.Network != "" || dev.Sandbox.Settings["docker"]["imag"] != "x" {
+		t.Errorf("dev as read: %+v, want its provider and settings block, and no network", dev.Sandbox)
+	}
+	for key, want := range map[string]bool{
+		"profiles.dev.sandbox.network":     true,
+		"profiles.dev.sandbox.network[0]":  true,
+		"profiles.dev.sandbox.networks":    false,
+		"profiles.dev.sandbox.provider":    false,
+		"profiles.dev.sandbox.docker.imag": false,
+		"profiles.dev":                     false,
+		"profiles.ok.sandbox.network":      false,
+	} {
+		if got := ve.Reported(key); got != want {
+			t.Errorf("Reported(%q) = %v, want %v", key, got, want)
+		}
+	}
+}

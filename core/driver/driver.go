@@ -90,6 +90,9 @@ const (
 	// and SIGKILL once its exec is cancelled: the worker needs a moment to
 	// write its interrupted result and usage.
 	cancelGrace = 5 * time.Second
+	// StopGrace is how long a stopped detached agent and what it started
+	// have between SIGTERM and SIGKILL (DetachOptions.Grace's default).
+	StopGrace = cancelGrace
 	// cleanupTimeout bounds the removal of prompt files, which runs even
 	// when the caller's context is done.
 	cleanupTimeout = 30 * time.Second

@@ -10,6 +10,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
+	"github.com/amelia-sandbox/amelia/core/runview"
 	"github.com/amelia-sandbox/amelia/core/workspace"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -143,6 +144,8 @@ func (r *runner) followAgent(ctx context.Context, d *driver.Driver, a *agentRun)
 // it wrote last (its interrupted result, its usage); why is the run's
 // error. An agent that cannot be stopped stays recorded as running.
 func (r *runner) stopAgent(ctx context.Context, d *driver.Driver, a *agentRun, why error) error {
+	r.notice(fmt.Sprintf("amelia: stopping the agent: waiting for it and the commands it started to end (SIGTERM, then SIGKILL after %s); then whatever it changed is committed and kept in sandbox %s",
+		driver.StopGrace, r.req.Profile.Name))
 	if err := d.StopAgentic(ctx, a.det.Dir); err != nil && !errors.Is(err, driver.ErrRunLost) {
 		return fmt.Errorf("%w; and the agent could not be stopped, it may still be running: %v", why, err)
 	}
@@ -182,4 +185,12 @@ func (r *runner) message(m *protocol.AgenticMessage) {
 // attachCommand follows a running workflow.
 func attachCommand(profile, workflow string) string {
 	return "amelia attach --profile " + profile + " " + workflow
+}
+
+// notice tells a person watching the run live what it waits for, above
+// the live line (runview.Live); a program reading its events needs none.
+func (r *runner) notice(text string) {
+	if l, ok := r.view.(runview.Live); ok {
+		l.Notice(text)
+	}
 }

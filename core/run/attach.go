@@ -19,7 +19,7 @@ import (
 // an agent still waiting out the outage carries on. p is rec's profile,
 // its provider the one the run used.
 func Attach(ctx context.Context, host Host, rec runstore.Record, p *config.Profile, view runview.View) (Result, error) {
-	req := Request{Profile: p, Repo: rec.Repo, Base: rec.BaseBranch, Workflow: rec.Workflow, Prompt: rec.Title, Push: rec.Push}
+	req := Request{Profile: p, Repo: rec.Repo, Base: rec.BaseBranch, Workflow: rec.Workflow, Prompt: rec.Title, Push: rec.Push, Model: rec.Model}
 	r := newRunner(ctx, host, req, view)
 	return r.end(r.attach(ctx, rec))
 }
@@ -37,8 +37,13 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 		return res, err
 	}
 	var prx *proxyRun
+	var keyErr error // the profile's LLM keys are not set here
 	if err := r.phase(PhaseProxy, func() (err error) {
-		prx, err = r.startProxy(src, rec.RunID, rec.ProxyToken)
+		p := r.req.Profile
+		if p, keyErr = withoutMissingKeys(p, r.host.LookupEnv); keyErr != nil {
+			r.host.Logger.Debug("the profile's LLM keys are not set: the proxy serves no model unless the agent has ended", "err", keyErr)
+		}
+		prx, err = r.startProxy(p, src, rec.RunID, rec.ProxyToken)
 		return err
 	}); err != nil {
 		return res, err
@@ -75,6 +80,11 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 	}
 
 	if err := r.phaseIn(ctx, PhaseAgent, func() error {
+		if keyErr != nil {
+			if err := r.ended(ctx, d, a, keyErr); err != nil {
+				return err
+			}
+		}
 		defer r.endAgentTunnel(a)
 		r.attachAgent(ctx, a)
 		return r.followAgent(ctx, d, a)
@@ -98,4 +108,39 @@ func (r *runner) recordedSource(ctx context.Context, rec runstore.Record) (sourc
 	}
 	src.local = local
 	return src, nil
+}
+
+// withoutMissingKeys is p, or, when its LLM keys cannot be read from the
+// host's environment (lookupEnv), p without them, and why. An agent that
+// has ended makes no model call, and bringing its work back needs no key;
+// one still running is refused (ended) before the proxy can see a call.
+func withoutMissingKeys(p *config.Profile, lookupEnv func(string) (string, bool)) (*config.Profile, error) {
+	_, err := p.LLMKey(lookupEnv)
+	if err == nil {
+		_, err = p.AnthropicKey(lookupEnv)
+	}
+	if err == nil {
+		return p, nil
+	}
+	q := *p
+	q.LLM.APIKeyEnv, q.LLM.APIKey = "", ""
+	if a := p.LLM.Anthropic; a != nil {
+		q.LLM.Anthropic = &config.Upstream{BaseURL: a.BaseURL}
+	}
+	return &q, err
+}
+
+// ended refuses, with keyErr, to follow a's agent when it still runs: its
+// next model call needs the key this host lacks. It is asked before the
+// agent's tunnel is carried, so no call of its reaches the keyless proxy.
+func (r *runner) ended(ctx context.Context, d *driver.Driver, a *agentRun, keyErr error) error {
+	st, err := d.AgenticState(ctx, a.det.Dir)
+	if err != nil {
+		return fmt.Errorf("%w; and whether the agent has ended is unknown: %v", keyErr, err)
+	}
+	if st.State == driver.AgentRunning {
+		return refuse(fmt.Errorf("the agent of %s is still running, and its model calls need the profile's key: %w; then %s again",
+			a.src.workflow, keyErr, attachCommand(r.req.Profile.Name, a.src.workflow)))
+	}
+	return nil
 }

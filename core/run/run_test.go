@@ -238,6 +238,25 @@ func TestRunPhasesInOrder(t *testing.T) {
 	}
 }
 
+// A key the profile names but the host's environment does not hold is
+// refused in the check phase, as everything is that would fail before
+// the sandbox is touched: no proxy starts, no sandbox.
+func TestRunRefusesAMissingKey(t *testing.T) {
+	f := newFixture(t, llmtest.Options{})
+	f.host.LookupEnv = func(string) (string, bool) { return "", false }
+	view := &recorder{}
+	_, err := Run(t.Context(), f.host, f.req, view)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "RUN_TEST_KEY is not set") {
+		t.Fatalf("Run: %v, want a refusal naming the key", err)
+	}
+	if p, started := view.failed(), view.started(); p != PhaseCheck || !slices.Equal(started, []string{PhaseCheck, PhaseCleanup}) {
+		t.Errorf("failed phase %q, phases %v; want check to fail, then cleanup", p, started)
+	}
+	if entries, _ := os.ReadDir(f.sbRoot); len(entries) != 0 {
+		t.Errorf("a refused run created a sandbox: %v", entries)
+	}
+}
+
 // A profile its provider finds wrong — settings it would refuse, a
 // network policy it cannot enforce — is refused in the check phase, every
 // problem at its key in the config file, before anything starts.
@@ -258,6 +277,9 @@ func TestRunRefusesWhatTheProviderFindsWrong(t *testing.T) {
 	var ve *config.ValidationError
 	if !errors.As(err, &ve) || ve.File != cfgPath {
 		t.Fatalf("Run: %v, want the config's problems", err)
+	}
+	if !errors.Is(err, ErrRefused) {
+		t.Errorf("Run: %v, want it refused (nothing started)", err)
 	}
 	want := []string{
 		`profiles.t.sandbox.network: provider local cannot enforce "none" (it can enforce: open); pick another provider or network mode`,

@@ -16,12 +16,17 @@ import (
 
 // ErrRefused matches the errors of a run refused before anything started:
 // a bad workflow id, a branch that exists, a dirty checkout, a repository
-// that is not one. Nothing was created and nothing needs cleaning.
+// that is not one, a key that is not set, a profile its provider refuses
+// (whatever stops the check phase). Nothing was created and nothing needs
+// cleaning.
 var ErrRefused = errors.New("refused")
 
 type refusal struct{ error }
 
 func (refusal) Is(target error) bool { return target == ErrRefused }
+
+// Unwrap is why: errors.As finds a *config.ValidationError in it.
+func (r refusal) Unwrap() error { return r.error }
 
 func refuse(err error) error { return refusal{err} }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
@@ -30,7 +31,12 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		if src, err = r.check(ctx); err != nil {
 			return err
 		}
-		return r.checkProfile(ctx)
+		// Whatever stops the run here, nothing was started but the
+		// provider plugin: the run is refused.
+		if err := r.checkProfile(ctx); err != nil {
+			return refuse(err)
+		}
+		return r.checkKeys()
 	}); err != nil {
 		return res, err
 	}
@@ -38,7 +44,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 
 	var prx *proxyRun
 	if err := r.phase(PhaseProxy, func() (err error) {
-		prx, err = r.startProxy(src, proxy.NewRunID(src.workflow, time.Now()), "")
+		prx, err = r.startProxy(req.Profile, src, proxy.NewRunID(src.workflow, time.Now()), "")
 		return err
 	}); err != nil {
 		return res, err
@@ -102,6 +108,18 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	return r.results(ctx, ws, a, d.Usage())
+}
+
+// checkKeys refuses a profile whose keys (its LLM upstreams', and the git
+// token it names) the proxy could not read from the host's environment.
+func (r *runner) checkKeys() error {
+	p := r.req.Profile
+	for _, read := range []func(func(string) (string, bool)) (string, error){p.LLMKey, p.AnthropicKey, p.GitToken} {
+		if _, err := read(r.host.LookupEnv); err != nil {
+			return refuse(err)
+		}
+	}
+	return nil
 }
 
 // checkProfile has the profile's provider, the one the run goes on with,
@@ -342,14 +360,15 @@ type proxyRun struct {
 }
 
 // startProxy starts a proxy on host loopback for run id alone, serving
-// token, or a new one when token is "". The profile's keys are read here,
-// from the host's environment.
-func (r *runner) startProxy(src source, id, token string) (*proxyRun, error) {
+// token, or a new one when token is "", with the upstreams and keys of
+// profile p (the run's, or attach's without its LLM keys). The keys are
+// read here, from the host's environment.
+func (r *runner) startProxy(p *config.Profile, src source, id, token string) (*proxyRun, error) {
 	var repos []string
 	if src.url != "" {
 		repos = []string{src.url}
 	}
-	cfg, err := proxy.ProfileRun(r.req.Profile, r.host.LookupEnv, id, repos, r.host.AuditDir)
+	cfg, err := proxy.ProfileRun(p, r.host.LookupEnv, id, repos, r.host.AuditDir)
 	if err != nil {
 		return nil, err
 	}
@@ -503,7 +522,7 @@ func (r *runner) record(state runstore.State, reason error) error {
 		Workflow: a.src.workflow, Profile: r.req.Profile.Name, Provider: r.req.Profile.Sandbox.Provider,
 		Repo: a.src.repo(), BaseBranch: a.base.Branch, BaseCommit: a.base.Commit, StartCommit: a.base.Start, Push: r.req.Push,
 		Branch: workspace.Branch(a.src.workflow), Worktree: a.worktree, State: state, Ended: time.Now().UTC(),
-		RunID: a.runID, Title: commitTitle(r.req.Prompt), Worker: a.worker,
+		RunID: a.runID, Model: r.model(), Title: commitTitle(r.req.Prompt), Worker: a.worker,
 	}
 	if a.det != nil {
 		rec.RunDir = a.det.Dir

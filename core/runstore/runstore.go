@@ -76,6 +76,12 @@ type Record struct {
 	// for attach to serve it again. (Where the agent reaches the proxy is
 	// its supervisor's to keep: see driver.DetachOptions.Tunnel.)
 	ProxyToken string `json:"proxy_token,omitempty"`
+	// Model is the model the agent runs with, as amelia run was given it
+	// (--model, else the profile's): a scripted one ("scripted:echo",
+	// "scripted:/abs/script.json") is played on the host again by the
+	// process that attaches. Records written before it was kept have "":
+	// the profile's upstream then answers.
+	Model string `json:"model,omitempty"`
 	// Title is the commit message's first line for the agent's work.
 	Title string `json:"title,omitempty"`
 	// Reason is why the run ended without delivering (its error).
@@ -188,6 +194,19 @@ func (s *Store) Of(profile string) ([]Record, error) {
 			return nil, err
 		}
 		out = append(out, r)
+	}
+	return out, nil
+}
+
+// All returns every record, by profile, then by workflow.
+func (s *Store) All() ([]Record, error) {
+	var out []Record
+	for _, profile := range s.profiles() {
+		recs, err := s.Of(profile)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, recs...)
 	}
 	return out, nil
 }

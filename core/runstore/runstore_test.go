@@ -32,6 +32,9 @@ func TestStore(t *testing.T) {
 	if got, err := s.Of("dev"); err != nil || len(got) != 1 {
 		t.Errorf("Of(dev) = %+v, %v", got, err)
 	}
+	if got, err := s.All(); err != nil || len(got) != 2 || got[0].Profile != "dev" || got[1].Profile != "remote" {
+		t.Errorf("All = %+v, %v; want the records of dev and remote", got, err)
+	}
 	if err := s.Delete("dev", "fix-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -60,5 +63,31 @@ func TestStoreRefusesPaths(t *testing.T) {
 		if _, err := s.Get("p", name); err == nil || errors.Is(err, runstore.ErrNotFound) {
 			t.Errorf("Get of workflow %q = %v, want a refusal", name, err)
 		}
+	}
+}
+
+// A record keeps the model its agent runs with; one written before
+// records had it reads as the profile's ("").
+func TestStoreModel(t *testing.T) {
+	dir := t.TempDir()
+	s := runstore.New(dir)
+	rec := runstore.Record{Workflow: "echo-1", Profile: "dev", State: runstore.Running, Model: "scripted:/home/dev/turns.json"}
+	if err := s.Put(rec); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get("dev", "echo-1"); err != nil || got.Model != rec.Model {
+		t.Errorf("Get = %+v, %v; want model %q", got, err, rec.Model)
+	}
+	older := `{"workflow": "old-1", "profile": "dev", "provider": "docker", "repo": "/src/app",
+  "base_branch": "main", "base_commit": "abc", "branch": "amelia/old-1",
+  "worktree": "/workspace/worktrees/old-1", "state": "running", "run_dir": "/workspace/.amelia/runs/old-1-x",
+  "proxy_token": "tok", "ended": "2026-11-24T17:00:00Z"}
+`
+	if err := os.WriteFile(filepath.Join(dir, "dev", "old-1.json"), []byte(older), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get("dev", "old-1")
+	if err != nil || got.Model != "" || got.State != runstore.Running || got.RunDir == "" || got.ProxyToken != "tok" {
+		t.Errorf("an older record: %+v, %v; want it read whole, with no model", got, err)
 	}
 }

@@ -36,14 +36,18 @@ func (a *app) attachCommand() *cobra.Command {
 connection broke for longer than amelia waits, or the amelia process died
 (killed, the terminal closed, the machine slept). amelia attach takes the run
 over from any terminal of this host: it serves the agent's model calls
-again, shows the run from its first message, and at its end brings the
-branch back as amelia run would, or keeps the work if it failed.
+again, with the model the run recorded (a scripted one is played here
+again, without a key), shows the run from its first message, and at its
+end brings the branch back as amelia run would, or keeps the work if it
+failed. An agent that has ended needs no key: only one still running is
+refused while the profile's key is not set.
 
 Ctrl-C stops the agent, as it does for amelia run; to watch a run without
 taking it over, use amelia logs -f.`,
 		Example: `  amelia attach fix-login-3f9a
   amelia attach --profile dev --json fix-login-3f9a`,
-		Args: oneWorkflow("attach WORKFLOW"),
+		Args:              oneWorkflow("attach WORKFLOW"),
+		ValidArgsFunction: a.completeWorkflows(running),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rec, err := a.recordedRun(args[0])
 			if err != nil {
@@ -53,7 +57,17 @@ taking it over, use amelia logs -f.`,
 			if err != nil {
 				return err
 			}
+			// A scripted model is played here again; the run's token is
+			// served, with the profile's keys when they are set.
+			p, stop, err := playScripted(p, rec.Model)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			return a.showRun(cmd, asJSON, func(view runview.View) (run.Result, error) {
+				if strings.HasPrefix(rec.Model, ScriptedPrefix) {
+					view = a.scriptedNote(view, rec.Model)
+				}
 				return run.Attach(cmd.Context(), a.runHost(), rec, p, view)
 			})
 		},
@@ -77,7 +91,8 @@ delivered its branch, or its work was brought back or discarded), show the
 copy this host keeps for 7 days after the run ends.`,
 		Example: `  amelia logs fix-login-3f9a
   amelia logs -f --json fix-login-3f9a`,
-		Args: oneWorkflow("logs WORKFLOW"),
+		Args:              oneWorkflow("logs WORKFLOW"),
+		ValidArgsFunction: a.completeWorkflows(withLog),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			err := a.showLogs(cmd.Context(), args[0], follow, asJSON)
 			if cmd.Context().Err() != nil {

@@ -70,8 +70,13 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
-// usageError is a command-line mistake: exit code 2.
+// usageError is a command-line mistake, or a command refused before it
+// started anything (a run's config or profile that cannot be used): exit
+// code 2.
 type usageError struct{ error }
+
+// Unwrap is the mistake.
+func (e usageError) Unwrap() error { return e.error }
 
 func (a *app) run(ctx context.Context, args []string) int {
 	// Stop every plugin this run started, whatever happened.
@@ -135,6 +140,7 @@ streams what it does back to you. Sandbox providers are plugins.`,
 	f.StringVar(&a.configPath, "config", "", "config file (default $AMELIA_CONFIG, else ~/.config/amelia/config.yaml)")
 	f.StringVarP(&a.profile, "profile", "p", "", "profile to use (default: the config's default_profile)")
 	f.BoolVar(&a.debug, "debug", false, "log details, including the plugins' logs, to stderr")
+	root.RegisterFlagCompletionFunc("profile", a.completeProfiles)
 	root.AddCommand(
 		a.versionCommand(),
 		a.initCommand(),

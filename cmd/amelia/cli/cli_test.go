@@ -389,6 +389,40 @@ profiles:
 	golden(t, "config-errors", e.normalize(transcript.String()))
 }
 
+// config validate reports every problem at once: the file's own and,
+// for what of the file could be read, what each profile's provider finds
+// in its settings block; a network mode in doubt is not held against the
+// provider, and a provider in doubt is not asked.
+func TestConfigValidateReportsEverything(t *testing.T) {
+	e := newEnv(t)
+	e.writeConfig(t, `default_profile: dev
+profiles:
+  dev:
+    sandbox:
+      provider: docker
+      network: opn
+      docker:
+        imag: amelia-base:bookworm
+        resources: {memroy: 4g}
+  remote:
+    sandbox:
+      provider: ssh
+      network: nonee
+      ssh: {host: build-1.test}
+  fenced:
+    sandbox: {provider: local, network: none}
+  typo:
+    sandbox:
+      provider: "dock er"
+      dock er: {imag: x}
+`)
+	r := amelia(t, "", "config", "validate")
+	if r.code != 1 {
+		t.Errorf("config validate: exit %d, want 1", r.code)
+	}
+	golden(t, "config-validate-all", e.normalize(r.stdout+r.stderr))
+}
+
 func TestUsageErrors(t *testing.T) {
 	newEnv(t)
 	for _, args := range [][]string{

@@ -71,9 +71,21 @@ func (e maskedError) Error() string { return e.msg }
 func (e maskedError) Unwrap() error { return e.err }
 
 // View masks the errors a run's view shows, in its phases and its
-// summary: the host's own words. The worker's messages go through as
-// they are.
-func (m *masker) View(v runview.View) runview.View { return maskedView{v, m} }
+// summary, and a live view's notices: the host's own words. The worker's
+// messages go through as they are. A live view stays one.
+func (m *masker) View(v runview.View) runview.View {
+	if l, ok := v.(runview.Live); ok {
+		return maskedLive{maskedView{v, m}, l}
+	}
+	return maskedView{v, m}
+}
+
+type maskedLive struct {
+	maskedView
+	live runview.Live
+}
+
+func (v maskedLive) Notice(text string) { v.live.Notice(v.m.String(text)) }
 
 type maskedView struct {
 	runview.View

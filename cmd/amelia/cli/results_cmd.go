@@ -57,6 +57,7 @@ attach follows it.`,
 			}
 			return nil
 		},
+		ValidArgsFunction: a.completeWorkflows(nil),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rec, err := a.recordedRun(args[0])
 			if err != nil {

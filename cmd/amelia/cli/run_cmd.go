@@ -55,18 +55,19 @@ up and exits 130.`,
 			}
 			p, err := a.loadProfile()
 			if err != nil {
-				return err
+				return usageError{err} // refused before anything started
 			}
 			if provider != "" {
 				p = p.WithProvider(provider)
 			}
-			if spec, ok := strings.CutPrefix(req.Model, ScriptedPrefix); ok {
-				var srv interface{ Close() }
-				if p, srv, err = startScripted(p, spec); err != nil {
-					return usageError{err}
-				}
-				defer srv.Close()
+			if req.Model, err = scriptedModel(req.Model); err != nil {
+				return usageError{err}
 			}
+			p, stop, err := playScripted(p, req.Model)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			req.Profile = p
 			if req.Repo == "" {
 				if req.Repo, err = os.Getwd(); err != nil {
@@ -83,6 +84,7 @@ up and exits 130.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&provider, "sandbox", "", "sandbox provider for this run, instead of the profile's (local, docker, ssh, daytona, or a plugin)")
+	cmd.RegisterFlagCompletionFunc("sandbox", a.completeProviders)
 	f.StringVar(&req.Repo, "repo", "", "repository: a local checkout's path or a URL (default: the git repository of the current directory)")
 	f.StringVar(&req.Base, "base", "", "branch to start from (default: the checked-out branch, or the URL's default branch)")
 	f.StringVar(&req.Workflow, "workflow", "", "workflow id; the result branch is amelia/<id> (default: made from the prompt, e.g. fix-login-3f9a)")

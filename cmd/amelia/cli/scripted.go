@@ -3,7 +3,9 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -34,25 +36,57 @@ type scriptedTurn struct {
 	} `json:"tool_calls"`
 }
 
+// scriptedModel is --model as the run records it: a script file's path
+// made absolute, so that amelia attach, from any directory, plays the
+// same script. Any other model is as given.
+func scriptedModel(model string) (string, error) {
+	spec, ok := strings.CutPrefix(model, ScriptedPrefix)
+	if !ok || spec == "echo" || spec == "" {
+		return model, nil
+	}
+	abs, err := filepath.Abs(spec)
+	if err != nil {
+		return "", fmt.Errorf("--model %s: %w", model, err)
+	}
+	return ScriptedPrefix + abs, nil
+}
+
+// playScripted starts the scripted model model names and returns p with
+// it as its upstream, and what stops it; for any other model, p as it is.
+// A run says so once its check has passed (scriptedNote).
+func playScripted(p *config.Profile, model string) (*config.Profile, func(), error) {
+	spec, ok := strings.CutPrefix(model, ScriptedPrefix)
+	if !ok {
+		return p, func() {}, nil
+	}
+	q, srv, err := startScripted(p, spec)
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	return q, srv.Close, nil
+}
+
 // startScripted starts the model server --model names after "scripted:",
 // and returns the profile p with it as its upstream (and no key). The
 // server keeps none of the requests it answered: a run's would add up to
-// the square of its turns.
+// the square of its turns. A script's turn is the one after those the
+// conversation holds already, so that a server started again (by amelia
+// attach) goes on where the agent is.
 func startScripted(p *config.Profile, spec string) (*config.Profile, *llmtest.Server, error) {
 	opts := llmtest.Options{Forget: true}
-	var turns []llmtest.Turn
 	switch spec {
 	case "echo":
 		opts.Script = echoTurn
 	case "":
 		return nil, nil, fmt.Errorf("--model %s: name a script: %secho, or %sFILE (a JSON list of turns)", ScriptedPrefix, ScriptedPrefix, ScriptedPrefix)
 	default:
-		var err error
-		if turns, err = readScript(spec); err != nil {
+		turns, err := readScript(spec)
+		if err != nil {
 			return nil, nil, err
 		}
+		opts.Script = scriptTurns(spec, turns)
 	}
-	srv, err := llmtest.Start(opts, turns...)
+	srv, err := llmtest.Start(opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start the scripted model: %w", err)
 	}
@@ -60,6 +94,25 @@ func startScripted(p *config.Profile, spec string) (*config.Profile, *llmtest.Se
 	q.LLM.Upstream = config.Upstream{BaseURL: srv.URL() + "/v1"}
 	q.LLM.Anthropic = nil
 	return &q, srv, nil
+}
+
+// scriptTurns plays turns: asked with a conversation that holds n of the
+// model's answers, it answers with turn n+1. Past the last turn, it
+// answers an error saying so.
+func scriptTurns(file string, turns []llmtest.Turn) func(int, *llmtest.Request) llmtest.Turn {
+	return func(_ int, req *llmtest.Request) llmtest.Turn {
+		n := 0
+		for _, m := range req.Chat.Messages {
+			if m.Role == "assistant" {
+				n++
+			}
+		}
+		if n >= len(turns) {
+			return llmtest.Turn{Status: http.StatusBadRequest,
+				Error: fmt.Sprintf("scripted model: %s has %d turns, and the agent asks for turn %d", file, len(turns), n+1)}
+		}
+		return turns[n]
+	}
 }
 
 // echoTurn is the echo model: asked a prompt, it writes it to EchoFile;

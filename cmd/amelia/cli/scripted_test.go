@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -91,4 +92,60 @@ func askScripted(t *testing.T, url string, conv []map[string]string) (text, args
 		args = m.ToolCalls[0].Function.Arguments
 	}
 	return m.Content, args
+}
+
+// A script's model started again mid-conversation (amelia attach starts
+// its own) answers the turn after those the conversation holds, not the
+// first; asked past the last turn, it says so.
+func TestScriptedModelGoesOnWhereTheAgentIs(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "script.json")
+	if err := os.WriteFile(file, []byte(`[{"text": "one"}, {"text": "two"}, {"text": "three"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conv := []map[string]string{
+		{"role": "user", "content": "go"},
+		{"role": "assistant", "content": "one"},
+		{"role": "user", "content": "and?"},
+	}
+	p, srv, err := startScripted(&config.Profile{}, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	url := p.LLM.Upstream.BaseURL + "/chat/completions"
+	if answer, _ := askScripted(t, url, conv); answer != "two" {
+		t.Errorf("a new server, asked after the first answer: %q, want the second turn", answer)
+	}
+	for _, a := range []string{"two", "three"} {
+		conv = append(conv, map[string]string{"role": "assistant", "content": a}, map[string]string{"role": "user", "content": "more"})
+	}
+	body, _ := json.Marshal(map[string]any{"model": "scripted", "messages": conv})
+	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var msg strings.Builder
+	io.Copy(&msg, resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(msg.String(), "has 3 turns, and the agent asks for turn 4") {
+		t.Errorf("past the last turn: %s %s, want 400 saying the script has ended", resp.Status, msg.String())
+	}
+}
+
+// A script file's path is recorded absolute, for amelia attach from any
+// directory; echo and a real model are as given.
+func TestScriptedModelRecorded(t *testing.T) {
+	t.Chdir(t.TempDir())
+	wd, _ := os.Getwd()
+	for _, c := range []struct{ in, want string }{
+		{"scripted:turns.json", "scripted:" + filepath.Join(wd, "turns.json")},
+		{"scripted:/abs/turns.json", "scripted:/abs/turns.json"},
+		{"scripted:echo", "scripted:echo"},
+		{"gpt-5", "gpt-5"},
+		{"", ""},
+	} {
+		if got, err := scriptedModel(c.in); err != nil || got != c.want {
+			t.Errorf("scriptedModel(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
 }
