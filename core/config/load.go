@@ -142,6 +142,9 @@ func Load(opts Options) (*Config, error) {
 	}
 	for _, p := range r.profiles {
 		p.source = source
+		if source == "" {
+			p.absent = name
+		}
 		p.lookupEnv = lookup
 		p.envKeys = envKeys
 		p.hide = hide
