@@ -268,15 +268,19 @@ func (s *Sandbox) Other(ref sdk.SandboxRef) *Sandbox {
 // host's, or one Amelia did not make. They leave it as it is.
 var ErrNotOwned = errors.New("not a sandbox of this config file")
 
-// checkOwned finds the sandbox Ref names among those Owned lists: nil when
-// it is there (or the provider cannot list, so cannot tell), an error
-// matching ErrNotOwned when it is not (absent, or not this config's), any
-// other when the provider failed to list. A sandbox named for the
-// profile alone (by a version before Name), from the built-in default, is
-// this config's when it carries LegacyBuiltin: it could not tell two
-// homes apart.
+// checkOwned is nil when the sandbox Ref names is this config's: the
+// profile's own, whose name (see Name) holds the digest of this host and
+// this config file, or one Owned lists (where the provider cannot list,
+// it cannot tell, and takes it to be). It is an error matching
+// ErrNotOwned for another name that Owned does not list (absent, or not
+// this config's), any other when the provider failed to list. Names are
+// trusted rather than listed for the profile's own because a provider's
+// list may lag behind (Daytona's does): a sandbox just made may not be
+// listed yet. A sandbox named for the profile alone (by a version before
+// Name), from the built-in default, is this config's when it carries
+// LegacyBuiltin: those versions could not tell two homes apart.
 func (s *Sandbox) checkOwned(ctx context.Context) error {
-	if s.owned {
+	if s.owned || s.Ref.Name == Name(s.Profile, s.owner) {
 		return nil
 	}
 	found, err := s.Owned(ctx)
