@@ -263,9 +263,11 @@ func (s *Sandbox) Other(ref sdk.SandboxRef) *Sandbox {
 }
 
 // ErrNotOwned matches the error of Up, Health and Down on a sandbox that
-// exists and that the provider does not list as one this host made from
-// the profile's config file (see Owned): another config file's, another
-// host's, or one Amelia did not make. They leave it as it is.
+// exists, is not the profile's own (see Name), and that the provider does
+// not list as one this host made from the profile's config file (see
+// Owned): another config file's, another host's, or one Amelia did not
+// make, reached by a name from elsewhere (a run's record). They leave it
+// as it is. Exec acts on the sandbox Up, Health or a Sweep found.
 var ErrNotOwned = errors.New("not a sandbox of this config file")
 
 // checkOwned is nil when the sandbox Ref names is this config's: the
