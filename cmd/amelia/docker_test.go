@@ -263,7 +263,7 @@ func TestDockerEngineUnreachable(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "dead.sock")
 	h.env = append(h.env, "DOCKER_HOST=unix://"+sock)
 	r := h.amelia(t, "sandbox", "up")
-	want := "amelia: start sandbox e2e (provider docker): cannot reach the Docker engine at unix://" + sock + ": dial unix " + sock + ": connect: no such file or directory — is Docker running?\n"
+	want := "amelia: start sandbox " + h.sandboxName(t, "e2e") + " (provider docker): cannot reach the Docker engine at unix://" + sock + ": dial unix " + sock + ": connect: no such file or directory — is Docker running?\n"
 	if r.code != 1 || r.stderr != want {
 		t.Errorf("sandbox up with a dead DOCKER_HOST: exit %d\nstderr: %q\nwant:   %q", r.code, r.stderr, want)
 	}
