@@ -65,7 +65,7 @@ func TestRunOnDaytona(t *testing.T) {
 		t.Fatalf("amelia run: exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)
 	}
 	// The sandbox's creation, as it went.
-	if !strings.Contains(r.stderr, "amelia: Daytona sandbox e2e: creating\n") || !strings.Contains(r.stderr, "amelia: Daytona sandbox e2e: started\n") {
+	if name := h.sandboxName(t, "e2e"); !strings.Contains(r.stderr, "amelia: Daytona sandbox "+name+": creating\n") || !strings.Contains(r.stderr, "amelia: Daytona sandbox "+name+": started\n") {
 		t.Errorf("no live phase of the sandbox's creation on stderr:\n%s", r.stderr)
 	}
 	if got := h.git(t, "show", "amelia/cloud:cloud.txt"); got != "written in the cloud" {

@@ -22,8 +22,9 @@ func TestLogsAfterDockerRestart(t *testing.T) {
 	cli := dockertest.Engine(t)
 	g := newGate(t)
 	h := newDockerHost(t, cli, dockerSandbox("open"))
-	// A profile of this test's own: its container is amelia-sandbox-<it>,
-	// which no other test, here or elsewhere on the engine, restarts.
+	// A profile of this test's own: its container is
+	// amelia-sandbox-<its sandbox>, which no other test, here or elsewhere
+	// on the engine, restarts.
 	b := make([]byte, 4)
 	rand.Read(b)
 	profile := "restart-" + hex.EncodeToString(b)
@@ -53,7 +54,7 @@ func TestLogsAfterDockerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.cmd.Wait()
-	if _, err := cli.ContainerRestart(t.Context(), "amelia-sandbox-"+profile, client.ContainerRestartOptions{}); err != nil {
+	if _, err := cli.ContainerRestart(t.Context(), "amelia-sandbox-"+h.sandboxName(t, profile), client.ContainerRestartOptions{}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -132,7 +132,7 @@ func assertKeyNotInContainer(t *testing.T, h *host, cli *client.Client) {
 		t.Errorf("the key is in the container (files or process environments), or the search failed: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	ctx := context.Background()
-	c, err := cli.ContainerInspect(ctx, "amelia-sandbox-e2e", client.ContainerInspectOptions{})
+	c, err := cli.ContainerInspect(ctx, "amelia-sandbox-"+h.sandboxName(t, "e2e"), client.ContainerInspectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,8 +178,9 @@ func TestDockerProfilesAndStop(t *testing.T) {
 	for _, c := range list.Items {
 		names = append(names, strings.Join(c.Names, ","))
 	}
-	if len(list.Items) != 2 || !strings.Contains(strings.Join(names, " "), "/amelia-sandbox-e2e") || !strings.Contains(strings.Join(names, " "), "/amelia-sandbox-second") {
-		t.Fatalf("containers of the config: %v, want amelia-sandbox-e2e and amelia-sandbox-second", names)
+	e2e, second := "amelia-sandbox-"+h.sandboxName(t, "e2e"), "amelia-sandbox-"+h.sandboxName(t, "second")
+	if len(list.Items) != 2 || !strings.Contains(strings.Join(names, " "), "/"+e2e) || !strings.Contains(strings.Join(names, " "), "/"+second) {
+		t.Fatalf("containers of the config: %v, want %s and %s", names, e2e, second)
 	}
 
 	// Drop the second profile: its sandbox is now an orphan.
@@ -217,6 +218,7 @@ func TestDockerSandboxUpTogether(t *testing.T) {
 		t.Fatalf("image build: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	const runs = 10
+	name := h.sandboxName(t, profile)
 	cmds := make([]*exec.Cmd, runs)
 	outs := make([]bytes.Buffer, runs)
 	for i := range cmds {
@@ -236,10 +238,10 @@ func TestDockerSandboxUpTogether(t *testing.T) {
 			continue
 		}
 		out := outs[i].String()
-		if !strings.Contains(out, "container: amelia-sandbox-"+profile+"\n") {
-			t.Errorf("sandbox up %d of %d names no container amelia-sandbox-%s:\n%s", i+1, runs, profile, out)
+		if !strings.Contains(out, "container: amelia-sandbox-"+name+"\n") {
+			t.Errorf("sandbox up %d of %d names no container amelia-sandbox-%s:\n%s", i+1, runs, name, out)
 		}
-		if strings.Contains(out, "sandbox "+profile+" created") {
+		if strings.Contains(out, "sandbox "+name+" of profile "+profile+" created") {
 			created++
 		}
 	}
@@ -261,7 +263,7 @@ func TestDockerEngineUnreachable(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "dead.sock")
 	h.env = append(h.env, "DOCKER_HOST=unix://"+sock)
 	r := h.amelia(t, "sandbox", "up")
-	want := "amelia: start sandbox e2e (provider docker): cannot reach the Docker engine at unix://" + sock + ": dial unix " + sock + ": connect: no such file or directory — is Docker running?\n"
+	want := "amelia: start sandbox " + h.sandboxName(t, "e2e") + " (provider docker): cannot reach the Docker engine at unix://" + sock + ": dial unix " + sock + ": connect: no such file or directory — is Docker running?\n"
 	if r.code != 1 || r.stderr != want {
 		t.Errorf("sandbox up with a dead DOCKER_HOST: exit %d\nstderr: %q\nwant:   %q", r.code, r.stderr, want)
 	}

@@ -54,10 +54,11 @@ func TestInitThenRunOnDocker(t *testing.T) {
 	if got := h.git(t, "show", "amelia/init:AMELIA_ECHO.md"); got != "say hello" {
 		t.Errorf("AMELIA_ECHO.md on the branch: %q", got)
 	}
-	if r := h.amelia(t, "sandbox", "ls"); !strings.Contains(r.stdout, "docker   docker") || !strings.Contains(r.stdout, "ready") {
-		t.Errorf("sandbox ls does not show the docker sandbox ready:\n%s%s", r.stdout, r.stderr)
+	name := h.sandboxName(t, "docker")
+	if r := h.amelia(t, "sandbox", "ls"); !strings.Contains(r.stdout, "docker   "+name+"  docker") || !strings.Contains(r.stdout, "ready") {
+		t.Errorf("sandbox ls does not show the docker sandbox %s ready:\n%s%s", name, r.stdout, r.stderr)
 	}
-	if r := h.amelia(t, "stop"); r.code != 0 || !strings.Contains(r.stdout, "sandbox docker removed (provider docker)") {
+	if r := h.amelia(t, "stop"); r.code != 0 || !strings.Contains(r.stdout, "sandbox "+name+" of profile docker removed (provider docker)") {
 		t.Errorf("stop: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 
@@ -122,18 +123,24 @@ func TestInitNamesAmeliaOnPath(t *testing.T) {
 func TestSandboxFlagIsSeenAndStopped(t *testing.T) {
 	cli := dockertest.Engine(t)
 	h := newBareHost(t)
-	dockertest.RemoveContainers(t, cli, "amelia.config=built-in")
+	// The built-in default of this test's home, not a user's.
+	dockertest.RemoveContainers(t, cli, "amelia.config=built-in:"+h.configPath())
 	h.env = append(h.env, "AMELIA_PROFILES__LOCAL__SANDBOX__DOCKER__BASE_IMAGE=amelia-base:bookworm")
 	r := h.amelia(t, "run", "--sandbox", "docker", "--workflow", "flag", "--model", "scripted:echo", "hi")
 	if r.code != 0 {
 		t.Fatalf("amelia run: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
+	// The summary names the sandbox the run left, and its provider.
+	name := h.sandboxName(t, "local")
+	if left := "sandbox " + name + " on provider docker (running; amelia stop --profile local removes it)"; !strings.Contains(r.stdout+r.stderr, left) {
+		t.Errorf("the run's summary does not say %q:\n%s%s", left, r.stdout, r.stderr)
+	}
 	r = h.amelia(t, "sandbox", "ls")
-	if !strings.Contains(r.stdout, "local    docker") {
-		t.Errorf("sandbox ls does not show the docker sandbox of profile local:\n%s%s", r.stdout, r.stderr)
+	if !strings.Contains(r.stdout, "local    "+name+"  docker") || !strings.Contains(r.stdout, "made by amelia run --sandbox docker") {
+		t.Errorf("sandbox ls does not show the docker sandbox %s of profile local:\n%s%s", name, r.stdout, r.stderr)
 	}
 	r = h.amelia(t, "stop")
-	if r.code != 0 || !strings.Contains(r.stdout, "sandbox local removed (provider docker)") {
+	if r.code != 0 || !strings.Contains(r.stdout, "sandbox "+name+" of profile local removed (provider docker)") {
 		t.Errorf("stop: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if r := h.amelia(t, "sandbox", "ls"); r.code != 0 || strings.Contains(r.stdout, "docker") {
@@ -142,9 +149,10 @@ func TestSandboxFlagIsSeenAndStopped(t *testing.T) {
 }
 
 // doctor says ✗ for a docker sandbox that amelia run could not start: its
-// base image is not on the engine (and cannot be pulled here), or a
-// sandbox of the same name belongs to another config file. sandbox up's
-// error names the missing image and the variable that would set another.
+// base image is not on the engine (and cannot be pulled here). sandbox
+// up's error names the missing image and the variable that would set
+// another. The sandbox of a profile of the same name in another config
+// file is not in the way.
 func TestDoctorSeesWhatRunWouldRefuse(t *testing.T) {
 	cli := dockertest.Engine(t)
 	h := newDockerHost(t, cli, `{provider: docker, docker: {base_image: "amelia-no-such-base:none"}}`)
@@ -158,14 +166,15 @@ func TestDoctorSeesWhatRunWouldRefuse(t *testing.T) {
 		t.Errorf("sandbox up with a missing base image: exit %d, stderr %q", r.code, r.stderr)
 	}
 
-	// The same profile name in another config file, whose sandbox runs.
+	// The same profile name in another config file, whose sandbox runs:
+	// it is not this config's, nor in its way.
 	other := newDockerHost(t, cli, dockerSandbox("open"))
 	if r := other.amelia(t, "sandbox", "up"); r.code != 0 {
 		t.Fatalf("sandbox up: exit %d\n%s", r.code, r.stderr)
 	}
 	mine := newDockerHost(t, cli, dockerSandbox("open"))
 	r = mine.amelia(t, "doctor")
-	if r.code != 1 || !strings.Contains(r.stdout, "✗ sandbox ready, but amelia run would refuse it") || !strings.Contains(r.stdout, other.configPath()) {
+	if !strings.Contains(r.stdout, "✓ sandbox absent: amelia run creates it") || strings.Contains(r.stdout, other.configPath()) {
 		t.Errorf("doctor beside another config's sandbox: exit %d\n%s", r.code, r.stdout)
 	}
 }

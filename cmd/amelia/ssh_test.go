@@ -131,7 +131,7 @@ func TestRunOnSSHContainer(t *testing.T) {
 		t.Error("no egress check before the agent ran")
 	}
 	probed := toolOutput(t, r.stdout, "PROBED")
-	if !strings.HasPrefix(probed, "amelia\n/home/amelia/.amelia/sandboxes/e2e/workspace/worktrees/far\n") {
+	if !strings.HasPrefix(probed, "amelia\n/home/amelia/.amelia/sandboxes/"+h.sandboxName(t, "e2e")+"/workspace/worktrees/far\n") {
 		t.Errorf("the agent did not run as amelia in the sandbox under the remote's ~/.amelia/sandboxes:\n%s", probed)
 	}
 	if strings.Contains(probed, "REACHED") || !strings.Contains(probed, "UNREACHABLE "+outside.DevTCP()) || outside.Accepted() != 1 || !strings.Contains(probed, "TUNNEL-EXEC") {

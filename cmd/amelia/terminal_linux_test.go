@@ -238,7 +238,7 @@ func TestTerminalRunInterrupted(t *testing.T) {
 	for label, want := range map[string]string{
 		"error":   "",
 		"cleaned": "tunnel, proxy, plugin",
-		"left":    "sandbox e2e (running; amelia stop --profile e2e removes it)",
+		"left":    "sandbox " + h.sandboxName(t, "e2e") + " on provider local (running; amelia stop --profile e2e removes it)",
 		"kept":    "amelia/stop-me in sandbox e2e",
 		"recover": "amelia results --profile e2e stop-me",
 	} {
@@ -282,7 +282,7 @@ func TestTerminalRunFailed(t *testing.T) {
 	}
 	for label, want := range map[string]string{
 		"cleaned": "tunnel, proxy, plugin",
-		"left":    "sandbox e2e (running; amelia stop --profile e2e removes it)",
+		"left":    "sandbox " + h.sandboxName(t, "e2e") + " on provider local (running; amelia stop --profile e2e removes it)",
 		"recover": "amelia results --profile e2e refused",
 	} {
 		if got := row(box, label); got != want {

@@ -142,6 +142,7 @@ type Profile struct {
 	Sandbox            Sandbox
 
 	source    string                      // file it came from, "" for the built-in default
+	absent    string                      // for the built-in default: the default file, absent
 	lookupEnv func(string) (string, bool) // for ShowYAML's "# set" comments; may be nil
 	envKeys   map[string]string           // the overrides: lowercased key path → variable
 	hide      *hiding                     // the values from ${VAR}s and overrides, of the whole config
@@ -183,6 +184,11 @@ func (p *Profile) SettingsKey() string {
 // Source is the config file the profile came from, or "" for the built-in
 // default.
 func (p *Profile) Source() string { return p.source }
+
+// DefaultFile is, for a profile of the built-in default, the config file
+// it stands in for: the default path, where no file was found ("" when
+// there is no home directory to look in, and for a profile of a file).
+func (p *Profile) DefaultFile() string { return p.absent }
 
 // WithProvider is a copy of p whose sandbox is provider's (amelia run
 // --sandbox): the profile's block for that provider, if it has one, says

@@ -134,6 +134,9 @@ func Load(opts Options) (*Config, error) {
 	d.problems = append(ov.problems(), d.problems...)
 	for _, p := range r.profiles {
 		p.source = source
+		if source == "" {
+			p.absent = name
+		}
 		p.lookupEnv = lookup
 		p.envKeys = envKeys
 		p.hide = hide

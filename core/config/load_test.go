@@ -148,7 +148,8 @@ func TestLoadFindsTheFile(t *testing.T) {
 }
 
 func TestBuiltinDefault(t *testing.T) {
-	c, err := Load(testEnv{}.options("", t.TempDir()))
+	home := t.TempDir()
+	c, err := Load(testEnv{}.options("", home))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,6 +166,9 @@ func TestBuiltinDefault(t *testing.T) {
 	equal(t, "Source", c.Source, "")
 	equal(t, "DefaultProfile", c.DefaultProfile, "local")
 	got := withoutEnv(*mustProfile(t, c, ""))
+	// It stands in for the default file, absent.
+	equal(t, "DefaultFile", got.DefaultFile(), filepath.Join(home, ".config", "amelia", "config.yaml"))
+	got.absent = ""
 	equal(t, "default profile", got, *local)
 
 	// Environment overrides apply to the built-in default too.

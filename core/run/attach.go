@@ -19,7 +19,7 @@ import (
 // an agent still waiting out the outage carries on. p is rec's profile,
 // its provider the one the run used.
 func Attach(ctx context.Context, host Host, rec runstore.Record, p *config.Profile, view runview.View) (Result, error) {
-	req := Request{Profile: p, Repo: rec.Repo, Base: rec.BaseBranch, Workflow: rec.Workflow, Prompt: rec.Title, Push: rec.Push, Model: rec.Model}
+	req := Request{Profile: p, Repo: rec.Repo, Base: rec.BaseBranch, Workflow: rec.Workflow, Prompt: rec.Title, Push: rec.Push, Sandbox: rec.SandboxName(), Model: rec.Model}
 	r := newRunner(ctx, host, req, view)
 	return r.end(r.attach(ctx, rec))
 }

@@ -155,7 +155,7 @@ func (l *live) repair(ctx context.Context) error {
 	log := l.r.host.Logger
 	if l.sb.ProviderExited() {
 		log.Warn("the provider plugin is gone; starting it again", "provider", l.sb.Info.Name)
-		sb, err := l.r.host.Sandboxes.Open(ctx, l.r.req.Profile, log)
+		sb, err := l.r.openNamed(ctx)
 		if err != nil {
 			return err
 		}

@@ -68,6 +68,9 @@ type Request struct {
 	// IncludeDirty carries uncommitted changes of a local checkout in as a
 	// commit instead of refusing them.
 	IncludeDirty bool
+	// Sandbox names the sandbox to run in, when it is not the profile's
+	// own (sandbox.Name): a recorded run's (runstore.Record.SandboxName).
+	Sandbox string
 }
 
 // Host is what a run needs of the machine it runs on.
@@ -156,8 +159,12 @@ func (r *runner) end(res Result, err error) (Result, error) {
 	left := r.left
 	if r.sandboxUp {
 		// A run never removes its sandbox: the next run reuses it.
-		p := r.req.Profile.Name
-		left = append(left, fmt.Sprintf("sandbox %s (running; amelia stop --profile %s removes it)", p, p))
+		provider := r.req.Profile.Sandbox.Provider
+		if r.provider != nil {
+			provider = r.provider.Info.Name
+		}
+		left = append(left, fmt.Sprintf("sandbox %s on provider %s (running; amelia stop --profile %s removes it)",
+			r.sandboxName(), provider, r.req.Profile.Name))
 	}
 	view.Summary(runview.Summary{
 		Workflow: res.Workflow,

@@ -17,6 +17,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/runview"
+	"github.com/amelia-sandbox/amelia/core/sandbox"
 	"github.com/amelia-sandbox/amelia/internal/gittest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
@@ -223,7 +224,7 @@ func TestRunPhasesInOrder(t *testing.T) {
 	if view.summary == nil || view.summary.Err != nil || view.summary.Branch != "amelia/wf" {
 		t.Fatalf("summary %+v", view.summary)
 	}
-	checkCleanup(t, view.summary, []string{"worktree", "tunnel", "proxy", "plugin"}, sandboxLeft)
+	checkCleanup(t, view.summary, []string{"worktree", "tunnel", "proxy", "plugin"}, f.sandboxLeft())
 	if wt := f.worktrees(t); len(wt) != 0 {
 		t.Errorf("worktrees left in the sandbox: %v", wt)
 	}
@@ -364,7 +365,7 @@ func TestRunFailureBeforeTheAgentCleansUp(t *testing.T) {
 			}
 			var left []string
 			if tc.phase != PhaseSandbox {
-				left = sandboxLeft
+				left = f.sandboxLeft()
 			}
 			checkCleanup(t, view.summary, cleaned, left)
 			if wt := f.worktrees(t); len(wt) != 0 {
@@ -380,9 +381,14 @@ func TestRunFailureBeforeTheAgentCleansUp(t *testing.T) {
 	}
 }
 
-// sandboxLeft is what a run that brought its sandbox up leaves: the
-// sandbox.
-var sandboxLeft = []string{"sandbox t (running; amelia stop --profile t removes it)"}
+// sandboxLeft is what a run of f that brought its sandbox up leaves: the
+// sandbox, by its name and provider.
+func (f *fixture) sandboxLeft() []string {
+	return []string{"sandbox " + f.sandboxName() + " on provider local (running; amelia stop --profile t removes it)"}
+}
+
+// sandboxName is the name of the sandbox of f's profile.
+func (f *fixture) sandboxName() string { return sandbox.Name(f.req.Profile, sandbox.Owner()) }
 
 // checkCleanup checks what the summary says the cleanups removed and the
 // run left.
@@ -432,7 +438,7 @@ func TestRunCancelledKeepsTheWork(t *testing.T) {
 	if view.summary == nil || !errors.Is(view.summary.Err, context.Canceled) {
 		t.Fatalf("summary %+v, want its error to match context.Canceled", view.summary)
 	}
-	checkCleanup(t, view.summary, []string{"tunnel", "proxy", "plugin"}, sandboxLeft)
+	checkCleanup(t, view.summary, []string{"tunnel", "proxy", "plugin"}, f.sandboxLeft())
 	if k := view.summary.Kept; k == nil || k.Recover != "amelia results --profile t wf" {
 		t.Errorf("summary kept %+v, want the recover command", k)
 	}
@@ -537,7 +543,7 @@ func TestRunSummarySaysWhatBecameOfTheWorktree(t *testing.T) {
 		if len(wt) != 1 {
 			t.Fatalf("worktrees %v, want the one kept", wt)
 		}
-		left := append([]string{"worktree " + wt[0] + " in sandbox t (--keep-worktree)"}, sandboxLeft...)
+		left := append([]string{"worktree " + wt[0] + " in sandbox " + f.sandboxName() + " (--keep-worktree)"}, f.sandboxLeft()...)
 		checkCleanup(t, view.summary, []string{"tunnel", "proxy", "plugin"}, left)
 	})
 	t.Run("removal fails", func(t *testing.T) {
@@ -556,7 +562,7 @@ func TestRunSummarySaysWhatBecameOfTheWorktree(t *testing.T) {
 		if len(wt) != 1 {
 			t.Fatalf("worktrees %v, want the one that could not be removed", wt)
 		}
-		left := append([]string{"worktree " + wt[0] + " in sandbox t (its removal failed)"}, sandboxLeft...)
+		left := append([]string{"worktree " + wt[0] + " in sandbox " + f.sandboxName() + " (its removal failed)"}, f.sandboxLeft()...)
 		checkCleanup(t, view.summary, []string{"tunnel", "proxy", "plugin"}, left)
 	})
 }

@@ -140,7 +140,7 @@ func (r *runner) openProvider(ctx context.Context) (*sandbox.Sandbox, error) {
 	if r.provider != nil {
 		return r.provider, nil
 	}
-	sb, err := r.host.Sandboxes.Open(ctx, r.req.Profile, r.host.Logger)
+	sb, err := r.openNamed(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +156,27 @@ func (r *runner) openProvider(ctx context.Context) (*sandbox.Sandbox, error) {
 		return nil
 	})
 	return sb, nil
+}
+
+// openNamed starts the profile's provider, for the sandbox the run uses:
+// the one req.Sandbox names, else the profile's own.
+func (r *runner) openNamed(ctx context.Context) (*sandbox.Sandbox, error) {
+	sb, err := r.host.Sandboxes.Open(ctx, r.req.Profile, r.host.Logger)
+	if err != nil || r.req.Sandbox == "" {
+		return sb, err
+	}
+	return sb.Other(sdk.SandboxRef{Name: r.req.Sandbox, Config: sb.Ref.Config}), nil
+}
+
+// sandboxName is the name of the sandbox the run uses, as messages say it.
+func (r *runner) sandboxName() string {
+	switch {
+	case r.provider != nil:
+		return r.provider.Ref.Name
+	case r.req.Sandbox != "":
+		return r.req.Sandbox
+	}
+	return r.req.Profile.Name
 }
 
 // openSandbox starts the profile's provider plugin and its sandbox, and
@@ -457,17 +478,17 @@ func (r *runner) prepareWorkspace(ctx context.Context, ws *workspace.Workspace, 
 // agent started, removed otherwise (unless --keep-worktree). The summary
 // says which.
 func (r *runner) worktreeAtEnd(ws *workspace.Workspace, src source, base workspace.Base, dir string) {
-	p := r.req.Profile.Name
+	p, name := r.req.Profile.Name, r.sandboxName()
 	r.onEnd("remove the worktree", "", func(ctx context.Context) error {
 		switch {
 		case r.agentRunning:
-			r.leave(fmt.Sprintf("agent, maybe still running in sandbox %s, with its worktree (%s follows it)", p, attachCommand(p, src.workflow)))
+			r.leave(fmt.Sprintf("agent, maybe still running in sandbox %s, with its worktree (%s follows it)", name, attachCommand(p, src.workflow)))
 			return nil
 		case r.agentStarted && !r.delivered:
 			return r.keepWork(ctx, ws, src, base, dir)
 		case r.req.KeepWorktree:
 			r.host.Logger.Info("worktree kept", "dir", dir)
-			r.leave(fmt.Sprintf("worktree %s in sandbox %s (--keep-worktree)", dir, p))
+			r.leave(fmt.Sprintf("worktree %s in sandbox %s (--keep-worktree)", dir, name))
 			return errors.Join(r.removeRunDir(ctx, ws), r.record(runstore.Delivered, nil))
 		}
 		return r.removeWorktree(ctx, ws, src, dir)
@@ -484,7 +505,7 @@ func (r *runner) removeWorktree(ctx context.Context, ws *workspace.Workspace, sr
 		err = errors.Join(ws.RemoveWorktree(ctx, src.workflow), r.forget())
 	}
 	if err != nil {
-		r.leave(fmt.Sprintf("worktree %s in sandbox %s (its removal failed)", dir, r.req.Profile.Name))
+		r.leave(fmt.Sprintf("worktree %s in sandbox %s (its removal failed)", dir, r.sandboxName()))
 		return err
 	}
 	r.gone("worktree")
@@ -520,6 +541,7 @@ func (r *runner) record(state runstore.State, reason error) error {
 	a := r.agent
 	rec := runstore.Record{
 		Workflow: a.src.workflow, Profile: r.req.Profile.Name, Provider: r.req.Profile.Sandbox.Provider,
+		Sandbox: r.sandboxName(), Config: sandbox.ConfigLabel(r.req.Profile),
 		Repo: a.src.repo(), BaseBranch: a.base.Branch, BaseCommit: a.base.Commit, StartCommit: a.base.Start, Push: r.req.Push,
 		Branch: workspace.Branch(a.src.workflow), Worktree: a.worktree, State: state, Ended: time.Now().UTC(),
 		RunID: a.runID, Model: r.model(), Title: commitTitle(r.req.Prompt), Worker: a.worker,

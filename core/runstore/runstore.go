@@ -50,6 +50,14 @@ type Record struct {
 	// Provider is the provider the run used (--sandbox may differ from
 	// the profile's).
 	Provider string `json:"provider"`
+	// Sandbox is the name of the sandbox the run used (sandbox.Name);
+	// empty in the records of versions before it, whose sandboxes were
+	// named for their profile (see SandboxName).
+	Sandbox string `json:"sandbox,omitempty"`
+	// Config is the amelia.config label of the config file the run was
+	// made from (a run of another is not this config's); empty in the
+	// records of versions before it.
+	Config string `json:"config,omitempty"`
 	// Repo is the host checkout the run started from, or its URL.
 	Repo string `json:"repo"`
 	// BaseBranch and BaseCommit are what the workflow branch started from.
@@ -87,6 +95,15 @@ type Record struct {
 	// Reason is why the run ended without delivering (its error).
 	Reason string    `json:"reason,omitempty"`
 	Ended  time.Time `json:"ended"`
+}
+
+// SandboxName is the name of the sandbox that holds the run's work: the
+// recorded one, or for a record of an older version the profile's name.
+func (r Record) SandboxName() string {
+	if r.Sandbox != "" {
+		return r.Sandbox
+	}
+	return r.Profile
 }
 
 // Store is the records under one directory.

@@ -91,3 +91,31 @@ func TestStoreModel(t *testing.T) {
 		t.Errorf("an older record: %+v, %v; want it read whole, with no model", got, err)
 	}
 }
+
+// A record names the sandbox its run used; one written by a version
+// before it (no "sandbox" key) names the sandbox of those versions, the
+// profile's name.
+func TestRecordSandboxName(t *testing.T) {
+	dir := t.TempDir()
+	s := runstore.New(dir)
+	if err := os.MkdirAll(filepath.Join(dir, "dev"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := `{"workflow": "old-1", "profile": "dev", "provider": "docker", "branch": "amelia/old-1", "state": "kept"}`
+	if err := os.WriteFile(filepath.Join(dir, "dev", "old-1.json"), []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec := runstore.Record{Workflow: "new-1", Profile: "dev", Provider: "docker", Sandbox: "dev-1a2b3c4d", Config: "/home/me/.config/amelia/config.yaml", State: runstore.Kept}
+	if err := s.Put(rec); err != nil {
+		t.Fatal(err)
+	}
+	for wf, want := range map[string]string{"old-1": "dev", "new-1": "dev-1a2b3c4d"} {
+		got, err := s.Get("dev", wf)
+		if err != nil || got.SandboxName() != want {
+			t.Errorf("the sandbox of %s: %q, %v; want %q", wf, got.SandboxName(), err, want)
+		}
+	}
+	if got, _ := s.Get("dev", "new-1"); got != rec {
+		t.Errorf("Get = %+v, want %+v", got, rec)
+	}
+}

@@ -7,11 +7,14 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -25,18 +28,53 @@ import (
 // or a removed profile left behind. Never secrets.
 const (
 	LabelProfile = "amelia.profile" // the profile's name
-	LabelConfig  = "amelia.config"  // the config file it is in (configLabel)
+	LabelConfig  = "amelia.config"  // the config file it is in (ConfigLabel)
 	LabelOwner   = "amelia.owner"   // the host that created it (Owner)
 	LabelCreated = "amelia.created" // when, RFC 3339 UTC
 )
 
-// configLabel is the amelia.config label of a profile: its config file, or
-// "built-in" for the embedded default.
-func configLabel(p *config.Profile) string {
-	if p.Source() == "" {
-		return "built-in"
+// ConfigLabel is the amelia.config label of a profile: its config file
+// (absolute), or for the built-in default "built-in:" and the default file
+// it stands in for (plain "built-in" without one; sandboxes of older
+// versions carry that whatever the file), so that two homes' built-in
+// defaults are two configs.
+func ConfigLabel(p *config.Profile) string {
+	file, label := p.Source(), ""
+	if file == "" {
+		file, label = p.DefaultFile(), LegacyBuiltin+":"
+		if file == "" {
+			return LegacyBuiltin
+		}
 	}
-	return p.Source()
+	if abs, err := filepath.Abs(file); err == nil {
+		file = abs
+	}
+	return label + file
+}
+
+// LegacyBuiltin is the amelia.config label of the sandboxes that versions
+// before sandbox names had a digest made from the built-in default.
+const LegacyBuiltin = "built-in"
+
+// nameDigest is how many hex digits of digest a sandbox's name ends with.
+const nameDigest = 8
+
+// Name is the name of the sandbox of profile p that owner (a host, see
+// Owner) makes: the profile's name, a dash and 8 hex digits of a digest of
+// the owner, the config file (see ConfigLabel) and the profile, as in
+// dev-1a2b3c4d. So the sandboxes of profiles of the same name in two
+// config files, or of two hosts sharing a Docker engine or an SSH
+// machine, never share a name, and a command of one config never
+// addresses another's. A profile name too long for a sandbox name
+// (sdk.ValidName) is cut short: the digest, which covers it whole, tells
+// the two apart.
+func Name(p *config.Profile, owner string) string {
+	sum := sha256.Sum256([]byte(owner + "\x00" + ConfigLabel(p) + "\x00" + p.Name))
+	prefix := p.Name
+	if most := 63 - 1 - nameDigest; len(prefix) > most {
+		prefix = prefix[:most]
+	}
+	return prefix + "-" + hex.EncodeToString(sum[:nameDigest/2])
 }
 
 // Owner is this host's value of the amelia.owner label: its hostname.
@@ -58,6 +96,9 @@ type Sandbox struct {
 	logger  *slog.Logger
 	owner   string
 	checked bool // Check passed: Up need not ask the provider again
+	// owned: the provider listed the sandbox Ref names with this host's
+	// and this config file's labels, or made it for Up; see checkOwned.
+	owned bool
 }
 
 // Opener starts the provider of a profile and returns its sandbox, not
@@ -109,7 +150,7 @@ func New(ctx context.Context, p *config.Profile, prov sdk.Provider, logger *slog
 		Profile:  p,
 		Provider: prov,
 		Info:     info,
-		Ref:      sdk.SandboxRef{Name: p.Name, Config: settings},
+		Ref:      sdk.SandboxRef{Name: Name(p, Owner()), Config: settings},
 		logger:   logger,
 		owner:    Owner(),
 	}, nil
@@ -181,7 +222,7 @@ func (s *Sandbox) Spec() sdk.Spec {
 		},
 		Labels: map[string]string{
 			LabelProfile: s.Profile.Name,
-			LabelConfig:  configLabel(s.Profile),
+			LabelConfig:  ConfigLabel(s.Profile),
 			LabelOwner:   s.owner,
 			LabelCreated: time.Now().UTC().Format(time.RFC3339),
 		},
@@ -194,7 +235,12 @@ func (s *Sandbox) Spec() sdk.Spec {
 // or other config files are not its business. A provider that cannot list
 // gives an error matching sdk.ErrUnsupported.
 func (s *Sandbox) Owned(ctx context.Context) ([]sdk.Listed, error) {
-	labels := map[string]string{LabelOwner: s.owner, LabelConfig: configLabel(s.Profile)}
+	return s.labelled(ctx, ConfigLabel(s.Profile))
+}
+
+// labelled lists the sandboxes this host created from config (a label).
+func (s *Sandbox) labelled(ctx context.Context, config string) ([]sdk.Listed, error) {
+	labels := map[string]string{LabelOwner: s.owner, LabelConfig: config}
 	l, ok := s.Provider.(sdk.Lister)
 	if !ok {
 		return nil, fmt.Errorf("list the sandboxes of provider %s: %w", s.Info.Name, sdk.ErrUnsupported)
@@ -206,12 +252,65 @@ func (s *Sandbox) Owned(ctx context.Context) ([]sdk.Listed, error) {
 	return found, nil
 }
 
-// Other is the sandbox ref names, through the same plugin (a listed one):
-// Exec, Health and Down act on it. Close it only once, on the original.
+// Other is the sandbox ref names, through the same plugin: a listed one,
+// or a run's recorded one. Up, Health and Down check that it is this
+// config file's before they act on it (see ErrNotOwned), unless a sweep
+// found it so. Close it only once, on the original.
 func (s *Sandbox) Other(ref sdk.SandboxRef) *Sandbox {
 	o := *s
-	o.Ref, o.checked = ref, false
+	o.Ref, o.checked, o.owned = ref, false, false
 	return &o
+}
+
+// ErrNotOwned matches the error of Up, Health and Down on a sandbox that
+// exists, is not the profile's own (see Name), and that the provider does
+// not list as one this host made from the profile's config file (see
+// Owned): another config file's, another host's, or one Amelia did not
+// make, reached by a name from elsewhere (a run's record). They leave it
+// as it is. Exec acts on the sandbox Up, Health or a Sweep found.
+var ErrNotOwned = errors.New("not a sandbox of this config file")
+
+// checkOwned is nil when the sandbox Ref names is this config's: the
+// profile's own, whose name (see Name) holds the digest of this host and
+// this config file, or one Owned lists (where the provider cannot list,
+// it cannot tell, and takes it to be). It is an error matching
+// ErrNotOwned for another name that Owned does not list (absent, or not
+// this config's), any other when the provider failed to list. Names are
+// trusted rather than listed for the profile's own because a provider's
+// list may lag behind (Daytona's does): a sandbox just made may not be
+// listed yet. A sandbox named for the profile alone (by a version before
+// Name), from the built-in default, is this config's when it carries
+// LegacyBuiltin: those versions could not tell two homes apart.
+func (s *Sandbox) checkOwned(ctx context.Context) error {
+	if s.owned || s.Ref.Name == Name(s.Profile, s.owner) {
+		return nil
+	}
+	found, err := s.Owned(ctx)
+	if errors.Is(err, sdk.ErrUnsupported) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if s.Ref.Name == s.Profile.Name && strings.HasPrefix(ConfigLabel(s.Profile), LegacyBuiltin+":") {
+		if legacy, err := s.labelled(ctx, LegacyBuiltin); err == nil {
+			found = append(found, legacy...)
+		}
+	}
+	for _, l := range found {
+		if l.Ref.Name == s.Ref.Name {
+			s.owned = true
+			return nil
+		}
+	}
+	return fmt.Errorf("sandbox %s (provider %s): %w", s.Ref.Name, s.Info.Name, ErrNotOwned)
+}
+
+// notOwned is the error of acting on sandbox s, which exists and is not
+// this config file's.
+func (s *Sandbox) notOwned() error {
+	return fmt.Errorf("sandbox %s (provider %s) exists, and is %w (the provider does not list it with %s=%s and %s=%s): amelia leaves it alone; act on it with the config file that made it",
+		s.Ref.Name, s.Info.Name, ErrNotOwned, LabelConfig, ConfigLabel(s.Profile), LabelOwner, s.owner)
 }
 
 // ErrSettingsUnchecked matches the error of Problems when the provider
@@ -288,12 +387,43 @@ func (s *Sandbox) Up(ctx context.Context) (sdk.Sandbox, error) {
 	if !s.Info.Isolated {
 		s.logger.Warn(fmt.Sprintf("provider %s isolates nothing: commands run directly on this machine as the current user", s.Info.Name))
 	}
+	// A sandbox of that name that is not this config's is not reused.
+	absent := false
+	if err := s.checkOwned(ctx); errors.Is(err, ErrNotOwned) {
+		if err := s.mustBeAbsent(ctx); err != nil {
+			return sdk.Sandbox{}, err
+		}
+		absent = true
+	} else if err != nil {
+		return sdk.Sandbox{}, fmt.Errorf("start sandbox %s (provider %s): %w", s.Ref.Name, s.Info.Name, err)
+	}
 	sb, err := s.Provider.EnsureRunning(ctx, s.Spec())
 	if err != nil {
 		return sdk.Sandbox{}, fmt.Errorf("start sandbox %s (provider %s): %w", s.Ref.Name, s.Info.Name, err)
 	}
-	s.Ref = sb.Ref
+	if absent && !sb.Created {
+		// Made meanwhile: by another run of this config, or not.
+		if err := s.checkOwned(ctx); errors.Is(err, ErrNotOwned) {
+			return sdk.Sandbox{}, s.notOwned()
+		} else if err != nil {
+			return sdk.Sandbox{}, fmt.Errorf("start sandbox %s (provider %s): %w", s.Ref.Name, s.Info.Name, err)
+		}
+	}
+	s.Ref, s.owned = sb.Ref, true
 	return sb, nil
+}
+
+// mustBeAbsent is nil when the sandbox that checkOwned did not find is
+// not there at all, and the error of notOwned when it is.
+func (s *Sandbox) mustBeAbsent(ctx context.Context) error {
+	_, err := s.Provider.HealthCheck(ctx, s.Ref)
+	switch {
+	case errors.Is(err, sdk.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("check sandbox %s (provider %s): %w", s.Ref.Name, s.Info.Name, err)
+	}
+	return s.notOwned()
 }
 
 // Preflight asks the provider, without creating or changing anything,
@@ -323,18 +453,30 @@ func (s *Sandbox) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO)
 	return st, nil
 }
 
-// Down tears the sandbox down; a sandbox that is not there is fine.
+// Down tears the sandbox down; a sandbox that is not there is fine, one
+// that is not this config file's (ErrNotOwned) is refused.
 func (s *Sandbox) Down(ctx context.Context) error {
+	if err := s.checkOwned(ctx); errors.Is(err, ErrNotOwned) {
+		return s.mustBeAbsent(ctx) // nothing to remove, or not ours to
+	} else if err != nil {
+		return fmt.Errorf("tear down sandbox %s (provider %s): %w", s.Ref.Name, s.Info.Name, err)
+	}
 	if err := s.Provider.Teardown(ctx, s.Ref); err != nil {
 		return fmt.Errorf("tear down sandbox %s (provider %s): %w", s.Ref.Name, s.Info.Name, err)
 	}
 	return nil
 }
 
-// Health reports on the sandbox; a missing one matches sdk.ErrNotFound.
+// Health reports on the sandbox; a missing one matches sdk.ErrNotFound,
+// one that is not this config file's ErrNotOwned.
 func (s *Sandbox) Health(ctx context.Context) (sdk.Health, error) {
 	h, err := s.Provider.HealthCheck(ctx, s.Ref)
 	if err != nil {
+		return sdk.Health{}, fmt.Errorf("check sandbox %s (provider %s): %w", s.Ref.Name, s.Info.Name, err)
+	}
+	if err := s.checkOwned(ctx); errors.Is(err, ErrNotOwned) {
+		return sdk.Health{}, s.notOwned()
+	} else if err != nil {
 		return sdk.Health{}, fmt.Errorf("check sandbox %s (provider %s): %w", s.Ref.Name, s.Info.Name, err)
 	}
 	return h, nil

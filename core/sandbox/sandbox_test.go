@@ -79,10 +79,12 @@ profiles:
 	// a's and b's sandboxes on the other provider (amelia run --sandbox
 	// other); both profiles have the same (no) settings for it, so it is
 	// listed once, through a's.
-	makeSandbox(t, o, "other", "a", mine("a"))
-	makeSandbox(t, o, "other", "b", mine("b"))
-	// A removed profile's.
+	b := ps[1]
+	makeSandbox(t, o, "other", sandbox.Name(a, sandbox.Owner()), mine("a"))
+	makeSandbox(t, o, "other", sandbox.Name(b, sandbox.Owner()), mine("b"))
+	// A removed profile's, and b's named by an older version.
 	makeSandbox(t, o, "local", "gone", mine("gone"))
+	makeSandbox(t, o, "local", "b", mine("b"))
 	// Another host's, and another config file's.
 	other := mine("x")
 	other[sandbox.LabelOwner] = "another-host"
@@ -102,21 +104,24 @@ profiles:
 			if f.Listed != nil {
 				state = string(f.Listed.State)
 			}
-			got = append(got, fmt.Sprintf("%s/%s %s orphan=%t ref=%s through=%s", f.Provider, f.Profile, state, f.Orphan, f.Sandbox.Ref.Name, f.Sandbox.Profile.Name))
+			got = append(got, fmt.Sprintf("%s/%s %s orphan=%t elsewhere=%t legacy=%t ref=%s through=%s",
+				f.Provider, f.Profile, state, f.Orphan, f.Elsewhere, f.Legacy, f.Sandbox.Ref.Name, f.Sandbox.Profile.Name))
 		})
 		return got
 	}
+	an, bn := sandbox.Name(a, sandbox.Owner()), sandbox.Name(b, sandbox.Owner())
 	want := []string{
-		"local/a ready orphan=false ref=a through=a",
-		"local/b absent orphan=false ref=b through=b",
-		"local/gone ready orphan=true ref=gone through=a",
-		"other/a ready orphan=false ref=a through=a",
-		"other/b ready orphan=false ref=b through=b",
+		"local/a ready orphan=false elsewhere=false legacy=false ref=" + an + " through=a",
+		"local/b absent orphan=false elsewhere=false legacy=false ref=" + bn + " through=b",
+		"local/b ready orphan=false elsewhere=false legacy=true ref=b through=b",
+		"local/gone ready orphan=true elsewhere=false legacy=true ref=gone through=a",
+		"other/a ready orphan=false elsewhere=true legacy=false ref=" + an + " through=a",
+		"other/b ready orphan=false elsewhere=true legacy=false ref=" + bn + " through=b",
 	}
 	if got := visit(""); !slices.Equal(got, want) {
 		t.Errorf("visited:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	wantA := []string{"local/a ready orphan=false ref=a through=a", "other/a ready orphan=false ref=a through=a"}
+	wantA := []string{want[0], want[4]}
 	if got := visit("a"); !slices.Equal(got, wantA) {
 		t.Errorf("visited with only a:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantA, "\n"))
 	}
@@ -242,5 +247,114 @@ profiles:
 				t.Errorf("Up: %v", err)
 			}
 		})
+	}
+}
+
+// Names are the profile's, told apart by a digest of the host, the config
+// file and the profile: valid for every provider, never the same for two
+// config files, two hosts or two long profile names that start alike.
+func TestName(t *testing.T) {
+	long := strings.Repeat("p", 60)
+	yaml := "default_profile: dev\nprofiles:\n  dev: {sandbox: {provider: local}}\n  " + long + "a: {sandbox: {provider: local}}\n  " + long + "b: {sandbox: {provider: local}}\n"
+	c1, _ := loadProfiles(t, yaml)
+	c2, _ := loadProfiles(t, yaml)
+	get := func(c *config.Config, name string) *config.Profile {
+		p, err := c.Profile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	dev1, dev2 := get(c1, "dev"), get(c2, "dev")
+	seen := map[string]string{}
+	for what, name := range map[string]string{
+		"dev of config 1":            sandbox.Name(dev1, "host"),
+		"dev of config 2":            sandbox.Name(dev2, "host"),
+		"dev of config 1, elsewhere": sandbox.Name(dev1, "another-host"),
+		"long a":                     sandbox.Name(get(c1, long+"a"), "host"),
+		"long b":                     sandbox.Name(get(c1, long+"b"), "host"),
+	} {
+		if !sdk.ValidName(name) {
+			t.Errorf("%s: %q is not a valid sandbox name", what, name)
+		}
+		if other, ok := seen[name]; ok {
+			t.Errorf("%s and %s are both %q", what, other, name)
+		}
+		seen[name] = what
+	}
+	if n := sandbox.Name(dev1, "host"); !strings.HasPrefix(n, "dev-") || len(n) != len("dev-")+8 || n != sandbox.Name(dev1, "host") {
+		t.Errorf("Name = %q, want dev- and 8 hex digits, the same each time", n)
+	}
+}
+
+// Two config files with a profile of the same name, side by side on one
+// provider: each sees, reuses and removes its own sandbox only. A
+// sandbox that is not a config's own, reached by its name (a run's
+// record), is neither reused, reported on nor removed.
+func TestTwoConfigsSameProfile(t *testing.T) {
+	o := &sandboxtest.Opener{Roots: map[string]string{"local": t.TempDir()}}
+	yaml := "default_profile: dev\nprofiles:\n  dev: {sandbox: {provider: local}}\n"
+	ca, _ := loadProfiles(t, yaml)
+	cb, _ := loadProfiles(t, yaml)
+	open := func(c *config.Config) *sandbox.Sandbox {
+		sb, err := o.Open(t.Context(), profiles(t, c)[0], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sb.Close)
+		return sb
+	}
+	a, b := open(ca), open(cb)
+	if a.Ref.Name == b.Ref.Name {
+		t.Fatalf("both configs' dev sandboxes are named %s", a.Ref.Name)
+	}
+	if s, err := a.Up(t.Context()); err != nil || !s.Created {
+		t.Fatalf("A's Up: %+v, %v", s, err)
+	}
+	// B's own is absent; removing it leaves A's.
+	if _, err := b.Health(t.Context()); !errors.Is(err, sdk.ErrNotFound) {
+		t.Errorf("B's Health: %v, want its own absent", err)
+	}
+	if err := b.Down(t.Context()); err != nil {
+		t.Errorf("B's Down of its absent sandbox: %v", err)
+	}
+	visit := func(c *config.Config) []string {
+		var got []string
+		sandbox.Sweep{Opener: o, Profiles: profiles(t, c), Providers: []string{"local"}}.Visit(t.Context(), func(f sandbox.Found) {
+			if f.Listed != nil {
+				got = append(got, f.Sandbox.Ref.Name)
+			}
+		})
+		return got
+	}
+	if got := visit(cb); len(got) != 0 {
+		t.Errorf("B's sweep found %v, want none of A's", got)
+	}
+	// A's sandbox reached by name from B: refused everywhere.
+	stray := b.Other(sdk.SandboxRef{Name: a.Ref.Name, Config: b.Ref.Config})
+	if _, err := stray.Health(t.Context()); !errors.Is(err, sandbox.ErrNotOwned) {
+		t.Errorf("B's Health of A's sandbox: %v, want ErrNotOwned", err)
+	}
+	if _, err := stray.Up(t.Context()); !errors.Is(err, sandbox.ErrNotOwned) {
+		t.Errorf("B's Up of A's sandbox: %v, want ErrNotOwned", err)
+	}
+	if err := stray.Down(t.Context()); !errors.Is(err, sandbox.ErrNotOwned) {
+		t.Errorf("B's Down of A's sandbox: %v, want ErrNotOwned", err)
+	}
+	if _, err := a.Health(t.Context()); err != nil {
+		t.Errorf("A's sandbox after B's attempts: %v", err)
+	}
+	// B gets its own; A's sweep sees only A's.
+	if s, err := b.Up(t.Context()); err != nil || !s.Created {
+		t.Fatalf("B's Up: %+v, %v", s, err)
+	}
+	if got := visit(ca); !slices.Equal(got, []string{a.Ref.Name}) {
+		t.Errorf("A's sweep found %v, want only %s", got, a.Ref.Name)
+	}
+	if err := a.Down(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Health(t.Context()); err != nil {
+		t.Errorf("B's sandbox after A's Down: %v", err)
 	}
 }

@@ -27,6 +27,13 @@ type Found struct {
 	// Orphan is true for a sandbox whose profile is not configured (any
 	// more): a removed profile's, or a crash's.
 	Orphan bool
+	// Elsewhere is true for a configured profile's sandbox on a provider
+	// other than the profile's own (made by amelia run --sandbox).
+	Elsewhere bool
+	// Legacy is true for a sandbox named for its profile alone, as
+	// versions before Name made them: this config file's by its labels,
+	// and never reused (a profile's own is the one Name names).
+	Legacy bool
 	// Err kept the profile's provider from starting.
 	Err error
 }
@@ -126,6 +133,7 @@ func (s Sweep) Visit(ctx context.Context, fn func(Found)) {
 		for _, l := range list(sb, true) {
 			if l.Ref.Name == sb.Ref.Name {
 				own.Listed = &l
+				sb.owned = true
 				seen[key(sb.Info.Name, l.Ref)] = true
 				continue
 			}
@@ -175,10 +183,13 @@ func (s Sweep) Visit(ctx context.Context, fn func(Found)) {
 		}
 		l := o.listed
 		found := o.sb.Other(l.Ref)
-		if p, ok := byName[profile]; ok {
+		found.owned = true // listed with this config's labels
+		p, configured := byName[profile]
+		if configured {
 			// Listed through another profile's block: it is this one's.
 			found.Profile = p.WithProvider(found.Info.Name)
 		}
-		fn(Found{Profile: profile, Provider: found.Info.Name, Sandbox: found, Listed: &l, Orphan: byName[profile] == nil})
+		fn(Found{Profile: profile, Provider: found.Info.Name, Sandbox: found, Listed: &l, Orphan: !configured,
+			Elsewhere: configured && found.Info.Name != p.Sandbox.Provider, Legacy: l.Ref.Name == profile})
 	}
 }

@@ -50,6 +50,15 @@ const containerPrefix = "amelia-sandbox-"
 
 func containerName(sandbox string) string { return containerPrefix + sandbox }
 
+// profileOf is the profile spec's sandbox is for: its amelia.profile
+// label, else the sandbox's name.
+func profileOf(spec sdk.Spec) string {
+	if p := spec.Labels[labelProfile]; p != "" {
+		return p
+	}
+	return spec.Name
+}
+
 // containerRef is how to address a sandbox's container: by the id
 // EnsureRunning returned when known (a container re-created under the same
 // name is not the one a run started in), else by name.
@@ -259,7 +268,7 @@ func (p *Provider) resume(ctx context.Context, e *engine, set Settings, spec sdk
 func (p *Provider) create(ctx context.Context, e *engine, set Settings, spec sdk.Spec) (sdk.Sandbox, error) {
 	pl, err := p.ensureImage(ctx, e, set)
 	if mb := (*missingBase)(nil); errors.As(err, &mb) {
-		mb.profile = spec.Name
+		mb.profile = profileOf(spec)
 	}
 	if err != nil {
 		return sdk.Sandbox{}, err

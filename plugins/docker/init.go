@@ -88,7 +88,7 @@ func (p *Provider) Preflight(ctx context.Context, spec sdk.Spec) error {
 	case err != nil || ref == "":
 		return err
 	case pl.ready == "":
-		return &missingBase{base: ref, host: e.host, profile: spec.Name}
+		return &missingBase{base: ref, host: e.host, profile: profileOf(spec)}
 	}
 	return sdk.Errorf(sdk.ErrNotFound, "docker.image %s is not on the Docker engine at %s (the first start would pull it): docker pull %s", ref, e.host, ref)
 }

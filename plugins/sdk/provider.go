@@ -250,10 +250,10 @@ type NetworkPolicy struct {
 	AllowedHosts []string
 }
 
-// SandboxRef names a sandbox. Name is stable (derived from the profile) so a
-// new host process can find a sandbox it did not create; Config carries the
-// profile's provider settings (a JSON object) needed to reach it, which
-// DecodeSettings reads.
+// SandboxRef names a sandbox. Name is stable (derived from the profile, its
+// config file and the host) so a new host process can find a sandbox it did
+// not create; Config carries the profile's provider settings (a JSON
+// object) needed to reach it, which DecodeSettings reads.
 type SandboxRef struct {
 	Name string
 	// ID is the provider's own id for the sandbox, when known.

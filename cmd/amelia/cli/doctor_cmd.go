@@ -145,7 +145,7 @@ func (a *app) doctorProfile(ctx context.Context, d *doctor, host *pluginhost.Hos
 	}
 	row := a.sandboxState(ctx, sb)
 	// What would stop amelia run from starting (or reusing) it: a missing
-	// image, another config file's sandbox of the same name.
+	// image, a sandbox of the same name that is not this config file's.
 	var blocked error
 	if row.State == string(sdk.HealthReady) || row.State == "absent" {
 		if err := sb.Preflight(ctx); err != nil && !errors.Is(err, sdk.ErrUnsupported) {
@@ -161,6 +161,9 @@ func (a *app) doctorProfile(ctx context.Context, d *doctor, host *pluginhost.Hos
 		d.ok(in, "sandbox ready%s", suffix(row.Message))
 	case row.State == "absent":
 		d.ok(in, "sandbox absent: amelia run creates it")
+	case row.notOwned:
+		// Another config file's, or another host's: not this one's to fix.
+		d.fail(in, "sandbox", errors.New(row.Message), "")
 	case row.State == "error":
 		// The provider could not tell (its backend is down...): its message
 		// says what to check.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -95,6 +96,9 @@ func (a *app) recordedRun(workflow string) (runstore.Record, error) {
 	store := a.runs()
 	if a.profile != "" {
 		rec, err := store.Get(a.profile, workflow)
+		if err == nil {
+			err = a.ofThisConfig(rec)
+		}
 		if errors.Is(err, runstore.ErrNotFound) {
 			return rec, notRecorded(fmt.Sprintf("no work of workflow %s is kept in the sandbox of profile %s on this host (amelia sandbox ls lists each sandbox's workflows)", workflow, a.profile))
 		}
@@ -104,10 +108,20 @@ func (a *app) recordedRun(workflow string) (runstore.Record, error) {
 	if err != nil {
 		return runstore.Record{}, err
 	}
-	switch len(recs) {
-	case 0:
+	var elsewhere error // a record of another config file's run
+	recs = slices.DeleteFunc(recs, func(r runstore.Record) bool {
+		err := a.ofThisConfig(r)
+		if err != nil && elsewhere == nil {
+			elsewhere = err
+		}
+		return err != nil
+	})
+	switch {
+	case len(recs) == 0 && elsewhere != nil:
+		return runstore.Record{}, elsewhere
+	case len(recs) == 0:
 		return runstore.Record{}, notRecorded(fmt.Sprintf("no work of workflow %s is kept on this host (amelia sandbox ls lists each sandbox's workflows)", workflow))
-	case 1:
+	case len(recs) == 1:
 		return recs[0], nil
 	}
 	profiles := make([]string, len(recs))
@@ -123,6 +137,30 @@ type notRecorded string
 
 func (e notRecorded) Error() string        { return string(e) }
 func (e notRecorded) Is(target error) bool { return target == runstore.ErrNotFound }
+
+// ofThisConfig refuses the record of a run made from another config file
+// than the one loaded: its sandbox is that config's, not this one's. A
+// record of an older version, which does not say, is taken as this
+// config's (its sandbox must still be this config's to be used; see
+// sandbox.ErrNotOwned).
+func (a *app) ofThisConfig(rec runstore.Record) error {
+	if rec.Config == "" {
+		return nil
+	}
+	c, err := a.loadConfig()
+	if err != nil {
+		return err
+	}
+	p, err := c.Profile(rec.Profile)
+	if err != nil {
+		return nil // recordedProfile says so
+	}
+	if label := sandbox.ConfigLabel(p); label != rec.Config {
+		return fmt.Errorf("workflow %s is a run of profile %s in another config file (%s), not of this one (%s): use amelia --config with that file",
+			rec.Workflow, rec.Profile, rec.Config, label)
+	}
+	return nil
+}
 
 // recordedProfile is the profile rec's run ran with, with the provider
 // it used.
@@ -164,11 +202,12 @@ func (a *app) withRecordedRun(ctx context.Context, rec runstore.Record, fn func(
 	if err != nil {
 		return err
 	}
-	sb, err := sandbox.Open(ctx, a.pluginHost(), p, a.logger)
+	opened, err := sandbox.Open(ctx, a.pluginHost(), p, a.logger)
 	if err != nil {
 		return err
 	}
-	defer sb.Close()
+	defer opened.Close()
+	sb := opened.Other(sdk.SandboxRef{Name: rec.SandboxName(), Config: opened.Ref.Config})
 	s, err := sb.Up(ctx)
 	if err != nil {
 		return err

@@ -57,7 +57,7 @@ func (a *app) sandboxUpCommand() *cobra.Command {
 					how = "created"
 				}
 				w := cmd.OutOrStdout()
-				fmt.Fprintf(w, "sandbox %s %s (provider %s)\n", s.Ref.Name, how, sb.Info.Name)
+				fmt.Fprintf(w, "sandbox %s of profile %s %s (provider %s)\n", s.Ref.Name, sb.Profile.Name, how, sb.Info.Name)
 				fmt.Fprintf(w, "workdir: %s\n", s.Workdir)
 				for _, k := range slices.Sorted(maps.Keys(s.Details)) {
 					fmt.Fprintf(w, "%s: %s\n", k, s.Details[k])
@@ -83,7 +83,7 @@ that failed or was interrupted) is not removed without --force.`,
 				if err != nil {
 					return err
 				}
-				fmt.Fprintln(cmd.OutOrStdout(), removedLine("sandbox "+sb.Ref.Name, sb.Info.Name, removed))
+				fmt.Fprintln(cmd.OutOrStdout(), removedLine(sandboxOf(sb.Ref.Name, sb.Profile.Name), sb.Info.Name, removed))
 				return nil
 			})
 		},
@@ -92,39 +92,62 @@ that failed or was interrupted) is not removed without --force.`,
 	return cmd
 }
 
+// sandboxOf names sandbox name of profile in messages.
+func sandboxOf(name, profile string) string {
+	return "sandbox " + name + " of profile " + profile
+}
+
 // removeSandbox tears sb (of profile) down, unless it holds work that
 // was not brought back and force is not set; it reports whether there was
 // a sandbox to remove. With force, the records of the runs it held go with
-// it.
+// it. A sandbox that is not this config file's is refused (see
+// sandbox.ErrNotOwned), and so never reported removed.
 func (a *app) removeSandbox(ctx context.Context, sb *sandbox.Sandbox, profile string, force bool) (bool, error) {
-	state := a.sandboxState(ctx, sb).State
+	st := a.sandboxState(ctx, sb)
+	if st.notOwned {
+		return false, errors.New(st.Message)
+	}
+	state := st.State
 	absent := state == "absent"
 	if !force && !absent {
 		atRisk, err := a.workAtRisk(ctx, sb, profile, state)
 		if err != nil {
-			return false, fmt.Errorf("sandbox %s: cannot tell whether it holds work not brought back (%w); pass --force to remove it anyway", profile, err)
+			return false, fmt.Errorf("%s: cannot tell whether it holds work not brought back (%w); pass --force to remove it anyway", sandboxOf(sb.Ref.Name, profile), err)
 		}
 		if len(atRisk) > 0 {
-			return false, fmt.Errorf("sandbox %s holds work not brought back: %s; bring kept work back with amelia results --profile %s WORKFLOW, or pass --force to delete it all",
-				profile, strings.Join(atRisk, ", "), profile)
+			return false, fmt.Errorf("%s holds work not brought back: %s; bring kept work back with amelia results --profile %s WORKFLOW, or pass --force to delete it all",
+				sandboxOf(sb.Ref.Name, profile), strings.Join(atRisk, ", "), profile)
 		}
 	}
 	if err := sb.Down(ctx); err != nil {
 		return false, err
 	}
-	recs, err := a.runs().Of(profile)
+	recs, err := a.runsIn(sb, profile)
 	if err != nil {
 		return false, err
 	}
 	for _, r := range recs {
-		if r.Provider != "" && r.Provider != sb.Info.Name {
-			continue // a run of the profile's sandbox on another provider
-		}
 		if err := a.runs().Delete(profile, r.Workflow); err != nil {
 			return false, err
 		}
 	}
 	return !absent, nil
+}
+
+// runsIn are the records of the runs of profile whose work is in sb: not
+// those of the profile's sandbox on another provider, nor of a sandbox of
+// the same profile name in another config file.
+func (a *app) runsIn(sb *sandbox.Sandbox, profile string) ([]runstore.Record, error) {
+	recs, err := a.runs().Of(profile)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(recs, func(r runstore.Record) bool { return !recordedIn(r, sb) }), nil
+}
+
+// recordedIn reports whether r is the record of a run in sb.
+func recordedIn(r runstore.Record, sb *sandbox.Sandbox) bool {
+	return (r.Provider == "" || r.Provider == sb.Info.Name) && r.SandboxName() == sb.Ref.Name
 }
 
 // removedLine says what removing what (on provider) did.
@@ -140,7 +163,7 @@ func removedLine(what, provider string, removed bool) string {
 // already delivered (a run in progress, or one nobody recorded). state is
 // the sandbox's, as removeSandbox found it (not absent).
 func (a *app) workAtRisk(ctx context.Context, sb *sandbox.Sandbox, profile, state string) ([]string, error) {
-	recs, err := a.runs().Of(profile)
+	recs, err := a.runsIn(sb, profile)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +282,7 @@ func (a *app) sandboxHealthCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withSandbox(cmd.Context(), func(sb *sandbox.Sandbox) error {
 				st := a.sandboxState(cmd.Context(), sb)
-				fmt.Fprintf(cmd.OutOrStdout(), "sandbox %s: %s%s\n", st.Profile, st.State, suffix(st.Message))
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s%s\n", sandboxOf(st.Sandbox, st.Profile), st.State, suffix(st.Message))
 				if st.State != string(sdk.HealthReady) {
 					return exitError{1}
 				}
@@ -278,7 +301,10 @@ func suffix(msg string) string {
 
 // sandboxRow is one line of `sandbox ls`.
 type sandboxRow struct {
-	Profile  string `json:"profile"`
+	Profile string `json:"profile"`
+	// Sandbox is the sandbox's name (sandbox.Name), as its provider has
+	// it; empty when the provider could not be asked.
+	Sandbox  string `json:"sandbox,omitempty"`
 	Provider string `json:"provider"`
 	State    string `json:"state"` // ready, stopped, unhealthy, absent, error
 	// Created is when the sandbox was created, where the provider can list
@@ -299,19 +325,29 @@ type sandboxRow struct {
 	// "shared,unseparated" with sandbox.concurrent_runs. Empty for orphans.
 	Runs string `json:"runs,omitempty"`
 	// Orphan: this host created it, and no configured profile owns it.
-	Orphan  bool   `json:"orphan,omitempty"`
+	Orphan bool `json:"orphan,omitempty"`
+	// Elsewhere: a profile's sandbox on a provider other than its own,
+	// made by amelia run --sandbox.
+	Elsewhere bool `json:"elsewhere,omitempty"`
+	// Legacy: named for its profile alone, by an older version; amelia
+	// stop removes it.
+	Legacy  bool   `json:"legacy,omitempty"`
 	Message string `json:"message,omitempty"`
+
+	notOwned bool // the sandbox exists, and is not this config file's
 }
 
 // sandboxState asks the provider about the sandbox, within a bound.
 func (a *app) sandboxState(ctx context.Context, sb *sandbox.Sandbox) sandboxRow {
 	ctx, cancel := context.WithTimeout(ctx, sdk.HealthCheckTimeout+5*time.Second)
 	defer cancel()
-	row := sandboxRow{Profile: sb.Profile.Name, Provider: sb.Info.Name, Runs: runsMode(sb.Info.RunUsers, sb.Profile.Sandbox.ConcurrentRuns)}
+	row := sandboxRow{Profile: sb.Profile.Name, Sandbox: sb.Ref.Name, Provider: sb.Info.Name, Runs: runsMode(sb.Info.RunUsers, sb.Profile.Sandbox.ConcurrentRuns)}
 	h, err := sb.Health(ctx)
 	switch {
 	case errors.Is(err, sdk.ErrNotFound):
 		row.State = "absent"
+	case errors.Is(err, sandbox.ErrNotOwned):
+		row.State, row.Message, row.notOwned = "not-owned", oneLine(err.Error()), true
 	case err != nil:
 		row.State, row.Message = "error", oneLine(err.Error())
 	default:
@@ -336,10 +372,11 @@ func (a *app) sandboxLsCommand() *cobra.Command {
 				}
 				var row sandboxRow
 				if f.Orphan {
-					row = sandboxRow{Profile: f.Profile, Provider: f.Provider, State: string(f.Listed.State), Orphan: true}
+					row = sandboxRow{Profile: f.Profile, Sandbox: f.Sandbox.Ref.Name, Provider: f.Provider, State: string(f.Listed.State), Orphan: true}
 				} else {
 					row = a.sandboxState(ctx, f.Sandbox)
 				}
+				row.Elsewhere, row.Legacy = f.Elsewhere, f.Legacy
 				if f.Listed != nil && !f.Listed.Created.IsZero() {
 					row.Created = &f.Listed.Created
 				}
@@ -387,9 +424,12 @@ func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool, now time.Time
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROFILE\tPROVIDER\tSTATE\tAGE\tRUNS\tWORKFLOWS\tDETAIL")
+	fmt.Fprintln(tw, "PROFILE\tSANDBOX\tPROVIDER\tSTATE\tAGE\tRUNS\tWORKFLOWS\tDETAIL")
 	for _, r := range rows {
-		age, workflows, detail, runs := "-", "-", r.Message, r.Runs
+		name, age, workflows, detail, runs := r.Sandbox, "-", "-", r.Message, r.Runs
+		if name == "" {
+			name = "-"
+		}
 		if runs == "" {
 			runs = "-"
 		}
@@ -403,10 +443,15 @@ func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool, now time.Time
 			}
 			workflows = strings.Join(ws, ",")
 		}
-		if r.Orphan {
+		switch {
+		case r.Orphan:
 			detail = strings.TrimSpace("orphan (no profile owns it; amelia stop removes it) " + detail)
+		case r.Legacy:
+			detail = strings.TrimSpace("named by an older amelia (amelia stop removes it) " + detail)
+		case r.Elsewhere:
+			detail = strings.TrimSpace("made by amelia run --sandbox " + r.Provider + " " + detail)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Profile, r.Provider, r.State, age, runs, workflows, detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Profile, name, r.Provider, r.State, age, runs, workflows, detail)
 	}
 	return tw.Flush()
 }
@@ -441,7 +486,7 @@ func (a *app) workflowStates(ctx context.Context, sb *sandbox.Sandbox, profile s
 	for _, id := range ids {
 		states[id] = "active"
 		r, err := a.runs().Get(profile, id)
-		if err != nil {
+		if err != nil || !recordedIn(r, sb) {
 			continue
 		}
 		states[id] = string(r.State)
@@ -554,7 +599,7 @@ that failed or was interrupted) is left alone without --force.`,
 					fmt.Fprintf(cmd.ErrOrStderr(), "amelia: %s\n", oneLine(err.Error()))
 					return
 				}
-				what := "sandbox " + f.Profile
+				what := sandboxOf(f.Sandbox.Ref.Name, f.Profile)
 				if f.Orphan {
 					what = fmt.Sprintf("orphaned sandbox %s (of profile %s)", f.Sandbox.Ref.Name, f.Profile)
 				}

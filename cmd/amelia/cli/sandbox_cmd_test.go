@@ -6,17 +6,24 @@ import (
 	"time"
 )
 
-// sandbox ls shows each way runs share a sandbox, in the table and in
-// JSON.
+// sandbox ls shows each sandbox's name and provider, each way runs share
+// a sandbox, and what a profile's sandbox on another provider and one of
+// an older version are, in the table and in JSON.
 func TestSandboxLsRuns(t *testing.T) {
 	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	created := now.Add(-3 * time.Hour)
 	rows := func() []sandboxRow {
 		return []sandboxRow{
-			{Profile: "box", Provider: "docker", State: "ready", Created: &created, Runs: runsMode(true, false),
+			{Profile: "box", Sandbox: "box-1a2b3c4d", Provider: "docker", State: "ready", Created: &created, Runs: runsMode(true, false),
 				Workflows: []string{"fix-1", "fix-2"}, WorkflowStates: map[string]string{"fix-1": "running", "fix-2": "kept"}},
-			{Profile: "dev", Provider: "local", State: "ready", Created: &created, Runs: runsMode(false, false)},
-			{Profile: "team", Provider: "ssh", State: "absent", Runs: runsMode(false, true)},
+			// box's, made by amelia run --sandbox local.
+			{Profile: "box", Sandbox: "box-1a2b3c4d", Provider: "local", State: "ready", Created: &created, Runs: runsMode(false, false), Elsewhere: true},
+			// box's, named by an older amelia.
+			{Profile: "box", Sandbox: "box", Provider: "docker", State: "ready", Created: &created, Runs: runsMode(true, false), Legacy: true},
+			{Profile: "dev", Sandbox: "dev-5e6f7a8b", Provider: "local", State: "ready", Created: &created, Runs: runsMode(false, false)},
+			{Profile: "team", Sandbox: "team-9c0d1e2f", Provider: "ssh", State: "absent", Runs: runsMode(false, true)},
+			// Its provider could not start.
+			{Profile: "cloud", Provider: "nosuch", State: "error", Message: "no provider nosuch"},
 		}
 	}
 	var out strings.Builder
