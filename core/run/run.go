@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/devcontainer"
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
@@ -207,6 +208,9 @@ type runner struct {
 	lv       *live                       // the way into the sandbox, once it is up
 	agent    *agentRun                   // the agent, once started
 	release  func(context.Context) error // ends this process's hold on the sandbox
+	// devcontainer is the repository's devcontainer.json whose
+	// environment the run's sandbox has, if any (applyDevcontainer).
+	devcontainer *devcontainer.Config
 }
 
 // RecoverCommand is the command that brings a kept run's work back.

@@ -30,6 +30,9 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		if src, err = r.check(ctx); err != nil {
 			return err
 		}
+		if err := r.applyDevcontainer(ctx, src); err != nil {
+			return err
+		}
 		return r.checkProfile(ctx)
 	}); err != nil {
 		return res, err
@@ -85,7 +88,10 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		if err != nil {
 			return err
 		}
-		return r.runAsItsUser(ctx, ws, d, r.agent)
+		if err := r.runAsItsUser(ctx, ws, d, r.agent); err != nil {
+			return err
+		}
+		return r.setUpCheckout(ctx, r.agent)
 	}); err != nil {
 		return res, err
 	}
