@@ -411,14 +411,15 @@ func environment(pl imagePlan, set Settings) string {
 // made for another: another devcontainer, an older version of this one,
 // or the profile's own image. The container may hold other runs' work, so
 // it is never replaced unasked. Without a devcontainer, a container made
-// from one is reused (amelia sandbox exec, attach), and said to be so.
+// from one is reused (amelia sandbox exec, attach, a run of a repository
+// without one), with a warning saying so.
 func (p *Provider) checkEnvironment(ctx context.Context, e *engine, set Settings, c container.InspectResponse) error {
 	name := strings.TrimPrefix(c.Name, "/")
 	from := c.Config.Labels[labelDevcontainer]
 	if set.DevcontainerFile == "" {
 		if from != "" {
-			p.opts.Logger.Info("the sandbox runs the environment a repository's devcontainer gave it, not the profile's own image; `amelia sandbox down` then up to go back to that",
-				"container", name, "devcontainer", from)
+			p.opts.Logger.Warn(fmt.Sprintf("sandbox %s runs the environment a repository's %s gave it, not the profile's own image: `amelia sandbox down -p %s` to go back to that",
+				c.Config.Labels[labelProfile], from, c.Config.Labels[labelProfile]), "container", name)
 		} else {
 			p.noteStale(ctx, e, set, c)
 		}
