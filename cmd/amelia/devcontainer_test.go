@@ -28,7 +28,8 @@ import (
 // made kept off the result branch; what is not supported is said in one
 // warning. A changed devcontainer is refused on the sandbox made for the
 // old one until it is taken down; then an `image:` that is a local tag
-// is used, and a failing postCreateCommand fails the run with its output.
+// is used, and a failing postCreateCommand, or one that changes a tracked
+// file, fails the run with its output.
 func TestRunWithDevcontainer(t *testing.T) {
 	cli := dockertest.Engine(t)
 	const look = `cat /opt/greeting /opt/tool.txt; echo "mode=$PROJECT_MODE"; cat setup-made.txt; echo "uid=$(id -u) setup=$(cat setup-uid.txt)"; command -v jq || echo no-jq; echo "status:$(git status --porcelain)"; echo looked`
@@ -122,6 +123,15 @@ func TestRunWithDevcontainer(t *testing.T) {
 	}
 	if n := len(h.up.Requests()); n != 3 {
 		t.Errorf("the LLM got %d requests, want the first run's 3: the refused and failed runs must not start the agent", n)
+	}
+
+	// A command that changes a tracked file would pass its change off as
+	// the agent's: refused.
+	writeFile(t, filepath.Join(h.repo, ".devcontainer", "devcontainer.json"), `{"image": "`+tag+`", "postCreateCommand": "echo more >> README.md"}`)
+	h.git(t, "commit", "-q", "-am", "tracked")
+	r = h.amelia(t, "run", "--workflow", "dc-tracked", "Look.")
+	if r.code != 1 || !strings.Contains(r.stderr, "changed tracked files (M README.md)") {
+		t.Errorf("a postCreateCommand that changes a tracked file: exit %d\n%s", r.code, r.stderr)
 	}
 
 	writeFile(t, filepath.Join(h.repo, ".devcontainer", "devcontainer.json"), `{"image": "`+tag+`", "postCreateCommand": ["true"]}`)
