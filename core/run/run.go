@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/devcontainer"
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
@@ -226,6 +227,9 @@ type runner struct {
 
 	msgLog *runstore.LogWriter // the agent's messages on this host, once one came
 	noLog  bool                // the log could not be made: none is kept
+	// devcontainer is the repository's devcontainer.json whose
+	// environment the run's sandbox has, if any (applyDevcontainer).
+	devcontainer *devcontainer.Config
 }
 
 // RecoverCommand is the command that brings a kept run's work back.

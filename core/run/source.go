@@ -39,6 +39,8 @@ type source struct {
 	url string
 	// base is the base branch; "" for a URL means its default branch.
 	base string
+	// commit is the commit of base a local checkout's run starts from.
+	commit string
 }
 
 // repo is the host checkout's directory or the URL.
@@ -126,6 +128,7 @@ func (r *runner) check(ctx context.Context) (source, error) {
 	case err != nil:
 		return src, refuse(fmt.Errorf("--base: %w", err))
 	}
+	src.commit = baseCommit
 	// The branch the result comes back as must be creatable now: it is
 	// created only at the end, after the agent's tokens are spent.
 	if err := repo.CheckNewBranch(ctx, branch, baseCommit); err != nil {

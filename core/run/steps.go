@@ -31,6 +31,9 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		if src, err = r.check(ctx); err != nil {
 			return err
 		}
+		if err := r.applyDevcontainer(ctx, src); err != nil {
+			return err
+		}
 		// Whatever stops the run here, nothing was started but the
 		// provider plugin: the run is refused.
 		if err := r.checkProfile(ctx); err != nil {
@@ -91,7 +94,10 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		if err != nil {
 			return err
 		}
-		return r.runAsItsUser(ctx, ws, d, r.agent)
+		if err := r.runAsItsUser(ctx, ws, d, r.agent); err != nil {
+			return err
+		}
+		return r.setUpCheckout(ctx, r.agent)
 	}); err != nil {
 		return res, err
 	}

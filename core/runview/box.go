@@ -25,6 +25,8 @@ type boxRow struct {
 //	│ branch    amelia/fix-login-3f9a               │
 //	│ changes   main.go | 2 +-                      │
 //	│           1 file changed, 1 insertion(+), ... │
+//	│ last cmd  the agent's last command failed     │
+//	│           (exit 127, command not found): make │
 //	│ tokens    12,345 in · 2,345 out               │
 //	│ wall      1m1s                                │
 //	│ cleaned   worktree, tunnel, plugin, proxy     │
@@ -53,6 +55,14 @@ func (v *ttyView) box(s Summary) []string {
 	for i, l := range diffStatLines(s.DiffStat) {
 		add(label(i, "changes"), l, "")
 	}
+	// An interrupted run's last command was most likely stopped with it.
+	stopped := interrupted(s.Err)
+	if f := v.cmds.last; f != nil && !stopped {
+		text := "the agent's last command failed (" + f.describe() + "): " + oneLine(f.command)
+		for i, l := range wrap(sanitize(text), avail) {
+			add(label(i, "last cmd"), l, sgrYellow)
+		}
+	}
 	if u := s.Usage; u != nil {
 		if u.InputTokens != nil || u.OutputTokens != nil {
 			t := count(u.InputTokens) + " in · " + count(u.OutputTokens) + " out"
@@ -70,7 +80,6 @@ func (v *ttyView) box(s Summary) []string {
 	}
 	add("wall", formatDuration(s.Wall), "")
 	// An interrupted run has no error to show: it is what the user asked.
-	stopped := interrupted(s.Err)
 	if s.Err != nil && !stopped {
 		for i, l := range wrap(sanitize(s.Err.Error()), avail) {
 			add(label(i, "error"), l, sgrRed)

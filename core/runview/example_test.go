@@ -22,7 +22,7 @@ func ExampleNewJSON() {
 	// {"type":"phase","content":"workspace","status":"done","duration_ms":412,"error":null}
 	// {"type":"result","content":"Done.","tool_name":null,"tool_input":null,"tool_output":null,"tool_call_id":null,"session_id":null,"is_error":false,"model":null,"usage":null}
 	// {"type":"phase","content":"results","status":"failed","duration_ms":30,"error":"bundle: 2 refs, want 1"}
-	// {"type":"summary","status":"failed","workflow":"fix-1","branch":null,"pushed":false,"diff_stat":null,"usage":null,"wall_ms":61234,"error":"results: bundle: 2 refs, want 1","kept":null,"cleaned":[],"left":[]}
+	// {"type":"summary","status":"failed","workflow":"fix-1","branch":null,"pushed":false,"diff_stat":null,"usage":null,"wall_ms":61234,"error":"results: bundle: 2 refs, want 1","last_command":null,"kept":null,"cleaned":[],"left":[]}
 }
 
 // The live line (the spinner on a running phase or tool call) is left out

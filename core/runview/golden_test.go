@@ -51,6 +51,7 @@ var scripts = []struct {
 	{"interrupted", interruptedRun},
 	{"unfinished", unfinishedRun},
 	{"warning", warningRun},
+	{"command_not_found", commandNotFoundRun},
 }
 
 // renderJSON plays events on a JSON view and returns what it wrote.

@@ -48,9 +48,18 @@ type summaryLine struct {
 	Usage    *protocol.DriverUsage `json:"usage"`
 	WallMs   int64                 `json:"wall_ms"`
 	Error    *string               `json:"error"`
-	Kept     *keptLine             `json:"kept"`
-	Cleaned  []string              `json:"cleaned"`
-	Left     []string              `json:"left"`
+	// LastCommand is the agent's last command when it did not succeed.
+	LastCommand *lastCommandLine `json:"last_command"`
+	Kept        *keptLine        `json:"kept"`
+	Cleaned     []string         `json:"cleaned"`
+	Left        []string         `json:"left"`
+}
+
+// lastCommandLine is the JSON form of a failedCommand.
+type lastCommandLine struct {
+	Command  string `json:"command"`
+	ExitCode *int   `json:"exit_code"`
+	Status   string `json:"status"`
 }
 
 // keptLine is the JSON form of Kept.
@@ -70,6 +79,7 @@ type jsonView struct {
 	err    error         // the first error; after a write error nothing is written
 	broken bool          // a write failed
 	closed bool
+	cmds   commands // the agent's commands, for the summary
 }
 
 // NewJSON returns a view that writes one JSON object per line to w, each
@@ -88,12 +98,17 @@ type jsonView struct {
 //	{"type":"phase","content":"agent","status":"interrupted","duration_ms":7712,"error":"context canceled"}
 //	{"type":"summary","status":"done","workflow":"fix-login-3f9a","branch":"amelia/fix-login-3f9a",
 //	 "pushed":false,"diff_stat":" main.go | 2 +-\n 1 file changed, ...","usage":{...},"wall_ms":61234,
-//	 "error":null,"kept":null,"cleaned":["worktree","tunnel","plugin","proxy"],
+//	 "error":null,"last_command":null,"kept":null,"cleaned":["worktree","tunnel","plugin","proxy"],
 //	 "left":["sandbox dev (running; amelia stop --profile dev removes it)"]}
 //
 // (the summary is one line). A phase's or summary's status is "failed" and
 // its error set when it failed, and "interrupted" (the error saying how)
-// when the run was interrupted. A summary's kept is null, or where the work
+// when the run was interrupted. A summary's last_command is null unless the
+// agent's last command (a tool call with a "command", the worker's
+// execute) did not succeed: then it is {"command","exit_code","status"},
+// exit_code null for a command that did not exit (killed, timed out) and
+// status the worker's words ("failed with exit code 127"); the run's own
+// status stays what it was, done when the agent ended by itself. A summary's kept is null, or where the work
 // of a run that failed or was interrupted after its agent started is kept
 // ({"sandbox","branch","dir","recover"}, the last the command that brings
 // it back); cleaned lists what the run's cleanups removed or stopped, left
@@ -148,6 +163,11 @@ func (v *jsonView) Summary(s Summary) {
 	if k := s.Kept; k != nil {
 		l.Kept = &keptLine{Sandbox: k.Sandbox, Branch: k.Branch, Dir: k.Dir, Recover: k.Recover}
 	}
+	v.mu.Lock()
+	if f := v.cmds.last; f != nil {
+		l.LastCommand = &lastCommandLine{Command: f.command, ExitCode: f.code, Status: f.status}
+	}
+	v.mu.Unlock()
 	v.write(l)
 }
 
@@ -157,6 +177,7 @@ func (v *jsonView) Message(m *protocol.AgenticMessage) {
 	if v.closed || v.broken {
 		return
 	}
+	v.cmds.see(m)
 	v.buf.Reset()
 	b, err := protocol.AppendJSON(v.buf.AvailableBuffer(), m)
 	if err != nil {

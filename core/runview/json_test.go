@@ -64,7 +64,7 @@ func checkHostLine(t *testing.T, line string) {
 	t.Helper()
 	keys := map[string][]string{
 		"phase":   {"type", "content", "status", "duration_ms", "error"},
-		"summary": {"type", "status", "workflow", "branch", "pushed", "diff_stat", "usage", "wall_ms", "error", "kept", "cleaned", "left"},
+		"summary": {"type", "status", "workflow", "branch", "pushed", "diff_stat", "usage", "wall_ms", "error", "last_command", "kept", "cleaned", "left"},
 	}
 	dec := json.NewDecoder(strings.NewReader(line))
 	var got []string
@@ -115,9 +115,9 @@ func TestJSONShapes(t *testing.T) {
 {"type":"phase","content":"workspace","status":"done","duration_ms":412,"error":null}
 {"type":"phase","content":"workspace","status":"failed","duration_ms":412,"error":"clone: \"<nope>\" & more"}
 {"type":"phase","content":"agent","status":"interrupted","duration_ms":7700,"error":"context canceled; and the agent could not be stopped"}
-{"type":"summary","status":"done","workflow":"w","branch":"amelia/w","pushed":true,"diff_stat":"x","usage":{"input_tokens":null,"output_tokens":null,"cache_read_tokens":null,"cache_creation_tokens":null,"cost_usd":0.00001,"duration_ms":null,"num_turns":null,"model":null},"wall_ms":1500,"error":null,"kept":null,"cleaned":["worktree","proxy"],"left":["sandbox dev (running)"]}
-{"type":"summary","status":"failed","workflow":null,"branch":null,"pushed":false,"diff_stat":null,"usage":null,"wall_ms":0,"error":"boom","kept":null,"cleaned":[],"left":[]}
-{"type":"summary","status":"interrupted","workflow":null,"branch":null,"pushed":false,"diff_stat":null,"usage":null,"wall_ms":0,"error":"agent: context canceled","kept":null,"cleaned":[],"left":[]}
+{"type":"summary","status":"done","workflow":"w","branch":"amelia/w","pushed":true,"diff_stat":"x","usage":{"input_tokens":null,"output_tokens":null,"cache_read_tokens":null,"cache_creation_tokens":null,"cost_usd":0.00001,"duration_ms":null,"num_turns":null,"model":null},"wall_ms":1500,"error":null,"last_command":null,"kept":null,"cleaned":["worktree","proxy"],"left":["sandbox dev (running)"]}
+{"type":"summary","status":"failed","workflow":null,"branch":null,"pushed":false,"diff_stat":null,"usage":null,"wall_ms":0,"error":"boom","last_command":null,"kept":null,"cleaned":[],"left":[]}
+{"type":"summary","status":"interrupted","workflow":null,"branch":null,"pushed":false,"diff_stat":null,"usage":null,"wall_ms":0,"error":"agent: context canceled","last_command":null,"kept":null,"cleaned":[],"left":[]}
 `
 	if out.String() != want {
 		t.Errorf("got:\n%s\nwant:\n%s", out.String(), want)

@@ -222,3 +222,29 @@ func unfinishedRun() []event {
 		event{msg: &protocol.AgenticMessage{Type: protocol.Thinking}}, // empty: shows nothing, redraws the live line
 	)
 }
+
+// commandNotFoundRun is the newcomer's run: the agent ran the project's
+// tests in a sandbox without python3, got exit 127, and said it was done.
+// The run is done (the agent decided so), and its summary says plainly
+// that the last command failed, with its exit status and the command.
+func commandNotFoundRun() []event {
+	evs := phases("check", "proxy", "plugin", "sandbox", "worker", "tunnel", "workspace")
+	evs = append(evs,
+		event{start: "agent"},
+		event{msg: callMsg("call_1", "write_file", `{"file_path": "calc.py", "content": "def add(a, b):\n    return a + b\n"}`)},
+		event{msg: resultMsg("call_1", "write_file", "Updated file calc.py", false)},
+		event{msg: callMsg("call_2", "execute", `{"command": "python3 -m pytest -q"}`)},
+		event{msg: resultMsg("call_2", "execute", "sh: 1: python3: not found\n[Command failed with exit code 127]", true)},
+		event{msg: answerMsg("Added add() to calc.py; the tests are in place.", false)},
+		event{end: "agent", d: 4 * time.Second},
+	)
+	evs = append(evs, phases("results", "cleanup")...)
+	return append(evs, event{summary: &Summary{
+		Workflow: "add-calc-1b2c",
+		Branch:   "amelia/add-calc-1b2c",
+		DiffStat: " calc.py | 2 ++\n 1 file changed, 2 insertions(+)\n",
+		Wall:     6 * time.Second,
+		Cleaned:  []string{"worktree", "tunnel", "proxy", "plugin"},
+		Left:     []string{"sandbox dev (running; amelia stop --profile dev removes it)"},
+	}})
+}

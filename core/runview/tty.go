@@ -64,6 +64,7 @@ type ttyView struct {
 	phases []*phase // running phases, in start order
 	calls  []toolCall
 	usage  *protocol.DriverUsage // the last usage message
+	cmds   commands              // the agent's commands, for the summary
 	err    error                 // the first write error; nothing is written after it
 	closed bool
 	stop   chan struct{} // closed by Close to stop the ticker; nil without one
@@ -194,6 +195,7 @@ func (v *ttyView) Message(m *protocol.AgenticMessage) {
 }
 
 func (v *ttyView) message(m *protocol.AgenticMessage) {
+	v.cmds.see(m)
 	switch m.Type {
 	case protocol.Thinking:
 		v.text(deref(m.Content), sgrDim, false)

@@ -284,3 +284,34 @@ func orDiscard(l *slog.Logger) *slog.Logger {
 	}
 	return l
 }
+
+// ReadFile returns the file at path (from the repository's top,
+// "/"-separated) in commit, and whether commit has a file there.
+func (h *HostRepo) ReadFile(ctx context.Context, commit, path string) ([]byte, bool, error) {
+	obj := commit + ":" + path
+	if typ, err := h.git(ctx, nil, "cat-file", "-t", obj); err != nil || strings.TrimSpace(typ) != "blob" {
+		var ee *exitError
+		if err == nil || errors.As(err, &ee) {
+			return nil, false, nil // no such path, or not a file
+		}
+		return nil, false, err
+	}
+	var out bytes.Buffer
+	if err := h.gitIO(ctx, nil, nil, &out, "cat-file", "blob", obj); err != nil {
+		return nil, false, fmt.Errorf("read %s at %s: %w", path, commit, err)
+	}
+	return out.Bytes(), true, nil
+}
+
+// Archive writes the directory dir (from the repository's top; "." for
+// all of it) of commit to w as a tar, its paths relative to dir.
+func (h *HostRepo) Archive(ctx context.Context, commit, dir string, w io.Writer) error {
+	tree := commit
+	if dir != "." && dir != "" {
+		tree += ":" + dir
+	}
+	if err := h.gitIO(ctx, nil, nil, w, "archive", "--format=tar", tree); err != nil {
+		return fmt.Errorf("archive %s at %s: %w", dir, commit, err)
+	}
+	return nil
+}

@@ -44,10 +44,20 @@ func Engine(t testing.TB) *client.Client {
 		}
 		t.Skipf("SKIPPING: this test needs a Docker engine and none answers at %s (%v); set %s=1 to make that a failure", cli.DaemonHost(), err, RequireEnv)
 	}
-	if _, err := cli.ImageInspect(ctx, image.TestBase); cerrdefs.IsNotFound(err) {
+	res, err := cli.ImageInspect(ctx, image.TestBase)
+	if cerrdefs.IsNotFound(err) {
 		t.Fatalf("the engine has no %s, which the tests build the sandbox image from: run image/bootstrap-base.sh (make base-image)", image.TestBase)
 	} else if err != nil {
 		t.Fatalf("inspect %s: %v", image.TestBase, err)
+	}
+	// A base made from an older package list would make every build
+	// install the rest from a registry, or fail without one.
+	var have string
+	if res.Config != nil {
+		have = res.Config.Labels[image.BasePackagesLabel]
+	}
+	if want := image.BasePackages(); have != want {
+		t.Fatalf("the engine's %s was made from %q, not %q: run image/bootstrap-base.sh (make base-image), which makes it again", image.TestBase, have, want)
 	}
 	return cli
 }

@@ -12,9 +12,11 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,17 +51,19 @@ const (
 // imagePlan is what a profile's sandbox image is built from, and the tag
 // that names exactly that.
 type imagePlan struct {
-	ready  string // docker.image: used as it is
-	tag    string // amelia-sandbox:<hash>
-	hash   string
-	base   string // BASE_IMAGE; the devcontainer's tag when there is one
-	worker string // the host's amelia-worker for the engine's architecture
-	user   *userImage
+	ready    string // docker.image: used as it is
+	tag      string // amelia-sandbox:<hash>
+	hash     string
+	base     string // BASE_IMAGE; the devcontainer's tag when there is one
+	packages string // PACKAGES, space-separated
+	worker   string // the host's amelia-worker for the engine's architecture
+	user     *userImage
 }
 
 // userImage is the image a profile's own Dockerfile builds.
 type userImage struct {
 	dockerfile, context, tag string
+	args                     map[string]*string
 }
 
 // plan works out the profile's image without building anything.
@@ -80,6 +84,9 @@ func (p *Provider) plan(ctx context.Context, e *engine, set Settings) (imagePlan
 		return imagePlan{}, err
 	}
 	pl := imagePlan{base: set.BaseImage, worker: worker}
+	if set.Packages != nil {
+		pl.packages = strings.Join(*set.Packages, " ")
+	}
 	h := sha256.New()
 	fmt.Fprintf(h, "amelia sandbox image\x00%s\x00worker %s\x00", image.Dockerfile, workerSum)
 	if set.Dockerfile != "" {
@@ -87,11 +94,17 @@ func (p *Provider) plan(ctx context.Context, e *engine, set Settings) (imagePlan
 		if err := writeUserContext(sum, set.Dockerfile, set.BuildContext); err != nil {
 			return imagePlan{}, err
 		}
+		u := &userImage{dockerfile: set.Dockerfile, context: set.BuildContext, args: map[string]*string{}}
+		for _, k := range slices.Sorted(maps.Keys(set.BuildArgs)) {
+			v := set.BuildArgs[k]
+			u.args[k] = &v
+			fmt.Fprintf(sum, "\x00arg %s=%s", k, v)
+		}
 		userHash := hex.EncodeToString(sum.Sum(nil))
-		pl.user = &userImage{dockerfile: set.Dockerfile, context: set.BuildContext, tag: devcontainerRepo + ":" + userHash[:16]}
-		pl.base = pl.user.tag
+		u.tag = devcontainerRepo + ":" + userHash[:16]
+		pl.user, pl.base = u, u.tag
 	}
-	fmt.Fprintf(h, "base %s\x00", pl.base)
+	fmt.Fprintf(h, "base %s\x00packages %s\x00", pl.base, pl.packages)
 	pl.hash = hex.EncodeToString(h.Sum(nil))
 	pl.tag = sandboxRepo + ":" + pl.hash[:16]
 	return pl, nil
@@ -237,6 +250,7 @@ func (p *Provider) build(ctx context.Context, e *engine, pl imagePlan, noCache b
 				client.ImageBuildOptions{
 					Dockerfile: userDockerfile,
 					NoCache:    noCache,
+					BuildArgs:  u.args,
 				}, progress)
 			if err != nil {
 				return err
@@ -245,13 +259,17 @@ func (p *Provider) build(ctx context.Context, e *engine, pl imagePlan, noCache b
 	} else if err := p.pullMissing(ctx, e, pl); err != nil {
 		return err
 	}
-	fmt.Fprintf(progress, "Building %s FROM %s\n", pl.tag, pl.base)
-	base := pl.base
+	with := ""
+	if pl.packages != "" {
+		with = " with " + pl.packages
+	}
+	fmt.Fprintf(progress, "Building %s FROM %s%s\n", pl.tag, pl.base, with)
+	base, packages := pl.base, pl.packages
 	err := e.runBuild(ctx, pl.tag, func(w io.Writer) error { return writeSandboxContext(w, pl.worker) },
 		client.ImageBuildOptions{
 			Dockerfile: "Dockerfile",
 			NoCache:    noCache,
-			BuildArgs:  map[string]*string{image.BaseArg: &base},
+			BuildArgs:  map[string]*string{image.BaseArg: &base, image.PackagesArg: &packages},
 			Labels:     map[string]string{labelImageHash: pl.hash},
 		}, progress)
 	if err != nil {

@@ -14,11 +14,14 @@ package docker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +46,11 @@ const (
 	labelConfig  = "amelia.config"
 	labelCreated = "amelia.created"
 	labelNetwork = "amelia.network" // the policy it was created for
+	// labelEnvironment is a hash of the image and the env the container
+	// was created with; labelDevcontainer the devcontainer.json they came
+	// from, if any (Settings.DevcontainerFile).
+	labelEnvironment  = "amelia.environment"
+	labelDevcontainer = "amelia.devcontainer"
 )
 
 // containerPrefix starts every sandbox container's name.
@@ -227,9 +235,11 @@ func checkOwned(c container.InspectResponse, spec sdk.Spec) error {
 // started when it was stopped or never started, unpaused when paused.
 func (p *Provider) resume(ctx context.Context, e *engine, set Settings, spec sdk.Spec, c container.InspectResponse) (sdk.Sandbox, error) {
 	sb := sandboxOf(spec, c.ID, c.Config.Image, c.Config.Labels[labelImageHash])
+	if err := p.checkEnvironment(ctx, e, set, c); err != nil {
+		return sb, err
+	}
 	switch st := c.State; {
 	case st.Running && !st.Paused:
-		p.noteStale(ctx, e, set, c)
 		return sb, nil
 	case st.Paused:
 		_, err := e.cli.ContainerUnpause(ctx, c.ID, client.ContainerUnpauseOptions{})
@@ -284,11 +294,19 @@ func (p *Provider) create(ctx context.Context, e *engine, set Settings, spec sdk
 		labels[labelCreated] = time.Now().UTC().Format(time.RFC3339)
 	}
 	labels[labelNetwork] = string(spec.Network.Mode)
+	labels[labelEnvironment] = environment(pl, set)
+	if set.DevcontainerFile != "" {
+		labels[labelDevcontainer] = set.DevcontainerFile
+	}
+	env := []string{"AMELIA_SANDBOX=" + spec.Name}
+	for _, k := range slices.Sorted(maps.Keys(set.Env)) {
+		env = append(env, k+"="+set.Env[k])
+	}
 	cfg := &container.Config{
 		Image:      pl.tag,
 		User:       set.User,
 		WorkingDir: image.Workdir,
-		Env:        []string{"AMELIA_SANDBOX=" + spec.Name},
+		Env:        env,
 		Labels:     labels,
 		// tini reaps every orphan the agent's commands leave; a ready
 		// image may lack it, and gets the engine's own init instead.
@@ -384,6 +402,52 @@ func stateError(st *container.State) string {
 		return ""
 	}
 	return ", " + st.Error
+}
+
+// environment identifies what a container of the plan runs with: its
+// image and its env.
+func environment(pl imagePlan, set Settings) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "image %s\x00", pl.tag)
+	for _, k := range slices.Sorted(maps.Keys(set.Env)) {
+		fmt.Fprintf(h, "env %s=%s\x00", k, set.Env[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// checkEnvironment refuses to reuse, for a run whose environment comes
+// from its repository's devcontainer (set.DevcontainerFile), a container
+// made for another: another devcontainer, an older version of this one,
+// or the profile's own image. The container may hold other runs' work, so
+// it is never replaced unasked. Without a devcontainer, a container made
+// from one is reused (amelia sandbox exec, attach, a run of a repository
+// without one), with a warning saying so.
+func (p *Provider) checkEnvironment(ctx context.Context, e *engine, set Settings, c container.InspectResponse) error {
+	name := strings.TrimPrefix(c.Name, "/")
+	from := c.Config.Labels[labelDevcontainer]
+	if set.DevcontainerFile == "" {
+		if from != "" {
+			p.opts.Logger.Warn(fmt.Sprintf("sandbox %s runs the environment a repository's %s gave it, not the profile's own image: `amelia sandbox down -p %s` to go back to that",
+				c.Config.Labels[labelProfile], from, c.Config.Labels[labelProfile]), "container", name)
+		} else {
+			p.noteStale(ctx, e, set, c)
+		}
+		return nil
+	}
+	pl, err := p.plan(ctx, e, set)
+	if err != nil {
+		return err
+	}
+	if c.Config.Labels[labelEnvironment] == environment(pl, set) {
+		return nil
+	}
+	made := "the profile's own image"
+	if from != "" {
+		made = "the environment of " + from + " as it was then (or another repository's)"
+	}
+	profile := c.Config.Labels[labelProfile]
+	return sdk.Errorf(sdk.ErrConflict, "sandbox %s (container %s) was made with %s, not the one this repository's %s asks for; amelia does not replace a sandbox that may hold other runs' work: remove it with `amelia sandbox down -p %s` once nothing in it is needed (amelia sandbox ls), then run again, or set docker.devcontainer: off",
+		profile, name, made, set.DevcontainerFile, profile)
 }
 
 // noteStale logs when a running sandbox's image is not the one a new

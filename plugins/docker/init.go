@@ -54,7 +54,7 @@ func (p *Provider) Bootstrap(ctx context.Context, out io.Writer) error {
 // Preflight tells why EnsureRunning(spec) would fail now, creating and
 // changing nothing: an engine that does not answer; a container of that
 // name that is not this spec's (another config file's, another network's,
-// not Amelia's); or, with no container, an image to make it from that the
+// not Amelia's, another devcontainer's); or, with no container, an image to make it from that the
 // engine lacks: docker.image, or the base the sandbox image is built FROM
 // when that image is not built yet.
 func (p *Provider) Preflight(ctx context.Context, spec sdk.Spec) error {
@@ -70,7 +70,10 @@ func (p *Provider) Preflight(ctx context.Context, spec sdk.Spec) error {
 	res, err := e.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
 	switch {
 	case err == nil:
-		return checkOwned(res.Container, spec)
+		if err := checkOwned(res.Container, spec); err != nil {
+			return err
+		}
+		return p.checkEnvironment(ctx, e, set, res.Container)
 	case !cerrdefs.IsNotFound(err):
 		return e.wrap(err, "inspect container "+name)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/docker/go-units"
@@ -30,6 +31,26 @@ type Settings struct {
 	// BuildContext is the Dockerfile's build context (default: the
 	// Dockerfile's directory).
 	BuildContext string `json:"build_context"`
+	// BuildArgs are the Dockerfile's build arguments.
+	BuildArgs map[string]string `json:"build_args"`
+	// Packages are the Debian packages Amelia's image holds beyond its
+	// own needs, installed when the base lacks them. Unset, it is
+	// image.Toolchain on base_image, and nothing on a project's own
+	// Dockerfile; an empty list is nothing.
+	Packages *[]string `json:"packages"`
+	// Env is the container's environment, which every command in it
+	// gets: a devcontainer's containerEnv, or the profile's own.
+	Env map[string]string `json:"env"`
+	// Devcontainer says whether a run takes the sandbox's environment
+	// from the repository's devcontainer.json: "auto" (the default) or
+	// "off". amelia reads it on the host; the provider only checks it.
+	Devcontainer string `json:"devcontainer"`
+	// DevcontainerFile is set by amelia, for a run, to the
+	// devcontainer.json whose environment the settings hold ("" for
+	// none): the container is labelled with it, and a run whose
+	// devcontainer asks for another image than its sandbox runs is
+	// refused.
+	DevcontainerFile string `json:"devcontainer_file"`
 	// Host is the engine's address (unix://, tcp://, ssh://); default as
 	// the docker CLI: DOCKER_HOST, else the current docker context.
 	Host string `json:"host"`
@@ -82,6 +103,8 @@ func (m *Memory) UnmarshalJSON(b []byte) error {
 }
 
 var (
+	packageRule = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
+	envNameRule = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	userRule    = regexp.MustCompile(`^([a-z_][a-z0-9_-]{0,31}|[0-9]{1,10})(:([a-z_][a-z0-9_-]{0,31}|[0-9]{1,10}))?$`)
 	imageRule   = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._/:@-]{0,254}$`)
 	contextRule = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.+-]*$`)
@@ -122,11 +145,54 @@ func (s *Settings) normalize() error {
 		return invalid("base_image", "does not go with dockerfile: the image your Dockerfile builds is the base")
 	case s.BuildContext != "" && s.Dockerfile == "":
 		return invalid("build_context", "is the context of docker.dockerfile, which is not set")
+	case len(s.BuildArgs) > 0 && s.Dockerfile == "":
+		return invalid("build_args", "are the build arguments of docker.dockerfile, which is not set")
+	case s.Packages != nil && s.Image != "":
+		return invalid("packages", "does not go with docker.image, a ready image used as it is: install them in that image")
 	case s.Host != "" && s.Context != "":
 		return invalid("host", "does not go with docker.context: the context names the engine")
 	}
 	if s.BaseImage == "" && s.Image == "" && s.Dockerfile == "" {
 		s.BaseImage = image.DefaultBase
+	}
+	if s.Packages == nil && s.Image == "" {
+		// Amelia's own image gets the toolchain; a project's own
+		// environment gets only what it asks for.
+		pkgs := []string{}
+		if s.Dockerfile == "" && s.DevcontainerFile == "" {
+			pkgs = slices.Clone(image.Toolchain)
+		}
+		s.Packages = &pkgs
+	}
+	if s.Packages != nil {
+		for i, p := range *s.Packages {
+			if !packageRule.MatchString(p) {
+				return invalid(fmt.Sprintf("packages[%d]", i), "%q is not a Debian package name (lowercase letters, digits, '+', '-' and '.', like build-essential or python3-venv)", p)
+			}
+		}
+	}
+	switch s.Devcontainer {
+	case "":
+		s.Devcontainer = "auto"
+	case "auto", "off":
+	default:
+		return invalid("devcontainer", "%q is neither auto nor off", s.Devcontainer)
+	}
+	if s.DevcontainerFile != "" && (!filepath.IsLocal(s.DevcontainerFile) || strings.ContainsAny(s.DevcontainerFile, "\x00\n")) {
+		return invalid("devcontainer_file", "%q is not a path inside a repository", s.DevcontainerFile)
+	}
+	for k, v := range s.BuildArgs {
+		if !envNameRule.MatchString(k) || strings.ContainsRune(v, 0) {
+			return invalid(sdk.JoinKey("build_args", k), "is not a build argument (a name of letters, digits and _, and a value without NUL)")
+		}
+	}
+	for k, v := range s.Env {
+		switch {
+		case !envNameRule.MatchString(k) || strings.ContainsRune(v, 0):
+			return invalid(sdk.JoinKey("env", k), "is not an environment variable (a name of letters, digits and _, not starting with a digit, and a value without NUL)")
+		case strings.HasPrefix(k, "AMELIA_"):
+			return invalid(sdk.JoinKey("env", k), "variables starting with AMELIA_ are Amelia's own")
+		}
 	}
 	var err error
 	if s.Dockerfile != "" {

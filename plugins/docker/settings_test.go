@@ -9,8 +9,15 @@ import (
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/plugins/docker/image"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
+
+// toolchain is the default packages, as normalize sets them.
+func toolchain() *[]string {
+	p := slices.Clone(image.Toolchain)
+	return &p
+}
 
 func TestDecodeSettings(t *testing.T) {
 	home, _ := os.UserHomeDir()
@@ -19,21 +26,36 @@ func TestDecodeSettings(t *testing.T) {
 		want     Settings
 		err      string
 	}{
-		{name: "defaults", in: ``, want: Settings{BaseImage: "debian:bookworm-slim", User: "amelia", Resources: Resources{Pids: 1024}}},
-		{name: "null", in: `null`, want: Settings{BaseImage: "debian:bookworm-slim", User: "amelia", Resources: Resources{Pids: 1024}}},
+		{name: "defaults", in: ``, want: Settings{BaseImage: "debian:bookworm-slim", Packages: toolchain(), Devcontainer: "auto", User: "amelia", Resources: Resources{Pids: 1024}}},
+		{name: "null", in: `null`, want: Settings{BaseImage: "debian:bookworm-slim", Packages: toolchain(), Devcontainer: "auto", User: "amelia", Resources: Resources{Pids: 1024}}},
 		{
 			name: "everything",
-			in:   `{"base_image":"amelia-base:bookworm","user":"1000:1000","resources":{"cpus":1.5,"memory":"512m","pids":64},"labels":{"team":"x"},"context":"remote"}`,
-			want: Settings{BaseImage: "amelia-base:bookworm", User: "1000:1000", Context: "remote", Resources: Resources{CPUs: 1.5, Memory: 512 << 20, Pids: 64}, Labels: map[string]string{"team": "x"}},
+			in:   `{"base_image":"amelia-base:bookworm","user":"1000:1000","resources":{"cpus":1.5,"memory":"512m","pids":64},"labels":{"team":"x"},"context":"remote","packages":["git","g++"],"env":{"CI":"1"},"devcontainer":"off"}`,
+			want: Settings{BaseImage: "amelia-base:bookworm", Packages: &[]string{"git", "g++"}, Env: map[string]string{"CI": "1"}, Devcontainer: "off", User: "1000:1000", Context: "remote", Resources: Resources{CPUs: 1.5, Memory: 512 << 20, Pids: 64}, Labels: map[string]string{"team": "x"}},
 		},
-		{name: "memory in bytes", in: `{"resources":{"memory":1073741824}}`, want: Settings{BaseImage: "debian:bookworm-slim", User: "amelia", Resources: Resources{Memory: 1 << 30, Pids: 1024}}},
+		{name: "memory in bytes", in: `{"resources":{"memory":1073741824}}`, want: Settings{BaseImage: "debian:bookworm-slim", Packages: toolchain(), Devcontainer: "auto", User: "amelia", Resources: Resources{Memory: 1 << 30, Pids: 1024}}},
+		{name: "no packages", in: `{"packages":[]}`, want: Settings{BaseImage: "debian:bookworm-slim", Packages: &[]string{}, Devcontainer: "auto", User: "amelia", Resources: Resources{Pids: 1024}}},
 		{
 			name: "dockerfile with a home path",
-			in:   `{"dockerfile":"~/p/.devcontainer/Dockerfile"}`,
-			want: Settings{Dockerfile: filepath.Join(home, "p/.devcontainer/Dockerfile"), BuildContext: filepath.Join(home, "p/.devcontainer"), User: "amelia", Resources: Resources{Pids: 1024}},
+			in:   `{"dockerfile":"~/p/.devcontainer/Dockerfile","build_args":{"VARIANT":"3.11"}}`,
+			want: Settings{Dockerfile: filepath.Join(home, "p/.devcontainer/Dockerfile"), BuildContext: filepath.Join(home, "p/.devcontainer"), BuildArgs: map[string]string{"VARIANT": "3.11"}, Packages: &[]string{}, Devcontainer: "auto", User: "amelia", Resources: Resources{Pids: 1024}},
 		},
-		{name: "ready image", in: `{"image":"registry.example/team/img:1"}`, want: Settings{Image: "registry.example/team/img:1", User: "amelia", Resources: Resources{Pids: 1024}}},
-		{name: "unknown key", in: `{"imagee":"x"}`, err: `docker.imagee: unknown key, did you mean image? (known: image, base_image, dockerfile, build_context, host, context, user, resources, labels)`},
+		{
+			name: "a devcontainer's image gets no toolchain",
+			in:   `{"base_image":"team/dev:1","devcontainer_file":".devcontainer/devcontainer.json"}`,
+			want: Settings{BaseImage: "team/dev:1", Packages: &[]string{}, Devcontainer: "auto", DevcontainerFile: ".devcontainer/devcontainer.json", User: "amelia", Resources: Resources{Pids: 1024}},
+		},
+		{name: "dockerfile asking for packages", in: `{"dockerfile":"/d/Dockerfile","packages":["make"]}`, want: Settings{Dockerfile: "/d/Dockerfile", BuildContext: "/d", Packages: &[]string{"make"}, Devcontainer: "auto", User: "amelia", Resources: Resources{Pids: 1024}}},
+		{name: "ready image", in: `{"image":"registry.example/team/img:1"}`, want: Settings{Image: "registry.example/team/img:1", Devcontainer: "auto", User: "amelia", Resources: Resources{Pids: 1024}}},
+		{name: "unknown key", in: `{"imagee":"x"}`, err: `docker.imagee: unknown key, did you mean image? (known: image, base_image, dockerfile, build_context, build_args, packages, env, devcontainer, devcontainer_file, host, context, user, resources, labels)`},
+		{name: "bad package", in: `{"packages":["make","python3; rm -rf /"]}`, err: `docker.packages[1]: "python3; rm -rf /" is not a Debian package name (lowercase letters, digits, '+', '-' and '.', like build-essential or python3-venv)`},
+		{name: "option as a package", in: `{"packages":["--allow-unauthenticated"]}`, err: `docker.packages[0]: "--allow-unauthenticated" is not a Debian package name (lowercase letters, digits, '+', '-' and '.', like build-essential or python3-venv)`},
+		{name: "packages with a ready image", in: `{"image":"a","packages":[]}`, err: "docker.packages: does not go with docker.image, a ready image used as it is: install them in that image"},
+		{name: "build args without dockerfile", in: `{"build_args":{"A":"1"}}`, err: "docker.build_args: are the build arguments of docker.dockerfile, which is not set"},
+		{name: "bad env name", in: `{"env":{"A-B":"1"}}`, err: "docker.env.A-B: is not an environment variable (a name of letters, digits and _, not starting with a digit, and a value without NUL)"},
+		{name: "amelia env", in: `{"env":{"AMELIA_SANDBOX":"x"}}`, err: "docker.env.AMELIA_SANDBOX: variables starting with AMELIA_ are Amelia's own"},
+		{name: "devcontainer neither", in: `{"devcontainer":"on"}`, err: `docker.devcontainer: "on" is neither auto nor off`},
+		{name: "devcontainer file outside", in: `{"devcontainer_file":"../x.json"}`, err: `docker.devcontainer_file: "../x.json" is not a path inside a repository`},
 		{name: "every problem of the block", in: `{"resources":{"memroy":"4g","memory":"4x"},"user":1}`, err: `docker.resources.memory: "4x" is not a size (write bytes, or a size like 4g or 512MiB); docker.resources.memroy: unknown key, did you mean memory? (known: cpus, memory, pids); docker.user: want a string, not a number`},
 		{name: "wrong type", in: `{"resources":{"cpus":"two"}}`, err: `docker.resources.cpus: want a number, not a string`},
 		{name: "labels not a mapping", in: `{"labels":["a"]}`, err: `docker.labels: want a mapping, not a list`},

@@ -1,0 +1,111 @@
+package image_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moby/moby/api/types/build"
+	"github.com/moby/moby/api/types/jsonstream"
+	"github.com/moby/moby/client"
+
+	"github.com/amelia-sandbox/amelia/internal/dockertest"
+	"github.com/amelia-sandbox/amelia/plugins/docker/image"
+)
+
+// bootstrap-base.sh makes its base again when the one on the engine was
+// made from another package list, or from one it cannot tell (no label):
+// its --check says which, and only a base labelled with its own list
+// passes. The bases here are amelia-base:<a suite of the test's own>,
+// made FROM the test base with a label.
+func TestBootstrapTellsAStaleBase(t *testing.T) {
+	cli := dockertest.Engine(t)
+	script := filepath.Join(t.TempDir(), "bootstrap-base.sh")
+	if err := os.WriteFile(script, image.Bootstrap, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, label string // label "": none
+		wantCode    int
+		wantOut     string
+	}{
+		{name: "current", label: image.BasePackages(), wantCode: 0, wantOut: "is there"},
+		{name: "older list", label: strings.Join(image.BaseCore, ","), wantCode: 1, wantOut: "was made from " + strings.Join(image.BaseCore, ",") + ", not " + image.BasePackages()},
+		{name: "no label", wantCode: 1, wantOut: "was made from an older package list (no amelia.base-packages label)"},
+		{name: "missing", label: "-", wantCode: 1, wantOut: "there is no amelia-base:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			suite := "test-" + randomHex(t)
+			if tc.label != "-" {
+				dockerfile := "FROM " + image.TestBase + "\nLABEL " + image.BasePackagesLabel + "=\n"
+				if tc.label != "" {
+					dockerfile = "FROM " + image.TestBase + "\nLABEL " + image.BasePackagesLabel + "=" + tc.label + "\n"
+				}
+				buildTagged(t, cli, "amelia-base:"+suite, dockerfile)
+			}
+			cmd := exec.CommandContext(t.Context(), "bash", script, "base", "--check")
+			cmd.Env = append(os.Environ(), "AMELIA_BASE_SUITE="+suite)
+			out, err := cmd.CombinedOutput()
+			code := 0
+			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tc.wantCode || !strings.Contains(string(out), tc.wantOut) {
+				t.Errorf("bootstrap-base.sh --check exited %d saying:\n%s\nwant exit %d and %q", code, out, tc.wantCode, tc.wantOut)
+			}
+		})
+	}
+}
+
+func randomHex(t *testing.T) string {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// buildTagged builds dockerfile (a context of that file alone) as tag and
+// removes the image when the test ends.
+func buildTagged(t *testing.T, cli *client.Client, tag, dockerfile string) {
+	t.Helper()
+	var ctx bytes.Buffer
+	tw := tar.NewWriter(&ctx)
+	tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile))})
+	tw.Write([]byte(dockerfile))
+	tw.Close()
+	t.Cleanup(func() {
+		if _, err := cli.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil {
+			t.Logf("remove image %s: %v", tag, err)
+		}
+	})
+	res, err := cli.ImageBuild(t.Context(), &ctx, client.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true, Version: build.BuilderV1})
+	if err != nil {
+		t.Fatalf("build %s: %v", tag, err)
+	}
+	defer res.Body.Close()
+	dec := json.NewDecoder(res.Body)
+	for {
+		var m jsonstream.Message
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			return
+		} else if err != nil {
+			t.Fatalf("build %s: %v", tag, err)
+		}
+		if m.Error != nil {
+			t.Fatalf("build %s: %s", tag, m.Error.Message)
+		}
+	}
+}
