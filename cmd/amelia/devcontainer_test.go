@@ -95,7 +95,7 @@ func TestRunWithDevcontainer(t *testing.T) {
 	if got := h.git(t, "ls-tree", "-r", "--name-only", "amelia/dc-build"); got != ".devcontainer/Dockerfile\n.devcontainer/devcontainer.json\nREADME.md\ncalc.py\ntool.txt" {
 		t.Errorf("the result branch holds:\n%s\nwant the agent's calc.py and nothing the postCreateCommand made", got)
 	}
-	c, err := cli.ContainerInspect(t.Context(), "amelia-sandbox-e2e", client.ContainerInspectOptions{})
+	c, err := cli.ContainerInspect(t.Context(), "amelia-sandbox-"+h.sandboxName(t, "e2e"), client.ContainerInspectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

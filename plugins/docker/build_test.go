@@ -66,7 +66,7 @@ func removeImage(t *testing.T, cli *client.Client, tag string) {
 // container is left.
 func TestBuildFailureShowsTheStep(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "Dockerfile"), "FROM "+image.TestBase+"\nRUN echo preparing the thing; echo it went wrong >&2; exit 3\n")
 	p := newProvider(t)
@@ -92,7 +92,7 @@ func TestBuildFailureShowsTheStep(t *testing.T) {
 // image, which a new sandbox runs with that worker inside.
 func TestImageRebuiltWhenTheWorkerChanges(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	p := newProvider(t)
 	settings := dockertest.Settings(nil)
 	tag, err := p.BuildImage(t.Context(), settings, false, io.Discard)
@@ -146,7 +146,7 @@ func TestImageRebuiltWhenTheWorkerChanges(t *testing.T) {
 // .dockerignore excludes), and Amelia's image goes on top.
 func TestDevcontainerDockerfile(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, ".devcontainer", "Dockerfile"), "FROM "+image.TestBase+"\nCOPY . /devcontext/\n")
 	writeFile(t, filepath.Join(dir, "tool.txt"), "a tool\n")

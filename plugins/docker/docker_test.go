@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,9 +46,18 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// testLabel marks every container these tests create, so that a test
-// that fails half-way leaves nothing behind.
+// testLabel marks every container these tests create, with testRun as
+// its value, so that a test that fails half-way leaves nothing behind —
+// and removes nothing another test process (another clone's, CI's)
+// created at the same time.
 const testLabel = "amelia.dockertest"
+
+// testRun is this test process's value of testLabel, and of runLabel.
+var testRun = "run-" + strconv.Itoa(os.Getpid())
+
+// runLabel marks the conformance kit's containers, through the
+// settings' labels (which may not start with "amelia.").
+const runLabel = "dockertest-run"
 
 // pluginCommand is this test binary as the provider plugin, with env
 // added to its environment.
@@ -63,12 +73,12 @@ const conformancePids = 256
 
 func TestConformance(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, "amelia.sdktest=true")
+	dockertest.RemoveContainers(t, cli, runLabel+"="+testRun)
 	for _, mode := range []sdk.NetworkMode{sdk.NetworkOpen, sdk.NetworkNone} {
 		t.Run(string(mode), func(t *testing.T) {
 			sdktest.Run(t, sdktest.Config{
 				Command:   func() *exec.Cmd { return pluginCommand() },
-				Settings:  dockertest.Settings(map[string]any{"resources": map[string]any{"pids": conformancePids}}),
+				Settings:  dockertest.Settings(map[string]any{"resources": map[string]any{"pids": conformancePids}, "labels": map[string]string{runLabel: testRun}}),
 				Network:   mode,
 				PidsLimit: conformancePids,
 			})
@@ -98,7 +108,7 @@ func spec(t *testing.T, settings json.RawMessage, mode sdk.NetworkMode) sdk.Spec
 	return sdk.Spec{
 		SandboxRef: sdk.SandboxRef{Name: name, Config: settings},
 		Network:    sdk.NetworkPolicy{Mode: mode},
-		Labels:     map[string]string{testLabel: "true"},
+		Labels:     map[string]string{testLabel: testRun},
 	}
 }
 
@@ -143,7 +153,7 @@ func inspect(t *testing.T, cli *client.Client, id string) container.InspectRespo
 // commands as the unprivileged user, and a worker baked into the image.
 func TestContainerIsLockedDown(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	p := newProvider(t)
 	s := spec(t, dockertest.Settings(map[string]any{"resources": map[string]any{"cpus": 0.5, "memory": "256m"}}), sdk.NetworkOpen)
 	s.Labels["amelia.owner"] = "test-host"
@@ -201,7 +211,7 @@ func TestContainerIsLockedDown(t *testing.T) {
 // tini and its sleep stays.
 func TestCancelLeavesNoProcess(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	p := newProvider(t)
 	sb := up(t, p, spec(t, dockertest.Settings(nil), sdk.NetworkOpen))
 
@@ -250,7 +260,7 @@ func TestCancelLeavesNoProcess(t *testing.T) {
 // loopback: the same listener is out of reach.
 func TestNetworkPolicy(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	p := newProvider(t)
 	outside := reachtest.Listen(t, dockertest.BridgeGateway(t, cli))
 	// send reports whether the sandbox could connect to the listener and

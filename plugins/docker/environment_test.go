@@ -23,7 +23,7 @@ const defaultImageMax = 700 << 20
 // within the size the README states.
 func TestDefaultImageHasTheToolchain(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	p := newProvider(t)
 	sb := up(t, p, spec(t, dockertest.Settings(nil), sdk.NetworkNone))
 	const project = `set -e
@@ -56,7 +56,7 @@ for tool in g++ pkg-config curl unzip xz less ssh; do command -v $tool >/dev/nul
 // build arguments reach it, and docker.env reaches every command.
 func TestProjectDockerfileGetsItsOwnEnvironment(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	dir := t.TempDir()
 	// jq leaves the image: the toolchain would bring it back.
 	writeFile(t, filepath.Join(dir, "Dockerfile"), "FROM "+image.TestBase+"\nARG VARIANT=unset\nRUN dpkg --purge jq && echo \"$VARIANT\" > /variant\n")
@@ -98,7 +98,7 @@ func removeDevcontainerImages(t *testing.T, cli *client.Client) {
 // is. Without a devcontainer (amelia sandbox exec, attach) it is reused.
 func TestDevcontainerEnvironmentChangeIsRefused(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	p := newProvider(t)
 	settings := func(mode string) map[string]any {
 		return map[string]any{"devcontainer_file": ".devcontainer/devcontainer.json", "env": map[string]any{"MODE": mode}}

@@ -27,13 +27,14 @@ import (
 // used nor removed.
 func TestForeignContainerIsLeftAlone(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=foreign")
+	foreign := "foreign-" + testRun
+	dockertest.RemoveContainers(t, cli, testLabel+"="+foreign)
 	p := newProvider(t)
 	s := spec(t, dockertest.Settings(nil), sdk.NetworkOpen)
 	name := "amelia-sandbox-" + s.Name
 	res, err := cli.ContainerCreate(t.Context(), client.ContainerCreateOptions{
 		Name:   name,
-		Config: &container.Config{Image: image.TestBase, Cmd: []string{"true"}, Labels: map[string]string{testLabel: "foreign"}},
+		Config: &container.Config{Image: image.TestBase, Cmd: []string{"true"}, Labels: map[string]string{testLabel: foreign}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +49,7 @@ func TestForeignContainerIsLeftAlone(t *testing.T) {
 	if _, err := p.HealthCheck(t.Context(), s.SandboxRef); !errors.Is(err, sdk.ErrNotFound) {
 		t.Errorf("HealthCheck of a foreign container: %v, want not found", err)
 	}
-	if c := inspect(t, cli, res.ID); c.Config.Labels[testLabel] != "foreign" {
+	if c := inspect(t, cli, res.ID); c.Config.Labels[testLabel] != foreign {
 		t.Errorf("the foreign container changed: %v", c.Config.Labels)
 	}
 }
@@ -57,7 +58,7 @@ func TestForeignContainerIsLeftAlone(t *testing.T) {
 // an error saying so; the next exec says the sandbox is gone.
 func TestContainerRemovedMidExec(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	p := newProvider(t)
 	sb := up(t, p, spec(t, dockertest.Settings(nil), sdk.NetworkOpen))
 
@@ -109,7 +110,7 @@ func TestEngineUnreachable(t *testing.T) {
 // starts it again with its files.
 func TestStoppedSandboxIsRestarted(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	p := newProvider(t)
 	s := spec(t, dockertest.Settings(nil), sdk.NetworkOpen)
 	s.Labels["amelia.test-stop"] = s.Name
@@ -139,7 +140,7 @@ func TestStoppedSandboxIsRestarted(t *testing.T) {
 // reusing a bridged container for none would break the policy.
 func TestNetworkChangeIsRefused(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	p := newProvider(t)
 	s := spec(t, dockertest.Settings(nil), sdk.NetworkOpen)
 	up(t, p, s)
@@ -154,7 +155,7 @@ func TestNetworkChangeIsRefused(t *testing.T) {
 // anonymous volumes, and is idempotent.
 func TestTeardownRemovesContainerAndVolumes(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	p := newProvider(t)
 	ready := volumeImage(t, cli, p)
 	a := up(t, p, spec(t, dockertest.Settings(map[string]any{"image": ready}), sdk.NetworkOpen))
@@ -220,7 +221,7 @@ func writeContext(t *testing.T, dir, name, host string) {
 // context, DOCKER_CONTEXT, or the CLI's current context.
 func TestEngineFromDockerContexts(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	cfg := t.TempDir()
 	dead := "unix://" + filepath.Join(t.TempDir(), "elsewhere.sock")
 	writeContext(t, cfg, "elsewhere", dead)
@@ -278,7 +279,7 @@ func TestEngineFromDockerContexts(t *testing.T) {
 // A user the image lacks is named in the error, and no container is left.
 func TestUnknownUser(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, testLabel+"=true")
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	p := newProvider(t)
 	s := spec(t, dockertest.Settings(map[string]any{"user": "nobody2"}), sdk.NetworkOpen)
 	_, err := p.EnsureRunning(t.Context(), s)
