@@ -1,19 +1,12 @@
 package main_test
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/moby/moby/api/types/build"
-	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
 
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
@@ -105,7 +98,7 @@ func TestRunWithDevcontainer(t *testing.T) {
 
 	// Another environment: refused on the old sandbox, nothing run.
 	tag := "amelia-e2e-devcontainer:" + strings.ToLower(strings.NewReplacer("/", "-").Replace(t.Name()))
-	buildTag(t, cli, tag, "FROM "+image.TestBase+"\nRUN echo from the image > /opt/marker\n")
+	dockertest.BuildImage(t, cli, tag, "FROM "+image.TestBase+"\nRUN echo from the image > /opt/marker\n")
 	writeFile(t, filepath.Join(h.repo, ".devcontainer", "devcontainer.json"),
 		`{"image": "`+tag+`", "postCreateCommand": "echo setting up went wrong >&2; exit 7"}`)
 	h.git(t, "commit", "-q", "-am", "image")
@@ -163,35 +156,4 @@ func removeNewImages(t *testing.T, cli *client.Client, repo string) {
 			}
 		}
 	})
-}
-
-// buildTag builds dockerfile (a context of that file alone) as tag, and
-// removes it when the test ends.
-func buildTag(t *testing.T, cli *client.Client, tag, dockerfile string) {
-	t.Helper()
-	var ctx bytes.Buffer
-	tw := tar.NewWriter(&ctx)
-	tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile))})
-	tw.Write([]byte(dockerfile))
-	tw.Close()
-	t.Cleanup(func() {
-		_, _ = cli.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{Force: true, PruneChildren: true})
-	})
-	res, err := cli.ImageBuild(t.Context(), &ctx, client.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true, Version: build.BuilderV1})
-	if err != nil {
-		t.Fatalf("build %s: %v", tag, err)
-	}
-	defer res.Body.Close()
-	dec := json.NewDecoder(res.Body)
-	for {
-		var m jsonstream.Message
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			return
-		} else if err != nil {
-			t.Fatalf("build %s: %v", tag, err)
-		}
-		if m.Error != nil {
-			t.Fatalf("build %s: %s", tag, m.Error.Message)
-		}
-	}
 }

@@ -9,8 +9,12 @@
 package dockertest
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -18,6 +22,8 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/build"
+	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
 
 	"github.com/amelia-sandbox/amelia/plugins/docker/image"
@@ -140,4 +146,40 @@ func BridgeGateway(t testing.TB, cli *client.Client) string {
 	}
 	t.Fatalf("interface %s of the default bridge network has no address in its subnets %v", name, n.IPAM.Config)
 	return ""
+}
+
+// BuildImage builds dockerfile (a context of that file alone) as tag with
+// the engine's classic builder, failing the test with the build's error,
+// and removes the image when the test ends.
+func BuildImage(t testing.TB, cli *client.Client, tag, dockerfile string) {
+	t.Helper()
+	var ctx bytes.Buffer
+	tw := tar.NewWriter(&ctx)
+	tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile))})
+	tw.Write([]byte(dockerfile))
+	tw.Close()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := cli.ImageRemove(ctx, tag, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			t.Logf("remove image %s: %v", tag, err)
+		}
+	})
+	res, err := cli.ImageBuild(t.Context(), &ctx, client.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true, Version: build.BuilderV1})
+	if err != nil {
+		t.Fatalf("build %s: %v", tag, err)
+	}
+	defer res.Body.Close()
+	dec := json.NewDecoder(res.Body)
+	for {
+		var m jsonstream.Message
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			return
+		} else if err != nil {
+			t.Fatalf("build %s: %v", tag, err)
+		}
+		if m.Error != nil {
+			t.Fatalf("build %s: %s", tag, m.Error.Message)
+		}
+	}
 }

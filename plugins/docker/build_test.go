@@ -1,13 +1,11 @@
 package docker_test
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -15,8 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moby/moby/api/types/build"
-	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
 
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
@@ -25,35 +21,6 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
-
-// buildImage builds dockerfile (a context of that file alone) as tag with
-// the engine's classic builder and removes the image when the test ends.
-func buildImage(t *testing.T, cli *client.Client, tag, dockerfile string) {
-	t.Helper()
-	var ctx bytes.Buffer
-	tw := tar.NewWriter(&ctx)
-	tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile))})
-	tw.Write([]byte(dockerfile))
-	tw.Close()
-	res, err := cli.ImageBuild(t.Context(), &ctx, client.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true, Version: build.BuilderV1})
-	if err != nil {
-		t.Fatalf("build %s: %v", tag, err)
-	}
-	defer res.Body.Close()
-	dec := json.NewDecoder(res.Body)
-	for {
-		var m jsonstream.Message
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("build %s: %v", tag, err)
-		}
-		if m.Error != nil {
-			t.Fatalf("build %s: %s", tag, m.Error.Message)
-		}
-	}
-	removeImage(t, cli, tag)
-}
 
 // removeImage removes the image tag when the test ends.
 func removeImage(t *testing.T, cli *client.Client, tag string) {

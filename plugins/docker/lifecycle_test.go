@@ -199,7 +199,7 @@ func volumeImage(t *testing.T, cli *client.Client, p interface {
 		t.Fatal(err)
 	}
 	tag := "amelia-dockertest-volume:" + strings.TrimPrefix(base, "amelia-sandbox:")
-	buildImage(t, cli, tag, "FROM "+base+"\nVOLUME /workspace\n")
+	dockertest.BuildImage(t, cli, tag, "FROM "+base+"\nVOLUME /workspace\n")
 	return tag
 }
 

@@ -1,23 +1,14 @@
 package image_test
 
 import (
-	"archive/tar"
-	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/moby/moby/api/types/build"
-	"github.com/moby/moby/api/types/jsonstream"
-	"github.com/moby/moby/client"
 
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/plugins/docker/image"
@@ -51,7 +42,7 @@ func TestBootstrapTellsAStaleBase(t *testing.T) {
 				if tc.label != "" {
 					dockerfile = "FROM " + image.TestBase + "\nLABEL " + image.BasePackagesLabel + "=" + tc.label + "\n"
 				}
-				buildTagged(t, cli, "amelia-base:"+suite, dockerfile)
+				dockertest.BuildImage(t, cli, "amelia-base:"+suite, dockerfile)
 			}
 			cmd := exec.CommandContext(t.Context(), "bash", script, "base", "--check")
 			cmd.Env = append(os.Environ(), "AMELIA_BASE_SUITE="+suite)
@@ -75,37 +66,4 @@ func randomHex(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
-}
-
-// buildTagged builds dockerfile (a context of that file alone) as tag and
-// removes the image when the test ends.
-func buildTagged(t *testing.T, cli *client.Client, tag, dockerfile string) {
-	t.Helper()
-	var ctx bytes.Buffer
-	tw := tar.NewWriter(&ctx)
-	tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile))})
-	tw.Write([]byte(dockerfile))
-	tw.Close()
-	t.Cleanup(func() {
-		if _, err := cli.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil {
-			t.Logf("remove image %s: %v", tag, err)
-		}
-	})
-	res, err := cli.ImageBuild(t.Context(), &ctx, client.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true, Version: build.BuilderV1})
-	if err != nil {
-		t.Fatalf("build %s: %v", tag, err)
-	}
-	defer res.Body.Close()
-	dec := json.NewDecoder(res.Body)
-	for {
-		var m jsonstream.Message
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			return
-		} else if err != nil {
-			t.Fatalf("build %s: %v", tag, err)
-		}
-		if m.Error != nil {
-			t.Fatalf("build %s: %s", tag, m.Error.Message)
-		}
-	}
 }
