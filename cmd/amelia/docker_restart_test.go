@@ -3,8 +3,6 @@ package main_test
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -29,22 +27,7 @@ func TestLogsAfterDockerRestart(t *testing.T) {
 	rand.Read(b)
 	profile := "restart-" + hex.EncodeToString(b)
 	h.addProfileYAML(t, "  "+profile+":\n    llm: {api_key_env: AMELIA_E2E_KEY}\n    sandbox: "+dockerSandbox("open")+"\n")
-	// gatedTurns, as a script for --model scripted:FILE.
-	type call struct {
-		Name      string            `json:"name"`
-		Arguments map[string]string `json:"arguments"`
-	}
-	turns, err := json.Marshal([]map[string]any{
-		{"tool_calls": []call{{"write_file", map[string]string{"file_path": "before.txt", "content": "before the fault\n"}}}},
-		{"tool_calls": []call{{"execute", map[string]string{"command": g.command()}}}},
-		{"tool_calls": []call{{"write_file", map[string]string{"file_path": "after.txt", "content": "after the fault\n"}}}},
-		{"text": "done despite the fault"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(t.TempDir(), "script.json")
-	writeFile(t, script, string(turns))
+	script := gatedScript(t, g)
 
 	// The host dies while the agent waits at the gate, then the sandbox
 	// restarts.
