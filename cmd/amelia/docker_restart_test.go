@@ -41,7 +41,7 @@ func TestLogsAfterDockerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	want := "amelia: the agent of " + wf + " is not running: its supervisor in sandbox " + profile +
+	want := "amelia: the agent of " + wf + " is not running: its supervisor in sandbox " + h.sandboxName(t, profile) +
 		" is gone without an exit status (the sandbox restarted, or something killed it); above is what it wrote until then;" +
 		" bring its work back with amelia results --profile " + profile + " " + wf + "\n"
 	for _, args := range [][]string{{"logs", "-p", profile, "--json", wf}, {"logs", "-p", profile, "--json", "-f", wf}} {

@@ -199,11 +199,11 @@ func (r *runner) checkNotKept(workflow string) error {
 		return err
 	case rec.State == runstore.Running:
 		return fmt.Errorf("workflow %s is running in sandbox %s, or was when its host last saw it: follow it with amelia attach --profile %s %s, or pick another --workflow",
-			workflow, rec.Profile, rec.Profile, workflow)
+			workflow, rec.SandboxName(), rec.Profile, workflow)
 	case rec.State == runstore.Kept:
 		return fmt.Errorf("workflow %s has work in sandbox %s from a run that did not finish (%s): bring it back with %s, or pick another --workflow",
-			workflow, rec.Profile, rec.Reason, RecoverCommand(rec))
+			workflow, rec.SandboxName(), rec.Reason, RecoverCommand(rec))
 	}
 	return fmt.Errorf("workflow %s still has its worktree in sandbox %s (--keep-worktree): remove it with %s --discard, or pick another --workflow",
-		workflow, rec.Profile, RecoverCommand(rec))
+		workflow, rec.SandboxName(), RecoverCommand(rec))
 }

@@ -195,5 +195,5 @@ func showLog(ctx context.Context, d *driver.Driver, rec runstore.Record, follow 
 		wrote = "it wrote nothing before"
 	}
 	return fmt.Errorf("the agent of %s is not running: its supervisor in sandbox %s is gone without an exit status (the sandbox restarted, or something killed it); %s; bring its work back with %s",
-		rec.Workflow, rec.Profile, wrote, run.RecoverCommand(rec))
+		rec.Workflow, rec.SandboxName(), wrote, run.RecoverCommand(rec))
 }
