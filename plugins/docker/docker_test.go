@@ -52,12 +52,8 @@ func TestMain(m *testing.M) {
 // created at the same time.
 const testLabel = "amelia.dockertest"
 
-// testRun is this test process's value of testLabel, and of runLabel.
+// testRun is this test process's value of testLabel.
 var testRun = "run-" + strconv.Itoa(os.Getpid())
-
-// runLabel marks the conformance kit's containers, through the
-// settings' labels (which may not start with "amelia.").
-const runLabel = "dockertest-run"
 
 // pluginCommand is this test binary as the provider plugin, with env
 // added to its environment.
@@ -73,14 +69,15 @@ const conformancePids = 256
 
 func TestConformance(t *testing.T) {
 	cli := dockertest.Engine(t)
-	dockertest.RemoveContainers(t, cli, runLabel+"="+testRun)
+	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	for _, mode := range []sdk.NetworkMode{sdk.NetworkOpen, sdk.NetworkNone} {
 		t.Run(string(mode), func(t *testing.T) {
 			sdktest.Run(t, sdktest.Config{
 				Command:   func() *exec.Cmd { return pluginCommand() },
-				Settings:  dockertest.Settings(map[string]any{"resources": map[string]any{"pids": conformancePids}, "labels": map[string]string{runLabel: testRun}}),
+				Settings:  dockertest.Settings(map[string]any{"resources": map[string]any{"pids": conformancePids}}),
 				Network:   mode,
 				PidsLimit: conformancePids,
+				Labels:    map[string]string{testLabel: testRun},
 			})
 		})
 	}

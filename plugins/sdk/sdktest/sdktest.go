@@ -62,6 +62,10 @@ type Config struct {
 	Settings json.RawMessage
 	// Network is the sandboxes' network mode; default open.
 	Network sdk.NetworkMode
+	// Labels go on every sandbox the kit starts, beside its own
+	// amelia.sdktest ones, so that the caller's cleanup can find what a
+	// failed case left behind, and only that.
+	Labels map[string]string
 	// Timeout bounds each case; default 2 minutes.
 	Timeout time.Duration
 
@@ -353,10 +357,15 @@ func (k *kit) ctx(t T) context.Context {
 }
 
 func (k *kit) spec(name string) sdk.Spec {
+	labels := maps.Clone(k.cfg.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels["amelia.sdktest"], labels["amelia.sdktest-run"] = "true", k.runID
 	return sdk.Spec{
 		SandboxRef: sdk.SandboxRef{Name: name, Config: k.cfg.Settings},
 		Network:    sdk.NetworkPolicy{Mode: k.cfg.Network},
-		Labels:     map[string]string{"amelia.sdktest": "true", "amelia.sdktest-run": k.runID},
+		Labels:     labels,
 	}
 }
 
