@@ -95,9 +95,17 @@ profiles:
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// amelia's temporary files (its plugins' sockets among them, which a
+	// plugin killed with its host leaves behind) go in a directory of the
+	// test's, short enough for a socket's path.
+	tmp, err := os.MkdirTemp("", "amh-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
 	h.env = []string{
 		"HOME=" + h.home, "PATH=" + os.Getenv("PATH"), "AMELIA_E2E_KEY=" + upstreamKey,
-		"GORACE=atexit_sleep_ms=0", "GIT_CONFIG_NOSYSTEM=1",
+		"GORACE=atexit_sleep_ms=0", "GIT_CONFIG_NOSYSTEM=1", "TMPDIR=" + tmp,
 	}
 	h.git(t, "init", "-q", "-b", "main")
 	h.git(t, "config", "user.name", "Dev")
