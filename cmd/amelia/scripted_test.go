@@ -32,6 +32,10 @@ func TestRunScriptedEcho(t *testing.T) {
 	if n := strings.Count(r.stderr, scriptedNote); n != 1 {
 		t.Errorf("stderr says %d times that the model is scripted, want once:\n%s", n, r.stderr)
 	}
+	// The agent's tunnel ends with its run: nothing to warn of.
+	if strings.Contains(r.stderr, "tunnel") {
+		t.Errorf("a run that went well warns of its tunnel:\n%s", r.stderr)
+	}
 	if n := len(h.up.Requests()); n != 0 {
 		t.Errorf("the profile's upstream got %d requests", n)
 	}

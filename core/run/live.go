@@ -171,6 +171,10 @@ func (l *live) repair(ctx context.Context) error {
 			continue
 		}
 		if k.tun != nil {
+			if errors.Is(k.tun.Err(), tunnel.ErrRunEnded) {
+				k.over = true // its run ended, and the tunnel with it
+				continue
+			}
 			log.Warn(k.what+" closed; reopening it", "reason", k.tun.Err())
 		}
 		tun, err := k.open(ctx, l.sb)

@@ -78,6 +78,7 @@ var errTunnelClosed = errors.New("tunnel closed")
 type Host struct {
 	addr    string // set (under mu) before the hello reaches Open
 	target  string
+	runDir  string // HostOptions.Run
 	worker  string
 	log     *slog.Logger
 	session *yamux.Session
@@ -154,6 +155,7 @@ func Open(ctx context.Context, ex sdk.Execer, opts HostOptions) (*Host, error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h := &Host{
 		target:   opts.Target,
+		runDir:   opts.Run,
 		worker:   opts.Worker,
 		log:      opts.Logger.With("tunnel_target", opts.Target),
 		stdin:    stdinR,
@@ -192,7 +194,7 @@ func Open(ctx context.Context, ex sdk.Execer, opts HostOptions) (*Host, error) {
 		if h.lost != nil {
 			return nil, fmt.Errorf("open tunnel: session lost before the hello: %v; %s", h.lost, describeExit(h.status, h.execErr))
 		}
-		if opts.Run != "" && h.execErr == nil && h.status.Code == sandboxend.ExitRunEnded {
+		if h.runEnded() {
 			return nil, fmt.Errorf("open tunnel: %w", ErrRunEnded)
 		}
 		return nil, fmt.Errorf("open tunnel: %w", h.endReason("before it said hello"))
@@ -313,14 +315,24 @@ func (h *Host) run(ex sdk.Execer, req sdk.ExecRequest) {
 		h.log.Info("tunnel closed", "exit", describeExit(st, err))
 	case h.lost != nil:
 		h.err = fmt.Errorf("tunnel session lost: %v; %s", h.lost, describeExit(st, err))
+	case h.runEnded():
+		// What a run's tunnel comes to: nothing to warn of.
+		h.err = fmt.Errorf("tunnel to sandbox ended: %w", ErrRunEnded)
+		h.log.Info("tunnel ended with its run")
 	default:
 		h.err = fmt.Errorf("tunnel to sandbox ended: %w", h.endReason(""))
 	}
-	if h.err != nil && h.addr != "" {
+	if h.err != nil && h.addr != "" && !errors.Is(h.err, ErrRunEnded) {
 		h.log.Warn("tunnel ended", "err", h.err)
 	}
 	h.mu.Unlock()
 	close(h.done)
+}
+
+// runEnded reports whether the exec of a run's tunnel (HostOptions.Run)
+// said that run has ended; h.mu held, once the exec is over.
+func (h *Host) runEnded() bool {
+	return h.runDir != "" && h.execErr == nil && h.status.Code == sandboxend.ExitRunEnded
 }
 
 // endReason describes how the exec ended, with its stderr's tail; h.mu held.

@@ -315,11 +315,14 @@ func (w *worker) supervise(dir, lock string, tun runTunnel, grace time.Duration,
 		killDescendants(os.Getpid())
 	}()
 	end := reapAll(child.Pid)
+	data, _ := json.Marshal(end)
+	err = atomicwriter.WriteFile(filepath.Join(dir, runExit), append(data, '\n'), 0o600)
+	// The tunnel goes once the end is on record: a carrier it closes can
+	// tell its host that the run ended, not that the carrier broke.
 	if tunnelDone != nil {
 		tunnelDone()
 	}
-	data, _ := json.Marshal(end)
-	return atomicwriter.WriteFile(filepath.Join(dir, runExit), append(data, '\n'), 0o600)
+	return err
 }
 
 // reapAll reaps every child of this process until none is left, and

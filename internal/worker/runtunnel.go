@@ -90,8 +90,9 @@ func withEnv(env []string, set map[string]string) []string {
 }
 
 // attachTunnel carries the tunnel of the detached run in dir over stdin
-// and stdout until the run's supervisor closes it. A run that has ended
-// exits sandboxend.ExitRunEnded: its tunnel is gone for good.
+// and stdout until the run's supervisor closes it. A run that has ended,
+// before or while it was carried, exits sandboxend.ExitRunEnded: its
+// tunnel is gone for good.
 func (w *worker) attachTunnel(dir string) error {
 	if !filepath.IsAbs(dir) {
 		return fmt.Errorf("tunnel --run %q: want the run directory's absolute path", dir)
@@ -118,6 +119,10 @@ func (w *worker) attachTunnel(dir string) error {
 	}
 	if err := sandboxend.Relay(sock, w.p.Stdin, w.p.Stdout); err != nil {
 		w.log.Warn("tunnel: the carrier broke", "err", err)
+	}
+	// The supervisor records the run's end before it lets the tunnel go.
+	if ended, _, _ := runEnded(dir); ended {
+		return exitCode(sandboxend.ExitRunEnded)
 	}
 	return nil
 }
