@@ -243,15 +243,18 @@ func (w *worker) superviseCmd() *cobra.Command {
 // is killed, then the run's tunnel closes, and only then is the exit file
 // written. An error means the command never started.
 func (w *worker) supervise(dir, lock string, tun runTunnel, grace time.Duration, args []string, ready *os.File) error {
+	var locked *os.File
 	if lock != "" {
 		f, err := os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
 			return fmt.Errorf("open the lock: %w", err)
 		}
-		// Held (fd open, close-on-exec) until this process exits.
+		// Held (fd open, close-on-exec) until everything below this
+		// process has ended, or it exits.
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 			return errBusy{lock}
 		}
+		locked = f
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("become the subreaper: %w", err)
@@ -315,6 +318,11 @@ func (w *worker) supervise(dir, lock string, tun runTunnel, grace time.Duration,
 		killDescendants(os.Getpid())
 	}()
 	end := reapAll(child.Pid)
+	// The run is over: the lock goes before its end is on record, so a
+	// host that sees the end finds the sandbox free.
+	if locked != nil {
+		locked.Close()
+	}
 	data, _ := json.Marshal(end)
 	err = atomicwriter.WriteFile(filepath.Join(dir, runExit), append(data, '\n'), 0o600)
 	// The tunnel goes once the end is on record: a carrier it closes can

@@ -55,8 +55,9 @@ func TestRunTunnelOutlivesItsCarrier(t *testing.T) {
 	target := strings.TrimPrefix(srv.URL(), "http://")
 	dir := filepath.Join(t.TempDir(), "run")
 	prompt := writeFile(t, t.TempDir(), "p.txt", "work")
+	lock := filepath.Join(t.TempDir(), "lock")
 	d := runWorker(t, []string{"AMELIA_PROXY_TOKEN=" + runToken}, nil,
-		"detach", "--dir", dir, "--grace", "2s", "--tunnel", "--",
+		"detach", "--dir", dir, "--grace", "2s", "--tunnel", "--lock", lock, "--",
 		workerBin, "agentic", "--prompt-file", prompt, "--cwd", cwd, "--model", "m")
 	if d.code != 0 {
 		t.Fatalf("detach --tunnel: exit %d: %s", d.code, d.stderr)
@@ -97,6 +98,16 @@ func TestRunTunnelOutlivesItsCarrier(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("follow: exit %d: %s\n%s", r.code, r.stderr, strings.Join(lines, ""))
 	}
+	// Once its end is on record, the run holds the sandbox no more: the
+	// next run's host, which saw that end, finds the lock free.
+	if f, err := os.OpenFile(lock, os.O_WRONLY, 0); err != nil {
+		t.Fatal(err)
+	} else {
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			t.Errorf("the run's lock once its end is on record: %v, want it free", err)
+		}
+		f.Close()
+	}
 	if got := readFile(t, filepath.Join(cwd, "after.txt")); got != "carried on\n" {
 		t.Errorf("after.txt = %q: the agent's calls did not go on through the second carrier", got)
 	}
@@ -104,8 +115,12 @@ func TestRunTunnelOutlivesItsCarrier(t *testing.T) {
 		t.Errorf("the model got %d calls, want 3", n)
 	}
 
-	// The run is over: its address is free, and its tunnel is gone.
+	// The run is over: its carrier says so, its address is free, and its
+	// tunnel is gone.
 	<-second.session.CloseChan()
+	if err := second.cmd.Wait(); second.cmd.ProcessState.ExitCode() != sandboxend.ExitRunEnded {
+		t.Errorf("the carrier of a run that ended: %v, stderr %q; want exit %d, the run ended", err, second.stderr, sandboxend.ExitRunEnded)
+	}
 	if c, err := net.Dial("tcp", addr); err == nil {
 		c.Close()
 		t.Errorf("something still listens at %s after the run ended", addr)
