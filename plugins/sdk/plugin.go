@@ -7,6 +7,10 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -72,7 +76,7 @@ func WithLogger(l *slog.Logger) ServeOption {
 
 // Serve runs p as a plugin: call it from main and nothing else. It returns
 // when the host stops the plugin; if the host dies instead, it stops running
-// execs and exits.
+// execs and exits. Either way its socket goes with it.
 //
 // Before anything else it points file descriptor 1 at stderr and keeps the
 // real stdout for go-plugin's handshake line alone, so nothing the provider
@@ -89,10 +93,17 @@ func Serve(p Provider, opts ...ServeOption) {
 	if cfg.logger == nil {
 		cfg.logger = NewLogger(os.Stderr, slog.LevelDebug)
 	}
+	// A host that died leaves stdout and stderr pipes nobody reads: a
+	// write to them (the log line below) must fail, not kill the plugin
+	// with SIGPIPE before it has stopped its execs. Caught, not ignored:
+	// the processes it starts get the default action back.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	srv := NewServer(p)
+	removeSocket := privateSocketDir()
 	go watchHost(os.Getppid(), func() {
 		cfg.logger.Warn("host process is gone; stopping the provider plugin")
 		srv.Shutdown(shutdownWait)
+		removeSocket()
 		os.Exit(0)
 	})
 	plugin.Serve(&plugin.ServeConfig{
@@ -103,6 +114,27 @@ func Serve(p Provider, opts ...ServeOption) {
 		},
 	})
 	srv.Shutdown(shutdownWait)
+	removeSocket()
+}
+
+// socketDirPrefix starts the name of the directory a plugin's socket is
+// made in (privateSocketDir).
+const socketDirPrefix = "amelia-plugin-"
+
+// privateSocketDir has go-plugin make the plugin's socket in a directory
+// of its own, unless the host named one, and returns what removes it: a
+// plugin that exits without closing its listener (its host died) leaves
+// nothing behind in the temporary directory.
+func privateSocketDir() func() {
+	if os.Getenv(plugin.EnvUnixSocketDir) != "" {
+		return func() {}
+	}
+	dir, err := os.MkdirTemp("", socketDirPrefix)
+	if err != nil {
+		return func() {}
+	}
+	os.Setenv(plugin.EnvUnixSocketDir, dir)
+	return func() { os.RemoveAll(dir) }
 }
 
 // watchHost calls stop once the process that started this one has gone
@@ -179,6 +211,7 @@ type Plugin struct {
 	conn   *grpc.ClientConn
 	rpc    *Client
 	log    *hostLogger
+	socket string // the plugin's unix socket, if it listens on one
 }
 
 // Launch starts the plugin binary cmd (not yet started) and connects to it
@@ -222,11 +255,26 @@ func Launch(cmd *exec.Cmd, opts LaunchOptions) (*Plugin, error) {
 		return nil, fmt.Errorf("connect to provider plugin %q: %w", opts.Name, err)
 	}
 	d := raw.(*dispensed)
-	return &Plugin{name: opts.Name, client: client, conn: d.conn, rpc: d.client, log: logger}, nil
+	pl := &Plugin{name: opts.Name, client: client, conn: d.conn, rpc: d.client, log: logger}
+	if rc := client.ReattachConfig(); rc != nil && rc.Addr != nil && rc.Addr.Network() == "unix" {
+		pl.socket = rc.Addr.String()
+	}
+	return pl, nil
 }
 
-// Close stops the plugin process.
-func (p *Plugin) Close() { p.client.Kill() }
+// Close stops the plugin process, and removes its socket should it have
+// left it (it crashed, or was killed).
+func (p *Plugin) Close() {
+	p.client.Kill()
+	if p.socket == "" {
+		return
+	}
+	os.Remove(p.socket)
+	// The directory Serve made for it, once empty.
+	if dir := filepath.Dir(p.socket); strings.HasPrefix(filepath.Base(dir), socketDirPrefix) {
+		os.Remove(dir)
+	}
+}
 
 // Exited reports whether the plugin process has ended (crashed, or was
 // killed).

@@ -123,6 +123,8 @@ func launch(t *testing.T, mode string, logs *sdktest.Buffer) *sdk.Plugin {
 var ref = sdk.SandboxRef{Name: "t"}
 
 func TestCrashMidExecIsAClearError(t *testing.T) {
+	tmp := t.TempDir() // the plugin's TMPDIR, which Close leaves empty
+	t.Setenv("TMPDIR", tmp)
 	p := launch(t, "crashy", &sdktest.Buffer{})
 	_, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: ref, Argv: []string{"true"}}, sdk.ExecIO{Stdout: &bytes.Buffer{}})
 	if err == nil {
@@ -131,6 +133,10 @@ func TestCrashMidExecIsAClearError(t *testing.T) {
 	want := `provider plugin "test-crashy" stopped unexpectedly: panic: test provider exploded`
 	if err.Error() != want || !errors.Is(err, sdk.ErrUnavailable) {
 		t.Errorf("err = %q, want %q matching ErrUnavailable", err, want)
+	}
+	p.Close()
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("a crashed plugin's Close left %v in its TMPDIR: its socket must go", left)
 	}
 }
 
@@ -240,8 +246,9 @@ func TestLaunchEnvironment(t *testing.T) {
 
 func TestPluginExitsWhenItsHostDies(t *testing.T) {
 	pidfile := filepath.Join(t.TempDir(), "pid")
+	tmp := t.TempDir() // the plugin's TMPDIR, which it leaves empty
 	host := exec.Command(os.Args[0])
-	host.Env = append(os.Environ(), hostModeEnv+"="+pidfile)
+	host.Env = append(os.Environ(), hostModeEnv+"="+pidfile, "TMPDIR="+tmp)
 	var hostErr bytes.Buffer
 	host.Stderr = &hostErr
 	if err := host.Start(); err != nil {
@@ -262,6 +269,9 @@ func TestPluginExitsWhenItsHostDies(t *testing.T) {
 	_ = host.Wait()
 	waitFor(t, "the plugin to exit after its host died", func() (int, bool) { return 0, !alive(plugin) })
 	waitFor(t, "the exec's process to be killed", func() (int, bool) { return 0, !alive(sleeper) })
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("the plugin left %v in its TMPDIR: its socket must go with it", left)
+	}
 }
 
 // waitFor polls cond until it holds, failing the test after 15 s.
