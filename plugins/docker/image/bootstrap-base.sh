@@ -61,7 +61,9 @@ if have=$(docker image inspect --format '{{index .Config.Labels "amelia.base-pac
 		echo "bootstrap-base: $tag is there"
 		exit 0
 	fi
-	echo "bootstrap-base: $tag was made from ${have:-an older package list (no amelia.base-packages label)}, not $packages${check:-: making it again}"
+	again=": making it again"
+	[ -z "$check" ] || again=
+	echo "bootstrap-base: $tag was made from ${have:-an older package list (no amelia.base-packages label)}, not $packages$again"
 elif [ -n "$check" ]; then
 	echo "bootstrap-base: there is no $tag"
 fi

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,12 +29,12 @@ func TestBootstrapTellsAStaleBase(t *testing.T) {
 	for _, tc := range []struct {
 		name, label string // label "": none
 		wantCode    int
-		wantOut     string
+		wantOut     string // its output, whole; %s is the tag
 	}{
-		{name: "current", label: image.BasePackages(), wantCode: 0, wantOut: "is there"},
-		{name: "older list", label: strings.Join(image.BaseCore, ","), wantCode: 1, wantOut: "was made from " + strings.Join(image.BaseCore, ",") + ", not " + image.BasePackages()},
-		{name: "no label", wantCode: 1, wantOut: "was made from an older package list (no amelia.base-packages label)"},
-		{name: "missing", label: "-", wantCode: 1, wantOut: "there is no amelia-base:"},
+		{name: "current", label: image.BasePackages(), wantCode: 0, wantOut: "bootstrap-base: %s is there\n"},
+		{name: "older list", label: strings.Join(image.BaseCore, ","), wantCode: 1, wantOut: "bootstrap-base: %s was made from " + strings.Join(image.BaseCore, ",") + ", not " + image.BasePackages() + "\n"},
+		{name: "no label", wantCode: 1, wantOut: "bootstrap-base: %s was made from an older package list (no amelia.base-packages label), not " + image.BasePackages() + "\n"},
+		{name: "missing", label: "-", wantCode: 1, wantOut: "bootstrap-base: there is no %s\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			suite := "test-" + randomHex(t)
@@ -53,8 +54,8 @@ func TestBootstrapTellsAStaleBase(t *testing.T) {
 			} else if err != nil {
 				t.Fatal(err)
 			}
-			if code != tc.wantCode || !strings.Contains(string(out), tc.wantOut) {
-				t.Errorf("bootstrap-base.sh --check exited %d saying:\n%s\nwant exit %d and %q", code, out, tc.wantCode, tc.wantOut)
+			if want := fmt.Sprintf(tc.wantOut, "amelia-base:"+suite); code != tc.wantCode || string(out) != want {
+				t.Errorf("bootstrap-base.sh --check exited %d saying:\n%s\nwant exit %d and\n%s", code, out, tc.wantCode, want)
 			}
 		})
 	}
