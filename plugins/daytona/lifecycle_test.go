@@ -95,10 +95,15 @@ func TestTeardownWaitsOutATransition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	// Cancelled once it has looked twice: it was waiting.
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	err = newProvider(t).Teardown(ctx, sdk.SandboxRef{Name: "bounded", ID: other.ID, Config: cfg})
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "still creating") {
+	looked := count(f, "GET", "/api/sandbox/"+other.ID)
+	done := make(chan error, 1)
+	go func() { done <- newProvider(t).Teardown(ctx, sdk.SandboxRef{Name: "bounded", ID: other.ID, Config: cfg}) }()
+	waitUntil(t, done, "the creation ended", func() bool { return count(f, "GET", "/api/sandbox/"+other.ID) >= looked+2 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "still creating") {
 		t.Errorf("Teardown past its context: %v", err)
 	}
 }
