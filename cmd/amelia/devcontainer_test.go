@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,6 +24,7 @@ import (
 // file, fails the run with its output.
 func TestRunWithDevcontainer(t *testing.T) {
 	cli := dockertest.Engine(t)
+	dockertest.RemoveNewImages(t, cli, "amelia-devcontainer") // after the containers: registered first
 	const look = `cat /opt/greeting /opt/tool.txt; echo "mode=$PROJECT_MODE"; cat setup-made.txt; echo "uid=$(id -u) setup=$(cat setup-uid.txt)"; command -v jq || echo no-jq; echo "status:$(git status --porcelain)"; echo looked`
 	h := newDockerHost(t, cli, dockerSandbox("none", "127.0.0.1:9"),
 		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall(look)}},
@@ -33,7 +33,6 @@ func TestRunWithDevcontainer(t *testing.T) {
 		llmtest.Turn{ToolCalls: []llmtest.ToolCall{executeCall("cat /opt/marker; echo looked")}},
 		llmtest.Turn{Text: "Looked."},
 	)
-	removeNewImages(t, cli, "amelia-devcontainer")
 	if err := os.MkdirAll(filepath.Join(h.repo, ".devcontainer"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -136,24 +135,4 @@ func TestRunWithDevcontainer(t *testing.T) {
 	if got := toolOutput(t, r.stdout, "looked"); !strings.Contains(got, "from the image\nlooked") {
 		t.Errorf("the sandbox of the devcontainer's image shows:\n%s", got)
 	}
-}
-
-// removeNewImages removes, when the test ends (after its containers),
-// the images of repo that it made.
-func removeNewImages(t *testing.T, cli *client.Client, repo string) {
-	before := map[string]bool{}
-	list, _ := cli.ImageList(t.Context(), client.ImageListOptions{Filters: make(client.Filters).Add("reference", repo)})
-	for _, img := range list.Items {
-		before[img.ID] = true
-	}
-	t.Cleanup(func() {
-		list, _ := cli.ImageList(context.Background(), client.ImageListOptions{Filters: make(client.Filters).Add("reference", repo)})
-		for _, img := range list.Items {
-			if !before[img.ID] {
-				for _, tag := range img.RepoTags {
-					_, _ = cli.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{Force: true, PruneChildren: true})
-				}
-			}
-		}
-	})
 }

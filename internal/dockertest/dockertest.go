@@ -158,13 +158,7 @@ func BuildImage(t testing.TB, cli *client.Client, tag, dockerfile string) {
 	tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile))})
 	tw.Write([]byte(dockerfile))
 	tw.Close()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, err := cli.ImageRemove(ctx, tag, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			t.Logf("remove image %s: %v", tag, err)
-		}
-	})
+	RemoveImage(t, cli, tag)
 	res, err := cli.ImageBuild(t.Context(), &ctx, client.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true, Version: build.BuilderV1})
 	if err != nil {
 		t.Fatalf("build %s: %v", tag, err)
@@ -182,4 +176,52 @@ func BuildImage(t testing.TB, cli *client.Client, tag, dockerfile string) {
 			t.Fatalf("build %s: %s", tag, m.Error.Message)
 		}
 	}
+}
+
+// RemoveImage removes the image ref, and the images built on it, when the
+// test ends.
+func RemoveImage(t testing.TB, cli *client.Client, ref string) {
+	t.Cleanup(func() { RemoveImageNow(t, cli, ref) })
+}
+
+// RemoveImageNow removes the image ref, and the images built on it; one
+// that is not there is fine.
+func RemoveImageNow(t testing.TB, cli *client.Client, ref string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		t.Logf("remove image %s: %v", ref, err)
+	}
+}
+
+// RemoveNewImages removes, when the test ends, the images of repo (a
+// reference filter: "amelia-devcontainer") that were not there when it was
+// called. Cleanups run last first: call it before whatever removes the
+// containers that use them, so that it runs after.
+func RemoveNewImages(t testing.TB, cli *client.Client, repo string) {
+	t.Helper()
+	filter := client.ImageListOptions{Filters: make(client.Filters).Add("reference", repo)}
+	before := map[string]bool{}
+	list, err := cli.ImageList(t.Context(), filter)
+	if err != nil {
+		t.Fatalf("list the images of %s: %v", repo, err)
+	}
+	for _, img := range list.Items {
+		before[img.ID] = true
+	}
+	t.Cleanup(func() {
+		list, err := cli.ImageList(context.Background(), filter)
+		if err != nil {
+			t.Errorf("list the images of %s: %v", repo, err)
+			return
+		}
+		for _, img := range list.Items {
+			if before[img.ID] {
+				continue
+			}
+			for _, tag := range img.RepoTags {
+				RemoveImageNow(t, cli, tag)
+			}
+		}
+	})
 }

@@ -100,7 +100,9 @@ func TestTeardownWaitsOutATransition(t *testing.T) {
 	defer cancel()
 	looked := count(f, "GET", "/api/sandbox/"+other.ID)
 	done := make(chan error, 1)
-	go func() { done <- newProvider(t).Teardown(ctx, sdk.SandboxRef{Name: "bounded", ID: other.ID, Config: cfg}) }()
+	go func() {
+		done <- newProvider(t).Teardown(ctx, sdk.SandboxRef{Name: "bounded", ID: other.ID, Config: cfg})
+	}()
 	waitUntil(t, done, "the creation ended", func() bool { return count(f, "GET", "/api/sandbox/"+other.ID) >= looked+2 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "still creating") {

@@ -2,7 +2,6 @@ package docker_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,13 +20,6 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
-
-// removeImage removes the image tag when the test ends.
-func removeImage(t *testing.T, cli *client.Client, tag string) {
-	t.Cleanup(func() {
-		removeImageNow(t, cli, tag)
-	})
-}
 
 // A step that fails ends EnsureRunning with the step and its output; no
 // container is left.
@@ -91,7 +83,7 @@ func TestImageRebuiltWhenTheWorkerChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	removeImage(t, cli, newTag)
+	dockertest.RemoveImage(t, cli, newTag)
 	if newTag == tag || !strings.Contains(out.String(), "COPY amelia-worker") {
 		t.Errorf("a new worker built %s (was %s); output:\n%s", newTag, tag, out.String())
 	}
@@ -123,16 +115,11 @@ func TestDevcontainerDockerfile(t *testing.T) {
 	s := spec(t, dockertest.Settings(map[string]any{"dockerfile": filepath.Join(dir, ".devcontainer", "Dockerfile"), "build_context": dir}), sdk.NetworkOpen)
 	// Registered before up's teardown, so it runs after it: the images go
 	// once no container uses them.
+	dockertest.RemoveNewImages(t, cli, "amelia-devcontainer")
 	var img string
 	t.Cleanup(func() {
 		if img != "" {
-			removeImageNow(t, cli, img)
-		}
-		list, _ := cli.ImageList(context.Background(), client.ImageListOptions{Filters: make(client.Filters).Add("reference", "amelia-devcontainer")})
-		for _, img := range list.Items {
-			for _, tag := range img.RepoTags {
-				removeImageNow(t, cli, tag)
-			}
+			dockertest.RemoveImageNow(t, cli, img)
 		}
 	})
 	sb := up(t, p, s)
@@ -140,12 +127,6 @@ func TestDevcontainerDockerfile(t *testing.T) {
 	got := run(t, p, sb.Ref, "", "sh", "-c", "cat /devcontext/tool.txt; ls /devcontext; id -un; test -x "+image.WorkerPath+" && echo worker")
 	if !strings.Contains(got, "a tool") || strings.Contains(got, "secret.env") || !strings.Contains(got, "amelia\nworker") {
 		t.Errorf("the sandbox built from the devcontainer Dockerfile shows:\n%s", got)
-	}
-}
-
-func removeImageNow(t *testing.T, cli *client.Client, tag string) {
-	if _, err := cli.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil {
-		t.Logf("remove image %s: %v", tag, err)
 	}
 }
 

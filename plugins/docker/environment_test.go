@@ -1,13 +1,10 @@
 package docker_test
 
 import (
-	"context"
 	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/moby/moby/client"
 
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/plugins/docker/image"
@@ -56,11 +53,11 @@ for tool in g++ pkg-config curl unzip xz less ssh; do command -v $tool >/dev/nul
 // build arguments reach it, and docker.env reaches every command.
 func TestProjectDockerfileGetsItsOwnEnvironment(t *testing.T) {
 	cli := dockertest.Engine(t)
+	dockertest.RemoveNewImages(t, cli, "amelia-devcontainer") // after the containers
 	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	dir := t.TempDir()
 	// jq leaves the image: the toolchain would bring it back.
 	writeFile(t, filepath.Join(dir, "Dockerfile"), "FROM "+image.TestBase+"\nARG VARIANT=unset\nRUN dpkg --purge jq && echo \"$VARIANT\" > /variant\n")
-	removeDevcontainerImages(t, cli)
 	p := newProvider(t)
 	sb := up(t, p, spec(t, dockertest.Settings(map[string]any{
 		"dockerfile": filepath.Join(dir, "Dockerfile"),
@@ -71,26 +68,6 @@ func TestProjectDockerfileGetsItsOwnEnvironment(t *testing.T) {
 	if got != "3.11\ntest /opt/project/bin:/usr/local/bin:/usr/bin:/bin\nno jq\n" {
 		t.Errorf("the sandbox of a project's Dockerfile shows:\n%s", got)
 	}
-}
-
-// removeDevcontainerImages removes, when the test ends (after its
-// sandboxes), the amelia-devcontainer images it built.
-func removeDevcontainerImages(t *testing.T, cli *client.Client) {
-	before := map[string]bool{}
-	list, _ := cli.ImageList(t.Context(), client.ImageListOptions{Filters: make(client.Filters).Add("reference", "amelia-devcontainer")})
-	for _, img := range list.Items {
-		before[img.ID] = true
-	}
-	t.Cleanup(func() {
-		list, _ := cli.ImageList(context.Background(), client.ImageListOptions{Filters: make(client.Filters).Add("reference", "amelia-devcontainer")})
-		for _, img := range list.Items {
-			if !before[img.ID] {
-				for _, tag := range img.RepoTags {
-					removeImageNow(t, cli, tag)
-				}
-			}
-		}
-	})
 }
 
 // A run whose devcontainer asks for another environment than its sandbox
