@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -411,26 +412,43 @@ func TestOpenWithFailingWorker(t *testing.T) {
 }
 
 // Open gives up when its context ends before the hello, and stops the exec.
-// The context ends once the worker has said something on stderr (a file
-// it makes then says so), whatever the machine's speed.
+// The context ends once the worker has said something on stderr (it then
+// writes to a FIFO the test reads), whatever the machine's speed.
 func TestOpenBoundedByContext(t *testing.T) {
 	sb := newSandbox(t)
 	srv := newHostServer(t, nil)
-	said := filepath.Join(t.TempDir(), "said")
-	worker := wrapper(t, `echo started >&2; touch "`+said+`"; exec sleep 600`)
+	fifo := filepath.Join(t.TempDir(), "said")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Read-write, so opening it waits for no writer; closing it ends the
+	// read below if the worker never writes.
+	said, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer said.Close()
+	worker := wrapper(t, `echo started >&2; echo said >"`+fifo+`"; exec sleep 600`)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	opened := make(chan error, 1)
 	go func() {
-		for {
-			if _, err := os.Stat(said); err == nil || ctx.Err() != nil {
-				cancel()
-				return
-			}
-			time.Sleep(10 * time.Millisecond) // polling interval
+		_, err := tunnel.Open(ctx, sb, tunnel.HostOptions{Worker: worker, Target: srv.target(), Logger: testLogger(t, nil)})
+		opened <- err
+	}()
+	spoke := make(chan struct{})
+	go func() {
+		if _, err := said.Read(make([]byte, 1)); err == nil {
+			close(spoke)
 		}
 	}()
-	_, err := tunnel.Open(ctx, sb, tunnel.HostOptions{Worker: worker, Target: srv.target(), Logger: testLogger(t, nil)})
-	if err == nil || !strings.Contains(err.Error(), "context canceled") || !strings.Contains(err.Error(), "started") {
+	select {
+	case <-spoke:
+		cancel()
+	case err := <-opened:
+		t.Fatalf("Open ended before the worker spoke: %v", err)
+	}
+	if err := <-opened; err == nil || !strings.Contains(err.Error(), "context canceled") || !strings.Contains(err.Error(), "started") {
 		t.Errorf("err = %v, want the context's end and the worker's stderr", err)
 	}
 	checkNoGoroutines(t)
