@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -452,6 +453,86 @@ func TestOpenBoundedByContext(t *testing.T) {
 		t.Errorf("err = %v, want the context's end and the worker's stderr", err)
 	}
 	checkNoGoroutines(t)
+}
+
+// warnings is a slog handler that keeps the records of level Warn and
+// above, and hands every record on to next.
+type warnings struct {
+	next    slog.Handler
+	mu      *sync.Mutex
+	records *[]slog.Record
+}
+
+func newWarnings(next slog.Handler) *warnings {
+	return &warnings{next: next, mu: &sync.Mutex{}, records: &[]slog.Record{}}
+}
+
+func (w *warnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn || w.next.Enabled(ctx, l)
+}
+
+func (w *warnings) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		w.mu.Lock()
+		*w.records = append(*w.records, r.Clone())
+		w.mu.Unlock()
+	}
+	return w.next.Handle(ctx, r)
+}
+
+func (w *warnings) WithAttrs(as []slog.Attr) slog.Handler {
+	return &warnings{next: w.next.WithAttrs(as), mu: w.mu, records: w.records}
+}
+
+func (w *warnings) WithGroup(name string) slog.Handler {
+	return &warnings{next: w.next.WithGroup(name), mu: w.mu, records: w.records}
+}
+
+// messages are the kept records' messages.
+func (w *warnings) messages() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var m []string
+	for _, r := range *w.records {
+		m = append(m, r.Message)
+	}
+	return m
+}
+
+// A run's tunnel (HostOptions.Run) carried by the real worker ends with
+// its run: once the run that said hello through it has ended, Err is
+// ErrRunEnded and nothing is logged as a warning, for that is how such a
+// tunnel ends.
+func TestRunTunnelEndsWithItsRun(t *testing.T) {
+	sb := newSandbox(t)
+	srv := newHostServer(t, nil)
+	// The run's command lasts until the test writes to go-on.
+	goOn := filepath.Join(t.TempDir(), "go-on")
+	if err := syscall.Mkfifo(goOn, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	if r := sb.Run(t, withEnv("AMELIA_PROXY_TOKEN", "run-token"), nil,
+		workerBin, "detach", "--dir", dir, "--grace", "2s", "--tunnel", "--", "cat", goOn); r.Status.Code != 0 {
+		t.Fatalf("detach --tunnel: %s", r)
+	}
+	t.Cleanup(func() { exec.Command(workerBin, "stop", "--dir", dir).Run() })
+
+	warned := newWarnings(testLogger(t, nil).Handler())
+	h := open(t, sb, tunnel.HostOptions{Run: dir, Target: srv.target(), Logger: slog.New(warned)})
+	if h.Addr() == "" {
+		t.Fatal("the run's tunnel said hello without an address")
+	}
+	if err := os.WriteFile(goOn, []byte("go\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, h)
+	if err := h.Err(); !errors.Is(err, tunnel.ErrRunEnded) {
+		t.Errorf("Err = %v, want ErrRunEnded", err)
+	}
+	if w := warned.messages(); len(w) != 0 {
+		t.Errorf("the tunnel of a run that ended warned: %q", w)
+	}
 }
 
 func TestOpenRefusesNonLoopbackTargets(t *testing.T) {
