@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -411,29 +413,126 @@ func TestOpenWithFailingWorker(t *testing.T) {
 }
 
 // Open gives up when its context ends before the hello, and stops the exec.
-// The context ends once the worker has said something on stderr (a file
-// it makes then says so), whatever the machine's speed.
+// The context ends once the worker has said something on stderr (it then
+// writes to a FIFO the test reads), whatever the machine's speed.
 func TestOpenBoundedByContext(t *testing.T) {
 	sb := newSandbox(t)
 	srv := newHostServer(t, nil)
-	said := filepath.Join(t.TempDir(), "said")
-	worker := wrapper(t, `echo started >&2; touch "`+said+`"; exec sleep 600`)
+	fifo := filepath.Join(t.TempDir(), "said")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Read-write, so opening it waits for no writer; closing it ends the
+	// read below if the worker never writes.
+	said, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer said.Close()
+	worker := wrapper(t, `echo started >&2; echo said >"`+fifo+`"; exec sleep 600`)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	opened := make(chan error, 1)
 	go func() {
-		for {
-			if _, err := os.Stat(said); err == nil || ctx.Err() != nil {
-				cancel()
-				return
-			}
-			time.Sleep(10 * time.Millisecond) // polling interval
+		_, err := tunnel.Open(ctx, sb, tunnel.HostOptions{Worker: worker, Target: srv.target(), Logger: testLogger(t, nil)})
+		opened <- err
+	}()
+	spoke := make(chan struct{})
+	go func() {
+		if _, err := said.Read(make([]byte, 1)); err == nil {
+			close(spoke)
 		}
 	}()
-	_, err := tunnel.Open(ctx, sb, tunnel.HostOptions{Worker: worker, Target: srv.target(), Logger: testLogger(t, nil)})
-	if err == nil || !strings.Contains(err.Error(), "context canceled") || !strings.Contains(err.Error(), "started") {
+	select {
+	case <-spoke:
+		cancel()
+	case err := <-opened:
+		t.Fatalf("Open ended before the worker spoke: %v", err)
+	}
+	if err := <-opened; err == nil || !strings.Contains(err.Error(), "context canceled") || !strings.Contains(err.Error(), "started") {
 		t.Errorf("err = %v, want the context's end and the worker's stderr", err)
 	}
 	checkNoGoroutines(t)
+}
+
+// warnings is a slog handler that keeps the records of level Warn and
+// above, and hands every record on to next.
+type warnings struct {
+	next    slog.Handler
+	mu      *sync.Mutex
+	records *[]slog.Record
+}
+
+func newWarnings(next slog.Handler) *warnings {
+	return &warnings{next: next, mu: &sync.Mutex{}, records: &[]slog.Record{}}
+}
+
+func (w *warnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn || w.next.Enabled(ctx, l)
+}
+
+func (w *warnings) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		w.mu.Lock()
+		*w.records = append(*w.records, r.Clone())
+		w.mu.Unlock()
+	}
+	return w.next.Handle(ctx, r)
+}
+
+func (w *warnings) WithAttrs(as []slog.Attr) slog.Handler {
+	return &warnings{next: w.next.WithAttrs(as), mu: w.mu, records: w.records}
+}
+
+func (w *warnings) WithGroup(name string) slog.Handler {
+	return &warnings{next: w.next.WithGroup(name), mu: w.mu, records: w.records}
+}
+
+// messages are the kept records' messages.
+func (w *warnings) messages() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var m []string
+	for _, r := range *w.records {
+		m = append(m, r.Message)
+	}
+	return m
+}
+
+// A run's tunnel (HostOptions.Run) carried by the real worker ends with
+// its run: once the run that said hello through it has ended, Err is
+// ErrRunEnded and nothing is logged as a warning, for that is how such a
+// tunnel ends.
+func TestRunTunnelEndsWithItsRun(t *testing.T) {
+	sb := newSandbox(t)
+	srv := newHostServer(t, nil)
+	// The run's command lasts until the test writes to go-on.
+	goOn := filepath.Join(t.TempDir(), "go-on")
+	if err := syscall.Mkfifo(goOn, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	if r := sb.Run(t, withEnv("AMELIA_PROXY_TOKEN", "run-token"), nil,
+		workerBin, "detach", "--dir", dir, "--grace", "2s", "--tunnel", "--", "cat", goOn); r.Status.Code != 0 {
+		t.Fatalf("detach --tunnel: %s", r)
+	}
+	t.Cleanup(func() { exec.Command(workerBin, "stop", "--dir", dir).Run() })
+
+	warned := newWarnings(testLogger(t, nil).Handler())
+	h := open(t, sb, tunnel.HostOptions{Run: dir, Target: srv.target(), Logger: slog.New(warned)})
+	if h.Addr() == "" {
+		t.Fatal("the run's tunnel said hello without an address")
+	}
+	if err := os.WriteFile(goOn, []byte("go\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, h)
+	if err := h.Err(); !errors.Is(err, tunnel.ErrRunEnded) {
+		t.Errorf("Err = %v, want ErrRunEnded", err)
+	}
+	if w := warned.messages(); len(w) != 0 {
+		t.Errorf("the tunnel of a run that ended warned: %q", w)
+	}
 }
 
 func TestOpenRefusesNonLoopbackTargets(t *testing.T) {

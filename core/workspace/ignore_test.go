@@ -3,6 +3,7 @@ package workspace
 import (
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -101,5 +102,54 @@ func TestIgnorePatternsAreLines(t *testing.T) {
 		if _, err := New(nil, "/w", Options{Ignore: []string{p}}); err == nil {
 			t.Errorf("pattern %q accepted", p)
 		}
+	}
+}
+
+// What the repository ignores itself is not named left out, however much
+// it ignores; what is named is bounded.
+func TestIgnoredLeftOutIsBounded(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		gitignore string
+		leftOut   int // how many CommitAll names
+	}{
+		// The repository ignores more than maxLeftOut paths, among them
+		// all that ours do, and more paths than ours before the last.
+		{name: "theirs", gitignore: "*.tmp\n*.log\nnode_modules/\n", leftOut: 0},
+		{name: "ours", gitignore: "*.tmp\n", leftOut: maxLeftOut},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			host, dir := newHostRepo(t)
+			writeFile(t, filepath.Join(dir, ".gitignore"), tc.gitignore)
+			gitT(t, dir, "add", ".gitignore")
+			gitT(t, dir, "commit", "-q", "-m", "ignore")
+			sb := sandboxtest.New(t, "ws")
+			ws, err := New(sb, sb.Workdir, Options{Worker: workerBin, Ignore: []string{"node_modules/", "*.log"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			synced, err := ws.SyncLocal(ctx, LocalSource{Repo: host})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := "bounded-1"
+			wt, err := ws.AddWorktree(ctx, id, synced.Base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inSandbox(t, sb, `cd "$1" && i=0
+while [ $i -le $2 ]; do echo l >a$i.log; echo t >a$i.tmp; i=$((i+1)); done
+mkdir node_modules && echo js >node_modules/index.js && echo new >new.txt`, wt, strconv.Itoa(maxLeftOut))
+			c, err := ws.CommitAll(ctx, id, "build")
+			if err != nil || !c.Committed {
+				t.Fatalf("CommitAll = %+v, %v", c, err)
+			}
+			if len(c.LeftOut) != tc.leftOut {
+				t.Errorf("CommitAll left out %d paths, want %d: %q", len(c.LeftOut), tc.leftOut, c.LeftOut)
+			}
+		})
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -452,8 +451,10 @@ func (w *Workspace) CommitAll(ctx context.Context, id, prompt string) (Commit, e
 		msg += "\n\n" + strings.TrimSpace(first)
 	}
 	// After the verdict, what our patterns leave out ("ours" lines), then
-	// what the repository's own .gitignore files do ("theirs").
-	const body = `wt=$1 msg=$2 max=$3
+	// what the repository's own .gitignore files do ("theirs"), each in
+	// full: a cut "theirs" would name what the repository ignores itself
+	// as left out, so only the difference is bounded, below.
+	const body = `wt=$1 msg=$2
 mine "$wt" || { echo "the checkout $wt is not in the sandbox" >&2; exit 1; }
 g -C "$wt" add -A
 if g -C "$wt" diff --cached --quiet; then
@@ -464,7 +465,7 @@ else
 fi
 ex="$wt/.git/info/exclude"
 [ -f "$ex" ] || exit 0
-left() { g -C "$wt" ls-files --others --ignored --directory --no-empty-directory "$@" | head -n "$max"; }
+left() { g -C "$wt" ls-files --others --ignored --directory --no-empty-directory "$@"; }
 left --exclude-from="$ex" | sed 's/^/ours /'
 left --exclude-per-directory=.gitignore | sed 's/^/theirs /'
 `
@@ -474,7 +475,7 @@ left --exclude-per-directory=.gitignore | sed 's/^/theirs /'
 		env[k] = v
 	}
 	var out strings.Builder
-	if err := w.scriptFor(ctx, id, "git commit", env, nil, &out, body, w.WorktreeDir(id), msg, strconv.Itoa(maxLeftOut)); err != nil {
+	if err := w.scriptFor(ctx, id, "git commit", env, nil, &out, body, w.WorktreeDir(id), msg); err != nil {
 		return Commit{}, fmt.Errorf("commit the changes of %s: %w", id, err)
 	}
 	verdict, rest, _ := strings.Cut(out.String(), "\n")
@@ -489,7 +490,7 @@ left --exclude-per-directory=.gitignore | sed 's/^/theirs /'
 		}
 	}
 	for _, p := range ours {
-		if !theirs[p] {
+		if !theirs[p] && len(c.LeftOut) < maxLeftOut {
 			c.LeftOut = append(c.LeftOut, p)
 		}
 	}

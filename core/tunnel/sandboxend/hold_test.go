@@ -74,35 +74,47 @@ func echo(t *testing.T, s *yamux.Session) {
 	}()
 }
 
-// roundTrip sends ping through the tunnel at addr and reads back what
-// comes until the connection ends.
-func roundTrip(addr string) string {
+// dial connects to the tunnel at addr, closed at the test's end.
+func dial(t *testing.T, addr string) *net.TCPConn {
+	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
-		return "dial: " + err.Error()
+		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return c.(*net.TCPConn)
+}
+
+// ping sends ping over c and reads back what comes until the connection
+// ends.
+func ping(c *net.TCPConn) string {
 	c.Write([]byte("ping"))
-	c.(*net.TCPConn).CloseWrite()
+	c.CloseWrite()
 	got, _ := io.ReadAll(c)
 	return string(got)
+}
+
+// roundTrip sends ping through the tunnel at addr and reads back what
+// comes until the connection ends.
+func roundTrip(t *testing.T, addr string) string {
+	t.Helper()
+	return ping(dial(t, addr))
 }
 
 // A connection made before any carrier waits for one; a newer carrier
 // replaces the one before it, whose session ends.
 func TestHoldCarriesOverTheLatestCarrier(t *testing.T) {
 	h := startHold(t, time.Hour)
-	answered := make(chan string, 1)
-	go func() { answered <- roundTrip(h.addr) }()
+	early := dial(t, h.addr)
 	first := h.carrier(t)
 	echo(t, first)
-	if got := <-answered; got != "ping" {
+	if got := ping(early); got != "ping" {
 		t.Fatalf("a connection made before the carrier came: %q, want the echo", got)
 	}
 	second := h.carrier(t)
 	<-first.CloseChan()
 	echo(t, second)
-	if got := roundTrip(h.addr); got != "ping" {
+	if got := roundTrip(t, h.addr); got != "ping" {
 		t.Errorf("through the second carrier: %q, want the echo", got)
 	}
 }
@@ -111,7 +123,7 @@ func TestHoldCarriesOverTheLatestCarrier(t *testing.T) {
 // over, as a tunnel whose host is away drops it: the agent retries.
 func TestHoldClosesWhatWaitsInVain(t *testing.T) {
 	h := startHold(t, time.Millisecond)
-	if got := roundTrip(h.addr); got != "" {
+	if got := roundTrip(t, h.addr); got != "" {
 		t.Errorf("a connection with no carrier read %q, want it closed", got)
 	}
 }
