@@ -117,12 +117,14 @@ func (w *worker) attachTunnel(dir string) error {
 		fmt.Fprintf(w.p.Stderr, "amelia-worker tunnel: the run in %s holds no tunnel (%v)\n", dir, err)
 		return exitCode(exitFailed)
 	}
-	if err := sandboxend.Relay(sock, w.p.Stdin, w.p.Stdout); err != nil {
-		w.log.Warn("tunnel: the carrier broke", "err", err)
-	}
-	// The supervisor records the run's end before it lets the tunnel go.
+	err = sandboxend.Relay(sock, w.p.Stdin, w.p.Stdout)
+	// The supervisor records the run's end before it lets the tunnel go:
+	// a relay cut by that end is no fault.
 	if ended, _, _ := runEnded(dir); ended {
 		return exitCode(sandboxend.ExitRunEnded)
+	}
+	if err != nil {
+		w.log.Warn("tunnel: the carrier broke", "err", err)
 	}
 	return nil
 }
