@@ -69,9 +69,13 @@ func (s *Stderr) Tail() string {
 
 // Note is "; its stderr ends: TAIL" to append to an error, or "" when the
 // command wrote nothing to stderr.
-func (s *Stderr) Note() string {
+func (s *Stderr) Note() string { return s.NoteAs("stderr") }
+
+// NoteAs is Note for a buffer that holds what: "; its output ends: TAIL"
+// for a command's stdout and stderr together.
+func (s *Stderr) NoteAs(what string) string {
 	if t := s.Tail(); t != "" {
-		return "; its stderr ends: " + t
+		return "; its " + what + " ends: " + t
 	}
 	return ""
 }

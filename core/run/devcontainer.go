@@ -243,7 +243,7 @@ func (r *runner) setUpCheckout(ctx context.Context, a *agentRun) error {
 		}
 		if st.Code != 0 {
 			return fmt.Errorf("the devcontainer's %s (%s) exited %d before the agent started%s; fix it, or set docker.devcontainer: off to run without it",
-				cmd.Key, c.File, st.Code, outputNote(&tail))
+				cmd.Key, c.File, st.Code, tail.NoteAs("output"))
 		}
 	}
 	// Untracked paths they made go to .git/info/exclude (directories
@@ -265,13 +265,4 @@ git ls-files --others --exclude-standard --directory | sed 's|^|/|' >> .git/info
 		return fmt.Errorf("exclude what the devcontainer's commands made: exit %d: %s", st.Code, gitOut.Tail())
 	}
 	return nil
-}
-
-// outputNote is "; its output ends: TAIL", or "" for a command that
-// printed nothing.
-func outputNote(s *execreport.Stderr) string {
-	if t := s.Tail(); t != "" {
-		return "; its output ends: " + t
-	}
-	return ""
 }
