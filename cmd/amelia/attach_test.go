@@ -2,8 +2,6 @@ package main_test
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
@@ -69,11 +67,7 @@ func TestDockerAttachScriptedRun(t *testing.T) {
 	g := newGate(t)
 	h := newDockerHost(t, cli, dockerSandbox("open"))
 	h.withoutKey()
-	// A profile of this test's own: its container is no other test's.
-	b := make([]byte, 4)
-	rand.Read(b)
-	profile := "attach-" + hex.EncodeToString(b)
-	h.addProfileYAML(t, "  "+profile+":\n    llm: {api_key_env: AMELIA_E2E_KEY}\n    sandbox: "+dockerSandbox("open")+"\n")
+	profile := h.addDockerProfile(t, "attach")
 	// Given relative to the checkout, where the run starts.
 	script, err := filepath.Rel(h.repo, gatedScript(t, g))
 	if err != nil {

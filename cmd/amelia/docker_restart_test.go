@@ -1,8 +1,6 @@
 package main_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"strings"
 	"testing"
 
@@ -20,13 +18,7 @@ func TestLogsAfterDockerRestart(t *testing.T) {
 	cli := dockertest.Engine(t)
 	g := newGate(t)
 	h := newDockerHost(t, cli, dockerSandbox("open"))
-	// A profile of this test's own: its container is
-	// amelia-sandbox-<its sandbox>, which no other test, here or elsewhere
-	// on the engine, restarts.
-	b := make([]byte, 4)
-	rand.Read(b)
-	profile := "restart-" + hex.EncodeToString(b)
-	h.addProfileYAML(t, "  "+profile+":\n    llm: {api_key_env: AMELIA_E2E_KEY}\n    sandbox: "+dockerSandbox("open")+"\n")
+	profile := h.addDockerProfile(t, "restart")
 	script := gatedScript(t, g)
 
 	// The host dies while the agent waits at the gate, then the sandbox

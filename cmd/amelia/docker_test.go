@@ -3,8 +3,6 @@ package main_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -48,6 +46,16 @@ func newDockerHost(t *testing.T, cli *client.Client, sandbox string, turns ...ll
 	h := newHostWith(t, sandbox, "", llmtest.Options{}, turns...)
 	dockertest.RemoveContainers(t, cli, "amelia.config="+h.configPath())
 	return h
+}
+
+// addDockerProfile adds the docker profile name to h's config and
+// returns its name. Its sandbox is this test's alone, new, and no other
+// test's, here or elsewhere on the engine: a sandbox's name holds a
+// digest of its config file.
+func (h *host) addDockerProfile(t *testing.T, name string) string {
+	t.Helper()
+	h.addProfileYAML(t, "  "+name+":\n    llm: {api_key_env: AMELIA_E2E_KEY}\n    sandbox: "+dockerSandbox("open")+"\n")
+	return name
 }
 
 // probe is what the agent runs to look around the sandbox: its
@@ -208,11 +216,7 @@ func TestDockerProfilesAndStop(t *testing.T) {
 func TestDockerSandboxUpTogether(t *testing.T) {
 	cli := dockertest.Engine(t)
 	h := newDockerHost(t, cli, dockerSandbox("open"))
-	// A profile of a name no other test uses: its container is new.
-	b := make([]byte, 4)
-	rand.Read(b)
-	profile := "together-" + hex.EncodeToString(b)
-	h.addProfileYAML(t, "  "+profile+":\n    llm: {api_key_env: AMELIA_E2E_KEY}\n    sandbox: "+dockerSandbox("open")+"\n")
+	profile := h.addDockerProfile(t, "together")
 	// The image first: the race to look at is the container's.
 	if r := h.amelia(t, "image", "build", "-p", profile); r.code != 0 {
 		t.Fatalf("image build: exit %d\n%s%s", r.code, r.stdout, r.stderr)
@@ -245,7 +249,7 @@ func TestDockerSandboxUpTogether(t *testing.T) {
 			created++
 		}
 	}
-	list, err := cli.ContainerList(t.Context(), client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", "amelia.profile="+profile)})
+	list, err := cli.ContainerList(t.Context(), client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", "amelia.profile="+profile).Add("label", "amelia.config="+h.configPath())})
 	if err != nil {
 		t.Fatal(err)
 	}
