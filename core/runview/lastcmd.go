@@ -61,21 +61,18 @@ func (c *commands) see(m *protocol.AgenticMessage) {
 // ("[Command failed with exit code 127]"); without one, the result's
 // is_error says.
 func commandOutcome(command, output string, isError bool) *failedCommand {
-	lines := strings.Split(strings.TrimRight(output, "\n "), "\n")
-	m := commandStatus.FindStringSubmatch(lines[len(lines)-1])
+	status, code, ok := statusOf(output)
 	switch {
-	case m == nil && !isError:
+	case !ok && !isError:
 		return nil
-	case m == nil:
+	case !ok:
 		return &failedCommand{command: command, status: "failed"}
-	case strings.HasPrefix(m[1], "succeeded"):
+	case strings.HasPrefix(status, "succeeded"):
 		return nil
 	}
-	f := &failedCommand{command: command, status: m[1]}
-	if c := exitCode.FindStringSubmatch(m[1]); c != nil {
-		if n, err := strconv.Atoi(c[1]); err == nil {
-			f.code = &n
-		}
+	f := &failedCommand{command: command, status: status}
+	if n, err := strconv.Atoi(code); err == nil {
+		f.code = &n
 	}
 	return f
 }
