@@ -32,6 +32,16 @@ type pendingCommand struct {
 	command string
 }
 
+// reported is the failed command a run's summary s reports, nil when the
+// last command succeeded or the run was interrupted: an interrupted run's
+// last command was most likely stopped with it.
+func (c *commands) reported(s Summary) *failedCommand {
+	if interrupted(s.Err) {
+		return nil
+	}
+	return c.last
+}
+
 // see takes one of the worker's messages into account.
 func (c *commands) see(m *protocol.AgenticMessage) {
 	switch m.Type {
