@@ -182,7 +182,7 @@ func (r *runner) sandboxName() string {
 	case r.req.Sandbox != "":
 		return r.req.Sandbox
 	}
-	return r.req.Profile.Name
+	return sandbox.Name(r.req.Profile, sandbox.Owner())
 }
 
 // openSandbox starts the profile's provider plugin and its sandbox, and
