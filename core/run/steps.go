@@ -527,12 +527,12 @@ func (r *runner) removeWorktree(ctx context.Context, ws *workspace.Workspace, sr
 func (r *runner) keepWork(ctx context.Context, ws *workspace.Workspace, src source, base workspace.Base, dir string) error {
 	c, commitErr := ws.CommitAll(ctx, src.workflow, r.req.Prompt)
 	if commitErr == nil {
-		r.sayLeftOut(workspace.Branch(src.workflow), c.LeftOut)
 		has, err := ws.HasWork(ctx, src.workflow, base.Start)
 		if err == nil && !has {
 			r.host.Logger.Info("the agent left no work; worktree removed", "workflow", src.workflow)
 			return r.removeWorktree(ctx, ws, src, dir)
 		}
+		r.sayLeftOut(workspace.Branch(src.workflow), c.LeftOut)
 		commitErr = err
 	}
 	if commitErr != nil {
