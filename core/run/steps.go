@@ -611,18 +611,13 @@ func commitTitle(prompt string) string {
 
 // deliver commits what the agent left uncommitted, then brings the branch
 // back into the host checkout, or pushes it for a URL.
-func (r *runner) deliver(ctx context.Context, ws *workspace.Workspace, src source, base workspace.Base) (res Result, err error) {
-	res = Result{Workflow: src.workflow, Branch: workspace.Branch(src.workflow)}
+func (r *runner) deliver(ctx context.Context, ws *workspace.Workspace, src source, base workspace.Base) (Result, error) {
+	res := Result{Workflow: src.workflow, Branch: workspace.Branch(src.workflow)}
 	c, err := ws.CommitAll(ctx, src.workflow, r.req.Prompt)
 	if err != nil {
 		return res, err
 	}
-	// Said once there is a branch to say it of.
-	defer func() {
-		if err == nil && res.Branch != "" {
-			r.sayLeftOut(res.Branch, c.LeftOut)
-		}
-	}()
+	// What was left out is said once there is a branch to say it of.
 	if src.local == nil {
 		if err := ws.Push(ctx, src.workflow, src.url, base); err != nil {
 			return res, err
@@ -633,6 +628,7 @@ func (r *runner) deliver(ctx context.Context, ws *workspace.Workspace, src sourc
 			return res, err
 		}
 		res.DiffStat = stat
+		r.sayLeftOut(res.Branch, c.LeftOut)
 		return res, nil
 	}
 	_, err = ws.FetchResult(ctx, src.local, src.workflow, base, workspace.ResultOptions{})
@@ -651,6 +647,7 @@ func (r *runner) deliver(ctx context.Context, ws *workspace.Workspace, src sourc
 		return res, err
 	}
 	res.DiffStat = stat
+	r.sayLeftOut(res.Branch, c.LeftOut)
 	return res, nil
 }
 
