@@ -117,13 +117,12 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 }
 
 // checkKeys refuses a profile whose keys (its LLM upstreams', and the git
-// token it names) the proxy could not read from the host's environment.
+// token it names) the proxy could not read from the host's environment. It
+// reads them as the proxy's config is made, so the two cannot differ; the
+// config itself is dropped (the proxy makes its own, for its run id).
 func (r *runner) checkKeys() error {
-	p := r.req.Profile
-	for _, read := range []func(func(string) (string, bool)) (string, error){p.LLMKey, p.AnthropicKey, p.GitToken} {
-		if _, err := read(r.host.LookupEnv); err != nil {
-			return refuse(err)
-		}
+	if _, err := proxy.ProfileRun(r.req.Profile, r.host.LookupEnv, "", nil, r.host.AuditDir); err != nil {
+		return refuse(err)
 	}
 	return nil
 }
