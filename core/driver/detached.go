@@ -55,7 +55,7 @@ type DetachOptions struct {
 	// it. Empty: none.
 	Lock string
 	// Grace is how long a stopped run has between SIGTERM and SIGKILL;
-	// zero is cancelGrace.
+	// zero is StopGrace.
 	Grace time.Duration
 	// PrivateHome gives the agent a HOME and a TMPDIR of its own, made
 	// 0700 inside the run directory (HomeDir and TmpDir): for a run whose
@@ -103,7 +103,7 @@ func (d *Driver) StartAgentic(ctx context.Context, req AgenticRequest, dir strin
 	}
 	grace := opts.Grace
 	if grace == 0 {
-		grace = cancelGrace
+		grace = StopGrace
 	}
 	argv := []string{d.Worker, "detach", "--dir", dir, "--grace", grace.String()}
 	if opts.Lock != "" {

@@ -145,7 +145,7 @@ func (r *runner) followAgent(ctx context.Context, d *driver.Driver, a *agentRun)
 // error. An agent that cannot be stopped stays recorded as running.
 func (r *runner) stopAgent(ctx context.Context, d *driver.Driver, a *agentRun, why error) error {
 	r.notice(fmt.Sprintf("amelia: stopping the agent: waiting for it and the commands it started to end (SIGTERM, then SIGKILL after %s); then whatever it changed is committed and kept in sandbox %s",
-		driver.StopGrace, r.req.Profile.Name))
+		driver.StopGrace, r.sandboxName()))
 	if err := d.StopAgentic(ctx, a.det.Dir); err != nil && !errors.Is(err, driver.ErrRunLost) {
 		return fmt.Errorf("%w; and the agent could not be stopped, it may still be running: %v", why, err)
 	}

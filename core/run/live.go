@@ -133,6 +133,13 @@ func (l *live) watch(ctx context.Context, cancel context.CancelCauseFunc, k *kep
 			case <-tun.Done():
 			}
 			why = tun.Err()
+			if errors.Is(why, tunnel.ErrRunEnded) {
+				// Its run ended, and the tunnel with it.
+				l.mu.Lock()
+				k.over = true
+				l.mu.Unlock()
+				return
+			}
 		}
 		if _, ok := l.current(k); !ok || ctx.Err() != nil {
 			return
@@ -171,10 +178,6 @@ func (l *live) repair(ctx context.Context) error {
 			continue
 		}
 		if k.tun != nil {
-			if errors.Is(k.tun.Err(), tunnel.ErrRunEnded) {
-				k.over = true // its run ended, and the tunnel with it
-				continue
-			}
 			log.Warn(k.what+" closed; reopening it", "reason", k.tun.Err())
 		}
 		tun, err := k.open(ctx, l.sb)

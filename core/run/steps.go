@@ -117,13 +117,12 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 }
 
 // checkKeys refuses a profile whose keys (its LLM upstreams', and the git
-// token it names) the proxy could not read from the host's environment.
+// token it names) the proxy could not read from the host's environment. It
+// reads them as the proxy's config is made, so the two cannot differ; the
+// config itself is dropped (the proxy makes its own, for its run id).
 func (r *runner) checkKeys() error {
-	p := r.req.Profile
-	for _, read := range []func(func(string) (string, bool)) (string, error){p.LLMKey, p.AnthropicKey, p.GitToken} {
-		if _, err := read(r.host.LookupEnv); err != nil {
-			return refuse(err)
-		}
+	if _, err := proxy.ProfileRun(r.req.Profile, r.host.LookupEnv, "", nil, r.host.AuditDir); err != nil {
+		return refuse(err)
 	}
 	return nil
 }
@@ -182,7 +181,7 @@ func (r *runner) sandboxName() string {
 	case r.req.Sandbox != "":
 		return r.req.Sandbox
 	}
-	return r.req.Profile.Name
+	return sandbox.Name(r.req.Profile, sandbox.Owner())
 }
 
 // openSandbox starts the profile's provider plugin and its sandbox, and
@@ -527,12 +526,12 @@ func (r *runner) removeWorktree(ctx context.Context, ws *workspace.Workspace, sr
 func (r *runner) keepWork(ctx context.Context, ws *workspace.Workspace, src source, base workspace.Base, dir string) error {
 	c, commitErr := ws.CommitAll(ctx, src.workflow, r.req.Prompt)
 	if commitErr == nil {
-		r.sayLeftOut(workspace.Branch(src.workflow), c.LeftOut)
 		has, err := ws.HasWork(ctx, src.workflow, base.Start)
 		if err == nil && !has {
 			r.host.Logger.Info("the agent left no work; worktree removed", "workflow", src.workflow)
 			return r.removeWorktree(ctx, ws, src, dir)
 		}
+		r.sayLeftOut(workspace.Branch(src.workflow), c.LeftOut)
 		commitErr = err
 	}
 	if commitErr != nil {
@@ -611,18 +610,13 @@ func commitTitle(prompt string) string {
 
 // deliver commits what the agent left uncommitted, then brings the branch
 // back into the host checkout, or pushes it for a URL.
-func (r *runner) deliver(ctx context.Context, ws *workspace.Workspace, src source, base workspace.Base) (res Result, err error) {
-	res = Result{Workflow: src.workflow, Branch: workspace.Branch(src.workflow)}
+func (r *runner) deliver(ctx context.Context, ws *workspace.Workspace, src source, base workspace.Base) (Result, error) {
+	res := Result{Workflow: src.workflow, Branch: workspace.Branch(src.workflow)}
 	c, err := ws.CommitAll(ctx, src.workflow, r.req.Prompt)
 	if err != nil {
 		return res, err
 	}
-	// Said once there is a branch to say it of.
-	defer func() {
-		if err == nil && res.Branch != "" {
-			r.sayLeftOut(res.Branch, c.LeftOut)
-		}
-	}()
+	// What was left out is said once there is a branch to say it of.
 	if src.local == nil {
 		if err := ws.Push(ctx, src.workflow, src.url, base); err != nil {
 			return res, err
@@ -633,6 +627,7 @@ func (r *runner) deliver(ctx context.Context, ws *workspace.Workspace, src sourc
 			return res, err
 		}
 		res.DiffStat = stat
+		r.sayLeftOut(res.Branch, c.LeftOut)
 		return res, nil
 	}
 	_, err = ws.FetchResult(ctx, src.local, src.workflow, base, workspace.ResultOptions{})
@@ -651,6 +646,7 @@ func (r *runner) deliver(ctx context.Context, ws *workspace.Workspace, src sourc
 		return res, err
 	}
 	res.DiffStat = stat
+	r.sayLeftOut(res.Branch, c.LeftOut)
 	return res, nil
 }
 

@@ -55,9 +55,7 @@ func (v *ttyView) box(s Summary) []string {
 	for i, l := range diffStatLines(s.DiffStat) {
 		add(label(i, "changes"), l, "")
 	}
-	// An interrupted run's last command was most likely stopped with it.
-	stopped := interrupted(s.Err)
-	if f := v.cmds.last; f != nil && !stopped {
+	if f := v.cmds.reported(s); f != nil {
 		text := "the agent's last command failed (" + f.describe() + "): " + oneLine(f.command)
 		for i, l := range wrap(sanitize(text), avail) {
 			add(label(i, "last cmd"), l, sgrYellow)
@@ -80,6 +78,7 @@ func (v *ttyView) box(s Summary) []string {
 	}
 	add("wall", formatDuration(s.Wall), "")
 	// An interrupted run has no error to show: it is what the user asked.
+	stopped := interrupted(s.Err)
 	if s.Err != nil && !stopped {
 		for i, l := range wrap(sanitize(s.Err.Error()), avail) {
 			add(label(i, "error"), l, sgrRed)

@@ -105,10 +105,12 @@ type jsonView struct {
 // its error set when it failed, and "interrupted" (the error saying how)
 // when the run was interrupted. A summary's last_command is null unless the
 // agent's last command (a tool call with a "command", the worker's
-// execute) did not succeed: then it is {"command","exit_code","status"},
-// exit_code null for a command that did not exit (killed, timed out) and
-// status the worker's words ("failed with exit code 127"); the run's own
-// status stays what it was, done when the agent ended by itself. A summary's kept is null, or where the work
+// execute) did not succeed and the run was not interrupted (its last
+// command was then most likely stopped with it): then it is
+// {"command","exit_code","status"}, exit_code null for a command that did
+// not exit (killed, timed out) and status the worker's words ("failed with
+// exit code 127"); the run's own status stays what it was, done when the
+// agent ended by itself. A summary's kept is null, or where the work
 // of a run that failed or was interrupted after its agent started is kept
 // ({"sandbox","branch","dir","recover"}, the last the command that brings
 // it back); cleaned lists what the run's cleanups removed or stopped, left
@@ -164,7 +166,7 @@ func (v *jsonView) Summary(s Summary) {
 		l.Kept = &keptLine{Sandbox: k.Sandbox, Branch: k.Branch, Dir: k.Dir, Recover: k.Recover}
 	}
 	v.mu.Lock()
-	if f := v.cmds.last; f != nil {
+	if f := v.cmds.reported(s); f != nil {
 		l.LastCommand = &lastCommandLine{Command: f.command, ExitCode: f.code, Status: f.status}
 	}
 	v.mu.Unlock()

@@ -32,6 +32,16 @@ type pendingCommand struct {
 	command string
 }
 
+// reported is the failed command a run's summary s reports, nil when the
+// last command succeeded or the run was interrupted: an interrupted run's
+// last command was most likely stopped with it.
+func (c *commands) reported(s Summary) *failedCommand {
+	if interrupted(s.Err) {
+		return nil
+	}
+	return c.last
+}
+
 // see takes one of the worker's messages into account.
 func (c *commands) see(m *protocol.AgenticMessage) {
 	switch m.Type {
@@ -61,21 +71,18 @@ func (c *commands) see(m *protocol.AgenticMessage) {
 // ("[Command failed with exit code 127]"); without one, the result's
 // is_error says.
 func commandOutcome(command, output string, isError bool) *failedCommand {
-	lines := strings.Split(strings.TrimRight(output, "\n "), "\n")
-	m := commandStatus.FindStringSubmatch(lines[len(lines)-1])
+	status, code, ok := statusOf(output)
 	switch {
-	case m == nil && !isError:
+	case !ok && !isError:
 		return nil
-	case m == nil:
+	case !ok:
 		return &failedCommand{command: command, status: "failed"}
-	case strings.HasPrefix(m[1], "succeeded"):
+	case strings.HasPrefix(status, "succeeded"):
 		return nil
 	}
-	f := &failedCommand{command: command, status: m[1]}
-	if c := exitCode.FindStringSubmatch(m[1]); c != nil {
-		if n, err := strconv.Atoi(c[1]); err == nil {
-			f.code = &n
-		}
+	f := &failedCommand{command: command, status: status}
+	if n, err := strconv.Atoi(code); err == nil {
+		f.code = &n
 	}
 	return f
 }

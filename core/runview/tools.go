@@ -57,18 +57,33 @@ var commandStatus = regexp.MustCompile(`^\[Command (.*)\]$`)
 // exitCode matches the status of a command that exited non-zero.
 var exitCode = regexp.MustCompile(`^failed with exit code (-?\d+)$`)
 
+// statusOf reads the status line the worker's execute tool ends a command's
+// output with: the status ("failed with exit code 127", "succeeded") and,
+// for a command that exited non-zero, its exit code as written. ok is false
+// when the output ends with no status line.
+func statusOf(output string) (status, code string, ok bool) {
+	lines := strings.Split(strings.TrimRight(output, "\n "), "\n")
+	m := commandStatus.FindStringSubmatch(lines[len(lines)-1])
+	if m == nil {
+		return "", "", false
+	}
+	if c := exitCode.FindStringSubmatch(m[1]); c != nil {
+		return m[1], c[1], true
+	}
+	return m[1], "", true
+}
+
 // failureReason is a short reason for a failed tool call, from its output:
 // "exit 1" for a command that exited 1, the status of one that was killed or
 // timed out, else the first line of the output.
 func failureReason(output string) string {
-	lines := strings.Split(strings.TrimRight(output, "\n "), "\n")
-	if m := commandStatus.FindStringSubmatch(lines[len(lines)-1]); m != nil {
-		if c := exitCode.FindStringSubmatch(m[1]); c != nil {
-			return "exit " + c[1]
+	if status, code, ok := statusOf(output); ok {
+		if code != "" {
+			return "exit " + code
 		}
-		return oneLine(m[1])
+		return oneLine(status)
 	}
-	for _, l := range lines {
+	for _, l := range strings.Split(strings.TrimRight(output, "\n "), "\n") {
 		if l = oneLine(l); l != "" {
 			return l
 		}
