@@ -20,7 +20,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -178,7 +177,7 @@ func (s *Store) Delete(profile, workflow string) error {
 // Find returns the records of workflow, of every profile, by profile name.
 func (s *Store) Find(workflow string) ([]Record, error) {
 	var out []Record
-	for _, profile := range s.profiles() {
+	for _, profile := range subdirs(s.dir) {
 		r, err := s.Get(profile, workflow)
 		if errors.Is(err, ErrNotFound) {
 			continue
@@ -218,7 +217,7 @@ func (s *Store) Of(profile string) ([]Record, error) {
 // All returns every record, by profile, then by workflow.
 func (s *Store) All() ([]Record, error) {
 	var out []Record
-	for _, profile := range s.profiles() {
+	for _, profile := range subdirs(s.dir) {
 		recs, err := s.Of(profile)
 		if err != nil {
 			return nil, err
@@ -226,16 +225,4 @@ func (s *Store) All() ([]Record, error) {
 		out = append(out, recs...)
 	}
 	return out, nil
-}
-
-func (s *Store) profiles() []string {
-	entries, _ := os.ReadDir(s.dir)
-	var names []string
-	for _, e := range entries {
-		if e.IsDir() {
-			names = append(names, e.Name())
-		}
-	}
-	slices.Sort(names)
-	return names
 }
