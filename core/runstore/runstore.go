@@ -115,12 +115,19 @@ func New(dir string) *Store { return &Store{dir: dir} }
 var ErrNotFound = errors.New("no such run")
 
 func (s *Store) path(profile, workflow string) (string, error) {
+	return namedPath("run record", s.dir, profile, workflow, ".json", false)
+}
+
+// namedPath is dir/profile/workflow+ext, the file of what (a run record,
+// a run log) of workflow in profile. It refuses a profile or workflow that
+// is not a plain file name, and with noDot one starting with ".".
+func namedPath(what, dir, profile, workflow, ext string, noDot bool) (string, error) {
 	for _, n := range []string{profile, workflow} {
-		if n == "" || n == "." || n == ".." || strings.ContainsAny(n, "/\\\x00") {
-			return "", fmt.Errorf("run record: %q cannot be a file name", n)
+		if n == "" || n == "." || n == ".." || noDot && strings.HasPrefix(n, ".") || strings.ContainsAny(n, "/\\\x00") {
+			return "", fmt.Errorf("%s: %q cannot be a file name", what, n)
 		}
 	}
-	return filepath.Join(s.dir, profile, workflow+".json"), nil
+	return filepath.Join(dir, profile, workflow+ext), nil
 }
 
 // Put writes r, replacing any record of its profile and workflow.
