@@ -65,10 +65,7 @@ taking it over, use amelia logs -f.`,
 			}
 			defer stop()
 			return a.showRun(cmd, asJSON, func(view runview.View) (run.Result, error) {
-				if strings.HasPrefix(rec.Model, ScriptedPrefix) {
-					view = a.scriptedNote(view, rec.Model)
-				}
-				return run.Attach(cmd.Context(), a.runHost(), rec, p, view)
+				return run.Attach(cmd.Context(), a.runHost(), rec, p, a.scriptedNote(view, rec.Model))
 			})
 		},
 	}
