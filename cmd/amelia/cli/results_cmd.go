@@ -93,11 +93,21 @@ func (a *app) recordedRun(workflow string) (runstore.Record, error) {
 	if err := workspace.ValidateWorkflowID(workflow); err != nil {
 		return runstore.Record{}, usageError{err}
 	}
+	var c *config.Config // loaded for the first record that names its config
+	ofThis := func(rec runstore.Record) error {
+		if rec.Config != "" && c == nil {
+			var err error
+			if c, err = a.loadConfig(); err != nil {
+				return err
+			}
+		}
+		return ofThisConfig(c, rec)
+	}
 	store := a.runs()
 	if a.profile != "" {
 		rec, err := store.Get(a.profile, workflow)
 		if err == nil {
-			err = a.ofThisConfig(rec)
+			err = ofThis(rec)
 		}
 		if errors.Is(err, runstore.ErrNotFound) {
 			return rec, notRecorded(fmt.Sprintf("no work of workflow %s is kept in the sandbox of profile %s on this host (amelia sandbox ls lists each sandbox's workflows)", workflow, a.profile))
@@ -110,7 +120,7 @@ func (a *app) recordedRun(workflow string) (runstore.Record, error) {
 	}
 	var elsewhere error // a record of another config file's run
 	recs = slices.DeleteFunc(recs, func(r runstore.Record) bool {
-		err := a.ofThisConfig(r)
+		err := ofThis(r)
 		if err != nil && elsewhere == nil {
 			elsewhere = err
 		}
@@ -139,17 +149,13 @@ func (e notRecorded) Error() string        { return string(e) }
 func (e notRecorded) Is(target error) bool { return target == runstore.ErrNotFound }
 
 // ofThisConfig refuses the record of a run made from another config file
-// than the one loaded: its sandbox is that config's, not this one's. A
-// record of an older version, which does not say, is taken as this
-// config's (its sandbox must still be this config's to be used; see
-// sandbox.ErrNotOwned).
-func (a *app) ofThisConfig(rec runstore.Record) error {
+// than c: its sandbox is that config's, not this one's. A record of an
+// older version, which does not say, is taken as this config's (its
+// sandbox must still be this config's to be used; see
+// sandbox.ErrNotOwned); c may be nil for it.
+func ofThisConfig(c *config.Config, rec runstore.Record) error {
 	if rec.Config == "" {
 		return nil
-	}
-	c, err := a.loadConfig()
-	if err != nil {
-		return err
 	}
 	p, err := c.Profile(rec.Profile)
 	if err != nil {
