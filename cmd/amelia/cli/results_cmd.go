@@ -252,7 +252,7 @@ func settleRunning(ctx context.Context, rs recordedSandbox, rec runstore.Record,
 	}
 	if st.State == driver.AgentRunning {
 		return fmt.Errorf("the agent of %s is still running in sandbox %s: follow it, and get its result at the end, with amelia attach --profile %s %s",
-			rec.Workflow, rec.Profile, rec.Profile, rec.Workflow)
+			rec.Workflow, rec.SandboxName(), rec.Profile, rec.Workflow)
 	}
 	return nil
 }
