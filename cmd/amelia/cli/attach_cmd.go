@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -138,14 +137,9 @@ func (a *app) hostLog(workflow string) (*os.File, error) {
 	logs := a.runLogs()
 	profile := a.profile
 	if profile == "" {
-		profiles := logs.Find(workflow)
-		switch len(profiles) {
-		case 0:
-			return nil, runstore.ErrNotFound
-		case 1:
-			profile = profiles[0]
-		default:
-			return nil, fmt.Errorf("workflow %s has logs of the runs of profiles %s: pick one with --profile", workflow, strings.Join(profiles, ", "))
+		var err error
+		if profile, err = onlyProfile(workflow, "logs of the runs", logs.Find(workflow)); err != nil {
+			return nil, err
 		}
 	}
 	f, _, err := logs.Open(profile, workflow)

@@ -131,14 +131,28 @@ func (a *app) recordedRun(workflow string) (runstore.Record, error) {
 		return runstore.Record{}, elsewhere
 	case len(recs) == 0:
 		return runstore.Record{}, notRecorded(fmt.Sprintf("no work of workflow %s is kept on this host (amelia sandbox ls lists each sandbox's workflows)", workflow))
-	case len(recs) == 1:
-		return recs[0], nil
 	}
 	profiles := make([]string, len(recs))
 	for i, r := range recs {
 		profiles[i] = r.Profile
 	}
-	return runstore.Record{}, fmt.Errorf("workflow %s has work in the sandboxes of profiles %s: pick one with --profile", workflow, strings.Join(profiles, ", "))
+	if _, err := onlyProfile(workflow, "work in the sandboxes", profiles); err != nil {
+		return runstore.Record{}, err
+	}
+	return recs[0], nil
+}
+
+// onlyProfile is the one of profiles, those with what of workflow (work
+// in the sandboxes, logs of the runs): runstore.ErrNotFound when there is
+// none, and an error saying to pick one with --profile when there are more.
+func onlyProfile(workflow, what string, profiles []string) (string, error) {
+	switch len(profiles) {
+	case 0:
+		return "", runstore.ErrNotFound
+	case 1:
+		return profiles[0], nil
+	}
+	return "", fmt.Errorf("workflow %s has %s of profiles %s: pick one with --profile", workflow, what, strings.Join(profiles, ", "))
 }
 
 // notRecorded is recordedRun's error when no record matches; it matches
