@@ -140,13 +140,10 @@ func (l *Logs) Prune(now time.Time) error {
 	return errors.Join(errs...)
 }
 
+// path is the log of workflow in profile. Names starting with "." are
+// refused, as the logs being written are named so.
 func (l *Logs) path(profile, workflow string) (string, error) {
-	for _, n := range []string{profile, workflow} {
-		if n == "" || n == "." || n == ".." || strings.HasPrefix(n, ".") || strings.ContainsAny(n, "/\\\x00") {
-			return "", fmt.Errorf("run log: %q cannot be a file name", n)
-		}
-	}
-	return filepath.Join(l.dir, profile, workflow+".jsonl"), nil
+	return namedPath("run log", l.dir, profile, workflow, ".jsonl", true)
 }
 
 // subdirs lists the directories in dir, by name.

@@ -20,7 +20,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -116,12 +115,19 @@ func New(dir string) *Store { return &Store{dir: dir} }
 var ErrNotFound = errors.New("no such run")
 
 func (s *Store) path(profile, workflow string) (string, error) {
+	return namedPath("run record", s.dir, profile, workflow, ".json", false)
+}
+
+// namedPath is dir/profile/workflow+ext, the file of what (a run record,
+// a run log) of workflow in profile. It refuses a profile or workflow that
+// is not a plain file name, and with noDot one starting with ".".
+func namedPath(what, dir, profile, workflow, ext string, noDot bool) (string, error) {
 	for _, n := range []string{profile, workflow} {
-		if n == "" || n == "." || n == ".." || strings.ContainsAny(n, "/\\\x00") {
-			return "", fmt.Errorf("run record: %q cannot be a file name", n)
+		if n == "" || n == "." || n == ".." || noDot && strings.HasPrefix(n, ".") || strings.ContainsAny(n, "/\\\x00") {
+			return "", fmt.Errorf("%s: %q cannot be a file name", what, n)
 		}
 	}
-	return filepath.Join(s.dir, profile, workflow+".json"), nil
+	return filepath.Join(dir, profile, workflow+ext), nil
 }
 
 // Put writes r, replacing any record of its profile and workflow.
@@ -178,7 +184,7 @@ func (s *Store) Delete(profile, workflow string) error {
 // Find returns the records of workflow, of every profile, by profile name.
 func (s *Store) Find(workflow string) ([]Record, error) {
 	var out []Record
-	for _, profile := range s.profiles() {
+	for _, profile := range subdirs(s.dir) {
 		r, err := s.Get(profile, workflow)
 		if errors.Is(err, ErrNotFound) {
 			continue
@@ -218,7 +224,7 @@ func (s *Store) Of(profile string) ([]Record, error) {
 // All returns every record, by profile, then by workflow.
 func (s *Store) All() ([]Record, error) {
 	var out []Record
-	for _, profile := range s.profiles() {
+	for _, profile := range subdirs(s.dir) {
 		recs, err := s.Of(profile)
 		if err != nil {
 			return nil, err
@@ -226,16 +232,4 @@ func (s *Store) All() ([]Record, error) {
 		out = append(out, recs...)
 	}
 	return out, nil
-}
-
-func (s *Store) profiles() []string {
-	entries, _ := os.ReadDir(s.dir)
-	var names []string
-	for _, e := range entries {
-		if e.IsDir() {
-			names = append(names, e.Name())
-		}
-	}
-	slices.Sort(names)
-	return names
 }

@@ -146,13 +146,14 @@ func New(ctx context.Context, p *config.Profile, prov sdk.Provider, logger *slog
 	if err != nil {
 		return nil, fmt.Errorf("profile %s: describe provider %s: %w", p.Name, p.Sandbox.Provider, err)
 	}
+	owner := Owner()
 	return &Sandbox{
 		Profile:  p,
 		Provider: prov,
 		Info:     info,
-		Ref:      sdk.SandboxRef{Name: Name(p, Owner()), Config: settings},
+		Ref:      sdk.SandboxRef{Name: Name(p, owner), Config: settings},
 		logger:   logger,
-		owner:    Owner(),
+		owner:    owner,
 	}, nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -65,10 +64,7 @@ taking it over, use amelia logs -f.`,
 			}
 			defer stop()
 			return a.showRun(cmd, asJSON, func(view runview.View) (run.Result, error) {
-				if strings.HasPrefix(rec.Model, ScriptedPrefix) {
-					view = a.scriptedNote(view, rec.Model)
-				}
-				return run.Attach(cmd.Context(), a.runHost(), rec, p, view)
+				return run.Attach(cmd.Context(), a.runHost(), rec, p, a.scriptedNote(view, rec.Model))
 			})
 		},
 	}
@@ -141,14 +137,9 @@ func (a *app) hostLog(workflow string) (*os.File, error) {
 	logs := a.runLogs()
 	profile := a.profile
 	if profile == "" {
-		profiles := logs.Find(workflow)
-		switch len(profiles) {
-		case 0:
-			return nil, runstore.ErrNotFound
-		case 1:
-			profile = profiles[0]
-		default:
-			return nil, fmt.Errorf("workflow %s has logs of the runs of profiles %s: pick one with --profile", workflow, strings.Join(profiles, ", "))
+		var err error
+		if profile, err = onlyProfile(workflow, "logs of the runs", logs.Find(workflow)); err != nil {
+			return nil, err
 		}
 	}
 	f, _, err := logs.Open(profile, workflow)

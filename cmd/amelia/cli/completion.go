@@ -68,7 +68,7 @@ func (a *app) completeWorkflows(want func(runstore.Record) bool) cobra.Completio
 				continue
 			}
 			seen[r.Workflow] = true
-			out = append(out, cobra.CompletionWithDesc(r.Workflow, fmt.Sprintf("%s in sandbox %s", r.State, r.Profile)))
+			out = append(out, cobra.CompletionWithDesc(r.Workflow, fmt.Sprintf("%s in sandbox %s", r.State, r.SandboxName())))
 		}
 		return out, cobra.ShellCompDirectiveNoFileComp
 	}

@@ -19,7 +19,7 @@ func TestCompletion(t *testing.T) {
 	for _, r := range []runstore.Record{
 		{Workflow: "fix-login-3f9a", Profile: "dev", State: runstore.Running, RunDir: "/w/.amelia/runs/fix-login-3f9a-x"},
 		{Workflow: "fix-build-77aa", Profile: "dev", State: runstore.Kept},
-		{Workflow: "docs-1", Profile: "remote", State: runstore.Kept, RunDir: "/w/.amelia/runs/docs-1-x"},
+		{Workflow: "docs-1", Profile: "remote", Sandbox: "amelia-remote-3c1d", State: runstore.Kept, RunDir: "/w/.amelia/runs/docs-1-x"},
 	} {
 		if err := runs.Put(r); err != nil {
 			t.Fatal(err)
@@ -33,9 +33,9 @@ func TestCompletion(t *testing.T) {
 		{[]string{"-p", "r"}, "remote\tprovider ssh\n"},
 		{[]string{"run", "--sandbox", ""}, "local\tbuilt-in\ndocker\tbuilt-in\nssh\tbuilt-in\ndaytona\tbuilt-in\n"},
 		{[]string{"attach", ""}, "fix-login-3f9a\trunning in sandbox dev\n"},
-		{[]string{"logs", ""}, "fix-login-3f9a\trunning in sandbox dev\ndocs-1\tkept in sandbox remote\n"},
+		{[]string{"logs", ""}, "fix-login-3f9a\trunning in sandbox dev\ndocs-1\tkept in sandbox amelia-remote-3c1d\n"},
 		{[]string{"results", "fix-"}, "fix-build-77aa\tkept in sandbox dev\nfix-login-3f9a\trunning in sandbox dev\n"},
-		{[]string{"--profile", "remote", "results", ""}, "docs-1\tkept in sandbox remote\n"},
+		{[]string{"--profile", "remote", "results", ""}, "docs-1\tkept in sandbox amelia-remote-3c1d\n"},
 		{[]string{"results", "docs-1", ""}, ""},
 	} {
 		r := amelia(t, "", append([]string{"__complete"}, c.args...)...)

@@ -161,7 +161,7 @@ func (a *app) doctorProfile(ctx context.Context, d *doctor, host *pluginhost.Hos
 		d.ok(in, "sandbox ready%s", suffix(row.Message))
 	case row.State == "absent":
 		d.ok(in, "sandbox absent: amelia run creates it")
-	case row.notOwned:
+	case row.State == "not-owned":
 		// Another config file's, or another host's: not this one's to fix.
 		d.fail(in, "sandbox", errors.New(row.Message), "")
 	case row.State == "error":

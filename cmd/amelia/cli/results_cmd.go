@@ -93,11 +93,21 @@ func (a *app) recordedRun(workflow string) (runstore.Record, error) {
 	if err := workspace.ValidateWorkflowID(workflow); err != nil {
 		return runstore.Record{}, usageError{err}
 	}
+	var c *config.Config // loaded for the first record that names its config
+	ofThis := func(rec runstore.Record) error {
+		if rec.Config != "" && c == nil {
+			var err error
+			if c, err = a.loadConfig(); err != nil {
+				return err
+			}
+		}
+		return ofThisConfig(c, rec)
+	}
 	store := a.runs()
 	if a.profile != "" {
 		rec, err := store.Get(a.profile, workflow)
 		if err == nil {
-			err = a.ofThisConfig(rec)
+			err = ofThis(rec)
 		}
 		if errors.Is(err, runstore.ErrNotFound) {
 			return rec, notRecorded(fmt.Sprintf("no work of workflow %s is kept in the sandbox of profile %s on this host (amelia sandbox ls lists each sandbox's workflows)", workflow, a.profile))
@@ -110,7 +120,7 @@ func (a *app) recordedRun(workflow string) (runstore.Record, error) {
 	}
 	var elsewhere error // a record of another config file's run
 	recs = slices.DeleteFunc(recs, func(r runstore.Record) bool {
-		err := a.ofThisConfig(r)
+		err := ofThis(r)
 		if err != nil && elsewhere == nil {
 			elsewhere = err
 		}
@@ -121,14 +131,28 @@ func (a *app) recordedRun(workflow string) (runstore.Record, error) {
 		return runstore.Record{}, elsewhere
 	case len(recs) == 0:
 		return runstore.Record{}, notRecorded(fmt.Sprintf("no work of workflow %s is kept on this host (amelia sandbox ls lists each sandbox's workflows)", workflow))
-	case len(recs) == 1:
-		return recs[0], nil
 	}
 	profiles := make([]string, len(recs))
 	for i, r := range recs {
 		profiles[i] = r.Profile
 	}
-	return runstore.Record{}, fmt.Errorf("workflow %s has work in the sandboxes of profiles %s: pick one with --profile", workflow, strings.Join(profiles, ", "))
+	if _, err := onlyProfile(workflow, "work in the sandboxes", profiles); err != nil {
+		return runstore.Record{}, err
+	}
+	return recs[0], nil
+}
+
+// onlyProfile is the one of profiles, those with what of workflow (work
+// in the sandboxes, logs of the runs): runstore.ErrNotFound when there is
+// none, and an error saying to pick one with --profile when there are more.
+func onlyProfile(workflow, what string, profiles []string) (string, error) {
+	switch len(profiles) {
+	case 0:
+		return "", runstore.ErrNotFound
+	case 1:
+		return profiles[0], nil
+	}
+	return "", fmt.Errorf("workflow %s has %s of profiles %s: pick one with --profile", workflow, what, strings.Join(profiles, ", "))
 }
 
 // notRecorded is recordedRun's error when no record matches; it matches
@@ -139,17 +163,13 @@ func (e notRecorded) Error() string        { return string(e) }
 func (e notRecorded) Is(target error) bool { return target == runstore.ErrNotFound }
 
 // ofThisConfig refuses the record of a run made from another config file
-// than the one loaded: its sandbox is that config's, not this one's. A
-// record of an older version, which does not say, is taken as this
-// config's (its sandbox must still be this config's to be used; see
-// sandbox.ErrNotOwned).
-func (a *app) ofThisConfig(rec runstore.Record) error {
+// than c: its sandbox is that config's, not this one's. A record of an
+// older version, which does not say, is taken as this config's (its
+// sandbox must still be this config's to be used; see
+// sandbox.ErrNotOwned); c may be nil for it.
+func ofThisConfig(c *config.Config, rec runstore.Record) error {
 	if rec.Config == "" {
 		return nil
-	}
-	c, err := a.loadConfig()
-	if err != nil {
-		return err
 	}
 	p, err := c.Profile(rec.Profile)
 	if err != nil {
@@ -246,7 +266,7 @@ func settleRunning(ctx context.Context, rs recordedSandbox, rec runstore.Record,
 	}
 	if st.State == driver.AgentRunning {
 		return fmt.Errorf("the agent of %s is still running in sandbox %s: follow it, and get its result at the end, with amelia attach --profile %s %s",
-			rec.Workflow, rec.Profile, rec.Profile, rec.Workflow)
+			rec.Workflow, rec.SandboxName(), rec.Profile, rec.Workflow)
 	}
 	return nil
 }

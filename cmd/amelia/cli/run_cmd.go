@@ -75,10 +75,7 @@ up and exits 130.`,
 				}
 			}
 			return a.showRun(cmd, asJSON, func(view runview.View) (run.Result, error) {
-				if strings.HasPrefix(req.Model, ScriptedPrefix) {
-					view = a.scriptedNote(view, req.Model)
-				}
-				return run.Run(cmd.Context(), a.runHost(), req, view)
+				return run.Run(cmd.Context(), a.runHost(), req, a.scriptedNote(view, req.Model))
 			})
 		},
 	}

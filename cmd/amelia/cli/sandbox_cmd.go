@@ -104,7 +104,7 @@ func sandboxOf(name, profile string) string {
 // sandbox.ErrNotOwned), and so never reported removed.
 func (a *app) removeSandbox(ctx context.Context, sb *sandbox.Sandbox, profile string, force bool) (bool, error) {
 	st := a.sandboxState(ctx, sb)
-	if st.notOwned {
+	if st.State == "not-owned" {
 		return false, errors.New(st.Message)
 	}
 	state := st.State
@@ -333,8 +333,6 @@ type sandboxRow struct {
 	// stop removes it.
 	Legacy  bool   `json:"legacy,omitempty"`
 	Message string `json:"message,omitempty"`
-
-	notOwned bool // the sandbox exists, and is not this config file's
 }
 
 // sandboxState asks the provider about the sandbox, within a bound.
@@ -347,7 +345,7 @@ func (a *app) sandboxState(ctx context.Context, sb *sandbox.Sandbox) sandboxRow 
 	case errors.Is(err, sdk.ErrNotFound):
 		row.State = "absent"
 	case errors.Is(err, sandbox.ErrNotOwned):
-		row.State, row.Message, row.notOwned = "not-owned", oneLine(err.Error()), true
+		row.State, row.Message = "not-owned", oneLine(err.Error())
 	case err != nil:
 		row.State, row.Message = "error", oneLine(err.Error())
 	default:

@@ -159,8 +159,11 @@ func readScript(path string) ([]llmtest.Turn, error) {
 
 // scriptedNote is view, which says once, when the run's check phase has
 // passed, that the model is a scripted one: a run refused at its check
-// says only why.
+// says only why. For any other model, it is view as it is.
 func (a *app) scriptedNote(view runview.View, model string) runview.View {
+	if !strings.HasPrefix(model, ScriptedPrefix) {
+		return view
+	}
 	return &afterCheck{View: view, note: func() {
 		a.logger.Info(fmt.Sprintf("the model is a scripted one on this machine (%s): no API key is used", model), sdk.ProgressKey, true)
 	}}
