@@ -148,7 +148,7 @@ func (a *app) showRun(cmd *cobra.Command, asJSON bool, fn func(runview.View) (ru
 	shown := isLive && cerr == nil
 	if res.Kept != nil && !shown {
 		k := res.Kept
-		fmt.Fprintf(stderr, "amelia: the agent's work is kept on %s in sandbox %s; bring it back with: %s\n", k.Branch, k.Profile, run.RecoverCommand(*k))
+		fmt.Fprintf(stderr, "amelia: the agent's work is kept on %s in sandbox %s; bring it back with: %s\n", k.Branch, k.SandboxName(), run.RecoverCommand(*k))
 	}
 	switch {
 	case cmd.Context().Err() != nil:
