@@ -515,6 +515,8 @@ func (p *Provider) Teardown(ctx context.Context, ref sdk.SandboxRef) error {
 	if _, ok := res.Container.Config.Labels[labelProfile]; !ok {
 		return sdk.Errorf(sdk.ErrConflict, "refusing to remove container %s: Amelia did not create it", name)
 	}
+	e.sessions.forget(name)
+	e.sessions.forget(res.Container.ID)
 	_, err = e.cli.ContainerRemove(ctx, res.Container.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) && !strings.Contains(err.Error(), "already in progress") {
 		return e.wrap(err, "remove container "+name)
@@ -646,6 +648,7 @@ func (p *Provider) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for k, e := range p.engines {
+		e.sessions.forget("")
 		_ = e.cli.Close()
 		delete(p.engines, k)
 	}

@@ -33,6 +33,8 @@ type engine struct {
 
 	archMu sync.Mutex
 	arch   string // cached once known
+
+	sessions sessions // command sessions into its containers (session.go)
 }
 
 // endpoint is how to reach an engine: the client options and a name for it.

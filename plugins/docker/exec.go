@@ -44,13 +44,18 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	if dir != "" && !path.IsAbs(dir) {
 		dir = path.Join(image.Workdir, dir)
 	}
+	target := containerRef(req.Sandbox)
+	if user == set.User {
+		if st, ok, err := p.execOnSession(ctx, e, target, user, dir, req, eio); ok {
+			return st, err
+		}
+	}
 	tag := shexec.NewTag()
 	env := make([]string, 0, len(req.Env)+1)
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
 	}
 	env = append(env, shexec.Entry(tag))
-	target := containerRef(req.Sandbox)
 	x, err := e.startExec(ctx, target, client.ExecCreateOptions{
 		User:         user,
 		Env:          env,
