@@ -223,7 +223,7 @@ func (r *runner) setUpCheckout(ctx context.Context, a *agentRun) error {
 	if c == nil || len(c.Commands) == 0 {
 		return nil
 	}
-	ex := workspace.RunAs(r.lv, a.uid)
+	ex := workspace.RunAs(r.ex, a.uid)
 	var out bytes.Buffer
 	st, err := ex.Exec(ctx, sdk.ExecRequest{Argv: []string{"mktemp", "-d", "/tmp/amelia-setup.XXXXXX"}}, sdk.ExecIO{Stdout: &out})
 	if err == nil && st.Code != 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/execsession"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
@@ -295,12 +296,19 @@ func (r *runner) workIn(workdir, worker, hostTunnel string, prx *proxyRun) (*wor
 			return url
 		}
 	}
-	ws, err := workspace.New(r.lv, workdir, opts)
+	r.ex = r.lv
+	if sb.Info.RunUsers {
+		// A run uid's steps go over one exec of the worker as that uid.
+		sessions := execsession.New(r.lv, worker, r.host.Logger)
+		r.ex = sessions
+		r.onEnd("end the command sessions", "", sessions.Close)
+	}
+	ws, err := workspace.New(r.ex, workdir, opts)
 	if err != nil {
 		return nil, nil, err
 	}
 	env := map[string]string{sandboxend.EnvProxyToken: prx.run.Token()}
-	return ws, &driver.Driver{Exec: r.lv, Worker: worker, Provider: sb.Info.Name, Env: env, Logger: r.host.Logger}, nil
+	return ws, &driver.Driver{Exec: r.ex, Worker: worker, Provider: sb.Info.Name, Env: env, Logger: r.host.Logger}, nil
 }
 
 // runAsItsUser makes d run the agent of a as its workflow's uid, when it
@@ -311,7 +319,7 @@ func (r *runner) runAsItsUser(ctx context.Context, ws *workspace.Workspace, d *d
 		return err
 	}
 	a.uid = uid
-	d.Exec = workspace.RunAs(r.lv, uid)
+	d.Exec = workspace.RunAs(r.ex, uid)
 	return nil
 }
 

@@ -346,6 +346,13 @@ func (w *Workspace) RemoveWorktree(ctx context.Context, id string) error {
 	}
 	wt := w.WorktreeDir(id)
 	if uid != "" {
+		// A session that ran the uid's steps ends first, so that this
+		// step is an exec of its own and nothing of the uid outlives it.
+		if e, ok := w.ex.(sessionEnder); ok {
+			if err := e.End(ctx, execUser(uid)); err != nil {
+				return fmt.Errorf("remove the checkout of %s: %w", id, err)
+			}
+		}
 		// Only what the uid owns is touched, whoever runs this: each
 		// process is checked for its owner before it is killed (never
 		// kill -1, which run as any other user would hit all of that
@@ -418,6 +425,13 @@ rm -f "$rec"
 	w.forgetUser(id)
 	w.log.Info("checkout removed", "workflow", id)
 	return nil
+}
+
+// sessionEnder is an Execer that runs a uid's commands on a session of
+// the uid's (execsession.Sessions): End ends it, and the uid's later
+// commands get an exec each.
+type sessionEnder interface {
+	End(ctx context.Context, user string) error
 }
 
 // Commit is what CommitAll did.

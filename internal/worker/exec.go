@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
 )
@@ -51,6 +52,14 @@ func (w *worker) envelopeCmd(cmd *cobra.Command, serve func(io.Reader, io.Writer
 		pipe := make(chan os.Signal, 1)
 		signal.Notify(pipe, syscall.SIGPIPE)
 		defer signal.Stop(pipe)
+		// Other processes of its uid (a run's agent, where the host runs
+		// its steps as the run's uid) must not read or write its streams
+		// through /proc or ptrace it: those carry the host's commands.
+		// Its commands are dumpable again once they exec.
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			fmt.Fprintf(w.p.Stderr, "amelia-worker %s: make the worker non-dumpable: %v\n", cmd.Name(), err)
+			return exitCode(exitFailed)
+		}
 		if err := serve(w.p.Stdin, w.p.Stdout, os.Environ()); err != nil {
 			fmt.Fprintf(w.p.Stderr, "amelia-worker %s: %v\n", cmd.Name(), err)
 			return exitCode(exitFailed)
