@@ -4,7 +4,8 @@
 // engine lacks it.
 //
 // A sandbox is the container amelia-sandbox-<name>: tini as PID 1 over
-// `sleep infinity`, no bind mounts and no Docker socket, every capability
+// `sleep infinity`, no bind mounts and no Docker socket, its workdir on a
+// volume of its own (see workdirVolume), every capability
 // dropped, no-new-privileges, limits on CPUs, memory and processes, and for
 // network allowlist or none no network at all (NetworkMode none), so that
 // the only way out is the tunnel amelia opens over Exec. Commands run as the
@@ -28,6 +29,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	"github.com/amelia-sandbox/amelia/plugins/docker/image"
@@ -315,6 +317,7 @@ func (p *Provider) create(ctx context.Context, e *engine, set Settings, spec sdk
 	}
 	pids := set.Resources.Pids
 	host := &container.HostConfig{
+		Mounts:      []mount.Mount{workdirVolume},
 		NetworkMode: networkMode(spec.Network.Mode),
 		CapDrop:     []string{"ALL"},
 		SecurityOpt: []string{"no-new-privileges"},
@@ -465,6 +468,16 @@ func (p *Provider) noteStale(ctx context.Context, e *engine, set Settings, c con
 			"container", strings.TrimPrefix(c.Name, "/"), "image", c.Config.Image, "current", pl.tag)
 	}
 }
+
+// workdirVolume puts the sandbox's workdir, where the repository and the
+// runs' checkouts are, on an anonymous volume of the container's own
+// (filled from the image's workdir when the container is made, removed
+// with it by Teardown): a directory of the engine's filesystem, not the
+// container's copy-on-write layer. Through a storage driver in user space
+// (fuse-overlayfs, as rootless and some hosts run) every file a checkout
+// writes or removes costs a round trip to that process; on overlay2 a
+// large removal costs less there too. It holds nothing of the host's.
+var workdirVolume = mount.Mount{Type: mount.TypeVolume, Target: image.Workdir}
 
 func sandboxOf(spec sdk.Spec, id, img, hash string) sdk.Sandbox {
 	ref := spec.SandboxRef

@@ -178,8 +178,10 @@ func TestContainerIsLockedDown(t *testing.T) {
 	if h.NanoCPUs != 5e8 || h.Memory != 256<<20 || h.PidsLimit == nil || *h.PidsLimit != docker.DefaultPids {
 		t.Errorf("limits: cpus %d memory %d pids %v", h.NanoCPUs, h.Memory, h.PidsLimit)
 	}
-	if len(c.Mounts) != 0 || len(h.Binds) != 0 {
-		t.Errorf("mounts %v binds %v, want none", c.Mounts, h.Binds)
+	// Nothing of the host's: the one mount is the workdir's own
+	// anonymous volume, made for this container alone.
+	if len(h.Binds) != 0 || len(c.Mounts) != 1 || c.Mounts[0].Type != "volume" || c.Mounts[0].Destination != "/workspace" || c.Mounts[0].Driver != "local" {
+		t.Errorf("mounts %+v binds %v, want only the workdir's volume", c.Mounts, h.Binds)
 	}
 
 	ps := run(t, p, sb.Ref, "", "ps", "-o", "pid=,user=,args=", "-p", "1")
