@@ -116,6 +116,8 @@ bench: base-image
 	$(GO) test -run='^$$' -bench=Redact -benchtime=200x ./proxy/
 	$(GO) test -run='^$$' -bench=RunToFirstRequest -benchtime=20x ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=TenConcurrentRuns -benchtime=2x ./cmd/amelia/
+	$(GO) test -run='^$$' -bench=RunToFirstRequestOnDocker -benchtime=10x ./cmd/amelia/
+	$(GO) test -run='^$$' -bench=TwentyRunsOnDocker -benchtime=1x -timeout=60m ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=WorkspaceSetup -benchtime=3x ./core/workspace/
 	$(GO) test -run='^$$' -bench=TenGenerates -benchtime=5x ./core/driver/sessionbench/
 	$(GO) test -run='^$$' -bench='ColdEnsureRunning|WarmExecTrue' -benchtime=20x ./plugins/docker/

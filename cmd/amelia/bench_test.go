@@ -50,6 +50,12 @@ func BenchmarkRunToFirstRequest(b *testing.B) {
 	var a arrivals
 	h := newHost(b, llmtest.Options{Script: a.script, Forget: true, Light: true})
 	h.env = append(h.env, "AMELIA_PROFILES__E2E__SANDBOX__CONCURRENT_RUNS=true")
+	runToFirstRequest(b, h, &a)
+}
+
+// runToFirstRequest measures BenchmarkRunToFirstRequest on h, whose model
+// answers with a.script.
+func runToFirstRequest(b *testing.B, h *host, a *arrivals) {
 	if r := h.amelia(b, "run", "--json", "--workflow", "warm-up", "warm up"); r.code != 0 {
 		b.Fatalf("warm-up run: exit %d: %s", r.code, r.stderr)
 	}

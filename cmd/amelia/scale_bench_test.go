@@ -83,6 +83,20 @@ func BenchmarkTwentyRunsOnDocker(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// BenchmarkRunToFirstRequestOnDocker is BenchmarkRunToFirstRequest on a
+// warm docker sandbox: from starting amelia run to the worker's first LLM
+// request, p50, against `amelia sandbox exec -- true` on the same sandbox
+// (target ≤ 1.5×).
+//
+//	go test -run='^$' -bench=RunToFirstRequestOnDocker -benchtime=10x ./cmd/amelia/
+func BenchmarkRunToFirstRequestOnDocker(b *testing.B) {
+	cli := dockertest.Engine(b)
+	var a arrivals
+	h := newHostWith(b, dockerSandbox("open"), "", llmtest.Options{Script: a.script, Forget: true, Light: true})
+	dockertest.RemoveContainers(b, cli, "amelia.config="+h.configPath())
+	runToFirstRequest(b, h, &a)
+}
+
 // runsAtOnce starts scaleRuns amelia commands at once (args(i) each),
 // waits for all, and returns the wall time and the peak, over the time
 // they ran, of the summed RSS and PSS (bytes) of those processes and
