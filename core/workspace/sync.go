@@ -83,7 +83,7 @@ func (w *Workspace) SyncLocal(ctx context.Context, src LocalSource) (Synced, err
 				return Synced{}, err
 			}
 			defer os.RemoveAll(tmp)
-			c, err := h.dirtyCommit(ctx, filepath.Join(tmp, "objects"), commit, "amelia: uncommitted changes for "+src.Workflow)
+			c, err := h.dirtyCommit(ctx, filepath.Join(tmp, "objects"), commit, dirty, "amelia: uncommitted changes for "+src.Workflow)
 			if err != nil {
 				return Synced{}, err
 			}
