@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -135,6 +136,7 @@ func (s stamp) after(t unix.Timespec) bool {
 // so it waits for the tick (a change made in the stamp's own tick could
 // otherwise carry the stamp's time).
 func stampCheckout(dir string, out io.Writer) error {
+	dir = path.Clean(dir)
 	gitDir := path.Join(dir, ".git")
 	probe := func(name string) (unix.Timespec, error) {
 		p := path.Join(gitDir, name)
@@ -166,30 +168,127 @@ func stampCheckout(dir string, out io.Writer) error {
 	}
 	bw := bufio.NewWriter(out)
 	fmt.Fprintf(bw, "stamp %d %d\n", s.sec, s.nsec)
-	var walk func(rel string) error
-	walk = func(rel string) error {
-		var st unix.Stat_t
-		if err := unix.Lstat(path.Join(dir, rel), &st); err != nil {
-			return err
-		}
-		fmt.Fprintf(bw, "%d %s\x00", st.Ino, rel)
-		ents, err := os.ReadDir(path.Join(dir, rel))
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			if e.IsDir() && !(rel == "." && e.Name() == ".git") {
-				if err := walk(path.Join(rel, e.Name())); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	if err := walk("."); err != nil {
+	var top unix.Stat_t
+	if err := unix.Lstat(dir, &top); err != nil {
 		return fmt.Errorf("stamp %s: %w", dir, err)
 	}
+	fmt.Fprintf(bw, "%d .\x00", top.Ino)
+	sc := scan(dir, false)
+	paths := make([]string, 0, len(sc.st))
+	for p := range sc.st {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	for _, p := range paths {
+		fmt.Fprintf(bw, "%d %s\x00", sc.st[p].Ino, strings.TrimPrefix(p, dir+"/"))
+	}
 	return bw.Flush()
+}
+
+// scanWorkers is how many entries scan looks at at once: on a filesystem
+// that answers each lstat slowly (docker's fuse-overlayfs) the walk of a
+// large tree waits on round trips, not on a core.
+const scanWorkers = 32
+
+// scanned is what scan found below a directory, by path.
+type scanned struct {
+	mu   sync.Mutex
+	st   map[string]unix.Stat_t // every entry, not following links (files only with files)
+	ents map[string][]string    // every directory read: its entries' names
+}
+
+// scan reads every directory below dir (not into the top's .git, never
+// through a link) and lstats its directories, and with files its other
+// entries too, scanWorkers at a time. A directory it cannot read is left
+// out: the caller reads it again, and fails or removes it.
+func scan(dir string, files bool) *scanned {
+	s := &scanned{st: map[string]unix.Stat_t{}, ents: map[string][]string{}}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, scanWorkers)
+	var visit func(p string, top bool)
+	visit = func(p string, top bool) {
+		defer wg.Done()
+		sem <- struct{}{}
+		ents, err := os.ReadDir(p)
+		<-sem
+		if err != nil {
+			return
+		}
+		names := make([]string, 0, len(ents))
+		for _, e := range ents {
+			if top && e.Name() == ".git" {
+				continue
+			}
+			names = append(names, e.Name())
+			c := path.Join(p, e.Name())
+			if e.IsDir() {
+				wg.Add(1)
+				go func() {
+					var st unix.Stat_t
+					sem <- struct{}{}
+					err := unix.Lstat(c, &st)
+					<-sem
+					if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+						s.put(c, st)
+						wg.Add(1)
+						go visit(c, false)
+					}
+					wg.Done()
+				}()
+			} else if files {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var st unix.Stat_t
+					sem <- struct{}{}
+					err := unix.Lstat(c, &st)
+					<-sem
+					if err == nil {
+						s.put(c, st)
+					}
+				}()
+			}
+		}
+		s.mu.Lock()
+		s.ents[p] = names
+		s.mu.Unlock()
+	}
+	wg.Add(1)
+	visit(dir, true)
+	wg.Wait()
+	return s
+}
+
+func (s *scanned) put(p string, st unix.Stat_t) {
+	s.mu.Lock()
+	s.st[p] = st
+	s.mu.Unlock()
+}
+
+// lstat is what scan found of p, else unix.Lstat.
+func (s *scanned) lstat(p string, st *unix.Stat_t) error {
+	if s != nil {
+		if got, ok := s.st[p]; ok {
+			*st = got
+			return nil
+		}
+	}
+	return unix.Lstat(p, st)
+}
+
+// readDir is the names scan read in the directory p, else os.ReadDir's.
+func (s *scanned) readDir(p string) ([]string, error) {
+	if s != nil {
+		if names, ok := s.ents[p]; ok {
+			return names, nil
+		}
+	}
+	ents, err := os.ReadDir(p)
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names, err
 }
 
 // readStamp reads what stampCheckout wrote.
@@ -266,6 +365,7 @@ type reuse struct {
 	from, into string
 	uid        uint32
 	stamp      stamp
+	sc         *scanned // what was there once .git was gone
 	files      map[string]treeEntry
 	dirs       map[string]bool
 	kept       []indexEntry
@@ -276,6 +376,7 @@ type reuse struct {
 // the top of this file) and returns how many files it kept and how many
 // entries it removed.
 func reuseCheckout(dir, into, repo, start string, st stamp) (int, int, error) {
+	dir, into = path.Clean(dir), path.Clean(into)
 	var top unix.Stat_t
 	if err := unix.Lstat(dir, &top); err != nil {
 		return 0, 0, fmt.Errorf("reuse %s: %w", dir, err)
@@ -298,6 +399,7 @@ func reuseCheckout(dir, into, repo, start string, st stamp) (int, int, error) {
 	if err := os.Mkdir(into, 0o700); err != nil {
 		return 0, 0, fmt.Errorf("reuse %s: %w", dir, err)
 	}
+	r.sc = scan(dir, true)
 	if err := r.sift(".", dir, into); err != nil {
 		return 0, 0, fmt.Errorf("reuse %s: %w", dir, err)
 	}
@@ -318,12 +420,11 @@ func reuseCheckout(dir, into, repo, start string, st stamp) (int, int, error) {
 // unchanged since the stamp is moved whole once sifted, one that changed
 // is replaced by a new one. What is not kept is removed; old ends empty.
 func (r *reuse) sift(rel, old, new string) error {
-	ents, err := os.ReadDir(old)
+	names, err := r.sc.readDir(old)
 	if err != nil {
 		return err
 	}
-	for _, e := range ents {
-		name := e.Name()
+	for _, name := range names {
 		crel, cold := path.Join(rel, name), path.Join(old, name)
 		if rel == "." && name == ".git" {
 			if err := removeAll(cold); err != nil { // made again meanwhile: it cannot be
@@ -333,7 +434,7 @@ func (r *reuse) sift(rel, old, new string) error {
 			continue
 		}
 		var st unix.Stat_t
-		if err := unix.Lstat(cold, &st); err != nil {
+		if err := r.sc.lstat(cold, &st); err != nil {
 			return err
 		}
 		keepAs := func() bool {
@@ -394,15 +495,14 @@ func (r *reuse) sift(rel, old, new string) error {
 // entries are the ones it had, so kept files stay where they are (their
 // ctime stays too); subdirectories are sifted as sift would.
 func (r *reuse) siftInPlace(rel, dir string) error {
-	ents, err := os.ReadDir(dir)
+	names, err := r.sc.readDir(dir)
 	if err != nil {
 		return err
 	}
-	for _, e := range ents {
-		name := e.Name()
+	for _, name := range names {
 		crel, c := path.Join(rel, name), path.Join(dir, name)
 		var st unix.Stat_t
-		if err := unix.Lstat(c, &st); err != nil {
+		if err := r.sc.lstat(c, &st); err != nil {
 			return err
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
