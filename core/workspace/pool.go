@@ -96,10 +96,10 @@ func (w *Workspace) Retire(ctx context.Context, id, runDir string) error {
 mkdir -m 700 -- "$trash"
 if [ -n "$rundir" ] && [ -d "$rundir" ] && [ ! -L "$rundir" ] && [ -O "$rundir" ]; then
 	chmod u+rwx -- "$rundir"
-	mv -T -- "$rundir" "$trash/run"
+	mv -- "$rundir" "$trash/run"
 fi
 if mine "$wt"; then
-	if [ "$park" = yes ]; then chmod 700 -- "$wt"; else chmod u+rwx -- "$wt"; mv -T -- "$wt" "$trash/checkout"; fi
+	if [ "$park" = yes ]; then chmod 700 -- "$wt"; else chmod u+rwx -- "$wt"; mv -- "$wt" "$trash/checkout"; fi
 fi
 `
 	trashDir := path.Join(w.root, "worktrees", trash)
@@ -122,7 +122,7 @@ if [ "$park" = yes ] && [ -f "$stamps/$id" ] && mine_of "$wt" "$uid"; then
 	name=.park-$(rnd)
 	start=$(sed -n '1s/^start //p' "$stamps/$id")
 	key=$(rootkey "$start")
-	mv -T -- "$wt" "$wts/$name"
+	mv -- "$wt" "$wts/$name"
 	mv -f -- "$stamps/$id" "$pool/$uid.stamp"
 	printf 'park %s %s %s\n' "$name" "$key" "$(date +%s)" >"$pool/$uid"
 fi
@@ -132,11 +132,15 @@ if [ -n "$(find "$wts" "$root/.amelia/runs" -mindepth 1 -maxdepth 1 -user "$uid"
 	find "$wts" "$root/.amelia/runs" -mindepth 1 -maxdepth 1 -user "$uid" ! -name "$trash" ! -name "$parked" -print0 2>/dev/null || true
 	exit 5
 fi
-printf '%s\n' "$trash" >>"$trashd/$uid"
-[ -e "$trashd/$uid.lock" ] || { : >"$trashd/$uid.lock"; chmod 644 "$trashd/$uid.lock"; }
+# An empty trash entry goes now (the sandbox's user owns worktrees/);
+# else the uid's sweeper removes it.
+if ! rmdir -- "$wts/$trash" 2>/dev/null; then
+	printf '%s\n' "$trash" >>"$trashd/$uid"
+	[ -e "$trashd/$uid.lock" ] || { : >"$trashd/$uid.lock"; chmod 644 "$trashd/$uid.lock"; }
+	echo "sweep $uid $trash"
+fi
 if [ -d "$repo" ] && g -C "$repo" show-ref --verify --quiet "$dref"; then g -C "$repo" update-ref -d "$dref"; fi
 rm -f -- "$rec"
-echo "sweep $uid $trash"
 # Over the bound: the oldest parked checkouts go into their uids' trash.
 n=$(ls "$pool" | grep -c '^[0-9]*$' || true)
 while [ "$n" -gt "$bound" ]; do
@@ -151,7 +155,7 @@ while [ "$n" -gt "$bound" ]; do
 	read -r _ name _ _ <"$pool/$old" || true
 	if [ -n "$name" ] && mine_of "$wts/$name" "$old"; then
 		to=.trash-$(rnd)
-		mv -T -- "$wts/$name" "$wts/$to"
+		mv -- "$wts/$name" "$wts/$to"
 		printf '%s\n' "$to" >>"$trashd/$old"
 		[ -e "$trashd/$old.lock" ] || { : >"$trashd/$old.lock"; chmod 644 "$trashd/$old.lock"; }
 		echo "sweep $old $to"
@@ -221,7 +225,7 @@ for p; do
 	i=$((i + 1))
 	[ -n "$(find "$p" -maxdepth 0 -user "$uid" 2>/dev/null)" ] || continue
 	if [ ! -L "$p" ]; then chmod u+rwx -- "$p" 2>/dev/null || true; fi
-	mv -T -- "$p" "$trash/left-$$-$i" 2>/dev/null || { chmod -R u+rwx -- "$p" 2>/dev/null; rm -rf -- "$p" 2>/dev/null; } || true
+	mv -- "$p" "$trash/left-$$-$i" 2>/dev/null || { chmod -R u+rwx -- "$p" 2>/dev/null; rm -rf -- "$p" 2>/dev/null; } || true
 done
 `
 	for chunk := range slices.Chunk(paths, 100) {
@@ -264,7 +268,10 @@ func (w *Workspace) sweep(ctx context.Context, lines []string) {
 	// user's, readable by all; the sandbox's user drops what is gone.
 	const body = `uid=$1
 shift
-setsid sh -c '
+# setsid where the sandbox has it (a session of its own, apart from the
+# exec's), else nohup.
+detached() { if command -v setsid >/dev/null 2>&1; then setsid "$@"; else nohup "$@"; fi; }
+detached sh -c '
 root=$1 worker=$2 lockwith=$3 rec=$4
 exec 8<"$rec.lock" || exit 0
 if [ "$lockwith" = flock ] && command -v flock >/dev/null 2>&1; then flock -n 8 || exit 0
@@ -309,9 +316,14 @@ lock
 trashd=$root/.amelia/trash
 mkdir -p "$trashd" && chmod 755 "$trashd"
 if [ -f "$wt/.git" ]; then echo legacy; exit 0; fi
+# The record keeps what is still there.
+if [ -f "$trashd/self" ]; then
+	while read -r n; do if [ -e "$root/worktrees/$n" ]; then printf '%s\n' "$n"; fi; done <"$trashd/self" >"$trashd/self.new"
+	mv -f -- "$trashd/self.new" "$trashd/self"
+fi
 if mine "$wt"; then
 	chmod u+rwx -- "$wt"
-	mv -T -- "$wt" "$root/worktrees/$trash"
+	mv -- "$wt" "$root/worktrees/$trash"
 	printf '%s\n' "$trash" >>"$trashd/self"
 	[ -e "$trashd/self.lock" ] || { : >"$trashd/self.lock"; chmod 644 "$trashd/self.lock"; }
 	echo "sweep 0 $trash"

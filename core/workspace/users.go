@@ -134,7 +134,7 @@ if [ "$parking" = yes ] && [ -d "$pool" ]; then
 	done
 	if [ -n "$best" ]; then
 		read -r _ name _ _ <"$pool/$best" || true
-		if [ -f "$pool/$best.stamp" ] && mine_of "$root/worktrees/$name" "$best" && mv -T -- "$root/worktrees/$name" "$root/worktrees/$reuseto"; then
+		if [ -f "$pool/$best.stamp" ] && mine_of "$root/worktrees/$name" "$best" && mv -- "$root/worktrees/$name" "$root/worktrees/$reuseto"; then
 			printf '%s\n' "$best" >"$users/.$id.tmp"
 			mv -f "$users/.$id.tmp" "$users/$id"
 			echo "$best"
