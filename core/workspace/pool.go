@@ -22,8 +22,9 @@ import (
 //
 // Layout, beside the checkouts:
 //
-//	ROOT/worktrees/.park-<hex>   a parked checkout, of its uid
-//	ROOT/worktrees/.trash-<hex>  what a uid's sweeper removes
+//	ROOT/.amelia/parked/         mode 1733, as worktrees/ is
+//	ROOT/.amelia/parked/.park-<hex>   a parked checkout, of its uid
+//	ROOT/.amelia/parked/.trash-<hex>  what a uid's sweeper removes
 //	ROOT/.amelia/stamps/<id>     the stamp of workflow id's checkout
 //	ROOT/.amelia/pool/<uid>      "park NAME KEY TIME": the uid's parked
 //	                             checkout, made of a repository whose
@@ -33,8 +34,12 @@ import (
 //	ROOT/.amelia/trash/<uid>     the uid's trash entries, one a line
 //	ROOT/.amelia/trash/<uid>.lock  held by the uid's sweeper
 //
-// All of .amelia/ is the sandbox's user's: no uid writes a record or a
-// stamp. A uid with a parked checkout, or with trash left, is given to no
+// A uid moves its own checkout and run directory into parked/ (only it
+// may: renaming a directory into another one writes its "..", which
+// needs its owner's permission); the sandbox's user checks what it
+// moved and records it. So worktrees/ holds workflows' checkouts alone.
+// The rest of .amelia/ is the sandbox's user's: no uid writes a record
+// or a stamp. A uid with a parked checkout, or with trash left, is given to no
 // workflow but, when its trash is gone, one that reuses its checkout;
 // the allocation (allocateUser) drops trash entries that are gone. The
 // parked and trash entries keep the uid's ownership: only the uid can
@@ -91,7 +96,8 @@ func (w *Workspace) Retire(ctx context.Context, id, runDir string) error {
 	if w.parking() {
 		park = "yes"
 	}
-	const asUID = `wt=$1 uid=$2 trash=$3 rundir=$4 park=$5
+	name := ".park-" + randomHex(16)
+	const asUID = `wt=$1 uid=$2 trash=$3 rundir=$4 park=$5 parked=$6
 ` + killUID + `
 mkdir -m 700 -- "$trash"
 if [ -n "$rundir" ] && [ -d "$rundir" ] && [ ! -L "$rundir" ] && [ -O "$rundir" ]; then
@@ -99,11 +105,16 @@ if [ -n "$rundir" ] && [ -d "$rundir" ] && [ ! -L "$rundir" ] && [ -O "$rundir" 
 	mv -- "$rundir" "$trash/run"
 fi
 if mine "$wt"; then
-	if [ "$park" = yes ]; then chmod 700 -- "$wt"; else chmod u+rwx -- "$wt"; mv -- "$wt" "$trash/checkout"; fi
+	chmod 700 -- "$wt"
+	if [ "$park" = yes ]; then mv -- "$wt" "$parked"; else mv -- "$wt" "$trash/checkout"; fi
 fi
 `
-	trashDir := path.Join(w.root, "worktrees", trash)
-	if err := w.scriptAs(ctx, uid, "end the checkout's processes", nil, nil, nil, asUID, wt, uid, trashDir, runDir, park); err != nil {
+	parkedDir := path.Join(w.root, ".amelia", "parked")
+	trashDir := path.Join(parkedDir, trash)
+	if err := w.ensureParkedDir(ctx); err != nil {
+		return fmt.Errorf("retire the checkout of %s: %w", id, err)
+	}
+	if err := w.scriptAs(ctx, uid, "end the checkout's processes", nil, nil, nil, asUID, wt, uid, trashDir, runDir, park, path.Join(parkedDir, name)); err != nil {
 		return fmt.Errorf("retire the checkout of %s: %w", id, err)
 	}
 	// The sandbox's user parks the checkout, has the uid move into its
@@ -111,30 +122,35 @@ fi
 	// releases the uid and puts parked checkouts over the bound into
 	// their uids' trash. It prints "sweep UID NAME" for each trash entry
 	// a sweeper is to remove.
-	const body = `repo=$1 wt=$2 uid=$3 trash=$4 park=$5 dref=$6 rec=$7 id=$8 bound=$9
+	const body = `repo=$1 wt=$2 uid=$3 dref=$4 rec=$5 trash=$6 park=$7 id=$8 bound=$9 name=${10}
 lock
-wts=$root/worktrees stamps=$root/.amelia/stamps pool=$root/.amelia/pool trashd=$root/.amelia/trash
+pk=$root/.amelia/parked stamps=$root/.amelia/stamps pool=$root/.amelia/pool trashd=$root/.amelia/trash
 mkdir -p "$stamps" "$pool" "$trashd"
 chmod 700 "$stamps" "$pool"
 chmod 755 "$trashd"
-name=
-if [ "$park" = yes ] && [ -f "$stamps/$id" ] && mine_of "$wt" "$uid"; then
-	name=.park-$(rnd)
-	start=$(sed -n '1s/^start //p' "$stamps/$id")
-	key=$(rootkey "$start")
-	mv -- "$wt" "$wts/$name"
-	mv -f -- "$stamps/$id" "$pool/$uid.stamp"
-	printf 'park %s %s %s\n' "$name" "$key" "$(date +%s)" >"$pool/$uid"
+kept=$trash
+if [ "$park" = yes ] && mine_of "$pk/$name" "$uid"; then
+	if [ -f "$stamps/$id" ]; then
+		start=$(sed -n '1s/^start //p' "$stamps/$id")
+		mv -f -- "$stamps/$id" "$pool/$uid.stamp"
+		printf 'park %s %s %s\n' "$name" "$(rootkey "$start")" "$(date +%s)" >"$pool/$uid"
+		kept=$name
+	else
+		# Unstamped (made before parking was on): not reusable.
+		mv -- "$pk/$name" "$pk/$trash/checkout"
+	fi
 fi
 rm -f -- "$stamps/$id"
-parked=${name:-$trash}
-if [ -n "$(find "$wts" "$root/.amelia/runs" -mindepth 1 -maxdepth 1 -user "$uid" ! -name "$trash" ! -name "$parked" -print -quit 2>/dev/null)" ]; then
-	find "$wts" "$root/.amelia/runs" -mindepth 1 -maxdepth 1 -user "$uid" ! -name "$trash" ! -name "$parked" -print0 2>/dev/null || true
+# What else the uid has in worktrees/, .amelia/runs/ and parked/ it is
+# to move into its trash: listed NUL-terminated, exit 5.
+set -- "$root/worktrees" "$root/.amelia/runs" "$pk"
+if [ -n "$(find "$@" -mindepth 1 -maxdepth 1 -user "$uid" ! -name "$trash" ! -name "$kept" -print -quit 2>/dev/null)" ]; then
+	find "$@" -mindepth 1 -maxdepth 1 -user "$uid" ! -name "$trash" ! -name "$kept" -print0 2>/dev/null || true
 	exit 5
 fi
-# An empty trash entry goes now (the sandbox's user owns worktrees/);
-# else the uid's sweeper removes it.
-if ! rmdir -- "$wts/$trash" 2>/dev/null; then
+# An empty trash entry goes now (the sandbox's user owns parked/); else
+# the uid's sweeper removes it.
+if ! rmdir -- "$pk/$trash" 2>/dev/null; then
 	printf '%s\n' "$trash" >>"$trashd/$uid"
 	[ -e "$trashd/$uid.lock" ] || { : >"$trashd/$uid.lock"; chmod 644 "$trashd/$uid.lock"; }
 	echo "sweep $uid $trash"
@@ -152,10 +168,10 @@ while [ "$n" -gt "$bound" ]; do
 		if [ -z "$oldt" ] || [ "${t:-0}" -lt "$oldt" ]; then old=$u oldt=${t:-0}; fi
 	done
 	[ -n "$old" ] || break
-	read -r _ name _ _ <"$pool/$old" || true
-	if [ -n "$name" ] && mine_of "$wts/$name" "$old"; then
+	read -r _ on _ _ <"$pool/$old" || true
+	if [ -n "$on" ] && mine_of "$pk/$on" "$old"; then
 		to=.trash-$(rnd)
-		mv -- "$wts/$name" "$wts/$to"
+		mv -- "$pk/$on" "$pk/$to"
 		printf '%s\n' "$to" >>"$trashd/$old"
 		[ -e "$trashd/$old.lock" ] || { : >"$trashd/$old.lock"; chmod 644 "$trashd/$old.lock"; }
 		echo "sweep $old $to"
@@ -168,7 +184,7 @@ done
 	for pass := 1; ; pass++ {
 		var out bytes.Buffer
 		err := w.script(ctx, "park the checkout", nil, nil, &out, poolPrelude+body,
-			w.RepoDir(), wt, uid, trash, park, dirtyRef(id), w.userRecord(id), id, fmt.Sprint(w.parked))
+			w.RepoDir(), wt, uid, dirtyRef(id), w.userRecord(id), trash, park, id, fmt.Sprint(w.parked), name)
 		var ee *exitError
 		if errors.As(err, &ee) && ee.code == exitUserLeft {
 			if err := w.moveLeft(ctx, uid, trashDir, out.Bytes(), pass); err != nil {
@@ -197,7 +213,12 @@ mine_of() { [ -d "$1" ] && [ ! -L "$1" ] && [ -n "$(find "$1" -maxdepth 0 -user 
 rootkey() { g -C "$root/repo" rev-list --max-parents=0 "$1" -- 2>/dev/null | sort | head -n 1; }
 `
 
-// newTrashName is the name of a new trash entry in worktrees/.
+// ensureParkedDir makes ROOT/.amelia/parked, 1733, as the sandbox's user.
+func (w *Workspace) ensureParkedDir(ctx context.Context) error {
+	return w.script(ctx, "make the parked directory", nil, nil, nil, `p=$root/.amelia/parked; mkdir -p "$p" && chmod 1733 "$p"`)
+}
+
+// newTrashName is the name of a new trash entry in .amelia/parked/.
 func newTrashName() string { return ".trash-" + randomHex(16) }
 
 // moveLeft has uid move the entries listed (NUL-terminated paths in
@@ -209,8 +230,8 @@ func (w *Workspace) moveLeft(ctx context.Context, uid, trash string, listing []b
 	for p := range strings.SplitSeq(strings.TrimSuffix(string(listing), "\x00"), "\x00") {
 		dir, name := path.Split(path.Clean(p))
 		dir = path.Clean(dir)
-		if (dir != path.Join(w.root, "worktrees") && dir != path.Join(w.root, ".amelia", "runs")) || name == "" || name == "." || name == ".." {
-			return fmt.Errorf("release uid %s: the sandbox listed %q as one of its entries, which is no entry of worktrees/ or .amelia/runs/", uid, p)
+		if (dir != path.Join(w.root, "worktrees") && dir != path.Join(w.root, ".amelia", "runs") && dir != path.Join(w.root, ".amelia", "parked")) || name == "" || name == "." || name == ".." {
+			return fmt.Errorf("release uid %s: the sandbox listed %q as one of its entries, which is no entry of worktrees/, .amelia/runs/ or .amelia/parked/", uid, p)
 		}
 		paths = append(paths, path.Join(dir, name))
 	}
@@ -283,7 +304,7 @@ while :; do
 	while read -r n; do
 		case $n in .trash-*) ;; *) continue ;; esac
 		case " $done " in *" $n "*) continue ;; esac
-		p=$root/worktrees/$n
+		p=$root/.amelia/parked/$n
 		if [ -e "$p" ] || [ -L "$p" ]; then
 			chmod -R u+rwx -- "$p" 2>/dev/null
 			rm -rf -- "$p" 2>/dev/null
@@ -311,19 +332,19 @@ func (w *Workspace) retireUnseparated(ctx context.Context, id, runDir string) er
 			return err
 		}
 	}
-	const body = `wt=$1 trash=$2 dref=$3 repo=$4
+	const body = `wt=$1 trash=$2 repo=$3 dref=$4 rec=$5
 lock
-trashd=$root/.amelia/trash
-mkdir -p "$trashd" && chmod 755 "$trashd"
+pk=$root/.amelia/parked trashd=$root/.amelia/trash
+mkdir -p "$pk" "$trashd" && chmod 1733 "$pk" && chmod 755 "$trashd"
 if [ -f "$wt/.git" ]; then echo legacy; exit 0; fi
 # The record keeps what is still there.
 if [ -f "$trashd/self" ]; then
-	while read -r n; do if [ -e "$root/worktrees/$n" ]; then printf '%s\n' "$n"; fi; done <"$trashd/self" >"$trashd/self.new"
+	while read -r n; do if [ -e "$pk/$n" ]; then printf '%s\n' "$n"; fi; done <"$trashd/self" >"$trashd/self.new"
 	mv -f -- "$trashd/self.new" "$trashd/self"
 fi
 if mine "$wt"; then
 	chmod u+rwx -- "$wt"
-	mv -- "$wt" "$root/worktrees/$trash"
+	mv -- "$wt" "$pk/$trash"
 	printf '%s\n' "$trash" >>"$trashd/self"
 	[ -e "$trashd/self.lock" ] || { : >"$trashd/self.lock"; chmod 644 "$trashd/self.lock"; }
 	echo "sweep 0 $trash"
@@ -331,7 +352,7 @@ fi
 if [ -d "$repo" ] && g -C "$repo" show-ref --verify --quiet "$dref"; then g -C "$repo" update-ref -d "$dref"; fi
 `
 	var out strings.Builder
-	if err := w.script(ctx, "retire the checkout", nil, nil, &out, body, wt, newTrashName(), dirtyRef(id), w.RepoDir()); err != nil {
+	if err := w.script(ctx, "retire the checkout", nil, nil, &out, body, wt, newTrashName(), w.RepoDir(), dirtyRef(id), w.userRecord(id)); err != nil {
 		return fmt.Errorf("retire the checkout of %s: %w", id, err)
 	}
 	if strings.TrimSpace(out.String()) == "legacy" {

@@ -87,15 +87,15 @@ git -c core.hooksPath=/dev/null -c core.fsmonitor=false rev-parse HEAD
 	if err := ws.Retire(ctx, "one", ""); err != nil {
 		t.Fatal(err)
 	}
-	wts := path.Join(ws.root, "worktrees")
+	parked := path.Join(ws.root, ".amelia", "parked")
 	if ids, err := Workflows(ctx, ex); err != nil || !slices.Equal(ids, []string{"other"}) {
 		t.Errorf("Workflows after the park = %q, %v; want other alone (a parked checkout is no workflow)", ids, err)
 	}
 	if uids, err := RunUsers(ctx, ex); err != nil || uids["one"] != "" {
 		t.Errorf("RunUsers after the park = %v, %v; want no uid for one", uids, err)
 	}
-	if got := mustAs(t, ex, "", `find "$1" -mindepth 1 -maxdepth 1 -name '.park-*' -user "$2" | wc -l`, wts, uid); got != "1" {
-		t.Errorf("%s parked checkouts of uid %s; want 1", got, uid)
+	if got := mustAs(t, ex, "", `find "$1" -mindepth 1 -maxdepth 1 -name '.park-*' -user "$2" | wc -l; ls -A "$3"`, parked, uid, path.Join(ws.root, "worktrees")); got != "1\nother" {
+		t.Errorf("parked checkouts of uid %s, then worktrees/: %q; want 1, and other's checkout alone", uid, got)
 	}
 	if got := mustAs(t, ex, "", `n=0; for p in /proc/[0-9]*; do [ "$(stat -c %u "$p" 2>/dev/null)" = "$1" ] && n=$((n+1)); done; echo $n; [ ! -e "$2" ] && echo gone`, uid, tmpFile); got != "0\ngone" {
 		t.Errorf("the uid's processes and /tmp file after the park: %q; want 0 and gone", got)

@@ -281,7 +281,7 @@ func (w *Workspace) AddWorktree(ctx context.Context, id string, base Base) (stri
 	var reuse *parkedCheckout
 	if w.runUsers {
 		var err error
-		if uid, reuse, err = w.allocateUser(ctx, id, base.Start, newCheckoutPrefix+randomHex(16)); err != nil {
+		if uid, reuse, err = w.allocateUser(ctx, id, base.Start); err != nil {
 			return "", err
 		}
 	}
@@ -460,6 +460,7 @@ find /tmp /var/tmp /dev/shm -xdev -user "$uid" -delete 2>/dev/null || true
 lock
 if [ -n "$uid" ]; then
 	set -- "$root/worktrees" "$root/.amelia/runs"
+	if [ -d "$root/.amelia/parked" ]; then set -- "$@" "$root/.amelia/parked"; fi
 	if [ -n "$(find "$@" -mindepth 1 -maxdepth 1 -user "$uid" -print -quit 2>/dev/null)" ]; then
 		find "$@" -mindepth 1 -maxdepth 1 -user "$uid" -print0 2>/dev/null || true
 		exit 5

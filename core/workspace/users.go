@@ -76,7 +76,7 @@ func validUID(s string, first, last int) (string, error) {
 const idFiles = "/etc/passwd /etc/group"
 
 // parkedCheckout is a parked checkout that allocateUser gave a workflow
-// with its uid: moved to dir (worktrees/.new-<hex>), made at start, with
+// with its uid: dir (in .amelia/parked/), made at start, with
 // the stamp that proves what of it is unchanged (checkout stamp's output).
 type parkedCheckout struct {
 	dir, start string
@@ -87,18 +87,17 @@ type parkedCheckout struct {
 // also makes the shared directories, 1733. Where the workspace parks
 // checkouts (see pool.go), a uid whose parked checkout was made of the
 // repository of start (the same first root commit) and has no trash left
-// comes first, the newest such checkout: it is moved to reuseTo (a name
-// in worktrees/) and returned. Else the uid is the lowest that no
+// comes first, the newest such checkout, returned for the uid to reset. Else the uid is the lowest that no
 // record, parked checkout or trash holds. It refuses (exit 3,
 // ErrBranchExists) when the workflow has a uid already: its checkout is
 // kept.
-func (w *Workspace) allocateUser(ctx context.Context, id, start, reuseTo string) (string, *parkedCheckout, error) {
-	const body = `users=$1 id=$2 first=$3 last=$4 idfiles=$5 start=$6 reuseto=$7 parking=$8
+func (w *Workspace) allocateUser(ctx context.Context, id, start string) (string, *parkedCheckout, error) {
+	const body = `users=$1 id=$2 first=$3 last=$4 idfiles=$5 start=$6 parking=$7
 lock
-mkdir -p "$users" "$root/worktrees" "$root/.amelia/runs"
-chmod 1733 "$root/worktrees" "$root/.amelia/runs"
+mkdir -p "$users" "$root/worktrees" "$root/.amelia/runs" "$root/.amelia/parked"
+chmod 1733 "$root/worktrees" "$root/.amelia/runs" "$root/.amelia/parked"
 if [ -e "$users/$id" ]; then echo "workflow $id has a uid in the sandbox already" >&2; exit 3; fi
-pool=$root/.amelia/pool trashd=$root/.amelia/trash
+pool=$root/.amelia/pool trashd=$root/.amelia/trash pk=$root/.amelia/parked
 # Trash entries that are gone are dropped; a uid whose trash is all gone
 # holds none. A uid whose trash is left and whose sweeper is not running
 # (it holds $trashd/UID.lock) is named for the host to start one.
@@ -109,7 +108,7 @@ if [ -d "$trashd" ]; then
 		left=
 		while read -r n; do
 			case $n in .trash-*) ;; *) continue ;; esac
-			if [ -e "$root/worktrees/$n" ] || [ -L "$root/worktrees/$n" ]; then left="$left $n"; fi
+			if [ -e "$pk/$n" ] || [ -L "$pk/$n" ]; then left="$left $n"; fi
 		done <"$f"
 		if [ -z "$left" ]; then rm -f -- "$f"; continue; fi
 		printf '%s\n' $left >"$f"
@@ -134,15 +133,17 @@ if [ "$parking" = yes ] && [ -d "$pool" ]; then
 	done
 	if [ -n "$best" ]; then
 		read -r _ name _ _ <"$pool/$best" || true
-		if [ -f "$pool/$best.stamp" ] && mine_of "$root/worktrees/$name" "$best" && mv -- "$root/worktrees/$name" "$root/worktrees/$reuseto"; then
+		if [ -f "$pool/$best.stamp" ] && mine_of "$pk/$name" "$best"; then
 			printf '%s\n' "$best" >"$users/.$id.tmp"
 			mv -f "$users/.$id.tmp" "$users/$id"
 			echo "$best"
-			echo reuse
+			echo "reuse $name"
 			cat "$pool/$best.stamp"
 			rm -f -- "$pool/$best" "$pool/$best.stamp"
 			exit 0
 		fi
+		# Its checkout is not there: the record goes, and what the uid
+		# has left goes with its next release.
 		rm -f -- "$pool/$best" "$pool/$best.stamp"
 	fi
 fi
@@ -167,7 +168,7 @@ echo "$uid"
 	}
 	var out bytes.Buffer
 	err := w.scriptAs(ctx, "", "give the workflow a uid", nil, nil, &out, poolPrelude+body,
-		path.Join(w.root, usersDir), id, strconv.Itoa(w.uids[0]), strconv.Itoa(w.uids[1]), w.idFiles, start, reuseTo, parking)
+		path.Join(w.root, usersDir), id, strconv.Itoa(w.uids[0]), strconv.Itoa(w.uids[1]), w.idFiles, start, parking)
 	if msg, ok := refused(err); ok {
 		return "", nil, fmt.Errorf("add the checkout of %s: %w: %s", id, ErrBranchExists, msg)
 	}
@@ -191,11 +192,12 @@ echo "$uid"
 	w.users[id] = uid
 	w.mu.Unlock()
 	var reuse *parkedCheckout
-	if mark, stamp, _ := bytes.Cut(rest, []byte("\n")); string(mark) == "reuse" {
+	if mark, stamp, _ := bytes.Cut(rest, []byte("\n")); bytes.HasPrefix(mark, []byte("reuse .park-")) {
+		name := strings.TrimPrefix(string(mark), "reuse ")
 		startLine, st, _ := bytes.Cut(stamp, []byte("\n"))
 		oldStart, ok := strings.CutPrefix(string(startLine), "start ")
-		if ok && validCommit(oldStart) {
-			reuse = &parkedCheckout{dir: path.Join(w.root, "worktrees", reuseTo), start: oldStart, stamp: st}
+		if ok && validCommit(oldStart) && !strings.ContainsAny(name, "/ ") {
+			reuse = &parkedCheckout{dir: path.Join(w.root, ".amelia", "parked", name), start: oldStart, stamp: st}
 		}
 	}
 	return uid, reuse, nil
@@ -287,8 +289,8 @@ func (w *Workspace) removeLeft(ctx context.Context, uid string, listing []byte, 
 	for p := range strings.SplitSeq(strings.TrimSuffix(string(listing), "\x00"), "\x00") {
 		dir, name := path.Split(path.Clean(p))
 		dir = path.Clean(dir)
-		if (dir != path.Join(w.root, "worktrees") && dir != path.Join(w.root, ".amelia", "runs")) || name == "" || name == "." || name == ".." {
-			return fmt.Errorf("release uid %s: the sandbox listed %q as one of its entries, which is no entry of worktrees/ or .amelia/runs/", uid, p)
+		if (dir != path.Join(w.root, "worktrees") && dir != path.Join(w.root, ".amelia", "runs") && dir != path.Join(w.root, ".amelia", "parked")) || name == "" || name == "." || name == ".." {
+			return fmt.Errorf("release uid %s: the sandbox listed %q as one of its entries, which is no entry of worktrees/, .amelia/runs/ or .amelia/parked/", uid, p)
 		}
 		paths = append(paths, path.Join(dir, name))
 	}
