@@ -173,7 +173,28 @@ func stampCheckout(dir string, out io.Writer) error {
 		return fmt.Errorf("stamp %s: %w", dir, err)
 	}
 	fmt.Fprintf(bw, "%d .\x00", top.Ino)
-	sc := scan(dir, false)
+	// The directories are the tree's, which git lists without reading
+	// the filesystem: right after a checkout there are no others.
+	sc := &scanned{st: map[string]unix.Stat_t{}}
+	if dirs, err := treeDirs(dir); err == nil {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, scanWorkers)
+		for _, d := range dirs {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				var fi unix.Stat_t
+				if p := path.Join(dir, d); unix.Lstat(p, &fi) == nil && fi.Mode&unix.S_IFMT == unix.S_IFDIR {
+					sc.put(p, fi)
+				}
+			}()
+		}
+		wg.Wait()
+	} else {
+		sc = scan(dir, false)
+	}
 	paths := make([]string, 0, len(sc.st))
 	for p := range sc.st {
 		paths = append(paths, p)
@@ -259,6 +280,78 @@ func scan(dir string, files bool) *scanned {
 	return s
 }
 
+// scanTree is scan for a stamped checkout of a known tree: a directory
+// of the tree unchanged since the stamp holds exactly the entries it had
+// then, the tree's (a checkout holds nothing else), so only the top and
+// directories that changed are read; every directory of the tree and
+// every entry is lstat'ed, scanWorkers at a time.
+func scanTree(dir string, dirs map[string]bool, children map[string][]string, st stamp) *scanned {
+	s := &scanned{st: map[string]unix.Stat_t{}, ents: map[string][]string{}}
+	abs := func(rel string) string { return path.Join(dir, rel) }
+	par := func(items []string, fn func(string)) {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, scanWorkers)
+		for _, it := range items {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				fn(it)
+				<-sem
+			}()
+		}
+		wg.Wait()
+	}
+	lstat := func(p string) {
+		var fi unix.Stat_t
+		if unix.Lstat(p, &fi) == nil {
+			s.put(p, fi)
+		}
+	}
+	rels := make([]string, 0, len(dirs))
+	for d := range dirs {
+		rels = append(rels, d)
+	}
+	par(rels, func(rel string) { lstat(abs(rel)) })
+	var changed []string
+	for _, rel := range rels {
+		fi, ok := s.st[abs(rel)]
+		switch {
+		case !ok || fi.Mode&unix.S_IFMT != unix.S_IFDIR:
+		case rel == "." || st.after(fi.Ctim):
+			changed = append(changed, rel)
+		default:
+			s.ents[abs(rel)] = children[rel]
+		}
+	}
+	par(changed, func(rel string) {
+		ents, err := os.ReadDir(abs(rel))
+		if err != nil {
+			return
+		}
+		names := make([]string, 0, len(ents))
+		for _, e := range ents {
+			if rel == "." && e.Name() == ".git" {
+				continue
+			}
+			names = append(names, e.Name())
+		}
+		s.mu.Lock()
+		s.ents[abs(rel)] = names
+		s.mu.Unlock()
+	})
+	var entries []string
+	for d, names := range s.ents {
+		for _, n := range names {
+			if c := path.Join(d, n); !dirs[strings.TrimPrefix(c, dir+"/")] {
+				entries = append(entries, c)
+			}
+		}
+	}
+	par(entries, lstat)
+	return s
+}
+
 func (s *scanned) put(p string, st unix.Stat_t) {
 	s.mu.Lock()
 	s.st[p] = st
@@ -289,6 +382,24 @@ func (s *scanned) readDir(p string) ([]string, error) {
 		names = append(names, e.Name())
 	}
 	return names, err
+}
+
+// treeDirs lists the directories of the tree HEAD of the checkout dir
+// has checked out.
+func treeDirs(dir string) ([]string, error) {
+	cmd := exec.Command("git", "--git-dir="+path.Join(dir, ".git"), "-c", "core.hooksPath=/dev/null", "ls-tree", "-r", "-d", "-z", "--name-only", "HEAD")
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, err
+	}
+	var dirs []string
+	for d := range strings.SplitSeq(strings.TrimSuffix(string(out), "\x00"), "\x00") {
+		if d != "" {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs, nil
 }
 
 // readStamp reads what stampCheckout wrote.
@@ -329,35 +440,37 @@ type treeEntry struct {
 	oid  []byte
 }
 
-// lsTree lists commit's files in the bare repository repo, and its
-// directories.
-func lsTree(repo, commit string) (map[string]treeEntry, map[string]bool, error) {
+// lsTree lists commit's files in the bare repository repo, its
+// directories ("." the top), and each directory's entries' names.
+func lsTree(repo, commit string) (map[string]treeEntry, map[string]bool, map[string][]string, error) {
 	cmd := exec.Command("git", "--git-dir="+repo, "-c", "core.hooksPath=/dev/null", "ls-tree", "-r", "-z", "--full-tree", "--end-of-options", commit)
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, nil, fmt.Errorf("list the files of %s: %v: %s", commit, err, strings.TrimSpace(stderr.String()))
+		return nil, nil, nil, fmt.Errorf("list the files of %s: %v: %s", commit, err, strings.TrimSpace(stderr.String()))
 	}
-	files, dirs := map[string]treeEntry{}, map[string]bool{".": true}
+	files, dirs, children := map[string]treeEntry{}, map[string]bool{".": true}, map[string][]string{}
 	for rec := range strings.SplitSeq(strings.TrimSuffix(string(out), "\x00"), "\x00") {
 		meta, p, ok := strings.Cut(rec, "\t")
 		f := strings.Fields(meta)
 		if !ok || len(f) != 3 {
-			return nil, nil, fmt.Errorf("list the files of %s: bad line %q", commit, rec)
+			return nil, nil, nil, fmt.Errorf("list the files of %s: bad line %q", commit, rec)
 		}
 		mode, err1 := strconv.ParseUint(f[0], 8, 32)
 		oid, err2 := hex.DecodeString(f[2])
 		if err1 != nil || err2 != nil || len(oid) != sha1.Size {
-			return nil, nil, fmt.Errorf("list the files of %s: bad line %q (only SHA-1 repositories are reused)", commit, rec)
+			return nil, nil, nil, fmt.Errorf("list the files of %s: bad line %q (only SHA-1 repositories are reused)", commit, rec)
 		}
 		files[p] = treeEntry{uint32(mode), oid}
-		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+		children[path.Dir(p)] = append(children[path.Dir(p)], path.Base(p))
+		for d := path.Dir(p); d != "." && !dirs[d]; d = path.Dir(d) {
 			dirs[d] = true
+			children[path.Dir(d)] = append(children[path.Dir(d)], path.Base(d))
 		}
 	}
-	return files, dirs, nil
+	return files, dirs, children, nil
 }
 
 // reuse is one reuseCheckout in progress.
@@ -388,7 +501,7 @@ func reuseCheckout(dir, into, repo, start string, st stamp) (int, int, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return 0, 0, fmt.Errorf("reuse %s: %w", dir, err)
 	}
-	files, dirs, err := lsTree(repo, start)
+	files, dirs, children, err := lsTree(repo, start)
 	if err != nil {
 		return 0, 0, fmt.Errorf("reuse %s: %w", dir, err)
 	}
@@ -399,7 +512,7 @@ func reuseCheckout(dir, into, repo, start string, st stamp) (int, int, error) {
 	if err := os.Mkdir(into, 0o700); err != nil {
 		return 0, 0, fmt.Errorf("reuse %s: %w", dir, err)
 	}
-	r.sc = scan(dir, true)
+	r.sc = scanTree(dir, dirs, children, st)
 	if err := r.sift(".", dir, into); err != nil {
 		return 0, 0, fmt.Errorf("reuse %s: %w", dir, err)
 	}

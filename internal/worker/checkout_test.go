@@ -112,7 +112,8 @@ func TestCheckoutReuse(t *testing.T) {
 	sh(`set -e
 echo tampered >tamper.txt
 echo tampered >forged.txt
-touch -d 2000-01-01 tamper.txt forged.txt
+echo tampered >a/one.txt
+touch -d 2000-01-01 tamper.txt forged.txt a/one.txt
 git -c core.hooksPath=/dev/null add forged.txt
 echo untracked >new.txt
 echo ignored >debug.log
