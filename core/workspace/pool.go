@@ -128,26 +128,30 @@ pk=$root/.amelia/parked stamps=$root/.amelia/stamps pool=$root/.amelia/pool tras
 mkdir -p "$stamps" "$pool" "$trashd"
 chmod 700 "$stamps" "$pool"
 chmod 755 "$trashd"
-kept=$trash
+# What else the uid has in worktrees/, .amelia/runs/ and parked/ it is
+# to move into its trash: listed NUL-terminated, exit 5.
+set -- "$root/worktrees" "$root/.amelia/runs" "$pk"
+if [ -n "$(find "$@" -mindepth 1 -maxdepth 1 -user "$uid" ! -name "$trash" ! -name "$name" -print -quit 2>/dev/null)" ]; then
+	find "$@" -mindepth 1 -maxdepth 1 -user "$uid" ! -name "$trash" ! -name "$name" -print0 2>/dev/null || true
+	exit 5
+fi
 if [ "$park" = yes ] && mine_of "$pk/$name" "$uid"; then
 	if [ -f "$stamps/$id" ]; then
 		start=$(sed -n '1s/^start //p' "$stamps/$id")
 		mv -f -- "$stamps/$id" "$pool/$uid.stamp"
 		printf 'park %s %s %s\n' "$name" "$(rootkey "$start")" "$(date +%s)" >"$pool/$uid"
-		kept=$name
 	else
-		# Unstamped (made before parking was on): not reusable.
-		mv -- "$pk/$name" "$pk/$trash/checkout"
+		# Unstamped (made where parking was off): not reusable, so trash
+		# of its own (a directory of the uid's is renamed within parked/
+		# alone: moving it elsewhere writes its "..").
+		to=.trash-$(rnd)
+		mv -- "$pk/$name" "$pk/$to"
+		printf '%s\n' "$to" >>"$trashd/$uid"
+		[ -e "$trashd/$uid.lock" ] || { : >"$trashd/$uid.lock"; chmod 644 "$trashd/$uid.lock"; }
+		echo "sweep $uid $to"
 	fi
 fi
 rm -f -- "$stamps/$id"
-# What else the uid has in worktrees/, .amelia/runs/ and parked/ it is
-# to move into its trash: listed NUL-terminated, exit 5.
-set -- "$root/worktrees" "$root/.amelia/runs" "$pk"
-if [ -n "$(find "$@" -mindepth 1 -maxdepth 1 -user "$uid" ! -name "$trash" ! -name "$kept" -print -quit 2>/dev/null)" ]; then
-	find "$@" -mindepth 1 -maxdepth 1 -user "$uid" ! -name "$trash" ! -name "$kept" -print0 2>/dev/null || true
-	exit 5
-fi
 # An empty trash entry goes now (the sandbox's user owns parked/); else
 # the uid's sweeper removes it.
 if ! rmdir -- "$pk/$trash" 2>/dev/null; then

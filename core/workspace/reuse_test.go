@@ -165,3 +165,52 @@ echo "kept $(stat -c %i same/s.txt)"
 		t.Errorf("three, of another repository, got uid %s with its parked checkout", got)
 	}
 }
+
+// The bound holds: with one parked checkout allowed, of two workflows
+// that end one after the other only the later's stays parked, and the
+// earlier's goes into its uid's trash, which is removed in the
+// background; a checkout made where parking was off is not parked
+// either. Nothing of them is in worktrees/, and the next workflow gets
+// the parked one's uid.
+func TestDockerParkedCheckoutsBound(t *testing.T) {
+	ctx := t.Context()
+	ex, ws := parkingSandbox(t, 1)
+	host, _ := newHostRepo(t)
+	s, err := ws.SyncLocal(ctx, LocalSource{Repo: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unparked, err := New(ex, ws.root, Options{Worker: ws.worker, RunUsers: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unparked.AddWorktree(ctx, "plain", s.Base); err != nil {
+		t.Fatal(err)
+	}
+	uids := map[string]string{}
+	for _, id := range []string{"a", "b"} {
+		if _, err := ws.AddWorktree(ctx, id, s.Base); err != nil {
+			t.Fatal(err)
+		}
+		uids[id], _ = ws.RunUser(ctx, id)
+	}
+	for _, id := range []string{"plain", "a", "b"} {
+		if err := ws.Retire(ctx, id, ""); err != nil {
+			t.Fatalf("Retire(%s): %v", id, err)
+		}
+	}
+	parked := path.Join(ws.root, ".amelia", "parked")
+	got := mustAs(t, ex, "", `i=0
+while ls -d "$1"/.trash-* >/dev/null 2>&1; do i=$((i + 1)); [ "$i" -lt 3000 ] || { echo "trash left: $(ls -A "$1")"; exit 0; }; sleep 0.1; done
+find "$1" -mindepth 1 -maxdepth 1 -printf '%u %f\n' | sed 's/-[0-9a-f]*$//'
+ls -A "$2"`, parked, path.Join(ws.root, "worktrees"))
+	if got != uids["b"]+" .park" {
+		t.Errorf("parked/ and worktrees/ once the trash is gone: %q; want b's checkout parked alone (uid %s)", got, uids["b"])
+	}
+	if _, err := ws.AddWorktree(ctx, "c", s.Base); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ws.RunUser(ctx, "c"); got != uids["b"] {
+		t.Errorf("c got uid %s; want %s, whose checkout is parked", got, uids["b"])
+	}
+}
