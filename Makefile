@@ -119,6 +119,7 @@ bench: base-image
 	$(GO) test -run='^$$' -bench=RunToFirstRequestOnDocker -benchtime=10x ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=TwentyRunsOnDocker -benchtime=1x -timeout=60m ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=WorkspaceSetup -benchtime=3x ./core/workspace/
+	$(GO) test -timeout 40m -run='^$$' -bench=WorkspaceLarge -benchtime=1x ./core/workspace/
 	$(GO) test -run='^$$' -bench=TenGenerates -benchtime=5x ./core/driver/sessionbench/
 	$(GO) test -run='^$$' -bench='ColdEnsureRunning|WarmExecTrue' -benchtime=20x ./plugins/docker/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./plugins/docker/

@@ -272,10 +272,31 @@ type Sandbox struct {
 	// worktree), so without it a run waits for no one: it is refused
 	// while another holds the sandbox.
 	ConcurrentRuns bool
+	// ParkedCheckouts bounds the checkouts the sandbox keeps, once their
+	// runs ended, for later workflows to reuse (where runs have uids of
+	// their own: docker); 0 keeps none. Nil is the default,
+	// DefaultParkedCheckouts.
+	ParkedCheckouts *int
 	// Settings maps a provider name to its settings block, as written
 	// (after ${VAR} expansion). Blocks for providers other than Provider
 	// are kept so that overriding the provider keeps working.
 	Settings map[string]map[string]any
+}
+
+// DefaultParkedCheckouts is Sandbox.ParkedCheckouts when a profile does
+// not say.
+const DefaultParkedCheckouts = 4
+
+// MaxParkedCheckouts bounds Sandbox.ParkedCheckouts.
+const MaxParkedCheckouts = 64
+
+// Parked is how many checkouts the sandbox keeps parked
+// (ParkedCheckouts, or its default).
+func (s Sandbox) Parked() int {
+	if s.ParkedCheckouts == nil {
+		return DefaultParkedCheckouts
+	}
+	return *s.ParkedCheckouts
 }
 
 // ProviderSettings returns the settings block of the selected provider, or

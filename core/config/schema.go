@@ -521,6 +521,23 @@ func sandboxSection() section[Sandbox] {
 				},
 				show: func(_ *shower, _ path, sb *Sandbox) any { return sb.ConcurrentRuns },
 			},
+			{
+				key: "parked_checkouts",
+				decode: func(d *decoder, at path, v any, sb *Sandbox) {
+					if v == nil {
+						return
+					}
+					if n, ok := d.count(at, v, 0, MaxParkedCheckouts); ok {
+						sb.ParkedCheckouts = &n
+					}
+				},
+				show: func(_ *shower, _ path, sb *Sandbox) any {
+					if sb.ParkedCheckouts == nil {
+						return nil
+					}
+					return *sb.ParkedCheckouts
+				},
+			},
 		},
 		// Any other key holding a map is a provider's settings block, kept
 		// as written for the plugin.

@@ -281,7 +281,7 @@ func (r *runner) attachAgent(ctx context.Context, a *agentRun) {
 // (see workspace.RunUser).
 func (r *runner) workIn(workdir, worker, hostTunnel string, prx *proxyRun) (*workspace.Workspace, *driver.Driver, error) {
 	sb := r.lv.sandbox()
-	opts := workspace.Options{Worker: worker, RunUsers: sb.Info.RunUsers, Logger: r.host.Logger}
+	opts := workspace.Options{Worker: worker, RunUsers: sb.Info.RunUsers, ParkedCheckouts: r.req.Profile.Sandbox.Parked(), Logger: r.host.Logger}
 	if !r.req.Profile.CommitBuildOutputs {
 		opts.Ignore = workspace.BuildOutputs()
 	}
@@ -504,18 +504,24 @@ func (r *runner) worktreeAtEnd(ws *workspace.Workspace, src source, base workspa
 			r.leave(fmt.Sprintf("worktree %s in sandbox %s (--keep-worktree)", dir, name))
 			return errors.Join(r.removeRunDir(ctx, ws), r.record(runstore.Delivered, nil))
 		}
-		return r.removeWorktree(ctx, ws, src, dir)
+		return r.retireWorktree(ctx, ws, src, dir)
 	})
 }
 
-// removeWorktree removes the run's directory, then the worktree dir, and
-// forgets the run. A run directory that could not be removed keeps the
-// worktree, and with it the uid that owns both: released, the uid would
-// go to another workflow with this run's directory still its own.
-func (r *runner) removeWorktree(ctx context.Context, ws *workspace.Workspace, src source, dir string) error {
-	err := r.removeRunDir(ctx, ws)
+// retireWorktree ends the worktree dir of a run whose work was delivered
+// or that left none: the run's processes end, and the worktree is parked
+// for a later workflow, or handed with the run's directory to a removal
+// inside the sandbox that nothing waits for (workspace.Retire). Then the
+// run is forgotten. A retirement that failed leaves the worktree, and the
+// uid that owns it, as they are.
+func (r *runner) retireWorktree(ctx context.Context, ws *workspace.Workspace, src source, dir string) error {
+	runDir := ""
+	if r.agent != nil && r.agent.det != nil {
+		runDir = r.agent.det.Dir
+	}
+	err := ws.Retire(ctx, src.workflow, runDir)
 	if err == nil {
-		err = errors.Join(ws.RemoveWorktree(ctx, src.workflow), r.forget())
+		err = r.forget()
 	}
 	if err != nil {
 		r.leave(fmt.Sprintf("worktree %s in sandbox %s (its removal failed)", dir, r.sandboxName()))
@@ -537,7 +543,7 @@ func (r *runner) keepWork(ctx context.Context, ws *workspace.Workspace, src sour
 		has, err := ws.HasWork(ctx, src.workflow, base.Start)
 		if err == nil && !has {
 			r.host.Logger.Info("the agent left no work; worktree removed", "workflow", src.workflow)
-			return r.removeWorktree(ctx, ws, src, dir)
+			return r.retireWorktree(ctx, ws, src, dir)
 		}
 		r.sayLeftOut(workspace.Branch(src.workflow), c.LeftOut)
 		commitErr = err

@@ -21,7 +21,7 @@ import (
 // engine (its image built on the test base, with the worker TestMain
 // built) for the test alone, removed when the test ends, and returns a
 // workspace with run users in its workdir.
-func dockerSandbox(t *testing.T) (sdk.Execer, *Workspace) {
+func dockerSandbox(t testing.TB) (sdk.Execer, *Workspace) {
 	t.Helper()
 	cli := dockertest.Engine(t)
 	label := randomHex(6)

@@ -139,9 +139,11 @@ func (h *HostRepo) ResolveBranch(ctx context.Context, branch string) (string, er
 }
 
 // Dirty lists the checkout's uncommitted and untracked paths (ignored files
-// excluded). It takes no optional locks, so it never rewrites the index.
+// excluded): every path where the working tree may differ from HEAD, a
+// rename as its two paths. It takes no optional locks, so it never
+// rewrites the index.
 func (h *HostRepo) Dirty(ctx context.Context) ([]string, error) {
-	out, err := h.git(ctx, nil, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=none")
+	out, err := h.git(ctx, nil, "status", "--porcelain=v1", "-z", "--no-renames", "--untracked-files=all", "--ignore-submodules=none")
 	if err != nil {
 		return nil, fmt.Errorf("check %s for uncommitted changes: %w", h.Dir, err)
 	}
@@ -155,6 +157,9 @@ func (h *HostRepo) Dirty(ctx context.Context) ([]string, error) {
 		paths = append(paths, r[3:])
 		if r[0] == 'R' || r[0] == 'C' { // the rename's source follows
 			i++
+			if i < len(recs) && recs[i] != "" {
+				paths = append(paths, recs[i])
+			}
 		}
 	}
 	return paths, nil
@@ -171,17 +176,26 @@ func (h *HostRepo) DiffStat(ctx context.Context, from, to string) (string, error
 
 // dirtyCommit records the checkout as it is (tracked changes, staged or
 // not, and untracked files that are not ignored) as one commit on top of
-// parent, and returns the commit id. It leaves the user's index, worktree,
-// branches and object store alone: the tree is built in a temporary index
+// parent, and returns the commit id. dirty are the paths where the
+// working tree differs from parent (Dirty, when parent is HEAD): only
+// those are read and hashed, so the cost follows the change, not the
+// tree (a fresh index holds no stat data, and `add -A` of the whole tree
+// would hash every file). It leaves the user's index, worktree, branches
+// and object store alone: the tree is built in a temporary index
 // (GIT_INDEX_FILE) and its objects go to objDir, a temporary object
 // directory that borrows the repository's objects as an alternate.
-func (h *HostRepo) dirtyCommit(ctx context.Context, objDir, parent, message string) (string, error) {
+func (h *HostRepo) dirtyCommit(ctx context.Context, objDir, parent string, dirty []string, message string) (string, error) {
 	idx := filepath.Join(filepath.Dir(objDir), "index")
 	env := []string{"GIT_INDEX_FILE=" + idx, "GIT_OBJECT_DIRECTORY=" + objDir}
-	for _, args := range [][]string{{"read-tree", parent}, {"add", "-A", "--", "."}} {
-		if _, err := h.git(ctx, env, args...); err != nil {
-			return "", fmt.Errorf("snapshot uncommitted changes of %s: %w", h.Dir, err)
-		}
+	if _, err := h.git(ctx, env, "read-tree", parent); err != nil {
+		return "", fmt.Errorf("snapshot uncommitted changes of %s: %w", h.Dir, err)
+	}
+	// The paths as git printed them, each literally (no glob), from the
+	// top of the working tree.
+	list := strings.NewReader(strings.Join(dirty, "\x00") + "\x00")
+	if err := h.gitIO(ctx, append(env, "GIT_LITERAL_PATHSPECS=1"), list, io.Discard,
+		"add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"); err != nil {
+		return "", fmt.Errorf("snapshot uncommitted changes of %s: %w", h.Dir, err)
 	}
 	tree, err := h.git(ctx, env, "write-tree")
 	if err != nil {

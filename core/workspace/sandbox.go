@@ -41,6 +41,9 @@ type Workspace struct {
 
 	mu    sync.Mutex
 	users map[string]string // workflow id → its uid, as allocated or read
+
+	// parked bounds the checkouts parked for reuse (Options.ParkedCheckouts).
+	parked int
 }
 
 // Options are a Workspace's settings beyond its sandbox and root.
@@ -67,7 +70,11 @@ type Options struct {
 	// of the agent's commits and CommitAll's; tracked ones are not
 	// affected. BuildOutputs is the usual list; nil ignores nothing.
 	Ignore []string
-	Logger *slog.Logger
+	// ParkedCheckouts bounds how many checkouts the sandbox keeps parked
+	// for later workflows to reuse (see Retire), with run users; 0 parks
+	// none (a profile's sandbox.parked_checkouts, by default 4).
+	ParkedCheckouts int
+	Logger          *slog.Logger
 }
 
 // New returns the workspace under root, an absolute path inside the
@@ -81,6 +88,9 @@ func New(ex sdk.Execer, root string, opts Options) (*Workspace, error) {
 	if opts.Worker != "" && (!path.IsAbs(opts.Worker) || strings.ContainsAny(opts.Worker, "'\n\r\x00")) {
 		return nil, fmt.Errorf("worker path %q: must be absolute, with no quote, newline or NUL", opts.Worker)
 	}
+	if opts.ParkedCheckouts < 0 {
+		return nil, fmt.Errorf("parked checkouts %d: must be 0 or more", opts.ParkedCheckouts)
+	}
 	for _, p := range opts.Ignore {
 		if strings.TrimSpace(p) == "" || strings.ContainsAny(p, "\n\r\x00") {
 			return nil, fmt.Errorf("ignore pattern %q: must be one line, not blank", p)
@@ -89,6 +99,7 @@ func New(ex sdk.Execer, root string, opts Options) (*Workspace, error) {
 	return &Workspace{
 		ex: ex, root: path.Clean(root), worker: opts.Worker, gitEnv: opts.GitEnv, gitURL: opts.GitURL, runUsers: opts.RunUsers, exclude: excludeFile(opts.Ignore),
 		log: orDiscard(opts.Logger), lockWith: "flock", idFiles: idFiles, uids: [2]int{FirstRunUID, LastRunUID}, users: map[string]string{},
+		parked: opts.ParkedCheckouts,
 	}, nil
 }
 
@@ -169,6 +180,12 @@ lock() {
 }
 `
 
+// checkoutWorkers is how many processes git writes a checkout's files
+// with (checkout.workers): a checkout of tens of thousands of files
+// waits on the filesystem for each (more so on docker's
+// fuse-overlayfs), not on a core, so more than the cores help.
+const checkoutWorkers = "8"
+
 // exitRefused is the exit code a script uses for a refusal whose reason it
 // wrote to stderr (branch exists, nothing to bundle...).
 const exitRefused = 3
@@ -216,7 +233,9 @@ func (w *Workspace) execAs(ctx context.Context, uid, what string, argv []string,
 	}
 	var stderr execreport.Stderr
 	w.log.Debug("sandbox exec", "what", what, "uid", uid)
+	start := time.Now()
 	st, err := w.ex.Exec(ctx, sdk.ExecRequest{Argv: argv, Env: full, User: execUser(uid)}, sdk.ExecIO{Stdin: stdin, Stdout: stdout, Stderr: &stderr})
+	w.log.Debug("sandbox exec ended", "what", what, "uid", uid, "duration", time.Since(start), "stderr", stderr.Tail())
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -259,13 +278,14 @@ func (w *Workspace) AddWorktree(ctx context.Context, id string, base Base) (stri
 	}
 	dir := w.WorktreeDir(id)
 	uid := ""
+	var reuse *parkedCheckout
 	if w.runUsers {
 		var err error
-		if uid, err = w.allocateUser(ctx, id); err != nil {
+		if uid, reuse, err = w.allocateUser(ctx, id, base.Start); err != nil {
 			return "", err
 		}
 	}
-	err := w.makeCheckout(ctx, id, uid, base)
+	err := w.makeCheckout(ctx, id, uid, base, reuse)
 	if err == nil {
 		w.log.Info("checkout added", "workflow", id, "dir", dir, "start", base.Start, "uid", uid)
 		return dir, nil
@@ -288,15 +308,27 @@ func (w *Workspace) AddWorktree(ctx context.Context, id string, base Base) (stri
 }
 
 // makeCheckout makes the checkout of id as uid ("": the sandbox's user,
-// at its path at once; else see AddWorktree).
-func (w *Workspace) makeCheckout(ctx context.Context, id, uid string, base Base) error {
+// at its path at once; else see AddWorktree), or, given a parked
+// checkout of the uid's, resets that one to base (see reuseCheckout).
+// Where the workspace parks checkouts, the checkout is made with umask
+// 077 and stamped, and the stamp kept by the sandbox's user (see
+// pool.go).
+func (w *Workspace) makeCheckout(ctx context.Context, id, uid string, base Base, reuse *parkedCheckout) error {
+	if reuse != nil {
+		err := w.reuseCheckout(ctx, id, uid, base, reuse)
+		if err == nil {
+			return nil
+		}
+		w.log.Warn("could not reuse a parked checkout; making a new one", "workflow", id, "err", err)
+	}
 	// Run as the checkout's owner, who may write nothing else under the
 	// root; without run users it also makes the shared directories. Its
-	// last line is the uid it ran as.
-	const body = `wt=$1 br=$2 start=$3 objects=$4 shared=$5 exclude=$6
+	// first line is the uid it ran as, then the stamp, if asked for.
+	const body = `wt=$1 br=$2 start=$3 objects=$4 shared=$5 exclude=$6 stamp=$7
 if [ -n "$shared" ]; then
 	{ mkdir -p "$root/worktrees" "$root/.amelia/runs" && chmod 1733 "$root/worktrees" "$root/.amelia/runs"; } || exit 4
 fi
+if [ -n "$stamp" ]; then umask 077; fi
 # mkdir is the test for a checkout already there, so of two runs racing
 # for one id, only the one that made it goes on, and cleans it up.
 if ! mkdir -m 700 -- "$wt" 2>/dev/null; then
@@ -306,21 +338,67 @@ fi
 g init --quiet --template= -- "$wt"
 printf '%s\n' "$objects" >"$wt/.git/objects/info/alternates"
 if [ -n "$exclude" ]; then mkdir -p "$wt/.git/info" && printf '%s' "$exclude" >"$wt/.git/info/exclude"; fi
-g -C "$wt" checkout --quiet -b "$br" "$start"
+g -C "$wt" -c checkout.workers=` + checkoutWorkers + ` checkout --quiet -b "$br" "$start"
 id -u
+if [ -n "$stamp" ]; then "$worker" checkout stamp "$wt"; fi
 `
 	wt, shared := w.WorktreeDir(id), "yes"
 	if uid != "" {
 		wt, shared = path.Join(w.root, "worktrees", newCheckoutPrefix+randomHex(16)), ""
 	}
-	var out strings.Builder
-	if err := w.scriptAs(ctx, uid, "make the checkout", nil, nil, &out, body, wt, Branch(id), base.Start, path.Join(w.RepoDir(), "objects"), shared, w.exclude); err != nil {
+	stamp := ""
+	if uid != "" && w.parking() {
+		stamp = "yes"
+	}
+	var out bytes.Buffer
+	if err := w.scriptAs(ctx, uid, "make the checkout", nil, nil, &out, body, wt, Branch(id), base.Start, path.Join(w.RepoDir(), "objects"), shared, w.exclude, stamp); err != nil {
 		return err
 	}
 	if uid == "" {
 		return nil
 	}
-	return w.placeCheckout(ctx, id, path.Base(wt), lastLine(out.String()))
+	owner, st, _ := bytes.Cut(out.Bytes(), []byte("\n"))
+	if stamp == "" {
+		st = nil
+	}
+	return w.placeCheckout(ctx, id, path.Base(wt), strings.TrimSpace(string(owner)), base.Start, st)
+}
+
+// reuseCheckout resets the parked checkout p, which allocateUser gave
+// workflow id with its uid, to base, as that uid: it ends whatever of the
+// uid still runs, keeps of the checkout only what is provably unchanged
+// since its stamp (amelia-worker checkout reuse) in a new directory under
+// a name of the host's, makes its .git anew, and has git write what base
+// changes; then it stamps it as makeCheckout does and moves it into
+// place. What fails leaves nothing of the parked checkout behind.
+func (w *Workspace) reuseCheckout(ctx context.Context, id, uid string, base Base, p *parkedCheckout) error {
+	const body = `wt=$1 from=$2 br=$3 start=$4 objects=$5 exclude=$6 repo=$7 oldstart=$8 uid=$9
+umask 077
+` + killUID + `
+mine "$from" || { echo "the parked checkout $from is not there" >&2; exit 1; }
+if ! "$worker" checkout reuse --repo "$repo" --start "$oldstart" --into "$wt" -- "$from" >/dev/null; then
+	for d in "$from" "$wt"; do if mine "$d"; then chmod -R u+rwx -- "$d" 2>/dev/null; rm -rf -- "$d"; fi; done
+	exit 1
+fi
+g init --quiet --template= -- "$wt"
+printf '%s\n' "$objects" >"$wt/.git/objects/info/alternates"
+if [ -n "$exclude" ]; then mkdir -p "$wt/.git/info" && printf '%s' "$exclude" >"$wt/.git/info/exclude"; fi
+g -C "$wt" -c checkout.workers=` + checkoutWorkers + ` checkout --quiet -f -B "$br" "$start"
+id -u
+"$worker" checkout stamp "$wt"
+`
+	wt := path.Join(w.root, "worktrees", newCheckoutPrefix+randomHex(16))
+	var out bytes.Buffer
+	if err := w.scriptAs(ctx, uid, "reset the parked checkout", nil, bytes.NewReader(p.stamp), &out, body,
+		wt, p.dir, Branch(id), base.Start, path.Join(w.RepoDir(), "objects"), w.exclude, w.RepoDir(), p.start, uid); err != nil {
+		return err
+	}
+	owner, st, _ := bytes.Cut(out.Bytes(), []byte("\n"))
+	if err := w.placeCheckout(ctx, id, path.Base(wt), strings.TrimSpace(string(owner)), base.Start, st); err != nil {
+		return err
+	}
+	w.log.Info("parked checkout reused", "workflow", id, "uid", uid, "from", p.start, "to", base.Start)
+	return nil
 }
 
 // RemoveWorktree removes the checkout of id and its dirty ref from the
@@ -389,6 +467,7 @@ find /tmp /var/tmp /dev/shm -xdev -user "$uid" -delete 2>/dev/null || true
 lock
 if [ -n "$uid" ]; then
 	set -- "$root/worktrees" "$root/.amelia/runs"
+	if [ -d "$root/.amelia/parked" ]; then set -- "$@" "$root/.amelia/parked"; fi
 	if [ -n "$(find "$@" -mindepth 1 -maxdepth 1 -user "$uid" -print -quit 2>/dev/null)" ]; then
 		find "$@" -mindepth 1 -maxdepth 1 -user "$uid" -print0 2>/dev/null || true
 		exit 5
@@ -406,7 +485,7 @@ if [ -d "$repo" ]; then
 		if g -C "$repo" show-ref --verify --quiet "$r"; then g -C "$repo" update-ref -d "$r"; fi
 	done
 fi
-rm -f "$rec"
+rm -f "$rec" "$root/.amelia/stamps/${rec##*/}"
 `
 	for pass := 1; ; pass++ {
 		var out bytes.Buffer

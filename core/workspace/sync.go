@@ -83,7 +83,7 @@ func (w *Workspace) SyncLocal(ctx context.Context, src LocalSource) (Synced, err
 				return Synced{}, err
 			}
 			defer os.RemoveAll(tmp)
-			c, err := h.dirtyCommit(ctx, filepath.Join(tmp, "objects"), commit, "amelia: uncommitted changes for "+src.Workflow)
+			c, err := h.dirtyCommit(ctx, filepath.Join(tmp, "objects"), commit, dirty, "amelia: uncommitted changes for "+src.Workflow)
 			if err != nil {
 				return Synced{}, err
 			}
@@ -253,9 +253,9 @@ shift 2
 lock
 if [ ! -d "$repo" ]; then g init --quiet --bare "$repo"; fi
 if [ "$mode" = bundle ]; then
-	mktmp
-	cat >"$tmpd/in.bundle"
-	g -C "$repo" bundle unbundle "$tmpd/in.bundle" >/dev/null
+	# Straight from stdin: git reads the bundle's header, then hands the
+	# rest to index-pack, so the pack is written once, into the repo.
+	g -C "$repo" bundle unbundle /dev/stdin >/dev/null
 fi
 while [ $# -gt 0 ]; do
 	g -C "$repo" update-ref "$1" "$2"

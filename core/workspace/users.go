@@ -1,10 +1,12 @@
 package workspace
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"math"
 	"path"
 	"slices"
@@ -73,18 +75,80 @@ func validUID(s string, first, last int) (string, error) {
 // (users and groups): a run's uid and gid are none of them.
 const idFiles = "/etc/passwd /etc/group"
 
-// allocateUser gives workflow id the lowest free uid and records it,
-// under the lock; it also makes the shared directories, 1733. It refuses
-// (exit 3, ErrBranchExists) when the workflow has a uid already: its
-// checkout is kept.
-func (w *Workspace) allocateUser(ctx context.Context, id string) (string, error) {
-	const body = `users=$1 id=$2 first=$3 last=$4 idfiles=$5
+// parkedCheckout is a parked checkout that allocateUser gave a workflow
+// with its uid: dir (in .amelia/parked/), made at start, with
+// the stamp that proves what of it is unchanged (checkout stamp's output).
+type parkedCheckout struct {
+	dir, start string
+	stamp      []byte
+}
+
+// allocateUser gives workflow id a uid and records it, under the lock; it
+// also makes the shared directories, 1733. Where the workspace parks
+// checkouts (see pool.go), a uid whose parked checkout was made of the
+// repository of start (the same first root commit) and has no trash left
+// comes first, the newest such checkout, returned for the uid to reset. Else the uid is the lowest that no
+// record, parked checkout or trash holds. It refuses (exit 3,
+// ErrBranchExists) when the workflow has a uid already: its checkout is
+// kept.
+func (w *Workspace) allocateUser(ctx context.Context, id, start string) (string, *parkedCheckout, error) {
+	const body = `users=$1 id=$2 first=$3 last=$4 idfiles=$5 start=$6 parking=$7
 lock
-mkdir -p "$users" "$root/worktrees" "$root/.amelia/runs"
-chmod 1733 "$root/worktrees" "$root/.amelia/runs"
+mkdir -p "$users" "$root/worktrees" "$root/.amelia/runs" "$root/.amelia/parked"
+chmod 1733 "$root/worktrees" "$root/.amelia/runs" "$root/.amelia/parked"
 if [ -e "$users/$id" ]; then echo "workflow $id has a uid in the sandbox already" >&2; exit 3; fi
+pool=$root/.amelia/pool trashd=$root/.amelia/trash pk=$root/.amelia/parked
+# Trash entries that are gone are dropped; a uid whose trash is all gone
+# holds none. A uid whose trash is left and whose sweeper is not running
+# (it holds $trashd/UID.lock) is named for the host to start one.
+if [ -d "$trashd" ]; then
+	for f in "$trashd"/*; do
+		u=${f##*/}
+		case $u in '' | *.lock | *[!0-9a-z]*) continue ;; esac
+		left=
+		while read -r n; do
+			case $n in .trash-*) ;; *) continue ;; esac
+			if [ -e "$pk/$n" ] || [ -L "$pk/$n" ]; then left="$left $n"; fi
+		done <"$f"
+		if [ -z "$left" ]; then rm -f -- "$f"; continue; fi
+		printf '%s\n' $left >"$f"
+		if exec 7<"$f.lock" 2>/dev/null; then
+			if { [ "$lockwith" = flock ] && command -v flock >/dev/null 2>&1 && flock -n 7; } || { [ -n "$worker" ] && "$worker" flock -n 7 2>/dev/null; }; then
+				for n in $left; do echo "sweep $u $n"; done
+			fi
+			exec 7<&-
+		fi
+	done
+fi
+if [ "$parking" = yes ] && [ -d "$pool" ]; then
+	key=$(rootkey "$start")
+	best= bestt=
+	for f in "$pool"/*; do
+		u=${f##*/}
+		case $u in '' | *[!0-9]*) continue ;; esac
+		[ ! -e "$trashd/$u" ] && [ "$u" -ge "$first" ] && [ "$u" -le "$last" ] || continue
+		read -r _ name k t <"$f" || continue
+		[ -n "$key" ] && [ "$k" = "$key" ] || continue
+		if [ -z "$bestt" ] || [ "$t" -gt "$bestt" ]; then best=$u bestt=$t; fi
+	done
+	if [ -n "$best" ]; then
+		read -r _ name _ _ <"$pool/$best" || true
+		if [ -f "$pool/$best.stamp" ] && mine_of "$pk/$name" "$best"; then
+			printf '%s\n' "$best" >"$users/.$id.tmp"
+			mv -f "$users/.$id.tmp" "$users/$id"
+			echo "$best"
+			echo "reuse $name"
+			cat "$pool/$best.stamp"
+			rm -f -- "$pool/$best" "$pool/$best.stamp"
+			exit 0
+		fi
+		# Its checkout is not there: the record goes, and what the uid
+		# has left goes with its next release.
+		rm -f -- "$pool/$best" "$pool/$best.stamp"
+	fi
+fi
 # $idfiles is split on purpose: a list of paths without spaces.
-used=" $(cat "$users"/* 2>/dev/null | tr '\n' ' ') $(cut -d: -f3 $idfiles 2>/dev/null | tr '\n' ' ') "
+used=" $(cat "$users"/* 2>/dev/null | tr '\n' ' ') $(cut -d: -f3 $idfiles 2>/dev/null | tr '\n' ' ') $(ls "$pool" "$trashd" 2>/dev/null | grep -x '[0-9]*' | tr '\n' ' ') "
 uid=$first
 while :; do
 	case "$used" in *" $uid "*) ;; *) break ;; esac
@@ -98,23 +162,58 @@ printf '%s\n' "$uid" >"$users/.$id.tmp"
 mv -f "$users/.$id.tmp" "$users/$id"
 echo "$uid"
 `
-	var out strings.Builder
-	err := w.script(ctx, "give the workflow a uid", nil, nil, &out, body,
-		path.Join(w.root, usersDir), id, strconv.Itoa(w.uids[0]), strconv.Itoa(w.uids[1]), w.idFiles)
+	parking := "no"
+	if w.parking() {
+		parking = "yes"
+	}
+	var out bytes.Buffer
+	err := w.scriptAs(ctx, "", "give the workflow a uid", nil, nil, &out, poolPrelude+body,
+		path.Join(w.root, usersDir), id, strconv.Itoa(w.uids[0]), strconv.Itoa(w.uids[1]), w.idFiles, start, parking)
 	if msg, ok := refused(err); ok {
-		return "", fmt.Errorf("add the checkout of %s: %w: %s", id, ErrBranchExists, msg)
+		return "", nil, fmt.Errorf("add the checkout of %s: %w: %s", id, ErrBranchExists, msg)
 	}
 	if err != nil {
-		return "", fmt.Errorf("give %s a uid: %w", id, err)
+		return "", nil, fmt.Errorf("give %s a uid: %w", id, err)
 	}
-	uid, err := validUID(strings.TrimSpace(out.String()), w.uids[0], w.uids[1])
+	rest := out.Bytes()
+	var sweeps []string
+	for bytes.HasPrefix(rest, []byte("sweep ")) {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		sweeps = append(sweeps, string(line))
+	}
+	w.sweep(ctx, sweeps)
+	first, rest, _ := bytes.Cut(rest, []byte("\n"))
+	uid, err := validUID(strings.TrimSpace(string(first)), w.uids[0], w.uids[1])
 	if err != nil {
-		return "", fmt.Errorf("give %s a uid: %w", id, err)
+		return "", nil, fmt.Errorf("give %s a uid: %w", id, err)
 	}
 	w.mu.Lock()
 	w.users[id] = uid
 	w.mu.Unlock()
-	return uid, nil
+	var reuse *parkedCheckout
+	if mark, stamp, _ := bytes.Cut(rest, []byte("\n")); bytes.HasPrefix(mark, []byte("reuse .park-")) {
+		name := strings.TrimPrefix(string(mark), "reuse ")
+		startLine, st, _ := bytes.Cut(stamp, []byte("\n"))
+		oldStart, ok := strings.CutPrefix(string(startLine), "start ")
+		if ok && validCommit(oldStart) && !strings.ContainsAny(name, "/ ") {
+			reuse = &parkedCheckout{dir: path.Join(w.root, ".amelia", "parked", name), start: oldStart, stamp: st}
+		}
+	}
+	return uid, reuse, nil
+}
+
+// validCommit checks a commit id read from the sandbox.
+func validCommit(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // newCheckoutPrefix starts the name under which a workflow's uid makes its
@@ -133,13 +232,31 @@ const newCheckoutPrefix = ".new-"
 // refuses (exit 3) to move a directory of the sandbox's user's: a
 // checkout amelia made before workflows had uids. A kept checkout of id's
 // own never gets this far: its uid record stops allocateUser.
-func (w *Workspace) placeCheckout(ctx context.Context, id, from, owner string) error {
+//
+// Given the checkout's stamp (made at start), the sandbox's user keeps it
+// as .amelia/stamps/<id>, for Retire to park the checkout with.
+func (w *Workspace) placeCheckout(ctx context.Context, id, from, owner, start string, stamp []byte) error {
 	if _, err := validUID(owner, 0, math.MaxInt32); err != nil {
-		return fmt.Errorf("make the checkout: its script did not end with the uid it ran as: %w", err)
+		return fmt.Errorf("make the checkout: its script did not begin with the uid it ran as: %w", err)
 	}
 	var out strings.Builder
-	err := w.script(ctx, "move the checkout into place", nil, nil, &out,
-		`lock; "$worker" claim --owner "$1" -- "$root/worktrees" "$2" "$3"`, owner, from, id)
+	var stdin io.Reader
+	keep := ""
+	if stamp != nil {
+		if !bytes.HasPrefix(stamp, []byte("stamp ")) {
+			return fmt.Errorf("make the checkout: its stamp begins with %.40q", stamp)
+		}
+		stdin, keep = io.MultiReader(strings.NewReader("start "+start+"\n"), bytes.NewReader(stamp)), "yes"
+	}
+	const body = `lock
+"$worker" claim --owner "$1" -- "$root/worktrees" "$2" "$3"
+if [ "$4" = yes ]; then
+	s=$root/.amelia/stamps
+	mkdir -p "$s" && chmod 700 "$s"
+	cat >"$s/.$3.tmp" && mv -f "$s/.$3.tmp" "$s/$3"
+fi
+`
+	err := w.script(ctx, "move the checkout into place", nil, stdin, &out, body, owner, from, id, keep)
 	if _, ok := refused(err); ok {
 		return &exitError{what: "move the checkout into place", code: exitRefused,
 			stderr: w.WorktreeDir(id) + " is a checkout of the sandbox's user, as amelia made them before workflows had uids"}
@@ -172,8 +289,8 @@ func (w *Workspace) removeLeft(ctx context.Context, uid string, listing []byte, 
 	for p := range strings.SplitSeq(strings.TrimSuffix(string(listing), "\x00"), "\x00") {
 		dir, name := path.Split(path.Clean(p))
 		dir = path.Clean(dir)
-		if (dir != path.Join(w.root, "worktrees") && dir != path.Join(w.root, ".amelia", "runs")) || name == "" || name == "." || name == ".." {
-			return fmt.Errorf("release uid %s: the sandbox listed %q as one of its entries, which is no entry of worktrees/ or .amelia/runs/", uid, p)
+		if (dir != path.Join(w.root, "worktrees") && dir != path.Join(w.root, ".amelia", "runs") && dir != path.Join(w.root, ".amelia", "parked")) || name == "" || name == "." || name == ".." {
+			return fmt.Errorf("release uid %s: the sandbox listed %q as one of its entries, which is no entry of worktrees/, .amelia/runs/ or .amelia/parked/", uid, p)
 		}
 		paths = append(paths, path.Join(dir, name))
 	}
@@ -202,12 +319,6 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
 	return hex.EncodeToString(b)
-}
-
-// lastLine is the last non-empty line of s.
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	return s[strings.LastIndexByte(s, '\n')+1:]
 }
 
 func (w *Workspace) forgetUser(id string) {

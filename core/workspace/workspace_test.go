@@ -548,3 +548,29 @@ func TestCheckNewBranch(t *testing.T) {
 		t.Errorf("refs changed: %v, were %v", after, before)
 	}
 }
+
+// TestDirtyDeletedAndRenamed: the dirty commit carries deletions and
+// renames (staged or not) as the working tree has them, though it reads
+// only the paths git status names.
+func TestDirtyDeletedAndRenamed(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	host, dir := newHostRepo(t)
+	if err := os.Remove(filepath.Join(dir, "README.md")); err != nil {
+		t.Fatal(err)
+	}
+	gitT(t, dir, "mv", "src/app.go", "src/moved.go")
+	writeFile(t, filepath.Join(dir, "src", "moved.go"), "package app // moved and edited\n")
+	_, ws := newSandbox(t)
+	s, err := ws.SyncLocal(ctx, LocalSource{Repo: host, IncludeDirty: true, Workflow: "dirty-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt, err := ws.AddWorktree(ctx, "dirty-2", s.Base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := inSandboxWS(t, ws, `cd "$1" && git ls-files && cat src/moved.go`, wt); got != "src/moved.go\npackage app // moved and edited" {
+		t.Errorf("the checkout of the dirty commit: %q; want src/moved.go alone, edited", got)
+	}
+}

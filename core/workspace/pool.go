@@ -1,0 +1,368 @@
+package workspace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+)
+
+// Parked checkouts. A run's cost must not grow with the repository: when a
+// run of a workflow with a uid ends with nothing of it to keep, its
+// checkout is parked instead of removed (Retire), and a later workflow
+// given the same uid resets it to its own base, writing only the files
+// that differ (see internal/worker/checkout.go, which proves which files
+// are unchanged since amelia wrote them). What must go (a checkout over
+// the bound, one that is not parked, a run directory) is renamed into a
+// trash entry and removed by a process of its uid detached in the
+// sandbox: nothing waits for a removal, however big.
+//
+// Layout, beside the checkouts:
+//
+//	ROOT/.amelia/parked/         mode 1733, as worktrees/ is
+//	ROOT/.amelia/parked/.park-<hex>   a parked checkout, of its uid
+//	ROOT/.amelia/parked/.trash-<hex>  what a uid's sweeper removes
+//	ROOT/.amelia/stamps/<id>     the stamp of workflow id's checkout
+//	ROOT/.amelia/pool/<uid>      "park NAME KEY TIME": the uid's parked
+//	                             checkout, made of a repository whose
+//	                             first root commit is KEY
+//	ROOT/.amelia/pool/<uid>.stamp  its stamp ("start COMMIT", then
+//	                             checkout stamp's output)
+//	ROOT/.amelia/trash/<uid>     the uid's trash entries, one a line
+//	ROOT/.amelia/trash/<uid>.lock  held by the uid's sweeper
+//
+// A uid moves its own checkout and run directory into parked/ (only it
+// may: renaming a directory into another one writes its "..", which
+// needs its owner's permission); the sandbox's user checks what it
+// moved and records it. So worktrees/ holds workflows' checkouts alone.
+// The rest of .amelia/ is the sandbox's user's: no uid writes a record
+// or a stamp. A uid with a parked checkout, or with trash left, is given to no
+// workflow but, when its trash is gone, one that reuses its checkout;
+// the allocation (allocateUser) drops trash entries that are gone. The
+// parked and trash entries keep the uid's ownership: only the uid can
+// remove them, and it runs nothing else while they exist.
+
+// killUID is the loop that ends every process of $uid but the script's
+// own shell: a pass repeats until it finds none alive (zombies are dead),
+// so what forked meanwhile goes too.
+const killUID = `pass=0 found=1
+while [ "$found" -gt 0 ] && [ "$pass" -lt 100 ]; do
+	found=0 pass=$((pass + 1))
+	for p in /proc/[0-9]*; do
+		pid=${p#/proc/}
+		[ "$pid" != "$$" ] && [ "$(stat -c %u "$p" 2>/dev/null)" = "$uid" ] || continue
+		[ "$(sed 's/.*) \(.\).*/\1/' "$p/stat" 2>/dev/null)" != Z ] || continue
+		kill -KILL "$pid" 2>/dev/null && found=$((found + 1))
+	done
+done
+find /tmp /var/tmp /dev/shm -xdev -user "$uid" -delete 2>/dev/null || true
+`
+
+// parking reports whether the workspace parks checkouts: with run users
+// and a bound above 0.
+func (w *Workspace) parking() bool { return w.runUsers && w.parked > 0 }
+
+// Retire ends the checkout of id once nothing of it is to be kept (its
+// work was delivered, or there was none): with run users, its uid's
+// processes and shared temporary files go at once; the checkout is
+// parked for a later workflow of the same uid (unless the workspace
+// parks none), the run directory runDir ("": none) and whatever else the
+// uid has in worktrees/ and .amelia/runs/ is renamed into a trash entry,
+// and the uid is released. Without run users the checkout is renamed
+// into the trash. A process of the uid detached in the sandbox removes
+// the trash, so Retire takes the same time whatever the checkout's size.
+// Parked checkouts over the bound go into their own uids' trash, oldest
+// first. A legacy linked worktree is removed as RemoveWorktree does.
+func (w *Workspace) Retire(ctx context.Context, id, runDir string) error {
+	if err := ValidateWorkflowID(id); err != nil {
+		return err
+	}
+	if runDir != "" && path.Dir(runDir) != path.Join(w.root, ".amelia", "runs") {
+		return fmt.Errorf("retire the checkout of %s: %q is not one of this workspace's run directories", id, runDir)
+	}
+	uid, err := w.RunUser(ctx, id)
+	if err != nil {
+		return fmt.Errorf("retire the checkout of %s: %w", id, err)
+	}
+	if uid == "" {
+		return w.retireUnseparated(ctx, id, runDir)
+	}
+	wt := w.WorktreeDir(id)
+	trash := newTrashName()
+	park := "no"
+	if w.parking() {
+		park = "yes"
+	}
+	name := ".park-" + randomHex(16)
+	const asUID = `wt=$1 uid=$2 trash=$3 rundir=$4 park=$5 parked=$6
+` + killUID + `
+mkdir -m 700 -- "$trash"
+if [ -n "$rundir" ] && [ -d "$rundir" ] && [ ! -L "$rundir" ] && [ -O "$rundir" ]; then
+	chmod u+rwx -- "$rundir"
+	mv -- "$rundir" "$trash/run"
+fi
+if mine "$wt"; then
+	chmod 700 -- "$wt"
+	if [ "$park" = yes ]; then mv -- "$wt" "$parked"; else mv -- "$wt" "$trash/checkout"; fi
+fi
+`
+	parkedDir := path.Join(w.root, ".amelia", "parked")
+	trashDir := path.Join(parkedDir, trash)
+	if err := w.ensureParkedDir(ctx); err != nil {
+		return fmt.Errorf("retire the checkout of %s: %w", id, err)
+	}
+	if err := w.scriptAs(ctx, uid, "end the checkout's processes", nil, nil, nil, asUID, wt, uid, trashDir, runDir, park, path.Join(parkedDir, name)); err != nil {
+		return fmt.Errorf("retire the checkout of %s: %w", id, err)
+	}
+	// The sandbox's user parks the checkout, has the uid move into its
+	// trash what else it has in worktrees/ and .amelia/runs/, then
+	// releases the uid and puts parked checkouts over the bound into
+	// their uids' trash. It prints "sweep UID NAME" for each trash entry
+	// a sweeper is to remove.
+	const body = `repo=$1 wt=$2 uid=$3 dref=$4 rec=$5 trash=$6 park=$7 id=$8 bound=$9 name=${10}
+lock
+pk=$root/.amelia/parked stamps=$root/.amelia/stamps pool=$root/.amelia/pool trashd=$root/.amelia/trash
+mkdir -p "$stamps" "$pool" "$trashd"
+chmod 700 "$stamps" "$pool"
+chmod 755 "$trashd"
+# What else the uid has in worktrees/, .amelia/runs/ and parked/ it is
+# to move into its trash: listed NUL-terminated, exit 5.
+set -- "$root/worktrees" "$root/.amelia/runs" "$pk"
+if [ -n "$(find "$@" -mindepth 1 -maxdepth 1 -user "$uid" ! -name "$trash" ! -name "$name" -print -quit 2>/dev/null)" ]; then
+	find "$@" -mindepth 1 -maxdepth 1 -user "$uid" ! -name "$trash" ! -name "$name" -print0 2>/dev/null || true
+	exit 5
+fi
+if [ "$park" = yes ] && mine_of "$pk/$name" "$uid"; then
+	if [ -f "$stamps/$id" ]; then
+		start=$(sed -n '1s/^start //p' "$stamps/$id")
+		mv -f -- "$stamps/$id" "$pool/$uid.stamp"
+		printf 'park %s %s %s\n' "$name" "$(rootkey "$start")" "$(date +%s)" >"$pool/$uid"
+	else
+		# Unstamped (made where parking was off): not reusable, so trash
+		# of its own (a directory of the uid's is renamed within parked/
+		# alone: moving it elsewhere writes its "..").
+		to=.trash-$(rnd)
+		mv -- "$pk/$name" "$pk/$to"
+		printf '%s\n' "$to" >>"$trashd/$uid"
+		[ -e "$trashd/$uid.lock" ] || { : >"$trashd/$uid.lock"; chmod 644 "$trashd/$uid.lock"; }
+		echo "sweep $uid $to"
+	fi
+fi
+rm -f -- "$stamps/$id"
+# An empty trash entry goes now (the sandbox's user owns parked/); else
+# the uid's sweeper removes it.
+if ! rmdir -- "$pk/$trash" 2>/dev/null; then
+	printf '%s\n' "$trash" >>"$trashd/$uid"
+	[ -e "$trashd/$uid.lock" ] || { : >"$trashd/$uid.lock"; chmod 644 "$trashd/$uid.lock"; }
+	echo "sweep $uid $trash"
+fi
+if [ -d "$repo" ] && g -C "$repo" show-ref --verify --quiet "$dref"; then g -C "$repo" update-ref -d "$dref"; fi
+rm -f -- "$rec"
+# Over the bound: the oldest parked checkouts go into their uids' trash.
+n=$(ls "$pool" | grep -c '^[0-9]*$' || true)
+while [ "$n" -gt "$bound" ]; do
+	old= oldt=
+	for f in "$pool"/*; do
+		u=${f##*/}
+		case $u in '' | *[!0-9]*) continue ;; esac
+		read -r _ _ _ t <"$f" || true
+		if [ -z "$oldt" ] || [ "${t:-0}" -lt "$oldt" ]; then old=$u oldt=${t:-0}; fi
+	done
+	[ -n "$old" ] || break
+	read -r _ on _ _ <"$pool/$old" || true
+	if [ -n "$on" ] && mine_of "$pk/$on" "$old"; then
+		to=.trash-$(rnd)
+		mv -- "$pk/$on" "$pk/$to"
+		printf '%s\n' "$to" >>"$trashd/$old"
+		[ -e "$trashd/$old.lock" ] || { : >"$trashd/$old.lock"; chmod 644 "$trashd/$old.lock"; }
+		echo "sweep $old $to"
+	fi
+	rm -f -- "$pool/$old" "$pool/$old.stamp"
+	n=$((n - 1))
+done
+`
+	var sweeps []string
+	for pass := 1; ; pass++ {
+		var out bytes.Buffer
+		err := w.script(ctx, "park the checkout", nil, nil, &out, poolPrelude+body,
+			w.RepoDir(), wt, uid, dirtyRef(id), w.userRecord(id), trash, park, id, fmt.Sprint(w.parked), name)
+		var ee *exitError
+		if errors.As(err, &ee) && ee.code == exitUserLeft {
+			if err := w.moveLeft(ctx, uid, trashDir, out.Bytes(), pass); err != nil {
+				return fmt.Errorf("retire the checkout of %s: %w", id, err)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("retire the checkout of %s: %w", id, err)
+		}
+		sweeps = strings.Split(strings.TrimSpace(out.String()), "\n")
+		break
+	}
+	w.forgetUser(id)
+	w.sweep(ctx, sweeps)
+	w.log.Info("checkout retired", "workflow", id, "parked", park == "yes")
+	return nil
+}
+
+// poolPrelude gives the scripts of the pool `rnd` (32 random hex digits),
+// `mine_of DIR UID` (DIR is a directory of UID, not a link) and `rootkey
+// COMMIT` (the first of the bare repo's root commits COMMIT descends
+// from: checkouts of one repository share it).
+const poolPrelude = `rnd() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
+mine_of() { [ -d "$1" ] && [ ! -L "$1" ] && [ -n "$(find "$1" -maxdepth 0 -user "$2" 2>/dev/null)" ]; }
+rootkey() { g -C "$root/repo" rev-list --max-parents=0 "$1" -- 2>/dev/null | sort | head -n 1; }
+`
+
+// ensureParkedDir makes ROOT/.amelia/parked, 1733, as the sandbox's user.
+func (w *Workspace) ensureParkedDir(ctx context.Context) error {
+	return w.script(ctx, "make the parked directory", nil, nil, nil, `p=$root/.amelia/parked; mkdir -p "$p" && chmod 1733 "$p"`)
+}
+
+// newTrashName is the name of a new trash entry in .amelia/parked/.
+func newTrashName() string { return ".trash-" + randomHex(16) }
+
+// moveLeft has uid move the entries listed (NUL-terminated paths in
+// worktrees/ or .amelia/runs/, as the sandbox's user found them) into its
+// trash entry, each only if it is still the uid's. It fails once pass
+// reaches removePasses.
+func (w *Workspace) moveLeft(ctx context.Context, uid, trash string, listing []byte, pass int) error {
+	var paths []string
+	for p := range strings.SplitSeq(strings.TrimSuffix(string(listing), "\x00"), "\x00") {
+		dir, name := path.Split(path.Clean(p))
+		dir = path.Clean(dir)
+		if (dir != path.Join(w.root, "worktrees") && dir != path.Join(w.root, ".amelia", "runs") && dir != path.Join(w.root, ".amelia", "parked")) || name == "" || name == "." || name == ".." {
+			return fmt.Errorf("release uid %s: the sandbox listed %q as one of its entries, which is no entry of worktrees/, .amelia/runs/ or .amelia/parked/", uid, p)
+		}
+		paths = append(paths, path.Join(dir, name))
+	}
+	if pass >= removePasses {
+		return fmt.Errorf("release uid %s: it still has %d entries in the sandbox that it could not move away, such as %q; the uid stays taken until they are gone: remove them as that uid (amelia sandbox exec --user %s -- rm -rf PATH), or remove the sandbox",
+			uid, len(paths), paths[0], uid)
+	}
+	const body = `uid=$1 trash=$2
+shift 2
+i=0
+for p; do
+	i=$((i + 1))
+	[ -n "$(find "$p" -maxdepth 0 -user "$uid" 2>/dev/null)" ] || continue
+	if [ ! -L "$p" ]; then chmod u+rwx -- "$p" 2>/dev/null || true; fi
+	mv -- "$p" "$trash/left-$$-$i" 2>/dev/null || { chmod -R u+rwx -- "$p" 2>/dev/null; rm -rf -- "$p" 2>/dev/null; } || true
+done
+`
+	for chunk := range slices.Chunk(paths, 100) {
+		if err := w.scriptAs(ctx, uid, "move away what the uid left", nil, nil, nil, body, append([]string{uid, trash}, chunk...)...); err != nil {
+			return fmt.Errorf("release uid %s: %w", uid, err)
+		}
+	}
+	return nil
+}
+
+// sweep starts, for each "sweep UID NAME" line, a process of that uid
+// detached in the sandbox that removes worktrees/NAME, unless one of the
+// uid's sweepers runs already (it holds .amelia/trash/UID.lock; it is
+// then left to it: a sweeper removes every trash entry its uid has when
+// it ends). Nothing waits for the removal: a sweeper that fails to start
+// is logged, and the next allocation asks for it again.
+func (w *Workspace) sweep(ctx context.Context, lines []string) {
+	byUID := map[string][]string{}
+	var uids []string
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) != 3 || f[0] != "sweep" || !strings.HasPrefix(f[2], ".trash-") || strings.Contains(f[2], "/") {
+			continue
+		}
+		uid, err := validUID(f[1], w.uids[0], w.uids[1])
+		if err != nil && w.runUsers {
+			continue
+		}
+		if !w.runUsers {
+			uid = ""
+		}
+		if _, ok := byUID[uid]; !ok {
+			uids = append(uids, uid)
+		}
+		byUID[uid] = append(byUID[uid], f[2])
+	}
+	// The sweeper takes its uid's lock, then removes every trash entry
+	// the record lists (what it was started for among them), and goes
+	// on while the record names more. The record is the sandbox's
+	// user's, readable by all; the sandbox's user drops what is gone.
+	const body = `uid=$1
+shift
+# setsid where the sandbox has it (a session of its own, apart from the
+# exec's), else nohup.
+detached() { if command -v setsid >/dev/null 2>&1; then setsid "$@"; else nohup "$@"; fi; }
+detached sh -c '
+root=$1 worker=$2 lockwith=$3 rec=$4
+exec 8<"$rec.lock" || exit 0
+if [ "$lockwith" = flock ] && command -v flock >/dev/null 2>&1; then flock -n 8 || exit 0
+elif [ -n "$worker" ]; then "$worker" flock -n 8 || exit 0
+else exit 0; fi
+done=
+while :; do
+	more=
+	while read -r n; do
+		case $n in .trash-*) ;; *) continue ;; esac
+		case " $done " in *" $n "*) continue ;; esac
+		p=$root/.amelia/parked/$n
+		if [ -e "$p" ] || [ -L "$p" ]; then
+			chmod -R u+rwx -- "$p" 2>/dev/null
+			rm -rf -- "$p" 2>/dev/null
+		fi
+		done="$done $n" more=1
+	done <"$rec"
+	[ -n "$more" ] || break
+done
+' sweep "$root" "$worker" "$lockwith" "$root/.amelia/trash/${uid:-self}" </dev/null >/dev/null 2>&1 &
+`
+	for _, uid := range uids {
+		if err := w.scriptAs(context.WithoutCancel(ctx), uid, "start the removal of the trash", nil, nil, nil, body, uid); err != nil {
+			w.log.Warn("could not start removing a retired checkout; the next run's workspace starts it again", "uid", uid, "err", err)
+		}
+	}
+}
+
+// retireUnseparated is Retire where runs have no uid of their own: the
+// run directory and the checkout are renamed into a trash entry of the
+// sandbox's user, which a detached process of its own removes.
+func (w *Workspace) retireUnseparated(ctx context.Context, id, runDir string) error {
+	wt := w.WorktreeDir(id)
+	if runDir != "" {
+		if err := w.RemoveRunDir(ctx, id, runDir); err != nil {
+			return err
+		}
+	}
+	const body = `wt=$1 trash=$2 repo=$3 dref=$4 rec=$5
+lock
+pk=$root/.amelia/parked trashd=$root/.amelia/trash
+mkdir -p "$pk" "$trashd" && chmod 1733 "$pk" && chmod 755 "$trashd"
+if [ -f "$wt/.git" ]; then echo legacy; exit 0; fi
+# The record keeps what is still there.
+if [ -f "$trashd/self" ]; then
+	while read -r n; do if [ -e "$pk/$n" ]; then printf '%s\n' "$n"; fi; done <"$trashd/self" >"$trashd/self.new"
+	mv -f -- "$trashd/self.new" "$trashd/self"
+fi
+if mine "$wt"; then
+	chmod u+rwx -- "$wt"
+	mv -- "$wt" "$pk/$trash"
+	printf '%s\n' "$trash" >>"$trashd/self"
+	[ -e "$trashd/self.lock" ] || { : >"$trashd/self.lock"; chmod 644 "$trashd/self.lock"; }
+	echo "sweep 0 $trash"
+fi
+if [ -d "$repo" ] && g -C "$repo" show-ref --verify --quiet "$dref"; then g -C "$repo" update-ref -d "$dref"; fi
+`
+	var out strings.Builder
+	if err := w.script(ctx, "retire the checkout", nil, nil, &out, body, wt, newTrashName(), w.RepoDir(), dirtyRef(id), w.userRecord(id)); err != nil {
+		return fmt.Errorf("retire the checkout of %s: %w", id, err)
+	}
+	if strings.TrimSpace(out.String()) == "legacy" {
+		return w.RemoveWorktree(ctx, id)
+	}
+	w.sweep(ctx, strings.Split(strings.TrimSpace(out.String()), "\n"))
+	w.log.Info("checkout retired", "workflow", id)
+	return nil
+}
