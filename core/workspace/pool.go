@@ -114,6 +114,9 @@ fi
 	if err := w.ensureParkedDir(ctx); err != nil {
 		return fmt.Errorf("retire the checkout of %s: %w", id, err)
 	}
+	if err := w.endSession(ctx, uid); err != nil {
+		return fmt.Errorf("retire the checkout of %s: %w", id, err)
+	}
 	if err := w.scriptAs(ctx, uid, "end the checkout's processes", nil, nil, nil, asUID, wt, uid, trashDir, runDir, park, path.Join(parkedDir, name)); err != nil {
 		return fmt.Errorf("retire the checkout of %s: %w", id, err)
 	}

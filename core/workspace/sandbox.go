@@ -424,12 +424,8 @@ func (w *Workspace) RemoveWorktree(ctx context.Context, id string) error {
 	}
 	wt := w.WorktreeDir(id)
 	if uid != "" {
-		// A session that ran the uid's steps ends first, so that this
-		// step is an exec of its own and nothing of the uid outlives it.
-		if e, ok := w.ex.(sessionEnder); ok {
-			if err := e.End(ctx, execUser(uid)); err != nil {
-				return fmt.Errorf("remove the checkout of %s: %w", id, err)
-			}
+		if err := w.endSession(ctx, uid); err != nil {
+			return fmt.Errorf("remove the checkout of %s: %w", id, err)
 		}
 		// Only what the uid owns is touched, whoever runs this: each
 		// process is checked for its owner before it is killed (never
@@ -511,6 +507,17 @@ rm -f "$rec" "$root/.amelia/stamps/${rec##*/}"
 // commands get an exec each.
 type sessionEnder interface {
 	End(ctx context.Context, user string) error
+}
+
+// endSession ends uid's command session, if the workspace's Execer keeps
+// one: before the step that ends the uid's processes, so that the step is
+// an exec of its own, never one on a session the uid's agent lived
+// beside, and nothing of the uid outlives it.
+func (w *Workspace) endSession(ctx context.Context, uid string) error {
+	if e, ok := w.ex.(sessionEnder); ok {
+		return e.End(ctx, execUser(uid))
+	}
+	return nil
 }
 
 // Commit is what CommitAll did.
