@@ -276,6 +276,15 @@ func (p *Plugin) Close() {
 	}
 }
 
+// Pid is the plugin process's id (0 when it is not running): what a
+// benchmark meters the CPU time of, or a diagnostic names.
+func (p *Plugin) Pid() int {
+	if rc := p.client.ReattachConfig(); rc != nil {
+		return rc.Pid
+	}
+	return 0
+}
+
 // Exited reports whether the plugin process has ended (crashed, or was
 // killed).
 func (p *Plugin) Exited() bool { return p.client.Exited() }
