@@ -83,6 +83,11 @@ func Accept() (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data channel: %w", err)
 	}
+	return serve(conn)
+}
+
+// serve says hello on conn and serves the plugin's end of the channel.
+func serve(conn net.Conn) (*Plugin, error) {
 	if _, err := conn.Write([]byte(hello)); err != nil {
 		_ = conn.Close()
 		return nil, fmt.Errorf("data channel hello: %w", err)
@@ -93,6 +98,32 @@ func Accept() (*Plugin, error) {
 		return nil, fmt.Errorf("data channel: %w", err)
 	}
 	return newPlugin(s), nil
+}
+
+// Pair is a data channel whose two ends are in this process, made as
+// Offer, Accept and Connect make it: for tests of what uses it.
+func Pair() (*Host, *Plugin, error) {
+	host, child, err := Offer()
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := net.FileConn(child)
+	_ = child.Close()
+	if err != nil {
+		_ = host.Close()
+		return nil, nil, fmt.Errorf("data channel: %w", err)
+	}
+	p, err := serve(conn)
+	if err != nil {
+		_ = host.Close()
+		return nil, nil, err
+	}
+	h, err := Connect(host)
+	if err != nil || h == nil {
+		_ = p.Close()
+		return nil, nil, fmt.Errorf("data channel: no hello (%v)", err)
+	}
+	return h, p, nil
 }
 
 // Decline refuses the data channel the host offered, if it did, as a
