@@ -143,11 +143,15 @@ func (c *Client) Forward(ctx context.Context, req ForwardRequest, listening func
 
 // Exec runs req remotely. When ctx ends it sends Cancel and keeps reading, so
 // the provider can stop the process tree within the grace period and report
-// how it ended; the error is non-nil only when no exit status arrived. Stdin
-// is sent within the server's credit, so a Cancel is never stuck behind
-// input the process does not read; if it still cannot be sent in time, the
-// stream is cancelled, which stops the process just the same, and the error
-// matches ctx.Err().
+// how it ended; the error is non-nil only when no exit status arrived.
+//
+// With a data channel (Launch), stdin, stdout and stderr go over streams of
+// their own there, within yamux's windows, and the Exec stream carries the
+// rest; Exec returns once the provider's output has all been written to
+// eio. Without one, they go over the Exec stream: stdin within the server's
+// credit, so a Cancel is never stuck behind input the process does not
+// read; if it still cannot be sent in time, the stream is cancelled, which
+// stops the process just the same, and the error matches ctx.Err().
 func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitStatus, error) {
 	if err := ctx.Err(); err != nil {
 		return ExitStatus{}, err
