@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 
+	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/datachan"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/flow"
 	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
 )
@@ -25,11 +27,22 @@ const cancelSendTimeout = time.Second
 // Client is the gRPC client shim: a Provider backed by a remote one.
 type Client struct {
 	rpc pb.ProviderClient
+	// data carries execs' bytes beside gRPC when the plugin took the data
+	// channel Launch offered; nil otherwise.
+	data *datachan.Host
+	bufs sync.Pool // *[]byte of dataCopyBuffer, for the data streams' copies
 }
 
 // NewClient returns a Provider that calls the provider served on cc.
 func NewClient(cc grpc.ClientConnInterface) *Client {
-	return &Client{rpc: pb.NewProviderClient(cc)}
+	return newClient(cc, nil)
+}
+
+// newClient is NewClient with the data channel data (nil for none).
+func newClient(cc grpc.ClientConnInterface, data *datachan.Host) *Client {
+	c := &Client{rpc: pb.NewProviderClient(cc), data: data}
+	c.bufs.New = func() any { b := make([]byte, dataCopyBuffer); return &b }
+	return c
 }
 
 var (
@@ -130,11 +143,15 @@ func (c *Client) Forward(ctx context.Context, req ForwardRequest, listening func
 
 // Exec runs req remotely. When ctx ends it sends Cancel and keeps reading, so
 // the provider can stop the process tree within the grace period and report
-// how it ended; the error is non-nil only when no exit status arrived. Stdin
-// is sent within the server's credit, so a Cancel is never stuck behind
-// input the process does not read; if it still cannot be sent in time, the
-// stream is cancelled, which stops the process just the same, and the error
-// matches ctx.Err().
+// how it ended; the error is non-nil only when no exit status arrived.
+//
+// With a data channel (Launch), stdin, stdout and stderr go over streams of
+// their own there, within yamux's windows, and the Exec stream carries the
+// rest; Exec returns once the provider's output has all been written to
+// eio. Without one, they go over the Exec stream: stdin within the server's
+// credit, so a Cancel is never stuck behind input the process does not
+// read; if it still cannot be sent in time, the stream is cancelled, which
+// stops the process just the same, and the error matches ctx.Err().
 func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitStatus, error) {
 	if err := ctx.Err(); err != nil {
 		return ExitStatus{}, err
@@ -148,8 +165,21 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitSta
 		return ExitStatus{}, fromStatus(err)
 	}
 	s := &execClientSender{stream: stream, lock: make(chan struct{}, 1)}
-	start := &pb.ExecRequest{Msg: &pb.ExecRequest_Start{Start: execStartToPB(req, eio.Stdin != nil)}}
-	if err := s.send(start); err != nil {
+	startPB := execStartToPB(req, eio.Stdin != nil)
+	// The bytes go over the data channel when there is one: its streams
+	// are opened before ExecStart names them. Failing that, over gRPC.
+	var data *hostStreams
+	if c.data.Usable() {
+		if data, err = openStreams(c.data, eio, &c.bufs); err == nil {
+			startPB.Data = data.startPB()
+			data.run(eio, abort)
+			defer data.end()
+		}
+	}
+	if err := s.send(&pb.ExecRequest{Msg: &pb.ExecRequest_Start{Start: startPB}}); err != nil {
+		if data != nil {
+			return ExitStatus{}, data.explain(recvError(stream, err))
+		}
 		return ExitStatus{}, recvError(stream, err)
 	}
 
@@ -157,7 +187,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitSta
 	defer close(done)
 	credit := flow.NewCredit(StdinWindow)
 	defer credit.Close()
-	if eio.Stdin != nil {
+	if eio.Stdin != nil && data == nil {
 		go s.pumpStdin(eio.Stdin, credit, done)
 	}
 	if eio.Resize != nil {
@@ -184,6 +214,11 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitSta
 
 	for {
 		msg, err := stream.Recv()
+		if err != nil && data != nil {
+			if werr := data.explain(nil); werr != nil {
+				return ExitStatus{}, werr
+			}
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = Errorf(ErrUnavailable, "exec stream ended without an exit status")
@@ -215,6 +250,11 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitSta
 		case *pb.ExecResponse_StdinAck:
 			credit.Give(int(m.StdinAck.GetBytes()))
 		case *pb.ExecResponse_Exit:
+			if data != nil {
+				if err := data.finish(m.Exit.GetDataSent()); err != nil {
+					return ExitStatus{}, err
+				}
+			}
 			return exitFromPB(m.Exit), nil
 		}
 	}

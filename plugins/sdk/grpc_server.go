@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/datachan"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/flow"
 	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
 )
@@ -36,6 +37,9 @@ var (
 type Server struct {
 	pb.UnimplementedProviderServer
 	impl Provider
+	// data is the data channel Serve took from the host, if it offered
+	// one: execs that name it move their bytes over it.
+	data *datachan.Plugin
 
 	// healthTimeout bounds HealthCheck (HealthCheckTimeout).
 	healthTimeout time.Duration
@@ -251,6 +255,24 @@ func (s *Server) Exec(stream pb.Provider_ExecServer) error {
 	if start == nil {
 		return status.Error(codes.InvalidArgument, "an exec stream must begin with ExecStart")
 	}
+	var data *pluginStreams
+	if start.GetData() != nil {
+		// Claimed first, so that the streams are closed (the host waits
+		// for their end) however the exec ends.
+		claimCtx, cancelClaim := context.WithCancel(stream.Context())
+		stopClaim := context.AfterFunc(s.base, cancelClaim)
+		data, err = s.claimStreams(claimCtx, start)
+		stopClaim()
+		cancelClaim()
+		if err != nil {
+			return err
+		}
+		defer data.end()
+		// The host gone, blocked writes to it must fail, as they do on
+		// the stream.
+		stop := context.AfterFunc(stream.Context(), data.end)
+		defer stop()
+	}
 	req := execStartFromPB(start)
 	if err := validateExec(req); err != nil {
 		return toStatus(err)
@@ -272,7 +294,9 @@ func (s *Server) Exec(stream pb.Provider_ExecServer) error {
 		Stderr: streamWriter{out, pb.Stream_STREAM_STDERR},
 	}
 	var stdin *flow.Queue
-	if start.GetStdin() {
+	if data != nil {
+		data.io(&eio)
+	} else if start.GetStdin() {
 		stdin = flow.NewQueue(StdinWindow)
 		r, w := io.Pipe()
 		eio.Stdin = r
@@ -302,7 +326,15 @@ func (s *Server) Exec(stream pb.Provider_ExecServer) error {
 	case errExecTimeout:
 		st.TimedOut = true
 	}
-	return out.finish(&pb.ExecResponse{Msg: &pb.ExecResponse_Exit{Exit: exitToPB(st)}})
+	exit := exitToPB(st)
+	if data != nil {
+		// Its streams end before the exit status is sent: the host has
+		// all the output when it sees it.
+		data.flush()
+		data.end()
+		exit.DataSent = data.sent()
+	}
+	return out.finish(&pb.ExecResponse{Msg: &pb.ExecResponse_Exit{Exit: exit}})
 }
 
 // receiveExec handles what the host sends after ExecStart. It never blocks

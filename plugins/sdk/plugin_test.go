@@ -42,7 +42,12 @@ func TestMain(m *testing.M) {
 		if os.Getenv(testModeEnv) == "settings" {
 			p = settingsProvider{p}
 		}
-		sdk.Serve(p, sdk.WithLogger(logger))
+		opts := []sdk.ServeOption{sdk.WithLogger(logger)}
+		if os.Getenv(testModeEnv) == "nodata" {
+			// A plugin of an SDK before the data channel.
+			opts = append(opts, sdk.WithoutDataChannel())
+		}
+		sdk.Serve(p, opts...)
 	case os.Getenv(hostModeEnv) != "":
 		os.Exit(runHost(os.Getenv(hostModeEnv)))
 	default:

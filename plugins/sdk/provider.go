@@ -337,7 +337,8 @@ type TermSize struct {
 
 // ExecIO carries an exec's streams. Nil Stdin means empty input; nil Stdout or
 // Stderr discard that stream. A provider may write Stdout and Stderr from
-// different goroutines; the SDK's gRPC client writes them from one.
+// different goroutines; the SDK's gRPC client writes them one at a time,
+// never at once, so both may be the same writer.
 type ExecIO struct {
 	Stdin  io.Reader
 	Stdout io.Writer

@@ -32,7 +32,8 @@ import (
 // the pipes are cut off so Wait can return.
 const orphanDrain = time.Second
 
-// copyBuffer is the most one read of an exec's output takes; see growPipe.
+// copyBuffer is the most one read of an exec's output, or one write of its
+// input, takes; see growPipe.
 const copyBuffer = 256 << 10
 
 // Process is a started exec.
@@ -74,6 +75,7 @@ func Start(cmd *exec.Cmd, eio sdk.ExecIO) (*Process, error) {
 		if err != nil {
 			return nil, fmt.Errorf("stdin pipe: %w", err)
 		}
+		growPipe(w)
 		cmd.Stdin, stdinW = r, w
 		childEnds = append(childEnds, r)
 	}
@@ -108,7 +110,10 @@ func Start(cmd *exec.Cmd, eio sdk.ExecIO) (*Process, error) {
 
 	if stdinW != nil {
 		go func() {
-			_, _ = io.Copy(stdinW, eio.Stdin)
+			// writerOnly hides (*os.File).ReadFrom, which would copy in
+			// 32 KiB steps: as many writes, and wakeups of the process,
+			// as a buffer of copyBuffer makes in eight.
+			_, _ = io.CopyBuffer(writerOnly{stdinW}, eio.Stdin, make([]byte, copyBuffer))
 			_ = stdinW.Close()
 		}()
 	}
@@ -135,6 +140,8 @@ func Start(cmd *exec.Cmd, eio sdk.ExecIO) (*Process, error) {
 }
 
 type readerOnly struct{ io.Reader }
+
+type writerOnly struct{ io.Writer }
 
 // Pgid is the process group of the exec.
 func (p *Process) Pgid() int { return p.cmd.Process.Pid }

@@ -6,7 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pipeSize is what output pipes are grown to (Linux's default limit for an
+// pipeSize is what output and input pipes are grown to (Linux's default limit for an
 // unprivileged process). A 64 KiB pipe makes a fast producer hand over its
 // output in small pieces, each one read, message and syscall on the way to
 // the host; a bigger one lets reads take more at once.

@@ -745,7 +745,11 @@ type ExecStart struct {
 	// once this grace period has passed.
 	CancelGrace *durationpb.Duration `protobuf:"bytes,9,opt,name=cancel_grace,json=cancelGrace,proto3" json:"cancel_grace,omitempty"`
 	// Zero means no timeout.
-	Timeout       *durationpb.Duration `protobuf:"bytes,10,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,10,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Set when the exec's bytes go over the data channel instead of this
+	// stream; a server without a data channel refuses it with
+	// FAILED_PRECONDITION.
+	Data          *DataStreams `protobuf:"bytes,11,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -850,6 +854,92 @@ func (x *ExecStart) GetTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *ExecStart) GetData() *DataStreams {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// DataStreams names an exec's streams on the data channel: a yamux session
+// over a unix socket pair that the host makes and hands to the plugin
+// process at start as the file descriptor named by the environment
+// variable AMELIA_PROVIDER_DATA_FD, besides go-plugin's TLS socket. A
+// plugin that takes it writes "amelia-provider-data 1\n" on it before
+// go-plugin's handshake line, then serves yamux on it; a host that does
+// not read that line there after the handshake does not set
+// ExecStart.data, and the bytes go over the Exec stream. The host opens a
+// yamux stream for each of the exec's streams it carries, each beginning
+// with the exec's id (8 bytes, big-endian) and the stream's kind (1 byte:
+// 1 stdin, 2 stdout, 3 stderr), before it sends ExecStart. Stdin is the
+// host's writes, ended by its close (the process then sees end of file);
+// stdout and stderr are the server's, which closes them once the provider
+// has returned and before it sends ExitStatus. Flow control is yamux's.
+type DataStreams struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The exec's id, chosen by the host, unique among its execs on the
+	// plugin.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Whether the host opened a stdout and a stderr stream; when it did not,
+	// the server discards that output. A stdin stream is opened when
+	// ExecStart.stdin is true.
+	Stdout        bool `protobuf:"varint,2,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr        bool `protobuf:"varint,3,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DataStreams) Reset() {
+	*x = DataStreams{}
+	mi := &file_provider_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DataStreams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DataStreams) ProtoMessage() {}
+
+func (x *DataStreams) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DataStreams.ProtoReflect.Descriptor instead.
+func (*DataStreams) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DataStreams) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *DataStreams) GetStdout() bool {
+	if x != nil {
+		return x.Stdout
+	}
+	return false
+}
+
+func (x *DataStreams) GetStderr() bool {
+	if x != nil {
+		return x.Stderr
+	}
+	return false
+}
+
 type StdinEOF struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -858,7 +948,7 @@ type StdinEOF struct {
 
 func (x *StdinEOF) Reset() {
 	*x = StdinEOF{}
-	mi := &file_provider_proto_msgTypes[10]
+	mi := &file_provider_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +960,7 @@ func (x *StdinEOF) String() string {
 func (*StdinEOF) ProtoMessage() {}
 
 func (x *StdinEOF) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[10]
+	mi := &file_provider_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +973,7 @@ func (x *StdinEOF) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinEOF.ProtoReflect.Descriptor instead.
 func (*StdinEOF) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{10}
+	return file_provider_proto_rawDescGZIP(), []int{11}
 }
 
 // Cancel asks the server to stop the process tree: SIGTERM, then SIGKILL after
@@ -896,7 +986,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_provider_proto_msgTypes[11]
+	mi := &file_provider_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +998,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[11]
+	mi := &file_provider_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1011,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{11}
+	return file_provider_proto_rawDescGZIP(), []int{12}
 }
 
 type TermSize struct {
@@ -934,7 +1024,7 @@ type TermSize struct {
 
 func (x *TermSize) Reset() {
 	*x = TermSize{}
-	mi := &file_provider_proto_msgTypes[12]
+	mi := &file_provider_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1036,7 @@ func (x *TermSize) String() string {
 func (*TermSize) ProtoMessage() {}
 
 func (x *TermSize) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[12]
+	mi := &file_provider_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1049,7 @@ func (x *TermSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TermSize.ProtoReflect.Descriptor instead.
 func (*TermSize) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{12}
+	return file_provider_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TermSize) GetRows() uint32 {
@@ -990,7 +1080,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_provider_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1092,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_provider_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,7 +1105,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{13}
+	return file_provider_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExecResponse) GetMsg() isExecResponse_Msg {
@@ -1085,7 +1175,7 @@ type StdinAck struct {
 
 func (x *StdinAck) Reset() {
 	*x = StdinAck{}
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1187,7 @@ func (x *StdinAck) String() string {
 func (*StdinAck) ProtoMessage() {}
 
 func (x *StdinAck) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1200,7 @@ func (x *StdinAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinAck.ProtoReflect.Descriptor instead.
 func (*StdinAck) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{14}
+	return file_provider_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StdinAck) GetBytes() uint64 {
@@ -1130,7 +1220,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1232,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1245,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{15}
+	return file_provider_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Output) GetStream() Stream {
@@ -1181,14 +1271,18 @@ type ExitStatus struct {
 	// The process was stopped because the client sent Cancel.
 	Canceled bool `protobuf:"varint,3,opt,name=canceled,proto3" json:"canceled,omitempty"`
 	// The process was stopped because ExecStart.timeout passed.
-	TimedOut      bool `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	TimedOut bool `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	// For an exec whose output went over the data channel, how many bytes
+	// the server wrote to its stdout and stderr streams: the host checks
+	// that it read as many.
+	DataSent      *DataSent `protobuf:"bytes,5,opt,name=data_sent,json=dataSent,proto3" json:"data_sent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExitStatus) Reset() {
 	*x = ExitStatus{}
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1294,7 @@ func (x *ExitStatus) String() string {
 func (*ExitStatus) ProtoMessage() {}
 
 func (x *ExitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1307,7 @@ func (x *ExitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitStatus.ProtoReflect.Descriptor instead.
 func (*ExitStatus) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{16}
+	return file_provider_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExitStatus) GetCode() int32 {
@@ -1244,6 +1338,65 @@ func (x *ExitStatus) GetTimedOut() bool {
 	return false
 }
 
+func (x *ExitStatus) GetDataSent() *DataSent {
+	if x != nil {
+		return x.DataSent
+	}
+	return nil
+}
+
+type DataSent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stdout        uint64                 `protobuf:"varint,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr        uint64                 `protobuf:"varint,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DataSent) Reset() {
+	*x = DataSent{}
+	mi := &file_provider_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DataSent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DataSent) ProtoMessage() {}
+
+func (x *DataSent) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DataSent.ProtoReflect.Descriptor instead.
+func (*DataSent) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DataSent) GetStdout() uint64 {
+	if x != nil {
+		return x.Stdout
+	}
+	return 0
+}
+
+func (x *DataSent) GetStderr() uint64 {
+	if x != nil {
+		return x.Stderr
+	}
+	return 0
+}
+
 type TeardownRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ref           *SandboxRef            `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
@@ -1253,7 +1406,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1418,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1431,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{17}
+	return file_provider_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TeardownRequest) GetRef() *SandboxRef {
@@ -1296,7 +1449,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1461,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1474,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{18}
+	return file_provider_proto_rawDescGZIP(), []int{20}
 }
 
 type HealthCheckRequest struct {
@@ -1333,7 +1486,7 @@ type HealthCheckRequest struct {
 
 func (x *HealthCheckRequest) Reset() {
 	*x = HealthCheckRequest{}
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1498,7 @@ func (x *HealthCheckRequest) String() string {
 func (*HealthCheckRequest) ProtoMessage() {}
 
 func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1511,7 @@ func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckRequest.ProtoReflect.Descriptor instead.
 func (*HealthCheckRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{19}
+	return file_provider_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HealthCheckRequest) GetRef() *SandboxRef {
@@ -1379,7 +1532,7 @@ type HealthCheckResponse struct {
 
 func (x *HealthCheckResponse) Reset() {
 	*x = HealthCheckResponse{}
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1544,7 @@ func (x *HealthCheckResponse) String() string {
 func (*HealthCheckResponse) ProtoMessage() {}
 
 func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1557,7 @@ func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckResponse.ProtoReflect.Descriptor instead.
 func (*HealthCheckResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{20}
+	return file_provider_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HealthCheckResponse) GetState() string {
@@ -1433,7 +1586,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1598,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1611,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{21}
+	return file_provider_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListRequest) GetConfig() []byte {
@@ -1484,7 +1637,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1649,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1662,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{22}
+	return file_provider_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListResponse) GetSandboxes() []*ListedSandbox {
@@ -1535,7 +1688,7 @@ type ListedSandbox struct {
 
 func (x *ListedSandbox) Reset() {
 	*x = ListedSandbox{}
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1700,7 @@ func (x *ListedSandbox) String() string {
 func (*ListedSandbox) ProtoMessage() {}
 
 func (x *ListedSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1713,7 @@ func (x *ListedSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListedSandbox.ProtoReflect.Descriptor instead.
 func (*ListedSandbox) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{23}
+	return file_provider_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListedSandbox) GetRef() *SandboxRef {
@@ -1602,7 +1755,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1767,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1780,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{24}
+	return file_provider_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ForwardRequest) GetSandbox() *SandboxRef {
@@ -1654,7 +1807,7 @@ type ForwardEvent struct {
 
 func (x *ForwardEvent) Reset() {
 	*x = ForwardEvent{}
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1819,7 @@ func (x *ForwardEvent) String() string {
 func (*ForwardEvent) ProtoMessage() {}
 
 func (x *ForwardEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1832,7 @@ func (x *ForwardEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardEvent.ProtoReflect.Descriptor instead.
 func (*ForwardEvent) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{25}
+	return file_provider_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ForwardEvent) GetListening() string {
@@ -1701,7 +1854,7 @@ type ValidateSettingsRequest struct {
 
 func (x *ValidateSettingsRequest) Reset() {
 	*x = ValidateSettingsRequest{}
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +1866,7 @@ func (x *ValidateSettingsRequest) String() string {
 func (*ValidateSettingsRequest) ProtoMessage() {}
 
 func (x *ValidateSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +1879,7 @@ func (x *ValidateSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateSettingsRequest.ProtoReflect.Descriptor instead.
 func (*ValidateSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{26}
+	return file_provider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ValidateSettingsRequest) GetConfig() []byte {
@@ -1752,7 +1905,7 @@ type ValidateSettingsResponse struct {
 
 func (x *ValidateSettingsResponse) Reset() {
 	*x = ValidateSettingsResponse{}
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1917,7 @@ func (x *ValidateSettingsResponse) String() string {
 func (*ValidateSettingsResponse) ProtoMessage() {}
 
 func (x *ValidateSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1930,7 @@ func (x *ValidateSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateSettingsResponse.ProtoReflect.Descriptor instead.
 func (*ValidateSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{27}
+	return file_provider_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ValidateSettingsResponse) GetProblems() []*SettingsProblem {
@@ -1804,7 +1957,7 @@ type SettingsProblem struct {
 
 func (x *SettingsProblem) Reset() {
 	*x = SettingsProblem{}
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +1969,7 @@ func (x *SettingsProblem) String() string {
 func (*SettingsProblem) ProtoMessage() {}
 
 func (x *SettingsProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +1982,7 @@ func (x *SettingsProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettingsProblem.ProtoReflect.Descriptor instead.
 func (*SettingsProblem) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{28}
+	return file_provider_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SettingsProblem) GetKey() string {
@@ -1899,7 +2052,7 @@ const file_provider_proto_rawDesc = "" +
 	"\tstdin_eof\x18\x03 \x01(\v2\x1c.amelia.provider.v1.StdinEOFH\x00R\bstdinEof\x124\n" +
 	"\x06cancel\x18\x04 \x01(\v2\x1a.amelia.provider.v1.CancelH\x00R\x06cancel\x126\n" +
 	"\x06resize\x18\x05 \x01(\v2\x1c.amelia.provider.v1.TermSizeH\x00R\x06resizeB\x05\n" +
-	"\x03msg\"\xc7\x03\n" +
+	"\x03msg\"\xfc\x03\n" +
 	"\tExecStart\x128\n" +
 	"\asandbox\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\asandbox\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x128\n" +
@@ -1911,10 +2064,15 @@ const file_provider_proto_rawDesc = "" +
 	"\tterm_size\x18\b \x01(\v2\x1c.amelia.provider.v1.TermSizeR\btermSize\x12<\n" +
 	"\fcancel_grace\x18\t \x01(\v2\x19.google.protobuf.DurationR\vcancelGrace\x123\n" +
 	"\atimeout\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\atimeout\x1a6\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\atimeout\x123\n" +
+	"\x04data\x18\v \x01(\v2\x1f.amelia.provider.v1.DataStreamsR\x04data\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
+	"\vDataStreams\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
+	"\x06stdout\x18\x02 \x01(\bR\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\x03 \x01(\bR\x06stderr\"\n" +
 	"\n" +
 	"\bStdinEOF\"\b\n" +
 	"\x06Cancel\"2\n" +
@@ -1930,13 +2088,17 @@ const file_provider_proto_rawDesc = "" +
 	"\x05bytes\x18\x01 \x01(\x04R\x05bytes\"P\n" +
 	"\x06Output\x122\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x1a.amelia.provider.v1.StreamR\x06stream\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"q\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xac\x01\n" +
 	"\n" +
 	"ExitStatus\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x1a\n" +
 	"\bcanceled\x18\x03 \x01(\bR\bcanceled\x12\x1b\n" +
-	"\ttimed_out\x18\x04 \x01(\bR\btimedOut\"C\n" +
+	"\ttimed_out\x18\x04 \x01(\bR\btimedOut\x129\n" +
+	"\tdata_sent\x18\x05 \x01(\v2\x1c.amelia.provider.v1.DataSentR\bdataSent\":\n" +
+	"\bDataSent\x12\x16\n" +
+	"\x06stdout\x18\x01 \x01(\x04R\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\x02 \x01(\x04R\x06stderr\"C\n" +
 	"\x0fTeardownRequest\x120\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\x03ref\"\x12\n" +
 	"\x10TeardownResponse\"F\n" +
@@ -2002,7 +2164,7 @@ func file_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_provider_proto_goTypes = []any{
 	(Stream)(0),                      // 0: amelia.provider.v1.Stream
 	(*PreflightResponse)(nil),        // 1: amelia.provider.v1.PreflightResponse
@@ -2015,86 +2177,90 @@ var file_provider_proto_goTypes = []any{
 	(*EnsureRunningResponse)(nil),    // 8: amelia.provider.v1.EnsureRunningResponse
 	(*ExecRequest)(nil),              // 9: amelia.provider.v1.ExecRequest
 	(*ExecStart)(nil),                // 10: amelia.provider.v1.ExecStart
-	(*StdinEOF)(nil),                 // 11: amelia.provider.v1.StdinEOF
-	(*Cancel)(nil),                   // 12: amelia.provider.v1.Cancel
-	(*TermSize)(nil),                 // 13: amelia.provider.v1.TermSize
-	(*ExecResponse)(nil),             // 14: amelia.provider.v1.ExecResponse
-	(*StdinAck)(nil),                 // 15: amelia.provider.v1.StdinAck
-	(*Output)(nil),                   // 16: amelia.provider.v1.Output
-	(*ExitStatus)(nil),               // 17: amelia.provider.v1.ExitStatus
-	(*TeardownRequest)(nil),          // 18: amelia.provider.v1.TeardownRequest
-	(*TeardownResponse)(nil),         // 19: amelia.provider.v1.TeardownResponse
-	(*HealthCheckRequest)(nil),       // 20: amelia.provider.v1.HealthCheckRequest
-	(*HealthCheckResponse)(nil),      // 21: amelia.provider.v1.HealthCheckResponse
-	(*ListRequest)(nil),              // 22: amelia.provider.v1.ListRequest
-	(*ListResponse)(nil),             // 23: amelia.provider.v1.ListResponse
-	(*ListedSandbox)(nil),            // 24: amelia.provider.v1.ListedSandbox
-	(*ForwardRequest)(nil),           // 25: amelia.provider.v1.ForwardRequest
-	(*ForwardEvent)(nil),             // 26: amelia.provider.v1.ForwardEvent
-	(*ValidateSettingsRequest)(nil),  // 27: amelia.provider.v1.ValidateSettingsRequest
-	(*ValidateSettingsResponse)(nil), // 28: amelia.provider.v1.ValidateSettingsResponse
-	(*SettingsProblem)(nil),          // 29: amelia.provider.v1.SettingsProblem
-	nil,                              // 30: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	nil,                              // 31: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	nil,                              // 32: amelia.provider.v1.ExecStart.EnvEntry
-	nil,                              // 33: amelia.provider.v1.ListRequest.LabelsEntry
-	nil,                              // 34: amelia.provider.v1.ListedSandbox.LabelsEntry
-	(*durationpb.Duration)(nil),      // 35: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
+	(*DataStreams)(nil),              // 11: amelia.provider.v1.DataStreams
+	(*StdinEOF)(nil),                 // 12: amelia.provider.v1.StdinEOF
+	(*Cancel)(nil),                   // 13: amelia.provider.v1.Cancel
+	(*TermSize)(nil),                 // 14: amelia.provider.v1.TermSize
+	(*ExecResponse)(nil),             // 15: amelia.provider.v1.ExecResponse
+	(*StdinAck)(nil),                 // 16: amelia.provider.v1.StdinAck
+	(*Output)(nil),                   // 17: amelia.provider.v1.Output
+	(*ExitStatus)(nil),               // 18: amelia.provider.v1.ExitStatus
+	(*DataSent)(nil),                 // 19: amelia.provider.v1.DataSent
+	(*TeardownRequest)(nil),          // 20: amelia.provider.v1.TeardownRequest
+	(*TeardownResponse)(nil),         // 21: amelia.provider.v1.TeardownResponse
+	(*HealthCheckRequest)(nil),       // 22: amelia.provider.v1.HealthCheckRequest
+	(*HealthCheckResponse)(nil),      // 23: amelia.provider.v1.HealthCheckResponse
+	(*ListRequest)(nil),              // 24: amelia.provider.v1.ListRequest
+	(*ListResponse)(nil),             // 25: amelia.provider.v1.ListResponse
+	(*ListedSandbox)(nil),            // 26: amelia.provider.v1.ListedSandbox
+	(*ForwardRequest)(nil),           // 27: amelia.provider.v1.ForwardRequest
+	(*ForwardEvent)(nil),             // 28: amelia.provider.v1.ForwardEvent
+	(*ValidateSettingsRequest)(nil),  // 29: amelia.provider.v1.ValidateSettingsRequest
+	(*ValidateSettingsResponse)(nil), // 30: amelia.provider.v1.ValidateSettingsResponse
+	(*SettingsProblem)(nil),          // 31: amelia.provider.v1.SettingsProblem
+	nil,                              // 32: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	nil,                              // 33: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	nil,                              // 34: amelia.provider.v1.ExecStart.EnvEntry
+	nil,                              // 35: amelia.provider.v1.ListRequest.LabelsEntry
+	nil,                              // 36: amelia.provider.v1.ListedSandbox.LabelsEntry
+	(*durationpb.Duration)(nil),      // 37: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 38: google.protobuf.Timestamp
 }
 var file_provider_proto_depIdxs = []int32{
 	4,  // 0: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
 	5,  // 1: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
 	6,  // 2: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	30, // 3: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	32, // 3: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
 	5,  // 4: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
-	31, // 5: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	33, // 5: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
 	10, // 6: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
-	11, // 7: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
-	12, // 8: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
-	13, // 9: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
+	12, // 7: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
+	13, // 8: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
+	14, // 9: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
 	5,  // 10: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	32, // 11: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
-	13, // 12: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
-	35, // 13: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
-	35, // 14: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
-	16, // 15: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
-	17, // 16: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
-	15, // 17: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
-	0,  // 18: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
-	5,  // 19: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	5,  // 20: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	33, // 21: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
-	24, // 22: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
-	5,  // 23: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
-	34, // 24: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
-	36, // 25: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
-	5,  // 26: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	6,  // 27: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	29, // 28: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
-	2,  // 29: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
-	7,  // 30: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
-	9,  // 31: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
-	18, // 32: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
-	20, // 33: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
-	22, // 34: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
-	25, // 35: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
-	27, // 36: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
-	7,  // 37: amelia.provider.v1.Provider.Preflight:input_type -> amelia.provider.v1.EnsureRunningRequest
-	3,  // 38: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
-	8,  // 39: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
-	14, // 40: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
-	19, // 41: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
-	21, // 42: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
-	23, // 43: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
-	26, // 44: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
-	28, // 45: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
-	1,  // 46: amelia.provider.v1.Provider.Preflight:output_type -> amelia.provider.v1.PreflightResponse
-	38, // [38:47] is the sub-list for method output_type
-	29, // [29:38] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	34, // 11: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
+	14, // 12: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
+	37, // 13: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
+	37, // 14: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	11, // 15: amelia.provider.v1.ExecStart.data:type_name -> amelia.provider.v1.DataStreams
+	17, // 16: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
+	18, // 17: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
+	16, // 18: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
+	0,  // 19: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
+	19, // 20: amelia.provider.v1.ExitStatus.data_sent:type_name -> amelia.provider.v1.DataSent
+	5,  // 21: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	5,  // 22: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	35, // 23: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
+	26, // 24: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
+	5,  // 25: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
+	36, // 26: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
+	38, // 27: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
+	5,  // 28: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
+	6,  // 29: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
+	31, // 30: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
+	2,  // 31: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
+	7,  // 32: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
+	9,  // 33: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
+	20, // 34: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
+	22, // 35: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
+	24, // 36: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
+	27, // 37: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
+	29, // 38: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
+	7,  // 39: amelia.provider.v1.Provider.Preflight:input_type -> amelia.provider.v1.EnsureRunningRequest
+	3,  // 40: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
+	8,  // 41: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
+	15, // 42: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
+	21, // 43: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
+	23, // 44: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
+	25, // 45: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
+	28, // 46: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
+	30, // 47: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
+	1,  // 48: amelia.provider.v1.Provider.Preflight:output_type -> amelia.provider.v1.PreflightResponse
+	40, // [40:49] is the sub-list for method output_type
+	31, // [31:40] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -2109,7 +2275,7 @@ func file_provider_proto_init() {
 		(*ExecRequest_Cancel)(nil),
 		(*ExecRequest_Resize)(nil),
 	}
-	file_provider_proto_msgTypes[13].OneofWrappers = []any{
+	file_provider_proto_msgTypes[14].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Exit)(nil),
 		(*ExecResponse_StdinAck)(nil),
@@ -2120,7 +2286,7 @@ func file_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -64,6 +64,10 @@ type ProviderClient interface {
 	// see a Cancel) even when the process does not read its input: the client
 	// keeps at most 1 MiB (1048576 bytes) of stdin unacknowledged, and the
 	// server sends StdinAck for the bytes the process has consumed.
+	//
+	// When ExecStart.data is set, the exec's bytes do not go over this
+	// stream but over the data channel (see DataStreams); everything else
+	// (cancel, resize, the exit status) still does.
 	Exec(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecRequest, ExecResponse], error)
 	// Teardown removes the sandbox and everything running in it. Idempotent.
 	Teardown(ctx context.Context, in *TeardownRequest, opts ...grpc.CallOption) (*TeardownResponse, error)
@@ -233,6 +237,10 @@ type ProviderServer interface {
 	// see a Cancel) even when the process does not read its input: the client
 	// keeps at most 1 MiB (1048576 bytes) of stdin unacknowledged, and the
 	// server sends StdinAck for the bytes the process has consumed.
+	//
+	// When ExecStart.data is set, the exec's bytes do not go over this
+	// stream but over the data channel (see DataStreams); everything else
+	// (cancel, resize, the exit status) still does.
 	Exec(grpc.BidiStreamingServer[ExecRequest, ExecResponse]) error
 	// Teardown removes the sandbox and everything running in it. Idempotent.
 	Teardown(context.Context, *TeardownRequest) (*TeardownResponse, error)

@@ -1,0 +1,25 @@
+//go:build !unix
+
+package datachan
+
+import (
+	"errors"
+	"os"
+)
+
+// Offer: no socket pairs here, so no data channel.
+func Offer() (host, child *os.File, err error) {
+	return nil, nil, errors.New("no data channel on this system")
+}
+
+// Connect is never reached without Offer.
+func Connect(host *os.File) (*Host, error) { return nil, nil }
+
+// Accept: no data channel on this system.
+func Accept() (*Plugin, error) {
+	os.Unsetenv(Env)
+	return nil, nil
+}
+
+// Decline: no data channel on this system.
+func Decline() { os.Unsetenv(Env) }
