@@ -31,7 +31,9 @@ func TestTwentyRunsOnOneDockerSandbox(t *testing.T) {
 	results := make([]result, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { results[i] = h.amelia(t, "run", "--json", "--workflow", fmt.Sprintf("w%02d", i), fmt.Sprintf("write w%02d", i)) })
+		wg.Go(func() {
+			results[i] = h.amelia(t, "run", "--json", "--workflow", fmt.Sprintf("w%02d", i), fmt.Sprintf("write w%02d", i))
+		})
 	}
 	wg.Wait()
 	for i, r := range results {
