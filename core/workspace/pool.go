@@ -46,14 +46,18 @@ import (
 // remove them, and it runs nothing else while they exist.
 
 // killUID is the loop that ends every process of $uid but the script's
-// own shell: a pass repeats until it finds none alive (zombies are dead),
-// so what forked meanwhile goes too.
+// own shell and its parent: a pass repeats until it finds none alive
+// (zombies are dead), so what forked meanwhile goes too. The parent is
+// this run's command session as the uid (execsession), when the script
+// runs on one (a reset before the agent starts); the steps that end a
+// uid's run end its session first, and run as an exec of their own,
+// whose parent is outside the sandbox.
 const killUID = `pass=0 found=1
 while [ "$found" -gt 0 ] && [ "$pass" -lt 100 ]; do
 	found=0 pass=$((pass + 1))
 	for p in /proc/[0-9]*; do
 		pid=${p#/proc/}
-		[ "$pid" != "$$" ] && [ "$(stat -c %u "$p" 2>/dev/null)" = "$uid" ] || continue
+		[ "$pid" != "$$" ] && [ "$pid" != "$PPID" ] && [ "$(stat -c %u "$p" 2>/dev/null)" = "$uid" ] || continue
 		[ "$(sed 's/.*) \(.\).*/\1/' "$p/stat" 2>/dev/null)" != Z ] || continue
 		kill -KILL "$pid" 2>/dev/null && found=$((found + 1))
 	done
