@@ -45,7 +45,9 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 		dir = path.Join(image.Workdir, dir)
 	}
 	target := containerRef(req.Sandbox)
-	if user == set.User {
+	// A command that reads input (a bundle, the worker) streams it faster
+	// on an exec of its own than in the session's frames.
+	if user == set.User && eio.Stdin == nil {
 		if st, ok, err := p.execOnSession(ctx, e, target, user, dir, req, eio); ok {
 			return st, err
 		}

@@ -20,17 +20,19 @@ import (
 // (create, attach, inspect), a runc exec and tens of milliseconds of
 // dockerd's CPU; the containers of one engine share that, so runs side by
 // side in one sandbox wait on each other's execs. A command on a session
-// costs a yamux stream and a fork in the container instead: every command
-// of the sandbox's user goes through one long-lived exec of the worker the
-// image holds (`amelia-worker mux`, envelope.ServeMux), started on the
+// costs a yamux stream and a fork in the container instead: the
+// sandbox's user's commands go through one long-lived exec of the worker
+// the image holds (`amelia-worker mux`, envelope.ServeMux), started on the
 // first such command and kept while the container runs.
 //
-// Only the sandbox's user's commands go there: in a container without
-// capabilities the worker cannot become another uid, so a command as a
-// run's uid (sdk.Capabilities.RunUsers) or as root stays an exec of its own,
-// which the engine starts as that user. A container whose image has no
-// worker (a ready image, a profile's own Dockerfile), or one that does
-// not speak the session, gets an exec per command as before.
+// Not every command: one that streams input (a bundle, say) moves it
+// faster on an exec of its own than in the session's frames; and in a
+// container without capabilities the worker cannot become another uid,
+// so a command as a run's uid (sdk.Capabilities.RunUsers) or as root stays
+// an exec of its own, which the engine starts as that user. A container
+// whose image has no worker (a ready image, a profile's own Dockerfile),
+// or one that does not speak the session, gets an exec per command as
+// before.
 
 // sessionStartTimeout bounds starting a session: the exec and the
 // worker's hello.

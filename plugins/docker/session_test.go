@@ -19,7 +19,7 @@ const parentScript = `printf '%s ' "$PPID"; tr '\0' ' ' </proc/$PPID/cmdline 2>/
 // The sandbox user's commands run on one session, the worker's mux: two
 // commands have the same parent, the image's worker; a command as another
 // user is an exec of its own, which the worker (without capabilities)
-// could not run. When the session's worker dies, the next command starts
+// could not run, and so is one with input to stream. When the session's worker dies, the next command starts
 // a new one.
 func TestCommandsShareASession(t *testing.T) {
 	cli := dockertest.Engine(t)
@@ -35,6 +35,11 @@ func TestCommandsShareASession(t *testing.T) {
 	}
 	if got := run(t, p, sb.Ref, "root", "sh", "-c", parentScript); strings.Contains(got, "amelia-worker") {
 		t.Errorf("a command as root ran under the worker: %q", got)
+	}
+	var out strings.Builder
+	if st, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"sh", "-c", "cat >/dev/null; " + parentScript}},
+		sdk.ExecIO{Stdin: strings.NewReader("input"), Stdout: &out}); err != nil || st.Code != 0 || strings.Contains(out.String(), "amelia-worker") {
+		t.Errorf("a command with input: %+v %v, its parent %q, want an exec of its own", st, err, out.String())
 	}
 	if got := run(t, p, sb.Ref, "", "id", "-un"); got != "amelia\n" {
 		t.Errorf("a command on the session runs as %q, want amelia", got)
