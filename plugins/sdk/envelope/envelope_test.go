@@ -175,7 +175,7 @@ func TestEnvDirAndLookup(t *testing.T) {
 		{[]string{"plain"}, 126, "plain: permission denied"},
 	} {
 		r := run(t.Context(), t, envelope.Command{Argv: tc.argv, Env: env, Dir: dir}, nil)
-		if r.err != nil || r.Code != tc.code || !strings.Contains(r.stderr, tc.msg) {
+		if r.err != nil || r.Code != tc.code || r.stderr != tc.msg+"\n" {
 			t.Errorf("%v: %+v stderr %q err %v; want exit %d and %q", tc.argv, r.Result, r.stderr, r.err, tc.code, tc.msg)
 		}
 	}

@@ -73,7 +73,8 @@ func Serve(in io.Reader, out io.Writer, environ []string) error {
 	}
 	path, code, err := lookPath(cmd.Argv[0], envValue(env, "PATH"), cmd.Dir)
 	if err != nil {
-		_ = fw.write(frameStderr, []byte("amelia-worker exec: "+err.Error()+"\n"))
+		// In a shell's words, as an exec through a shell says it.
+		_ = fw.write(frameStderr, []byte(err.Error()+"\n"))
 		return fw.json(frameExit, exit{Code: code})
 	}
 
