@@ -114,7 +114,9 @@ func median(ds []time.Duration) time.Duration {
 
 // bundleClone is the baseline: the branch bundled on the host, the bundle
 // streamed into the sandbox and cloned there with its checkout, as the
-// sandbox's user; what it made is removed after the timing.
+// sandbox's user; what it made is removed after the timing. The bundle
+// has no HEAD, so clone is told the branch to check out (without -b it
+// checks out nothing, and only says so in a warning).
 func bundleClone(b *testing.B, ex sdk.Execer, src string) time.Duration {
 	b.Helper()
 	file := filepath.Join(b.TempDir(), "b.bundle")
@@ -131,7 +133,7 @@ func bundleClone(b *testing.B, ex sdk.Execer, src string) time.Duration {
 		stdin *os.File
 	}{
 		{[]string{"sh", "-c", `mkdir "$1" && cat >"$1/b.bundle"`, "sh", dir}, in},
-		{[]string{"git", "clone", "-q", dir + "/b.bundle", dir + "/clone"}, nil},
+		{[]string{"git", "clone", "-q", "-b", "main", dir + "/b.bundle", dir + "/clone"}, nil},
 	} {
 		var stderr strings.Builder
 		eio := sdk.ExecIO{Stderr: &stderr}

@@ -180,12 +180,6 @@ lock() {
 }
 `
 
-// checkoutWorkers is how many processes git writes a checkout's files
-// with (checkout.workers): a checkout of tens of thousands of files
-// waits on the filesystem for each (more so on docker's
-// fuse-overlayfs), not on a core, so more than the cores help.
-const checkoutWorkers = "8"
-
 // exitRefused is the exit code a script uses for a refusal whose reason it
 // wrote to stderr (branch exists, nothing to bundle...).
 const exitRefused = 3
@@ -338,7 +332,7 @@ fi
 g init --quiet --template= -- "$wt"
 printf '%s\n' "$objects" >"$wt/.git/objects/info/alternates"
 if [ -n "$exclude" ]; then mkdir -p "$wt/.git/info" && printf '%s' "$exclude" >"$wt/.git/info/exclude"; fi
-g -C "$wt" -c checkout.workers=` + checkoutWorkers + ` checkout --quiet -b "$br" "$start"
+g -C "$wt" checkout --quiet -b "$br" "$start"
 id -u
 if [ -n "$stamp" ]; then "$worker" checkout stamp "$wt"; fi
 `
@@ -383,7 +377,7 @@ fi
 g init --quiet --template= -- "$wt"
 printf '%s\n' "$objects" >"$wt/.git/objects/info/alternates"
 if [ -n "$exclude" ]; then mkdir -p "$wt/.git/info" && printf '%s' "$exclude" >"$wt/.git/info/exclude"; fi
-g -C "$wt" -c checkout.workers=` + checkoutWorkers + ` checkout --quiet -f -B "$br" "$start"
+g -C "$wt" checkout --quiet -f -B "$br" "$start"
 id -u
 "$worker" checkout stamp "$wt"
 `
