@@ -3,7 +3,6 @@ package sdk
 import (
 	"context"
 	"io"
-	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/yamux"
@@ -51,9 +50,9 @@ func (s *Server) claimStreams(ctx context.Context, start *pb.ExecStart) (*plugin
 		case datachan.Stdin:
 			ps.stdin = got[i]
 		case datachan.Stdout:
-			ps.stdout = newCountedStream(got[i])
+			ps.stdout = &countedStream{s: got[i]}
 		case datachan.Stderr:
-			ps.stderr = newCountedStream(got[i])
+			ps.stderr = &countedStream{s: got[i]}
 		}
 	}
 	return ps, nil
@@ -87,111 +86,23 @@ func (ps *pluginStreams) sent() *pb.DataSent {
 	return d
 }
 
-// flush sends the output the provider's writes gathered, once it has
-// returned: the exit status goes after it.
-func (ps *pluginStreams) flush() {
-	for _, c := range []*countedStream{ps.stdout, ps.stderr} {
-		if c != nil {
-			c.Close()
-		}
-	}
-}
-
 // end closes every stream at once: the provider's blocked reads and writes
-// return, and the host sees the end of each.
+// return, and the host sees the end of each. Once the provider has
+// returned, all it wrote has been sent before.
 func (ps *pluginStreams) end() {
 	for _, s := range ps.all {
 		datachan.End(s)
 	}
-	ps.flush() // returns at once now: the streams refuse writes
 }
 
-// coalesceMax is the most output an exec's stream gathers while its
-// previous write is on its way.
-const coalesceMax = 256 << 10
-
-// countedStream is an output stream that counts what it sent, and
-// gathers what the provider writes while the previous write is on its
-// way into one frame: a provider that writes in small pieces (a Docker
-// stream's frames, an SSH channel's packets) as fast as they come makes
-// fewer, larger frames, each costing the same hand-offs and system calls
-// whatever its size. Nothing waits for more: output goes out as soon as
-// the stream is free. Write returns once its bytes are gathered; Close
-// sends what is left.
+// countedStream is an output stream that counts what it sent.
 type countedStream struct {
 	s *yamux.Stream
-	n atomic.Uint64 // bytes sent
-
-	mu      sync.Mutex
-	changed *sync.Cond // more gathered, room made, or the end
-	buf     []byte     // gathered, not yet sent
-	spare   []byte
-	err     error // the stream's write error: no more is sent
-	closed  bool
-	sent    chan struct{} // closed when send returns
-}
-
-func newCountedStream(s *yamux.Stream) *countedStream {
-	c := &countedStream{s: s, sent: make(chan struct{})}
-	c.changed = sync.NewCond(&c.mu)
-	go c.send()
-	return c
+	n atomic.Uint64
 }
 
 func (c *countedStream) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for len(p) > 0 {
-		for len(c.buf) >= coalesceMax && c.err == nil && !c.closed {
-			c.changed.Wait()
-		}
-		switch {
-		case c.err != nil:
-			return n, c.err
-		case c.closed:
-			return n, errExecDone
-		}
-		take := min(len(p), coalesceMax-len(c.buf))
-		c.buf = append(c.buf, p[:take]...)
-		p, n = p[take:], n+take
-		c.changed.Broadcast()
-	}
-	return n, nil
-}
-
-// send writes what is gathered, as one write, until Close or an error.
-func (c *countedStream) send() {
-	defer close(c.sent)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for {
-		for len(c.buf) == 0 && !c.closed {
-			c.changed.Wait()
-		}
-		if len(c.buf) == 0 {
-			return // closed, all sent
-		}
-		out := c.buf
-		c.buf = c.spare[:0]
-		c.mu.Unlock()
-		n, err := c.s.Write(out)
-		c.n.Add(uint64(n))
-		c.mu.Lock()
-		c.spare = out
-		c.changed.Broadcast()
-		if err != nil {
-			c.err = err
-			return
-		}
-	}
-}
-
-// Close sends what is gathered and stops; a write after it fails.
-func (c *countedStream) Close() {
-	c.mu.Lock()
-	c.closed = true
-	c.changed.Broadcast()
-	c.mu.Unlock()
-	<-c.sent
+	n, err := c.s.Write(p)
+	c.n.Add(uint64(n))
+	return n, err
 }

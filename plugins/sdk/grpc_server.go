@@ -330,7 +330,6 @@ func (s *Server) Exec(stream pb.Provider_ExecServer) error {
 	if data != nil {
 		// Its streams end before the exit status is sent: the host has
 		// all the output when it sees it.
-		data.flush()
 		data.end()
 		exit.DataSent = data.sent()
 	}
