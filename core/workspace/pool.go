@@ -237,18 +237,9 @@ func newTrashName() string { return ".trash-" + randomHex(16) }
 // trash entry, each only if it is still the uid's. It fails once pass
 // reaches removePasses.
 func (w *Workspace) moveLeft(ctx context.Context, uid, trash string, listing []byte, pass int) error {
-	var paths []string
-	for p := range strings.SplitSeq(strings.TrimSuffix(string(listing), "\x00"), "\x00") {
-		dir, name := path.Split(path.Clean(p))
-		dir = path.Clean(dir)
-		if (dir != path.Join(w.root, "worktrees") && dir != path.Join(w.root, ".amelia", "runs") && dir != path.Join(w.root, ".amelia", "parked")) || name == "" || name == "." || name == ".." {
-			return fmt.Errorf("release uid %s: the sandbox listed %q as one of its entries, which is no entry of worktrees/, .amelia/runs/ or .amelia/parked/", uid, p)
-		}
-		paths = append(paths, path.Join(dir, name))
-	}
-	if pass >= removePasses {
-		return fmt.Errorf("release uid %s: it still has %d entries in the sandbox that it could not move away, such as %q; the uid stays taken until they are gone: remove them as that uid (amelia sandbox exec --user %s -- rm -rf PATH), or remove the sandbox",
-			uid, len(paths), paths[0], uid)
+	paths, err := w.leftPaths(uid, listing, pass, "move away")
+	if err != nil {
+		return err
 	}
 	const body = `uid=$1 trash=$2
 shift 2

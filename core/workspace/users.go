@@ -285,18 +285,9 @@ const removePasses = 3
 // only reach an entry by its name. It fails once pass reaches
 // removePasses.
 func (w *Workspace) removeLeft(ctx context.Context, uid string, listing []byte, pass int) error {
-	var paths []string
-	for p := range strings.SplitSeq(strings.TrimSuffix(string(listing), "\x00"), "\x00") {
-		dir, name := path.Split(path.Clean(p))
-		dir = path.Clean(dir)
-		if (dir != path.Join(w.root, "worktrees") && dir != path.Join(w.root, ".amelia", "runs") && dir != path.Join(w.root, ".amelia", "parked")) || name == "" || name == "." || name == ".." {
-			return fmt.Errorf("release uid %s: the sandbox listed %q as one of its entries, which is no entry of worktrees/, .amelia/runs/ or .amelia/parked/", uid, p)
-		}
-		paths = append(paths, path.Join(dir, name))
-	}
-	if pass >= removePasses {
-		return fmt.Errorf("release uid %s: it still has %d entries in the sandbox that it could not remove, such as %q; the uid stays taken until they are gone: remove them as that uid (amelia sandbox exec --user %s -- rm -rf PATH), or remove the sandbox",
-			uid, len(paths), paths[0], uid)
+	paths, err := w.leftPaths(uid, listing, pass, "remove")
+	if err != nil {
+		return err
 	}
 	const body = `uid=$1
 shift
@@ -312,6 +303,28 @@ done
 		}
 	}
 	return nil
+}
+
+// leftPaths are the entries a listing of what uid left names
+// (NUL-terminated paths in worktrees/, .amelia/runs/ or .amelia/parked/,
+// as the sandbox's user found them), checked to be entries of those; it
+// fails once pass reaches removePasses, saying the uid could not verb
+// them.
+func (w *Workspace) leftPaths(uid string, listing []byte, pass int, verb string) ([]string, error) {
+	var paths []string
+	for p := range strings.SplitSeq(strings.TrimSuffix(string(listing), "\x00"), "\x00") {
+		dir, name := path.Split(path.Clean(p))
+		dir = path.Clean(dir)
+		if (dir != path.Join(w.root, "worktrees") && dir != path.Join(w.root, ".amelia", "runs") && dir != path.Join(w.root, ".amelia", "parked")) || name == "" || name == "." || name == ".." {
+			return nil, fmt.Errorf("release uid %s: the sandbox listed %q as one of its entries, which is no entry of worktrees/, .amelia/runs/ or .amelia/parked/", uid, p)
+		}
+		paths = append(paths, path.Join(dir, name))
+	}
+	if pass >= removePasses {
+		return nil, fmt.Errorf("release uid %s: it still has %d entries in the sandbox that it could not %s, such as %q; the uid stays taken until they are gone: remove them as that uid (amelia sandbox exec --user %s -- rm -rf PATH), or remove the sandbox",
+			uid, len(paths), verb, paths[0], uid)
+	}
+	return paths, nil
 }
 
 // randomHex is n random bytes in hex.
