@@ -92,7 +92,7 @@ func (s *Sessions) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 		}
 		res, err := m.Run(ctx, envelope.Command{Argv: req.Argv, Env: req.Env, Dir: req.Dir},
 			envelope.IO{Stdin: eio.Stdin, Stdout: eio.Stdout, Stderr: eio.Stderr}, req.Grace())
-		if !restarted && res.Pid == 0 && (errors.Is(err, envelope.ErrClosed) || errors.Is(err, envelope.ErrBroken) && ended(m)) {
+		if !restarted && res.Pid == 0 && (errors.Is(err, envelope.ErrClosed) || errors.Is(err, envelope.ErrBroken) && m.Ended()) {
 			// The session was gone before the command started (its
 			// worker was killed): nothing ran; a new one takes it.
 			continue
@@ -123,7 +123,7 @@ func (s *Sessions) session(ctx context.Context, req sdk.ExecRequest) (*envelope.
 	if sl.direct {
 		return nil, nil
 	}
-	if sl.s != nil && !ended(sl.s.mux) {
+	if sl.s != nil && !sl.s.mux.Ended() {
 		return sl.s.mux, nil
 	}
 	ss, err := s.start(ctx, req)
@@ -234,16 +234,6 @@ func (ss *session) close(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("end the command session: %w", ctx.Err())
-	}
-}
-
-// ended reports whether m's session has ended.
-func ended(m *envelope.Mux) bool {
-	select {
-	case <-m.Done():
-		return true
-	default:
-		return false
 	}
 }
 

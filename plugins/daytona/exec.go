@@ -238,7 +238,7 @@ func (b *box) run(ctx context.Context, cmd envelope.Command, eio sdk.ExecIO, gra
 			return sdk.ExitStatus{}, err
 		}
 		res, err := m.Run(ctx, cmd, envelope.IO{Stdin: eio.Stdin, Stdout: eio.Stdout, Stderr: eio.Stderr}, grace)
-		if !restarted && (errors.Is(err, envelope.ErrClosed) || errors.Is(err, envelope.ErrBroken) && res.Pid == 0 && ended(m)) {
+		if !restarted && (errors.Is(err, envelope.ErrClosed) || errors.Is(err, envelope.ErrBroken) && res.Pid == 0 && m.Ended()) {
 			// The session was gone before the command started (a dropped
 			// connection not yet noticed): nothing ran.
 			restarted = true
@@ -262,7 +262,7 @@ func (b *box) run(ctx context.Context, cmd envelope.Command, eio sdk.ExecIO, gra
 func (b *box) session(ctx context.Context, worker string) (*envelope.Mux, error) {
 	b.muxMu.Lock()
 	defer b.muxMu.Unlock()
-	if b.mux != nil && !ended(b.mux) {
+	if b.mux != nil && !b.mux.Ended() {
 		return b.mux, nil
 	}
 	conn, err := b.connection(ctx)
@@ -275,16 +275,6 @@ func (b *box) session(ctx context.Context, worker string) (*envelope.Mux, error)
 	}
 	b.mux = m
 	return m, nil
-}
-
-// ended reports whether m's session has ended.
-func ended(m *envelope.Mux) bool {
-	select {
-	case <-m.Done():
-		return true
-	default:
-		return false
-	}
 }
 
 // closeSession ends the command session; the worker kills what still runs.

@@ -104,7 +104,7 @@ func (e *engine) session(target, user string) (*envelope.Mux, error) {
 	if sl.direct {
 		return nil, nil
 	}
-	if sl.mux != nil && !muxEnded(sl.mux) {
+	if sl.mux != nil && !sl.mux.Ended() {
 		return sl.mux, nil
 	}
 	m, err := e.startSession(target, user)
@@ -172,16 +172,6 @@ type hijackedWriter struct{ conn client.HijackedResponse }
 func (w hijackedWriter) Write(p []byte) (int, error) { return w.conn.Conn.Write(p) }
 func (w hijackedWriter) Close() error                { w.conn.Close(); return nil }
 
-// muxEnded reports whether m's session has ended.
-func muxEnded(m *envelope.Mux) bool {
-	select {
-	case <-m.Done():
-		return true
-	default:
-		return false
-	}
-}
-
 // execOnSession runs req on the session into target as user. ok is false
 // when the container has no session to offer, and nothing ran: the caller
 // execs as before. A session found ended before the command started is
@@ -197,7 +187,7 @@ func (p *Provider) execOnSession(ctx context.Context, e *engine, target, user, d
 		}
 		res, err := m.Run(ctx, envelope.Command{Argv: req.Argv, Env: req.Env, Dir: dir},
 			envelope.IO{Stdin: eio.Stdin, Stdout: eio.Stdout, Stderr: eio.Stderr}, req.Grace())
-		if !restarted && res.Pid == 0 && (errors.Is(err, envelope.ErrClosed) || errors.Is(err, envelope.ErrBroken) && muxEnded(m)) {
+		if !restarted && res.Pid == 0 && (errors.Is(err, envelope.ErrClosed) || errors.Is(err, envelope.ErrBroken) && m.Ended()) {
 			continue
 		}
 		st = sdk.ExitStatus{Code: res.Code, Signal: res.Signal, Canceled: res.Canceled}

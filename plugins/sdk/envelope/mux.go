@@ -134,5 +134,8 @@ func (m *Mux) Run(ctx context.Context, cmd Command, eio IO, grace time.Duration)
 // Done is closed when the session ends.
 func (m *Mux) Done() <-chan struct{} { return m.sess.CloseChan() }
 
+// Ended reports whether the session has ended.
+func (m *Mux) Ended() bool { return m.sess.IsClosed() }
+
 // Close ends the session; the worker kills what still runs.
 func (m *Mux) Close() error { return m.sess.Close() }
