@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/amelia-sandbox/amelia/core/workstep"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
 )
@@ -82,16 +83,55 @@ func (s *Sessions) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	if req.User == "" || req.TTY {
 		return s.ex.Exec(ctx, req, eio)
 	}
-	for restarted := false; ; restarted = true {
-		m, err := s.session(ctx, req)
+	st, ran, err := s.onSession(ctx, req, envelope.Command{Argv: req.Argv, Env: req.Env, Dir: req.Dir}, eio)
+	if !ran {
+		return s.ex.Exec(ctx, req, eio)
+	}
+	return st, err
+}
+
+// Step runs the worker's typed request r as user ("": the sandbox's
+// user): on the user's session, where the worker serves it in its own
+// process; as `amelia-worker step` in an exec of its own where the user
+// has no session (the sandbox cannot serve one, or End ended it), and for
+// a bulky request (workstep.Bulky), which goes faster outside the
+// session's framing.
+func (s *Sessions) Step(ctx context.Context, user string, r workstep.Request, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	if b, ok := r.(workstep.Bulky); !ok || !b.Bulky() {
+		step, err := workstep.Encode(r)
 		if err != nil {
 			return sdk.ExitStatus{}, err
 		}
-		if m == nil {
-			return s.ex.Exec(ctx, req, eio)
+		st, ran, err := s.onSession(ctx, sdk.ExecRequest{User: user}, envelope.Command{Step: &step}, eio)
+		if ran {
+			return st, err
 		}
-		res, err := m.Run(ctx, envelope.Command{Argv: req.Argv, Env: req.Env, Dir: req.Dir},
-			envelope.IO{Stdin: eio.Stdin, Stdout: eio.Stdout, Stderr: eio.Stderr}, req.Grace())
+	}
+	return StepExec(ctx, s.ex, s.worker, user, r, eio)
+}
+
+// StepExec runs the worker's typed request r as user in an exec of its
+// own (`amelia-worker step`), the worker at worker.
+func StepExec(ctx context.Context, ex sdk.Execer, worker, user string, r workstep.Request, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	argv, err := workstep.Argv(worker, r)
+	if err != nil {
+		return sdk.ExitStatus{}, err
+	}
+	return ex.Exec(ctx, sdk.ExecRequest{Argv: argv, User: user}, eio)
+}
+
+// onSession runs cmd on req.User's session (started for req if need be);
+// ran is false when the sandbox cannot serve one, and nothing ran.
+func (s *Sessions) onSession(ctx context.Context, req sdk.ExecRequest, cmd envelope.Command, eio sdk.ExecIO) (st sdk.ExitStatus, ran bool, err error) {
+	for restarted := false; ; restarted = true {
+		m, err := s.session(ctx, req)
+		if err != nil {
+			return sdk.ExitStatus{}, true, err
+		}
+		if m == nil {
+			return sdk.ExitStatus{}, false, nil
+		}
+		res, err := m.Run(ctx, cmd, envelope.IO{Stdin: eio.Stdin, Stdout: eio.Stdout, Stderr: eio.Stderr}, req.Grace())
 		if !restarted && res.Pid == 0 && (errors.Is(err, envelope.ErrClosed) || errors.Is(err, envelope.ErrBroken) && m.Ended()) {
 			// The session was gone before the command started (its
 			// worker was killed): nothing ran; a new one takes it.
@@ -100,12 +140,20 @@ func (s *Sessions) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 		st := sdk.ExitStatus{Code: res.Code, Signal: res.Signal, Canceled: res.Canceled}
 		switch {
 		case errors.Is(err, envelope.ErrNoDir):
-			return st, sdk.Errorf(sdk.ErrInvalid, "working directory %q does not exist in the sandbox", req.Dir)
+			return st, true, sdk.Errorf(sdk.ErrInvalid, "working directory %q does not exist in the sandbox", req.Dir)
 		case errors.Is(err, envelope.ErrBroken), errors.Is(err, envelope.ErrClosed):
-			return st, fmt.Errorf("%w: the command session as %s broke: %w", sdk.ErrUnavailable, req.User, err)
+			return st, true, fmt.Errorf("%w: the command session as %s broke: %w", sdk.ErrUnavailable, userName(req.User), err)
 		}
-		return st, err
+		return st, true, err
 	}
+}
+
+// userName names user in messages.
+func userName(user string) string {
+	if user == "" {
+		return "the sandbox's user"
+	}
+	return user
 }
 
 // session returns req.User's open session, starting one when there is
@@ -133,7 +181,7 @@ func (s *Sessions) session(ctx context.Context, req sdk.ExecRequest) (*envelope.
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("start the command session as %s: %w", req.User, err)
+		return nil, fmt.Errorf("start the command session as %s: %w", userName(req.User), err)
 	}
 	sl.s = ss
 	return ss.mux, nil

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/amelia-sandbox/amelia/core/workstep"
 )
 
 // DefaultMaxResultBytes bounds a result bundle unless the caller sets
@@ -76,16 +78,10 @@ func (w *Workspace) FetchResult(ctx context.Context, host *HostRepo, id string, 
 // sandbox (as the workflow's uid) as a bundle relative to base, reading at
 // most max bytes.
 func (w *Workspace) resultBundle(ctx context.Context, id string, base Base, max int64) ([]byte, error) {
-	const body = `wt=$1 br=$2 base=$3
-mine "$wt" || { echo "the checkout $wt is not in the sandbox" >&2; exit 3; }
-tip=$(g -C "$wt" rev-parse --verify --quiet "refs/heads/$br^{commit}") || { echo "branch $br not found in the sandbox" >&2; exit 3; }
-if [ "$tip" = "$base" ]; then echo "no-changes" >&2; exit 4; fi
-g -C "$wt" bundle create - "refs/heads/$br" "^$base"
-`
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	lw := &limitWriter{max: max, onOver: cancel}
-	err := w.scriptFor(ctx, id, "git bundle create", nil, nil, lw, body, w.WorktreeDir(id), Branch(id), base.Commit)
+	err := w.stepFor(ctx, id, "git bundle create", workstep.Bundle{Dir: w.WorktreeDir(id), Branch: Branch(id), Base: base.Commit}, nil, lw)
 	if lw.over {
 		return nil, fmt.Errorf("bring %s back: %w: the bundle exceeds %d bytes", Branch(id), ErrRefused, max)
 	}

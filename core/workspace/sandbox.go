@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
+	"github.com/amelia-sandbox/amelia/core/execsession"
+	"github.com/amelia-sandbox/amelia/core/workstep"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -180,13 +182,13 @@ lock() {
 }
 `
 
-// exitRefused is the exit code a script uses for a refusal whose reason it
-// wrote to stderr (branch exists, nothing to bundle...).
-const exitRefused = 3
+// exitRefused is the exit code a script or a step uses for a refusal
+// whose reason it wrote to stderr (branch exists, nothing to bundle...).
+const exitRefused = workstep.ExitRefused
 
-// exitUnmade is the exit code of a script that failed before it made
-// anything, so there is nothing of its own to clean up.
-const exitUnmade = 4
+// exitUnmade is the exit code of a script or a step that failed before it
+// made anything, so there is nothing of its own to clean up.
+const exitUnmade = workstep.ExitUnmade
 
 // cleanupTimeout bounds a cleanup that runs after its caller's context
 // ended (a failure half-way, an interrupt).
@@ -214,6 +216,15 @@ func (w *Workspace) scriptFor(ctx context.Context, id, what string, env map[stri
 	return w.scriptAs(ctx, uid, what, env, stdin, stdout, body, args...)
 }
 
+// stepFor is step as the uid of workflow id (RunUser).
+func (w *Workspace) stepFor(ctx context.Context, id, what string, r workstep.Request, stdin io.Reader, stdout io.Writer) error {
+	uid, err := w.RunUser(ctx, id)
+	if err != nil {
+		return err
+	}
+	return w.step(ctx, uid, what, r, stdin, stdout)
+}
+
 // exec runs argv in the sandbox with the git environment plus env.
 func (w *Workspace) exec(ctx context.Context, what string, argv []string, env map[string]string, stdin io.Reader, stdout io.Writer) error {
 	return w.execAs(ctx, "", what, argv, env, stdin, stdout)
@@ -225,10 +236,41 @@ func (w *Workspace) execAs(ctx context.Context, uid, what string, argv []string,
 	for k, v := range env {
 		full[k] = v
 	}
+	return w.ran(ctx, uid, what, stdout, func(eio sdk.ExecIO) (sdk.ExitStatus, error) {
+		return w.ex.Exec(ctx, sdk.ExecRequest{Argv: argv, Env: full, User: execUser(uid)}, sdk.ExecIO{Stdin: stdin, Stdout: eio.Stdout, Stderr: eio.Stderr})
+	})
+}
+
+// stepper runs the worker's typed requests (workstep) on the sessions it
+// keeps: execsession.Sessions.
+type stepper interface {
+	Step(ctx context.Context, user string, r workstep.Request, eio sdk.ExecIO) (sdk.ExitStatus, error)
+}
+
+// step has amelia-worker serve r as uid ("": the sandbox's user), on a
+// session where the Execer keeps them (stepper), else in an exec of its
+// own. A non-zero exit is an *exitError carrying stderr, as for a script.
+func (w *Workspace) step(ctx context.Context, uid, what string, r workstep.Request, stdin io.Reader, stdout io.Writer) error {
+	if w.worker == "" {
+		return fmt.Errorf("%s: the workspace was not given amelia-worker's path in the sandbox (Options.Worker)", what)
+	}
+	return w.ran(ctx, uid, what, stdout, func(eio sdk.ExecIO) (sdk.ExitStatus, error) {
+		eio.Stdin = stdin
+		if s, ok := w.ex.(stepper); ok {
+			return s.Step(ctx, execUser(uid), r, eio)
+		}
+		return execsession.StepExec(ctx, w.ex, w.worker, execUser(uid), r, eio)
+	})
+}
+
+// ran runs one sandbox command of the workspace's through run, logging
+// it, and makes what it gave an error: what it is, and, for a non-zero
+// exit, an *exitError carrying stderr.
+func (w *Workspace) ran(ctx context.Context, uid, what string, stdout io.Writer, run func(sdk.ExecIO) (sdk.ExitStatus, error)) error {
 	var stderr execreport.Stderr
 	w.log.Debug("sandbox exec", "what", what, "uid", uid)
 	start := time.Now()
-	st, err := w.ex.Exec(ctx, sdk.ExecRequest{Argv: argv, Env: full, User: execUser(uid)}, sdk.ExecIO{Stdin: stdin, Stdout: stdout, Stderr: &stderr})
+	st, err := run(sdk.ExecIO{Stdout: stdout, Stderr: &stderr})
 	w.log.Debug("sandbox exec ended", "what", what, "uid", uid, "duration", time.Since(start), "stderr", stderr.Tail())
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
@@ -318,44 +360,23 @@ func (w *Workspace) makeCheckout(ctx context.Context, id, uid string, base Base,
 	// Run as the checkout's owner, who may write nothing else under the
 	// root; without run users it also makes the shared directories. Its
 	// first line is the uid it ran as, then the stamp, if asked for.
-	const body = `wt=$1 br=$2 start=$3 objects=$4 shared=$5 exclude=$6 stamp=$7
-if [ -n "$shared" ]; then
-	{ mkdir -p "$root/worktrees" "$root/.amelia/runs" && chmod 1733 "$root/worktrees" "$root/.amelia/runs"; } || exit 4
-fi
-if [ -n "$stamp" ]; then umask 077; fi
-# mkdir is the test for a checkout already there, so of two runs racing
-# for one id, only the one that made it goes on, and cleans it up.
-if ! mkdir -m 700 -- "$wt" 2>/dev/null; then
-	if [ -e "$wt" ] || [ -L "$wt" ]; then echo "$wt already exists in the sandbox" >&2; exit 3; fi
-	mkdir -m 700 -- "$wt" || exit 4
-fi
-g init --quiet --template= -- "$wt"
-printf '%s\n' "$objects" >"$wt/.git/objects/info/alternates"
-if [ -n "$exclude" ]; then mkdir -p "$wt/.git/info" && printf '%s' "$exclude" >"$wt/.git/info/exclude"; fi
-g -C "$wt" checkout --quiet -b "$br" "$start"
-id -u
-if [ -n "$stamp" ]; then "$worker" checkout stamp "$wt"; fi
-`
-	wt, shared := w.WorktreeDir(id), "yes"
+	r := workstep.Checkout{Dir: w.WorktreeDir(id), Branch: Branch(id), Start: base.Start, Objects: path.Join(w.RepoDir(), "objects"), Exclude: w.exclude, Shared: w.root}
 	if uid != "" {
-		wt, shared = path.Join(w.root, "worktrees", newCheckoutPrefix+randomHex(16)), ""
-	}
-	stamp := ""
-	if uid != "" && w.parking() {
-		stamp = "yes"
+		r.Dir, r.Shared = path.Join(w.root, "worktrees", newCheckoutPrefix+randomHex(16)), ""
+		r.Stamp = w.parking()
 	}
 	var out bytes.Buffer
-	if err := w.scriptAs(ctx, uid, "make the checkout", nil, nil, &out, body, wt, Branch(id), base.Start, path.Join(w.RepoDir(), "objects"), shared, w.exclude, stamp); err != nil {
+	if err := w.step(ctx, uid, "make the checkout", r, nil, &out); err != nil {
 		return err
 	}
 	if uid == "" {
 		return nil
 	}
 	owner, st, _ := bytes.Cut(out.Bytes(), []byte("\n"))
-	if stamp == "" {
+	if !r.Stamp {
 		st = nil
 	}
-	return w.placeCheckout(ctx, id, path.Base(wt), strings.TrimSpace(string(owner)), base.Start, st)
+	return w.placeCheckout(ctx, id, path.Base(r.Dir), strings.TrimSpace(string(owner)), base.Start, st)
 }
 
 // reuseCheckout resets the parked checkout p, which allocateUser gave
@@ -366,25 +387,11 @@ if [ -n "$stamp" ]; then "$worker" checkout stamp "$wt"; fi
 // changes; then it stamps it as makeCheckout does and moves it into
 // place. What fails leaves nothing of the parked checkout behind.
 func (w *Workspace) reuseCheckout(ctx context.Context, id, uid string, base Base, p *parkedCheckout) error {
-	const body = `wt=$1 from=$2 br=$3 start=$4 objects=$5 exclude=$6 repo=$7 oldstart=$8 uid=$9
-umask 077
-` + killUID + `
-mine "$from" || { echo "the parked checkout $from is not there" >&2; exit 1; }
-if ! "$worker" checkout reuse --repo "$repo" --start "$oldstart" --into "$wt" -- "$from" >/dev/null; then
-	for d in "$from" "$wt"; do if mine "$d"; then chmod -R u+rwx -- "$d" 2>/dev/null; rm -rf -- "$d"; fi; done
-	exit 1
-fi
-g init --quiet --template= -- "$wt"
-printf '%s\n' "$objects" >"$wt/.git/objects/info/alternates"
-if [ -n "$exclude" ]; then mkdir -p "$wt/.git/info" && printf '%s' "$exclude" >"$wt/.git/info/exclude"; fi
-g -C "$wt" checkout --quiet -f -B "$br" "$start"
-id -u
-"$worker" checkout stamp "$wt"
-`
 	wt := path.Join(w.root, "worktrees", newCheckoutPrefix+randomHex(16))
+	r := workstep.Checkout{Dir: wt, Branch: Branch(id), Start: base.Start, Objects: path.Join(w.RepoDir(), "objects"), Exclude: w.exclude, Stamp: true,
+		Reuse: &workstep.Reuse{From: p.dir, Repo: w.RepoDir(), Start: p.start}}
 	var out bytes.Buffer
-	if err := w.scriptAs(ctx, uid, "reset the parked checkout", nil, bytes.NewReader(p.stamp), &out, body,
-		wt, p.dir, Branch(id), base.Start, path.Join(w.RepoDir(), "objects"), w.exclude, w.RepoDir(), p.start, uid); err != nil {
+	if err := w.step(ctx, uid, "reset the parked checkout", r, bytes.NewReader(p.stamp), &out); err != nil {
 		return err
 	}
 	owner, st, _ := bytes.Cut(out.Bytes(), []byte("\n"))
@@ -548,28 +555,8 @@ func (w *Workspace) CommitAll(ctx context.Context, id, prompt string) (Commit, e
 	// what the repository's own .gitignore files do ("theirs"), each in
 	// full: a cut "theirs" would name what the repository ignores itself
 	// as left out, so only the difference is bounded, below.
-	const body = `wt=$1 msg=$2
-mine "$wt" || { echo "the checkout $wt is not in the sandbox" >&2; exit 1; }
-g -C "$wt" add -A
-if g -C "$wt" diff --cached --quiet; then
-	echo clean
-else
-	g -C "$wt" -c commit.gpgsign=false commit --quiet --no-verify -m "$msg"
-	echo committed
-fi
-ex="$wt/.git/info/exclude"
-[ -f "$ex" ] || exit 0
-left() { g -C "$wt" ls-files --others --ignored --directory --no-empty-directory "$@"; }
-left --exclude-from="$ex" | sed 's/^/ours /'
-left --exclude-per-directory=.gitignore | sed 's/^/theirs /'
-`
-	env := map[string]string{}
-	for _, kv := range identityEnv() {
-		k, v, _ := strings.Cut(kv, "=")
-		env[k] = v
-	}
 	var out strings.Builder
-	if err := w.scriptFor(ctx, id, "git commit", env, nil, &out, body, w.WorktreeDir(id), msg); err != nil {
+	if err := w.stepFor(ctx, id, "git commit", workstep.Commit{Dir: w.WorktreeDir(id), Message: msg, Env: identityEnv()}, nil, &out); err != nil {
 		return Commit{}, fmt.Errorf("commit the changes of %s: %w", id, err)
 	}
 	verdict, rest, _ := strings.Cut(out.String(), "\n")
@@ -645,13 +632,8 @@ func (w *Workspace) HasWork(ctx context.Context, id, start string) (bool, error)
 	if err := ValidateWorkflowID(id); err != nil {
 		return false, err
 	}
-	const body = `wt=$1 br=$2 base=$3
-mine "$wt" || { echo none; exit 0; }
-tip=$(g -C "$wt" rev-parse --verify --quiet "refs/heads/$br^{commit}") || { echo none; exit 0; }
-if [ "$tip" = "$base" ]; then echo none; else echo work; fi
-`
 	var out strings.Builder
-	if err := w.scriptFor(ctx, id, "git rev-parse", nil, nil, &out, body, w.WorktreeDir(id), Branch(id), start); err != nil {
+	if err := w.stepFor(ctx, id, "git rev-parse", workstep.HasWork{Dir: w.WorktreeDir(id), Branch: Branch(id), Base: start}, nil, &out); err != nil {
 		return false, fmt.Errorf("look for the work of %s: %w", id, err)
 	}
 	return strings.TrimSpace(out.String()) == "work", nil

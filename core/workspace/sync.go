@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/amelia-sandbox/amelia/core/workstep"
 )
 
 // LocalSource is a host checkout to sync into the sandbox.
@@ -154,13 +156,8 @@ func dirtyError(dir string, paths []string) error {
 // sandboxTips lists the commit ids the sandbox's bare repo has refs to,
 // under the lock: another run may be creating the repo.
 func (w *Workspace) sandboxTips(ctx context.Context) ([]string, error) {
-	const body = `repo=$1
-lock
-[ -d "$repo" ] || exit 0
-g -C "$repo" for-each-ref --format='%(objectname)'
-`
 	var out strings.Builder
-	if err := w.script(ctx, "list the sandbox repo's refs", nil, nil, &out, body, w.RepoDir()); err != nil {
+	if err := w.step(ctx, "", "list the sandbox repo's refs", workstep.Refs{Root: w.root, Repo: w.RepoDir()}, nil, &out); err != nil {
 		return nil, err
 	}
 	return strings.Fields(out.String()), nil
@@ -248,28 +245,11 @@ func (w *Workspace) streamBundle(ctx context.Context, h *HostRepo, gitDir string
 // and stores the pack without touching refs; update-ref then sets exactly
 // the refs we name.
 func (w *Workspace) receiveBundle(ctx context.Context, bundle io.Reader, refs []refTip) error {
-	const body = `repo=$1 mode=$2
-shift 2
-lock
-if [ ! -d "$repo" ]; then g init --quiet --bare "$repo"; fi
-if [ "$mode" = bundle ]; then
-	# Straight from stdin: git reads the bundle's header, then hands the
-	# rest to index-pack, so the pack is written once, into the repo.
-	g -C "$repo" bundle unbundle /dev/stdin >/dev/null
-fi
-while [ $# -gt 0 ]; do
-	g -C "$repo" update-ref "$1" "$2"
-	shift 2
-done
-`
-	args := []string{w.RepoDir(), "none"}
-	if bundle != nil {
-		args[1] = "bundle"
+	r := workstep.Receive{Root: w.root, Repo: w.RepoDir(), Bundle: bundle != nil}
+	for _, t := range refs {
+		r.Refs = append(r.Refs, workstep.RefTip{Name: t.name, Oid: t.oid})
 	}
-	for _, r := range refs {
-		args = append(args, r.name, r.oid)
-	}
-	return w.script(ctx, "receive bundle into the sandbox repo", nil, bundle, nil, body, args...)
+	return w.step(ctx, "", "receive bundle into the sandbox repo", r, bundle, nil)
 }
 
 // countingReader counts what was read through it. The count is atomic: a

@@ -37,10 +37,13 @@ func (w *worker) muxCmd() *cobra.Command {
 		Use:   "mux",
 		Short: "Run commands inside the exec envelope, many over stdin and stdout",
 		Long: `Write a hello line, then serve a yamux session on stdin and stdout in which
-every stream the client opens runs one command as exec does. When the
+every stream the client opens runs one command as exec does, or serves one
+typed request of the workspace (see step) in the worker itself. When the
 session ends, commands still running are killed, and the worker exits once
 they are gone.`,
-	}, envelope.ServeMux)
+	}, func(in io.Reader, out io.Writer, environ []string) error {
+		return envelope.ServeMuxSteps(in, out, environ, serveStep)
+	})
 }
 
 // envelopeCmd makes cmd serve the envelope with serve on stdin and stdout.

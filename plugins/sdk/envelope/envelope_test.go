@@ -32,8 +32,13 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(serveEnv); mode != "" {
 		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 		serve := envelope.Serve
-		if mode == "mux" {
+		switch mode {
+		case "mux":
 			serve = envelope.ServeMux
+		case "steps":
+			serve = func(in io.Reader, out io.Writer, environ []string) error {
+				return envelope.ServeMuxSteps(in, out, environ, testSteps)
+			}
 		}
 		if err := serve(os.Stdin, os.Stdout, os.Environ()); err != nil {
 			fmt.Fprintln(os.Stderr, err)

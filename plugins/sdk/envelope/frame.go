@@ -84,6 +84,9 @@ type Command struct {
 	// environment), so that those which leave its session are killed too;
 	// Run makes one when it is empty.
 	Tag string `json:"tag"`
+	// Step, in place of Argv, is a typed request the worker serves itself
+	// (see Step).
+	Step *Step `json:"step,omitempty"`
 }
 
 // TagEnv carries an exec's tag in its processes' environment, as shexec's

@@ -64,6 +64,10 @@ func (c *streamConn) Close() error {
 // command it ran has ended: those still running get killed, as Serve does
 // for a client gone.
 func ServeMux(in io.Reader, out io.Writer, environ []string) error {
+	return serveMux(in, out, environ, nil)
+}
+
+func serveMux(in io.Reader, out io.Writer, environ []string, steps StepFunc) error {
 	if _, err := io.WriteString(out, MuxHello); err != nil {
 		return fmt.Errorf("envelope: write the hello: %w", err)
 	}
@@ -79,7 +83,7 @@ func ServeMux(in io.Reader, out io.Writer, environ []string) error {
 		}
 		wg.Go(func() {
 			defer st.Close()
-			_ = Serve(st, st, environ)
+			_ = serve(st, st, environ, steps)
 		})
 	}
 	sess.Close()

@@ -45,6 +45,11 @@ const (
 // A goroutine keeps reading in after Serve returns, until in ends: the
 // worker's process exits then anyway.
 func Serve(in io.Reader, out io.Writer, environ []string) error {
+	return serve(in, out, environ, nil)
+}
+
+// serve is Serve, serving a Step with steps.
+func serve(in io.Reader, out io.Writer, environ []string, steps StepFunc) error {
 	if _, err := io.WriteString(out, Hello); err != nil {
 		return fmt.Errorf("envelope: write the hello: %w", err)
 	}
@@ -60,8 +65,11 @@ func Serve(in io.Reader, out io.Writer, environ []string) error {
 		return fmt.Errorf("%w: first frame %q, want the command", ErrProtocol, typ)
 	}
 	var cmd Command
-	if err := json.Unmarshal(p, &cmd); err != nil || len(cmd.Argv) == 0 || cmd.Tag == "" {
-		return fmt.Errorf("%w: a command needs argv and a tag (%v)", ErrProtocol, err)
+	if err := json.Unmarshal(p, &cmd); err != nil || (len(cmd.Argv) == 0) == (cmd.Step == nil) || cmd.Tag == "" {
+		return fmt.Errorf("%w: a command needs argv or a step, and a tag (%v)", ErrProtocol, err)
+	}
+	if cmd.Step != nil {
+		return serveStep(fw, fr, *cmd.Step, steps)
 	}
 	env := mergeEnv(environ, cmd.Env, TagEnv+"="+cmd.Tag)
 

@@ -1,0 +1,127 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/amelia-sandbox/amelia/core/workstep"
+	"github.com/amelia-sandbox/amelia/internal/gittest"
+)
+
+// step runs `amelia-worker step` with r.
+func step(t *testing.T, r workstep.Request, stdin string) result {
+	t.Helper()
+	args, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runWorker(t, nil, strings.NewReader(stdin), "step", r.Step(), string(args))
+}
+
+// The workspace's steps on a real repository: a bundle received into a
+// bare repository the step makes, its refs listed, work committed in a
+// checkout and bundled back, each refusal with its code.
+func TestSteps(t *testing.T) {
+	src := t.TempDir()
+	gittest.Git(t, src, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(src, "a.txt"), []byte("a\n"), 0o644)
+	gittest.Git(t, src, "add", ".")
+	gittest.Git(t, src, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+	base := strings.TrimSpace(gittest.Git(t, src, "rev-parse", "HEAD"))
+	bundle := filepath.Join(t.TempDir(), "b.bundle")
+	gittest.Git(t, src, "bundle", "create", bundle, "main")
+	data, err := os.ReadFile(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	repo := filepath.Join(root, "repo")
+
+	if r := step(t, workstep.Refs{Root: root, Repo: repo}, ""); r.code != 0 || len(r.stdout) != 0 {
+		t.Fatalf("refs of no repository: exit %d, %q %s", r.code, r.stdout, r.stderr)
+	}
+	if r := step(t, workstep.Receive{Root: root, Repo: repo, Bundle: true, Refs: []workstep.RefTip{{Name: "refs/heads/main", Oid: base}}}, string(data)); r.code != 0 {
+		t.Fatalf("receive: exit %d: %s", r.code, r.stderr)
+	}
+	if r := step(t, workstep.Refs{Root: root, Repo: repo}, ""); strings.TrimSpace(string(r.stdout)) != base {
+		t.Fatalf("refs after the bundle: %q (exit %d: %s), want %s", r.stdout, r.code, r.stderr, base)
+	}
+	if fi, err := os.Stat(filepath.Join(root, ".amelia-repo.lock")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the workspace lock: %v %v, want a file of mode 0600", fi, err)
+	}
+
+	wt := filepath.Join(root, "wt")
+	co := workstep.Checkout{Dir: wt, Branch: "amelia/w", Start: base, Objects: filepath.Join(repo, "objects"), Exclude: "*.log\n", Shared: root, Stamp: true}
+	r := step(t, co, "")
+	uid, stamp, _ := strings.Cut(string(r.stdout), "\n")
+	if r.code != 0 || uid != fmt.Sprint(os.Geteuid()) || !strings.HasPrefix(stamp, "stamp ") {
+		t.Fatalf("checkout: exit %d, stdout %q, stderr %s; want the uid, then the stamp", r.code, r.stdout, r.stderr)
+	}
+	if got := gittest.Git(t, wt, "rev-parse", "--abbrev-ref", "HEAD"); strings.TrimSpace(got) != "amelia/w" {
+		t.Errorf("the checkout is on %q, want amelia/w", got)
+	}
+	for d, mode := range map[string]os.FileMode{wt: 0o700 | os.ModeDir, filepath.Join(root, "worktrees"): 0o733 | os.ModeDir | os.ModeSticky} {
+		if fi, err := os.Stat(d); err != nil || fi.Mode() != mode {
+			t.Errorf("%s: %v %v, want mode %v", d, fi.Mode(), err, mode)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(wt, "a.txt")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("a file of a stamped checkout: %v %v, want mode 0600 (umask 077)", fi, err)
+	}
+	if r := step(t, co, ""); r.code != workstep.ExitRefused || !strings.Contains(string(r.stderr), "already exists") {
+		t.Errorf("a checkout where one is: exit %d, stderr %q, want a refusal", r.code, r.stderr)
+	}
+	os.WriteFile(filepath.Join(wt, ".gitignore"), []byte("*.tmp\n"), 0o644)
+	os.WriteFile(filepath.Join(wt, "b.txt"), []byte("b\n"), 0o644)
+	os.WriteFile(filepath.Join(wt, "x.log"), nil, 0o644)
+	os.WriteFile(filepath.Join(wt, "y.tmp"), nil, 0o644)
+	ident := []string{"GIT_AUTHOR_NAME=a", "GIT_AUTHOR_EMAIL=a@a", "GIT_COMMITTER_NAME=a", "GIT_COMMITTER_EMAIL=a@a"}
+
+	tests := []struct {
+		name   string
+		req    workstep.Request
+		code   int
+		stdout string // its start
+		stderr string // within it
+	}{
+		{"bundle with no changes", workstep.Bundle{Dir: wt, Branch: "amelia/w", Base: base}, workstep.ExitUnmade, "", "no-changes"},
+		{"no work yet", workstep.HasWork{Dir: wt, Branch: "amelia/w", Base: base}, 0, "none\n", ""},
+		{"commit", workstep.Commit{Dir: wt, Message: "amelia: w", Env: ident}, 0, "committed\nours x.log\ntheirs y.tmp\n", ""},
+		{"commit again", workstep.Commit{Dir: wt, Message: "amelia: w", Env: ident}, 0, "clean\n", ""},
+		{"work", workstep.HasWork{Dir: wt, Branch: "amelia/w", Base: base}, 0, "work\n", ""},
+		{"bundle", workstep.Bundle{Dir: wt, Branch: "amelia/w", Base: base}, 0, "# v2 git bundle\n", ""},
+		{"bundle of no branch", workstep.Bundle{Dir: wt, Branch: "amelia/none", Base: base}, workstep.ExitRefused, "", "branch amelia/none not found"},
+		{"bundle of no checkout", workstep.Bundle{Dir: filepath.Join(root, "none"), Branch: "amelia/w", Base: base}, workstep.ExitRefused, "", "is not in the sandbox"},
+		{"commit in no checkout", workstep.Commit{Dir: filepath.Join(root, "none")}, 1, "", "amelia-worker step commit: the checkout"},
+	}
+	for _, tc := range tests {
+		r := step(t, tc.req, "")
+		if r.code != tc.code || !strings.HasPrefix(string(r.stdout), tc.stdout) || !strings.Contains(string(r.stderr), tc.stderr) {
+			t.Errorf("%s: exit %d, stdout %.60q, stderr %q; want exit %d, stdout from %q, stderr with %q", tc.name, r.code, r.stdout, r.stderr, tc.code, tc.stdout, tc.stderr)
+		}
+	}
+	if log := gittest.Git(t, wt, "log", "-1", "--format=%an %s"); strings.TrimSpace(log) != "a amelia: w" {
+		t.Errorf("the commit: %q", log)
+	}
+}
+
+// A step's bad request says what was wrong, naming the step.
+func TestStepBadRequest(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"step", "nope", "{}"}, `no step "nope"`},
+		{[]string{"step", "refs", `{"root": 1}`}, "amelia-worker step refs: its arguments"},
+		{[]string{"step", "refs", `{"unknown": "x"}`}, `unknown field "unknown"`},
+	} {
+		r := runWorker(t, nil, nil, tc.args...)
+		if r.code == 0 || !strings.Contains(string(r.stderr), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want an error with %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+}
