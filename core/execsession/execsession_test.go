@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/core/execsession"
+	"github.com/amelia-sandbox/amelia/core/workstep"
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
 	"github.com/amelia-sandbox/amelia/plugins/docker"
@@ -117,5 +118,54 @@ func TestRunUserSession(t *testing.T) {
 	// The sandbox's user's commands never went through a session of ours.
 	if got := run(t, s, "", "id -un"); got != "amelia" {
 		t.Errorf("a command as the sandbox's user ran as %q", got)
+	}
+}
+
+// The worker's typed requests run as the user asked for, on its session
+// or, once End ended it, in an exec of their own; a bulky one, with its
+// input, goes in an exec of its own too.
+func TestSteps(t *testing.T) {
+	direct := dockerSandbox(t)
+	s := execsession.New(direct, image.WorkerPath, nil)
+	t.Cleanup(func() { s.Close(context.Background()) })
+	owner := func(root string) string {
+		return run(t, direct, "root", `stat -c %u "$1/.amelia-repo.lock"`, root)
+	}
+	step := func(user string, r workstep.Request, stdin string) {
+		t.Helper()
+		var stderr strings.Builder
+		eio := sdk.ExecIO{Stderr: &stderr}
+		if stdin != "" {
+			eio.Stdin = strings.NewReader(stdin)
+		}
+		if st, err := s.Step(t.Context(), user, r, eio); err != nil || st.Code != 0 {
+			t.Fatalf("step %s as %q: %+v %v: %s", r.Step(), user, st, err, stderr.String())
+		}
+	}
+	sandboxUID := run(t, direct, "", "id -u")
+	for _, tc := range []struct{ user, root, uid string }{{runUser, "/tmp/steps-uid", "60100"}, {"", "/workspace/steps", sandboxUID}} {
+		step(tc.user, workstep.Refs{Root: tc.root, Repo: tc.root + "/repo"}, "")
+		if got := owner(tc.root); got != tc.uid {
+			t.Errorf("a step as %q made the lock as uid %s, want %s", tc.user, got, tc.uid)
+		}
+	}
+	if err := s.End(t.Context(), runUser); err != nil {
+		t.Fatal(err)
+	}
+	step(runUser, workstep.Refs{Root: "/tmp/steps-after-end", Repo: "/tmp/steps-after-end/repo"}, "")
+	if got := owner("/tmp/steps-after-end"); got != "60100" {
+		t.Errorf("after End, a step as the run user made the lock as uid %s", got)
+	}
+	// A bundle of one commit, made in the sandbox, received from stdin.
+	var bundle strings.Builder
+	if st, err := direct.Exec(t.Context(), sdk.ExecRequest{Argv: []string{"sh", "-c", `set -e
+d=$(mktemp -d); cd "$d"; git init -q -b main; git -c user.name=a -c user.email=a@a commit -q --allow-empty -m one
+git bundle create -q - main`}}, sdk.ExecIO{Stdout: &bundle}); err != nil || st.Code != 0 {
+		t.Fatalf("make a bundle: %+v %v", st, err)
+	}
+	head := strings.TrimSpace(strings.Split(strings.SplitN(bundle.String(), "\n", 2)[1], " ")[0])
+	step("", workstep.Receive{Root: "/workspace/steps", Repo: "/workspace/steps/repo", Bundle: true, Refs: []workstep.RefTip{{Name: "refs/heads/main", Oid: head}}}, bundle.String())
+	if got := run(t, direct, "", `git -C /workspace/steps/repo rev-parse main`); got != head {
+		t.Errorf("after the bulky step, main is %q, want %s", got, head)
 	}
 }

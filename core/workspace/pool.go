@@ -8,6 +8,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/amelia-sandbox/amelia/core/workstep"
 )
 
 // Parked checkouts. A run's cost must not grow with the repository: when a
@@ -45,26 +47,6 @@ import (
 // parked and trash entries keep the uid's ownership: only the uid can
 // remove them, and it runs nothing else while they exist.
 
-// killUID is the loop that ends every process of $uid but the script's
-// own shell and its parent: a pass repeats until it finds none alive
-// (zombies are dead), so what forked meanwhile goes too. The parent is
-// this run's command session as the uid (execsession), when the script
-// runs on one (a reset before the agent starts); the steps that end a
-// uid's run end its session first, and run as an exec of their own,
-// whose parent is outside the sandbox.
-const killUID = `pass=0 found=1
-while [ "$found" -gt 0 ] && [ "$pass" -lt 100 ]; do
-	found=0 pass=$((pass + 1))
-	for p in /proc/[0-9]*; do
-		pid=${p#/proc/}
-		[ "$pid" != "$$" ] && [ "$pid" != "$PPID" ] && [ "$(stat -c %u "$p" 2>/dev/null)" = "$uid" ] || continue
-		[ "$(sed 's/.*) \(.\).*/\1/' "$p/stat" 2>/dev/null)" != Z ] || continue
-		kill -KILL "$pid" 2>/dev/null && found=$((found + 1))
-	done
-done
-find /tmp /var/tmp /dev/shm -xdev -user "$uid" -delete 2>/dev/null || true
-`
-
 // parking reports whether the workspace parks checkouts: with run users
 // and a bound above 0.
 func (w *Workspace) parking() bool { return w.runUsers && w.parked > 0 }
@@ -101,18 +83,6 @@ func (w *Workspace) Retire(ctx context.Context, id, runDir string) error {
 		park = "yes"
 	}
 	name := ".park-" + randomHex(16)
-	const asUID = `wt=$1 uid=$2 trash=$3 rundir=$4 park=$5 parked=$6
-` + killUID + `
-mkdir -m 700 -- "$trash"
-if [ -n "$rundir" ] && [ -d "$rundir" ] && [ ! -L "$rundir" ] && [ -O "$rundir" ]; then
-	chmod u+rwx -- "$rundir"
-	mv -- "$rundir" "$trash/run"
-fi
-if mine "$wt"; then
-	chmod 700 -- "$wt"
-	if [ "$park" = yes ]; then mv -- "$wt" "$parked"; else mv -- "$wt" "$trash/checkout"; fi
-fi
-`
 	parkedDir := path.Join(w.root, ".amelia", "parked")
 	trashDir := path.Join(parkedDir, trash)
 	if err := w.ensureParkedDir(ctx); err != nil {
@@ -121,7 +91,11 @@ fi
 	if err := w.endSession(ctx, uid); err != nil {
 		return fmt.Errorf("retire the checkout of %s: %w", id, err)
 	}
-	if err := w.scriptAs(ctx, uid, "end the checkout's processes", nil, nil, nil, asUID, wt, uid, trashDir, runDir, park, path.Join(parkedDir, name)); err != nil {
+	end := workstep.EndUID{Checkout: wt, Trash: trashDir, RunDir: runDir}
+	if park == "yes" {
+		end.Park = path.Join(parkedDir, name)
+	}
+	if err := w.step(ctx, uid, "end the checkout's processes", end, nil, nil); err != nil {
 		return fmt.Errorf("retire the checkout of %s: %w", id, err)
 	}
 	// The sandbox's user parks the checkout, has the uid move into its

@@ -428,28 +428,10 @@ func (w *Workspace) RemoveWorktree(ctx context.Context, id string) error {
 		if err := w.endSession(ctx, uid); err != nil {
 			return fmt.Errorf("remove the checkout of %s: %w", id, err)
 		}
-		// Only what the uid owns is touched, whoever runs this: each
-		// process is checked for its owner before it is killed (never
-		// kill -1, which run as any other user would hit all of that
-		// user's processes), the checkout goes only if it is the uid's,
-		// and find deletes the uid's files alone.
-		// The scan repeats until a pass finds none of the uid's processes
-		// alive (zombies are dead), so what forked while it ran goes too.
-		const body = `wt=$1 uid=$2
-pass=0 found=1
-while [ "$found" -gt 0 ] && [ "$pass" -lt 100 ]; do
-	found=0 pass=$((pass + 1))
-	for p in /proc/[0-9]*; do
-		pid=${p#/proc/}
-		[ "$pid" != "$$" ] && [ "$(stat -c %u "$p" 2>/dev/null)" = "$uid" ] || continue
-		[ "$(sed 's/.*) \(.\).*/\1/' "$p/stat" 2>/dev/null)" != Z ] || continue
-		kill -KILL "$pid" 2>/dev/null && found=$((found + 1))
-	done
-done
-if mine "$wt"; then chmod -R u+rwx "$wt" 2>/dev/null || true; rm -rf "$wt"; fi
-find /tmp /var/tmp /dev/shm -xdev -user "$uid" -delete 2>/dev/null || true
-`
-		if err := w.scriptAs(ctx, uid, "remove the checkout", nil, nil, nil, body, wt, uid); err != nil {
+		// Only what the uid owns is touched: the step runs as the uid,
+		// kills only the uid's processes (never kill -1), removes the
+		// checkout only if it is the uid's, and the uid's files alone.
+		if err := w.step(ctx, uid, "remove the checkout", workstep.EndUID{Checkout: wt}, nil, nil); err != nil {
 			return fmt.Errorf("remove the checkout of %s: %w", id, err)
 		}
 		wt = "" // the sandbox's user leaves the uid's entry alone

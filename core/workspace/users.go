@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
+	"github.com/amelia-sandbox/amelia/core/workstep"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -241,22 +242,14 @@ func (w *Workspace) placeCheckout(ctx context.Context, id, from, owner, start st
 	}
 	var out strings.Builder
 	var stdin io.Reader
-	keep := ""
 	if stamp != nil {
 		if !bytes.HasPrefix(stamp, []byte("stamp ")) {
 			return fmt.Errorf("make the checkout: its stamp begins with %.40q", stamp)
 		}
-		stdin, keep = io.MultiReader(strings.NewReader("start "+start+"\n"), bytes.NewReader(stamp)), "yes"
+		stdin = io.MultiReader(strings.NewReader("start "+start+"\n"), bytes.NewReader(stamp))
 	}
-	const body = `lock
-"$worker" claim --owner "$1" -- "$root/worktrees" "$2" "$3"
-if [ "$4" = yes ]; then
-	s=$root/.amelia/stamps
-	mkdir -p "$s" && chmod 700 "$s"
-	cat >"$s/.$3.tmp" && mv -f "$s/.$3.tmp" "$s/$3"
-fi
-`
-	err := w.script(ctx, "move the checkout into place", nil, stdin, &out, body, owner, from, id, keep)
+	ownerUID, _ := strconv.Atoi(owner)
+	err := w.step(ctx, "", "move the checkout into place", workstep.Place{Root: w.root, Owner: ownerUID, From: from, ID: id, Stamp: stamp != nil}, stdin, &out)
 	if _, ok := refused(err); ok {
 		return &exitError{what: "move the checkout into place", code: exitRefused,
 			stderr: w.WorktreeDir(id) + " is a checkout of the sandbox's user, as amelia made them before workflows had uids"}

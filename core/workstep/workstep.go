@@ -159,3 +159,37 @@ type Reuse struct {
 	Repo  string `json:"repo"`
 	Start string `json:"start"`
 }
+
+// Place moves the checkout a workflow's uid Owner made at
+// ROOT/worktrees/From to ROOT/worktrees/ID, under the workspace lock, as
+// `amelia-worker claim` does: what another uid put at that path is
+// exchanged with it, and the output says "aside UID". It refuses
+// (ExitRefused) to move a directory of the sandbox's user's. With Stamp,
+// the step's input is the checkout's stamp, kept as
+// ROOT/.amelia/stamps/ID.
+type Place struct {
+	Root  string `json:"root"`
+	Owner int    `json:"owner"`
+	From  string `json:"from"`
+	ID    string `json:"id"`
+	Stamp bool   `json:"stamp,omitempty"`
+}
+
+func (Place) Step() string { return "place" }
+
+// EndUID ends every process of the uid it runs as (a workflow's), but its
+// own and its parent's (a session of the uid's that runs it), and removes
+// the uid's files in the shared temporary directories; then it puts the
+// workflow's checkout Checkout (only if it is a directory of the uid's)
+// out of the way. With Trash, it makes that directory (0700) and moves
+// the run directory RunDir into it as run, and the checkout to Park (a
+// parked checkout) or, without Park, into it as checkout; without Trash,
+// it removes the checkout.
+type EndUID struct {
+	Checkout string `json:"checkout"`
+	Trash    string `json:"trash,omitempty"`
+	RunDir   string `json:"run_dir,omitempty"`
+	Park     string `json:"park,omitempty"`
+}
+
+func (EndUID) Step() string { return "end-uid" }

@@ -59,6 +59,8 @@ var steps = map[string]stepFunc{
 	workstep.HasWork{}.Step():  typed(stepHasWork),
 	workstep.Bundle{}.Step():   typed(stepBundle),
 	workstep.Checkout{}.Step(): typed(stepCheckout),
+	workstep.Place{}.Step():    typed(stepPlace),
+	workstep.EndUID{}.Step():   typed(stepEndUID),
 }
 
 // serveStep is the worker's envelope.StepFunc: it runs the step and says

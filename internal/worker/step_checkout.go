@@ -1,14 +1,12 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 
@@ -103,90 +101,4 @@ func gitPrivate(ctx context.Context, private bool, sio stepIO, dir string, args 
 		defer syscall.Umask(old)
 		return start()
 	})
-}
-
-// endUID kills every process of uid but this one and its parent (a
-// session worker of the uid's that runs it), until none is left, and
-// removes the uid's files in the shared temporary directories: what a
-// workflow's uid ran must not outlive it into another workflow.
-func endUID(uid int) {
-	self, parent := os.Getpid(), os.Getppid()
-	for pass := 0; pass < 100; pass++ {
-		found := 0
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == self || pid == parent {
-				continue
-			}
-			if !ranAs(pid, uid) {
-				continue
-			}
-			if syscall.Kill(pid, syscall.SIGKILL) == nil {
-				found++
-			}
-		}
-		if found == 0 {
-			break
-		}
-	}
-	for _, dir := range []string{"/tmp", "/var/tmp", "/dev/shm"} {
-		removeOwned(dir, uid)
-	}
-}
-
-// ranAs reports whether pid is a live process (not a zombie) any of
-// whose uids (real, effective, saved, filesystem) is uid. Its status, not
-// the owner of /proc/PID, which is root's for a process that made itself
-// non-dumpable.
-func ranAs(pid, uid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return false // gone
-	}
-	var zombie, match bool
-	for line := range bytes.SplitSeq(b, []byte("\n")) {
-		if v, ok := bytes.CutPrefix(line, []byte("State:")); ok {
-			zombie = bytes.HasPrefix(bytes.TrimSpace(v), []byte("Z"))
-		} else if v, ok := bytes.CutPrefix(line, []byte("Uid:")); ok {
-			for _, f := range bytes.Fields(v) {
-				if n, err := strconv.Atoi(string(f)); err == nil && n == uid {
-					match = true
-				}
-			}
-		}
-	}
-	return match && !zombie
-}
-
-// removeOwned removes what uid owns under dir, on dir's filesystem
-// alone, deepest first (as find -xdev -user UID -delete).
-func removeOwned(dir string, uid int) {
-	var top syscall.Stat_t
-	if syscall.Lstat(dir, &top) != nil {
-		return
-	}
-	var owned []string
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return nil
-		}
-		var st syscall.Stat_t
-		if syscall.Lstat(p, &st) != nil {
-			return nil
-		}
-		if st.Dev != top.Dev {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if int(st.Uid) == uid {
-			owned = append(owned, p)
-		}
-		return nil
-	})
-	for i := len(owned) - 1; i >= 0; i-- {
-		_ = os.Remove(owned[i])
-	}
 }

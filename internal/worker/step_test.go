@@ -111,14 +111,20 @@ func TestSteps(t *testing.T) {
 
 // A step's bad request says what was wrong, naming the step.
 func TestStepBadRequest(t *testing.T) {
-	for _, tc := range []struct {
+	type badCase struct {
 		args []string
 		want string
-	}{
+	}
+	cases := []badCase{
 		{[]string{"step", "nope", "{}"}, `no step "nope"`},
 		{[]string{"step", "refs", `{"root": 1}`}, "amelia-worker step refs: its arguments"},
 		{[]string{"step", "refs", `{"unknown": "x"}`}, `unknown field "unknown"`},
-	} {
+	}
+	// As any other user, end-uid would end the test's own processes.
+	if os.Geteuid() == 0 {
+		cases = append(cases, badCase{[]string{"step", "end-uid", `{"checkout": "/nonexistent"}`}, "never as root"})
+	}
+	for _, tc := range cases {
 		r := runWorker(t, nil, nil, tc.args...)
 		if r.code == 0 || !strings.Contains(string(r.stderr), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want an error with %q", tc.args, r.code, r.stderr, tc.want)

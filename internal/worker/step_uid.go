@@ -1,0 +1,141 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/amelia-sandbox/amelia/core/workstep"
+)
+
+func stepEndUID(_ context.Context, r workstep.EndUID, _ stepIO) error {
+	if os.Geteuid() == 0 {
+		return fmt.Errorf("it runs as a workflow's uid, never as root, whose every process it would kill")
+	}
+	endUID(os.Geteuid())
+	if r.Trash == "" {
+		if mine(r.Checkout) {
+			if err := removeAll(r.Checkout); err != nil {
+				return fmt.Errorf("remove the checkout %s: %w", r.Checkout, err)
+			}
+		}
+		return nil
+	}
+	if err := os.Mkdir(r.Trash, 0o700); err != nil {
+		return fmt.Errorf("make the trash entry: %w", err)
+	}
+	if r.RunDir != "" && mine(r.RunDir) {
+		if err := os.Chmod(r.RunDir, 0o700); err != nil {
+			return fmt.Errorf("move the run directory into the trash: %w", err)
+		}
+		if err := os.Rename(r.RunDir, filepath.Join(r.Trash, "run")); err != nil {
+			return fmt.Errorf("move the run directory into the trash: %w", err)
+		}
+	}
+	if !mine(r.Checkout) {
+		return nil
+	}
+	if err := os.Chmod(r.Checkout, 0o700); err != nil {
+		return fmt.Errorf("put the checkout away: %w", err)
+	}
+	to := r.Park
+	if to == "" {
+		to = filepath.Join(r.Trash, "checkout")
+	}
+	if err := os.Rename(r.Checkout, to); err != nil {
+		return fmt.Errorf("put the checkout away: %w", err)
+	}
+	return nil
+}
+
+// endUID kills every process of uid but this one and its parent, until a
+// pass finds none alive (zombies are dead), so what forked meanwhile goes
+// too, and removes the uid's files in the shared temporary directories:
+// what a workflow's uid ran must not outlive it into another workflow.
+// The parent is the run's command session as the uid (execsession) when
+// the step runs on one (a reset before the agent starts); the steps that
+// end a uid's run end its session first and run as an exec of their own,
+// whose parent is outside the sandbox.
+func endUID(uid int) {
+	self, parent := os.Getpid(), os.Getppid()
+	for range 100 {
+		found := 0
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == self || pid == parent || !ranAs(pid, uid) {
+				continue
+			}
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				found++
+			}
+		}
+		if found == 0 {
+			break
+		}
+	}
+	for _, dir := range []string{"/tmp", "/var/tmp", "/dev/shm"} {
+		removeOwned(dir, uid)
+	}
+}
+
+// ranAs reports whether pid is a live process (not a zombie) any of
+// whose uids (real, effective, saved, filesystem) is uid. Its status, not
+// the owner of /proc/PID, which is root's for a process that made itself
+// non-dumpable.
+func ranAs(pid, uid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false // gone
+	}
+	var zombie, match bool
+	for line := range bytes.SplitSeq(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("State:")); ok {
+			zombie = bytes.HasPrefix(bytes.TrimSpace(v), []byte("Z"))
+		} else if v, ok := bytes.CutPrefix(line, []byte("Uid:")); ok {
+			for _, f := range bytes.Fields(v) {
+				if n, err := strconv.Atoi(string(f)); err == nil && n == uid {
+					match = true
+				}
+			}
+		}
+	}
+	return match && !zombie
+}
+
+// removeOwned removes what uid owns under dir, on dir's filesystem
+// alone, deepest first (as find -xdev -user UID -delete).
+func removeOwned(dir string, uid int) {
+	var top syscall.Stat_t
+	if syscall.Lstat(dir, &top) != nil {
+		return
+	}
+	var owned []string
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return nil
+		}
+		var st syscall.Stat_t
+		if syscall.Lstat(p, &st) != nil {
+			return nil
+		}
+		if st.Dev != top.Dev {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if int(st.Uid) == uid {
+			owned = append(owned, p)
+		}
+		return nil
+	})
+	for i := len(owned) - 1; i >= 0; i-- {
+		_ = os.Remove(owned[i])
+	}
+}
