@@ -2,11 +2,13 @@ package workspace
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/amelia-sandbox/amelia/core/workstep"
@@ -78,10 +80,7 @@ func (w *Workspace) Retire(ctx context.Context, id, runDir string) error {
 	}
 	wt := w.WorktreeDir(id)
 	trash := newTrashName()
-	park := "no"
-	if w.parking() {
-		park = "yes"
-	}
+	parking := w.parking()
 	name := ".park-" + randomHex(16)
 	parkedDir := path.Join(w.root, ".amelia", "parked")
 	trashDir := path.Join(parkedDir, trash)
@@ -91,8 +90,9 @@ func (w *Workspace) Retire(ctx context.Context, id, runDir string) error {
 	if err := w.endSession(ctx, uid); err != nil {
 		return fmt.Errorf("retire the checkout of %s: %w", id, err)
 	}
-	end := workstep.EndUID{Checkout: wt, Trash: trashDir, RunDir: runDir}
-	if park == "yes" {
+	uidN, _ := strconv.Atoi(uid) // RunUser's, valid
+	end := workstep.EndUID{UID: uidN, Checkout: wt, Trash: trashDir, RunDir: runDir}
+	if parking {
 		end.Park = path.Join(parkedDir, name)
 	}
 	if err := w.step(ctx, uid, "end the checkout's processes", end, nil, nil); err != nil {
@@ -101,75 +101,13 @@ func (w *Workspace) Retire(ctx context.Context, id, runDir string) error {
 	// The sandbox's user parks the checkout, has the uid move into its
 	// trash what else it has in worktrees/ and .amelia/runs/, then
 	// releases the uid and puts parked checkouts over the bound into
-	// their uids' trash. It prints "sweep UID NAME" for each trash entry
-	// a sweeper is to remove.
-	const body = `repo=$1 wt=$2 uid=$3 dref=$4 rec=$5 trash=$6 park=$7 id=$8 bound=$9 name=${10}
-lock
-pk=$root/.amelia/parked stamps=$root/.amelia/stamps pool=$root/.amelia/pool trashd=$root/.amelia/trash
-mkdir -p "$stamps" "$pool" "$trashd"
-chmod 700 "$stamps" "$pool"
-chmod 755 "$trashd"
-# What else the uid has in worktrees/, .amelia/runs/ and parked/ it is
-# to move into its trash: listed NUL-terminated, exit 5.
-set -- "$root/worktrees" "$root/.amelia/runs" "$pk"
-if [ -n "$(find "$@" -mindepth 1 -maxdepth 1 -user "$uid" ! -name "$trash" ! -name "$name" -print -quit 2>/dev/null)" ]; then
-	find "$@" -mindepth 1 -maxdepth 1 -user "$uid" ! -name "$trash" ! -name "$name" -print0 2>/dev/null || true
-	exit 5
-fi
-if [ "$park" = yes ] && mine_of "$pk/$name" "$uid"; then
-	if [ -f "$stamps/$id" ]; then
-		start=$(sed -n '1s/^start //p' "$stamps/$id")
-		mv -f -- "$stamps/$id" "$pool/$uid.stamp"
-		printf 'park %s %s %s\n' "$name" "$(rootkey "$start")" "$(date +%s)" >"$pool/$uid"
-	else
-		# Unstamped (made where parking was off): not reusable, so trash
-		# of its own (a directory of the uid's is renamed within parked/
-		# alone: moving it elsewhere writes its "..").
-		to=.trash-$(rnd)
-		mv -- "$pk/$name" "$pk/$to"
-		printf '%s\n' "$to" >>"$trashd/$uid"
-		[ -e "$trashd/$uid.lock" ] || { : >"$trashd/$uid.lock"; chmod 644 "$trashd/$uid.lock"; }
-		echo "sweep $uid $to"
-	fi
-fi
-rm -f -- "$stamps/$id"
-# An empty trash entry goes now (the sandbox's user owns parked/); else
-# the uid's sweeper removes it.
-if ! rmdir -- "$pk/$trash" 2>/dev/null; then
-	printf '%s\n' "$trash" >>"$trashd/$uid"
-	[ -e "$trashd/$uid.lock" ] || { : >"$trashd/$uid.lock"; chmod 644 "$trashd/$uid.lock"; }
-	echo "sweep $uid $trash"
-fi
-if [ -d "$repo" ] && g -C "$repo" show-ref --verify --quiet "$dref"; then g -C "$repo" update-ref -d "$dref"; fi
-rm -f -- "$rec"
-# Over the bound: the oldest parked checkouts go into their uids' trash.
-n=$(ls "$pool" | grep -c '^[0-9]*$' || true)
-while [ "$n" -gt "$bound" ]; do
-	old= oldt=
-	for f in "$pool"/*; do
-		u=${f##*/}
-		case $u in '' | *[!0-9]*) continue ;; esac
-		read -r _ _ _ t <"$f" || true
-		if [ -z "$oldt" ] || [ "${t:-0}" -lt "$oldt" ]; then old=$u oldt=${t:-0}; fi
-	done
-	[ -n "$old" ] || break
-	read -r _ on _ _ <"$pool/$old" || true
-	if [ -n "$on" ] && mine_of "$pk/$on" "$old"; then
-		to=.trash-$(rnd)
-		mv -- "$pk/$on" "$pk/$to"
-		printf '%s\n' "$to" >>"$trashd/$old"
-		[ -e "$trashd/$old.lock" ] || { : >"$trashd/$old.lock"; chmod 644 "$trashd/$old.lock"; }
-		echo "sweep $old $to"
-	fi
-	rm -f -- "$pool/$old" "$pool/$old.stamp"
-	n=$((n - 1))
-done
-`
+	// their uids' trash (workstep.Park).
+	parkReq := workstep.Park{Root: w.root, Repo: w.RepoDir(), ID: id, UID: uidN, Name: name, Trash: trash,
+		DirtyRef: dirtyRef(id), Record: w.userRecord(id), Parking: parking, Bound: w.parked}
 	var sweeps []string
 	for pass := 1; ; pass++ {
 		var out bytes.Buffer
-		err := w.script(ctx, "park the checkout", nil, nil, &out, poolPrelude+body,
-			w.RepoDir(), wt, uid, dirtyRef(id), w.userRecord(id), trash, park, id, fmt.Sprint(w.parked), name)
+		err := w.step(ctx, "", "park the checkout", parkReq, nil, &out)
 		var ee *exitError
 		if errors.As(err, &ee) && ee.code == exitUserLeft {
 			if err := w.moveLeft(ctx, uid, trashDir, out.Bytes(), pass); err != nil {
@@ -185,22 +123,13 @@ done
 	}
 	w.forgetUser(id)
 	w.sweep(ctx, sweeps)
-	w.log.Info("checkout retired", "workflow", id, "parked", park == "yes")
+	w.log.Info("checkout retired", "workflow", id, "parked", parking)
 	return nil
 }
 
-// poolPrelude gives the scripts of the pool `rnd` (32 random hex digits),
-// `mine_of DIR UID` (DIR is a directory of UID, not a link) and `rootkey
-// COMMIT` (the first of the bare repo's root commits COMMIT descends
-// from: checkouts of one repository share it).
-const poolPrelude = `rnd() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
-mine_of() { [ -d "$1" ] && [ ! -L "$1" ] && [ -n "$(find "$1" -maxdepth 0 -user "$2" 2>/dev/null)" ]; }
-rootkey() { g -C "$root/repo" rev-list --max-parents=0 "$1" -- 2>/dev/null | sort | head -n 1; }
-`
-
 // ensureParkedDir makes ROOT/.amelia/parked, 1733, as the sandbox's user.
 func (w *Workspace) ensureParkedDir(ctx context.Context) error {
-	return w.script(ctx, "make the parked directory", nil, nil, nil, `p=$root/.amelia/parked; mkdir -p "$p" && chmod 1733 "$p"`)
+	return w.step(ctx, "", "make the parked directory", workstep.SharedDirs{Root: w.root, Dirs: []string{".amelia/parked"}}, nil, nil)
 }
 
 // newTrashName is the name of a new trash entry in .amelia/parked/.
@@ -240,7 +169,7 @@ done
 // it ends). Nothing waits for the removal: a sweeper that fails to start
 // is logged, and the next allocation asks for it again.
 func (w *Workspace) sweep(ctx context.Context, lines []string) {
-	byUID := map[string][]string{}
+	seen := map[string]bool{}
 	var uids []string
 	for _, l := range lines {
 		f := strings.Fields(l)
@@ -254,45 +183,18 @@ func (w *Workspace) sweep(ctx context.Context, lines []string) {
 		if !w.runUsers {
 			uid = ""
 		}
-		if _, ok := byUID[uid]; !ok {
+		if !seen[uid] {
+			seen[uid] = true
 			uids = append(uids, uid)
 		}
-		byUID[uid] = append(byUID[uid], f[2])
 	}
 	// The sweeper takes its uid's lock, then removes every trash entry
 	// the record lists (what it was started for among them), and goes
 	// on while the record names more. The record is the sandbox's
 	// user's, readable by all; the sandbox's user drops what is gone.
-	const body = `uid=$1
-shift
-# setsid where the sandbox has it (a session of its own, apart from the
-# exec's), else nohup.
-detached() { if command -v setsid >/dev/null 2>&1; then setsid "$@"; else nohup "$@"; fi; }
-detached sh -c '
-root=$1 worker=$2 lockwith=$3 rec=$4
-exec 8<"$rec.lock" || exit 0
-if [ "$lockwith" = flock ] && command -v flock >/dev/null 2>&1; then flock -n 8 || exit 0
-elif [ -n "$worker" ]; then "$worker" flock -n 8 || exit 0
-else exit 0; fi
-done=
-while :; do
-	more=
-	while read -r n; do
-		case $n in .trash-*) ;; *) continue ;; esac
-		case " $done " in *" $n "*) continue ;; esac
-		p=$root/.amelia/parked/$n
-		if [ -e "$p" ] || [ -L "$p" ]; then
-			chmod -R u+rwx -- "$p" 2>/dev/null
-			rm -rf -- "$p" 2>/dev/null
-		fi
-		done="$done $n" more=1
-	done <"$rec"
-	[ -n "$more" ] || break
-done
-' sweep "$root" "$worker" "$lockwith" "$root/.amelia/trash/${uid:-self}" </dev/null >/dev/null 2>&1 &
-`
 	for _, uid := range uids {
-		if err := w.scriptAs(context.WithoutCancel(ctx), uid, "start the removal of the trash", nil, nil, nil, body, uid); err != nil {
+		rec := path.Join(w.root, ".amelia", "trash", cmp.Or(uid, "self"))
+		if err := w.step(context.WithoutCancel(ctx), uid, "start the removal of the trash", workstep.Sweep{Root: w.root, Record: rec}, nil, nil); err != nil {
 			w.log.Warn("could not start removing a retired checkout; the next run's workspace starts it again", "uid", uid, "err", err)
 		}
 	}

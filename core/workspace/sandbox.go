@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -431,7 +432,8 @@ func (w *Workspace) RemoveWorktree(ctx context.Context, id string) error {
 		// Only what the uid owns is touched: the step runs as the uid,
 		// kills only the uid's processes (never kill -1), removes the
 		// checkout only if it is the uid's, and the uid's files alone.
-		if err := w.step(ctx, uid, "remove the checkout", workstep.EndUID{Checkout: wt}, nil, nil); err != nil {
+		uidN, _ := strconv.Atoi(uid) // RunUser's, valid
+		if err := w.step(ctx, uid, "remove the checkout", workstep.EndUID{UID: uidN, Checkout: wt}, nil, nil); err != nil {
 			return fmt.Errorf("remove the checkout of %s: %w", id, err)
 		}
 		wt = "" // the sandbox's user leaves the uid's entry alone

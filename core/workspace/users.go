@@ -93,83 +93,9 @@ type parkedCheckout struct {
 // ErrBranchExists) when the workflow has a uid already: its checkout is
 // kept.
 func (w *Workspace) allocateUser(ctx context.Context, id, start string) (string, *parkedCheckout, error) {
-	const body = `users=$1 id=$2 first=$3 last=$4 idfiles=$5 start=$6 parking=$7
-lock
-mkdir -p "$users" "$root/worktrees" "$root/.amelia/runs" "$root/.amelia/parked"
-chmod 1733 "$root/worktrees" "$root/.amelia/runs" "$root/.amelia/parked"
-if [ -e "$users/$id" ]; then echo "workflow $id has a uid in the sandbox already" >&2; exit 3; fi
-pool=$root/.amelia/pool trashd=$root/.amelia/trash pk=$root/.amelia/parked
-# Trash entries that are gone are dropped; a uid whose trash is all gone
-# holds none. A uid whose trash is left and whose sweeper is not running
-# (it holds $trashd/UID.lock) is named for the host to start one.
-if [ -d "$trashd" ]; then
-	for f in "$trashd"/*; do
-		u=${f##*/}
-		case $u in '' | *.lock | *[!0-9a-z]*) continue ;; esac
-		left=
-		while read -r n; do
-			case $n in .trash-*) ;; *) continue ;; esac
-			if [ -e "$pk/$n" ] || [ -L "$pk/$n" ]; then left="$left $n"; fi
-		done <"$f"
-		if [ -z "$left" ]; then rm -f -- "$f"; continue; fi
-		printf '%s\n' $left >"$f"
-		if exec 7<"$f.lock" 2>/dev/null; then
-			if { [ "$lockwith" = flock ] && command -v flock >/dev/null 2>&1 && flock -n 7; } || { [ -n "$worker" ] && "$worker" flock -n 7 2>/dev/null; }; then
-				for n in $left; do echo "sweep $u $n"; done
-			fi
-			exec 7<&-
-		fi
-	done
-fi
-if [ "$parking" = yes ] && [ -d "$pool" ]; then
-	key=$(rootkey "$start")
-	best= bestt=
-	for f in "$pool"/*; do
-		u=${f##*/}
-		case $u in '' | *[!0-9]*) continue ;; esac
-		[ ! -e "$trashd/$u" ] && [ "$u" -ge "$first" ] && [ "$u" -le "$last" ] || continue
-		read -r _ name k t <"$f" || continue
-		[ -n "$key" ] && [ "$k" = "$key" ] || continue
-		if [ -z "$bestt" ] || [ "$t" -gt "$bestt" ]; then best=$u bestt=$t; fi
-	done
-	if [ -n "$best" ]; then
-		read -r _ name _ _ <"$pool/$best" || true
-		if [ -f "$pool/$best.stamp" ] && mine_of "$pk/$name" "$best"; then
-			printf '%s\n' "$best" >"$users/.$id.tmp"
-			mv -f "$users/.$id.tmp" "$users/$id"
-			echo "$best"
-			echo "reuse $name"
-			cat "$pool/$best.stamp"
-			rm -f -- "$pool/$best" "$pool/$best.stamp"
-			exit 0
-		fi
-		# Its checkout is not there: the record goes, and what the uid
-		# has left goes with its next release.
-		rm -f -- "$pool/$best" "$pool/$best.stamp"
-	fi
-fi
-# $idfiles is split on purpose: a list of paths without spaces.
-used=" $(cat "$users"/* 2>/dev/null | tr '\n' ' ') $(cut -d: -f3 $idfiles 2>/dev/null | tr '\n' ' ') $(ls "$pool" "$trashd" 2>/dev/null | grep -x '[0-9]*' | tr '\n' ' ') "
-uid=$first
-while :; do
-	case "$used" in *" $uid "*) ;; *) break ;; esac
-	uid=$((uid + 1))
-	if [ "$uid" -gt "$last" ]; then
-		echo "no uid left for a run in $first-$last: $(ls "$users" | wc -l) workflows hold one; remove kept work (amelia results --discard)" >&2
-		exit 1
-	fi
-done
-printf '%s\n' "$uid" >"$users/.$id.tmp"
-mv -f "$users/.$id.tmp" "$users/$id"
-echo "$uid"
-`
-	parking := "no"
-	if w.parking() {
-		parking = "yes"
-	}
 	var out bytes.Buffer
-	err := w.scriptAs(ctx, "", "give the workflow a uid", nil, nil, &out, poolPrelude+body,
-		path.Join(w.root, usersDir), id, strconv.Itoa(w.uids[0]), strconv.Itoa(w.uids[1]), w.idFiles, start, parking)
+	err := w.step(ctx, "", "give the workflow a uid", workstep.Allocate{Root: w.root, ID: id, First: w.uids[0], Last: w.uids[1],
+		IDFiles: strings.Fields(w.idFiles), Start: start, Parking: w.parking()}, nil, &out)
 	if msg, ok := refused(err); ok {
 		return "", nil, fmt.Errorf("add the checkout of %s: %w: %s", id, ErrBranchExists, msg)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"os"
@@ -44,13 +45,17 @@ func (u *userLog) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO)
 }
 
 // naming lists the users of the execs whose arguments name dir, or with
-// below a path below it.
+// below a path below it: a script's, or the strings in a step's.
 func (u *userLog) naming(dir string, below bool) []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	var users []string
 	for _, x := range u.execs {
-		for _, a := range x.argv[1:] {
+		args := x.argv[1:]
+		if len(x.argv) == 4 && x.argv[1] == "step" {
+			args = jsonStrings(x.argv[3])
+		}
+		for _, a := range args {
 			if a == dir || below && strings.HasPrefix(a, dir+"/") {
 				users = append(users, x.user)
 				break
@@ -58,6 +63,32 @@ func (u *userLog) naming(dir string, below bool) []string {
 		}
 	}
 	return users
+}
+
+// jsonStrings are the strings in the JSON value doc, at any depth.
+func jsonStrings(doc string) []string {
+	var v any
+	if json.Unmarshal([]byte(doc), &v) != nil {
+		return nil
+	}
+	var out []string
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case string:
+			out = append(out, v)
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		case map[string]any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	return out
 }
 
 // Each workflow gets the lowest uid no record holds and no passwd or group

@@ -177,15 +177,17 @@ type Place struct {
 
 func (Place) Step() string { return "place" }
 
-// EndUID ends every process of the uid it runs as (a workflow's), but its
-// own and its parent's (a session of the uid's that runs it), and removes
-// the uid's files in the shared temporary directories; then it puts the
+// EndUID ends every process of UID (a workflow's, which it runs as), but
+// its own and its parent's (a session of the uid's that runs it), and
+// removes the uid's files in the shared temporary directories; then it
+// puts the
 // workflow's checkout Checkout (only if it is a directory of the uid's)
 // out of the way. With Trash, it makes that directory (0700) and moves
 // the run directory RunDir into it as run, and the checkout to Park (a
 // parked checkout) or, without Park, into it as checkout; without Trash,
 // it removes the checkout.
 type EndUID struct {
+	UID      int    `json:"uid"`
 	Checkout string `json:"checkout"`
 	Trash    string `json:"trash,omitempty"`
 	RunDir   string `json:"run_dir,omitempty"`
@@ -193,3 +195,76 @@ type EndUID struct {
 }
 
 func (EndUID) Step() string { return "end-uid" }
+
+// Allocate gives workflow ID a uid of First–Last and records it as
+// ROOT/.amelia/users/ID, under the workspace lock, making the shared
+// directories (worktrees/, .amelia/runs/, .amelia/parked/, mode 1733)
+// first. It refuses (ExitRefused) when the workflow has a uid already.
+// With Parking, a uid whose parked checkout was made of the repository of
+// Start (the same first root commit) and has no trash left comes first,
+// the newest; else the uid is the lowest that no record, parked checkout,
+// trash or entry of IDFiles (the image's users and groups) holds. Its
+// output: a line "sweep UID NAME" for each trash entry that no sweeper is
+// removing, then the uid, then, for a parked checkout, "reuse NAME" and
+// the checkout's stamp.
+type Allocate struct {
+	Root    string   `json:"root"`
+	ID      string   `json:"id"`
+	First   int      `json:"first"`
+	Last    int      `json:"last"`
+	IDFiles []string `json:"id_files"`
+	Start   string   `json:"start"`
+	Parking bool     `json:"parking,omitempty"`
+}
+
+func (Allocate) Step() string { return "allocate" }
+
+// ExitUserLeft is Park's exit when the uid still has entries in
+// worktrees/, .amelia/runs/ or .amelia/parked/ (beyond Trash and Name):
+// its output lists them, each path ended by NUL, for the uid to move away.
+const ExitUserLeft = 5
+
+// Park is the sandbox's user's part of the end of a workflow (ID) whose
+// uid UID moved its checkout to .amelia/parked/Name and what else it had
+// into the trash entry .amelia/parked/Trash, under the workspace lock:
+// where Parking and the checkout is stamped, it goes into the pool (its
+// record .amelia/pool/UID), else into trash of its own; an empty trash
+// entry goes at once, one that is not is recorded for the uid's sweeper;
+// the dirty ref DirtyRef of Repo and the workflow's uid record Record go;
+// and parked checkouts over Bound go into their uids' trash, the oldest
+// first. Its output: a line "sweep UID NAME" for each trash entry a
+// sweeper is to remove.
+type Park struct {
+	Root     string `json:"root"`
+	Repo     string `json:"repo"`
+	ID       string `json:"id"`
+	UID      int    `json:"uid"`
+	Name     string `json:"name"`
+	Trash    string `json:"trash"`
+	DirtyRef string `json:"dirty_ref"`
+	Record   string `json:"record"`
+	Parking  bool   `json:"parking,omitempty"`
+	Bound    int    `json:"bound"`
+}
+
+func (Park) Step() string { return "park" }
+
+// SharedDirs makes the directories Dirs (relative to Root) where every
+// uid may make an entry and none may list or remove another's: mode 1733.
+type SharedDirs struct {
+	Root string   `json:"root"`
+	Dirs []string `json:"dirs"`
+}
+
+func (SharedDirs) Step() string { return "shared-dirs" }
+
+// Sweep starts, detached, the removal of the trash entries (in
+// ROOT/.amelia/parked/) that the record Record lists, unless a sweeper of
+// that record runs already (it holds Record.lock); the sweeper goes on
+// while the record names more. The step returns once it started.
+type Sweep struct {
+	Root   string `json:"root"`
+	Record string `json:"record"`
+}
+
+func (Sweep) Step() string { return "sweep" }

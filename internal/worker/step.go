@@ -53,14 +53,18 @@ func typed[R workstep.Request](f func(context.Context, R, stepIO) error) stepFun
 
 // steps are the steps the worker serves, by name.
 var steps = map[string]stepFunc{
-	workstep.Refs{}.Step():     typed(stepRefs),
-	workstep.Receive{}.Step():  typed(stepReceive),
-	workstep.Commit{}.Step():   typed(stepCommit),
-	workstep.HasWork{}.Step():  typed(stepHasWork),
-	workstep.Bundle{}.Step():   typed(stepBundle),
-	workstep.Checkout{}.Step(): typed(stepCheckout),
-	workstep.Place{}.Step():    typed(stepPlace),
-	workstep.EndUID{}.Step():   typed(stepEndUID),
+	workstep.Refs{}.Step():       typed(stepRefs),
+	workstep.Receive{}.Step():    typed(stepReceive),
+	workstep.Commit{}.Step():     typed(stepCommit),
+	workstep.HasWork{}.Step():    typed(stepHasWork),
+	workstep.Bundle{}.Step():     typed(stepBundle),
+	workstep.Checkout{}.Step():   typed(stepCheckout),
+	workstep.Place{}.Step():      typed(stepPlace),
+	workstep.EndUID{}.Step():     typed(stepEndUID),
+	workstep.Allocate{}.Step():   typed(stepAllocate),
+	workstep.Park{}.Step():       typed(stepPark),
+	workstep.SharedDirs{}.Step(): typed(stepSharedDirs),
+	workstep.Sweep{}.Step():      typed(stepSweep),
 }
 
 // serveStep is the worker's envelope.StepFunc: it runs the step and says
@@ -77,7 +81,9 @@ func serveStep(ctx context.Context, s envelope.Step, stdin io.Reader, stdout, st
 	}
 	var se *stepExit
 	if errors.As(err, &se) {
-		fmt.Fprintln(stderr, se.msg)
+		if se.msg != "" {
+			fmt.Fprintln(stderr, se.msg)
+		}
 		return se.code
 	}
 	fmt.Fprintf(stderr, "amelia-worker step %s: %v\n", s.Name, err)
@@ -150,14 +156,7 @@ func gitOutput(ctx context.Context, sio stepIO, dir string, args ...string) (str
 }
 
 // mine reports whether dir is a directory of the worker's uid, not a link.
-func mine(dir string) bool {
-	fi, err := os.Lstat(dir)
-	if err != nil || !fi.IsDir() {
-		return false
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && int(st.Uid) == os.Geteuid()
-}
+func mine(dir string) bool { return mineOf(dir, os.Geteuid()) }
 
 // lockWorkspace takes the workspace lock, flock(2) on
 // ROOT/.amelia-repo.lock (the file the workspace's scripts lock too),

@@ -8,16 +8,19 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
 
 	"github.com/amelia-sandbox/amelia/core/workstep"
 )
 
 func stepEndUID(_ context.Context, r workstep.EndUID, _ stepIO) error {
-	if os.Geteuid() == 0 {
-		return fmt.Errorf("it runs as a workflow's uid, never as root, whose every process it would kill")
+	if r.UID <= 0 {
+		return fmt.Errorf("uid %d is no workflow's: it would end root's every process", r.UID)
 	}
-	endUID(os.Geteuid())
+	endUID(r.UID)
 	if r.Trash == "" {
 		if mine(r.Checkout) {
 			if err := removeAll(r.Checkout); err != nil {
@@ -137,5 +140,72 @@ func removeOwned(dir string, uid int) {
 	})
 	for i := len(owned) - 1; i >= 0; i-- {
 		_ = os.Remove(owned[i])
+	}
+}
+
+func stepSweep(_ context.Context, r workstep.Sweep, _ stepIO) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the worker to start the sweeper: %w", err)
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer null.Close()
+	// A session of its own, apart from the exec's, so that it outlives it.
+	p, err := os.StartProcess(self, []string{self, "sweep", r.Root, r.Record}, &os.ProcAttr{
+		Files: []*os.File{null, null, null},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	if err != nil {
+		return fmt.Errorf("start the sweeper: %w", err)
+	}
+	return p.Release()
+}
+
+// sweepCmd is the sweeper the sweep step starts.
+func (w *worker) sweepCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "sweep ROOT RECORD",
+		Short:  "Remove the trash entries in ROOT/.amelia/parked that RECORD lists, unless another sweeper of RECORD runs",
+		Args:   cobra.ExactArgs(2),
+		Hidden: true,
+		RunE: func(_ *cobra.Command, args []string) error {
+			sweepTrash(args[0], args[1])
+			return nil
+		},
+	}
+}
+
+// sweepTrash removes the trash entries rec lists, holding rec.lock, and
+// goes on while rec names more; another sweeper holding the lock, it
+// leaves them to that one.
+func sweepTrash(root, rec string) {
+	lock, err := os.Open(rec + ".lock")
+	if err != nil {
+		return
+	}
+	defer lock.Close()
+	if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return
+	}
+	done := map[string]bool{}
+	for {
+		data, err := os.ReadFile(rec)
+		if err != nil {
+			return
+		}
+		more := false
+		for n := range strings.FieldsSeq(string(data)) {
+			if !strings.HasPrefix(n, ".trash-") || strings.Contains(n, "/") || done[n] {
+				continue
+			}
+			_ = removeAll(filepath.Join(root, ".amelia", "parked", n))
+			done[n], more = true, true
+		}
+		if !more {
+			return
+		}
 	}
 }

@@ -95,7 +95,7 @@ func (w *worker) commands() *cobra.Command {
 	root.SetOut(w.p.Stderr) // help and usage never go to stdout, which is the protocol's
 	root.SetErr(w.p.Stderr)
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(w.agenticCmd(), w.generateCmd(), w.serveCmd(), w.tunnelCmd(), w.gitCredentialCmd(), w.flockCmd(), w.egressCheckCmd(), w.execCmd(), w.muxCmd(), w.stepCmd(),
+	root.AddCommand(w.agenticCmd(), w.generateCmd(), w.serveCmd(), w.tunnelCmd(), w.gitCredentialCmd(), w.flockCmd(), w.egressCheckCmd(), w.execCmd(), w.muxCmd(), w.stepCmd(), w.sweepCmd(),
 		w.claimCmd(), w.checkoutCmd(), w.detachCmd(), w.superviseCmd(), w.followCmd(), w.stopCmd(), w.statusCmd(), w.versionCmd())
 	return root
 }
