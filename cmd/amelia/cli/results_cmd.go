@@ -236,7 +236,7 @@ func (a *app) withRecordedRun(ctx context.Context, rec runstore.Record, fn func(
 	if err != nil {
 		return err
 	}
-	ws, err := workspace.New(sb, s.Workdir, workspace.Options{Worker: d.Worker, RunUsers: sb.Info.RunUsers, Logger: a.logger})
+	ws, err := workspace.New(sb, s.Workdir, workspace.Options{Worker: d.Worker, RunUsers: sb.Info.RunUsers, ParkedCheckouts: p.Sandbox.Parked(), Logger: a.logger})
 	if err != nil {
 		return err
 	}
@@ -272,15 +272,11 @@ func settleRunning(ctx context.Context, rs recordedSandbox, rec runstore.Record,
 }
 
 // forgetRun removes what is left of rec's run in the sandbox and on the
-// host, once its work is back or discarded: the run directory first, as
-// the workflow's uid, which removing the checkout releases.
+// host, once its work is back or discarded: its checkout and run
+// directory are retired as a delivered run's are (workspace.Retire), so
+// however large the tree, nothing waits for its removal.
 func (a *app) forgetRun(ctx context.Context, ws *workspace.Workspace, rec runstore.Record) error {
-	if rec.RunDir != "" {
-		if err := ws.RemoveRunDir(ctx, rec.Workflow, rec.RunDir); err != nil {
-			return err
-		}
-	}
-	if err := ws.RemoveWorktree(ctx, rec.Workflow); err != nil {
+	if err := ws.Retire(ctx, rec.Workflow, rec.RunDir); err != nil {
 		return err
 	}
 	return a.runs().Delete(rec.Profile, rec.Workflow)
