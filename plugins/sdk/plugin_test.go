@@ -36,6 +36,10 @@ const (
 
 func TestMain(m *testing.M) {
 	switch {
+	case os.Getenv(shareHostEnv) != "":
+		os.Exit(runShareHost(os.Getenv(shareHostEnv), os.Getenv(shareExecEnv)))
+	case os.Getenv(rawDialEnv) != "":
+		os.Exit(rawDial(os.Getenv(rawDialEnv)))
 	case os.Getenv(sdk.Handshake.MagicCookieKey) != "":
 		logger := sdk.NewLogger(os.Stderr, slog.LevelDebug)
 		var p sdk.Provider = &testProvider{mode: os.Getenv(testModeEnv), log: logger}
@@ -43,9 +47,13 @@ func TestMain(m *testing.M) {
 			p = settingsProvider{p}
 		}
 		opts := []sdk.ServeOption{sdk.WithLogger(logger)}
-		if os.Getenv(testModeEnv) == "nodata" {
+		switch os.Getenv(testModeEnv) {
+		case "nodata":
 			// A plugin of an SDK before the data channel.
 			opts = append(opts, sdk.WithoutDataChannel())
+		case "noshare":
+			// A plugin of an SDK before sharing.
+			opts = append(opts, sdk.WithoutSharing())
 		}
 		sdk.Serve(p, opts...)
 	case os.Getenv(hostModeEnv) != "":
