@@ -309,7 +309,10 @@ func Launch(cmd *exec.Cmd, opts LaunchOptions) (*Plugin, error) {
 	if env == nil {
 		env = os.Environ()
 	}
-	cmd.Env = slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, datachan.Env+"=") })
+	// Nor does a variable that would make it a shared plugin (Share).
+	cmd.Env = slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		return strings.HasPrefix(kv, datachan.Env+"=") || strings.HasPrefix(kv, sharedEnv+"=") || strings.HasPrefix(kv, sharedIdleEnv+"=")
+	})
 	var dataHost, dataChild *os.File
 	if !opts.NoDataChannel {
 		var err error

@@ -209,6 +209,9 @@ func runHost(pidfile string) int {
 func TestLaunchEnvironment(t *testing.T) {
 	t.Setenv("AMELIA_SDK_TEST_SECRET", "host-only")
 	t.Setenv(testModeEnv, "environ")
+	// A host that is itself in a shared plugin's environment: what it
+	// launches is a plugin of its own still.
+	t.Setenv("AMELIA_PROVIDER_SHARED", filepath.Join(t.TempDir(), "x.sock"))
 	for _, tc := range []struct {
 		name string
 		env  []string // the command's; nil inherits
@@ -222,8 +225,9 @@ func TestLaunchEnvironment(t *testing.T) {
 			notWant: []string{"AMELIA_SDK_TEST_SECRET", "PATH"},
 		},
 		{
-			name: "inherited",
-			want: []string{"AMELIA_SDK_TEST_SECRET", "PATH", sdk.Handshake.MagicCookieKey},
+			name:    "inherited",
+			want:    []string{"AMELIA_SDK_TEST_SECRET", "PATH", sdk.Handshake.MagicCookieKey},
+			notWant: []string{"AMELIA_PROVIDER_SHARED"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
