@@ -42,7 +42,7 @@ replaced.`,
 	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.AddCommand(ls, &cobra.Command{
 		Use:   "serve NAME",
-		Short: "Serve a built-in provider over go-plugin (amelia starts this itself)",
+		Short: "Serve a built-in provider (amelia starts this itself, for a run or shared by a profile's runs)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, ok := a.builtinProvider(args[0], a.pluginLogger())
