@@ -304,15 +304,9 @@ func Launch(cmd *exec.Cmd, opts LaunchOptions) (*Plugin, error) {
 	}
 	logger := newHostLogger(opts.Logger.With("plugin", opts.Name))
 	// The environment is made whole here, so that the data channel's
-	// variable is the host's alone to set.
-	env := cmd.Env
-	if env == nil {
-		env = os.Environ()
-	}
-	// Nor does a variable that would make it a shared plugin (Share).
-	cmd.Env = slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
-		return strings.HasPrefix(kv, datachan.Env+"=") || strings.HasPrefix(kv, sharedEnv+"=") || strings.HasPrefix(kv, sharedIdleEnv+"=")
-	})
+	// variable is the host's alone to set (and no shared plugin's comes
+	// along).
+	cmd.Env = pluginEnv(cmd.Env)
 	var dataHost, dataChild *os.File
 	if !opts.NoDataChannel {
 		var err error

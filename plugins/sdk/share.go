@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/datachan"
 )
 
 // Shared plugins. Launch starts a plugin process for one host; Share
@@ -110,6 +113,18 @@ type sharedFiles struct {
 func filesOf(sock string) sharedFiles {
 	base := strings.TrimSuffix(sock, socketSuffix)
 	return sharedFiles{sock: sock, lock: base + lockSuffix, log: base + logSuffix, unshared: base + unsharedSuffix}
+}
+
+// pluginEnv is env (nil: the host's) without the variables that the SDK
+// sets for a plugin: the data channel's and a shared plugin's.
+func pluginEnv(env []string) []string {
+	if env == nil {
+		env = os.Environ()
+	}
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return name == datachan.Env || name == sharedEnv || name == sharedIdleEnv
+	})
 }
 
 // sharedConfig is what a plugin Share started is told.

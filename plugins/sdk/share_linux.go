@@ -58,12 +58,7 @@ func Share(cmd *exec.Cmd, opts ShareOptions) (*Plugin, error) {
 	if err := privateDir(opts.Dir); err != nil {
 		return nil, fmt.Errorf("share provider plugin %q: %w", opts.Name, err)
 	}
-	if cmd.Env == nil {
-		cmd.Env = os.Environ()
-	}
-	cmd.Env = slices.DeleteFunc(slices.Clone(cmd.Env), func(kv string) bool {
-		return strings.HasPrefix(kv, datachan.Env+"=") || strings.HasPrefix(kv, sharedEnv+"=") || strings.HasPrefix(kv, sharedIdleEnv+"=")
-	})
+	cmd.Env = pluginEnv(cmd.Env)
 	key, err := shareKey(cmd, opts.Scope)
 	if err != nil {
 		return nil, fmt.Errorf("share provider plugin %q: %w", opts.Name, err)
