@@ -81,18 +81,23 @@ func Share(cmd *exec.Cmd, opts ShareOptions) (*Plugin, error) {
 	if err := flock(lock, unix.LOCK_SH); err != nil {
 		return nil, fmt.Errorf("share provider plugin %q: lock %s: %w", opts.Name, files.lock, err)
 	}
-	if p, err := dialShared(files, opts); err == nil {
+	p, err := dialShared(files, opts)
+	if err == nil {
 		return p, nil
 	}
-	// None answered: start one, unless another host did meanwhile. (The
-	// lock is let go and taken again exclusively, not converted.)
+	// None answered: start one. (The lock is let go and taken again
+	// exclusively, not converted.)
 	if err := flock(lock, unix.LOCK_EX); err != nil {
 		return nil, fmt.Errorf("share provider plugin %q: lock %s: %w", opts.Name, files.lock, err)
 	}
-	if p, err := dialShared(files, opts); err == nil {
-		return p, nil
-	} else if !errors.Is(err, errNoServer) {
-		// Something answers and does not serve: leave it be (it exits
+	if errors.Is(err, errNoServer) {
+		// Unless another host did meanwhile.
+		if p, err = dialShared(files, opts); err == nil {
+			return p, nil
+		}
+	}
+	if !errors.Is(err, errNoServer) {
+		// Something listens and does not serve: leave it be (it exits
 		// when idle) and put a new one in its place.
 		opts.Logger.Warn("the shared provider plugin does not answer; starting another", "plugin", opts.Name, "socket", files.sock, "error", err)
 	}
@@ -107,8 +112,7 @@ func Share(cmd *exec.Cmd, opts ShareOptions) (*Plugin, error) {
 		}
 		return nil, fmt.Errorf("share provider plugin %q: %w", opts.Name, err)
 	}
-	p, err := dialShared(files, opts)
-	if err != nil {
+	if p, err = dialShared(files, opts); err != nil {
 		return nil, fmt.Errorf("share provider plugin %q: connect to the plugin it started: %w", opts.Name, err)
 	}
 	return p, nil
@@ -128,7 +132,7 @@ func flock(f *os.File, how int) error {
 // directory of this user's alone: no one else may reach the sockets in it
 // or plant one there.
 func privateDir(dir string) error {
-	if dir == "" || dir[0] != '/' {
+	if !filepath.IsAbs(dir) {
 		return fmt.Errorf("the shared plugins' directory %q is not an absolute path", dir)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -211,6 +215,10 @@ func startShared(cmd *exec.Cmd, files sharedFiles, opts ShareOptions) error {
 		_ = cmd.Wait() // reaps it, whenever it ends
 		close(exited)
 	}()
+	stop := func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
 	line := make(chan string, 1)
 	go func() {
 		l, _ := bufio.NewReader(ready).ReadString('\n')
@@ -222,8 +230,7 @@ func startShared(cmd *exec.Cmd, files sharedFiles, opts ShareOptions) error {
 	select {
 	case got = <-line:
 	case <-t.C:
-		_ = cmd.Process.Kill()
-		<-exited
+		stop()
 		return fmt.Errorf("it did not listen within %s; its log: %s", opts.StartTimeout, files.log)
 	}
 	switch {
@@ -232,20 +239,17 @@ func startShared(cmd *exec.Cmd, files sharedFiles, opts ShareOptions) error {
 		return nil
 	case strings.Count(got, "|") >= 3:
 		// go-plugin's handshake line: CORE|APP|NETWORK|ADDRESS|PROTOCOL.
-		_ = cmd.Process.Kill()
-		<-exited
+		stop()
 		return fmt.Errorf("%w: it answered as a plugin of one host (its SDK predates sharing, or it refuses it)", ErrNotShareable)
 	case got == "":
-		_ = cmd.Process.Kill() // it closed its stdout: it is ending
-		<-exited
+		stop() // it closed its stdout: it is ending
 		msg := "it exited before it listened"
 		if reason := logReason(files.log); reason != "" {
 			msg += ": " + reason
 		}
 		return fmt.Errorf("%s; its log: %s", msg, files.log)
 	default:
-		_ = cmd.Process.Kill()
-		<-exited
+		stop()
 		return fmt.Errorf("it began with %q, not %q; its log: %s", got, readyLine, files.log)
 	}
 }
