@@ -306,7 +306,7 @@ func TestDockerRunsOutliveTheirHost(t *testing.T) {
 	t.Run("plugin crash", func(t *testing.T) {
 		g := newGate(t)
 		h := newDockerHost(t, cli, dockerSandbox("open"), gatedTurns(g)...)
-		h.survivesFault(t, g, "crash", "starting it again", func(r *running) { killPlugin(t, r) })
+		h.survivesFault(t, g, "crash", "starting it again", func(*running) { killPlugin(t, h) })
 	})
 	t.Run("Ctrl-C", func(t *testing.T) {
 		g := newGate(t)

@@ -25,6 +25,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/internal/gittest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/internal/sharedtest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
 )
 
@@ -52,6 +53,7 @@ const upstreamKey = "sk-e2e-run-upstream-key-51c0de"
 // checkout with one commit on main.
 type host struct {
 	home, root, repo string
+	tmp              string // amelia's TMPDIR, where its shared plugins live
 	up               *llmtest.Server
 	env              []string
 }
@@ -103,6 +105,10 @@ profiles:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(tmp) })
+	// The runs' shared provider plugins outlive them: stopped, then the
+	// directory goes.
+	t.Cleanup(func() { sharedtest.Stop(t, tmp) })
+	h.tmp = tmp
 	h.env = []string{
 		"HOME=" + h.home, "PATH=" + os.Getenv("PATH"), "AMELIA_E2E_KEY=" + upstreamKey,
 		"GORACE=atexit_sleep_ms=0", "GIT_CONFIG_NOSYSTEM=1", "TMPDIR=" + tmp,
@@ -775,16 +781,15 @@ func TestStopForceEndsAnOrphanedAgent(t *testing.T) {
 	h.gateClosed(t, g, "amelia stop --force")
 }
 
-// killPlugin kills amelia's provider plugin.
-func killPlugin(t *testing.T, r *running) {
+// killPlugin kills amelia's provider plugin: the one its host's runs
+// share.
+func killPlugin(t *testing.T, h *host) {
 	t.Helper()
-	pid := r.cmd.Process.Pid
-	out, err := exec.Command("pgrep", "-P", fmt.Sprint(pid), "-f", "plugin serve").Output()
-	plugin := strings.TrimSpace(string(out))
-	if err != nil || plugin == "" || strings.Contains(plugin, "\n") {
-		t.Fatalf("find the provider plugin process of amelia %d: %q, %v", pid, out, err)
+	plugins := sharedtest.Plugins(h.tmp)
+	if len(plugins) != 1 {
+		t.Fatalf("find the shared provider plugin in %s: %v, want one", h.tmp, plugins)
 	}
-	if err := exec.Command("kill", "-KILL", plugin).Run(); err != nil {
+	if err := syscall.Kill(plugins[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -796,7 +801,7 @@ func killPlugin(t *testing.T, r *running) {
 func TestRunSurvivesPluginCrash(t *testing.T) {
 	g := newGate(t)
 	h := newHost(t, llmtest.Options{}, gatedTurns(g)...)
-	h.survivesFault(t, g, "crash", "starting it again", func(r *running) { killPlugin(t, r) })
+	h.survivesFault(t, g, "crash", "starting it again", func(*running) { killPlugin(t, h) })
 }
 
 // orphan starts a run of wf and kills its host process (kill -9: no

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/internal/sharedtest"
 )
 
 // scaleRuns is how many runs BenchmarkTwentyRunsOnDocker starts at once.
@@ -23,9 +25,14 @@ const scaleRuns = 20
 // a scripted model that answers at once. It reports the walls, the ratios
 // (shared/separate, target ≤ 1.2; shared/one, target ≤ 4) and the host's
 // memory per concurrent run at its peak: the sum of the resident sets of
-// every amelia process and its plugin, and the sum of their proportional
-// sets (PSS: pages the processes share, the binary's among them, counted
-// once across them), each divided by the number of runs.
+// every amelia process and of the provider plugins they use, and the sum
+// of their proportional sets (PSS: pages the processes share, the
+// binary's among them, counted once across them), each divided by the
+// number of runs (target ≤ 25 MB RSS). The runs share their profile's
+// plugin process (sdk.Share); the same 20 runs with a plugin process
+// each (sandbox.shared_plugin: false, as before sharing) are the
+// baseline of the memory, of the count of plugin processes and of the
+// wall (own-plugins-20-ms).
 //
 //	go test -run='^$' -bench=TwentyRunsOnDocker -benchtime=1x ./cmd/amelia/
 func BenchmarkTwentyRunsOnDocker(b *testing.B) {
@@ -53,20 +60,28 @@ func BenchmarkTwentyRunsOnDocker(b *testing.B) {
 		b.FailNow()
 	}
 
-	var one, shared, separate time.Duration
-	var rss, pss int64
+	var one, shared, own, separate time.Duration
+	var ours, base peak
 	round := 0
 	for b.Loop() {
+		// The e2e profile's runs find no plugin: the run alone starts the
+		// one the 20 then share, and only it is measured with them.
+		sharedtest.Stop(b, h.tmp)
 		start := time.Now()
 		if r := h.amelia(b, "run", "--json", "--workflow", fmt.Sprintf("one-%d", round), "answer"); r.code != 0 {
 			b.Fatalf("the run alone: exit %d: %s", r.code, r.stderr)
 		}
 		one += time.Since(start)
-		wall, r, p := h.runsAtOnce(b, func(i int) []string {
+		wall, p := h.runsAtOnce(b, nil, func(i int) []string {
 			return []string{"run", "--json", "--workflow", fmt.Sprintf("shared-%d-%d", round, i), "answer"}
 		})
-		shared, rss, pss = shared+wall, max(rss, r), max(pss, p)
-		wall, _, _ = h.runsAtOnce(b, func(i int) []string {
+		shared, ours = shared+wall, ours.max(p)
+		sharedtest.Stop(b, h.tmp) // the baseline has no shared plugin
+		wall, p = h.runsAtOnce(b, []string{"AMELIA_PROFILES__E2E__SANDBOX__SHARED_PLUGIN=false"}, func(i int) []string {
+			return []string{"run", "--json", "--workflow", fmt.Sprintf("own-plugin-%d-%d", round, i), "answer"}
+		})
+		own, base = own+wall, base.max(p)
+		wall, _ = h.runsAtOnce(b, nil, func(i int) []string {
 			return []string{"run", "--json", "--profile", fmt.Sprintf("own%d", i), "--workflow", fmt.Sprintf("own-%d-%d", round, i), "answer"}
 		})
 		separate += wall
@@ -75,11 +90,18 @@ func BenchmarkTwentyRunsOnDocker(b *testing.B) {
 	rounds := float64(round)
 	b.ReportMetric(ms(one)/rounds, "one-run-ms")
 	b.ReportMetric(ms(shared)/rounds, "shared-20-ms")
+	b.ReportMetric(ms(own)/rounds, "own-plugins-20-ms")
 	b.ReportMetric(ms(separate)/rounds, "separate-20-ms")
 	b.ReportMetric(float64(shared)/float64(separate), "x-separate")
 	b.ReportMetric(float64(shared)/float64(one), "x-one-run")
-	b.ReportMetric(float64(rss)/scaleRuns/(1<<20), "rss-MB/run")
-	b.ReportMetric(float64(pss)/scaleRuns/(1<<20), "pss-MB/run")
+	b.ReportMetric(float64(ours.rss)/scaleRuns/(1<<20), "rss-MB/run")
+	b.ReportMetric(float64(ours.pss)/scaleRuns/(1<<20), "pss-MB/run")
+	b.ReportMetric(float64(base.rss)/scaleRuns/(1<<20), "own-plugin-rss-MB/run")
+	b.ReportMetric(float64(base.pss)/scaleRuns/(1<<20), "own-plugin-pss-MB/run")
+	b.ReportMetric(float64(ours.rss)/float64(base.rss), "x-rss")
+	b.ReportMetric(float64(ours.pss)/float64(base.pss), "x-pss")
+	b.ReportMetric(float64(ours.plugins), "plugins")
+	b.ReportMetric(float64(base.plugins), "own-plugins")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -97,11 +119,24 @@ func BenchmarkRunToFirstRequestOnDocker(b *testing.B) {
 	runToFirstRequest(b, h, &a)
 }
 
-// runsAtOnce starts scaleRuns amelia commands at once (args(i) each),
-// waits for all, and returns the wall time and the peak, over the time
-// they ran, of the summed RSS and PSS (bytes) of those processes and
-// their children (each run's provider plugin). Every run must succeed.
-func (h *host) runsAtOnce(b *testing.B, args func(i int) []string) (wall time.Duration, rss, pss int64) {
+// peak is the most a round of runs held of the host's memory (bytes) and
+// plugin processes.
+type peak struct {
+	rss, pss int64
+	plugins  int
+}
+
+func (p peak) max(q peak) peak {
+	return peak{max(p.rss, q.rss), max(p.pss, q.pss), max(p.plugins, q.plugins)}
+}
+
+// runsAtOnce starts scaleRuns amelia commands at once (args(i) each, env
+// added to the host's), waits for all, and returns the wall time and the
+// peak, over the time they ran, of the summed RSS and PSS of those
+// processes, their children (a run's own provider plugin) and the shared
+// plugins of the host, and of the number of plugin processes among them.
+// Every run must succeed.
+func (h *host) runsAtOnce(b *testing.B, env []string, args func(i int) []string) (wall time.Duration, most peak) {
 	b.Helper()
 	type ended struct {
 		i   int
@@ -113,6 +148,7 @@ func (h *host) runsAtOnce(b *testing.B, args func(i int) []string) (wall time.Du
 	start := time.Now()
 	for i := range scaleRuns {
 		cmd := h.command(args(i)...)
+		cmd.Env = append(slices.Clip(cmd.Env), env...)
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -139,29 +175,27 @@ func (h *host) runsAtOnce(b *testing.B, args func(i int) []string) (wall time.Du
 				wall = time.Since(start)
 			}
 		case <-tick.C:
-			r, p := treeMemory(pids)
-			rss, pss = max(rss, r), max(pss, p)
+			most = most.max(treeMemory(append(pids, sharedtest.Plugins(h.tmp)...)))
 		}
 	}
 	if b.Failed() {
 		b.FailNow()
 	}
-	return wall, rss, pss
+	return wall, most
 }
 
 // treeMemory sums Rss and Pss (bytes) of the processes pids and their
-// children, from /proc/PID/smaps_rollup; processes gone meanwhile count
-// nothing.
-func treeMemory(pids []int) (rss, pss int64) {
-	roots := map[int]bool{}
-	for _, p := range pids {
-		roots[p] = true
+// children, each once, from /proc/PID/smaps_rollup, and counts the
+// provider plugins among them; processes gone meanwhile count nothing.
+func treeMemory(pids []int) (p peak) {
+	all := map[int]bool{}
+	for _, pid := range pids {
+		all[pid] = true
 	}
-	all := append([]int(nil), pids...)
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || roots[pid] {
+		if err != nil || all[pid] {
 			continue
 		}
 		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
@@ -171,16 +205,19 @@ func treeMemory(pids []int) (rss, pss int64) {
 		// The parent pid is the second field after the command's ")".
 		if i := strings.LastIndexByte(string(stat), ')'); i > 0 {
 			if f := strings.Fields(string(stat[i+1:])); len(f) > 1 {
-				if ppid, _ := strconv.Atoi(f[1]); roots[ppid] {
-					all = append(all, pid)
+				if ppid, _ := strconv.Atoi(f[1]); slices.Contains(pids, ppid) {
+					all[pid] = true
 				}
 			}
 		}
 	}
-	for _, pid := range all {
+	for pid := range all {
 		data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "smaps_rollup"))
 		if err != nil {
 			continue
+		}
+		if cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline")); strings.Contains(string(cmdline), "\x00plugin\x00serve\x00") {
+			p.plugins++
 		}
 		for _, line := range strings.Split(string(data), "\n") {
 			f := strings.Fields(line)
@@ -190,11 +227,11 @@ func treeMemory(pids []int) (rss, pss int64) {
 			kb, _ := strconv.ParseInt(f[1], 10, 64)
 			switch f[0] {
 			case "Rss:":
-				rss += kb << 10
+				p.rss += kb << 10
 			case "Pss:":
-				pss += kb << 10
+				p.pss += kb << 10
 			}
 		}
 	}
-	return rss, pss
+	return p
 }

@@ -272,6 +272,10 @@ type Sandbox struct {
 	// worktree), so without it a run waits for no one: it is refused
 	// while another holds the sandbox.
 	ConcurrentRuns bool
+	// OwnPlugin gives each of the profile's runs a provider plugin
+	// process of its own (sandbox.shared_plugin: false) rather than one
+	// that the profile's runs on this host share.
+	OwnPlugin bool
 	// ParkedCheckouts bounds the checkouts the sandbox keeps, once their
 	// runs ended, for later workflows to reuse (where runs have uids of
 	// their own: docker); 0 keeps none. Nil is the default,

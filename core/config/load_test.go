@@ -538,6 +538,14 @@ profiles:
 			},
 		},
 		{
+			name: "shared_plugin from the environment",
+			env:  testEnv{"AMELIA_PROFILES__DEV__SANDBOX__SHARED_PLUGIN": "false"},
+			check: func(t *testing.T, c *Config) {
+				equal(t, "own plugin", c.Profiles["dev"].Sandbox.OwnPlugin, true)
+				equal(t, "prod's", c.Profiles["prod"].Sandbox.OwnPlugin, false)
+			},
+		},
+		{
 			name: "egress check targets from the environment",
 			env: testEnv{
 				"AMELIA_PROFILES__DEV__SANDBOX__NETWORK":              "none",

@@ -522,6 +522,22 @@ func sandboxSection() section[Sandbox] {
 				show: func(_ *shower, _ path, sb *Sandbox) any { return sb.ConcurrentRuns },
 			},
 			{
+				key: "shared_plugin",
+				decode: func(d *decoder, at path, v any, sb *Sandbox) {
+					if v == nil {
+						return
+					}
+					shared, ok := d.boolean(at, v)
+					sb.OwnPlugin = ok && !shared
+				},
+				show: func(_ *shower, _ path, sb *Sandbox) any {
+					if !sb.OwnPlugin {
+						return nil
+					}
+					return false
+				},
+			},
+			{
 				key: "parked_checkouts",
 				decode: func(d *decoder, at path, v any, sb *Sandbox) {
 					if v == nil {

@@ -415,6 +415,11 @@ func TestValidationRules(t *testing.T) {
 			want:    []string{`profiles.dev.sandbox.concurrent_runs: "sometimes" is not true or false`},
 		},
 		{
+			name:    "shared_plugin not a boolean",
+			content: profileWith("sandbox: {provider: local, shared_plugin: never}\n"),
+			want:    []string{`profiles.dev.sandbox.shared_plugin: "never" is not true or false`},
+		},
+		{
 			name:    "parked_checkouts out of range",
 			content: profileWith("sandbox: {provider: docker, parked_checkouts: 65}\n"),
 			want:    []string{`profiles.dev.sandbox.parked_checkouts: 65 is not from 0 to 64`},
@@ -577,9 +582,9 @@ func TestValidationRules(t *testing.T) {
 			name:    "unknown scalar or list under sandbox",
 			content: profileWith("sandbox: {provider: docker, netwrok: none, image: x, hosts: [a]}\n"),
 			want: []string{
-				`profiles.dev.sandbox.hosts: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, parked_checkouts, or a map of provider settings)`,
-				`profiles.dev.sandbox.image: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, parked_checkouts, or a map of provider settings)`,
-				`profiles.dev.sandbox.netwrok: unknown key, did you mean network? (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, parked_checkouts, or a map of provider settings)`,
+				`profiles.dev.sandbox.hosts: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, shared_plugin, parked_checkouts, or a map of provider settings)`,
+				`profiles.dev.sandbox.image: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, shared_plugin, parked_checkouts, or a map of provider settings)`,
+				`profiles.dev.sandbox.netwrok: unknown key, did you mean network? (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, shared_plugin, parked_checkouts, or a map of provider settings)`,
 			},
 		},
 		// Provider settings blocks.

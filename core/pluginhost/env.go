@@ -48,8 +48,14 @@ type NamedVar struct {
 }
 
 // Profile is what a profile adds to its plugin's environment, and what it
-// keeps out of it.
+// keeps out of it, and whether its runs share a plugin (Host.Start).
 type Profile struct {
+	// ID tells the profile from every other (its config file and its
+	// name): plugins of two profiles are never shared.
+	ID string
+	// OwnPlugin gives each Start a plugin process of its own
+	// (sandbox.shared_plugin: false).
+	OwnPlugin bool
 	// Settings is the profile's settings block for the provider, where
 	// the keys of Env.Named are read.
 	Settings map[string]any

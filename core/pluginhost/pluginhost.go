@@ -3,10 +3,14 @@
 // Built-in providers are served by the amelia binary itself, re-executed as
 // `amelia plugin serve NAME`; third-party providers are executables named
 // amelia-provider-NAME on the plugin search path. Either way the host talks to
-// them over go-plugin gRPC (sdk.Launch), never in-process.
+// them over go-plugin gRPC (sdk.Launch), never in-process. The runs of one
+// profile on this host share a plugin process when Options.Share says
+// where (sdk.Share).
 package pluginhost
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -55,6 +60,19 @@ type Options struct {
 	// environments are drawn from (see Environment).
 	Environ []string
 	Logger  *slog.Logger
+	// Share, when set, has Start share plugin processes (see Start); nil
+	// starts a process for each Start.
+	Share *Sharing
+}
+
+// Sharing is where and how long shared plugins live (sdk.ShareOptions).
+type Sharing struct {
+	// Dir holds their sockets, locks and logs: this user's alone
+	// (sdk.ShareDir).
+	Dir string
+	// Idle is how long one outlives its last host; zero is
+	// sdk.DefaultIdle.
+	Idle time.Duration
 }
 
 // Host finds and starts provider plugins.
@@ -201,15 +219,57 @@ func (h *Host) Environment(p Plugin, prof *Profile) ([]string, error) {
 
 // Start launches the plugin with its Environment for prof (nil: no
 // profile). The caller closes it.
+//
+// With Options.Share, a plugin started for a profile is shared: the
+// profile's runs on this host use one process, started by the first and
+// stopped when none has used it for a while (sdk.Share). Plugins of two
+// profiles, or of one profile whose provider settings or environment
+// changed, are never the same process. A profile with OwnPlugin, a plugin
+// that cannot be shared and one started for no profile (plugin ls) get a
+// process of their own, as does any Start whose sharing failed.
 func (h *Host) Start(p Plugin, prof *Profile) (*sdk.Plugin, error) {
 	env, err := h.Environment(p, prof)
 	if err != nil {
 		return nil, err
 	}
+	shared := h.opts.Share != nil && prof != nil && !prof.OwnPlugin
+	h.opts.Logger.Debug("starting provider plugin", "plugin", p.Name, "path", p.Path, "args", p.Args, "env", names(env), "shared", shared)
+	if shared {
+		pl, err := h.share(p, prof, env)
+		if err == nil {
+			return pl, nil
+		}
+		level := slog.LevelWarn
+		if errors.Is(err, sdk.ErrNotShareable) {
+			level = slog.LevelDebug
+		}
+		h.opts.Logger.Log(context.Background(), level, "the provider plugin is not shared: starting one of this run's own", "plugin", p.Name, "reason", err)
+	}
 	cmd := exec.Command(p.Path, p.Args...)
 	cmd.Env = env // never nil: with nil, the plugin would get the host's environment
-	h.opts.Logger.Debug("starting provider plugin", "plugin", p.Name, "path", p.Path, "args", p.Args, "env", names(env))
 	return sdk.Launch(cmd, sdk.LaunchOptions{Name: p.Name, Logger: h.opts.Logger})
+}
+
+// share connects to the shared plugin p of prof, whose environment is
+// env, starting it if need be.
+func (h *Host) share(p Plugin, prof *Profile, env []string) (*sdk.Plugin, error) {
+	settings, err := json.Marshal(prof.Settings) // map keys sorted: the same settings, the same scope
+	if err != nil {
+		return nil, fmt.Errorf("share provider plugin %q: encode its settings: %w", p.Name, err)
+	}
+	cmd := exec.Command(p.Path, p.Args...)
+	cmd.Env = env
+	pl, err := sdk.Share(cmd, sdk.ShareOptions{
+		LaunchOptions: sdk.LaunchOptions{Name: p.Name, Logger: h.opts.Logger},
+		Dir:           h.opts.Share.Dir,
+		Scope:         prof.ID + "\x00" + string(settings),
+		Idle:          h.opts.Share.Idle,
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.opts.Logger.Debug("provider plugin shared", "plugin", p.Name, "pid", pl.Pid(), "dir", h.opts.Share.Dir)
+	return pl, nil
 }
 
 // Open finds the provider called name and starts it for prof (nil: no

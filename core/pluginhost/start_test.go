@@ -7,10 +7,12 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/amelia-sandbox/amelia/internal/sharedtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -18,11 +20,18 @@ import (
 // provider plugin whose Exec writes the plugin process's own environment.
 func TestMain(m *testing.M) {
 	if os.Getenv(sdk.Handshake.MagicCookieKey) != "" {
-		sdk.Serve(environProvider{})
+		var opts []sdk.ServeOption
+		if os.Getenv(oldSDKEnv) != "" {
+			opts = append(opts, sdk.WithoutSharing())
+		}
+		sdk.Serve(environProvider{}, opts...)
 		return
 	}
 	os.Exit(m.Run())
 }
+
+// oldSDKEnv makes the test plugin one of an SDK before sharing.
+const oldSDKEnv = "AMELIA_TEST_OLD_SDK"
 
 type environProvider struct{}
 
@@ -93,14 +102,18 @@ func TestStartScrubsThePluginEnvironment(t *testing.T) {
 	} {
 		t.Setenv(k, v)
 	}
-	h := New(Options{
+	opts := Options{
 		Self: os.Args[0],
 		Builtins: []Builtin{{Name: "envtest", Env: Env{
 			Vars:  []string{"AMELIA_TEST_DECLARED"},
 			Named: []NamedVar{{Key: "key_env", Default: "AMELIA_TEST_DEFAULT_KEY"}},
 		}}},
 		Environ: os.Environ(),
-	})
+	}
+	h := New(opts)
+	// The same, sharing its plugins.
+	opts.Share = &Sharing{Dir: shareDir(t)}
+	shared := New(opts)
 	p, err := h.Find("envtest")
 	if err != nil {
 		t.Fatal(err)
@@ -115,23 +128,33 @@ func TestStartScrubsThePluginEnvironment(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name          string
+		host          *Host
 		prof          *Profile
 		want, notWant []string
 	}{
 		{
 			name:    "no profile (plugin ls): base and declared",
+			host:    h,
 			want:    []string{"AMELIA_WORKER_DIR", "LC_TIME", "AMELIA_TEST_DECLARED", "AMELIA_TEST_DEFAULT_KEY"},
 			notWant: []string{"KUBECONFIG", "AMELIA_TEST_NAMED_KEY", "AMELIA_TEST_UNDECLARED"},
 		},
 		{
 			name:    "for a profile: base, declared and granted",
+			host:    h,
+			prof:    profile,
+			want:    []string{"AMELIA_WORKER_DIR", "LC_TIME", "AMELIA_TEST_DECLARED", "AMELIA_TEST_NAMED_KEY", "KUBECONFIG"},
+			notWant: []string{"AMELIA_TEST_DEFAULT_KEY", "AMELIA_TEST_UNDECLARED"},
+		},
+		{
+			name:    "shared, for a profile: the same",
+			host:    shared,
 			prof:    profile,
 			want:    []string{"AMELIA_WORKER_DIR", "LC_TIME", "AMELIA_TEST_DECLARED", "AMELIA_TEST_NAMED_KEY", "KUBECONFIG"},
 			notWant: []string{"AMELIA_TEST_DEFAULT_KEY", "AMELIA_TEST_UNDECLARED"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := pluginEnviron(t, h, p, tc.prof)
+			env := pluginEnviron(t, tc.host, p, tc.prof)
 			for _, k := range tc.want {
 				if env[k] != os.Getenv(k) {
 					t.Errorf("the plugin has %s=%q, want %q", k, env[k], os.Getenv(k))
@@ -171,5 +194,96 @@ func TestStartRefusesTheLLMKey(t *testing.T) {
 	}
 	if want := "sandbox.plugin_env: OPENAI_API_KEY is the profile's llm.api_key_env; the LLM key never goes to a provider"; err.Error() != want {
 		t.Errorf("error %q, want %q", err, want)
+	}
+}
+
+// shareDir is a directory for a test's shared plugins, which are stopped
+// when it ends.
+func shareDir(t *testing.T) string {
+	t.Helper()
+	parent, err := os.MkdirTemp("", "phs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(parent, "s")
+	t.Cleanup(func() {
+		sharedtest.Stop(t, dir)
+		os.RemoveAll(parent)
+	})
+	return dir
+}
+
+// Runs of a profile share a plugin; two profiles, or a profile whose
+// settings changed, do not; a profile that wants its own plugin, and a
+// start for no profile, get a process each.
+func TestStartShares(t *testing.T) {
+	t.Setenv("AMELIA_TEST_GRANTED", "granted")
+	h := New(Options{Self: os.Args[0], Builtins: []Builtin{{Name: "envtest"}}, Environ: os.Environ(), Share: &Sharing{Dir: shareDir(t)}})
+	p, err := h.Find("envtest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(prof *Profile) *sdk.Plugin {
+		t.Helper()
+		pl, err := h.Start(p, prof)
+		if err != nil {
+			t.Fatalf("start: %v", err)
+		}
+		t.Cleanup(pl.Close)
+		return pl
+	}
+	dev := &Profile{ID: "config.yaml\x00dev", Settings: map[string]any{"root": "/a", "limits": map[string]any{"cpus": 2, "memory": "1g"}}}
+	first := start(dev)
+	if !first.Shared() {
+		t.Fatal("a plugin started for a profile is not shared")
+	}
+	// The same settings, written in another order.
+	same := &Profile{ID: dev.ID, Settings: map[string]any{"limits": map[string]any{"memory": "1g", "cpus": 2}, "root": "/a"}}
+	if pl := start(same); pl.Pid() != first.Pid() {
+		t.Errorf("a second run of the profile got plugin %d, not the first's %d", pl.Pid(), first.Pid())
+	}
+	for _, tc := range []struct {
+		name   string
+		prof   *Profile
+		shared bool
+	}{
+		{"another profile", &Profile{ID: "config.yaml\x00prod", Settings: dev.Settings}, true},
+		{"other settings", &Profile{ID: dev.ID, Settings: map[string]any{"root": "/b"}}, true},
+		{"another grant", &Profile{ID: dev.ID, Settings: dev.Settings, Grant: []string{"AMELIA_TEST_GRANTED"}}, true},
+		{"its own plugin", &Profile{ID: dev.ID, Settings: dev.Settings, OwnPlugin: true}, false},
+		{"no profile", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pl := start(tc.prof)
+			if pl.Shared() != tc.shared {
+				t.Errorf("Shared() = %v, want %v", pl.Shared(), tc.shared)
+			}
+			if pl.Pid() == first.Pid() {
+				t.Errorf("it got the dev profile's plugin %d", pl.Pid())
+			}
+		})
+	}
+}
+
+// A plugin of an SDK before sharing is started for each run, as before.
+func TestStartLaunchesAPluginThatCannotBeShared(t *testing.T) {
+	t.Setenv(oldSDKEnv, "1")
+	h := New(Options{Self: os.Args[0], Builtins: []Builtin{{Name: "envtest", Env: Env{Vars: []string{oldSDKEnv}}}}, Environ: os.Environ(), Share: &Sharing{Dir: shareDir(t)}})
+	p, err := h.Find("envtest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		pl, err := h.Start(p, &Profile{ID: "dev"})
+		if err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+		if pl.Shared() {
+			t.Errorf("start %d: the plugin is shared", i)
+		}
+		if _, err := pl.Info(t.Context()); err != nil {
+			t.Errorf("start %d: %v", i, err)
+		}
+		pl.Close()
 	}
 }

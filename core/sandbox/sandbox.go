@@ -172,10 +172,16 @@ func Settings(p *config.Profile) (json.RawMessage, error) {
 
 // PluginProfile is what profile p adds to its provider plugin's
 // environment (sandbox.plugin_env, the provider's settings) and keeps out
-// of it (the variables or values of its LLM keys and git token).
+// of it (the variables or values of its LLM keys and git token), and which
+// plugin its runs share (sandbox.shared_plugin).
 func PluginProfile(p *config.Profile) *pluginhost.Profile {
 	const llmKey, gitToken = "the LLM key", "the git token"
-	prof := &pluginhost.Profile{Settings: p.Sandbox.ProviderSettings(), Grant: p.Sandbox.PluginEnv}
+	prof := &pluginhost.Profile{
+		ID:        ConfigLabel(p) + "\x00" + p.Name,
+		OwnPlugin: p.Sandbox.OwnPlugin,
+		Settings:  p.Sandbox.ProviderSettings(),
+		Grant:     p.Sandbox.PluginEnv,
+	}
 	add := func(key, envName, literal, what string) {
 		switch {
 		case envName != "":

@@ -47,13 +47,22 @@ type Server struct {
 	// base is cancelled by Shutdown; every exec's context ends with it.
 	base     context.Context
 	shutdown context.CancelCauseFunc
-	running  sync.WaitGroup
+	running  *sync.WaitGroup // shared with the servers withData made
 }
 
 // NewServer returns the gRPC shim serving p.
 func NewServer(p Provider) *Server {
 	base, cancel := context.WithCancelCause(context.Background())
-	return &Server{impl: p, healthTimeout: HealthCheckTimeout, base: base, shutdown: cancel}
+	return &Server{impl: p, healthTimeout: HealthCheckTimeout, base: base, shutdown: cancel, running: &sync.WaitGroup{}}
+}
+
+// withData is s for one host's connection to a shared plugin: the same
+// provider, whose execs the same Shutdown ends, with that host's data
+// channel (nil for none).
+func (s *Server) withData(data *datachan.Plugin) *Server {
+	c := *s
+	c.data = data
+	return &c
 }
 
 // Shutdown cancels every running exec (so providers kill their processes,

@@ -71,6 +71,7 @@ type ServeOption func(*serveConfig)
 type serveConfig struct {
 	logger        *slog.Logger
 	noDataChannel bool
+	noSharing     bool
 }
 
 // WithLogger sets the logger Serve reports on (default: NewLogger on stderr).
@@ -85,9 +86,21 @@ func WithoutDataChannel() ServeOption {
 	return func(c *serveConfig) { c.noDataChannel = true }
 }
 
+// WithoutSharing has Serve refuse to be a shared plugin (see Share), as a
+// plugin built with an SDK before sharing did: every host then starts a
+// process of its own. For a provider that keeps state one host must not
+// see another's use of, and for compatibility tests.
+func WithoutSharing() ServeOption {
+	return func(c *serveConfig) { c.noSharing = true }
+}
+
 // Serve runs p as a plugin: call it from main and nothing else. It returns
 // when the host stops the plugin; if the host dies instead, it stops running
 // execs and exits. Either way its socket goes with it.
+//
+// Started by Share, it is a shared plugin instead: it serves every host of
+// this user that connects to its socket, each with a data channel of its
+// own, and exits once it has had no host for a while (see Share).
 //
 // Before anything else it points file descriptor 1 at stderr and keeps the
 // real stdout for go-plugin's handshake line alone, so nothing the provider
@@ -101,7 +114,8 @@ func Serve(p Provider, opts ...ServeOption) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if os.Getenv("GOMAXPROCS") == "" {
+	shared, sharing := sharedServe(cfg.noSharing)
+	if os.Getenv("GOMAXPROCS") == "" && !sharing {
 		// A plugin relays bytes: its goroutines hand each chunk to one
 		// another (the provider's copy, yamux's send loop), which with
 		// more than one P costs futex wakeups and scheduler spinning for
@@ -110,6 +124,8 @@ func Serve(p Provider, opts ...ServeOption) {
 		// seconds per GiB beyond a pipe instead of about 3, at 0.84-1.03x
 		// the pipe's speed instead of 0.62-0.75x (make bench, on a loaded
 		// 2-core machine). Blocking system calls still run in parallel.
+		// A shared plugin keeps every processor: it serves many hosts'
+		// execs at once.
 		runtime.GOMAXPROCS(1)
 	}
 	if cfg.logger == nil {
@@ -121,6 +137,15 @@ func Serve(p Provider, opts ...ServeOption) {
 	// the processes it starts get the default action back.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	srv := NewServer(p)
+	if sharing {
+		// Each host hands its data channel over the socket (see Share).
+		datachan.Decline()
+		if err := serveShared(srv, cfg, os.Stdout, shared); err != nil {
+			cfg.logger.Error("shared provider plugin", "error", err)
+			os.Exit(1)
+		}
+		return
+	}
 	// Before go-plugin's handshake, which the host reads as the sign
 	// that the plugin has said whether it takes the data channel.
 	if cfg.noDataChannel {
@@ -249,6 +274,9 @@ type Plugin struct {
 	data   *datachan.Host // nil: exec bytes go over gRPC
 	log    *hostLogger
 	socket string // the plugin's unix socket, if it listens on one
+	// shared is the connection to a shared plugin (Share), which client
+	// does not manage: nil for a process of the host's own (Launch).
+	shared *sharedLink
 }
 
 // Launch starts the plugin binary cmd (not yet started) and connects to it
@@ -276,12 +304,9 @@ func Launch(cmd *exec.Cmd, opts LaunchOptions) (*Plugin, error) {
 	}
 	logger := newHostLogger(opts.Logger.With("plugin", opts.Name))
 	// The environment is made whole here, so that the data channel's
-	// variable is the host's alone to set.
-	env := cmd.Env
-	if env == nil {
-		env = os.Environ()
-	}
-	cmd.Env = slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, datachan.Env+"=") })
+	// variable is the host's alone to set (and no shared plugin's comes
+	// along).
+	cmd.Env = pluginEnv(cmd.Env)
 	var dataHost, dataChild *os.File
 	if !opts.NoDataChannel {
 		var err error
@@ -348,8 +373,18 @@ func Launch(cmd *exec.Cmd, opts LaunchOptions) (*Plugin, error) {
 }
 
 // Close stops the plugin process, and removes its socket should it have
-// left it (it crashed, or was killed).
+// left it (it crashed, or was killed). A shared plugin (Share) is not
+// stopped: Close ends this host's connection to it, and with it the execs
+// this host still ran there.
 func (p *Plugin) Close() {
+	if p.shared != nil {
+		_ = p.conn.Close()
+		if p.data != nil {
+			_ = p.data.Close()
+		}
+		p.shared.end()
+		return
+	}
 	p.client.Kill()
 	if p.data != nil {
 		_ = p.data.Close()
@@ -371,6 +406,9 @@ func (p *Plugin) DataChannel() bool { return p.data.Usable() }
 // Pid is the plugin process's id (0 when it is not running): what a
 // benchmark meters the CPU time of, or a diagnostic names.
 func (p *Plugin) Pid() int {
+	if p.shared != nil {
+		return p.shared.pid
+	}
 	if rc := p.client.ReattachConfig(); rc != nil {
 		return rc.Pid
 	}
@@ -378,8 +416,18 @@ func (p *Plugin) Pid() int {
 }
 
 // Exited reports whether the plugin process has ended (crashed, or was
-// killed).
-func (p *Plugin) Exited() bool { return p.client.Exited() }
+// killed); for a shared plugin, whether this host's connection to it is
+// lost, which is for good (a host does not reconnect: Share again).
+func (p *Plugin) Exited() bool {
+	if p.shared != nil {
+		return p.shared.lost()
+	}
+	return p.client.Exited()
+}
+
+// Shared reports whether the plugin is a shared one (Share) rather than a
+// process of this host's own (Launch).
+func (p *Plugin) Shared() bool { return p.shared != nil }
 
 var (
 	_ Provider          = (*Plugin)(nil)
@@ -457,10 +505,13 @@ func (p *Plugin) explain(ctx context.Context, err error) error {
 	}
 	wait, cancel := context.WithTimeout(context.Background(), connLossWait)
 	defer cancel()
-	for p.conn.GetState() == connectivity.Ready && !p.client.Exited() {
+	for p.conn.GetState() == connectivity.Ready && !p.Exited() {
 		if !p.conn.WaitForStateChange(wait, connectivity.Ready) {
 			return err // still connected: the provider itself said "unavailable"
 		}
+	}
+	if p.shared != nil {
+		return p.shared.explain(p.name)
 	}
 	deadline := time.Now().Add(exitWait)
 	for !p.client.Exited() && time.Now().Before(deadline) {

@@ -36,6 +36,10 @@ const (
 
 func TestMain(m *testing.M) {
 	switch {
+	case os.Getenv(shareHostEnv) != "":
+		os.Exit(runShareHost(os.Getenv(shareHostEnv), os.Getenv(shareExecEnv)))
+	case os.Getenv(rawDialEnv) != "":
+		os.Exit(rawDial(os.Getenv(rawDialEnv)))
 	case os.Getenv(sdk.Handshake.MagicCookieKey) != "":
 		logger := sdk.NewLogger(os.Stderr, slog.LevelDebug)
 		var p sdk.Provider = &testProvider{mode: os.Getenv(testModeEnv), log: logger}
@@ -43,9 +47,13 @@ func TestMain(m *testing.M) {
 			p = settingsProvider{p}
 		}
 		opts := []sdk.ServeOption{sdk.WithLogger(logger)}
-		if os.Getenv(testModeEnv) == "nodata" {
+		switch os.Getenv(testModeEnv) {
+		case "nodata":
 			// A plugin of an SDK before the data channel.
 			opts = append(opts, sdk.WithoutDataChannel())
+		case "noshare":
+			// A plugin of an SDK before sharing.
+			opts = append(opts, sdk.WithoutSharing())
 		}
 		sdk.Serve(p, opts...)
 	case os.Getenv(hostModeEnv) != "":
@@ -201,6 +209,9 @@ func runHost(pidfile string) int {
 func TestLaunchEnvironment(t *testing.T) {
 	t.Setenv("AMELIA_SDK_TEST_SECRET", "host-only")
 	t.Setenv(testModeEnv, "environ")
+	// A host that is itself in a shared plugin's environment: what it
+	// launches is a plugin of its own still.
+	t.Setenv("AMELIA_PROVIDER_SHARED", filepath.Join(t.TempDir(), "x.sock"))
 	for _, tc := range []struct {
 		name string
 		env  []string // the command's; nil inherits
@@ -214,8 +225,9 @@ func TestLaunchEnvironment(t *testing.T) {
 			notWant: []string{"AMELIA_SDK_TEST_SECRET", "PATH"},
 		},
 		{
-			name: "inherited",
-			want: []string{"AMELIA_SDK_TEST_SECRET", "PATH", sdk.Handshake.MagicCookieKey},
+			name:    "inherited",
+			want:    []string{"AMELIA_SDK_TEST_SECRET", "PATH", sdk.Handshake.MagicCookieKey},
+			notWant: []string{"AMELIA_PROVIDER_SHARED"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

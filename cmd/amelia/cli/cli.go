@@ -245,6 +245,7 @@ func (a *app) pluginHost() *pluginhost.Host {
 		Dirs:     pluginhost.SearchPath(a.getenv("AMELIA_PLUGIN_PATH"), a.configDir(), a.self),
 		Environ:  a.environ,
 		Logger:   a.logger,
+		Share:    a.pluginSharing(),
 	})
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin"
 	"github.com/amelia-sandbox/amelia/core/buildinfo"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/internal/sharedtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -53,6 +54,17 @@ func newEnv(t *testing.T) env {
 			os.Unsetenv(k)
 		}
 	}
+	// The test's own TMPDIR, short enough for sockets' paths: its shared
+	// provider plugins live there, and are stopped when it ends.
+	tmp, err := os.MkdirTemp("", "amc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", tmp)
+	t.Cleanup(func() {
+		sharedtest.Stop(t, tmp)
+		os.RemoveAll(tmp)
+	})
 	return env{home: home}
 }
 

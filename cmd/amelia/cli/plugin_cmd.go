@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -40,7 +42,7 @@ replaced.`,
 	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.AddCommand(ls, &cobra.Command{
 		Use:   "serve NAME",
-		Short: "Serve a built-in provider over go-plugin (amelia starts this itself)",
+		Short: "Serve a built-in provider (amelia starts this itself, for a run or shared by a profile's runs)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, ok := a.builtinProvider(args[0], a.pluginLogger())
@@ -52,6 +54,30 @@ replaced.`,
 		},
 	})
 	return cmd
+}
+
+// pluginSharing is where the runs of this user share plugins: amelia in
+// $XDG_RUNTIME_DIR, or amelia-UID in $TMPDIR (or /tmp); and how long a
+// shared plugin outlives its last run, AMELIA_PLUGIN_IDLE (a Go duration; 0
+// stops it with its last run).
+func (a *app) pluginSharing() *pluginhost.Sharing {
+	tmp := a.getenv("TMPDIR")
+	if !filepath.IsAbs(tmp) {
+		tmp = "/tmp"
+	}
+	s := &pluginhost.Sharing{Dir: sdk.ShareDir(a.getenv("XDG_RUNTIME_DIR"), tmp, os.Geteuid())}
+	if v := a.getenv("AMELIA_PLUGIN_IDLE"); v != "" {
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil || d < 0:
+			a.logger.Warn("AMELIA_PLUGIN_IDLE is not a duration (as 2m or 30s); shared plugins keep their default", "value", v)
+		case d == 0:
+			s.Idle = time.Nanosecond
+		default:
+			s.Idle = d
+		}
+	}
+	return s
 }
 
 // pluginLogger is the log of a plugin process: records go to stderr in the

@@ -23,3 +23,9 @@ func Accept() (*Plugin, error) {
 
 // Decline: no data channel on this system.
 func Decline() { os.Unsetenv(Env) }
+
+// Take: no data channel on this system.
+func Take(f *os.File) (*Plugin, error) {
+	_ = f.Close()
+	return nil, errors.New("no data channel on this system")
+}

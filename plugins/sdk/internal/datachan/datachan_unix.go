@@ -86,6 +86,19 @@ func Accept() (*Plugin, error) {
 	return serve(conn)
 }
 
+// Take serves the plugin's end of a data channel on f, one end of a
+// socket pair a host made with Offer and passed to a shared plugin over
+// its socket (SCM_RIGHTS) rather than at its start. It says hello, as
+// Accept does, and owns f from then on.
+func Take(f *os.File) (*Plugin, error) {
+	conn, err := net.FileConn(f)
+	_ = f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("data channel: %w", err)
+	}
+	return serve(conn)
+}
+
 // serve says hello on conn and serves the plugin's end of the channel.
 func serve(conn net.Conn) (*Plugin, error) {
 	if _, err := conn.Write([]byte(hello)); err != nil {
