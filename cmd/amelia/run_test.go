@@ -582,13 +582,14 @@ func (h *host) bringsBackKept(t *testing.T, wf, output, file, content string) {
 	}
 }
 
-// fakeWorker writes a worker that serves the tunnel with the real worker
-// and does script for everything else, and returns its directory, for
+// fakeWorker writes a worker that serves the tunnel, the workspace's
+// steps and the run's supervision with the real worker and does script
+// for everything else, and returns its directory, for
 // AMELIA_WORKER_DIR.
 func fakeWorker(t *testing.T, script string) string {
 	dir := t.TempDir()
 	real := filepath.Join(binDir, "amelia-worker-linux-"+runtime.GOARCH)
-	body := fmt.Sprintf("#!/bin/sh\ncase \"$1\" in tunnel|git-credential|version|detach|supervise|follow|stop|status) exec %q \"$@\";; esac\n%s\n", real, script)
+	body := fmt.Sprintf("#!/bin/sh\ncase \"$1\" in tunnel|git-credential|version|detach|supervise|follow|stop|status|step|sweep|mux|exec) exec %q \"$@\";; esac\n%s\n", real, script)
 	writeFile(t, filepath.Join(dir, "amelia-worker-linux-"+runtime.GOARCH), body)
 	if err := os.Chmod(filepath.Join(dir, "amelia-worker-linux-"+runtime.GOARCH), 0o755); err != nil {
 		t.Fatal(err)

@@ -7,10 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
@@ -334,7 +337,7 @@ func TestRunFailureBeforeTheAgentCleansUp(t *testing.T) {
 	}{
 		{"sandbox", "EnsureRunning", PhaseSandbox},
 		{"worker", "uname -m", PhaseWorker},
-		{"workspace", "objects/info/alternates", PhaseWorkspace},
+		{"workspace", "step checkout", PhaseWorkspace},
 		{"agent", "detach", PhaseAgent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -482,23 +485,52 @@ func (c cancelling) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecI
 	return c.Provider.Exec(ctx, req, eio)
 }
 
-// leftovers are the processes still running from the sandbox root: the
-// worker's path is under it.
+// leftovers are the processes still running from the sandbox root (the
+// worker's path is under it), once the trash's sweepers, which a run
+// leaves to end by themselves when the trash is gone, have ended.
 func leftovers(t *testing.T, root string) []string {
 	t.Helper()
-	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var left []string
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil || !strings.Contains(string(b), root) {
-			continue
+	for {
+		procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+		if err != nil {
+			t.Fatal(err)
 		}
-		left = append(left, strings.ReplaceAll(string(b), "\x00", " "))
+		var left []string
+		var sweepers []int
+		for _, p := range procs {
+			b, err := os.ReadFile(p)
+			if err != nil || !strings.Contains(string(b), root) {
+				continue
+			}
+			if argv := strings.Split(string(b), "\x00"); len(argv) > 1 && argv[1] == "sweep" {
+				pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+				sweepers = append(sweepers, pid)
+				continue
+			}
+			left = append(left, strings.ReplaceAll(string(b), "\x00", " "))
+		}
+		if len(sweepers) == 0 {
+			return left
+		}
+		for _, pid := range sweepers {
+			waitExit(pid)
+		}
 	}
-	return left
+}
+
+// waitExit waits for process pid to exit (already gone: at once).
+func waitExit(pid int) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	for {
+		_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
+		if err != unix.EINTR {
+			return
+		}
+	}
 }
 
 // A cancel that comes while the agent is being started leaves no agent

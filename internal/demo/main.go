@@ -79,7 +79,9 @@ func demo(amelia string) error {
 	}
 	config := filepath.Join(dir, "config.yaml")
 	writeConfig := func(provider, settings string) error {
-		yaml := fmt.Sprintf("default_profile: demo\nprofiles:\n  demo:%s\n    sandbox:\n      provider: %s\n      local: {root: %q}%s\n", llm, provider, filepath.Join(dir, "sandboxes"), settings)
+		// A plugin per run (no shared one, which would outlive the demo
+		// for its idle time, and its socket with it).
+		yaml := fmt.Sprintf("default_profile: demo\nprofiles:\n  demo:%s\n    sandbox:\n      provider: %s\n      shared_plugin: false\n      local: {root: %q}%s\n", llm, provider, filepath.Join(dir, "sandboxes"), settings)
 		return os.WriteFile(config, []byte(yaml), 0o600)
 	}
 	provider, settings := pickProvider(amelia, env)
