@@ -182,55 +182,65 @@ func (r *run) pump(f *os.File, typ byte) {
 // feed writes the input the client sent to the command, acknowledging
 // each chunk; once the command stops reading, the rest is dropped (and
 // still acknowledged, so the client never waits for it).
-func (r *run) feed() {
+func (r *run) feed() { feedInput(r.input, r.stdin, r.fw) }
+
+// feedInput writes what q delivers to w, acknowledging each chunk on fw;
+// once a write fails, w is closed and the rest dropped (and still
+// acknowledged). w is closed at the input's end.
+func feedInput(q *flow.Queue, w io.WriteCloser, fw *frameWriter) {
 	broken := false
 	var ack [4]byte
 	for {
-		chunk, ok := r.input.Next()
+		chunk, ok := q.Next()
 		if !ok {
 			break
 		}
 		if !broken {
-			if _, err := r.stdin.Write(chunk); err != nil {
+			if _, err := w.Write(chunk); err != nil {
 				broken = true
-				r.stdin.Close()
+				w.Close()
 			}
 		}
-		r.input.Consumed(len(chunk))
+		q.Consumed(len(chunk))
 		binary.BigEndian.PutUint32(ack[:], uint32(len(chunk)))
-		_ = r.fw.write(frameAck, ack[:])
+		_ = fw.write(frameAck, ack[:])
 	}
 	if !broken {
-		r.stdin.Close()
+		w.Close()
 	}
 }
 
 // readFrames reads the client's frames: input, its end, a cancel. The
 // stream's end, or a frame out of protocol, means the client is gone.
-func (r *run) readFrames(fr *frameReader) {
+func (r *run) readFrames(fr *frameReader) { readClientFrames(fr, r.input, r.kill, r.clientGone) }
+
+// readClientFrames reads a client's frames into input until the stream
+// ends: a cancel calls onCancel with its grace; the stream's end, input
+// beyond the window, or a frame out of protocol calls gone.
+func readClientFrames(fr *frameReader, input *flow.Queue, onCancel func(grace time.Duration), gone func()) {
 	for {
 		typ, p, err := fr.read()
 		if err != nil {
-			r.clientGone()
+			gone()
 			return
 		}
 		switch typ {
 		case frameStdin:
-			if !r.input.Push(bytes.Clone(p)) { // more than the window: not our client
-				r.clientGone()
+			if !input.Push(bytes.Clone(p)) { // more than the window: not our client
+				gone()
 				return
 			}
 		case frameStdinClose:
-			r.input.Close()
+			input.Close()
 		case frameCancel:
 			var c cancel
 			if json.Unmarshal(p, &c) != nil {
-				r.clientGone()
+				gone()
 				return
 			}
-			r.kill(time.Duration(c.GraceMS) * time.Millisecond)
+			onCancel(time.Duration(c.GraceMS) * time.Millisecond)
 		default:
-			r.clientGone()
+			gone()
 			return
 		}
 	}

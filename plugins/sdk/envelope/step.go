@@ -1,14 +1,13 @@
 package envelope
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"io"
 	"os"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/flow"
 )
@@ -55,8 +54,8 @@ func serveStep(fw *frameWriter, fr *frameReader, step Step, steps StepFunc) erro
 		s.clientGone()
 	}
 	inR, inW := io.Pipe()
-	go s.feed(inW)
-	go s.readFrames(fr)
+	go feedInput(s.input, inW, fw)
+	go readClientFrames(fr, s.input, func(time.Duration) { s.cancel() }, s.clientGone)
 	code := steps(ctx, step, inR, &stepOutput{s: s, typ: frameStdout}, &stepOutput{s: s, typ: frameStderr})
 	// Input the step did not read is dropped, and still acknowledged.
 	inR.Close()
@@ -74,54 +73,6 @@ type stepRun struct {
 
 	mu   sync.Mutex
 	gone bool
-}
-
-// feed writes the client's input into the step's stdin, acknowledging
-// each chunk, as run.feed does for a command.
-func (s *stepRun) feed(w *io.PipeWriter) {
-	broken := false
-	var ack [4]byte
-	for {
-		chunk, ok := s.input.Next()
-		if !ok {
-			break
-		}
-		if !broken {
-			if _, err := w.Write(chunk); err != nil {
-				broken = true
-			}
-		}
-		s.input.Consumed(len(chunk))
-		binary.BigEndian.PutUint32(ack[:], uint32(len(chunk)))
-		_ = s.fw.write(frameAck, ack[:])
-	}
-	w.Close()
-}
-
-// readFrames reads the client's frames, as run.readFrames does; a cancel
-// ends the step's context.
-func (s *stepRun) readFrames(fr *frameReader) {
-	for {
-		typ, p, err := fr.read()
-		if err != nil {
-			s.clientGone()
-			return
-		}
-		switch typ {
-		case frameStdin:
-			if !s.input.Push(bytes.Clone(p)) {
-				s.clientGone()
-				return
-			}
-		case frameStdinClose:
-			s.input.Close()
-		case frameCancel:
-			s.cancel()
-		default:
-			s.clientGone()
-			return
-		}
-	}
 }
 
 func (s *stepRun) clientGone() {
