@@ -189,13 +189,17 @@ func (s *Sessions) session(ctx context.Context, req sdk.ExecRequest) (*envelope.
 
 // start starts the worker's mux as req.User, in the sandbox req names,
 // and waits within ctx for its hello. The exec outlives ctx: it lasts
-// until End or Close, or until its worker ends.
+// until End or Close, or until its worker ends. Its input is the
+// session's frames, so it is an interactive exec: a provider with a
+// session of its own for the sandbox's user (docker) carries the
+// sandbox's user's on it, a fork in the sandbox instead of an exec of
+// the engine's.
 func (s *Sessions) start(ctx context.Context, req sdk.ExecRequest) (*session, error) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ss := &session{stdin: inW, ended: make(chan struct{})}
 	go func() {
-		_, err := s.ex.Exec(context.Background(), sdk.ExecRequest{Sandbox: req.Sandbox, Argv: []string{s.worker, "mux"}, User: req.User},
+		_, err := s.ex.Exec(context.Background(), sdk.ExecRequest{Sandbox: req.Sandbox, Argv: []string{s.worker, "mux"}, User: req.User, Interactive: true},
 			sdk.ExecIO{Stdin: inR, Stdout: outW})
 		if err == nil {
 			err = io.EOF

@@ -122,8 +122,9 @@ func TestRunUserSession(t *testing.T) {
 }
 
 // The worker's typed requests run as the user asked for, on its session
-// or, once End ended it, in an exec of their own; a bulky one, with its
-// input, goes in an exec of its own too.
+// (the sandbox's user's nested in the provider's own) or, once End ended
+// it, in an exec of their own; a bulky one, with its input, goes in an
+// exec of its own too.
 func TestSteps(t *testing.T) {
 	direct := dockerSandbox(t)
 	s := execsession.New(direct, image.WorkerPath, nil)
@@ -148,6 +149,14 @@ func TestSteps(t *testing.T) {
 		if got := owner(tc.root); got != tc.uid {
 			t.Errorf("a step as %q made the lock as uid %s, want %s", tc.user, got, tc.uid)
 		}
+	}
+	// The sandbox's user's session rides the provider's own session (an
+	// interactive exec), not an exec of the engine's: its worker's parent
+	// is the provider's session worker.
+	const nested = `ps -eo pid=,ppid=,args= | awk '$3 ~ /amelia-worker$/ && $4 == "mux" { mux[$1] = 1; up[$1] = $2 }
+END { for (p in mux) if (up[p] in mux) n++; print n + 0 }'`
+	if got := run(t, direct, "root", nested); got != "1" {
+		t.Errorf("%s sessions of the worker under another, want 1: the sandbox's user's under the provider's", got)
 	}
 	if err := s.End(t.Context(), runUser); err != nil {
 		t.Fatal(err)

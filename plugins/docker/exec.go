@@ -45,9 +45,10 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 		dir = path.Join(image.Workdir, dir)
 	}
 	target := containerRef(req.Sandbox)
-	// A command that reads input (a bundle, the worker) streams it faster
-	// on an exec of its own than in the session's frames.
-	if user == set.User && eio.Stdin == nil {
+	// A command that reads input (a bundle) streams it faster on an exec
+	// of its own than in the session's frames, unless its input is a
+	// conversation (another session's frames) rather than a stream.
+	if user == set.User && (eio.Stdin == nil || req.Interactive) {
 		if st, ok, err := p.execOnSession(ctx, e, target, user, dir, req, eio); ok {
 			return st, err
 		}

@@ -19,8 +19,9 @@ const parentScript = `printf '%s ' "$PPID"; tr '\0' ' ' </proc/$PPID/cmdline 2>/
 // The sandbox user's commands run on one session, the worker's mux: two
 // commands have the same parent, the image's worker; a command as another
 // user is an exec of its own, which the worker (without capabilities)
-// could not run, and so is one with input to stream. When the session's worker dies, the next command starts
-// a new one.
+// could not run, and so is one with input to stream, unless its input is
+// interactive. When the session's worker dies, the next command starts a
+// new one.
 func TestCommandsShareASession(t *testing.T) {
 	cli := dockertest.Engine(t)
 	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
@@ -40,6 +41,13 @@ func TestCommandsShareASession(t *testing.T) {
 	if st, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"sh", "-c", "cat >/dev/null; " + parentScript}},
 		sdk.ExecIO{Stdin: strings.NewReader("input"), Stdout: &out}); err != nil || st.Code != 0 || strings.Contains(out.String(), "amelia-worker") {
 		t.Errorf("a command with input: %+v %v, its parent %q, want an exec of its own", st, err, out.String())
+	}
+	// Input that is a conversation (another session's frames) rides the
+	// session: its parent is the worker, and the input gets there.
+	out.Reset()
+	if st, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"sh", "-c", "cat; " + parentScript}, Interactive: true},
+		sdk.ExecIO{Stdin: strings.NewReader("input "), Stdout: &out}); err != nil || st.Code != 0 || out.String() != "input "+first {
+		t.Errorf("an interactive command: %+v %v, wrote %q, want %q (its input, then the session's worker as its parent)", st, err, out.String(), "input "+first)
 	}
 	if got := run(t, p, sb.Ref, "", "id", "-un"); got != "amelia\n" {
 		t.Errorf("a command on the session runs as %q, want amelia", got)

@@ -316,6 +316,12 @@ type ExecRequest struct {
 	CancelGrace time.Duration
 	// Timeout stops the process like a cancel once it passes; zero means none.
 	Timeout time.Duration
+	// Interactive says that stdin carries small messages whose latency
+	// matters more than their throughput (a worker's session frames), not
+	// a bulk stream. A provider may then run the command where bulk input
+	// would be slow: the docker provider runs it on its command session
+	// (a fork in the container) instead of an exec of the engine's own.
+	Interactive bool
 }
 
 // DefaultCancelGrace is the grace period used when ExecRequest.CancelGrace is

@@ -749,7 +749,12 @@ type ExecStart struct {
 	// Set when the exec's bytes go over the data channel instead of this
 	// stream; a server without a data channel refuses it with
 	// FAILED_PRECONDITION.
-	Data          *DataStreams `protobuf:"bytes,11,opt,name=data,proto3" json:"data,omitempty"`
+	Data *DataStreams `protobuf:"bytes,11,opt,name=data,proto3" json:"data,omitempty"`
+	// Set when stdin carries small messages whose latency matters more than
+	// their throughput (a worker's session frames), not a bulk stream: a
+	// provider may run the command where bulk input would be slow, e.g. on
+	// a session of its own in the sandbox rather than a new exec.
+	Interactive   bool `protobuf:"varint,12,opt,name=interactive,proto3" json:"interactive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -859,6 +864,13 @@ func (x *ExecStart) GetData() *DataStreams {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *ExecStart) GetInteractive() bool {
+	if x != nil {
+		return x.Interactive
+	}
+	return false
 }
 
 // DataStreams names an exec's streams on the data channel: a yamux session
@@ -2052,7 +2064,7 @@ const file_provider_proto_rawDesc = "" +
 	"\tstdin_eof\x18\x03 \x01(\v2\x1c.amelia.provider.v1.StdinEOFH\x00R\bstdinEof\x124\n" +
 	"\x06cancel\x18\x04 \x01(\v2\x1a.amelia.provider.v1.CancelH\x00R\x06cancel\x126\n" +
 	"\x06resize\x18\x05 \x01(\v2\x1c.amelia.provider.v1.TermSizeH\x00R\x06resizeB\x05\n" +
-	"\x03msg\"\xfc\x03\n" +
+	"\x03msg\"\x9e\x04\n" +
 	"\tExecStart\x128\n" +
 	"\asandbox\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\asandbox\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x128\n" +
@@ -2065,7 +2077,8 @@ const file_provider_proto_rawDesc = "" +
 	"\fcancel_grace\x18\t \x01(\v2\x19.google.protobuf.DurationR\vcancelGrace\x123\n" +
 	"\atimeout\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\atimeout\x123\n" +
-	"\x04data\x18\v \x01(\v2\x1f.amelia.provider.v1.DataStreamsR\x04data\x1a6\n" +
+	"\x04data\x18\v \x01(\v2\x1f.amelia.provider.v1.DataStreamsR\x04data\x12 \n" +
+	"\vinteractive\x18\f \x01(\bR\vinteractive\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
