@@ -3,6 +3,7 @@ package worker_test
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,5 +127,78 @@ func TestStepBadRequest(t *testing.T) {
 		if r.code == 0 || !strings.Contains(string(r.stderr), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want an error with %q", tc.args, r.code, r.stderr, tc.want)
 		}
+	}
+}
+
+// Ending a run's uid removes its run directory at once when it holds the
+// few entries a run leaves there, leaving the trash entry empty (no
+// sweeper needed); one the uid filled with more, anywhere in it, goes
+// into the trash whole, for a sweeper to remove.
+func TestEndUIDRunDirectory(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fill    func(t *testing.T, dir string)
+		trashed bool
+	}{
+		{"the worker's files", func(t *testing.T, dir string) {
+			for _, f := range []string{"prompt", "messages.jsonl", "stderr.log", "pid"} {
+				writeFile(t, dir, f, "x")
+			}
+			// The tunnel's socket, left by its killed holder.
+			ln, err := net.Listen("unix", filepath.Join(dir, "tunnel.sock"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln.(*net.UnixListener).SetUnlinkOnClose(false)
+			ln.Close()
+			// The agent's HOME and TMPDIR, with a file of its own.
+			for _, d := range []string{"home", "tmp"} {
+				if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			writeFile(t, filepath.Join(dir, "home"), ".bash_history", "x")
+		}, false},
+		{"many files", func(t *testing.T, dir string) {
+			for i := range 70 {
+				writeFile(t, dir, fmt.Sprint("f", i), "x")
+			}
+		}, true},
+		{"many files in the agent's HOME", func(t *testing.T, dir string) {
+			writeFile(t, dir, "prompt", "x")
+			home := filepath.Join(dir, "home", ".cache")
+			if err := os.MkdirAll(home, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 70 {
+				writeFile(t, home, fmt.Sprint("f", i), "x")
+			}
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			runDir, trash := filepath.Join(root, "runs", "w-1"), filepath.Join(root, "parked", ".trash-1")
+			for _, d := range []string{runDir, filepath.Dir(trash)} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.fill(t, runDir)
+			// A uid no process has: the step ends nothing.
+			r := step(t, workstep.EndUID{UID: 65432, Checkout: filepath.Join(root, "worktrees", "w"), Trash: trash, RunDir: runDir}, "")
+			if r.code != 0 {
+				t.Fatalf("end-uid: exit %d: %s", r.code, r.stderr)
+			}
+			if _, err := os.Lstat(runDir); !os.IsNotExist(err) {
+				t.Errorf("the run directory is still there: %v", err)
+			}
+			ents, err := os.ReadDir(trash)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(ents) == 1 && ents[0].Name() == "run"; got != tc.trashed || (!tc.trashed && len(ents) != 0) {
+				t.Errorf("the trash entry holds %v; want the run directory in it: %v", ents, tc.trashed)
+			}
+		})
 	}
 }
