@@ -40,9 +40,32 @@ type Installer struct {
 	sums workerbin.Sums
 }
 
-// probeScript prints the machine's architecture and the install directory,
-// one per line: $1 (sdk.WorkerPlace.Dir), else $HOME/.amelia/bin.
-const probeScript = `printf '%s\n%s\n' "$(uname -m)" "${1:-${HOME:+$HOME/.amelia/bin}}"`
+// probeScript prints the machine's architecture and the install directory
+// ($1: sdk.WorkerPlace.Dir, else $HOME/.amelia/bin), one per line, then,
+// for each further argument, the sha256 of that file, "-" when it cannot
+// be read, or "=" when an earlier argument named the same path (each file
+// is hashed once), one line each; an argument without a slash names a
+// file in the install directory.
+const probeScript = `d=${1:-${HOME:+$HOME/.amelia/bin}}
+printf '%s\n%s\n' "$(uname -m)" "$d"
+shift
+seen='
+'
+for f do
+	case $f in */*) ;; *) f=$d/$f ;; esac
+	case $seen in *"
+$f
+"*) echo =; continue ;; esac
+	seen="$seen$f
+"
+	if s=$(sha256sum <"$f" 2>/dev/null); then printf '%s\n' "${s%% *}"; else echo -; fi
+done`
+
+// hostWorker is the host's worker for one architecture.
+type hostWorker struct {
+	arch, bin, sum string
+	size           int64
+}
 
 // EnsureWorker makes sure the worker for the sandbox's architecture is in
 // the sandbox and returns its absolute path there: one of
@@ -50,9 +73,18 @@ const probeScript = `printf '%s\n%s\n' "$(uname -m)" "${1:-${HOME:+$HOME/.amelia
 // place.Dir (default $HOME/.amelia/bin)/amelia-worker-<first 16 hex digits
 // of its sha256>. It reuses a copy whose sha256 matches and otherwise
 // streams the binary in through Exec stdin, which works on every provider.
+// Finding a copy there takes one exec: it asks for the sandbox's
+// architecture and hashes the copies the host's workers (one per
+// architecture) and the provider's would be, at once.
 func (in *Installer) EnsureWorker(ctx context.Context, ex sdk.Execer, place sdk.WorkerPlace) (string, error) {
 	start := time.Now()
-	arch, dir, err := in.probe(ctx, ex, place.Dir)
+	workers := in.hostWorkers()
+	args := []string{place.Dir}
+	for _, w := range workers {
+		args = append(args, envelope.WorkerName(w.sum))
+	}
+	args = append(args, place.Preinstalled...)
+	arch, dir, sums, err := in.probe(ctx, ex, args)
 	if err != nil {
 		return "", err
 	}
@@ -65,16 +97,16 @@ func (in *Installer) EnsureWorker(ctx context.Context, ex sdk.Execer, place sdk.
 		return "", fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
 	}
 	dest := dir + "/" + envelope.WorkerName(sum)
-
-	paths := []string{dest}
-	for _, p := range place.Preinstalled {
-		if !slices.Contains(paths, p) { // each is checksummed once
-			paths = append(paths, p)
+	found := ""
+	for i, w := range workers {
+		if w.sum == sum && sums[i] == sum {
+			found = dest
 		}
 	}
-	found, err := in.findInstalled(ctx, ex, sum, paths)
-	if err != nil {
-		return "", err
+	for i, p := range place.Preinstalled {
+		if found == "" && sums[len(workers)+i] == sum {
+			found = p
+		}
 	}
 	log := in.logger().With("provider", in.Provider, "arch", arch)
 	if found != "" {
@@ -88,21 +120,54 @@ func (in *Installer) EnsureWorker(ctx context.Context, ex sdk.Execer, place sdk.
 	return dest, nil
 }
 
-// probe asks the sandbox for its architecture and install directory, in
-// one exec.
-func (in *Installer) probe(ctx context.Context, ex sdk.Execer, placeDir string) (arch, dir string, err error) {
-	out, err := in.run(ctx, ex, "probe the sandbox", []string{"sh", "-c", probeScript, "sh", placeDir}, nil)
-	if err != nil {
-		return "", "", err
+// hostWorkers are the host's workers, one for each architecture it has a
+// binary for (Binary: that one), with their hashes (cached).
+func (in *Installer) hostWorkers() []hostWorker {
+	var out []hostWorker
+	for _, arch := range workerbin.Arches() {
+		bin, err := in.hostBinary(arch)
+		if err != nil || slices.ContainsFunc(out, func(w hostWorker) bool { return w.bin == bin }) {
+			continue
+		}
+		if sum, size, err := in.sums.Sum(bin); err == nil {
+			out = append(out, hostWorker{arch, bin, sum, size})
+		}
 	}
-	machine, dir, _ := strings.Cut(strings.TrimSuffix(out, "\n"), "\n")
+	return out
+}
+
+// probe asks the sandbox, in one exec, for its architecture, its install
+// directory and the hashes of the files args[1:] name (probeScript).
+func (in *Installer) probe(ctx context.Context, ex sdk.Execer, args []string) (arch, dir string, sums []string, err error) {
+	out, err := in.run(ctx, ex, "look for it in the sandbox", append([]string{"sh", "-c", probeScript, "sh"}, args...), nil)
+	if err != nil {
+		return "", "", nil, err
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 2+len(args)-1 {
+		return "", "", nil, fmt.Errorf("install amelia-worker on %s: the sandbox answered %d lines to the probe, want %d", in.provider(), len(lines), len(args)+1)
+	}
+	machine, dir := lines[0], lines[1]
 	if arch, err = envelope.GoArch(machine); err != nil {
-		return "", "", fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
+		return "", "", nil, fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
 	}
 	if !strings.HasPrefix(dir, "/") || strings.ContainsAny(dir, "\n\x00") {
-		return "", "", fmt.Errorf("install amelia-worker on %s: the install directory is %q, not an absolute path: the worker goes where the provider says (sdk.WorkerPlace.Dir), else to $HOME/.amelia/bin", in.provider(), dir)
+		return "", "", nil, fmt.Errorf("install amelia-worker on %s: the install directory is %q, not an absolute path: the worker goes where the provider says (sdk.WorkerPlace.Dir), else to $HOME/.amelia/bin", in.provider(), dir)
 	}
-	return arch, strings.TrimRight(dir, "/"), nil
+	// A path named twice has its hash on the first line that named it.
+	sums = lines[2:]
+	paths := make([]string, len(sums))
+	for i, a := range args[1:] {
+		if paths[i] = a; !strings.Contains(a, "/") {
+			paths[i] = dir + "/" + a
+		}
+		if sums[i] == "=" {
+			if j := slices.Index(paths[:i], paths[i]); j >= 0 {
+				sums[i] = sums[j]
+			}
+		}
+	}
+	return arch, strings.TrimRight(dir, "/"), sums, nil
 }
 
 // hostBinary is the host file of the worker for arch.
@@ -111,23 +176,6 @@ func (in *Installer) hostBinary(arch string) (string, error) {
 		return in.Binary, nil
 	}
 	return workerbin.Find(in.Dirs, arch)
-}
-
-// findInstalled returns the first of paths whose sha256 inside the sandbox
-// is sum, or "".
-func (in *Installer) findInstalled(ctx context.Context, ex sdk.Execer, sum string, paths []string) (string, error) {
-	argv := append([]string{"sh", "-c", envelope.SumScript, "sh"}, paths...)
-	out, err := in.run(ctx, ex, "check the installed amelia-worker", argv, nil)
-	if err != nil {
-		return "", err
-	}
-	sums := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	for i, p := range paths {
-		if i < len(sums) && sums[i] == sum {
-			return p, nil
-		}
-	}
-	return "", nil
 }
 
 // upload streams the host binary bin (size bytes) into the sandbox as

@@ -3,6 +3,7 @@ package driver_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,7 +15,6 @@ import (
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
@@ -77,8 +77,8 @@ func TestEnsureWorker(t *testing.T) {
 	if n := ex.withStdin.Load(); n != 0 {
 		t.Errorf("%d uploads for a worker already there", n)
 	}
-	if n := ex.execs.Load(); n != 2 {
-		t.Errorf("%d execs to find the worker there, want 2 (probe, check)", n)
+	if n := ex.execs.Load(); n != 1 {
+		t.Errorf("%d execs to find the worker there, want 1 (the probe, which hashes it)", n)
 	}
 
 	// Damage it (same size, so only the hash can tell).
@@ -153,7 +153,7 @@ func TestEnsureWorkerPreinstalled(t *testing.T) {
 }
 
 // A provider that names as preinstalled the path the installer would put
-// the worker at anyway (or one path twice) has each checksummed once.
+// the worker at anyway (or one path twice) has each hashed once.
 func TestEnsureWorkerPreinstalledAtDest(t *testing.T) {
 	sb := sandboxtest.New(t, "at-dest")
 	in := &driver.Installer{Dirs: []string{workerDir}}
@@ -161,19 +161,23 @@ func TestEnsureWorkerPreinstalledAtDest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var checked []string // the paths the check asked about
+	var answer strings.Builder // the probe's: machine, directory, a line per path
 	ex := execerFunc(func(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
-		if len(req.Argv) > 4 && req.Argv[2] == envelope.SumScript {
-			checked = append(checked, req.Argv[4:]...)
-		}
+		eio.Stdout = io.MultiWriter(eio.Stdout, &answer)
 		return sb.Exec(ctx, req, eio)
 	})
 	got, err := in.EnsureWorker(t.Context(), ex, sdk.WorkerPlace{Preinstalled: []string{path, path}})
 	if err != nil || got != path {
 		t.Fatalf("EnsureWorker = %s, %v; want %s", got, err, path)
 	}
-	if !slices.Equal(checked, []string{path}) {
-		t.Errorf("the check asked about %q, want %s once", checked, path)
+	hashed := 0
+	for _, l := range strings.Split(strings.TrimSpace(answer.String()), "\n")[2:] {
+		if len(l) == 64 {
+			hashed++
+		}
+	}
+	if hashed != 1 {
+		t.Errorf("the probe hashed %d files (%q), want %s once", hashed, answer.String(), path)
 	}
 }
 
@@ -196,13 +200,12 @@ func TestEnsureWorkerPlaceDir(t *testing.T) {
 // errors that say what to do.
 func TestEnsureWorkerErrors(t *testing.T) {
 	sb := sandboxtest.New(t, "errors")
-	// The sandbox answers the probe as another machine would (with its
-	// real $HOME: the local sandbox's files are the host's).
+	// The sandbox answers the probe as another machine would.
 	machine := func(m string) sdk.Execer {
 		return execerFunc(func(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
-			if len(req.Argv) >= 3 && strings.Contains(req.Argv[2], "uname -m") {
-				eio.Stdout.Write([]byte(m + "\n" + homeOf(sb) + "\n"))
-				return sdk.ExitStatus{}, nil
+			if len(req.Argv) >= 3 && strings.Contains(req.Argv[2], "$(uname -m)") {
+				req.Argv = slices.Clone(req.Argv)
+				req.Argv[2] = strings.Replace(req.Argv[2], "$(uname -m)", m, 1)
 			}
 			return sb.Exec(ctx, req, eio)
 		})

@@ -9,13 +9,6 @@ import (
 // commands run: through Exec, or through Bootstrap before Exec can (the
 // exec envelope needs the worker).
 
-// SumScript prints, for each argument, the sha256 of that file, or "-"
-// when it cannot be read: one line each. Paths come as positional
-// parameters.
-const SumScript = `for f do
-	if s=$(sha256sum < "$f" 2>/dev/null); then printf '%s\n' "${s%% *}"; else echo -; fi
-done`
-
 // InstallScript reads exactly $4 bytes (the worker's size) from stdin into
 // a temporary file beside $2 in the directory $1, checks that its sha256
 // is $3, makes it executable and renames it to $2. Reading a known size

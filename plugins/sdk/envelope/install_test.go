@@ -31,9 +31,8 @@ func TestGoArch(t *testing.T) {
 }
 
 // The install script takes exactly the size it is told, whatever follows
-// on its input, and refuses a file whose sha256 is not the one expected;
-// the sum script reads back what it installed.
-func TestInstallAndSumScripts(t *testing.T) {
+// on its input, and refuses a file whose sha256 is not the one expected.
+func TestInstallScript(t *testing.T) {
 	bin := bytes.Repeat([]byte("worker!"), 100000)
 	h := sha256.Sum256(bin)
 	sum := hex.EncodeToString(h[:])
@@ -61,9 +60,5 @@ func TestInstallAndSumScripts(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("the install directory holds %d files, want only the worker (no temporary file left)", len(entries))
-	}
-	out, err := exec.Command("sh", "-c", envelope.SumScript, "sh", dest, filepath.Join(dir, "missing")).Output()
-	if err != nil || string(out) != sum+"\n-\n" {
-		t.Errorf("sum script: %q %v", out, err)
 	}
 }
