@@ -201,42 +201,18 @@ func (w *Workspace) sweep(ctx context.Context, lines []string) {
 }
 
 // retireUnseparated is Retire where runs have no uid of their own: the
-// run directory and the checkout are renamed into a trash entry of the
-// sandbox's user, which a detached process of its own removes.
+// run directory goes (at once when it holds few entries) and the checkout
+// is renamed into a trash entry of the sandbox's user, which a detached
+// process of its own removes (workstep.Retire).
 func (w *Workspace) retireUnseparated(ctx context.Context, id, runDir string) error {
-	wt := w.WorktreeDir(id)
-	if runDir != "" {
-		if err := w.RemoveRunDir(ctx, id, runDir); err != nil {
-			return err
-		}
-	}
-	const body = `wt=$1 trash=$2 repo=$3 dref=$4 rec=$5
-lock
-pk=$root/.amelia/parked trashd=$root/.amelia/trash
-mkdir -p "$pk" "$trashd" && chmod 1733 "$pk" && chmod 755 "$trashd"
-if [ -f "$wt/.git" ]; then echo legacy; exit 0; fi
-# The record keeps what is still there.
-if [ -f "$trashd/self" ]; then
-	while read -r n; do if [ -e "$pk/$n" ]; then printf '%s\n' "$n"; fi; done <"$trashd/self" >"$trashd/self.new"
-	mv -f -- "$trashd/self.new" "$trashd/self"
-fi
-if mine "$wt"; then
-	chmod u+rwx -- "$wt"
-	mv -- "$wt" "$pk/$trash"
-	printf '%s\n' "$trash" >>"$trashd/self"
-	[ -e "$trashd/self.lock" ] || { : >"$trashd/self.lock"; chmod 644 "$trashd/self.lock"; }
-	echo "sweep 0 $trash"
-fi
-if [ -d "$repo" ] && g -C "$repo" show-ref --verify --quiet "$dref"; then g -C "$repo" update-ref -d "$dref"; fi
-`
 	var out strings.Builder
-	if err := w.script(ctx, "retire the checkout", nil, nil, &out, body, wt, newTrashName(), w.RepoDir(), dirtyRef(id), w.userRecord(id)); err != nil {
+	req := workstep.Retire{Root: w.root, Repo: w.RepoDir(), Checkout: w.WorktreeDir(id), RunDir: runDir, Trash: newTrashName(), DirtyRef: dirtyRef(id)}
+	if err := w.step(ctx, "", "retire the checkout", req, nil, &out); err != nil {
 		return fmt.Errorf("retire the checkout of %s: %w", id, err)
 	}
 	if strings.TrimSpace(out.String()) == "legacy" {
 		return w.RemoveWorktree(ctx, id)
 	}
-	w.sweep(ctx, strings.Split(strings.TrimSpace(out.String()), "\n"))
 	w.log.Info("checkout retired", "workflow", id)
 	return nil
 }

@@ -258,6 +258,26 @@ type SharedDirs struct {
 
 func (SharedDirs) Step() string { return "shared-dirs" }
 
+// Retire is the end of a workflow whose runs have no uid of their own
+// (the sandbox's user runs them), under the workspace lock: the run
+// directory RunDir ("": none) goes, at once when it holds few entries;
+// the checkout Checkout and a run directory that holds more go into the
+// trash entry .amelia/parked/Trash, which the record .amelia/trash/self
+// lists and a sweeper the step starts (detached, as Sweep's) removes; the
+// dirty ref DirtyRef of Repo goes. A checkout that is a linked worktree
+// (made by an older amelia) stays, and the step's output is "legacy":
+// the host removes it as a worktree.
+type Retire struct {
+	Root     string `json:"root"`
+	Repo     string `json:"repo"`
+	Checkout string `json:"checkout"`
+	RunDir   string `json:"run_dir,omitempty"`
+	Trash    string `json:"trash"`
+	DirtyRef string `json:"dirty_ref"`
+}
+
+func (Retire) Step() string { return "retire" }
+
 // Sweep starts, detached, the removal of the trash entries (in
 // ROOT/.amelia/parked/) that the record Record lists, unless a sweeper of
 // that record runs already (it holds Record.lock); the sweeper goes on

@@ -65,6 +65,7 @@ var steps = map[string]stepFunc{
 	workstep.Park{}.Step():       typed(stepPark),
 	workstep.SharedDirs{}.Step(): typed(stepSharedDirs),
 	workstep.Sweep{}.Step():      typed(stepSweep),
+	workstep.Retire{}.Step():     typed(stepRetire),
 }
 
 // serveStep is the worker's envelope.StepFunc: it runs the step and says

@@ -202,3 +202,82 @@ func TestEndUIDRunDirectory(t *testing.T) {
 		})
 	}
 }
+
+// Retiring a workflow that has no uid of its own: the run directory goes
+// at once, the checkout into a trash entry that the record lists and a
+// sweeper the step started removes, and the dirty ref goes; a linked
+// worktree of an older amelia stays, for the host to remove, and says so;
+// a run directory that cannot go keeps the checkout where it is.
+func TestRetire(t *testing.T) {
+	root := t.TempDir()
+	repo := filepath.Join(root, "repo")
+	gittest.Git(t, root, "init", "-q", "--bare", repo)
+	src := t.TempDir()
+	gittest.Git(t, src, "init", "-q", "-b", "main")
+	gittest.Git(t, src, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "one")
+	gittest.Git(t, src, "push", "-q", repo, "main:refs/amelia/dirty/w")
+	wt, runDir := filepath.Join(root, "worktrees", "w"), filepath.Join(root, ".amelia", "runs", "w-1")
+	for _, d := range []string{filepath.Join(wt, "sub"), runDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(wt, "sub"), "work.txt", "x")
+	writeFile(t, runDir, "messages.jsonl", "{}")
+
+	req := workstep.Retire{Root: root, Repo: repo, Checkout: wt, RunDir: runDir, Trash: ".trash-1", DirtyRef: "refs/amelia/dirty/w"}
+	if r := step(t, req, ""); r.code != 0 || len(r.stdout) != 0 {
+		t.Fatalf("retire: exit %d, %q: %s", r.code, r.stdout, r.stderr)
+	}
+	for _, p := range []string{wt, runDir} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s is still there: %v", p, err)
+		}
+	}
+	if out := gittest.Git(t, repo, "for-each-ref", "refs/amelia/dirty/"); out != "" {
+		t.Errorf("the dirty ref is still there: %q", out)
+	}
+	if got := readFile(t, filepath.Join(root, ".amelia", "trash", "self")); got != ".trash-1\n" {
+		t.Errorf("the trash record holds %q, want the entry", got)
+	}
+	waitFor(t, "the sweeper to remove the trash entry", func() bool {
+		_, err := os.Lstat(filepath.Join(root, ".amelia", "parked", ".trash-1"))
+		return os.IsNotExist(err)
+	})
+
+	// A linked worktree: it stays, and the host hears so.
+	if err := os.MkdirAll(wt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, wt, ".git", "gitdir: "+filepath.Join(repo, "worktrees", "w")+"\n")
+	req.Trash, req.RunDir = ".trash-2", ""
+	if r := step(t, req, ""); r.code != 0 || string(r.stdout) != "legacy\n" {
+		t.Fatalf("retire a linked worktree: exit %d, %q: %s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(wt, ".git")); err != nil {
+		t.Errorf("the linked worktree did not stay: %v", err)
+	}
+	// A run directory that cannot go into the trash: the step fails
+	// before it touches the checkout, which stays.
+	if err := os.Remove(filepath.Join(wt, ".git")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 70 {
+		writeFile(t, runDir, fmt.Sprint("f", i), "x")
+	}
+	writeFile(t, filepath.Join(root, ".amelia", "parked"), ".trash-3", "not a directory")
+	req.Trash, req.RunDir = ".trash-3", runDir
+	if r := step(t, req, ""); r.code == 0 {
+		t.Errorf("retire with a run directory that cannot move: exit 0")
+	}
+	if _, err := os.Stat(wt); err != nil {
+		t.Errorf("the checkout did not stay: %v", err)
+	}
+	req.Trash = "../escape"
+	if r := step(t, req, ""); r.code == 0 || !strings.Contains(string(r.stderr), "not a trash entry's name") {
+		t.Errorf("a trash name with a slash: exit %d: %s", r.code, r.stderr)
+	}
+}

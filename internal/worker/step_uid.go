@@ -190,6 +190,12 @@ func removeOwned(dir string, uid int) {
 }
 
 func stepSweep(_ context.Context, r workstep.Sweep, _ stepIO) error {
+	return startSweeper(r.Root, r.Record)
+}
+
+// startSweeper starts `amelia-worker sweep root rec`, detached: in a
+// session of its own, it outlives the step.
+func startSweeper(root, rec string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find the worker to start the sweeper: %w", err)
@@ -200,7 +206,7 @@ func stepSweep(_ context.Context, r workstep.Sweep, _ stepIO) error {
 	}
 	defer null.Close()
 	// A session of its own, apart from the exec's, so that it outlives it.
-	p, err := os.StartProcess(self, []string{self, "sweep", r.Root, r.Record}, &os.ProcAttr{
+	p, err := os.StartProcess(self, []string{self, "sweep", root, rec}, &os.ProcAttr{
 		Files: []*os.File{null, null, null},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	})
