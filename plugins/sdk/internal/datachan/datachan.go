@@ -195,12 +195,16 @@ type Plugin struct {
 
 	mu      sync.Mutex
 	pending map[uint64]Files
-	arrived chan struct{} // closed (and replaced) when pipes arrive
-	closed  chan struct{} // closed when the channel ends
+	// abandoned are execs whose claim gave up before their pipes came:
+	// the pipes are closed when they do.
+	abandoned map[uint64]struct{}
+	arrived   chan struct{} // closed (and replaced) when pipes arrive
+	closed    chan struct{} // closed when the channel ends
 }
 
 func newPlugin(conn *net.UnixConn) *Plugin {
-	p := &Plugin{conn: conn, pending: map[uint64]Files{}, arrived: make(chan struct{}), closed: make(chan struct{})}
+	p := &Plugin{conn: conn, pending: map[uint64]Files{}, abandoned: map[uint64]struct{}{},
+		arrived: make(chan struct{}), closed: make(chan struct{})}
 	go p.receive()
 	return p
 }
@@ -218,6 +222,12 @@ func (p *Plugin) receive() {
 			return
 		}
 		p.mu.Lock()
+		if _, gone := p.abandoned[id]; gone {
+			delete(p.abandoned, id)
+			p.mu.Unlock()
+			fs.close()
+			continue
+		}
 		if _, dup := p.pending[id]; dup {
 			p.mu.Unlock()
 			fs.close() // a host bug: keep what came first
@@ -260,9 +270,23 @@ func (p *Plugin) Claim(ctx context.Context, id uint64, want ...Kind) (Files, err
 		case <-p.closed:
 			return nil, ErrClosed
 		case <-ctx.Done():
+			p.abandon(id)
 			return nil, fmt.Errorf("wait for the pipes of exec %d: %w", id, context.Cause(ctx))
 		}
 	}
+}
+
+// abandon closes exec id's pipes, now or when they come.
+func (p *Plugin) abandon(id uint64) {
+	p.mu.Lock()
+	fs, ok := p.pending[id]
+	if ok {
+		delete(p.pending, id)
+	} else {
+		p.abandoned[id] = struct{}{}
+	}
+	p.mu.Unlock()
+	fs.close()
 }
 
 func (p *Plugin) closePending() {

@@ -98,6 +98,23 @@ func TestClaimRefusesWhatDoesNotMatch(t *testing.T) {
 	if _, err := p.Claim(ctx, 999, Stdout); !errors.Is(err, context.Canceled) {
 		t.Errorf("claim with an ended context: %v", err)
 	}
+	// Pipes that come after their claim gave up are closed.
+	late, lateEnds, err := h.Open(false, true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lateEnds.Close()
+	if _, err := p.Claim(ctx, late+1, Stdout); err == nil {
+		t.Fatal("a claim with an ended context succeeded")
+	}
+	next, nextEnds, err := h.Open(false, true, false)
+	if err != nil || next != late+1 {
+		t.Fatalf("open: %d %v, want exec %d", next, err, late+1)
+	}
+	defer nextEnds.Close()
+	if n, err := nextEnds.Stdout.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Errorf("host's stdout of an abandoned exec: %d, %v; want EOF", n, err)
+	}
 	h.Close()
 	if _, err := p.Claim(t.Context(), 1000, Stdout); !errors.Is(err, ErrClosed) {
 		t.Errorf("claim on a closed channel: %v, want ErrClosed", err)
