@@ -23,7 +23,14 @@ type stdoutReader struct {
 // stdoutFrameHeader is the length of the engine's header of a piece.
 const stdoutFrameHeader = 8
 
-func newStdoutReader(r *bufio.Reader) *stdoutReader { return &stdoutReader{r: r} }
+// stdoutBuffer is what one read of the stream may take in: the client's
+// own buffer (4 KiB) made each piece, of up to 32 KiB, two or three reads.
+const stdoutBuffer = 256 << 10
+
+// newStdoutReader reads the stdout in r, an exec's attached stream.
+func newStdoutReader(r io.Reader) *stdoutReader {
+	return &stdoutReader{r: bufio.NewReaderSize(r, stdoutBuffer)}
+}
 
 func (s *stdoutReader) Read(p []byte) (int, error) {
 	for s.left == 0 {

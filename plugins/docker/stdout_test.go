@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -36,7 +35,7 @@ func TestStdoutReaderMatchesStdCopy(t *testing.T) {
 		{"half reads", iotest.HalfReader(bytes.NewReader(stream.Bytes()))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := io.ReadAll(newStdoutReader(bufio.NewReader(tc.r)))
+			got, err := io.ReadAll(newStdoutReader(tc.r))
 			if err != nil || !bytes.Equal(got, want.Bytes()) {
 				t.Errorf("read %d bytes (%v), want the %d StdCopy wrote", len(got), err, want.Len())
 			}
@@ -49,11 +48,11 @@ func TestStdoutReaderErrors(t *testing.T) {
 	var stream bytes.Buffer
 	piece(&stream, stdcopy.Stdout, []byte("hello"))
 	cut := stream.Bytes()[:stream.Len()-2]
-	if _, err := io.ReadAll(newStdoutReader(bufio.NewReader(bytes.NewReader(cut)))); !errors.Is(err, io.ErrUnexpectedEOF) {
+	if _, err := io.ReadAll(newStdoutReader(bytes.NewReader(cut))); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("cut stream: %v, want io.ErrUnexpectedEOF", err)
 	}
 	piece(&stream, stdcopy.Systemerr, []byte("boom"))
-	if _, err := io.ReadAll(newStdoutReader(bufio.NewReader(&stream))); err == nil || !strings.Contains(err.Error(), "boom") {
+	if _, err := io.ReadAll(newStdoutReader(&stream)); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Errorf("system error: %v, want it", err)
 	}
 }
