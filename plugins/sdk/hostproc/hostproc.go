@@ -46,7 +46,11 @@ type Process struct {
 }
 
 // Start starts cmd as the leader of a new process group with eio's streams.
-// cmd's Stdin, Stdout and Stderr must be unset.
+// cmd's Stdin, Stdout and Stderr must be unset. Streams that are the host's
+// own pipes (sdk.PipeReader, sdk.PipeWriter: a plugin's exec whose bytes
+// go over the data channel) move no byte through this process: the
+// process reads the host's stdin pipe itself, and its output is spliced
+// from its pipe into the host's.
 func Start(cmd *exec.Cmd, eio sdk.ExecIO) (*Process, error) {
 	if cmd.Stdin != nil || cmd.Stdout != nil || cmd.Stderr != nil {
 		return nil, errors.New("hostproc: cmd must not have its own stdin, stdout or stderr")
