@@ -20,6 +20,14 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
 )
 
+// stdinBuffer is the most one read of an exec's stdin takes on its way to
+// the engine.
+const stdinBuffer = 256 << 10
+
+// writerOnly hides a writer's ReadFrom, which would ignore the buffer
+// io.CopyBuffer is given.
+type writerOnly struct{ io.Writer }
+
 // internalTimeout bounds the provider's own short commands (readiness,
 // health, kill).
 const internalTimeout = 10 * time.Second
@@ -86,8 +94,10 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	}()
 	if eio.Stdin != nil {
 		go func() {
-			// Ends when stdin does, or when the connection closes.
-			if _, err := io.Copy(x.conn.Conn, eio.Stdin); err == nil {
+			// Ends when stdin does, or when the connection closes. In
+			// pieces of stdinBuffer: io.Copy's 32 KiB is eight times the
+			// reads and writes.
+			if _, err := io.CopyBuffer(writerOnly{x.conn.Conn}, eio.Stdin, make([]byte, stdinBuffer)); err == nil {
 				_ = x.conn.CloseWrite()
 			}
 		}()

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
 	"github.com/amelia-sandbox/amelia/plugins/docker/image"
@@ -138,11 +136,7 @@ func (e *engine) startSession(target, user string) (*envelope.Mux, error) {
 	}
 	// The worker writes its session to stdout; what it says on stderr (a
 	// panic) is not the session's.
-	out, outW := io.Pipe()
-	go func() {
-		_, err := stdcopy.StdCopy(outW, io.Discard, x.conn.Reader)
-		outW.CloseWithError(err)
-	}()
+	out := newStdoutReader(x.conn.Reader)
 	type started struct {
 		m   *envelope.Mux
 		err error

@@ -3,30 +3,30 @@ package sdk
 import (
 	"fmt"
 	"io"
+	"os"
 	"sync"
-
-	"github.com/hashicorp/yamux"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/datachan"
 	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
 )
 
-// dataCopyBuffer is the most one read of a data stream takes.
+// dataCopyBuffer is the most one read of an exec's pipe takes.
 const dataCopyBuffer = 256 << 10
 
-// hostStreams are one exec's streams on the data channel, at the host:
-// stdin written from ExecIO.Stdin, stdout and stderr copied to ExecIO's
+// hostPipes are one exec's pipes on the data channel, at the host: stdin
+// written from ExecIO.Stdin, stdout and stderr copied to ExecIO's
 // writers, one write at a time (as the gRPC path writes them from one
 // goroutine, a caller may give both the same writer).
-type hostStreams struct {
-	id    uint64
-	stdin *yamux.Stream
-	out   [2]*yamux.Stream // stdout, stderr; nil when not wanted
-	got   [2]uint64        // bytes copied from each; read after copies.Wait
+type hostPipes struct {
+	id   uint64
+	ends datachan.Ends
+	out  [2]*os.File // stdout, stderr; nil when not wanted
+	got  [2]uint64   // bytes copied from each; read after copies.Wait
 
 	bufs   *sync.Pool
 	writes sync.Mutex // one write to ExecIO's writers at a time
 	copies sync.WaitGroup
+	once   sync.Once
 
 	mu       sync.Mutex
 	writeErr error // the first failed write to an ExecIO writer
@@ -34,133 +34,123 @@ type hostStreams struct {
 
 var outNames = [2]string{"stdout", "stderr"}
 
-// openStreams opens the streams an exec with eio needs on h.
-func openStreams(h *datachan.Host, eio ExecIO, bufs *sync.Pool) (*hostStreams, error) {
-	hs := &hostStreams{id: h.NewID(), bufs: bufs}
-	open := func(k datachan.Kind, want bool) (*yamux.Stream, error) {
-		if !want {
-			return nil, nil
-		}
-		return h.Open(hs.id, k)
-	}
-	var err error
-	if hs.stdin, err = open(datachan.Stdin, eio.Stdin != nil); err == nil {
-		if hs.out[0], err = open(datachan.Stdout, eio.Stdout != nil); err == nil {
-			hs.out[1], err = open(datachan.Stderr, eio.Stderr != nil)
-		}
-	}
+// openPipes makes the pipes an exec with eio needs and passes the
+// plugin's ends to it on h.
+func openPipes(h *datachan.Host, eio ExecIO, bufs *sync.Pool) (*hostPipes, error) {
+	id, ends, err := h.Open(eio.Stdin != nil, eio.Stdout != nil, eio.Stderr != nil)
 	if err != nil {
-		hs.end()
 		return nil, err
 	}
-	return hs, nil
+	return &hostPipes{id: id, ends: ends, out: [2]*os.File{ends.Stdout, ends.Stderr}, bufs: bufs}, nil
 }
 
-// start is the DataStreams of ExecStart.
-func (hs *hostStreams) startPB() *pb.DataStreams {
-	return &pb.DataStreams{Id: hs.id, Stdout: hs.out[0] != nil, Stderr: hs.out[1] != nil}
+// startPB is the DataStreams of ExecStart.
+func (hp *hostPipes) startPB() *pb.DataStreams {
+	return &pb.DataStreams{Id: hp.id, Stdout: hp.out[0] != nil, Stderr: hp.out[1] != nil}
 }
 
 // run copies the exec's streams: stdin from eio.Stdin until it ends (then
 // the process sees end of file), output to eio's writers until the
-// provider closes its streams. A failed write calls abort, which ends the
+// plugin closes its ends. A failed write calls abort, which ends the
 // exec, as on the gRPC path.
-func (hs *hostStreams) run(eio ExecIO, abort func()) {
-	if hs.stdin != nil {
-		go hs.pumpStdin(eio.Stdin)
+func (hp *hostPipes) run(eio ExecIO, abort func()) {
+	if hp.ends.Stdin != nil {
+		go hp.pumpStdin(eio.Stdin)
 	}
 	for i, w := range []io.Writer{eio.Stdout, eio.Stderr} {
-		if hs.out[i] == nil {
+		if hp.out[i] == nil {
 			continue
 		}
-		hs.copies.Add(1)
-		go hs.copyOut(i, w, abort)
+		hp.copies.Add(1)
+		go hp.copyOut(i, w, abort)
 	}
 }
 
-// pumpStdin writes r to the stdin stream, within yamux's window (the
-// process's reads make room), and closes it when r ends, with EOF or any
-// other error. If r blocks after the exec ends, this goroutine waits with
-// it until r returns.
-func (hs *hostStreams) pumpStdin(r io.Reader) {
-	buf := hs.bufs.Get().(*[]byte)
-	defer hs.bufs.Put(buf)
-	// writerOnly hides nothing yamux has; it keeps io.CopyBuffer from
-	// handing r's WriteTo a writer it would call with unbounded chunks.
-	_, _ = io.CopyBuffer(writerOnly{hs.stdin}, r, *buf)
-	_ = hs.stdin.Close()
+// pumpStdin writes r to the stdin pipe, as the process reads it, and
+// closes the pipe when r ends, with EOF or any other error. If r blocks
+// after the exec ends, this goroutine waits with it until r returns.
+func (hp *hostPipes) pumpStdin(r io.Reader) {
+	buf := hp.bufs.Get().(*[]byte)
+	defer hp.bufs.Put(buf)
+	// writerOnly hides (*os.File).ReadFrom, which would copy in 32 KiB
+	// steps and ignore buf.
+	_, _ = io.CopyBuffer(writerOnly{hp.ends.Stdin}, r, *buf)
+	_ = hp.ends.Stdin.Close()
 }
 
 type writerOnly struct{ io.Writer }
 
-func (hs *hostStreams) copyOut(i int, w io.Writer, abort func()) {
-	defer hs.copies.Done()
-	buf := hs.bufs.Get().(*[]byte)
-	defer hs.bufs.Put(buf)
-	s := hs.out[i]
+func (hp *hostPipes) copyOut(i int, w io.Writer, abort func()) {
+	defer hp.copies.Done()
+	buf := hp.bufs.Get().(*[]byte)
+	defer hp.bufs.Put(buf)
+	f := hp.out[i]
 	for {
-		n, err := s.Read(*buf)
+		n, err := f.Read(*buf)
 		if n > 0 {
-			hs.writes.Lock()
+			hp.writes.Lock()
 			_, werr := w.Write((*buf)[:n])
-			hs.writes.Unlock()
-			hs.got[i] += uint64(n)
+			hp.writes.Unlock()
+			hp.got[i] += uint64(n)
 			if werr != nil {
-				hs.mu.Lock()
-				if hs.writeErr == nil {
-					hs.writeErr = fmt.Errorf("write exec %s: %w", outNames[i], werr)
+				hp.mu.Lock()
+				if hp.writeErr == nil {
+					hp.writeErr = fmt.Errorf("write exec %s: %w", outNames[i], werr)
 				}
-				hs.mu.Unlock()
+				hp.mu.Unlock()
 				abort() // the server sees the stream end and stops the process
-				datachan.End(s)
+				_ = f.Close()
 				return
 			}
 		}
 		if err != nil {
-			return // EOF once the provider closed it, or the exec was ended
+			return // EOF once the plugin closed its end, or the exec was ended
 		}
 	}
 }
 
 // finish waits for the output the provider sent before its exit status,
 // and checks that all of it came: sent is what the server wrote.
-func (hs *hostStreams) finish(sent *pb.DataSent) error {
-	hs.copies.Wait()
-	if err := hs.failedWrite(); err != nil {
+func (hp *hostPipes) finish(sent *pb.DataSent) error {
+	hp.copies.Wait()
+	if err := hp.failedWrite(); err != nil {
 		return err
 	}
 	for i, want := range []uint64{sent.GetStdout(), sent.GetStderr()} {
-		if hs.out[i] != nil && hs.got[i] != want {
-			return Errorf(ErrUnavailable, "exec %s: the data channel delivered %d of the %d bytes the provider wrote", outNames[i], hs.got[i], want)
+		if hp.out[i] != nil && hp.got[i] != want {
+			return Errorf(ErrUnavailable, "exec %s: the data channel delivered %d of the %d bytes the provider wrote", outNames[i], hp.got[i], want)
 		}
 	}
 	return nil
 }
 
 // failedWrite is the first write to an ExecIO writer that failed, if any.
-func (hs *hostStreams) failedWrite() error {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	return hs.writeErr
+func (hp *hostPipes) failedWrite() error {
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	return hp.writeErr
 }
 
-// end closes every stream at once and waits for the output copies to stop
-// (a write to ExecIO already under way still completes).
-func (hs *hostStreams) end() {
-	for _, s := range []*yamux.Stream{hs.stdin, hs.out[0], hs.out[1]} {
-		if s != nil {
-			datachan.End(s)
+// end closes the host's ends at once (a blocked read or write on them
+// returns) and waits for the output copies to stop (a write to ExecIO
+// already under way still completes).
+func (hp *hostPipes) end() {
+	hp.once.Do(func() {
+		for _, f := range []*os.File{hp.ends.Stdin, hp.out[0], hp.out[1]} {
+			if f != nil {
+				_ = f.Close()
+			}
 		}
-	}
-	hs.copies.Wait()
+	})
+	hp.copies.Wait()
 }
 
-// explain ends the streams of an exec whose gRPC stream failed with err;
+// explain ends the pipes of an exec whose gRPC stream failed with err;
 // a failed write to ExecIO, which ended that stream, is the better
 // explanation.
-func (hs *hostStreams) explain(err error) error {
-	hs.end()
-	if werr := hs.failedWrite(); werr != nil {
+func (hp *hostPipes) explain(err error) error {
+	hp.end()
+	if werr := hp.failedWrite(); werr != nil {
 		return werr
 	}
 	return err

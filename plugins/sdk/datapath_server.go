@@ -3,9 +3,8 @@ package sdk
 import (
 	"context"
 	"io"
-	"sync/atomic"
+	"sync"
 
-	"github.com/hashicorp/yamux"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -13,19 +12,20 @@ import (
 	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
 )
 
-// pluginStreams are one exec's streams on the data channel, in the
-// plugin: what the provider reads as stdin and writes as output, with the
-// count of what it wrote, which the exit status tells the host.
-type pluginStreams struct {
-	all    []*yamux.Stream
-	stdin  *yamux.Stream
-	stdout *countedStream
-	stderr *countedStream
+// pluginPipes are one exec's pipes from the data channel, in the plugin:
+// what the provider reads as stdin and writes as output, with the count
+// of what it wrote, which the exit status tells the host.
+type pluginPipes struct {
+	files  datachan.Files
+	stdin  *PipeReader
+	stdout *PipeWriter
+	stderr *PipeWriter
+	once   sync.Once
 }
 
-// claimStreams takes the streams ExecStart.data names, which the host
-// opened before it sent ExecStart, waiting for them while ctx lasts.
-func (s *Server) claimStreams(ctx context.Context, start *pb.ExecStart) (*pluginStreams, error) {
+// claimPipes takes the pipes ExecStart.data names, which the host passed
+// before it sent ExecStart, waiting for them while ctx lasts.
+func (s *Server) claimPipes(ctx context.Context, start *pb.ExecStart) (*pluginPipes, error) {
 	d := start.GetData()
 	if s.data == nil {
 		return nil, status.Error(codes.FailedPrecondition, "this provider plugin has no data channel: send the exec's bytes on the Exec stream")
@@ -40,69 +40,59 @@ func (s *Server) claimStreams(ctx context.Context, start *pb.ExecStart) (*plugin
 	if d.GetStderr() {
 		kinds = append(kinds, datachan.Stderr)
 	}
-	got, err := s.data.Claim(ctx, d.GetId(), kinds...)
+	files, err := s.data.Claim(ctx, d.GetId(), kinds...)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	ps := &pluginStreams{all: got}
-	for i, k := range kinds {
-		switch k {
-		case datachan.Stdin:
-			ps.stdin = got[i]
-		case datachan.Stdout:
-			ps.stdout = &countedStream{s: got[i]}
-		case datachan.Stderr:
-			ps.stderr = &countedStream{s: got[i]}
-		}
+	pp := &pluginPipes{files: files}
+	if f := files[datachan.Stdin]; f != nil {
+		pp.stdin = &PipeReader{f: f}
 	}
-	return ps, nil
+	if f := files[datachan.Stdout]; f != nil {
+		pp.stdout = &PipeWriter{f: f}
+	}
+	if f := files[datachan.Stderr]; f != nil {
+		pp.stderr = &PipeWriter{f: f}
+	}
+	return pp, nil
 }
 
-// io fills in eio's streams: the host's streams, or a discarding writer
-// for output the host did not ask for (the provider sees the same
-// non-nil writers as on the gRPC path).
-func (ps *pluginStreams) io(eio *ExecIO) {
+// io fills in eio's streams: the host's pipes, or a discarding writer for
+// output the host did not ask for (the provider sees the same non-nil
+// writers as on the gRPC path).
+func (pp *pluginPipes) io(eio *ExecIO) {
 	eio.Stdout, eio.Stderr = io.Discard, io.Discard
-	if ps.stdout != nil {
-		eio.Stdout = ps.stdout
+	if pp.stdout != nil {
+		eio.Stdout = pp.stdout
 	}
-	if ps.stderr != nil {
-		eio.Stderr = ps.stderr
+	if pp.stderr != nil {
+		eio.Stderr = pp.stderr
 	}
-	if ps.stdin != nil {
-		eio.Stdin = ps.stdin
+	if pp.stdin != nil {
+		eio.Stdin = pp.stdin
 	}
 }
 
 // sent is how much output the provider wrote.
-func (ps *pluginStreams) sent() *pb.DataSent {
+func (pp *pluginPipes) sent() *pb.DataSent {
 	d := &pb.DataSent{}
-	if ps.stdout != nil {
-		d.Stdout = ps.stdout.n.Load()
+	if pp.stdout != nil {
+		d.Stdout = pp.stdout.n.Load()
 	}
-	if ps.stderr != nil {
-		d.Stderr = ps.stderr.n.Load()
+	if pp.stderr != nil {
+		d.Stderr = pp.stderr.n.Load()
 	}
 	return d
 }
 
-// end closes every stream at once: the provider's blocked reads and writes
-// return, and the host sees the end of each. Once the provider has
-// returned, all it wrote has been sent before.
-func (ps *pluginStreams) end() {
-	for _, s := range ps.all {
-		datachan.End(s)
-	}
-}
-
-// countedStream is an output stream that counts what it sent.
-type countedStream struct {
-	s *yamux.Stream
-	n atomic.Uint64
-}
-
-func (c *countedStream) Write(p []byte) (int, error) {
-	n, err := c.s.Write(p)
-	c.n.Add(uint64(n))
-	return n, err
+// end closes the plugin's ends of the pipes: the provider's blocked reads
+// and writes return, the host sees the end of the output once it has read
+// what the pipes hold, and its writes to stdin fail. Once the provider has
+// returned, all it wrote is in the pipes.
+func (pp *pluginPipes) end() {
+	pp.once.Do(func() {
+		for _, f := range pp.files {
+			_ = f.Close()
+		}
+	})
 }

@@ -30,7 +30,7 @@ type Client struct {
 	// data carries execs' bytes beside gRPC when the plugin took the data
 	// channel Launch offered; nil otherwise.
 	data *datachan.Host
-	bufs sync.Pool // *[]byte of dataCopyBuffer, for the data streams' copies
+	bufs sync.Pool // *[]byte of dataCopyBuffer, for the exec pipes. copies
 }
 
 // NewClient returns a Provider that calls the provider served on cc.
@@ -145,9 +145,8 @@ func (c *Client) Forward(ctx context.Context, req ForwardRequest, listening func
 // the provider can stop the process tree within the grace period and report
 // how it ended; the error is non-nil only when no exit status arrived.
 //
-// With a data channel (Launch), stdin, stdout and stderr go over streams of
-// their own there, within yamux's windows, and the Exec stream carries the
-// rest; Exec returns once the provider's output has all been written to
+// With a data channel (Launch), stdin, stdout and stderr go through OS
+// pipes passed to the plugin there, and the Exec stream carries the rest; Exec returns once the provider's output has all been written to
 // eio. Without one, they go over the Exec stream: stdin within the server's
 // credit, so a Cancel is never stuck behind input the process does not
 // read; if it still cannot be sent in time, the stream is cancelled, which
@@ -166,11 +165,12 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitSta
 	}
 	s := &execClientSender{stream: stream, lock: make(chan struct{}, 1)}
 	startPB := execStartToPB(req, eio.Stdin != nil)
-	// The bytes go over the data channel when there is one: its streams
-	// are opened before ExecStart names them. Failing that, over gRPC.
-	var data *hostStreams
+	// The bytes go over the data channel when there is one: the exec's
+	// pipes are passed before ExecStart names them. Failing that, over
+	// gRPC.
+	var data *hostPipes
 	if c.data.Usable() {
-		if data, err = openStreams(c.data, eio, &c.bufs); err == nil {
+		if data, err = openPipes(c.data, eio, &c.bufs); err == nil {
 			startPB.Data = data.startPB()
 			data.run(eio, abort)
 			defer data.end()

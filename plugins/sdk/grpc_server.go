@@ -264,13 +264,13 @@ func (s *Server) Exec(stream pb.Provider_ExecServer) error {
 	if start == nil {
 		return status.Error(codes.InvalidArgument, "an exec stream must begin with ExecStart")
 	}
-	var data *pluginStreams
+	var data *pluginPipes
 	if start.GetData() != nil {
-		// Claimed first, so that the streams are closed (the host waits
+		// Claimed first, so that the pipes are closed (the host waits
 		// for their end) however the exec ends.
 		claimCtx, cancelClaim := context.WithCancel(stream.Context())
 		stopClaim := context.AfterFunc(s.base, cancelClaim)
-		data, err = s.claimStreams(claimCtx, start)
+		data, err = s.claimPipes(claimCtx, start)
 		stopClaim()
 		cancelClaim()
 		if err != nil {
@@ -337,7 +337,7 @@ func (s *Server) Exec(stream pb.Provider_ExecServer) error {
 	}
 	exit := exitToPB(st)
 	if data != nil {
-		// Its streams end before the exit status is sent: the host has
+		// Its pipes close before the exit status is sent: the host has
 		// all the output when it sees it.
 		data.end()
 		exit.DataSent = data.sent()

@@ -117,7 +117,8 @@ func Serve(p Provider, opts ...ServeOption) {
 	shared, sharing := sharedServe(cfg.noSharing)
 	if os.Getenv("GOMAXPROCS") == "" && !sharing {
 		// A plugin relays bytes: its goroutines hand each chunk to one
-		// another (the provider's copy, yamux's send loop), which with
+		// another (a transport's reader, the provider's copy into the
+		// host's pipe; a local process's output is spliced), which with
 		// more than one P costs futex wakeups and scheduler spinning for
 		// every chunk. With one, the hand-off is a switch on the same
 		// thread: exec output through the local plugin took 1.1-2.4 CPU

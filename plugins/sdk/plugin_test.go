@@ -40,6 +40,8 @@ func TestMain(m *testing.M) {
 		os.Exit(runShareHost(os.Getenv(shareHostEnv), os.Getenv(shareExecEnv)))
 	case os.Getenv(rawDialEnv) != "":
 		os.Exit(rawDial(os.Getenv(rawDialEnv)))
+	case os.Getenv(paceEnv) != "":
+		os.Exit(runPaced(os.Getenv(paceEnv), os.Getenv(progressEnv)))
 	case os.Getenv(sdk.Handshake.MagicCookieKey) != "":
 		logger := sdk.NewLogger(os.Stderr, slog.LevelDebug)
 		var p sdk.Provider = &testProvider{mode: os.Getenv(testModeEnv), log: logger}

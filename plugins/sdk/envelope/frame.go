@@ -56,10 +56,12 @@ const (
 	frameExit    = 'x'
 )
 
-// maxPayload bounds a frame's payload; data goes in chunks of chunkSize.
+// maxPayload bounds a frame's payload; input goes in chunks of chunkSize,
+// output in chunks of up to outputChunk (what the command's pipe held).
 const (
-	maxPayload = 1 << 20
-	chunkSize  = 64 << 10
+	maxPayload  = 1 << 20
+	chunkSize   = 64 << 10
+	outputChunk = 256 << 10
 )
 
 // stdinWindow is how many bytes of input may be on their way to the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -68,10 +69,13 @@ func ServeMux(in io.Reader, out io.Writer, environ []string) error {
 }
 
 func serveMux(in io.Reader, out io.Writer, environ []string, steps StepFunc) error {
+	if f, ok := out.(*os.File); ok {
+		growPipe(f) // the session's frames leave in fewer, larger pieces
+	}
 	if _, err := io.WriteString(out, MuxHello); err != nil {
 		return fmt.Errorf("envelope: write the hello: %w", err)
 	}
-	sess, err := yamux.Server(&streamConn{Reader: in, Writer: out}, muxConfig())
+	sess, err := yamux.Server(&streamConn{Reader: in, Writer: newJoinedWriter(out)}, muxConfig())
 	if err != nil {
 		return fmt.Errorf("envelope: start the session: %w", err)
 	}
@@ -117,7 +121,7 @@ func NewMux(in io.WriteCloser, out io.Reader) (*Mux, error) {
 	if err := skipTo(br, MuxHello); err != nil {
 		return nil, err
 	}
-	sess, err := yamux.Client(&streamConn{Reader: br, Writer: in, close: in.Close}, muxConfig())
+	sess, err := yamux.Client(&streamConn{Reader: br, Writer: newJoinedWriter(in), close: in.Close}, muxConfig())
 	if err != nil {
 		return nil, fmt.Errorf("envelope: start the session: %w", err)
 	}

@@ -139,6 +139,8 @@ func (r *run) start(path string, cmd Command, env []string) (*os.Process, error)
 	if err != nil {
 		return nil, err
 	}
+	growPipe(outW)
+	growPipe(errW)
 	proc, err := os.StartProcess(path, cmd.Argv, &os.ProcAttr{
 		Dir:   cmd.Dir,
 		Env:   env,
@@ -165,7 +167,7 @@ func (r *run) start(path string, cmd Command, env []string) (*os.Process, error)
 // pump frames one output stream until it ends.
 func (r *run) pump(f *os.File, typ byte) {
 	defer r.outputs.Done()
-	buf := make([]byte, headerSize+chunkSize)
+	buf := make([]byte, headerSize+outputChunk)
 	for {
 		n, err := f.Read(buf[headerSize:])
 		if n > 0 {

@@ -46,7 +46,11 @@ type Process struct {
 }
 
 // Start starts cmd as the leader of a new process group with eio's streams.
-// cmd's Stdin, Stdout and Stderr must be unset.
+// cmd's Stdin, Stdout and Stderr must be unset. Streams that are the host's
+// own pipes (sdk.PipeReader, sdk.PipeWriter: a plugin's exec whose bytes
+// go over the data channel) move no byte through this process: the
+// process reads the host's stdin pipe itself, and its output is spliced
+// from its pipe into the host's.
 func Start(cmd *exec.Cmd, eio sdk.ExecIO) (*Process, error) {
 	if cmd.Stdin != nil || cmd.Stdout != nil || cmd.Stderr != nil {
 		return nil, errors.New("hostproc: cmd must not have its own stdin, stdout or stderr")
@@ -70,7 +74,12 @@ func Start(cmd *exec.Cmd, eio sdk.ExecIO) (*Process, error) {
 		}
 	}
 	var stdinW *os.File
-	if eio.Stdin != nil {
+	if pr, ok := eio.Stdin.(*sdk.PipeReader); ok {
+		// The host's own pipe (the data channel's): the process reads
+		// what the host writes with nothing in between. The SDK closes
+		// it once the exec is over.
+		cmd.Stdin = pr.File()
+	} else if eio.Stdin != nil {
 		r, w, err := os.Pipe()
 		if err != nil {
 			return nil, fmt.Errorf("stdin pipe: %w", err)
@@ -127,10 +136,17 @@ func Start(cmd *exec.Cmd, eio sdk.ExecIO) (*Process, error) {
 		p.copies.Add(1)
 		go func(dst io.Writer) {
 			defer p.copies.Done()
-			buf := make([]byte, copyBuffer)
-			// readerOnly hides (*os.File).WriteTo, which would copy in
-			// 32 KiB steps and ignore buf.
-			if _, err := io.CopyBuffer(dst, readerOnly{r}, buf); err != nil && !errors.Is(err, os.ErrClosed) {
+			var err error
+			if pw, ok := dst.(*sdk.PipeWriter); ok {
+				// The host's own pipe (the data channel's): the kernel
+				// moves the bytes from ours into it.
+				_, err = pw.ReadFrom(r)
+			} else {
+				// readerOnly hides (*os.File).WriteTo, which would copy
+				// in 32 KiB steps and ignore the buffer.
+				_, err = io.CopyBuffer(dst, readerOnly{r}, make([]byte, copyBuffer))
+			}
+			if err != nil && !errors.Is(err, os.ErrClosed) {
 				p.errOnce.Do(func() { p.copyErr = err })
 				_ = r.Close() // the process gets EPIPE rather than blocking
 			}

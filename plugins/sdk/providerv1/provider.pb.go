@@ -873,27 +873,30 @@ func (x *ExecStart) GetInteractive() bool {
 	return false
 }
 
-// DataStreams names an exec's streams on the data channel: a yamux session
-// over a unix socket pair that the host makes and hands to the plugin
-// process at start as the file descriptor named by the environment
-// variable AMELIA_PROVIDER_DATA_FD, besides go-plugin's TLS socket. A
-// plugin that takes it writes "amelia-provider-data 1\n" on it before
-// go-plugin's handshake line, then serves yamux on it; a host that does
-// not read that line there after the handshake does not set
-// ExecStart.data, and the bytes go over the Exec stream. The host opens a
-// yamux stream for each of the exec's streams it carries, each beginning
-// with the exec's id (8 bytes, big-endian) and the stream's kind (1 byte:
-// 1 stdin, 2 stdout, 3 stderr), before it sends ExecStart. Stdin is the
-// host's writes, ended by its close (the process then sees end of file);
-// stdout and stderr are the server's, which closes them once the provider
-// has returned and before it sends ExitStatus. Flow control is yamux's.
+// DataStreams names an exec's streams on the data channel: a unix socket
+// pair that the host makes and hands to the plugin process at start as the
+// file descriptor named by the environment variable
+// AMELIA_PROVIDER_DATA_FD, besides go-plugin's TLS socket (or passes to a
+// shared plugin with its hello). A plugin that takes it writes
+// "amelia-provider-data 2\n" on it before go-plugin's handshake line; a
+// host that does not read that line there after the handshake (nothing, or
+// another version's) does not set ExecStart.data, and the bytes go over the
+// Exec stream. For each exec whose bytes it carries, before it sends
+// ExecStart, the host makes an OS pipe per stream and writes a record of 16
+// bytes: the exec's id (8 bytes, big-endian), a byte whose bits 0, 1 and 2
+// say that stdin, stdout and stderr come, and 7 zero bytes; the plugin's
+// ends of those pipes (stdin's read end, the outputs' write ends) come with
+// it in that order, as SCM_RIGHTS. Stdin ends when the host closes its end
+// (the process then sees end of file); the server closes the outputs once
+// the provider has returned and before it sends ExitStatus. A pipe's
+// buffer is the flow control.
 type DataStreams struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The exec's id, chosen by the host, unique among its execs on the
 	// plugin.
 	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Whether the host opened a stdout and a stderr stream; when it did not,
-	// the server discards that output. A stdin stream is opened when
+	// Whether the host passed a stdout and a stderr pipe; when it did not,
+	// the server discards that output. A stdin pipe is passed when
 	// ExecStart.stdin is true.
 	Stdout        bool `protobuf:"varint,2,opt,name=stdout,proto3" json:"stdout,omitempty"`
 	Stderr        bool `protobuf:"varint,3,opt,name=stderr,proto3" json:"stderr,omitempty"`

@@ -1,11 +1,14 @@
 // Package datachan carries the bytes of a plugin's execs beside its gRPC
-// connection, without TLS: a yamux session over a unix socket pair that
-// the host makes and hands to the plugin process when it starts it (no
-// listening socket, no peer but the child). Each exec's stdin, stdout and
-// stderr go on streams of their own, which the host opens and names by an
-// id it chose, the one it sends in the gRPC Exec call; cancel, resize and
-// the exit status stay on gRPC. yamux's windows bound what a slow reader
-// leaves in flight on each stream.
+// connection, without TLS and without copying them through a protocol: for
+// each exec the host makes OS pipes for the streams it carries (stdin,
+// stdout, stderr) and passes the plugin's ends to it (SCM_RIGHTS) over a
+// unix socket pair that the host made and handed to the plugin process
+// when it started it (no listening socket, no peer but the child). Each
+// pass names the exec by an id the host chose, the one it sends in the
+// gRPC Exec call; cancel, resize and the exit status stay on gRPC. A
+// pipe's buffer bounds what a slow reader leaves in flight, and a provider
+// whose process writes to a pipe of its own moves the bytes into the
+// host's in the kernel (splice).
 //
 // The wire format is described at DataStreams in provider.proto.
 package datachan
@@ -15,11 +18,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
+	"net"
+	"os"
 	"sync"
-	"time"
-
-	"github.com/hashicorp/yamux"
 )
 
 // Env names, in the plugin's environment, the file descriptor of its end of
@@ -28,16 +29,21 @@ const Env = "AMELIA_PROVIDER_DATA_FD"
 
 // hello is what a plugin that takes the data channel writes on it before
 // go-plugin's handshake line, so the host can tell it from a plugin that
-// ignores the offer (an older SDK's) without waiting.
-const hello = "amelia-provider-data 1\n"
+// ignores the offer (an older SDK's) without waiting. The number is the
+// channel's version: 1 was a yamux session, which a host of this SDK does
+// not speak (it then moves the bytes over gRPC).
+const (
+	helloPrefix = "amelia-provider-data "
+	hello       = helloPrefix + "2\n"
+)
 
-// Window is how many bytes of one stream may be in flight: written and
-// not yet read by the other end. It bounds what a slow reader makes the
-// other side buffer, per stream; at 4 MiB a stream moves pipe-speed output
-// with few window updates.
-const Window = 4 << 20
+// PipeSize is what the host grows each exec pipe to, where it can: a
+// 64 KiB pipe makes a fast writer hand over its output in small pieces,
+// each one a wakeup of the reader. It is also most of what a slow reader
+// leaves in flight on a stream.
+const PipeSize = 1 << 20
 
-// Kind is which of an exec's streams a data stream carries.
+// Kind is which of an exec's streams a pipe carries.
 type Kind byte
 
 // The kinds of stream, as on the wire.
@@ -46,6 +52,8 @@ const (
 	Stdout Kind = 2
 	Stderr Kind = 3
 )
+
+var kinds = [...]Kind{Stdin, Stdout, Stderr}
 
 func (k Kind) String() string {
 	switch k {
@@ -59,181 +67,253 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind %d", byte(k))
 }
 
-// headerSize is the length of what begins each stream: the exec's id and
-// the stream's kind.
-const headerSize = 9
+func (k Kind) bit() byte { return 1 << (k - 1) }
 
-// config is the yamux configuration of both ends. Keepalives are off: the
-// peer is a process on this machine whose death closes the socket. The
-// write timeout is long since a write waits only for the peer's read loop,
-// which never blocks (windows keep it from having to), however loaded the
-// machine.
-func config() *yamux.Config {
-	cfg := yamux.DefaultConfig()
-	cfg.EnableKeepAlive = false
-	cfg.MaxStreamWindowSize = Window
-	cfg.AcceptBacklog = 1024
-	cfg.ConnectionWriteTimeout = 2 * time.Minute
-	cfg.LogOutput = io.Discard
-	return cfg
+// recordSize is the length of the record that carries one exec's pipes:
+// the exec's id (8 bytes, big-endian), a byte whose bits 0, 1 and 2 say
+// whether stdin, stdout and stderr come, in that order, as the record's
+// descriptors, and 7 zero bytes.
+const recordSize = 16
+
+// Ends are the host's ends of one exec's pipes: the write end of stdin,
+// the read ends of stdout and stderr; nil where the exec has none.
+type Ends struct {
+	Stdin, Stdout, Stderr *os.File
+}
+
+// Close closes every end.
+func (e Ends) Close() {
+	for _, f := range []*os.File{e.Stdin, e.Stdout, e.Stderr} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
 }
 
 // Host is the host's end of a plugin's data channel.
 type Host struct {
-	session *yamux.Session
-	mu      sync.Mutex
-	nextID  uint64
+	conn   *net.UnixConn
+	mu     sync.Mutex // one record at a time
+	nextID uint64
+	gone   chan struct{} // closed when the plugin's end closed
+}
+
+func newHost(conn *net.UnixConn) *Host {
+	h := &Host{conn: conn, gone: make(chan struct{})}
+	go h.watch()
+	return h
+}
+
+// watch waits for the plugin's end to close: the plugin sends nothing
+// after its hello, so a read returns only then.
+func (h *Host) watch() {
+	defer close(h.gone)
+	var b [1]byte
+	for {
+		if _, err := h.conn.Read(b[:]); err != nil {
+			return
+		}
+	}
 }
 
 // Usable reports whether execs can still use the channel.
-func (h *Host) Usable() bool { return h != nil && !h.session.IsClosed() }
+func (h *Host) Usable() bool {
+	if h == nil {
+		return false
+	}
+	select {
+	case <-h.gone:
+		return false
+	default:
+		return true
+	}
+}
 
-// NewID is an exec id not used before on this channel.
-func (h *Host) NewID() uint64 {
+// Open makes the pipes of a new exec, those of the streams asked for,
+// passes the plugin's ends to it and returns the exec's id and the host's
+// ends, which the caller closes.
+func (h *Host) Open(stdin, stdout, stderr bool) (uint64, Ends, error) {
+	var ends Ends
+	var theirs []*os.File
+	defer func() {
+		for _, f := range theirs {
+			_ = f.Close() // the plugin has its own copies now, or none
+		}
+	}()
+	var rec [recordSize]byte
+	for _, s := range []struct {
+		k    Kind
+		want bool
+		mine **os.File
+	}{{Stdin, stdin, &ends.Stdin}, {Stdout, stdout, &ends.Stdout}, {Stderr, stderr, &ends.Stderr}} {
+		if !s.want {
+			continue
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			ends.Close()
+			return 0, Ends{}, fmt.Errorf("make the %s pipe of an exec: %w", s.k, err)
+		}
+		growPipe(w)
+		if s.k == Stdin {
+			*s.mine = w
+			theirs = append(theirs, r)
+		} else {
+			*s.mine = r
+			theirs = append(theirs, w)
+		}
+		rec[8] |= s.k.bit()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.nextID++
-	return h.nextID
+	id := h.nextID
+	binary.BigEndian.PutUint64(rec[:8], id)
+	if err := send(h.conn, rec[:], theirs); err != nil {
+		ends.Close()
+		return 0, Ends{}, fmt.Errorf("pass the pipes of exec %d to the plugin: %w", id, err)
+	}
+	return id, ends, nil
 }
 
-// Open opens exec id's stream of kind k.
-func (h *Host) Open(id uint64, k Kind) (*yamux.Stream, error) {
-	s, err := h.session.OpenStream()
-	if err != nil {
-		return nil, fmt.Errorf("open the %s stream of exec %d on the data channel: %w", k, id, err)
+// Close ends the channel. Execs whose pipes were passed keep them.
+func (h *Host) Close() error { return h.conn.Close() }
+
+// Files are the plugin's ends of one exec's pipes, by kind.
+type Files map[Kind]*os.File
+
+func (fs Files) close() {
+	for _, f := range fs {
+		_ = f.Close()
 	}
-	var hdr [headerSize]byte
-	binary.BigEndian.PutUint64(hdr[:8], id)
-	hdr[8] = byte(k)
-	if _, err := s.Write(hdr[:]); err != nil {
-		_ = s.Close()
-		return nil, fmt.Errorf("open the %s stream of exec %d on the data channel: %w", k, id, err)
-	}
-	return s, nil
 }
 
-// Close ends the channel and every stream on it.
-func (h *Host) Close() error { return h.session.Close() }
-
-// Plugin is the plugin's end of its data channel: it accepts the streams
-// the host opens and holds each until the exec it names claims it.
+// Plugin is the plugin's end of its data channel: it takes the pipes the
+// host passes and holds each exec's until the exec claims them.
 type Plugin struct {
-	session *yamux.Session
+	conn *net.UnixConn
 
 	mu      sync.Mutex
-	pending map[uint64]map[Kind]*yamux.Stream
-	arrived chan struct{} // closed (and replaced) when a stream arrives
+	pending map[uint64]Files
+	// abandoned are execs whose claim gave up before their pipes came:
+	// the pipes are closed when they do.
+	abandoned map[uint64]struct{}
+	arrived   chan struct{} // closed (and replaced) when pipes arrive
+	closed    chan struct{} // closed when the channel ends
 }
 
-func newPlugin(session *yamux.Session) *Plugin {
-	p := &Plugin{session: session, pending: map[uint64]map[Kind]*yamux.Stream{}, arrived: make(chan struct{})}
-	go p.accept()
+func newPlugin(conn *net.UnixConn) *Plugin {
+	p := &Plugin{conn: conn, pending: map[uint64]Files{}, abandoned: map[uint64]struct{}{},
+		arrived: make(chan struct{}), closed: make(chan struct{})}
+	go p.receive()
 	return p
 }
 
 // ErrClosed: the data channel is closed.
 var ErrClosed = errors.New("the data channel is closed")
 
-// accept takes every stream the host opens, reads which exec's it is and
-// files it, until the session ends.
-func (p *Plugin) accept() {
+// receive takes every record the host sends and files its pipes, until
+// the channel ends.
+func (p *Plugin) receive() {
+	defer p.closePending()
 	for {
-		s, err := p.session.Accept()
+		id, fs, err := recv(p.conn)
 		if err != nil {
-			p.closePending()
 			return
 		}
-		go p.file(s.(*yamux.Stream))
+		p.mu.Lock()
+		if _, gone := p.abandoned[id]; gone {
+			delete(p.abandoned, id)
+			p.mu.Unlock()
+			fs.close()
+			continue
+		}
+		if _, dup := p.pending[id]; dup {
+			p.mu.Unlock()
+			fs.close() // a host bug: keep what came first
+			continue
+		}
+		p.pending[id] = fs
+		close(p.arrived)
+		p.arrived = make(chan struct{})
+		p.mu.Unlock()
 	}
 }
 
-// file reads a new stream's header and files it for its exec.
-func (p *Plugin) file(s *yamux.Stream) {
-	var hdr [headerSize]byte
-	if _, err := io.ReadFull(s, hdr[:]); err != nil {
-		_ = s.Close()
-		return
-	}
-	id, k := binary.BigEndian.Uint64(hdr[:8]), Kind(hdr[8])
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	byKind := p.pending[id]
-	if byKind == nil {
-		byKind = map[Kind]*yamux.Stream{}
-		p.pending[id] = byKind
-	}
-	if _, dup := byKind[k]; dup || (k != Stdin && k != Stdout && k != Stderr) {
-		_ = s.Close() // a host bug: keep what came first
-		return
-	}
-	byKind[k] = s
-	close(p.arrived)
-	p.arrived = make(chan struct{})
-}
-
-// Claim waits for exec id's streams of the given kinds and takes them, in
-// that order. It gives up when ctx ends or the channel closes; streams of
-// the exec that did arrive are closed then.
-func (p *Plugin) Claim(ctx context.Context, id uint64, kinds ...Kind) ([]*yamux.Stream, error) {
+// Claim waits for exec id's pipes and takes them; the exec is to have
+// exactly the kinds given. It gives up when ctx ends or the channel
+// closes.
+func (p *Plugin) Claim(ctx context.Context, id uint64, want ...Kind) (Files, error) {
 	for {
 		p.mu.Lock()
-		byKind := p.pending[id]
-		if len(byKind) >= len(kinds) {
-			out := make([]*yamux.Stream, 0, len(kinds))
-			for _, k := range kinds {
-				if s, ok := byKind[k]; ok {
-					out = append(out, s)
-				}
-			}
-			if len(out) == len(kinds) {
-				delete(p.pending, id)
-				p.mu.Unlock()
-				return out, nil
-			}
+		fs, ok := p.pending[id]
+		if ok {
+			delete(p.pending, id)
 		}
 		arrived := p.arrived
 		p.mu.Unlock()
+		if ok {
+			if len(fs) != len(want) {
+				fs.close()
+				return nil, fmt.Errorf("exec %d: the host passed %d pipes, not the %d it asked for", id, len(fs), len(want))
+			}
+			for _, k := range want {
+				if fs[k] == nil {
+					fs.close()
+					return nil, fmt.Errorf("exec %d: the host passed no %s pipe", id, k)
+				}
+			}
+			return fs, nil
+		}
 		select {
 		case <-arrived:
-		case <-p.session.CloseChan():
-			p.Discard(id)
+		case <-p.closed:
 			return nil, ErrClosed
 		case <-ctx.Done():
-			p.Discard(id)
-			return nil, fmt.Errorf("wait for the data streams of exec %d: %w", id, context.Cause(ctx))
+			p.abandon(id)
+			return nil, fmt.Errorf("wait for the pipes of exec %d: %w", id, context.Cause(ctx))
 		}
 	}
 }
 
-// Discard closes what arrived of exec id's streams.
-func (p *Plugin) Discard(id uint64) {
+// abandon closes exec id's pipes, now or when they come.
+func (p *Plugin) abandon(id uint64) {
 	p.mu.Lock()
-	byKind := p.pending[id]
-	delete(p.pending, id)
-	p.mu.Unlock()
-	for _, s := range byKind {
-		End(s)
+	fs, ok := p.pending[id]
+	if ok {
+		delete(p.pending, id)
+	} else {
+		p.abandoned[id] = struct{}{}
 	}
+	p.mu.Unlock()
+	fs.close()
 }
 
 func (p *Plugin) closePending() {
 	p.mu.Lock()
 	pending := p.pending
-	p.pending = map[uint64]map[Kind]*yamux.Stream{}
+	p.pending = map[uint64]Files{}
+	close(p.closed)
 	p.mu.Unlock()
-	for _, byKind := range pending {
-		for _, s := range byKind {
-			End(s)
-		}
+	for _, fs := range pending {
+		fs.close()
 	}
 }
 
-// Close ends the channel and every stream on it.
-func (p *Plugin) Close() error { return p.session.Close() }
+// Close ends the channel. Execs keep the pipes they claimed.
+func (p *Plugin) Close() error { return p.conn.Close() }
 
-// End closes s at once: a Read or Write blocked on it returns (with an
-// error), and the peer sees its end of the stream.
-func End(s *yamux.Stream) {
-	_ = s.SetDeadline(time.Now())
-	_ = s.Close()
+// checkHello checks the hello read on a data channel's host end: nil for
+// a hello of this version, errOtherVersion for a plugin's of another.
+func checkHello(got []byte) error {
+	switch {
+	case string(got) == hello:
+		return nil
+	case len(got) > len(helloPrefix) && string(got[:len(helloPrefix)]) == helloPrefix:
+		return errOtherVersion
+	}
+	return fmt.Errorf("the plugin's data channel began with %q, not %q", got, hello)
 }
+
+// errOtherVersion: the plugin speaks another version of the channel.
+var errOtherVersion = errors.New("the plugin's data channel is of another version")

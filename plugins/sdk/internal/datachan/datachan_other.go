@@ -4,6 +4,7 @@ package datachan
 
 import (
 	"errors"
+	"net"
 	"os"
 )
 
@@ -28,4 +29,12 @@ func Decline() { os.Unsetenv(Env) }
 func Take(f *os.File) (*Plugin, error) {
 	_ = f.Close()
 	return nil, errors.New("no data channel on this system")
+}
+
+func send(*net.UnixConn, []byte, []*os.File) error {
+	return errors.New("no data channel on this system")
+}
+
+func recv(*net.UnixConn) (uint64, Files, error) {
+	return 0, nil, errors.New("no data channel on this system")
 }
