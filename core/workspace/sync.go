@@ -3,6 +3,7 @@ package workspace
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -33,20 +34,21 @@ type LocalSource struct {
 // Synced is what a sync did.
 type Synced struct {
 	Base Base
-	// BundleBytes is how much went over Exec stdin (0 when the sandbox
-	// already had everything).
-	BundleBytes int64
-	// Commits is how many commits the bundle carried.
+	// Bytes is how much went over Exec stdin: the pack and its index (0
+	// when the sandbox already had everything).
+	Bytes int64
+	// Commits is how many commits the pack carried.
 	Commits  int
 	Duration time.Duration
 }
 
 // SyncLocal brings src's base branch (and the dirty commit) into the
-// sandbox's bare repo as a git bundle over Exec stdin, creating the repo
-// when needed. The bundle holds only the refs needed and only what the
-// sandbox lacks: the sandbox's ref tips that the host also has are
-// excluded (^commit), so they become the bundle's prerequisites. In the
-// bare repo the base lands on refs/heads/<branch>, the dirty commit on
+// sandbox's bare repo as a git pack with its index over Exec stdin (see
+// sendPack), creating the repo when needed. The pack holds only what the
+// sandbox lacks: the objects of the sandbox's ref tips that the host also
+// has are excluded (^commit); the sandbox keeps every object it was ever
+// given (its repo is never gc'd), so it has them all. In the bare repo
+// the base lands on refs/heads/<branch>, the dirty commit on
 // refs/amelia/dirty/<workflow>.
 func (w *Workspace) SyncLocal(ctx context.Context, src LocalSource) (Synced, error) {
 	start := time.Now()
@@ -91,9 +93,9 @@ func (w *Workspace) SyncLocal(ctx context.Context, src LocalSource) (Synced, err
 			}
 			base.Start = c
 			refs = append(refs, refTip{dirtyRef(src.Workflow), c})
-			// The bundle is made in the scratch repo, which sees the
+			// The pack is made in the scratch repo, which sees the
 			// user's objects through its alternate plus the new ones; the
-			// refs to bundle get their names there (it is ours to write).
+			// refs to pack get their names there (it is ours to write).
 			gitDir, dirtyEnv = tmp, []string{"GIT_DIR=" + tmp}
 			for _, r := range refs {
 				if _, err := h.git(ctx, dirtyEnv, "update-ref", r.name, r.oid); err != nil {
@@ -120,7 +122,7 @@ func (w *Workspace) SyncLocal(ctx context.Context, src LocalSource) (Synced, err
 	}
 	res := Synced{Base: base}
 	if len(send) == 0 {
-		err = w.receiveBundle(ctx, nil, refs)
+		err = w.receive(ctx, nil, nil, refs)
 	} else {
 		revs := append([]string(nil), send...)
 		for oid := range have {
@@ -130,14 +132,14 @@ func (w *Workspace) SyncLocal(ctx context.Context, src LocalSource) (Synced, err
 		if err != nil {
 			return Synced{}, fmt.Errorf("sync %s into sandbox: %w", h.Dir, err)
 		}
-		res.BundleBytes, err = w.streamBundle(ctx, h, gitDir, revs, refs)
+		res.Bytes, err = w.sendPack(ctx, h, gitDir, revs, refs)
 	}
 	if err != nil {
 		return Synced{}, fmt.Errorf("sync %s into sandbox: %w", h.Dir, err)
 	}
 	res.Duration = time.Since(start)
 	w.log.Info("synced local repo", "repo", h.Dir, "branch", branch, "commit", commit,
-		"bundle_bytes", res.BundleBytes, "commits", res.Commits, "duration", res.Duration)
+		"bytes", res.Bytes, "commits", res.Commits, "duration", res.Duration)
 	return res, nil
 }
 
@@ -164,7 +166,7 @@ func (w *Workspace) sandboxTips(ctx context.Context) ([]string, error) {
 }
 
 // commitsAmong returns which of oids are commits the host repo has: those
-// can be excluded from a bundle.
+// can be excluded from a pack.
 func (h *HostRepo) commitsAmong(ctx context.Context, oids []string) (map[string]bool, error) {
 	have := map[string]bool{}
 	if len(oids) == 0 {
@@ -195,7 +197,7 @@ func (h *HostRepo) countCommits(ctx context.Context, env, revs []string) (int, e
 
 // scratchRepo makes a temporary bare repo whose object store borrows the
 // host repo's (objects/info/alternates), so commits can be written and
-// bundled without adding a ref or an object to the user's repository.
+// packed without adding a ref or an object to the user's repository.
 func (h *HostRepo) scratchRepo(ctx context.Context) (string, error) {
 	tmp, err := os.MkdirTemp("", "amelia-dirty-")
 	if err != nil {
@@ -213,43 +215,76 @@ func (h *HostRepo) scratchRepo(ctx context.Context) (string, error) {
 	return tmp, nil
 }
 
-// streamBundle pipes `git bundle create - REVS` from gitDir on the host
-// into the sandbox's receiveBundle, counting the bytes.
-func (w *Workspace) streamBundle(ctx context.Context, h *HostRepo, gitDir string, revs []string, refs []refTip) (int64, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := h.gitIO(ctx, []string{"GIT_DIR=" + gitDir}, nil, pw, append([]string{"bundle", "create", "-"}, revs...)...)
-		pw.CloseWithError(err)
-		done <- err
-	}()
-	cr := &countingReader{r: pr}
-	err := w.receiveBundle(ctx, cr, refs)
-	pr.CloseWithError(io.ErrClosedPipe) // unblock the writer if the sandbox stopped reading
+// sendPack has host git write the objects revs select, from gitDir, as a
+// pack with its index into a temporary directory, and streams both into
+// the sandbox's receive step (workstep.Pack), returning the bytes sent.
+// pack-objects names every object it writes, so its index comes at no
+// cost, where the sandbox would have to inflate and hash every object
+// again to make one (git index-pack, as `git bundle unbundle` runs it);
+// the pack is not thin (no delta on an object left out), so it needs no
+// fixing either. The options override the user's pack settings that would
+// make it several packs or another kind of index.
+func (w *Workspace) sendPack(ctx context.Context, h *HostRepo, gitDir string, revs []string, refs []refTip) (int64, error) {
+	tmp, err := os.MkdirTemp("", "amelia-pack-")
 	if err != nil {
-		cancel()
-		<-done
-		return 0, err
+		return 0, fmt.Errorf("pack on the host: %w", err)
 	}
-	if err := <-done; err != nil {
-		return 0, fmt.Errorf("bundle on the host: %w", err)
+	defer os.RemoveAll(tmp)
+	var out strings.Builder
+	in := strings.NewReader(strings.Join(revs, "\n") + "\n")
+	if err := h.gitIO(ctx, []string{"GIT_DIR=" + gitDir}, in, &out, "pack-objects", "--revs", "--delta-base-offset",
+		"--index-version=2", "--max-pack-size=0", "-q", filepath.Join(tmp, "pack")); err != nil {
+		return 0, fmt.Errorf("pack on the host: %w", err)
+	}
+	name := strings.TrimSpace(out.String())
+	if len(name) != 40 || strings.Trim(name, "0123456789abcdef") != "" {
+		return 0, fmt.Errorf("pack on the host: git pack-objects named %q, not one SHA-1 pack (the sandbox's repository is SHA-1)", name)
+	}
+	idx, err := os.Open(filepath.Join(tmp, "pack-"+name+".idx"))
+	if err != nil {
+		return 0, fmt.Errorf("pack on the host: %w", err)
+	}
+	defer idx.Close()
+	pack, err := os.Open(filepath.Join(tmp, "pack-"+name+".pack"))
+	if err != nil {
+		return 0, fmt.Errorf("pack on the host: %w", err)
+	}
+	defer pack.Close()
+	p := workstep.Pack{Name: name}
+	for _, f := range []struct {
+		f    *os.File
+		size *int64
+	}{{idx, &p.IdxSize}, {pack, &p.PackSize}} {
+		fi, err := f.f.Stat()
+		if err != nil {
+			return 0, fmt.Errorf("pack on the host: %w", err)
+		}
+		*f.size = fi.Size()
+	}
+	var head [12]byte
+	if _, err := pack.ReadAt(head[:], 0); err != nil {
+		return 0, fmt.Errorf("pack on the host: %w", err)
+	}
+	if binary.BigEndian.Uint32(head[8:]) == 0 {
+		// Nothing the sandbox lacks: the refs alone.
+		return 0, w.receive(ctx, nil, nil, refs)
+	}
+	cr := &countingReader{r: io.MultiReader(idx, pack)}
+	if err := w.receive(ctx, &p, cr, refs); err != nil {
+		return 0, err
 	}
 	return cr.n.Load(), nil
 }
 
-// receiveBundle runs in the sandbox under the lock: it creates the bare
-// repo if needed, stores a bundle read from stdin (nil: none) and points
-// refs at their commits. `git bundle unbundle` checks the prerequisites
-// and stores the pack without touching refs; update-ref then sets exactly
-// the refs we name.
-func (w *Workspace) receiveBundle(ctx context.Context, bundle io.Reader, refs []refTip) error {
-	r := workstep.Receive{Root: w.root, Repo: w.RepoDir(), Bundle: bundle != nil}
+// receive runs in the sandbox under the lock: it creates the bare repo
+// if needed, stores the pack p read from stdin (nil: none) and points
+// refs at their commits; update-ref sets exactly the refs we name.
+func (w *Workspace) receive(ctx context.Context, p *workstep.Pack, in io.Reader, refs []refTip) error {
+	r := workstep.Receive{Root: w.root, Repo: w.RepoDir(), Pack: p}
 	for _, t := range refs {
 		r.Refs = append(r.Refs, workstep.RefTip{Name: t.name, Oid: t.oid})
 	}
-	return w.step(ctx, "", "receive bundle into the sandbox repo", r, bundle, nil)
+	return w.step(ctx, "", "receive the pack into the sandbox repo", r, in, nil)
 }
 
 // countingReader counts what was read through it. The count is atomic: a

@@ -70,22 +70,36 @@ type Refs struct {
 
 func (Refs) Step() string { return "refs" }
 
-// Receive makes the bare repository if it is not there, stores the
-// bundle on the step's input (if Bundle) and points each ref at its
-// commit, under the workspace lock. `git bundle unbundle` checks the
-// bundle's prerequisites and stores its pack without touching refs, so
-// exactly the refs named are set.
+// Receive makes the bare repository if it is not there, stores what the
+// step's input carries (a bundle with Bundle, a pack with Pack, else
+// nothing) and points each ref at its commit, under the workspace lock.
+// Neither touches refs, so exactly the refs named are set. `git bundle
+// unbundle` checks the bundle's prerequisites and indexes its pack (git
+// index-pack: every object inflated and hashed); a Pack comes with its
+// index, made where the pack was, so the sandbox only stores both.
 type Receive struct {
 	Root   string   `json:"root"`
 	Repo   string   `json:"repo"`
 	Bundle bool     `json:"bundle"`
+	Pack   *Pack    `json:"pack,omitempty"`
 	Refs   []RefTip `json:"refs"`
 }
 
 func (Receive) Step() string { return "receive" }
 
-// Bulky: a bundle may be the whole repository.
-func (r Receive) Bulky() bool { return r.Bundle }
+// Bulky: a bundle or a pack may be the whole repository.
+func (r Receive) Bulky() bool { return r.Bundle || r.Pack != nil }
+
+// Pack is a pack `git pack-objects` wrote with its index (version 2,
+// SHA-1), the step's input: IdxSize bytes of the index, then PackSize
+// bytes of the pack. The step checks both (their sizes, the pack's
+// checksum, which is Name, and the index's) and stores them as the
+// repository's objects/pack/pack-NAME.{pack,idx}, the index last.
+type Pack struct {
+	Name     string `json:"name"`
+	IdxSize  int64  `json:"idx_size"`
+	PackSize int64  `json:"pack_size"`
+}
 
 // RefTip is a ref and the commit it is to point at.
 type RefTip struct {

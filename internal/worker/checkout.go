@@ -177,6 +177,8 @@ func stampCheckout(dir string, out io.Writer) error {
 	// the filesystem: right after a checkout there are no others.
 	sc := &scanned{st: map[string]unix.Stat_t{}}
 	if dirs, err := treeDirs(dir); err == nil {
+		at := openAt(dir)
+		defer at.close()
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, scanWorkers)
 		for _, d := range dirs {
@@ -186,7 +188,7 @@ func stampCheckout(dir string, out io.Writer) error {
 				defer wg.Done()
 				defer func() { <-sem }()
 				var fi unix.Stat_t
-				if p := path.Join(dir, d); unix.Lstat(p, &fi) == nil && fi.Mode&unix.S_IFMT == unix.S_IFDIR {
+				if p := path.Join(dir, d); at.lstat(p, &fi) == nil && fi.Mode&unix.S_IFMT == unix.S_IFDIR {
 					sc.put(p, fi)
 				}
 			}()
@@ -211,6 +213,66 @@ func stampCheckout(dir string, out io.Writer) error {
 // large tree waits on round trips, not on a core.
 const scanWorkers = 32
 
+// dirAt looks up paths below the directory dir from a descriptor of it
+// (fstatat, openat), not from /: in a docker container whose root is
+// fuse-overlayfs, a lookup from / asks the FUSE daemon about the first
+// component (the workdir volume's mount point) each time, ~20 µs, which
+// made the lstat of a 48,000-entry checkout on the volume take 1-1.9 s
+// where the same lookups from the checkout took 0.1 s.
+type dirAt struct {
+	dir string
+	fd  int // unix.AT_FDCWD where dir could not be opened: paths as given
+}
+
+// openAt opens dir (never through a link) for lookups below it; where it
+// cannot, lookups go by the paths themselves.
+func openAt(dir string) *dirAt {
+	dir = path.Clean(dir)
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &dirAt{dir: dir, fd: unix.AT_FDCWD}
+	}
+	return &dirAt{dir: dir, fd: fd}
+}
+
+func (a *dirAt) close() {
+	if a.fd != unix.AT_FDCWD {
+		unix.Close(a.fd)
+	}
+}
+
+// rel is p (a path at or below a.dir) as the lookup from a.fd takes it.
+func (a *dirAt) rel(p string) string {
+	if a.fd == unix.AT_FDCWD {
+		return p
+	}
+	if p == a.dir {
+		return "."
+	}
+	if r, ok := strings.CutPrefix(p, a.dir+"/"); ok {
+		return r
+	}
+	return p // absolute: fstatat and openat ignore the descriptor
+}
+
+// lstat is unix.Lstat of p.
+func (a *dirAt) lstat(p string, st *unix.Stat_t) error {
+	return unix.Fstatat(a.fd, a.rel(p), st, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// readDir is os.ReadDir of the directory p, never through a link.
+func (a *dirAt) readDir(p string) ([]os.DirEntry, error) {
+	fd, err := unix.Openat(a.fd, a.rel(p), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	ents, err := f.ReadDir(-1)
+	slices.SortFunc(ents, func(x, y os.DirEntry) int { return strings.Compare(x.Name(), y.Name()) })
+	return ents, err
+}
+
 // scanned is what scan found below a directory, by path.
 type scanned struct {
 	mu   sync.Mutex
@@ -224,13 +286,15 @@ type scanned struct {
 // out: the caller reads it again, and fails or removes it.
 func scan(dir string, files bool) *scanned {
 	s := &scanned{st: map[string]unix.Stat_t{}, ents: map[string][]string{}}
+	at := openAt(dir)
+	defer at.close()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, scanWorkers)
 	var visit func(p string, top bool)
 	visit = func(p string, top bool) {
 		defer wg.Done()
 		sem <- struct{}{}
-		ents, err := os.ReadDir(p)
+		ents, err := at.readDir(p)
 		<-sem
 		if err != nil {
 			return
@@ -247,7 +311,7 @@ func scan(dir string, files bool) *scanned {
 				go func() {
 					var st unix.Stat_t
 					sem <- struct{}{}
-					err := unix.Lstat(c, &st)
+					err := at.lstat(c, &st)
 					<-sem
 					if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 						s.put(c, st)
@@ -262,7 +326,7 @@ func scan(dir string, files bool) *scanned {
 					defer wg.Done()
 					var st unix.Stat_t
 					sem <- struct{}{}
-					err := unix.Lstat(c, &st)
+					err := at.lstat(c, &st)
 					<-sem
 					if err == nil {
 						s.put(c, st)
@@ -287,6 +351,8 @@ func scan(dir string, files bool) *scanned {
 // every entry is lstat'ed, scanWorkers at a time.
 func scanTree(dir string, dirs map[string]bool, children map[string][]string, st stamp) *scanned {
 	s := &scanned{st: map[string]unix.Stat_t{}, ents: map[string][]string{}}
+	at := openAt(dir)
+	defer at.close()
 	abs := func(rel string) string { return path.Join(dir, rel) }
 	par := func(items []string, fn func(string)) {
 		var wg sync.WaitGroup
@@ -304,7 +370,7 @@ func scanTree(dir string, dirs map[string]bool, children map[string][]string, st
 	}
 	lstat := func(p string) {
 		var fi unix.Stat_t
-		if unix.Lstat(p, &fi) == nil {
+		if at.lstat(p, &fi) == nil {
 			s.put(p, fi)
 		}
 	}
@@ -325,7 +391,7 @@ func scanTree(dir string, dirs map[string]bool, children map[string][]string, st
 		}
 	}
 	par(changed, func(rel string) {
-		ents, err := os.ReadDir(abs(rel))
+		ents, err := at.readDir(abs(rel))
 		if err != nil {
 			return
 		}

@@ -39,12 +39,19 @@ func stepReceive(ctx context.Context, r workstep.Receive, sio stepIO) error {
 			return err
 		}
 	}
-	if r.Bundle {
+	switch {
+	case r.Bundle && r.Pack != nil:
+		return fmt.Errorf("a bundle and a pack in one input")
+	case r.Bundle:
 		// Straight from the input: git reads the bundle's header, then
 		// hands the rest to index-pack, so the pack is written once, into
 		// the repo.
 		if err := git(ctx, stepIO{stdin: sio.stdin, stderr: sio.stderr}, r.Repo, nil, "bundle", "unbundle", "/dev/stdin"); err != nil {
 			return err
+		}
+	case r.Pack != nil:
+		if err := receivePack(filepath.Join(r.Repo, "objects", "pack"), *r.Pack, sio.stdin); err != nil {
+			return fmt.Errorf("store the pack: %w", err)
 		}
 	}
 	for _, t := range r.Refs {
