@@ -216,16 +216,23 @@ func (h *HostRepo) scratchRepo(ctx context.Context) (string, error) {
 }
 
 // sendPack has host git write the objects revs select, from gitDir, as a
-// pack with its index into a temporary directory, and streams both into
+// pack with its index into a directory of its own, and streams both into
 // the sandbox's receive step (workstep.Pack), returning the bytes sent.
 // pack-objects names every object it writes, so its index comes at no
 // cost, where the sandbox would have to inflate and hash every object
 // again to make one (git index-pack, as `git bundle unbundle` runs it);
 // the pack is not thin (no delta on an object left out), so it needs no
 // fixing either. The options override the user's pack settings that would
-// make it several packs or another kind of index.
+// make it several packs or another kind of index. The pack, about the
+// repository's size on a first sync, is written in the repository's git
+// directory, on the disk that holds its objects already, rather than in
+// the temporary directory, which may be memory (tmpfs); where the git
+// directory cannot be written, in the temporary directory.
 func (w *Workspace) sendPack(ctx context.Context, h *HostRepo, gitDir string, revs []string, refs []refTip) (int64, error) {
-	tmp, err := os.MkdirTemp("", "amelia-pack-")
+	tmp, err := os.MkdirTemp(h.CommonDir, "amelia-pack-")
+	if err != nil {
+		tmp, err = os.MkdirTemp("", "amelia-pack-")
+	}
 	if err != nil {
 		return 0, fmt.Errorf("pack on the host: %w", err)
 	}
