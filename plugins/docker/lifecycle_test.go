@@ -77,7 +77,7 @@ func TestContainerRemovedMidExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	go io.Copy(io.Discard, outR)
-	if _, err := cli.ContainerRemove(t.Context(), sb.Ref.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+	if _, err := cli.ContainerRemove(t.Context(), sb.Ref.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
 		t.Fatal(err)
 	}
 	err := <-done
