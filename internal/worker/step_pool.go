@@ -320,13 +320,8 @@ func stepPark(ctx context.Context, r workstep.Park, sio stepIO) error {
 		if err := appendLine(rec, name); err != nil {
 			return fmt.Errorf("record the trash of %d: %w", uid, err)
 		}
-		if !exists(rec + ".lock") {
-			if err := os.WriteFile(rec+".lock", nil, 0o644); err != nil {
-				return err
-			}
-			if err := os.Chmod(rec+".lock", 0o644); err != nil {
-				return err
-			}
+		if err := recordLock(rec); err != nil {
+			return err
 		}
 		_, err := fmt.Fprintf(sio.stdout, "sweep %d %s\n", uid, name)
 		return err
@@ -365,13 +360,8 @@ func stepPark(ctx context.Context, r workstep.Park, sio stepIO) error {
 			return err
 		}
 	}
-	if fi, err := os.Stat(r.Repo); err == nil && fi.IsDir() {
-		quiet := stepIO{stderr: io.Discard}
-		if git(ctx, quiet, r.Repo, nil, "show-ref", "--verify", "--quiet", r.DirtyRef) == nil {
-			if err := git(ctx, stepIO{stderr: sio.stderr}, r.Repo, nil, "update-ref", "-d", r.DirtyRef); err != nil {
-				return err
-			}
-		}
+	if err := dropRef(ctx, sio, r.Repo, r.DirtyRef); err != nil {
+		return err
 	}
 	if err := os.Remove(r.Record); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("release the uid: %w", err)
@@ -406,6 +396,30 @@ func stepPark(ctx context.Context, r workstep.Park, sio stepIO) error {
 		}
 		removePoolRecord(pool, old)
 	}
+}
+
+// dropRef deletes ref from the bare repository repo, where both are
+// there.
+func dropRef(ctx context.Context, sio stepIO, repo, ref string) error {
+	if fi, err := os.Stat(repo); err != nil || !fi.IsDir() {
+		return nil
+	}
+	if git(ctx, stepIO{stderr: io.Discard}, repo, nil, "show-ref", "--verify", "--quiet", ref) != nil {
+		return nil
+	}
+	return git(ctx, stepIO{stderr: sio.stderr}, repo, nil, "update-ref", "-d", ref)
+}
+
+// recordLock makes the lock of the trash record rec, which every uid's
+// sweeper opens (mode 0644), unless it is there.
+func recordLock(rec string) error {
+	if exists(rec + ".lock") {
+		return nil
+	}
+	if err := os.WriteFile(rec+".lock", nil, 0o644); err != nil {
+		return err
+	}
+	return os.Chmod(rec+".lock", 0o644)
 }
 
 // ownedBy reports whether the entry p (a link not followed) is uid's.

@@ -61,12 +61,8 @@ func stepRetire(ctx context.Context, r workstep.Retire, sio stepIO) error {
 			return fmt.Errorf("put the checkout away: %w", err)
 		}
 	}
-	if fi, err := os.Stat(r.Repo); err == nil && fi.IsDir() {
-		if git(ctx, stepIO{stderr: io.Discard}, r.Repo, nil, "show-ref", "--verify", "--quiet", r.DirtyRef) == nil {
-			if err := git(ctx, stepIO{stderr: sio.stderr}, r.Repo, nil, "update-ref", "-d", r.DirtyRef); err != nil {
-				return err
-			}
-		}
+	if err := dropRef(ctx, sio, r.Repo, r.DirtyRef); err != nil {
+		return err
 	}
 	// The record keeps what is still there, and the new entry.
 	rec := filepath.Join(trashd, "self")
@@ -90,10 +86,8 @@ func stepRetire(ctx context.Context, r workstep.Retire, sio stepIO) error {
 	if len(keep) == 0 {
 		return nil
 	}
-	if !exists(rec + ".lock") {
-		if err := os.WriteFile(rec+".lock", nil, 0o644); err != nil {
-			return err
-		}
+	if err := recordLock(rec); err != nil {
+		return err
 	}
 	return startSweeper(r.Root, rec)
 }
