@@ -295,7 +295,7 @@ func TestIncrementalSync(t *testing.T) {
 	if got := inSandbox(t, sb, `git -C "$1" rev-parse main`, ws.RepoDir()); got != fourth.Base.Commit {
 		t.Errorf("sandbox main = %s, want %s", got, fourth.Base.Commit)
 	}
-	// The packs were made beside the repository's objects, and are gone.
+	// Nothing of the syncs' packs is left in the repository's git directory.
 	if left, _ := filepath.Glob(filepath.Join(dir, ".git", "amelia-pack-*")); len(left) != 0 {
 		t.Errorf("the syncs left %v in the repository's git directory", left)
 	}
