@@ -55,6 +55,7 @@ func TestParse(t *testing.T) {
 		{name: "absolute context", file: ".devcontainer/devcontainer.json", in: `{"build": {"dockerfile": "D", "context": "/"}}`, err: `build.context: "/" is not a path relative to the devcontainer.json`},
 		{name: "image with a variable", file: ".devcontainer.json", in: `{"image": "${localEnv:IMG}"}`, err: `image: "${localEnv:IMG}" uses ${...} substitution`},
 		{name: "bad image", file: ".devcontainer.json", in: `{"image": "-v /:/host"}`, err: `image: "-v /:/host" is not an image reference`},
+		{name: "image too long", file: ".devcontainer.json", in: `{"image": "` + strings.Repeat("a", 256) + `"}`, err: "is not an image reference"},
 		{name: "empty command", file: ".devcontainer.json", in: `{"image": "i", "postCreateCommand": []}`, err: "postCreateCommand: want a command"},
 		{name: "command of a wrong kind", file: ".devcontainer.json", in: `{"image": "i", "postCreateCommand": 3}`, err: "postCreateCommand: want a command"},
 		{name: "bad env name", file: ".devcontainer.json", in: `{"image": "i", "containerEnv": {"A B": "1"}}`, err: `containerEnv.A B: is not an environment variable`},

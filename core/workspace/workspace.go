@@ -64,7 +64,10 @@ var (
 // the sandbox.
 const BranchPrefix = "amelia/"
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+// idPattern is a workflow id's characters; ValidateWorkflowID checks its
+// length apart, since a bounded repetition ({0,62}) compiles to as many
+// copies of the class, built at every start of amelia.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 // ValidateWorkflowID accepts ids that are safe both as one path component
 // (ROOT/worktrees/<id>) and inside a ref name (refs/heads/amelia/<id>):

@@ -5,14 +5,17 @@ import (
 	"strings"
 )
 
-var nameRule = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+// nameRule is a name's characters; ValidName checks its length apart,
+// since a bounded repetition ({0,62}) compiles to as many copies of the
+// class, built at every start of every program that links the SDK.
+var nameRule = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
 
 // ValidName reports whether s is a valid sandbox or provider name. Names
 // become container names, directory names, labels and binary names, so they
 // are limited to lower-case letters, digits, '-' and '_', start with a letter
 // or digit, and are at most 63 characters. Profile names follow the same
 // rule, since they become sandbox names.
-func ValidName(s string) bool { return nameRule.MatchString(s) }
+func ValidName(s string) bool { return len(s) <= 63 && nameRule.MatchString(s) }
 
 // ValidateName checks a sandbox name (see ValidName).
 func ValidateName(name string) error {
