@@ -13,8 +13,8 @@ export GORACE = atexit_sleep_ms=0
 # package takes ~9 minutes on a quiet 2-core machine, and several times
 # that on a loaded one (load 20+ must pass), so go test's 10m is too short.
 TEST_TIMEOUT ?= 60m
-# Where make install puts amelia and its workers (amelia looks for the
-# workers beside itself): $(go env GOPATH)/bin unless PREFIX or BINDIR says.
+# Where make install puts amelia, amelia-providers and the workers (amelia
+# looks for them beside itself): $(go env GOPATH)/bin unless PREFIX or BINDIR says.
 PREFIX   ?= $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))
 BINDIR   ?= $(PREFIX)/bin
 
@@ -22,10 +22,12 @@ BINDIR   ?= $(PREFIX)/bin
 
 all: build
 
-## build: bin/amelia and, beside it, the workers it puts into sandboxes
+## build: bin/amelia and, beside it, amelia-providers (the built-in providers) and the workers it puts into sandboxes
+# Both static: without libc, each concurrent run's amelia maps less.
 build: worker
-	@echo "make: go build bin/amelia"
-	@$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/amelia ./cmd/amelia
+	@echo "make: go build bin/amelia bin/amelia-providers (static)"
+	@CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/amelia ./cmd/amelia
+	@CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/amelia-providers ./cmd/amelia-providers
 
 ## worker: the static in-sandbox worker, bin/amelia-worker-linux-{amd64,arm64}
 # The first build on a fresh machine compiles every dependency, three times
@@ -47,11 +49,11 @@ demo: build
 	@echo "make: go run ./internal/demo (compiled first: a minute or more on a fresh machine)"
 	@$(GO) run ./internal/demo -amelia bin/amelia
 
-## install: bin/amelia and its workers into $(BINDIR) ($(go env GOPATH)/bin unless PREFIX=DIR or BINDIR=DIR), where amelia finds the workers beside it
+## install: bin/amelia, amelia-providers and the workers into $(BINDIR) ($(go env GOPATH)/bin unless PREFIX=DIR or BINDIR=DIR), where amelia finds them beside it
 install: build
-	@echo "make: installing amelia and amelia-worker-linux-{amd64,arm64} into $(BINDIR)"
+	@echo "make: installing amelia, amelia-providers and amelia-worker-linux-{amd64,arm64} into $(BINDIR)"
 	@install -d '$(BINDIR)'
-	@install -m 755 bin/amelia bin/amelia-worker-linux-amd64 bin/amelia-worker-linux-arm64 '$(BINDIR)/'
+	@install -m 755 bin/amelia bin/amelia-providers bin/amelia-worker-linux-amd64 bin/amelia-worker-linux-arm64 '$(BINDIR)/'
 	@case ":$$PATH:" in *":$(BINDIR):"*) ;; *) echo "make: $(BINDIR) is not on your PATH: add it (export PATH=\"$(BINDIR):\$$PATH\") to run amelia by name";; esac
 
 ## base-image: amelia-base:bookworm for the Docker tests and amelia-sshd:bookworm (a remote machine for the SSH tests), made with mmdebstrap (image/bootstrap-base.sh); says so and does nothing without a Docker engine

@@ -1,6 +1,7 @@
 // Command amelia runs coding agents in isolated sandboxes. The program is
 // cmd/amelia/cli; main hands it the process and the table of the providers
-// it serves itself (cmd/amelia/builtin).
+// that come with it (cmd/amelia/builtin: their names, none linked: the
+// built-in providers are served by cmd/amelia-providers).
 package main
 
 import (

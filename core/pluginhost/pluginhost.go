@@ -1,7 +1,8 @@
 // Package pluginhost finds and starts sandbox provider plugins.
 //
-// Built-in providers are served by the amelia binary itself, re-executed as
-// `amelia plugin serve NAME`; third-party providers are executables named
+// Built-in providers are served by amelia-providers, the amelia CLI with
+// them linked in, started as `amelia-providers plugin serve NAME`; the
+// amelia that runs sandboxes links none of them. Third-party providers are executables named
 // amelia-provider-NAME on the plugin search path. Either way the host talks to
 // them over go-plugin gRPC (sdk.Launch), never in-process. The runs of one
 // profile on this host share a plugin process when Options.Share says
@@ -31,12 +32,22 @@ const BinaryPrefix = "amelia-provider-"
 // Plugin is a provider plugin that can be started.
 type Plugin struct {
 	Name string
-	// Path is the executable: the plugin binary, or amelia for built-ins.
+	// Path is the executable: the plugin binary, or amelia-providers for
+	// built-ins.
 	Path string
 	// Args follow Path on the command line.
 	Args []string
-	// Builtin is true for providers served by amelia itself.
+	// Builtin is true for the providers that come with amelia.
 	Builtin bool
+}
+
+// missingServer says so when p is a built-in whose server is not there to
+// start: amelia installed without amelia-providers beside it.
+func (p Plugin) missingServer() error {
+	if !p.Builtin || isExecutable(p.Path) {
+		return nil
+	}
+	return fmt.Errorf("the built-in provider %s is served by %s, which is missing or not executable: install amelia with make build or make install, which put amelia-providers beside amelia", p.Name, p.Path)
 }
 
 // Source says where the plugin comes from, for listings.
@@ -49,9 +60,10 @@ func (p Plugin) Source() string {
 
 // Options configure a Host.
 type Options struct {
-	// Self is the amelia executable, re-executed to serve built-ins.
-	Self string
-	// Builtins are the providers Self serves: their names, aliases and
+	// Server is the executable that serves the built-ins
+	// (`Server plugin serve NAME`): amelia-providers.
+	Server string
+	// Builtins are the providers Server serves: their names, aliases and
 	// what each reads from the host's environment beyond the base.
 	Builtins []Builtin
 	// Dirs is the search path for amelia-provider-NAME binaries, in order.
@@ -135,7 +147,8 @@ func (h *Host) Canonical(name string) string {
 func (h *Host) Find(name string) (Plugin, error) {
 	name = h.Canonical(name)
 	if slices.Contains(h.builtins, name) {
-		return h.builtin(name), nil
+		p := h.builtin(name)
+		return p, p.missingServer()
 	}
 	if !sdk.ValidName(name) {
 		return Plugin{}, fmt.Errorf("%q is not a valid provider name (lower-case letters, digits, '-' and '_')", name)
@@ -158,7 +171,7 @@ func (h *Host) describeDirs() string {
 }
 
 func (h *Host) builtin(name string) Plugin {
-	return Plugin{Name: name, Path: h.opts.Self, Args: []string{"plugin", "serve", name}, Builtin: true}
+	return Plugin{Name: name, Path: h.opts.Server, Args: []string{"plugin", "serve", name}, Builtin: true}
 }
 
 // Ignored is a plugin binary that List skipped, and why.
@@ -228,6 +241,9 @@ func (h *Host) Environment(p Plugin, prof *Profile) ([]string, error) {
 // that cannot be shared and one started for no profile (plugin ls) get a
 // process of their own, as does any Start whose sharing failed.
 func (h *Host) Start(p Plugin, prof *Profile) (*sdk.Plugin, error) {
+	if err := p.missingServer(); err != nil {
+		return nil, err
+	}
 	env, err := h.Environment(p, prof)
 	if err != nil {
 		return nil, err
@@ -287,16 +303,19 @@ func isExecutable(path string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
-// Builtin is a provider the amelia binary serves itself (`amelia plugin
-// serve NAME`). The composition root (cmd/amelia) hands the table of them
-// to the CLI; core imports none.
+// Builtin is a provider that comes with amelia, served by Options.Server
+// (`amelia-providers plugin serve NAME`). The composition roots
+// (cmd/amelia, cmd/amelia-providers) hand the table of them to the CLI;
+// core imports none. The host's table has no New: only the server's links
+// the providers.
 type Builtin struct {
 	Name string
 	// Aliases are other names a profile may give it ("none" for local).
 	Aliases []string
 	// Env is what it reads from the host's environment beyond the base.
 	Env Env
-	// New builds it, in the plugin process.
+	// New builds it, in the plugin process; nil where the provider is not
+	// linked.
 	New func(BuiltinDeps) sdk.Provider
 }
 

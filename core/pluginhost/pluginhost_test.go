@@ -36,7 +36,7 @@ func TestFind(t *testing.T) {
 	want := fakePlugin(t, first, "amelia-provider-hello", 0o755)
 	fakePlugin(t, first, "amelia-provider-local", 0o755)
 	fakePlugin(t, first, "amelia-provider-noexec", 0o644)
-	h := New(Options{Self: "/usr/bin/amelia", Builtins: []Builtin{{Name: "local", Aliases: []string{"none"}}}, Dirs: []string{first, second}})
+	h := New(Options{Server: os.Args[0], Builtins: []Builtin{{Name: "local", Aliases: []string{"none"}}}, Dirs: []string{first, second}})
 
 	for _, tc := range []struct {
 		name string
@@ -44,8 +44,8 @@ func TestFind(t *testing.T) {
 		err  string
 	}{
 		{name: "hello", want: Plugin{Name: "hello", Path: want}},
-		{name: "local", want: Plugin{Name: "local", Path: "/usr/bin/amelia", Args: []string{"plugin", "serve", "local"}, Builtin: true}},
-		{name: "none", want: Plugin{Name: "local", Path: "/usr/bin/amelia", Args: []string{"plugin", "serve", "local"}, Builtin: true}},
+		{name: "local", want: Plugin{Name: "local", Path: os.Args[0], Args: []string{"plugin", "serve", "local"}, Builtin: true}},
+		{name: "none", want: Plugin{Name: "local", Path: os.Args[0], Args: []string{"plugin", "serve", "local"}, Builtin: true}},
 		{name: "noexec", err: `no provider named "noexec": built in are local; no amelia-provider-noexec was found in ` + first + ", " + second},
 		{name: "../evil", err: `"../evil" is not a valid provider name`},
 	} {
@@ -68,7 +68,7 @@ func TestList(t *testing.T) {
 	builtin := fakePlugin(t, second, "amelia-provider-none", 0o755)
 	bad := fakePlugin(t, second, "amelia-provider-Bad", 0o755)
 	fakePlugin(t, second, "not-a-plugin", 0o755)
-	h := New(Options{Self: "/usr/bin/amelia", Builtins: []Builtin{{Name: "local", Aliases: []string{"none"}}}, Dirs: []string{first, second, filepath.Join(root, "missing")}})
+	h := New(Options{Server: os.Args[0], Builtins: []Builtin{{Name: "local", Aliases: []string{"none"}}}, Dirs: []string{first, second, filepath.Join(root, "missing")}})
 
 	plugins, ignored := h.List()
 	var names []string

@@ -103,7 +103,7 @@ func TestStartScrubsThePluginEnvironment(t *testing.T) {
 		t.Setenv(k, v)
 	}
 	opts := Options{
-		Self: os.Args[0],
+		Server: os.Args[0],
 		Builtins: []Builtin{{Name: "envtest", Env: Env{
 			Vars:  []string{"AMELIA_TEST_DECLARED"},
 			Named: []NamedVar{{Key: "key_env", Default: "AMELIA_TEST_DEFAULT_KEY"}},
@@ -181,7 +181,7 @@ func TestStartScrubsThePluginEnvironment(t *testing.T) {
 
 // A profile that grants its LLM key's variable starts no plugin.
 func TestStartRefusesTheLLMKey(t *testing.T) {
-	h := New(Options{Self: os.Args[0], Builtins: []Builtin{{Name: "envtest"}}, Environ: []string{"OPENAI_API_KEY=sk-x"}})
+	h := New(Options{Server: os.Args[0], Builtins: []Builtin{{Name: "envtest"}}, Environ: []string{"OPENAI_API_KEY=sk-x"}})
 	p, err := h.Find("envtest")
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +218,7 @@ func shareDir(t *testing.T) string {
 // start for no profile, get a process each.
 func TestStartShares(t *testing.T) {
 	t.Setenv("AMELIA_TEST_GRANTED", "granted")
-	h := New(Options{Self: os.Args[0], Builtins: []Builtin{{Name: "envtest"}}, Environ: os.Environ(), Share: &Sharing{Dir: shareDir(t)}})
+	h := New(Options{Server: os.Args[0], Builtins: []Builtin{{Name: "envtest"}}, Environ: os.Environ(), Share: &Sharing{Dir: shareDir(t)}})
 	p, err := h.Find("envtest")
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +268,7 @@ func TestStartShares(t *testing.T) {
 // A plugin of an SDK before sharing is started for each run, as before.
 func TestStartLaunchesAPluginThatCannotBeShared(t *testing.T) {
 	t.Setenv(oldSDKEnv, "1")
-	h := New(Options{Self: os.Args[0], Builtins: []Builtin{{Name: "envtest", Env: Env{Vars: []string{oldSDKEnv}}}}, Environ: os.Environ(), Share: &Sharing{Dir: shareDir(t)}})
+	h := New(Options{Server: os.Args[0], Builtins: []Builtin{{Name: "envtest", Env: Env{Vars: []string{oldSDKEnv}}}}, Environ: os.Environ(), Share: &Sharing{Dir: shareDir(t)}})
 	p, err := h.Find("envtest")
 	if err != nil {
 		t.Fatal(err)

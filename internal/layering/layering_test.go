@@ -103,6 +103,14 @@ func TestLayering(t *testing.T) {
 			return slices.ContainsFunc(providers, func(d string) bool { return under(to, d) })
 		},
 	}, {
+		// Each concurrent run is an amelia process: the providers' code
+		// and package inits would cost every one of them memory.
+		name:    "the amelia binary links no provider (amelia-providers serves them)",
+		covered: func(p string) bool { return p == module+"/cmd/amelia" },
+		forbidden: func(_, to string) bool {
+			return slices.ContainsFunc(providers, func(d string) bool { return under(to, d) })
+		},
+	}, {
 		name:    "the SDK imports nothing of Amelia's outside plugins/sdk",
 		covered: func(p string) bool { return under(p, "plugins/sdk") },
 		forbidden: func(_, to string) bool {

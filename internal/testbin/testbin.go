@@ -54,11 +54,15 @@ func BuildSandboxWorker(dir string) (string, error) {
 	return build(filepath.Join(dir, workerbin.FileName(runtime.GOARCH)), "./cmd/worker")
 }
 
-// BuildAmelia builds amelia into dir, with the worker beside it
-// (BuildSandboxWorker), and returns amelia's path. Both are built with
+// BuildAmelia builds amelia into dir, with amelia-providers (which
+// serves the built-in providers) and the worker beside it
+// (BuildSandboxWorker), and returns amelia's path. All are built with
 // -race when the calling test binary is.
 func BuildAmelia(dir string) (string, error) {
 	if _, err := BuildSandboxWorker(dir); err != nil {
+		return "", err
+	}
+	if _, err := build(filepath.Join(dir, "amelia-providers"), "./cmd/amelia-providers"); err != nil {
 		return "", err
 	}
 	return build(filepath.Join(dir, "amelia"), "./cmd/amelia")

@@ -23,14 +23,17 @@ import (
 )
 
 // Run runs amelia with args (without the program name) and returns the
-// process exit code. builtins are the providers it serves itself.
+// process exit code. builtins are the providers that come with amelia:
+// with their constructors where this binary links them
+// (amelia-providers), else names only, and this binary hands what needs
+// them in its own process to amelia-providers beside it.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer, builtins []pluginhost.Builtin) int {
 	return newApp(os.Stdin, stdout, stderr, builtins).run(ctx, args)
 }
 
 // newApp is an invocation with the process's environment.
 func newApp(stdin io.Reader, stdout, stderr io.Writer, builtins []pluginhost.Builtin) *app {
-	self, _ := os.Executable()
+	exe, _ := os.Executable()
 	home, _ := os.UserHomeDir()
 	return &app{
 		stdin:    stdin,
@@ -39,7 +42,8 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer, builtins []pluginhost.Bui
 		lookup:   os.LookupEnv,
 		environ:  os.Environ(),
 		home:     home,
-		self:     self,
+		exe:      exe,
+		self:     ameliaBeside(exe),
 		builtins: builtins,
 	}
 }
@@ -55,8 +59,10 @@ type app struct {
 	lookup         func(string) (string, bool)
 	environ        []string
 	home           string
-	self           string // the amelia executable
+	exe            string // this process's executable
+	self           string // the amelia executable (exe, or the amelia beside amelia-providers)
 	builtins       []pluginhost.Builtin
+	args           []string // the command line, for handing it to amelia-providers
 
 	configPath string
 	profile    string
@@ -81,6 +87,7 @@ func (e usageError) Unwrap() error { return e.error }
 func (a *app) run(ctx context.Context, args []string) int {
 	// Stop every plugin this run started, whatever happened.
 	defer plugin.CleanupClients()
+	a.args = args
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetIn(a.stdin)
@@ -240,7 +247,7 @@ func (a *app) loadProfile() (*config.Profile, error) {
 
 func (a *app) pluginHost() *pluginhost.Host {
 	return pluginhost.New(pluginhost.Options{
-		Self:     a.self,
+		Server:   a.providersExe(),
 		Builtins: a.builtins,
 		Dirs:     pluginhost.SearchPath(a.getenv("AMELIA_PLUGIN_PATH"), a.configDir(), a.self),
 		Environ:  a.environ,

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin"
+	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin/linked"
 	"github.com/amelia-sandbox/amelia/core/buildinfo"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/sharedtest"
@@ -33,7 +33,7 @@ var startEnv = os.Environ()
 // is amelia serving a built-in provider.
 func TestMain(m *testing.M) {
 	if os.Getenv(sdk.Handshake.MagicCookieKey) != "" {
-		os.Exit(Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, builtin.Providers()))
+		os.Exit(Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, linked.Providers()))
 	}
 	os.Exit(m.Run())
 }
@@ -89,7 +89,7 @@ type result struct {
 func amelia(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := newApp(strings.NewReader(stdin), &out, &errb, builtin.Providers()).run(t.Context(), args)
+	code := newApp(strings.NewReader(stdin), &out, &errb, linked.Providers()).run(t.Context(), args)
 	return result{code, out.String(), errb.String()}
 }
 

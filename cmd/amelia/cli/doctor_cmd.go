@@ -75,6 +75,11 @@ func (a *app) doctor(ctx context.Context, d *doctor) {
 	} else {
 		d.ok("", "git: %s", git)
 	}
+	if exe := a.providersExe(); !executable(exe) {
+		d.fail("", "providers", fmt.Errorf("%s, which serves the built-in providers, is missing or not executable", exe), "make build or make install in amelia's clone puts it beside amelia")
+	} else {
+		d.ok("", "providers: %s", exe)
+	}
 	arch := runtime.GOARCH
 	if w, err := workerbin.Find(workerbin.Dirs(a.getenv("AMELIA_WORKER_DIR"), a.self), arch); err != nil {
 		d.fail("", "worker", err, "")

@@ -27,6 +27,9 @@ amelia.image-hash; an image that is up to date is not built again unless
 of time and shows the output.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.handOff(); err != nil {
+				return err
+			}
 			p, err := a.loadProfile()
 			if err != nil {
 				return err

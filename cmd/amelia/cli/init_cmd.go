@@ -48,6 +48,9 @@ engine, local is the default and the docker profile waits for one. An
 existing file is kept unless --force, which keeps a copy as FILE.bak.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.handOff(); err != nil {
+				return err
+			}
 			return a.init(cmd.Context(), cmd.OutOrStdout(), force, bootstrap, noBuild)
 		},
 	}

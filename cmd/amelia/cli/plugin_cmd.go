@@ -45,6 +45,9 @@ replaced.`,
 		Short: "Serve a built-in provider (amelia starts this itself, for a run or shared by a profile's runs)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.handOff(); err != nil {
+				return err
+			}
 			p, ok := a.builtinProvider(args[0], a.pluginLogger())
 			if !ok {
 				return usageError{fmt.Errorf("no built-in provider named %q (built in: %s)", args[0], strings.Join(a.pluginHost().Builtins(), ", "))}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin"
+	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin/linked"
 )
 
 // parentEnviron prints, one a line, the environment the process that
@@ -108,8 +108,8 @@ func TestPluginEnvironment(t *testing.T) {
 			t.Errorf("only docker declares DOCKER_CONFIG: %s", line)
 		}
 	}
-	if starts != len(builtin.Providers()) {
-		t.Errorf("plugin ls logged %d plugin starts, want %d:\n%s", starts, len(builtin.Providers()), r.stderr)
+	if starts != len(linked.Providers()) {
+		t.Errorf("plugin ls logged %d plugin starts, want %d:\n%s", starts, len(linked.Providers()), r.stderr)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin"
+	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin/linked"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 )
 
@@ -27,7 +27,7 @@ func TestProxyServe(t *testing.T) {
 	defer stop()
 	done := make(chan int, 1)
 	go func() {
-		code := newApp(strings.NewReader(""), stdoutW, &stderr, builtin.Providers()).run(ctx, []string{"proxy", "serve"})
+		code := newApp(strings.NewReader(""), stdoutW, &stderr, linked.Providers()).run(ctx, []string{"proxy", "serve"})
 		stdoutW.Close()
 		done <- code
 	}()

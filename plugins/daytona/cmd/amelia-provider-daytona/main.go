@@ -1,5 +1,5 @@
 // Command amelia-provider-daytona is the Daytona provider as a plugin binary of its
-// own; amelia serves the same provider itself (`amelia plugin serve daytona`),
+// own; amelia-providers serves the same provider (`plugin serve daytona`),
 // so this is only needed to ship it separately.
 package main
 

@@ -1,5 +1,5 @@
 // Command amelia-provider-docker is the Docker provider as a plugin binary
-// of its own; amelia serves the same provider itself (`amelia plugin serve
+// of its own; amelia-providers serves the same provider (`plugin serve
 // docker`), so this is only needed to ship it separately.
 package main
 

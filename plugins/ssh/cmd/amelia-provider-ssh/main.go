@@ -1,5 +1,5 @@
 // Command amelia-provider-ssh is the SSH provider as a plugin binary of its
-// own; amelia serves the same provider itself (`amelia plugin serve ssh`),
+// own; amelia-providers serves the same provider (`plugin serve ssh`),
 // so this is only needed to ship it separately.
 package main
 
