@@ -76,7 +76,9 @@ func removeFew(dir string) bool {
 	if !fewIn(dir, &left) {
 		return false
 	}
-	return os.RemoveAll(dir) == nil
+	// Not os.RemoveAll: it opens dir's parent, .amelia/runs (1733), which
+	// the uid may write and search but not read.
+	return removeAll(dir) == nil
 }
 
 // fewIn reports whether dir holds at most *left entries, its
