@@ -3,20 +3,16 @@ package workspace
 import (
 	"bufio"
 	"bytes"
+	"compress/zlib"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
-
-	"github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/format/packfile"
-	"github.com/go-git/go-git/v5/plumbing/object"
-	"github.com/go-git/go-git/v5/plumbing/storer"
-	"github.com/go-git/go-git/v5/storage/memory"
-	"github.com/go-git/go-git/v5/utils/merkletrie"
 )
 
 // bundleHeader is a git bundle's text header (gitformat-bundle(5)).
@@ -64,13 +60,13 @@ func parseBundle(data []byte) (bundleHeader, error) {
 			}
 		case strings.HasPrefix(l, "-"):
 			oid, _, _ := strings.Cut(l[1:], " ")
-			if !plumbing.IsHash(oid) {
+			if !isOID(oid) {
 				return h, fmt.Errorf("bad prerequisite line %.60q", l)
 			}
 			h.prereqs = append(h.prereqs, oid)
 		default:
 			oid, name, ok := strings.Cut(l, " ")
-			if !ok || !plumbing.IsHash(oid) || name == "" {
+			if !ok || !isOID(oid) || name == "" {
 				return h, fmt.Errorf("bad ref line %.60q", l)
 			}
 			h.refs = append(h.refs, refTip{name: name, oid: oid})
@@ -78,10 +74,30 @@ func parseBundle(data []byte) (bundleHeader, error) {
 	}
 }
 
-// inspection is what inspectBundle learned.
+// sha1Len is the length of a SHA-1 object id in bytes, the only object
+// format parseBundle accepts.
+const sha1Len = 20
+
+// isOID reports whether s is a SHA-1 object id as git writes it: 40
+// lower-case hex digits.
+func isOID(s string) bool {
+	return len(s) == 2*sha1Len && strings.Trim(s, "0123456789abcdef") == ""
+}
+
+// inspection is what inspectBundle learned, and the quarantine holding
+// the bundle's objects, indexed: storeResult moves them into the host
+// repo; discard removes what is left of them.
 type inspection struct {
 	tip     string
 	commits int
+	q       *quarantine
+}
+
+// discard removes the quarantine.
+func (ins inspection) discard() {
+	if ins.q != nil {
+		ins.q.remove()
+	}
 }
 
 // inspectBundle decides whether a result bundle may reach the host repo.
@@ -91,15 +107,18 @@ type inspection struct {
 // or changes a gitlink (mode 160000) or a .gitmodules file; the objects
 // inflate to at most 8×max bytes (so a small bundle cannot be a zip bomb).
 //
-// How: the header is parsed here; the pack is parsed by go-git into memory
-// storage. The bundle is thin (its deltas may be against objects of the
-// prerequisites), so the parser's storage is an overlay: objects from the
-// pack go to memory, lookups fall back to the host repo's object store,
-// read-only through go-git. Nothing is written to the host.
-func inspectBundle(ctx context.Context, host *HostRepo, data []byte, id, base string, max int64) (inspection, error) {
-	var ins inspection
+// How, the way git's receive-pack quarantines a push: the header is parsed
+// here, and the pack's object headers are walked here (checkInflated)
+// before git inflates anything. Then host git indexes the pack, with
+// strict fsck, into a quarantine object directory of its own that borrows
+// the host repo's objects (the bundle is thin: its deltas may be against
+// objects of the prerequisites), and answers the rest there. Nothing is
+// written to the host repo: the caller stores the result from the
+// quarantine (inspection.q) or discards it. On a refusal the quarantine
+// is gone already.
+func inspectBundle(ctx context.Context, host *HostRepo, data []byte, id, base string, max int64) (_ inspection, err error) {
 	refuse := func(format string, a ...any) (inspection, error) {
-		return ins, fmt.Errorf("%w: %s", ErrRefused, fmt.Sprintf(format, a...))
+		return inspection{}, fmt.Errorf("%w: %s", ErrRefused, fmt.Sprintf(format, a...))
 	}
 	if int64(len(data)) > max {
 		return refuse("the bundle is %d bytes, over the %d-byte limit", len(data), max)
@@ -115,164 +134,444 @@ func inspectBundle(ctx context.Context, host *HostRepo, data []byte, id, base st
 	case hdr.refs[0].name != want:
 		return refuse("the bundle's ref is %.100q, want %s", hdr.refs[0].name, want)
 	}
-	ins.tip = hdr.refs[0].oid
+	tip := hdr.refs[0].oid
 
-	if inflated, err := inflatedSize(hdr.pack); err != nil {
-		return refuse("bad pack: %v", err)
-	} else if inflated > 8*max {
-		return refuse("the bundle's objects inflate to %d bytes, over %d", inflated, 8*max)
-	}
-
-	hostRepo, err := git.PlainOpenWithOptions(host.Dir, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
-	if err != nil {
-		return ins, fmt.Errorf("open %s with go-git: %w", host.Dir, err)
-	}
-	prereq := map[plumbing.Hash]bool{}
-	for _, p := range hdr.prereqs {
-		h := plumbing.NewHash(p)
-		if hostRepo.Storer.HasEncodedObject(h) != nil {
-			return refuse("prerequisite %s is not in the host repo", p)
+	if err := checkInflated(hdr.pack, 8*max); err != nil {
+		var over *inflateError
+		if errors.As(err, &over) {
+			return refuse("the bundle's %v", err)
 		}
-		prereq[h] = true
-	}
-	mem := memory.NewStorage()
-	ov := &overlay{Storage: mem, host: hostRepo.Storer}
-	parser, err := packfile.NewParserWithStorage(packfile.NewScanner(bytes.NewReader(hdr.pack)), ov)
-	if err != nil {
-		return ins, err
-	}
-	if _, err := parser.Parse(); err != nil {
 		return refuse("bad pack: %v", err)
 	}
-	if err := ctx.Err(); err != nil {
-		return ins, err
+	missing, err := host.missingObjects(ctx, hdr.prereqs)
+	if err != nil {
+		return inspection{}, fmt.Errorf("look up the bundle's prerequisites: %w", err)
+	}
+	if len(missing) > 0 {
+		return refuse("prerequisite %s is not in the host repo", missing[0])
 	}
 
-	tip := plumbing.NewHash(ins.tip)
-	if _, ok := mem.Commits[tip]; !ok {
-		return refuse("the branch's commit %s is not a new commit in the bundle", ins.tip)
+	q, err := host.newQuarantine()
+	if err != nil {
+		return inspection{}, err
+	}
+	defer func() {
+		if err != nil {
+			q.remove()
+		}
+	}()
+	if err := q.indexPack(ctx, hdr.pack); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return refuse("bad pack: %v", err)
+		}
+		return inspection{}, fmt.Errorf("index the bundle's pack: %w", err)
+	}
+	// Every object the bundle's objects link to is in the bundle or the
+	// host repo now: index-pack --strict checked.
+	parents, err := q.bundleCommits(ctx, len(hdr.pack)-sha1Len)
+	if err != nil {
+		return inspection{}, fmt.Errorf("inspect the bundle: %w", err)
+	}
+	if _, ok := parents[tip]; !ok {
+		return refuse("the branch's commit %s is not a new commit in the bundle", tip)
 	}
 	// Walk the new commits from the tip; what lies beyond them must be
-	// prerequisites, and one of them must be, or descend from, base.
-	boundary := map[plumbing.Hash]bool{}
-	seen := map[plumbing.Hash]bool{tip: true}
-	for queue := []plumbing.Hash{tip}; len(queue) > 0; {
-		c, err := object.GetCommit(ov, queue[0])
-		queue = queue[1:]
-		if err != nil {
-			return refuse("commit: %v", err)
-		}
-		for _, p := range c.ParentHashes {
-			if _, isNew := mem.Commits[p]; !isNew {
+	// prerequisites.
+	prereq := map[string]bool{}
+	for _, p := range hdr.prereqs {
+		prereq[p] = true
+	}
+	seen := map[string]bool{tip: true}
+	for queue := []string{tip}; len(queue) > 0; queue = queue[1:] {
+		c := queue[0]
+		for _, p := range parents[c] {
+			if _, isNew := parents[p]; !isNew {
 				if !prereq[p] {
-					return refuse("commit %s has parent %s, neither in the bundle nor a prerequisite", c.Hash, p)
+					return refuse("commit %s has parent %s, neither in the bundle nor a prerequisite", c, p)
 				}
-				boundary[p] = true
 			} else if !seen[p] {
 				seen[p] = true
 				queue = append(queue, p)
 			}
 		}
 	}
-	if !boundary[plumbing.NewHash(base)] && !host.anyDescends(ctx, base, boundary) {
+	if _, err := q.git(ctx, nil, "merge-base", "--is-ancestor", base, tip); err != nil {
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 1 {
+			return inspection{}, fmt.Errorf("inspect the bundle: %w", err)
+		}
 		return refuse("%s does not descend from the base commit %.12s", want, base)
 	}
-	for h := range mem.Commits {
-		c, err := object.GetCommit(ov, h)
-		if err != nil {
-			return refuse("commit %s: %v", h, err)
-		}
-		if err := checkNoGitlinks(ov, c); err != nil {
-			return refuse("commit %.12s %v", h, err)
-		}
+	if c, why, err := q.firstGitlink(ctx, parents); err != nil {
+		return inspection{}, fmt.Errorf("inspect the bundle: %w", err)
+	} else if why != "" {
+		return refuse("commit %.12s %s", c, why)
 	}
-	ins.commits = len(mem.Commits)
-	return ins, nil
+	return inspection{tip: tip, commits: len(parents), q: q}, nil
 }
 
-// anyDescends reports whether one of commits (host commits) has base as an
-// ancestor; the host's own git answers, with its commit-graph.
-func (h *HostRepo) anyDescends(ctx context.Context, base string, commits map[plumbing.Hash]bool) bool {
-	for c := range commits {
-		if _, err := h.git(ctx, nil, "merge-base", "--is-ancestor", base, c.String()); err == nil {
-			return true
+// missingObjects returns those of oids the host repo does not have.
+func (h *HostRepo) missingObjects(ctx context.Context, oids []string) ([]string, error) {
+	if len(oids) == 0 {
+		return nil, nil
+	}
+	var out strings.Builder
+	in := strings.NewReader(strings.Join(oids, "\n") + "\n")
+	if err := h.gitIO(ctx, nil, in, &out, "cat-file", "--batch-check=%(objectname)"); err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if oid, ok := strings.CutSuffix(l, " missing"); ok {
+			missing = append(missing, oid)
 		}
 	}
-	return false
+	return missing, nil
 }
 
-// checkNoGitlinks refuses a commit that, against its first parent, adds or
-// changes a submodule entry or a .gitmodules file.
-func checkNoGitlinks(s storer.EncodedObjectStorer, c *object.Commit) error {
-	tree, err := c.Tree()
+// quarantine is a temporary object directory whose objects/info/alternates
+// is the host repo's object directory: git run there (q.git) reads the
+// host's objects and refs but writes objects only into the quarantine, and
+// may write no ref (GIT_QUARANTINE_PATH).
+type quarantine struct {
+	host *HostRepo
+	dir  string
+	pack string // pack-<hash>, once indexPack has written it
+}
+
+// newQuarantine makes the directory in the host's object directory, where
+// git's receive-pack keeps its own, so that its pack moves into the host
+// repo by a rename (on the same file system). Where that directory cannot
+// be written, the result could not be stored anyway.
+func (h *HostRepo) newQuarantine() (*quarantine, error) {
+	objects := filepath.Join(h.CommonDir, "objects")
+	dir, err := os.MkdirTemp(objects, "amelia-quarantine-")
+	if err != nil {
+		return nil, fmt.Errorf("quarantine for the result: %w", err)
+	}
+	q := &quarantine{host: h, dir: dir}
+	err = os.MkdirAll(filepath.Join(dir, "info"), 0o700)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "info", "alternates"), []byte(objects+"\n"), 0o600)
+	}
+	if err != nil {
+		q.remove()
+		return nil, fmt.Errorf("quarantine for the result: %w", err)
+	}
+	return q, nil
+}
+
+func (q *quarantine) remove() { os.RemoveAll(q.dir) }
+
+// git runs host git in the quarantine, stdin (if not nil) as its input.
+func (q *quarantine) git(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
+	var out strings.Builder
+	env := []string{"GIT_OBJECT_DIRECTORY=" + q.dir, "GIT_QUARANTINE_PATH=" + q.dir}
+	err := q.host.gitIO(ctx, env, stdin, &out, args...)
+	return out.String(), err
+}
+
+// indexPack has git read the thin pack, complete it with the bases of its
+// deltas from the host repo (--fix-thin, appended at its end), check every
+// object as `fetch.fsckObjects` would and that every object it links to
+// exists (--strict), and write it with its index into the quarantine.
+func (q *quarantine) indexPack(ctx context.Context, pack []byte) error {
+	out, err := q.git(ctx, bytes.NewReader(pack), "index-pack", "--stdin", "--fix-thin", "--strict")
 	if err != nil {
 		return err
 	}
-	var parentTree *object.Tree
-	if c.NumParents() > 0 {
-		p, err := object.GetCommit(s, c.ParentHashes[0])
-		if err != nil {
-			return err
-		}
-		if parentTree, err = p.Tree(); err != nil {
-			return err
-		}
+	kind, hash, _ := strings.Cut(strings.TrimSpace(out), "\t")
+	if kind != "pack" || !isOID(hash) {
+		return fmt.Errorf("git index-pack printed %.80q, not a SHA-1 pack's name", out)
 	}
-	changes, err := object.DiffTree(parentTree, tree)
+	q.pack = "pack-" + hash
+	return nil
+}
+
+// bundleCommits maps each commit the bundle's pack holds to its parents.
+// The objects index-pack appended to complete the pack, from the host
+// repo, lie at packEnd (where the bundle's pack had its checksum) or
+// after it, and are not the bundle's.
+func (q *quarantine) bundleCommits(ctx context.Context, packEnd int) (map[string][]string, error) {
+	idx, err := os.Open(filepath.Join(q.dir, "pack", q.pack+".idx"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for _, ch := range changes {
-		a, err := ch.Action()
-		if err != nil {
-			return err
+	defer idx.Close()
+	out, err := q.git(ctx, idx, "show-index")
+	if err != nil {
+		return nil, err
+	}
+	var ids strings.Builder
+	for l := range strings.Lines(out) {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			return nil, fmt.Errorf("git show-index printed %.80q", l)
 		}
-		if a == merkletrie.Delete {
+		off, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("git show-index printed %.80q", l)
+		}
+		if off < int64(packEnd) {
+			ids.WriteString(f[1] + "\n")
+		}
+	}
+	out, err = q.git(ctx, strings.NewReader(ids.String()), "cat-file", "--batch-check=%(objecttype) %(objectname)")
+	if err != nil {
+		return nil, err
+	}
+	var commits strings.Builder
+	for l := range strings.Lines(out) {
+		if oid, ok := strings.CutPrefix(l, "commit "); ok {
+			commits.WriteString(oid)
+		}
+	}
+	parents := map[string][]string{}
+	if commits.Len() == 0 {
+		return parents, nil
+	}
+	out, err = q.git(ctx, strings.NewReader(commits.String()), "rev-list", "--no-walk=unsorted", "--parents", "--stdin")
+	if err != nil {
+		return nil, err
+	}
+	for l := range strings.Lines(out) {
+		if f := strings.Fields(l); len(f) > 0 {
+			parents[f[0]] = f[1:]
+		}
+	}
+	return parents, nil
+}
+
+// firstGitlink diffs each commit of parents (commit → its parents) against
+// its first parent (a root commit against the empty tree) in one git
+// process, and returns the first commit that adds or changes a gitlink
+// (a submodule) or a .gitmodules file, with what it does; why is empty
+// when none does. The first parent suffices: a gitlink or .gitmodules no
+// diff shows is one the first parent has already, so it comes, from first
+// parent to first parent, from the host.
+func (q *quarantine) firstGitlink(ctx context.Context, parents map[string][]string) (commit, why string, err error) {
+	var in strings.Builder
+	for c, ps := range parents {
+		in.WriteString(c)
+		if len(ps) > 0 {
+			in.WriteString(" " + ps[0])
+		}
+		in.WriteString("\n")
+	}
+	// --ignore-submodules=none: the host's .gitmodules could otherwise
+	// hide a submodule's changes from the diff.
+	out, err := q.git(ctx, strings.NewReader(in.String()), "diff-tree", "--stdin", "-r", "--root", "-z",
+		"--no-renames", "--ignore-submodules=none")
+	if err != nil {
+		return "", "", err
+	}
+	// -z: a commit's id, then per change ":<modes> <oids> <status>" and
+	// its path, each NUL-terminated.
+	f := strings.Split(out, "\x00")
+	for i := 0; i < len(f); i++ {
+		rec := f[i]
+		if !strings.HasPrefix(rec, ":") {
+			commit = rec
 			continue
 		}
-		if ch.To.TreeEntry.Mode == filemode.Submodule {
-			return fmt.Errorf("adds a gitlink (submodule) at %q", ch.To.Name)
+		if i++; i == len(f) {
+			return "", "", fmt.Errorf("git diff-tree printed %.80q without a path", rec)
 		}
-		if name := ch.To.Name; name == ".gitmodules" || strings.HasSuffix(name, "/.gitmodules") {
-			return fmt.Errorf("adds or changes %q", name)
+		path := f[i]
+		fields := strings.Fields(rec)
+		if len(fields) != 5 {
+			return "", "", fmt.Errorf("git diff-tree printed %.80q", rec)
 		}
+		if fields[4] == "D" {
+			continue
+		}
+		if fields[1] == "160000" {
+			return commit, fmt.Sprintf("adds a gitlink (submodule) at %q", path), nil
+		}
+		if path == ".gitmodules" || strings.HasSuffix(path, "/.gitmodules") {
+			return commit, fmt.Sprintf("adds or changes %q", path), nil
+		}
+	}
+	return "", "", nil
+}
+
+// inflateError is a pack whose objects would inflate to more than allowed.
+type inflateError struct {
+	what  string
+	limit int64
+}
+
+func (e *inflateError) Error() string {
+	return fmt.Sprintf("%s inflate to more than %d bytes", e.what, e.limit)
+}
+
+// Pack object types (gitformat-pack(5)) that are deltas.
+const (
+	objOfsDelta = 6
+	objRefDelta = 7
+)
+
+// checkInflated walks the pack's objects (gitformat-pack(5)) and fails
+// with an *inflateError as soon as they would inflate to more than limit
+// bytes: plain objects by the size in their header, before inflating
+// them; deltas by their target size, in the first bytes of their data,
+// before inflating the rest. Each object's data is inflated (and dropped)
+// only to find the next object, and never past the size its header
+// declares, so a pack that lies costs no more than one that does not;
+// the deltas' own data is held to limit as well. Objects are not hashed
+// and deltas not resolved: index-pack does that, after this.
+func checkInflated(pack []byte, limit int64) error {
+	if len(pack) < 12 || string(pack[:4]) != "PACK" {
+		return errors.New("no pack signature")
+	}
+	if v := binary.BigEndian.Uint32(pack[4:]); v != 2 && v != 3 {
+		return fmt.Errorf("pack version %d", v)
+	}
+	n := binary.BigEndian.Uint32(pack[8:])
+	r := bytes.NewReader(pack[12:])
+	var z zlibReader
+	var total, deltas int64
+	for i := range n {
+		off := int64(len(pack) - r.Len())
+		typ, size, err := objectHeader(r)
+		if err != nil {
+			return fmt.Errorf("object %d at %d: %w", i, off, err)
+		}
+		switch typ {
+		case 1, 2, 3, 4: // commit, tree, blob, tag
+			if total += size; total > limit {
+				return &inflateError{"objects", limit}
+			}
+			err = z.inflate(r, size, nil)
+		case objOfsDelta, objRefDelta:
+			if typ == objOfsDelta {
+				err = skipBaseOffset(r, off)
+			} else if r.Len() < sha1Len {
+				err = io.ErrUnexpectedEOF
+			} else {
+				_, err = r.Seek(sha1Len, io.SeekCurrent)
+			}
+			if err != nil {
+				break
+			}
+			if deltas += size; deltas > limit {
+				return &inflateError{"deltas", limit}
+			}
+			err = z.inflate(r, size, func(head []byte) error {
+				target, err := deltaTargetSize(head)
+				if err != nil {
+					return err
+				}
+				if total += target; total > limit {
+					return &inflateError{"objects", limit}
+				}
+				return nil
+			})
+		default:
+			err = fmt.Errorf("object type %d", typ)
+		}
+		if err != nil {
+			return fmt.Errorf("object %d at %d: %w", i, off, err)
+		}
+	}
+	if r.Len() != sha1Len {
+		return fmt.Errorf("%d bytes after the last object, want the %d-byte checksum", r.Len(), sha1Len)
 	}
 	return nil
 }
 
-// inflatedSize sums what the pack's objects inflate to: plain objects by
-// their header, deltas by the target size at the start of their data. It
-// inflates only delta data, in a first pass that keeps nothing.
-func inflatedSize(pack []byte) (int64, error) {
-	sc := packfile.NewScanner(bytes.NewReader(pack))
-	_, n, err := sc.Header()
+// objectHeader reads a pack object's type and inflated size.
+func objectHeader(r io.ByteReader) (typ byte, size int64, err error) {
+	b, err := r.ReadByte()
 	if err != nil {
-		return 0, err
+		return 0, 0, io.ErrUnexpectedEOF
 	}
-	var total int64
-	for range n {
-		oh, err := sc.NextObjectHeader()
-		if err != nil {
-			return 0, err
+	typ, size = b>>4&7, int64(b&0x0f)
+	for shift := 4; b&0x80 != 0; shift += 7 {
+		if shift > 56 {
+			return 0, 0, errors.New("object size overflows")
 		}
-		if !oh.Type.IsDelta() {
-			total += oh.Length
-			if _, _, err := sc.NextObject(io.Discard); err != nil {
-				return 0, err
-			}
-			continue
+		if b, err = r.ReadByte(); err != nil {
+			return 0, 0, io.ErrUnexpectedEOF
 		}
-		var head prefixWriter
-		if _, _, err := sc.NextObject(&head); err != nil {
-			return 0, err
-		}
-		target, err := deltaTargetSize(head.b)
-		if err != nil {
-			return 0, err
-		}
-		total += target
+		size |= int64(b&0x7f) << shift
 	}
-	return total, nil
+	return typ, size, nil
+}
+
+// skipBaseOffset reads an OFS_DELTA's base offset, which must point back
+// into the pack from off, where the delta starts.
+func skipBaseOffset(r io.ByteReader, off int64) error {
+	b, err := r.ReadByte()
+	if err != nil {
+		return io.ErrUnexpectedEOF
+	}
+	rel := int64(b & 0x7f)
+	for b&0x80 != 0 {
+		if rel >= 1<<55 {
+			return errors.New("delta base offset overflows")
+		}
+		if b, err = r.ReadByte(); err != nil {
+			return io.ErrUnexpectedEOF
+		}
+		rel = (rel+1)<<7 | int64(b&0x7f)
+	}
+	if rel == 0 || rel > off-12 {
+		return fmt.Errorf("delta base offset %d outside the pack", rel)
+	}
+	return nil
+}
+
+// zlibReader inflates pack objects' data, one zlib stream after another,
+// with the same state.
+type zlibReader struct{ zr io.ReadCloser }
+
+// inflate reads one zlib stream from r, which must inflate to exactly size
+// bytes, and leaves r just after it. head, when not nil, is given the
+// first bytes (up to 20) before the rest is inflated, and may stop it.
+func (z *zlibReader) inflate(r *bytes.Reader, size int64, head func([]byte) error) error {
+	// A *bytes.Reader is an io.ByteReader: zlib reads no byte past the
+	// stream's end.
+	var err error
+	if z.zr == nil {
+		z.zr, err = zlib.NewReader(r)
+	} else {
+		err = z.zr.(zlib.Resetter).Reset(r, nil)
+	}
+	if err != nil {
+		return err
+	}
+	short := func(err error) error {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("inflates to fewer bytes than the %d its header says", size)
+		}
+		return err
+	}
+	rest := size
+	if head != nil {
+		b := make([]byte, min(size, 20))
+		if _, err := io.ReadFull(z.zr, b); err != nil {
+			return short(err)
+		}
+		if err := head(b); err != nil {
+			return err
+		}
+		rest -= int64(len(b))
+	}
+	if _, err := io.CopyN(io.Discard, z.zr, rest); err != nil {
+		return short(err)
+	}
+	// The stream ends here; zlib checks its checksum on the way.
+	var one [1]byte
+	switch _, err := io.ReadFull(z.zr, one[:]); err {
+	case io.EOF:
+		return nil
+	case nil:
+		return fmt.Errorf("inflates to more bytes than the %d its header says", size)
+	default:
+		return err
+	}
 }
 
 // deltaTargetSize reads a delta's two leading varints (source size, target
@@ -295,43 +594,4 @@ func deltaTargetSize(b []byte) (int64, error) {
 		sizes[i] = v
 	}
 	return sizes[1], nil
-}
-
-// prefixWriter keeps the first 20 bytes written to it.
-type prefixWriter struct{ b []byte }
-
-func (p *prefixWriter) Write(d []byte) (int, error) {
-	if room := 20 - len(p.b); room > 0 {
-		p.b = append(p.b, d[:min(room, len(d))]...)
-	}
-	return len(d), nil
-}
-
-// overlay is go-git object storage that writes to memory and reads from
-// memory, then the host repo.
-type overlay struct {
-	*memory.Storage
-	host storer.EncodedObjectStorer
-}
-
-func (o *overlay) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
-	obj, err := o.Storage.EncodedObject(t, h)
-	if errors.Is(err, plumbing.ErrObjectNotFound) {
-		return o.host.EncodedObject(t, h)
-	}
-	return obj, err
-}
-
-func (o *overlay) HasEncodedObject(h plumbing.Hash) error {
-	if o.Storage.HasEncodedObject(h) == nil {
-		return nil
-	}
-	return o.host.HasEncodedObject(h)
-}
-
-func (o *overlay) EncodedObjectSize(h plumbing.Hash) (int64, error) {
-	if n, err := o.Storage.EncodedObjectSize(h); err == nil {
-		return n, nil
-	}
-	return o.host.EncodedObjectSize(h)
 }

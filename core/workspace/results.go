@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -36,11 +38,11 @@ type Result struct {
 // FetchResult brings amelia/<id> back from the workflow's checkout in the
 // sandbox into host as refs/heads/amelia/<id>. The sandbox streams `git
 // bundle create - refs/heads/amelia/<id> ^<base.Commit>` over Exec stdout into memory (at
-// most MaxBytes); the bundle is untrusted, so it is inspected with go-git
-// before anything reaches the host repo (see inspectBundle). Then host git
-// fetches its objects (hooks off, fsck on, no tags, no FETCH_HEAD, no ref
-// written) and `git update-ref` creates the branch only if it does not
-// exist: no other ref is touched, the checked-out branch least of all.
+// most MaxBytes); the bundle is untrusted, so host git indexes and checks
+// it in a quarantine before anything reaches the host repo (see
+// inspectBundle). Then its pack moves into the host repo's objects and
+// `git update-ref` creates the branch only if it does not exist: no other
+// ref is touched, the checked-out branch least of all, and no hook runs.
 // ErrNoChanges when the branch is still at base.Commit; ErrBranchExists when
 // the host already has the branch; ErrRefused when the inspection fails.
 func (w *Workspace) FetchResult(ctx context.Context, host *HostRepo, id string, base Base, opts ResultOptions) (Result, error) {
@@ -66,7 +68,8 @@ func (w *Workspace) FetchResult(ctx context.Context, host *HostRepo, id string, 
 	if err != nil {
 		return Result{}, fmt.Errorf("fetch %s: %w", br, err)
 	}
-	if err := host.storeResult(ctx, data, br, ins.tip); err != nil {
+	defer ins.discard()
+	if err := host.storeResult(ctx, ins, br); err != nil {
 		return Result{}, fmt.Errorf("fetch %s into %s: %w", br, host.Dir, err)
 	}
 	res := Result{Branch: br, Commit: ins.tip, Commits: ins.commits, BundleBytes: int64(len(data)), Duration: time.Since(start)}
@@ -95,34 +98,44 @@ func (w *Workspace) resultBundle(ctx context.Context, id string, base Base, max 
 	return lw.buf.Bytes(), nil
 }
 
-// storeResult fetches the inspected bundle's objects and creates
-// refs/heads/<br> at tip, refusing if it exists by then.
-func (h *HostRepo) storeResult(ctx context.Context, data []byte, br, tip string) error {
-	f, err := os.CreateTemp("", "amelia-result-*.bundle")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
+// storeResult moves the inspected pack (with its index, checked by
+// index-pack --strict already) from the quarantine into the host repo's
+// objects, as receive-pack does after its checks, and creates
+// refs/heads/<br> at the tip, refusing if it exists by then. The index
+// moves last: git sees a pack by its index.
+func (h *HostRepo) storeResult(ctx context.Context, ins inspection, br string) error {
+	src := filepath.Join(ins.q.dir, "pack")
+	dst := filepath.Join(h.CommonDir, "objects", "pack")
+	for _, ext := range []string{".pack", ".rev", ".idx"} {
+		name := ins.q.pack + ext
+		if err := moveFile(filepath.Join(src, name), filepath.Join(dst, name)); err != nil {
+			if ext == ".rev" && errors.Is(err, fs.ErrNotExist) {
+				continue // git writes one where pack.writeReverseIndex says
+			}
+			return fmt.Errorf("store the result's objects: %w", err)
+		}
 	}
 	ref := "refs/heads/" + br
-	if _, err := h.git(ctx, nil, "-c", "fetch.fsckObjects=true", "fetch", "--quiet", "--no-tags",
-		"--no-write-fetch-head", "--no-recurse-submodules", "--no-auto-gc", f.Name(), ref); err != nil {
-		return err
-	}
 	// The empty old value: create only, fail if the ref appeared meanwhile.
-	if _, err := h.git(ctx, nil, "update-ref", "-m", "amelia: result of workflow", ref, tip, ""); err != nil {
+	if _, err := h.git(ctx, nil, "update-ref", "-m", "amelia: result of workflow", ref, ins.tip, ""); err != nil {
 		if strings.Contains(err.Error(), "exists") {
 			return fmt.Errorf("%w: %v", ErrBranchExists, err)
 		}
 		return err
 	}
 	return nil
+}
+
+// moveFile renames src to dst, unless dst exists already: a pack's name
+// is the hash of its content.
+func moveFile(src, dst string) error {
+	if _, err := os.Lstat(src); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(dst); err == nil {
+		return nil
+	}
+	return os.Rename(src, dst)
 }
 
 // limitWriter buffers up to max bytes; past that it drops the rest, marks

@@ -34,8 +34,9 @@
 // stdin (incremental: commits the sandbox already has are prerequisites, not
 // payload); SyncURL clones or fetches inside the sandbox with amelia-worker
 // as git's credential helper. Two ways out: FetchResult streams the branch
-// back as a bundle over Exec stdout, inspects it in memory with go-git (it is
-// untrusted) and only then fetches it into the host repo as amelia/<id>;
+// back as a bundle over Exec stdout, has host git index and inspect it in
+// a quarantine (it is untrusted) and only then moves its objects into the
+// host repo and creates amelia/<id>;
 // Push pushes the branch from the sandbox.
 package workspace
 
