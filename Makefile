@@ -4,6 +4,9 @@
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X github.com/amelia-sandbox/amelia/core/buildinfo.version=$(VERSION)
+# amelia's and amelia-providers' build tags (internal/testbin.HostTags):
+# grpcnotrace leaves out gRPC's request tracing, which amelia never turns on.
+HOST_TAGS := grpcnotrace
 EXAMPLES := examples/provider-hello
 # Race-enabled binaries sleep 1 s at exit by default; the tests start many
 # plugin processes.
@@ -26,8 +29,8 @@ all: build
 # Both static: without libc, each concurrent run's amelia maps less.
 build: worker
 	@echo "make: go build bin/amelia bin/amelia-providers (static)"
-	@CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/amelia ./cmd/amelia
-	@CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/amelia-providers ./cmd/amelia-providers
+	@CGO_ENABLED=0 $(GO) build -trimpath -tags '$(HOST_TAGS)' -ldflags '$(LDFLAGS)' -o bin/amelia ./cmd/amelia
+	@CGO_ENABLED=0 $(GO) build -trimpath -tags '$(HOST_TAGS)' -ldflags '$(LDFLAGS)' -o bin/amelia-providers ./cmd/amelia-providers
 
 ## worker: the static in-sandbox worker, bin/amelia-worker-linux-{amd64,arm64}
 # The first build on a fresh machine compiles every dependency, three times

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
@@ -62,23 +63,36 @@ func BuildAmelia(dir string) (string, error) {
 	if _, err := BuildSandboxWorker(dir); err != nil {
 		return "", err
 	}
-	if _, err := build(filepath.Join(dir, "amelia-providers"), "./cmd/amelia-providers"); err != nil {
+	if _, err := build(filepath.Join(dir, "amelia-providers"), "./cmd/amelia-providers", HostTags); err != nil {
 		return "", err
 	}
-	return build(filepath.Join(dir, "amelia"), "./cmd/amelia")
+	return build(filepath.Join(dir, "amelia"), "./cmd/amelia", HostTags)
 }
 
-// build builds the package pkg of this module into out.
-func build(out, pkg string) (string, error) {
+// HostTags are the build tags of amelia and amelia-providers, as the
+// Makefile builds them: grpcnotrace leaves out gRPC's request tracing
+// (golang.org/x/net/trace and html/template), which amelia never turns on.
+const HostTags = "grpcnotrace"
+
+// build builds the package pkg of this module into out, with the build
+// tags given: static, as the Makefile builds it, unless with -race, which
+// needs cgo.
+func build(out, pkg string, tags ...string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
 	args := []string{"build", "-o", out}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cgo := "CGO_ENABLED=0"
 	if raceEnabled {
 		args = append(args, "-race")
+		cgo = "CGO_ENABLED=1"
 	}
 	cmd := exec.Command("go", append(args, pkg)...)
+	cmd.Env = append(os.Environ(), cgo)
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {

@@ -211,15 +211,19 @@ func watchHost(ppid int, stop func()) {
 	}
 }
 
-// gRPC's defaults (a 64 KiB window grown by bandwidth probing, 32 KiB socket
-// buffers) are made for networks; on the plugin's local socket fixed large
-// windows and buffers stream exec output about 5% faster (make bench).
-// Windows bound what a slow reader leaves buffered: streamWindow per exec,
-// connWindow for all of a plugin's execs.
+// gRPC's default window (64 KiB, grown by bandwidth probing) is made for
+// networks; on the plugin's local socket fixed large windows stream exec
+// output faster where gRPC carries it: for a plugin without the data
+// channel (an SDK before it, or not on Linux). Windows bound what a slow
+// reader leaves buffered: streamWindow per exec, connWindow for all of a
+// plugin's execs. The socket buffers stay gRPC's default size: 512 KiB
+// ones made that path ~5% faster, but cost each concurrent run's process
+// about 0.4 MB (BenchmarkTwentyRunsOnDocker), and exec bytes go over the
+// data channel's pipes, not gRPC.
 const (
 	streamWindow = 4 << 20
 	connWindow   = 16 << 20
-	socketBuffer = 512 << 10
+	socketBuffer = 32 << 10
 )
 
 func serverTuning() []grpc.ServerOption {
