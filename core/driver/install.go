@@ -46,18 +46,41 @@ type Installer struct {
 // be read, or "=" when an earlier argument named the same path (each file
 // is hashed once), one line each; an argument without a slash names a
 // file in the install directory.
+//
+// An absolute path (a provider's preinstalled worker) is not hashed where
+// its stamp (PATH.sha256, workerbin.Stamp) can be trusted instead: the
+// file, its stamp and every directory above them are root's and writable
+// by no one else, the stamp's size is the file's, and this user is not
+// root. Then only root wrote them (the provider, building the image), not
+// an agent: agents run as this user or as run users. Hashing an 8 MB
+// worker at every run is most of the probe.
 const probeScript = `d=${1:-${HOME:+$HOME/.amelia/bin}}
 printf '%s\n%s\n' "$(uname -m)" "$d"
 shift
+me=$(id -u)
+stamped() {
+	[ "$me" != 0 ] || return 1
+	_f=$1 _s=$1.sha256 _d=$1
+	set -- "$_f" "$_s" /
+	while _d=${_d%/*}; [ -n "$_d" ]; do set -- "$@" "$_d"; done
+	_bad=$(find "$@" -maxdepth 0 \( ! -user 0 -o -perm /022 -o \( ! -type f ! -type d \) \) -print 2>/dev/null) && [ -z "$_bad" ] || return 1
+	read -r _sum _size _rest <"$_s" || return 1
+	[ -z "$_rest" ] && [ ${#_sum} = 64 ] || return 1
+	case $_sum$_size in *[!0-9a-f]*) return 1 ;; esac
+	case $_size in '' | *[!0-9]*) return 1 ;; esac
+	[ "$(($(wc -c <"$_f")))" = "$_size" ] || return 1
+	printf '%s\n' "$_sum"
+}
 seen='
 '
 for f do
-	case $f in */*) ;; *) f=$d/$f ;; esac
+	case $f in /*) given=$f ;; */*) given= ;; *) given= f=$d/$f ;; esac
 	case $seen in *"
 $f
 "*) echo =; continue ;; esac
 	seen="$seen$f
 "
+	if [ -n "$given" ] && stamped "$f"; then continue; fi
 	if s=$(sha256sum <"$f" 2>/dev/null); then printf '%s\n' "${s%% *}"; else echo -; fi
 done`
 

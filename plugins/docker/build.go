@@ -374,7 +374,8 @@ func (p *Provider) pruneSuperseded(ctx context.Context, e *engine, pl imagePlan)
 }
 
 // writeSandboxContext writes the build context of Amelia's image: the
-// Dockerfile and the worker.
+// Dockerfile, the worker and its stamp (workerbin.Stamp), which the image
+// holds beside it, owned by root, so that runs need not hash the worker.
 func writeSandboxContext(w io.Writer, worker string) error {
 	tw := tar.NewWriter(w)
 	if err := addFile(tw, "Dockerfile", 0o644, bytes.NewReader(image.Dockerfile), int64(len(image.Dockerfile))); err != nil {
@@ -389,7 +390,12 @@ func writeSandboxContext(w io.Writer, worker string) error {
 	if err != nil {
 		return fmt.Errorf("worker binary: %w", err)
 	}
-	if err := addFile(tw, image.WorkerFile, 0o755, f, fi.Size()); err != nil {
+	h := sha256.New()
+	if err := addFile(tw, image.WorkerFile, 0o755, io.TeeReader(f, h), fi.Size()); err != nil {
+		return err
+	}
+	stamp := workerbin.Stamp(hex.EncodeToString(h.Sum(nil)), fi.Size())
+	if err := addFile(tw, image.WorkerFile+workerbin.StampSuffix, 0o644, bytes.NewReader(stamp), int64(len(stamp))); err != nil {
 		return err
 	}
 	return tw.Close()

@@ -140,3 +140,16 @@ func writeSidecar(key fileKey, sum string) {
 		os.Remove(tmp.Name())
 	}
 }
+
+// StampSuffix names the stamp a provider may put beside a worker it
+// preinstalls in its sandboxes (sdk.WorkerPlace.Preinstalled): PATH +
+// StampSuffix holds Stamp(sum, size). Where nothing but root could have
+// written the worker and its stamp, the host takes the stamp for the
+// worker's hash instead of hashing it at every run.
+const StampSuffix = ".sha256"
+
+// Stamp is the content of a preinstalled worker's stamp: its sha256 (hex)
+// and its size in bytes.
+func Stamp(sum string, size int64) []byte {
+	return fmt.Appendf(nil, "%s %d\n", sum, size)
+}
