@@ -158,7 +158,7 @@ func dirtyRef(id string) string { return "refs/amelia/dirty/" + id }
 const prelude = `set -eu
 root=$1 worker=$2 lockwith=$3
 shift 3
-g() { git -c core.hooksPath=/dev/null -c gc.auto=0 -c protocol.ext.allow=never "$@"; }
+g() { git -c core.hooksPath=/dev/null -c gc.auto=0 -c maintenance.auto=false -c protocol.ext.allow=never "$@"; }
 mkdir -p "$root"
 tmpd=
 mktmp() { tmpd=$(mktemp -d "$root/.amelia-tmp.XXXXXX"); }

@@ -112,7 +112,8 @@ func (w *worker) stepCmd() *cobra.Command {
 const gitStopGrace = 2 * time.Second
 
 // git runs git in dir (as `git -C dir`, "" for none) with amelia's
-// settings: no hooks, no automatic gc, no ext:: transport, no prompt, the
+// settings: no hooks, no automatic gc or maintenance (a commit would start
+// git maintenance run --auto), no ext:: transport, no prompt, the
 // C locale; env is added to the worker's environment. It runs in a
 // process group of its own, all of which a cancel ends.
 func git(ctx context.Context, sio stepIO, dir string, env []string, args ...string) error {
@@ -121,7 +122,7 @@ func git(ctx context.Context, sio stepIO, dir string, env []string, args ...stri
 
 // gitStarted is git, started through around where it is not nil.
 func gitStarted(ctx context.Context, sio stepIO, dir string, env, args []string, around func(start func() error) error) error {
-	argv := []string{"-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0", "-c", "protocol.ext.allow=never"}
+	argv := []string{"-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "protocol.ext.allow=never"}
 	if dir != "" {
 		argv = append(argv, "-C", dir)
 	}
