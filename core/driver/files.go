@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
+	"github.com/amelia-sandbox/amelia/core/workstep"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -33,19 +34,6 @@ type sandboxFile struct {
 	data string
 }
 
-// writeScript writes stdin to $2 in the directory $1, both private to the
-// user: umask 077 for the file, 0700 for the directory (chmod fails, and
-// so the write, when someone else owns it). The file is removed first so
-// a leftover with a wider mode is not reused. Data never reaches the
-// script's text: it comes as positional parameters and stdin.
-const writeScript = `set -eu
-umask 077
-mkdir -p -m 700 -- "$1"
-if [ -L "$1" ] || [ ! -d "$1" ]; then echo "$1 is not a directory" >&2; exit 1; fi
-chmod 700 -- "$1"
-rm -f -- "$2"
-cat > "$2"`
-
 // withFiles writes files into dir, the call's own directory (callDir),
 // runs fn, and removes the directory whatever happened — also when ctx is
 // done, with a context of its own. A failure to remove it is the error
@@ -68,15 +56,43 @@ func (d *Driver) withFiles(ctx context.Context, dir string, files []sandboxFile,
 	return fn()
 }
 
+// stepper is an Execer that has amelia-worker serve its typed requests,
+// on a session it keeps (execsession.Sessions).
+type stepper interface {
+	Step(ctx context.Context, user string, r workstep.Request, eio sdk.ExecIO) (sdk.ExitStatus, error)
+}
+
+// writeScript writes stdin to $2 in the directory $1, both private to the
+// user: umask 077 for the file, 0700 for the directory (chmod fails, and
+// so the write, when someone else owns it). The file is removed first so
+// a leftover with a wider mode is not reused. Data never reaches the
+// script's text: it comes as positional parameters and stdin.
+const writeScript = `set -eu
+umask 077
+mkdir -p -m 700 -- "$1"
+if [ -L "$1" ] || [ ! -d "$1" ]; then echo "$1 is not a directory" >&2; exit 1; fi
+chmod 700 -- "$1"
+rm -f -- "$2"
+cat > "$2"`
+
 // writeFile writes f, a file in dir, through the exec's stdin, so its
-// content is never on a command line.
+// content is never on a command line. On a session of amelia-worker's
+// (stepper) the worker writes it itself (workstep.WriteFile, the same
+// rules as writeScript): no shell, no tools, no process. Elsewhere the
+// worker may be another implementation of the protocol, which serves no
+// steps, and the shell writes it.
 func (d *Driver) writeFile(ctx context.Context, dir string, f sandboxFile) error {
+	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
+	defer cancel()
 	var stderr execreport.Stderr
-	req := sdk.ExecRequest{
-		Argv:    []string{"sh", "-c", writeScript, "sh", dir, f.path},
-		Timeout: fileTimeout,
+	eio := sdk.ExecIO{Stdin: strings.NewReader(f.data), Stderr: &stderr}
+	var st sdk.ExitStatus
+	var err error
+	if s, ok := d.Exec.(stepper); ok {
+		st, err = s.Step(ctx, "", workstep.WriteFile{Dir: dir, Path: f.path}, eio)
+	} else {
+		st, err = d.Exec.Exec(ctx, sdk.ExecRequest{Argv: []string{"sh", "-c", writeScript, "sh", dir, f.path}}, eio)
 	}
-	st, err := d.Exec.Exec(ctx, req, sdk.ExecIO{Stdin: strings.NewReader(f.data), Stderr: &stderr})
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return fmt.Errorf("write the %s file %s: %w", f.what, f.path, ctxErr)

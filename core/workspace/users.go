@@ -301,7 +301,24 @@ func RunAs(ex sdk.Execer, uid string) sdk.Execer {
 	if uid == "" {
 		return ex
 	}
+	if s, ok := ex.(stepper); ok {
+		return runAsStepper{runAs{ex, execUser(uid)}, s}
+	}
 	return runAs{ex, execUser(uid)}
+}
+
+// runAsStepper is runAs of an Execer that serves the worker's typed
+// requests itself (stepper), which it keeps doing, as the uid.
+type runAsStepper struct {
+	runAs
+	s stepper
+}
+
+func (r runAsStepper) Step(ctx context.Context, user string, req workstep.Request, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	if user == "" {
+		user = r.user
+	}
+	return r.s.Step(ctx, user, req, eio)
 }
 
 type runAs struct {

@@ -302,3 +302,15 @@ type Sweep struct {
 }
 
 func (Sweep) Step() string { return "sweep" }
+
+// WriteFile writes the step's input to Path, a file directly in Dir, for
+// the worker to read later (a run's prompt): Dir is made if need be, the
+// user's alone (0700, not a link; it fails when another user owns it),
+// and Path is made anew, 0600, whatever was there (a leftover with a
+// wider mode is not reused). What it writes never reaches a command line.
+type WriteFile struct {
+	Dir  string `json:"dir"`
+	Path string `json:"path"`
+}
+
+func (WriteFile) Step() string { return "write-file" }

@@ -66,6 +66,7 @@ var steps = map[string]stepFunc{
 	workstep.SharedDirs{}.Step(): typed(stepSharedDirs),
 	workstep.Sweep{}.Step():      typed(stepSweep),
 	workstep.Retire{}.Step():     typed(stepRetire),
+	workstep.WriteFile{}.Step():  typed(stepWriteFile),
 }
 
 // serveStep is the worker's envelope.StepFunc: it runs the step and says
