@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -184,7 +185,30 @@ func (h *host) amelia(t testing.TB, args ...string) result {
 	if err != nil && !errors.As(err, &ee) {
 		t.Fatalf("run amelia: %v", err)
 	}
+	logCrashedPlugins(t, errb.String())
 	return result{cmd.ProcessState.ExitCode(), out.String(), errb.String()}
+}
+
+// crashedPlugin finds the log a shared plugin that stopped unexpectedly
+// left, as amelia names it.
+var crashedPlugin = regexp.MustCompile(`stopped unexpectedly \(shared plugin, pid \d+; its log: ([^)\s]+)\)`)
+
+// logCrashedPlugins puts into the test's log the end of the log of each
+// shared plugin stderr says stopped unexpectedly: it lives in the test's
+// TMPDIR, which goes with the test, and says why (a panic, a data race).
+func logCrashedPlugins(t testing.TB, stderr string) {
+	t.Helper()
+	for _, m := range crashedPlugin.FindAllStringSubmatch(stderr, -1) {
+		b, err := os.ReadFile(m[1])
+		if err != nil {
+			t.Logf("the crashed plugin's log %s: %v", m[1], err)
+			continue
+		}
+		if len(b) > 16<<10 {
+			b = b[len(b)-16<<10:]
+		}
+		t.Logf("the end of the crashed plugin's log %s:\n%s", m[1], b)
+	}
 }
 
 // event is one line of `amelia run --json`.
