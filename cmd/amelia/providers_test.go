@@ -11,9 +11,9 @@ import (
 )
 
 // TestWithoutProviders: an amelia installed without amelia-providers
-// beside it (go install alone) says what is missing and how to install
-// it, for a run and for a command it hands to amelia-providers, and
-// starts nothing.
+// beside it (go install alone) fails saying what is missing and how to
+// install it, for a run and for the commands it hands to
+// amelia-providers; beside it, the same run succeeds.
 func TestWithoutProviders(t *testing.T) {
 	h := newHost(t, llmtest.Options{}, llmtest.Turn{Text: "done"})
 	alone := filepath.Join(t.TempDir(), "amelia")

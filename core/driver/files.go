@@ -34,6 +34,19 @@ type sandboxFile struct {
 	data string
 }
 
+// writeScript writes stdin to $2 in the directory $1, both private to the
+// user: umask 077 for the file, 0700 for the directory (chmod fails, and
+// so the write, when someone else owns it). The file is removed first so
+// a leftover with a wider mode is not reused. Data never reaches the
+// script's text: it comes as positional parameters and stdin.
+const writeScript = `set -eu
+umask 077
+mkdir -p -m 700 -- "$1"
+if [ -L "$1" ] || [ ! -d "$1" ]; then echo "$1 is not a directory" >&2; exit 1; fi
+chmod 700 -- "$1"
+rm -f -- "$2"
+cat > "$2"`
+
 // withFiles writes files into dir, the call's own directory (callDir),
 // runs fn, and removes the directory whatever happened — also when ctx is
 // done, with a context of its own. A failure to remove it is the error
@@ -61,19 +74,6 @@ func (d *Driver) withFiles(ctx context.Context, dir string, files []sandboxFile,
 type stepper interface {
 	Step(ctx context.Context, user string, r workstep.Request, eio sdk.ExecIO) (sdk.ExitStatus, error)
 }
-
-// writeScript writes stdin to $2 in the directory $1, both private to the
-// user: umask 077 for the file, 0700 for the directory (chmod fails, and
-// so the write, when someone else owns it). The file is removed first so
-// a leftover with a wider mode is not reused. Data never reaches the
-// script's text: it comes as positional parameters and stdin.
-const writeScript = `set -eu
-umask 077
-mkdir -p -m 700 -- "$1"
-if [ -L "$1" ] || [ ! -d "$1" ]; then echo "$1 is not a directory" >&2; exit 1; fi
-chmod 700 -- "$1"
-rm -f -- "$2"
-cat > "$2"`
 
 // writeFile writes f, a file in dir, through the exec's stdin, so its
 // content is never on a command line. On a session of amelia-worker's

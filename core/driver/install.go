@@ -60,7 +60,7 @@ shift
 me=$(id -u)
 stamped() {
 	[ "$me" != 0 ] || return 1
-	_f=$1 _s=$1.sha256 _d=$1
+	_f=$1 _s=$1` + workerbin.StampSuffix + ` _d=$1
 	set -- "$_f" "$_s" /
 	while _d=${_d%/*}; [ -n "$_d" ]; do set -- "$@" "$_d"; done
 	_bad=$(find "$@" -maxdepth 0 \( ! -user 0 -o -perm /022 -o \( ! -type f ! -type d \) \) -print 2>/dev/null) && [ -z "$_bad" ] || return 1
