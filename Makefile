@@ -21,7 +21,7 @@ TEST_TIMEOUT ?= 60m
 PREFIX   ?= $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))
 BINDIR   ?= $(PREFIX)/bin
 
-.PHONY: all build worker run demo install test fmt-check vet lint base-image proto proto-check bench fuzz clean
+.PHONY: all build worker run demo install test fmt-check vet lint cross base-image proto proto-check bench fuzz clean
 
 all: build
 
@@ -69,8 +69,8 @@ base-image:
 		echo "make base-image: no Docker engine answers: SKIPPING the base image; the Docker tests will skip, saying so"; \
 	fi
 
-## test: gofmt, go vet, staticcheck and all tests with the race detector, examples included
-test: fmt-check vet lint base-image
+## test: gofmt, go vet, staticcheck, the macOS build and all tests with the race detector, examples included
+test: fmt-check vet lint cross base-image
 	@echo "make: go test -race ./... (every package compiled with the race detector first: many minutes on a fresh machine; each package's line comes when its tests end)"
 	@python3 -c 'import pydantic, sys; sys.exit(not pydantic.VERSION.startswith("2."))' 2>/dev/null || \
 		echo "make test: SKIPPING the checks of the worker with the Python models (its output, and compat/harness.py): python3 with pydantic v2 not found"
@@ -85,6 +85,11 @@ vet:
 	@echo "make: go vet ./... (the first run compiles every package)"
 	@$(GO) vet ./...
 	@cd $(EXAMPLES) && $(GO) vet ./...
+
+## cross: amelia and amelia-providers build for macOS, which the README promises (compiled, not run)
+cross:
+	@echo "make: go build for darwin/arm64 (the first run compiles every package for it)"
+	@GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build -tags '$(HOST_TAGS)' ./cmd/amelia ./cmd/amelia-providers
 
 ## lint: staticcheck, a tool of go.mod (`go tool staticcheck`), so CI downloads nothing else
 lint:

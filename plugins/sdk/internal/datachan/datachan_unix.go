@@ -21,7 +21,7 @@ import (
 // descriptor the child is handed crosses into it. The host closes child
 // once the process has started.
 func Offer() (host, child *os.File, err error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fds, err := socketpair()
 	if err != nil {
 		return nil, nil, fmt.Errorf("make the data channel's socket pair: %w", err)
 	}
