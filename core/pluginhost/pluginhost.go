@@ -44,7 +44,7 @@ type Plugin struct {
 // missingServer says so when p is a built-in whose server is not there to
 // start: amelia installed without amelia-providers beside it.
 func (p Plugin) missingServer() error {
-	if !p.Builtin || isExecutable(p.Path) {
+	if !p.Builtin || Executable(p.Path) {
 		return nil
 	}
 	return fmt.Errorf("the built-in provider %s is served by %s, which is missing or not executable: install amelia with make build or make install, which put amelia-providers beside amelia", p.Name, p.Path)
@@ -155,7 +155,7 @@ func (h *Host) Find(name string) (Plugin, error) {
 	}
 	for _, dir := range h.opts.Dirs {
 		path := filepath.Join(dir, BinaryPrefix+name)
-		if isExecutable(path) {
+		if Executable(path) {
 			return Plugin{Name: name, Path: path}, nil
 		}
 	}
@@ -202,7 +202,7 @@ func (h *Host) List() ([]Plugin, []Ignored) {
 			name, ok := strings.CutPrefix(e.Name(), BinaryPrefix)
 			path := filepath.Join(dir, e.Name())
 			switch {
-			case !ok || !isExecutable(path):
+			case !ok || !Executable(path):
 				continue
 			case !sdk.ValidName(name):
 				ignored = append(ignored, Ignored{path, fmt.Sprintf("%q is not a valid provider name", name)})
@@ -298,7 +298,8 @@ func (h *Host) Open(name string, prof *Profile) (*sdk.Plugin, error) {
 	return h.Start(p, prof)
 }
 
-func isExecutable(path string) bool {
+// Executable says whether path is a regular file this user may run.
+func Executable(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"syscall"
 
@@ -59,17 +58,11 @@ func (a *app) handOff() error {
 		return nil
 	}
 	exe := a.providersExe()
-	if !executable(exe) {
+	if !pluginhost.Executable(exe) {
 		return fmt.Errorf("this command needs the built-in providers, which %s serves, and it is missing beside %s: install amelia with make build or make install, which put it there", providersBinary, a.exe)
 	}
 	err := syscall.Exec(exe, append([]string{exe}, a.args...), a.environ)
 	return fmt.Errorf("start %s: %w", exe, err)
-}
-
-// executable says whether path is a file this user may run.
-func executable(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
 // builtinProvider builds the built-in provider called name, whose logs go

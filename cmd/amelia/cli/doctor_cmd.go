@@ -75,7 +75,7 @@ func (a *app) doctor(ctx context.Context, d *doctor) {
 	} else {
 		d.ok("", "git: %s", git)
 	}
-	if exe := a.providersExe(); !executable(exe) {
+	if exe := a.providersExe(); !pluginhost.Executable(exe) {
 		d.fail("", "providers", fmt.Errorf("%s, which serves the built-in providers, is missing or not executable", exe), "make build or make install in amelia's clone puts it beside amelia")
 	} else {
 		d.ok("", "providers: %s", exe)
