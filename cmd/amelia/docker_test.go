@@ -165,7 +165,8 @@ func assertKeyNotInContainer(t *testing.T, h *host, cli *client.Client) {
 	}
 }
 
-// Two profiles get two containers; sandbox ls shows them, and a profile
+// Two profiles get two containers; sandbox exec runs its commands on the
+// session unless they are bulk; sandbox ls shows them, and a profile
 // removed from the config as an orphan; amelia stop leaves no container
 // of the config behind.
 func TestDockerProfilesAndStop(t *testing.T) {
@@ -177,6 +178,16 @@ func TestDockerProfilesAndStop(t *testing.T) {
 			t.Fatalf("sandbox up -p %s: exit %d: %s", p, r.code, r.stderr)
 		}
 	}
+	// The sandbox's user's commands run on its command session, under the
+	// image's worker, but for one said to be bulk: an exec of its own.
+	parent := []string{"sh", "-c", `tr '\0' ' ' </proc/$PPID/cmdline 2>/dev/null; echo`}
+	if r := h.amelia(t, append([]string{"sandbox", "exec", "--"}, parent...)...); r.code != 0 || !strings.Contains(r.stdout, "amelia-worker mux") {
+		t.Errorf("sandbox exec: exit %d, the command's parent %q, want the session's worker\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r := h.amelia(t, append([]string{"sandbox", "exec", "--bulk", "--"}, parent...)...); r.code != 0 || strings.Contains(r.stdout, "amelia-worker") {
+		t.Errorf("sandbox exec --bulk: exit %d, the command's parent %q, want an exec of its own\n%s", r.code, r.stdout, r.stderr)
+	}
+
 	mine := make(client.Filters).Add("label", "amelia.config="+h.configPath())
 	list, err := cli.ContainerList(t.Context(), client.ContainerListOptions{All: true, Filters: mine})
 	if err != nil {

@@ -199,7 +199,7 @@ func (s *Sessions) start(ctx context.Context, req sdk.ExecRequest) (*session, er
 	outR, outW := io.Pipe()
 	ss := &session{stdin: inW, ended: make(chan struct{})}
 	go func() {
-		_, err := s.ex.Exec(context.Background(), sdk.ExecRequest{Sandbox: req.Sandbox, Argv: []string{s.worker, "mux"}, User: req.User, Interactive: true},
+		_, err := s.ex.Exec(context.Background(), sdk.ExecRequest{Sandbox: req.Sandbox, Argv: []string{s.worker, "mux"}, User: req.User, Traffic: sdk.TrafficMessages},
 			sdk.ExecIO{Stdin: inR, Stdout: outW})
 		if err == nil {
 			err = io.EOF

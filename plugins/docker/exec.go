@@ -55,8 +55,9 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	target := containerRef(req.Sandbox)
 	// A command that reads input (a bundle) streams it faster on an exec
 	// of its own than in the session's frames, unless its input is a
-	// conversation (another session's frames) rather than a stream.
-	if user == set.User && (eio.Stdin == nil || req.Interactive) {
+	// conversation (another session's frames) rather than a stream; so
+	// does one that says its output is bulk.
+	if user == set.User && onSession(req.Traffic, eio.Stdin != nil) {
 		if st, ok, err := p.execOnSession(ctx, e, target, user, dir, req, eio); ok {
 			return st, err
 		}

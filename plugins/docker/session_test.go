@@ -20,8 +20,8 @@ const parentScript = `printf '%s ' "$PPID"; tr '\0' ' ' </proc/$PPID/cmdline 2>/
 // commands have the same parent, the image's worker; a command as another
 // user is an exec of its own, which the worker (without capabilities)
 // could not run, and so is one with input to stream, unless its input is
-// interactive. When the session's worker dies, the next command starts a
-// new one.
+// interactive, or one whose output is bulk. When the session's worker
+// dies, the next command starts a new one.
 func TestCommandsShareASession(t *testing.T) {
 	cli := dockertest.Engine(t)
 	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
@@ -42,10 +42,16 @@ func TestCommandsShareASession(t *testing.T) {
 		sdk.ExecIO{Stdin: strings.NewReader("input"), Stdout: &out}); err != nil || st.Code != 0 || strings.Contains(out.String(), "amelia-worker") {
 		t.Errorf("a command with input: %+v %v, its parent %q, want an exec of its own", st, err, out.String())
 	}
+	// Output said to be bulk gets an exec of its own too.
+	out.Reset()
+	if st, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"sh", "-c", parentScript}, Traffic: sdk.TrafficBulk},
+		sdk.ExecIO{Stdout: &out}); err != nil || st.Code != 0 || out.Len() == 0 || strings.Contains(out.String(), "amelia-worker") {
+		t.Errorf("a bulk command: %+v %v, its parent %q, want an exec of its own", st, err, out.String())
+	}
 	// Input that is a conversation (another session's frames) rides the
 	// session: its parent is the worker, and the input gets there.
 	out.Reset()
-	if st, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"sh", "-c", "cat; " + parentScript}, Interactive: true},
+	if st, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: sb.Ref, Argv: []string{"sh", "-c", "cat; " + parentScript}, Traffic: sdk.TrafficMessages},
 		sdk.ExecIO{Stdin: strings.NewReader("input "), Stdout: &out}); err != nil || st.Code != 0 || out.String() != "input "+first {
 		t.Errorf("an interactive command: %+v %v, wrote %q, want %q (its input, then the session's worker as its parent)", st, err, out.String(), "input "+first)
 	}

@@ -137,15 +137,15 @@ func listedFromPB(l *pb.ListedSandbox) Listed {
 
 func execStartToPB(r ExecRequest, stdin bool) *pb.ExecStart {
 	s := &pb.ExecStart{
-		Sandbox:     refToPB(r.Sandbox),
-		Argv:        r.Argv,
-		Env:         r.Env,
-		Dir:         r.Dir,
-		User:        r.User,
-		Stdin:       stdin,
-		Tty:         r.TTY,
-		TermSize:    &pb.TermSize{Rows: r.Size.Rows, Cols: r.Size.Cols},
-		Interactive: r.Interactive,
+		Sandbox:  refToPB(r.Sandbox),
+		Argv:     r.Argv,
+		Env:      r.Env,
+		Dir:      r.Dir,
+		User:     r.User,
+		Stdin:    stdin,
+		Tty:      r.TTY,
+		TermSize: &pb.TermSize{Rows: r.Size.Rows, Cols: r.Size.Cols},
+		Traffic:  pb.Traffic(r.Traffic),
 	}
 	if r.CancelGrace > 0 {
 		s.CancelGrace = durationpb.New(r.CancelGrace)
@@ -167,7 +167,7 @@ func execStartFromPB(s *pb.ExecStart) ExecRequest {
 		Size:        TermSize{Rows: s.GetTermSize().GetRows(), Cols: s.GetTermSize().GetCols()},
 		CancelGrace: s.GetCancelGrace().AsDuration(),
 		Timeout:     s.GetTimeout().AsDuration(),
-		Interactive: s.GetInteractive(),
+		Traffic:     Traffic(s.GetTraffic()),
 	}
 }
 

@@ -316,13 +316,29 @@ type ExecRequest struct {
 	CancelGrace time.Duration
 	// Timeout stops the process like a cancel once it passes; zero means none.
 	Timeout time.Duration
-	// Interactive says that stdin carries small messages whose latency
-	// matters more than their throughput (a worker's session frames), not
-	// a bulk stream. A provider may then run the command where bulk input
-	// would be slow: the docker provider runs it on its command session
-	// (a fork in the container) instead of an exec of the engine's own.
-	Interactive bool
+	// Traffic is what the exec's streams carry, so that the provider can
+	// run it where that goes best; the zero value leaves it the choice.
+	Traffic Traffic
 }
+
+// Traffic is what an exec's streams carry. The docker provider, for one,
+// runs its sandbox user's commands on a command session (a fork in the
+// container, a few milliseconds) unless they stream input or say
+// TrafficBulk, which get an exec of the engine's own (tens of
+// milliseconds to start, then bytes at the engine's own speed).
+type Traffic int
+
+const (
+	// TrafficAny leaves the choice to the provider: most commands'
+	// output is small.
+	TrafficAny Traffic = iota
+	// TrafficMessages is small messages whose latency matters more than
+	// their throughput (a worker's session frames), input included.
+	TrafficMessages
+	// TrafficBulk is much data, either way (an archive, a dump): the
+	// provider runs it where throughput beats the time to start.
+	TrafficBulk
+)
 
 // DefaultCancelGrace is the grace period used when ExecRequest.CancelGrace is
 // zero.

@@ -139,7 +139,7 @@ func TestExecRequestCrossesIntact(t *testing.T) {
 		Size:        TermSize{Rows: 24, Cols: 80},
 		CancelGrace: 1500 * time.Millisecond,
 		Timeout:     time.Minute,
-		Interactive: true,
+		Traffic:     TrafficMessages,
 	}
 	if _, err := c.Exec(t.Context(), req, ExecIO{}); err != nil {
 		t.Fatal(err)

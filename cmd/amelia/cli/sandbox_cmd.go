@@ -204,6 +204,7 @@ func (a *app) workAtRisk(ctx context.Context, sb *sandbox.Sandbox, profile, stat
 func (a *app) sandboxExecCommand() *cobra.Command {
 	var (
 		stdin   bool
+		bulk    bool
 		workdir string
 		user    string
 		env     []string
@@ -215,10 +216,17 @@ func (a *app) sandboxExecCommand() *cobra.Command {
 		Short: "Run a command in the profile's sandbox (started if needed) and exit with its exit code",
 		Long: `Run a command in the profile's sandbox, starting the sandbox first if it is
 not running. Output streams as it is produced; amelia exits with the
-command's exit code (128+N when a signal N killed it, 130 on Ctrl-C).`,
+command's exit code (128+N when a signal N killed it, 130 on Ctrl-C).
+
+--bulk says the command moves much data (an archive, a dump): the
+provider then runs it where throughput beats the time to start (on
+docker, an exec of the engine's own rather than the sandbox's command
+session: tens of milliseconds more to start, then its output at the
+engine's full speed).`,
 		Example: `  amelia sandbox exec -- ls -la
   amelia sandbox exec --profile dev -e DEBUG=1 -w src -- make test
-  echo hi | amelia sandbox exec -i -- cat`,
+  echo hi | amelia sandbox exec -i -- cat
+  amelia sandbox exec --bulk -- tar -C /workspace -c . > workspace.tar`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageError{errors.New("sandbox exec needs a command: amelia sandbox exec -- COMMAND [ARG...]")}
@@ -235,6 +243,9 @@ command's exit code (128+N when a signal N killed it, 130 on Ctrl-C).`,
 				envMap[k] = v
 			}
 			req := sdk.ExecRequest{Argv: args, Env: envMap, Dir: workdir, User: user, Timeout: timeout, CancelGrace: grace}
+			if bulk {
+				req.Traffic = sdk.TrafficBulk
+			}
 			eio := sdk.ExecIO{Stdout: a.stdout, Stderr: a.stderr} // the command's output, as it is
 			if stdin {
 				eio.Stdin = cmd.InOrStdin()
@@ -266,6 +277,7 @@ command's exit code (128+N when a signal N killed it, 130 on Ctrl-C).`,
 	cmd.Flags().SetInterspersed(false) // flags after COMMAND belong to it
 	f := cmd.Flags()
 	f.BoolVarP(&stdin, "interactive", "i", false, "pass amelia's stdin to the command")
+	f.BoolVar(&bulk, "bulk", false, "the command moves much data: run it for throughput, not a quick start")
 	f.StringVarP(&workdir, "workdir", "w", "", "working directory in the sandbox (relative to its workdir)")
 	f.StringVarP(&user, "user", "u", "", "user to run as (default: the provider's unprivileged user)")
 	f.StringArrayVarP(&env, "env", "e", nil, "set NAME=VALUE in the command's environment (repeatable)")

@@ -35,6 +35,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Traffic is what an exec's streams carry.
+type Traffic int32
+
+const (
+	// The provider's choice: most commands' output is small.
+	Traffic_TRAFFIC_UNSPECIFIED Traffic = 0
+	// Small messages whose latency matters more than their throughput (a
+	// worker's session frames), input included: a provider may run the
+	// command where bulk input would be slow, e.g. on a session of its own
+	// in the sandbox rather than a new exec.
+	Traffic_TRAFFIC_MESSAGES Traffic = 1
+	// Much data, either way (an archive, a dump): a provider runs it where
+	// throughput beats the time to start, e.g. an exec of its own rather
+	// than a session that frames every byte again.
+	Traffic_TRAFFIC_BULK Traffic = 2
+)
+
+// Enum value maps for Traffic.
+var (
+	Traffic_name = map[int32]string{
+		0: "TRAFFIC_UNSPECIFIED",
+		1: "TRAFFIC_MESSAGES",
+		2: "TRAFFIC_BULK",
+	}
+	Traffic_value = map[string]int32{
+		"TRAFFIC_UNSPECIFIED": 0,
+		"TRAFFIC_MESSAGES":    1,
+		"TRAFFIC_BULK":        2,
+	}
+)
+
+func (x Traffic) Enum() *Traffic {
+	p := new(Traffic)
+	*p = x
+	return p
+}
+
+func (x Traffic) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Traffic) Descriptor() protoreflect.EnumDescriptor {
+	return file_provider_proto_enumTypes[0].Descriptor()
+}
+
+func (Traffic) Type() protoreflect.EnumType {
+	return &file_provider_proto_enumTypes[0]
+}
+
+func (x Traffic) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Traffic.Descriptor instead.
+func (Traffic) EnumDescriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{0}
+}
+
 type Stream int32
 
 const (
@@ -68,11 +126,11 @@ func (x Stream) String() string {
 }
 
 func (Stream) Descriptor() protoreflect.EnumDescriptor {
-	return file_provider_proto_enumTypes[0].Descriptor()
+	return file_provider_proto_enumTypes[1].Descriptor()
 }
 
 func (Stream) Type() protoreflect.EnumType {
-	return &file_provider_proto_enumTypes[0]
+	return &file_provider_proto_enumTypes[1]
 }
 
 func (x Stream) Number() protoreflect.EnumNumber {
@@ -81,7 +139,7 @@ func (x Stream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Stream.Descriptor instead.
 func (Stream) EnumDescriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{0}
+	return file_provider_proto_rawDescGZIP(), []int{1}
 }
 
 type PreflightResponse struct {
@@ -750,11 +808,10 @@ type ExecStart struct {
 	// stream; a server without a data channel refuses it with
 	// FAILED_PRECONDITION.
 	Data *DataStreams `protobuf:"bytes,11,opt,name=data,proto3" json:"data,omitempty"`
-	// Set when stdin carries small messages whose latency matters more than
-	// their throughput (a worker's session frames), not a bulk stream: a
-	// provider may run the command where bulk input would be slow, e.g. on
-	// a session of its own in the sandbox rather than a new exec.
-	Interactive   bool `protobuf:"varint,12,opt,name=interactive,proto3" json:"interactive,omitempty"`
+	// What the exec's streams carry, so that the provider can run it where
+	// that goes best. Field 12 was a bool, "interactive", before; its true
+	// is TRAFFIC_MESSAGES on the wire.
+	Traffic       Traffic `protobuf:"varint,12,opt,name=traffic,proto3,enum=amelia.provider.v1.Traffic" json:"traffic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -866,11 +923,11 @@ func (x *ExecStart) GetData() *DataStreams {
 	return nil
 }
 
-func (x *ExecStart) GetInteractive() bool {
+func (x *ExecStart) GetTraffic() Traffic {
 	if x != nil {
-		return x.Interactive
+		return x.Traffic
 	}
-	return false
+	return Traffic_TRAFFIC_UNSPECIFIED
 }
 
 // DataStreams names an exec's streams on the data channel: a unix socket
@@ -2067,7 +2124,7 @@ const file_provider_proto_rawDesc = "" +
 	"\tstdin_eof\x18\x03 \x01(\v2\x1c.amelia.provider.v1.StdinEOFH\x00R\bstdinEof\x124\n" +
 	"\x06cancel\x18\x04 \x01(\v2\x1a.amelia.provider.v1.CancelH\x00R\x06cancel\x126\n" +
 	"\x06resize\x18\x05 \x01(\v2\x1c.amelia.provider.v1.TermSizeH\x00R\x06resizeB\x05\n" +
-	"\x03msg\"\x9e\x04\n" +
+	"\x03msg\"\xb3\x04\n" +
 	"\tExecStart\x128\n" +
 	"\asandbox\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\asandbox\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x128\n" +
@@ -2080,8 +2137,8 @@ const file_provider_proto_rawDesc = "" +
 	"\fcancel_grace\x18\t \x01(\v2\x19.google.protobuf.DurationR\vcancelGrace\x123\n" +
 	"\atimeout\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\atimeout\x123\n" +
-	"\x04data\x18\v \x01(\v2\x1f.amelia.provider.v1.DataStreamsR\x04data\x12 \n" +
-	"\vinteractive\x18\f \x01(\bR\vinteractive\x1a6\n" +
+	"\x04data\x18\v \x01(\v2\x1f.amelia.provider.v1.DataStreamsR\x04data\x125\n" +
+	"\atraffic\x18\f \x01(\x0e2\x1b.amelia.provider.v1.TrafficR\atraffic\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
@@ -2151,7 +2208,11 @@ const file_provider_proto_rawDesc = "" +
 	"\bproblems\x18\x01 \x03(\v2#.amelia.provider.v1.SettingsProblemR\bproblems\"=\n" +
 	"\x0fSettingsProblem\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage*F\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage*J\n" +
+	"\aTraffic\x12\x17\n" +
+	"\x13TRAFFIC_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10TRAFFIC_MESSAGES\x10\x01\x12\x10\n" +
+	"\fTRAFFIC_BULK\x10\x02*F\n" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
@@ -2179,104 +2240,106 @@ func file_provider_proto_rawDescGZIP() []byte {
 	return file_provider_proto_rawDescData
 }
 
-var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_provider_proto_goTypes = []any{
-	(Stream)(0),                      // 0: amelia.provider.v1.Stream
-	(*PreflightResponse)(nil),        // 1: amelia.provider.v1.PreflightResponse
-	(*InfoRequest)(nil),              // 2: amelia.provider.v1.InfoRequest
-	(*InfoResponse)(nil),             // 3: amelia.provider.v1.InfoResponse
-	(*Capabilities)(nil),             // 4: amelia.provider.v1.Capabilities
-	(*SandboxRef)(nil),               // 5: amelia.provider.v1.SandboxRef
-	(*NetworkPolicy)(nil),            // 6: amelia.provider.v1.NetworkPolicy
-	(*EnsureRunningRequest)(nil),     // 7: amelia.provider.v1.EnsureRunningRequest
-	(*EnsureRunningResponse)(nil),    // 8: amelia.provider.v1.EnsureRunningResponse
-	(*ExecRequest)(nil),              // 9: amelia.provider.v1.ExecRequest
-	(*ExecStart)(nil),                // 10: amelia.provider.v1.ExecStart
-	(*DataStreams)(nil),              // 11: amelia.provider.v1.DataStreams
-	(*StdinEOF)(nil),                 // 12: amelia.provider.v1.StdinEOF
-	(*Cancel)(nil),                   // 13: amelia.provider.v1.Cancel
-	(*TermSize)(nil),                 // 14: amelia.provider.v1.TermSize
-	(*ExecResponse)(nil),             // 15: amelia.provider.v1.ExecResponse
-	(*StdinAck)(nil),                 // 16: amelia.provider.v1.StdinAck
-	(*Output)(nil),                   // 17: amelia.provider.v1.Output
-	(*ExitStatus)(nil),               // 18: amelia.provider.v1.ExitStatus
-	(*DataSent)(nil),                 // 19: amelia.provider.v1.DataSent
-	(*TeardownRequest)(nil),          // 20: amelia.provider.v1.TeardownRequest
-	(*TeardownResponse)(nil),         // 21: amelia.provider.v1.TeardownResponse
-	(*HealthCheckRequest)(nil),       // 22: amelia.provider.v1.HealthCheckRequest
-	(*HealthCheckResponse)(nil),      // 23: amelia.provider.v1.HealthCheckResponse
-	(*ListRequest)(nil),              // 24: amelia.provider.v1.ListRequest
-	(*ListResponse)(nil),             // 25: amelia.provider.v1.ListResponse
-	(*ListedSandbox)(nil),            // 26: amelia.provider.v1.ListedSandbox
-	(*ForwardRequest)(nil),           // 27: amelia.provider.v1.ForwardRequest
-	(*ForwardEvent)(nil),             // 28: amelia.provider.v1.ForwardEvent
-	(*ValidateSettingsRequest)(nil),  // 29: amelia.provider.v1.ValidateSettingsRequest
-	(*ValidateSettingsResponse)(nil), // 30: amelia.provider.v1.ValidateSettingsResponse
-	(*SettingsProblem)(nil),          // 31: amelia.provider.v1.SettingsProblem
-	nil,                              // 32: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	nil,                              // 33: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	nil,                              // 34: amelia.provider.v1.ExecStart.EnvEntry
-	nil,                              // 35: amelia.provider.v1.ListRequest.LabelsEntry
-	nil,                              // 36: amelia.provider.v1.ListedSandbox.LabelsEntry
-	(*durationpb.Duration)(nil),      // 37: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 38: google.protobuf.Timestamp
+	(Traffic)(0),                     // 0: amelia.provider.v1.Traffic
+	(Stream)(0),                      // 1: amelia.provider.v1.Stream
+	(*PreflightResponse)(nil),        // 2: amelia.provider.v1.PreflightResponse
+	(*InfoRequest)(nil),              // 3: amelia.provider.v1.InfoRequest
+	(*InfoResponse)(nil),             // 4: amelia.provider.v1.InfoResponse
+	(*Capabilities)(nil),             // 5: amelia.provider.v1.Capabilities
+	(*SandboxRef)(nil),               // 6: amelia.provider.v1.SandboxRef
+	(*NetworkPolicy)(nil),            // 7: amelia.provider.v1.NetworkPolicy
+	(*EnsureRunningRequest)(nil),     // 8: amelia.provider.v1.EnsureRunningRequest
+	(*EnsureRunningResponse)(nil),    // 9: amelia.provider.v1.EnsureRunningResponse
+	(*ExecRequest)(nil),              // 10: amelia.provider.v1.ExecRequest
+	(*ExecStart)(nil),                // 11: amelia.provider.v1.ExecStart
+	(*DataStreams)(nil),              // 12: amelia.provider.v1.DataStreams
+	(*StdinEOF)(nil),                 // 13: amelia.provider.v1.StdinEOF
+	(*Cancel)(nil),                   // 14: amelia.provider.v1.Cancel
+	(*TermSize)(nil),                 // 15: amelia.provider.v1.TermSize
+	(*ExecResponse)(nil),             // 16: amelia.provider.v1.ExecResponse
+	(*StdinAck)(nil),                 // 17: amelia.provider.v1.StdinAck
+	(*Output)(nil),                   // 18: amelia.provider.v1.Output
+	(*ExitStatus)(nil),               // 19: amelia.provider.v1.ExitStatus
+	(*DataSent)(nil),                 // 20: amelia.provider.v1.DataSent
+	(*TeardownRequest)(nil),          // 21: amelia.provider.v1.TeardownRequest
+	(*TeardownResponse)(nil),         // 22: amelia.provider.v1.TeardownResponse
+	(*HealthCheckRequest)(nil),       // 23: amelia.provider.v1.HealthCheckRequest
+	(*HealthCheckResponse)(nil),      // 24: amelia.provider.v1.HealthCheckResponse
+	(*ListRequest)(nil),              // 25: amelia.provider.v1.ListRequest
+	(*ListResponse)(nil),             // 26: amelia.provider.v1.ListResponse
+	(*ListedSandbox)(nil),            // 27: amelia.provider.v1.ListedSandbox
+	(*ForwardRequest)(nil),           // 28: amelia.provider.v1.ForwardRequest
+	(*ForwardEvent)(nil),             // 29: amelia.provider.v1.ForwardEvent
+	(*ValidateSettingsRequest)(nil),  // 30: amelia.provider.v1.ValidateSettingsRequest
+	(*ValidateSettingsResponse)(nil), // 31: amelia.provider.v1.ValidateSettingsResponse
+	(*SettingsProblem)(nil),          // 32: amelia.provider.v1.SettingsProblem
+	nil,                              // 33: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	nil,                              // 34: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	nil,                              // 35: amelia.provider.v1.ExecStart.EnvEntry
+	nil,                              // 36: amelia.provider.v1.ListRequest.LabelsEntry
+	nil,                              // 37: amelia.provider.v1.ListedSandbox.LabelsEntry
+	(*durationpb.Duration)(nil),      // 38: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 39: google.protobuf.Timestamp
 }
 var file_provider_proto_depIdxs = []int32{
-	4,  // 0: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
-	5,  // 1: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	6,  // 2: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	32, // 3: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	5,  // 4: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
-	33, // 5: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	10, // 6: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
-	12, // 7: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
-	13, // 8: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
-	14, // 9: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
-	5,  // 10: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	34, // 11: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
-	14, // 12: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
-	37, // 13: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
-	37, // 14: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
-	11, // 15: amelia.provider.v1.ExecStart.data:type_name -> amelia.provider.v1.DataStreams
-	17, // 16: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
-	18, // 17: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
-	16, // 18: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
-	0,  // 19: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
-	19, // 20: amelia.provider.v1.ExitStatus.data_sent:type_name -> amelia.provider.v1.DataSent
-	5,  // 21: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	5,  // 22: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	35, // 23: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
-	26, // 24: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
-	5,  // 25: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
-	36, // 26: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
-	38, // 27: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
-	5,  // 28: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	6,  // 29: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	31, // 30: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
-	2,  // 31: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
-	7,  // 32: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
-	9,  // 33: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
-	20, // 34: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
-	22, // 35: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
-	24, // 36: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
-	27, // 37: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
-	29, // 38: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
-	7,  // 39: amelia.provider.v1.Provider.Preflight:input_type -> amelia.provider.v1.EnsureRunningRequest
-	3,  // 40: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
-	8,  // 41: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
-	15, // 42: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
-	21, // 43: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
-	23, // 44: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
-	25, // 45: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
-	28, // 46: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
-	30, // 47: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
-	1,  // 48: amelia.provider.v1.Provider.Preflight:output_type -> amelia.provider.v1.PreflightResponse
-	40, // [40:49] is the sub-list for method output_type
-	31, // [31:40] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	5,  // 0: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
+	6,  // 1: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	7,  // 2: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
+	33, // 3: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	6,  // 4: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
+	34, // 5: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	11, // 6: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
+	13, // 7: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
+	14, // 8: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
+	15, // 9: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
+	6,  // 10: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
+	35, // 11: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
+	15, // 12: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
+	38, // 13: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
+	38, // 14: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	12, // 15: amelia.provider.v1.ExecStart.data:type_name -> amelia.provider.v1.DataStreams
+	0,  // 16: amelia.provider.v1.ExecStart.traffic:type_name -> amelia.provider.v1.Traffic
+	18, // 17: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
+	19, // 18: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
+	17, // 19: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
+	1,  // 20: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
+	20, // 21: amelia.provider.v1.ExitStatus.data_sent:type_name -> amelia.provider.v1.DataSent
+	6,  // 22: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	6,  // 23: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	36, // 24: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
+	27, // 25: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
+	6,  // 26: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
+	37, // 27: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
+	39, // 28: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
+	6,  // 29: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
+	7,  // 30: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
+	32, // 31: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
+	3,  // 32: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
+	8,  // 33: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
+	10, // 34: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
+	21, // 35: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
+	23, // 36: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
+	25, // 37: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
+	28, // 38: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
+	30, // 39: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
+	8,  // 40: amelia.provider.v1.Provider.Preflight:input_type -> amelia.provider.v1.EnsureRunningRequest
+	4,  // 41: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
+	9,  // 42: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
+	16, // 43: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
+	22, // 44: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
+	24, // 45: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
+	26, // 46: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
+	29, // 47: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
+	31, // 48: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
+	2,  // 49: amelia.provider.v1.Provider.Preflight:output_type -> amelia.provider.v1.PreflightResponse
+	41, // [41:50] is the sub-list for method output_type
+	32, // [32:41] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -2301,7 +2364,7 @@ func file_provider_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
