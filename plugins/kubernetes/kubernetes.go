@@ -252,10 +252,15 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 	if agent {
 		held = APIAgentSandbox
 	}
+	details := map[string]string{"namespace": pod.Namespace, "pod": pod.Name, "node": pod.Spec.NodeName, "api": held}
+	if isolated(spec.Network.Mode) {
+		details[sdk.DetailEgress] = fmt.Sprintf("NetworkPolicy %s/%s denies the pod all traffic, which only a network plugin that enforces NetworkPolicies (Calico, Cilium, Antrea...) makes so, and this cluster's does not: use such a cluster for network %s, or network open",
+			pod.Namespace, objectName(spec.Name), spec.Network.Mode)
+	}
 	return sdk.Sandbox{
 		Ref: ref, Created: created, Workdir: Workdir,
 		Worker:  sdk.WorkerPlace{Dir: workerDir},
-		Details: map[string]string{"namespace": pod.Namespace, "pod": pod.Name, "node": pod.Spec.NodeName, "api": held},
+		Details: details,
 	}, nil
 }
 
