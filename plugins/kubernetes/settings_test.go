@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	ameliaconfig "github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -163,5 +165,26 @@ func TestPodSpecIsLockedDown(t *testing.T) {
 		if v.HostPath != nil || v.EmptyDir == nil {
 			t.Errorf("volume %s is not an emptyDir", v.Name)
 		}
+	}
+}
+
+// The kubernetes block of configs/kubernetes.yaml is one the provider
+// accepts.
+func TestConfigExample(t *testing.T) {
+	cfg, err := ameliaconfig.Load(ameliaconfig.Options{
+		Path:      filepath.Join("..", "..", "configs", "kubernetes.yaml"),
+		LookupEnv: func(string) (string, bool) { return "", false },
+		HomeDir:   "/home/u",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Profiles["kubernetes"]
+	if p == nil || p.Sandbox.Provider != Name {
+		t.Fatal("configs/kubernetes.yaml has no kubernetes profile")
+	}
+	b, _ := json.Marshal(p.Sandbox.ProviderSettings())
+	if _, err := decodeSettings(b); err != nil {
+		t.Fatalf("its kubernetes settings: %v", err)
 	}
 }
