@@ -21,7 +21,7 @@ TEST_TIMEOUT ?= 60m
 PREFIX   ?= $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))
 BINDIR   ?= $(PREFIX)/bin
 
-.PHONY: all build worker run demo install test fmt-check vet lint cross base-image proto proto-check bench fuzz clean
+.PHONY: all build worker run demo install test fmt-check vet lint cross base-image kube-binaries kube-cluster proto proto-check bench fuzz clean
 
 all: build
 
@@ -68,6 +68,15 @@ base-image:
 	else \
 		echo "make base-image: no Docker engine answers: SKIPPING the base image; the Docker tests will skip, saying so"; \
 	fi
+
+## kube-binaries: build Kubernetes and the Agent Sandbox controller for the test cluster into ~/.cache/amelia/kubernetes ($AMELIA_KUBE_CACHE): ~10 minutes the first time, seconds after
+kube-binaries:
+	@echo "make: go run ./internal/k8stest/cmd/kube-cluster build (the first build compiles Kubernetes: about 10 minutes on 2 cores)"
+	@$(GO) run ./internal/k8stest/cmd/kube-cluster build
+
+## kube-cluster: start a two-node Kubernetes test cluster (as root; needs make base-image) and print how to use its kubeconfig; Ctrl-C stops it
+kube-cluster: kube-binaries
+	@$(GO) run ./internal/k8stest/cmd/kube-cluster up
 
 ## test: gofmt, go vet, staticcheck, the macOS build and all tests with the race detector, examples included
 test: fmt-check vet lint cross base-image

@@ -126,6 +126,14 @@ func TestLayering(t *testing.T) {
 			return ours(to) && !own && !under(to, "plugins/sdk")
 		},
 	}, {
+		// It starts clusters as root and links client-go: nothing that
+		// ships may reach it, only tests.
+		name: "no shipped package reaches the Kubernetes test cluster (internal/k8stest)",
+		covered: func(p string) bool {
+			return !isTestKit(p) && (strings.HasPrefix(p, module+"/cmd/") || under(p, "core") || under(p, "plugins") || under(p, "proxy"))
+		},
+		forbidden: func(_, to string) bool { return under(to, "internal/k8stest") },
+	}, {
 		name:    "the worker that goes into every sandbox links no gRPC, protobuf or go-plugin",
 		covered: func(p string) bool { return p == module+"/cmd/worker" },
 		forbidden: func(_, to string) bool {
