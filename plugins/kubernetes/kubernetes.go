@@ -77,6 +77,7 @@ func New(opts Options) *Provider {
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
 	}
+	routeKlog(opts.Logger)
 	return &Provider{opts: opts, workers: &workers{dirs: opts.WorkerDirs}, clusters: map[string]*cluster{}}
 }
 
@@ -434,8 +435,8 @@ func (p *Provider) Teardown(ctx context.Context, ref sdk.SandboxRef) error {
 		return err
 	}
 	if agent {
-		for _, gvr := range []agentResource{claims, sandboxes} {
-			if err := r.deleteAgentObject(ctx, gvr, ref.Name); err != nil {
+		for _, res := range []agentResource{claims, sandboxes} {
+			if err := r.deleteAgentObject(ctx, res, ref.Name); err != nil {
 				return err
 			}
 		}
@@ -475,8 +476,11 @@ func (p *Provider) Teardown(ctx context.Context, ref sdk.SandboxRef) error {
 		return err
 	}
 	if agent {
-		for _, gvr := range []agentResource{claims, sandboxes} {
-			if err := r.waitAgentObjectGone(ctx, gvr, name); err != nil {
+		for _, res := range []agentResource{claims, sandboxes} {
+			if served, err := r.c.served(ctx, res); err != nil || !served {
+				continue
+			}
+			if err := r.waitAgentObjectGone(ctx, res, name); err != nil {
 				return err
 			}
 		}

@@ -246,7 +246,7 @@ func until(ctx context.Context, list func(context.Context) ([]runtime.Object, st
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			continue
+			return fmt.Errorf("watch: %w", err)
 		}
 		done, err := func() (bool, error) {
 			defer w.Stop()
