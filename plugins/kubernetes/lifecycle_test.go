@@ -245,13 +245,16 @@ func TestForeignPodIsLeftAlone(t *testing.T) {
 // sandbox of network open: the image has no other TCP server.
 func TestNetworkPolicyNotEnforcedIsFound(t *testing.T) {
 	c := cluster(t)
-	cfg, ns := settings(t, c, map[string]any{"api": "pods"})
+	// Both on one node: the test cluster routes no pod traffic between
+	// its nodes.
+	cfg, ns := settings(t, c, map[string]any{"api": "pods", "node_selector": map[string]string{"kubernetes.io/hostname": c.Nodes()[0]}})
 	p := newProvider(t, nil)
 	server := up(t, p, spec("listener", cfg, sdk.NetworkOpen))
 	ctx, stop := context.WithCancel(t.Context())
 	served := make(chan error, 1)
+	var daemonErr logs
 	go func() {
-		_, err := p.Exec(ctx, sdk.ExecRequest{Sandbox: server.Ref, Argv: []string{"git", "daemon", "--listen=0.0.0.0", "--port=9418", "--base-path=/workspace", "--export-all"}}, sdk.ExecIO{})
+		_, err := p.Exec(ctx, sdk.ExecRequest{Sandbox: server.Ref, Argv: []string{"git", "daemon", "--listen=0.0.0.0", "--port=9418", "--base-path=/workspace", "--export-all"}}, sdk.ExecIO{Stderr: &daemonErr})
 		served <- err
 	}()
 	t.Cleanup(func() { stop(); <-served })
@@ -261,8 +264,8 @@ func TestNetworkPolicyNotEnforcedIsFound(t *testing.T) {
 	}
 	target := pod.Status.PodIP + ":9418"
 	// Wait until it listens, from where it runs.
-	if out, _, err := run(t, p, server.Ref, `for i in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/9418) 2>/dev/null && exit 0; sleep 0.1; done; exit 1`); err != nil {
-		t.Fatalf("git daemon does not listen: %q %v", out, err)
+	if out, st, err := run(t, p, server.Ref, `exec bash -c 'for i in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/9418) 2>/dev/null && exit 0; sleep 0.1; done; exit 1'`); err != nil || st.Code != 0 {
+		t.Fatalf("git daemon does not listen: %q %+v %v; its stderr: %s", out, st, err, daemonErr.String())
 	}
 	isolated := up(t, p, spec("isolated", cfg, sdk.NetworkNone))
 	if d := isolated.Details[sdk.DetailEgress]; !strings.Contains(d, "enforces NetworkPolicies") {
