@@ -174,10 +174,10 @@ func (r resolved) agentObject(res agentResource, spec sdk.Spec) (*unstructured.U
 		claim := &extv1.SandboxClaim{
 			TypeMeta:   metav1.TypeMeta{APIVersion: extv1.GroupVersion.String(), Kind: claims.kind},
 			ObjectMeta: meta,
-			Spec: extv1.SandboxClaimSpec{
-				WarmPoolRef:           extv1.SandboxWarmPoolRef{Name: r.WarmPool},
-				AdditionalPodMetadata: agentsv1.PodMetadata{Labels: l, Annotations: a},
-			},
+			// No additionalPodMetadata: the controller takes only label
+			// keys with a domain prefix there (amelia.sandbox has none),
+			// so labelPod puts Amelia's on the pod.
+			Spec: extv1.SandboxClaimSpec{WarmPoolRef: extv1.SandboxWarmPoolRef{Name: r.WarmPool}},
 		}
 		if shutdown != nil {
 			// Retain: the pod goes, the claim stays for List (and
@@ -333,6 +333,9 @@ func (r resolved) claimedSandbox(ctx context.Context, obj *unstructured.Unstruct
 			return true, nil
 		}
 		if c := meta.FindStatusCondition(claim.Status.Conditions, string(agentsv1.SandboxConditionReady)); c != nil {
+			if claimFatal[c.Reason] {
+				return false, sdk.Errorf(sdk.ErrUnavailable, "sandbox %s: SandboxClaim %s/%s on warm pool %s: %s", spec.Name, r.ns, o.GetName(), r.WarmPool, joinNonEmpty(": ", c.Reason, c.Message))
+			}
 			if state := joinNonEmpty(": ", c.Reason, c.Message); state != told {
 				sdk.Progress(logger, fmt.Sprintf("sandbox %s: SandboxClaim %s/%s on warm pool %s: %s", spec.Name, r.ns, o.GetName(), r.WarmPool, state))
 				told = state
@@ -343,9 +346,19 @@ func (r resolved) claimedSandbox(ctx context.Context, obj *unstructured.Unstruct
 	return name, err
 }
 
-// labelPod puts the claim's labels and annotations on a pod a warm pool
-// made, where the controller did not: the NetworkPolicy selects the pod
-// by them, and List and findPod find it by them.
+// claimFatal are the reasons of a claim's Ready condition that waiting
+// does not cure (the claim controller's).
+var claimFatal = map[string]bool{
+	"InvalidMetadata":           true,
+	"WarmPoolNotFound":          true,
+	"TemplateNotFound":          true,
+	"VolumeClaimTemplatesError": true,
+	"AdoptionConflict":          true,
+}
+
+// labelPod puts the claim's labels and annotations on the pod a warm pool
+// made: the NetworkPolicy selects the pod by them, and List and findPod
+// find it by them.
 func (r resolved) labelPod(ctx context.Context, pod *corev1.Pod, claim *unstructured.Unstructured) (*corev1.Pod, error) {
 	if pod.Annotations[labelSandbox] == claim.GetAnnotations()[labelSandbox] && pod.Labels[labelSandbox] == claim.GetLabels()[labelSandbox] {
 		return pod, nil
@@ -372,7 +385,9 @@ func (r resolved) deleteAgentObject(ctx context.Context, res agentResource, sand
 		return sdk.Errorf(sdk.ErrConflict, "refusing to remove %s %s/%s: it is not sandbox %s's", res.kind, r.ns, name, sandbox)
 	}
 	uid := obj.GetUID()
-	err = ri.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	// Foreground: the object stays until what it owns (a claim's
+	// Sandbox, a Sandbox's pod) is gone.
+	err = ri.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return r.c.wrap(err, fmt.Sprintf("delete %s %s/%s", res.kind, r.ns, name))
 	}

@@ -430,17 +430,6 @@ func (p *Provider) Teardown(ctx context.Context, ref sdk.SandboxRef) error {
 	}
 	r.c.mu.Unlock()
 	name := objectName(ref.Name)
-	agent, err := r.agentAPIServed(ctx)
-	if err != nil {
-		return err
-	}
-	if agent {
-		for _, res := range []agentResource{claims, sandboxes} {
-			if err := r.deleteAgentObject(ctx, res, ref.Name); err != nil {
-				return err
-			}
-		}
-	}
 	pods := r.c.client.CoreV1().Pods(r.ns)
 	pod, err := pods.Get(ctx, name, getOpts)
 	switch {
@@ -449,6 +438,25 @@ func (p *Provider) Teardown(ctx context.Context, ref sdk.SandboxRef) error {
 		return r.c.wrap(err, "find pod "+r.ns+"/"+name)
 	case pod.Labels[labelManagedBy] != managedBy || pod.Annotations[labelSandbox] != ref.Name:
 		return sdk.Errorf(sdk.ErrConflict, "refusing to remove pod %s/%s: it is not sandbox %s's", r.ns, name, ref.Name)
+	}
+	agent, err := r.agentAPIServed(ctx)
+	if err != nil {
+		return err
+	}
+	if agent {
+		// The claim and the Sandbox first, and gone, so that no
+		// controller makes their pod again once it is deleted.
+		for _, res := range []agentResource{claims, sandboxes} {
+			if served, err := r.c.served(ctx, res); err != nil || !served {
+				continue
+			}
+			if err := r.deleteAgentObject(ctx, res, ref.Name); err != nil {
+				return err
+			}
+			if err := r.waitAgentObjectGone(ctx, res, name); err != nil {
+				return err
+			}
+		}
 	}
 	// Every pod of the sandbox: the one of its name, and one a warm pool
 	// gave it.
@@ -474,16 +482,6 @@ func (p *Provider) Teardown(ctx context.Context, ref sdk.SandboxRef) error {
 	}
 	if err := r.waitNoPods(ctx, ref.Name); err != nil {
 		return err
-	}
-	if agent {
-		for _, res := range []agentResource{claims, sandboxes} {
-			if served, err := r.c.served(ctx, res); err != nil || !served {
-				continue
-			}
-			if err := r.waitAgentObjectGone(ctx, res, name); err != nil {
-				return err
-			}
-		}
 	}
 	p.opts.Logger.Info("removed sandbox", "sandbox", ref.Name, "namespace", r.ns)
 	return nil

@@ -2,6 +2,7 @@ package kubernetes_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	agentsv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
@@ -53,7 +55,7 @@ func TestWarmPoolClaim(t *testing.T) {
 	if !c.AgentSandbox() {
 		t.Fatal("the test cluster has no Agent Sandbox controller")
 	}
-	cfg, ns := settings(t, c, map[string]any{"warm_pool": "pool", "image": nil, "image_pull_policy": nil})
+	cfg, ns := settings(t, c, map[string]any{"warm_pool": "pool", "image": nil, "image_pull_policy": nil, "start_timeout": "90s"})
 	dyn := c.Dynamic(t)
 	tmpl := &extv1.SandboxTemplate{
 		TypeMeta:   metav1.TypeMeta{APIVersion: extv1.GroupVersion.String(), Kind: "SandboxTemplate"},
@@ -96,9 +98,30 @@ func TestWarmPoolClaim(t *testing.T) {
 		}
 	}
 
-	p := newProvider(t, nil)
+	var l logs
+	p := newProvider(t, &l)
 	s := spec("claimed", cfg, sdk.NetworkOpen)
 	start := time.Now()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("provider log:\n%s", l.String())
+			for _, res := range []schema.GroupVersionResource{extv1.GroupVersion.WithResource("sandboxclaims"), agentsv1.GroupVersion.WithResource("sandboxes")} {
+				list, err := dyn.Resource(res).Namespace(ns).List(context.Background(), metav1.ListOptions{})
+				if err != nil {
+					t.Logf("list %s: %v", res.Resource, err)
+					continue
+				}
+				for _, o := range list.Items {
+					y, _ := json.MarshalIndent(o.Object, "", "  ")
+					t.Logf("%s %s:\n%s", res.Resource, o.GetName(), y)
+				}
+			}
+			pods, _ := c.Client(t).CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+			for _, p := range pods.Items {
+				t.Logf("pod %s labels %v annotations %v phase %s", p.Name, p.Labels, p.Annotations, p.Status.Phase)
+			}
+		}
+	})
 	sb := up(t, p, s)
 	t.Logf("claimed sandbox ready in %v (pod %s)", time.Since(start), sb.Details["pod"])
 	if !sb.Created || sb.Details["pod"] == "amelia-claimed" || sb.Details["api"] != "agent-sandbox" {
@@ -117,7 +140,9 @@ func TestWarmPoolClaim(t *testing.T) {
 	if err := p.Teardown(t.Context(), sb.Ref); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client(t).CoreV1().Pods(ns).Get(t.Context(), sb.Details["pod"], metav1.GetOptions{}); err == nil {
+	// The pool may make a pod of the same name again: the one that was
+	// claimed is gone.
+	if pod, err := c.Client(t).CoreV1().Pods(ns).Get(t.Context(), sb.Details["pod"], metav1.GetOptions{}); err == nil && string(pod.UID) == sb.Ref.ID {
 		t.Errorf("the claimed pod is still there after Teardown")
 	}
 }
