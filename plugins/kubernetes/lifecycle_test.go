@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -275,4 +276,22 @@ func TestNetworkPolicyNotEnforcedIsFound(t *testing.T) {
 	if err != nil || st.Code != 3 || !strings.Contains(out, "reachable "+target) {
 		t.Errorf("egress-check from the sandbox of network none: %q exit %d %v; want %s reachable (bridge enforces no NetworkPolicy)", out, st.Code, err, target)
 	}
+}
+
+// The sandbox pod passes Pod Security Admission's restricted level, on
+// both paths: a namespace that enforces it admits it.
+func TestRestrictedPodSecurity(t *testing.T) {
+	paths(t, func(t *testing.T, api string) {
+		c := cluster(t)
+		cfg, ns := settings(t, c, map[string]any{"api": api})
+		patch := []byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`)
+		if _, err := c.Client(t).CoreV1().Namespaces().Patch(t.Context(), ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p := newProvider(t, nil)
+		sb := up(t, p, spec("restricted", cfg, sdk.NetworkOpen))
+		if out, _, err := run(t, p, sb.Ref, "id -u"); err != nil || out != "1000\n" {
+			t.Errorf("exec: %q %v", out, err)
+		}
+	})
 }
