@@ -156,3 +156,29 @@ func TestRunOnKubernetesRefusesUnenforcedPolicy(t *testing.T) {
 		t.Errorf("a refused run left a branch: %q", b)
 	}
 }
+
+// A run on kubernetes outlives its host: amelia killed with -9 mid-run,
+// `amelia attach` picks the run up from the pod and brings its branch
+// back; the shared plugin killed mid-run is started again; Ctrl-C stops
+// the run and everything it started in the pod.
+func TestKubernetesRunsOutliveTheirHost(t *testing.T) {
+	c := k8stest.Start(t)
+	block := func(t *testing.T) string {
+		return kubernetesSandbox(c, c.Namespace(t), "open", map[string]any{"api": "pods"})
+	}
+	t.Run("attach", func(t *testing.T) {
+		g := newGate(t)
+		h := newKubernetesHost(t, c, block(t), gatedTurns(g)...)
+		h.attachAfterHostDied(t, g, "orphan")
+	})
+	t.Run("plugin crash", func(t *testing.T) {
+		g := newGate(t)
+		h := newKubernetesHost(t, c, block(t), gatedTurns(g)...)
+		h.survivesFault(t, g, "crash", "starting it again", func(*running) { killPlugin(t, h) })
+	})
+	t.Run("Ctrl-C", func(t *testing.T) {
+		g := newGate(t)
+		h := newKubernetesHost(t, c, block(t), gatedTurns(g)...)
+		h.interruptedKillsAll(t, g, "stop-me")
+	})
+}
