@@ -10,10 +10,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+	agentsv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
 	"github.com/amelia-sandbox/amelia/internal/k8stest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/plugins/kubernetes"
 )
 
 // End-to-end tests of amelia on the kubernetes provider, against the
@@ -22,12 +27,17 @@ import (
 // through the tunnel over it.
 
 // kubernetesSandbox is the e2e profile's sandbox block on the cluster,
-// in namespace ns, with extra keys for the kubernetes block; the egress
+// in namespace ns, with extra keys for the kubernetes block (nil removes
+// one); the egress
 // check tries checkTargets.
 func kubernetesSandbox(c *k8stest.Cluster, ns, network string, extra map[string]any, checkTargets ...string) string {
 	block := map[string]any{"namespace": ns, "image": c.Image(), "image_pull_policy": "IfNotPresent"}
 	for k, v := range extra {
-		block[k] = v
+		if v == nil {
+			delete(block, k)
+		} else {
+			block[k] = v
+		}
 	}
 	b, _ := json.Marshal(block)
 	targets, _ := json.Marshal(checkTargets)
@@ -181,4 +191,77 @@ func TestKubernetesRunsOutliveTheirHost(t *testing.T) {
 		h := newKubernetesHost(t, c, block(t), gatedTurns(g)...)
 		h.interruptedKillsAll(t, g, "stop-me")
 	})
+}
+
+// warmPool makes a SandboxTemplate of the provider's own pod and a
+// SandboxWarmPool "pool" of one in ns, and waits until it holds a ready
+// sandbox.
+func warmPool(t *testing.T, c *k8stest.Cluster, ns string) {
+	t.Helper()
+	dyn := c.Dynamic(t)
+	tmpl := &extv1.SandboxTemplate{
+		TypeMeta:   metav1.TypeMeta{APIVersion: extv1.GroupVersion.String(), Kind: "SandboxTemplate"},
+		ObjectMeta: metav1.ObjectMeta{Name: "agents", Namespace: ns},
+		Spec: extv1.SandboxTemplateSpec{
+			SandboxBlueprint:        agentsv1.SandboxBlueprint{PodTemplate: agentsv1.PodTemplate{Spec: kubernetes.TemplatePodSpec(c.Image())}},
+			NetworkPolicyManagement: extv1.NetworkPolicyManagementUnmanaged,
+		},
+	}
+	pool := &extv1.SandboxWarmPool{
+		TypeMeta:   metav1.TypeMeta{APIVersion: extv1.GroupVersion.String(), Kind: "SandboxWarmPool"},
+		ObjectMeta: metav1.ObjectMeta{Name: "pool", Namespace: ns},
+		Spec:       extv1.SandboxWarmPoolSpec{Replicas: ptr.To[int32](1), TemplateRef: extv1.SandboxTemplateRef{Name: "agents"}},
+	}
+	for _, o := range []struct {
+		res string
+		obj any
+	}{{"sandboxtemplates", tmpl}, {"sandboxwarmpools", pool}} {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o.obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dyn.Resource(extv1.GroupVersion.WithResource(o.res)).Namespace(ns).Create(t.Context(), &unstructured.Unstructured{Object: u}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", o.res, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	for {
+		u, err := dyn.Resource(extv1.GroupVersion.WithResource("sandboxwarmpools")).Namespace(ns).Get(ctx, "pool", metav1.GetOptions{})
+		var p extv1.SandboxWarmPool
+		if err == nil {
+			err = runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p)
+		}
+		if err == nil && p.Status.ReadyReplicas >= 1 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the warm pool has no ready sandbox: %v %+v", err, p.Status)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// amelia run on a sandbox claimed from a warm pool: the run's pod is
+// one the pool made, and its branch comes back.
+func TestRunOnKubernetesWarmPool(t *testing.T) {
+	c := k8stest.Start(t)
+	ns := c.Namespace(t)
+	warmPool(t, c, ns)
+	h := newKubernetesHost(t, c, kubernetesSandbox(c, ns, "open", map[string]any{"warm_pool": "pool", "image": nil, "image_pull_policy": nil}),
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("warm.txt", "written in a warm pod\n")}},
+		llmtest.Turn{Text: "Done.", Usage: &llmtest.Usage{PromptTokens: 10, CompletionTokens: 5}},
+	)
+	r := h.amelia(t, "run", "--sandbox", "kubernetes", "--workflow", "warm", "Write warm.txt.")
+	if r.code != 0 {
+		t.Fatalf("amelia run: exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)
+	}
+	if got := h.git(t, "show", "amelia/warm:warm.txt"); got != "written in a warm pod" {
+		t.Errorf("warm.txt on the branch: %q", got)
+	}
+	pods, err := c.Client(t).CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=amelia"})
+	if err != nil || len(pods.Items) != 1 || strings.HasPrefix(pods.Items[0].Name, "amelia-") {
+		t.Errorf("the sandbox's pod: %v, %v; want one pod of the pool's", pods, err)
+	}
 }

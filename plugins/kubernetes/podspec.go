@@ -61,11 +61,8 @@ func podSpec(c config, sandbox string) corev1.PodSpec {
 			ImagePullPolicy: corev1.PullPolicy(c.ImagePullPolicy),
 			Command:         []string{"tini", "--", "sleep", "infinity"},
 			WorkingDir:      Workdir,
-			Env: []corev1.EnvVar{
-				{Name: "HOME", Value: Home},
-				{Name: "AMELIA_SANDBOX", Value: sandbox},
-			},
-			Resources: c.resources,
+			Env:             []corev1.EnvVar{{Name: "HOME", Value: Home}},
+			Resources:       c.resources,
 			SecurityContext: &corev1.SecurityContext{
 				AllowPrivilegeEscalation: ptr.To(false),
 				Privileged:               ptr.To(false),
@@ -81,10 +78,22 @@ func podSpec(c config, sandbox string) corev1.PodSpec {
 			{Name: "home", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		},
 	}
+	if sandbox != "" {
+		ct := &spec.Containers[0]
+		ct.Env = append(ct.Env, corev1.EnvVar{Name: "AMELIA_SANDBOX", Value: sandbox})
+	}
 	if c.RuntimeClassName != "" {
 		spec.RuntimeClassName = ptr.To(c.RuntimeClassName)
 	}
 	return spec
+}
+
+// TemplatePodSpec is the pod the provider makes for a sandbox of image,
+// for a warm pool's SandboxTemplate: a pool of such pods gives sandboxes
+// the provider's own guarantees, and what it needs (tini, uid 1000 with
+// a writable /workspace and HOME).
+func TemplatePodSpec(image string) corev1.PodSpec {
+	return podSpec(config{Settings: Settings{Image: image, ImagePullPolicy: string(corev1.PullIfNotPresent)}}, "")
 }
 
 // networkPolicy is what keeps a sandbox of network none or allowlist from
