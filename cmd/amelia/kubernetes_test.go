@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -263,5 +264,45 @@ func TestRunOnKubernetesWarmPool(t *testing.T) {
 	pods, err := c.Client(t).CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=amelia"})
 	if err != nil || len(pods.Items) != 1 || strings.HasPrefix(pods.Items[0].Name, "amelia-") {
 		t.Errorf("the sandbox's pod: %v, %v; want one pod of the pool's", pods, err)
+	}
+}
+
+// Ten amelia runs at once, of ten profiles, each with its sandbox, on
+// the two-node cluster: all succeed, and their pods spread over both
+// nodes.
+func TestTenKubernetesRunsAtOnce(t *testing.T) {
+	const n = 10
+	c := k8stest.Start(t)
+	ns := c.Namespace(t)
+	block := kubernetesSandbox(c, ns, "open", map[string]any{"api": "pods"})
+	h := newHostWith(t, block, "", llmtest.Options{Script: func(int, *llmtest.Request) llmtest.Turn { return llmtest.Turn{Text: "done"} }})
+	h.env = append(h.env, "KUBECONFIG="+c.Kubeconfig())
+	for i := range n {
+		h.addProfileYAML(t, fmt.Sprintf("  p%d:\n    model: test-model\n    llm: {base_url: %q, api_key_env: AMELIA_E2E_KEY}\n    sandbox: %s\n", i, h.up.URL()+"/v1", block))
+	}
+	t.Cleanup(func() {
+		for i := range n {
+			h.amelia(t, "--profile", fmt.Sprintf("p%d", i), "sandbox", "down")
+		}
+	})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if r := h.amelia(t, "--profile", fmt.Sprintf("p%d", i), "run", "--workflow", fmt.Sprintf("ten-%d", i), "answer"); r.code != 0 {
+				t.Errorf("run %d: exit %d\n%s", i, r.code, r.stderr)
+			}
+		})
+	}
+	wg.Wait()
+	pods, err := c.Client(t).CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=amelia"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]int{}
+	for _, p := range pods.Items {
+		nodes[p.Spec.NodeName]++
+	}
+	if len(pods.Items) != n || len(nodes) != 2 {
+		t.Errorf("%d sandbox pods on nodes %v; want %d over both nodes", len(pods.Items), nodes, n)
 	}
 }

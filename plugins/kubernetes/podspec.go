@@ -48,6 +48,14 @@ func podSpec(c config, sandbox string) corev1.PodSpec {
 		ImagePullSecrets:              pullSecrets,
 		NodeSelector:                  c.NodeSelector,
 		Tolerations:                   c.tolerations,
+		// Sandboxes spread over the nodes where the scheduler can: a
+		// preference, which never keeps one from starting.
+		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+			MaxSkew:           1,
+			TopologyKey:       corev1.LabelHostname,
+			WhenUnsatisfiable: corev1.ScheduleAnyway,
+			LabelSelector:     &metav1.LabelSelector{MatchLabels: map[string]string{labelManagedBy: managedBy}},
+		}},
 		SecurityContext: &corev1.PodSecurityContext{
 			RunAsNonRoot:   ptr.To(true),
 			RunAsUser:      ptr.To[int64](UID),
