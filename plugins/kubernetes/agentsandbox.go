@@ -434,8 +434,8 @@ func (r resolved) untilObject(ctx context.Context, res agentResource, name strin
 		func() { cur = nil })
 }
 
-// renewEvery is how often a TTL's shutdown time is moved ahead, as a
-// fraction of the TTL.
+// renewFraction is how often a TTL's shutdown time is moved ahead: every
+// TTL/renewFraction.
 const renewFraction = 4
 
 // renew keeps moving the shutdown time of the sandbox's Sandbox (or

@@ -9,7 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
@@ -294,4 +296,43 @@ func TestRestrictedPodSecurity(t *testing.T) {
 			t.Errorf("exec: %q %v", out, err)
 		}
 	})
+}
+
+// With a TTL, the Sandbox's shutdownTime is a TTL ahead, and moves ahead
+// while the provider uses the sandbox.
+func TestTTLMovesShutdownAhead(t *testing.T) {
+	c := cluster(t)
+	if !c.AgentSandbox() {
+		t.Fatal("the test cluster has no Agent Sandbox controller")
+	}
+	cfg, ns := settings(t, c, map[string]any{"api": "agent-sandbox", "ttl": "1m"})
+	start := time.Now()
+	up(t, newProvider(t, nil), spec("ttl", cfg, sdk.NetworkOpen))
+	sandboxes := c.Dynamic(t).Resource(schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}).Namespace(ns)
+	shutdown := func() time.Time {
+		t.Helper()
+		o, err := sandboxes.Get(t.Context(), "amelia-ttl", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _, _ := unstructured.NestedString(o.Object, "spec", "shutdownTime")
+		at, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatalf("shutdownTime %q: %v", s, err)
+		}
+		return at
+	}
+	first := shutdown()
+	if first.Before(start.Add(50*time.Second)) || first.After(time.Now().Add(time.Minute+time.Second)) {
+		t.Fatalf("shutdownTime %v, want a minute after %v", first, start)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	for !shutdown().After(first) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("shutdownTime stayed %v", first)
+		case <-time.After(time.Second):
+		}
+	}
 }
