@@ -123,7 +123,7 @@ proto-check:
 		diff -u $(PROTO_DIR)/$$f $$tmp/$$f || { echo "$(PROTO_DIR)/$$f is stale: run make proto"; exit 1; }; \
 	done
 
-## bench: our figure, the baseline's and the ratio, for each benchmark (the docker and daytona ones need the engine and the base image: make base-image)
+## bench: our figure, the baseline's and the ratio, for each benchmark (the docker and daytona ones need the engine and the base image: make base-image; the kubernetes ones the test cluster, as root: make kube-binaries)
 bench: base-image
 	$(GO) test -run='^$$' -bench=ExecTrue -benchtime=500x ./plugins/local/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=3x ./plugins/local/
@@ -133,6 +133,7 @@ bench: base-image
 	$(GO) test -run='^$$' -bench='ProxyLatency|SSEFirstByte' -benchtime=2000x ./core/tunnel/
 	$(GO) test -run='^$$' -bench=ProxyThroughput -benchtime=4000x ./core/tunnel/
 	$(GO) test -run='^$$' -bench=Redact -benchtime=200x ./proxy/
+	$(GO) test -run='^$$' -bench='ExecTrue|Stream|ColdEnsureRunning|TenSandboxes' -benchtime=5x ./plugins/kubernetes/
 	$(GO) test -run='^$$' -bench='RunToFirstRequest$$' -benchtime=20x ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=TenConcurrentRuns -benchtime=2x ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=RunToFirstRequestOnDocker -benchtime=10x ./cmd/amelia/

@@ -25,6 +25,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/internal/gittest"
+	"github.com/amelia-sandbox/amelia/internal/k8stest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/sharedtest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
@@ -39,12 +40,20 @@ import (
 var ameliaBin, binDir string
 
 func TestMain(m *testing.M) {
-	os.Exit(testbin.Main(m, func(dir string) (err error) {
+	// k8stest.Main runs the tests, and stops the Kubernetes cluster a
+	// test started; in the cluster's supervisor (this binary run again)
+	// it runs the cluster instead, after a build the cache makes quick.
+	os.Exit(testbin.Main(runFunc(func() int { return k8stest.Main(m) }), func(dir string) (err error) {
 		binDir = dir
 		ameliaBin, err = testbin.BuildAmelia(dir)
 		return err
 	}))
 }
+
+// runFunc runs the tests.
+type runFunc func() int
+
+func (f runFunc) Run() int { return f() }
 
 // The host's key: only the scripted LLM server may see it.
 const upstreamKey = "sk-e2e-run-upstream-key-51c0de"

@@ -250,7 +250,7 @@ func networkModes() []sdk.NetworkMode {
 
 // Sandbox selects the provider and its network policy.
 type Sandbox struct {
-	// Provider is local, docker, ssh, daytona or a plugin's name.
+	// Provider is local, docker, ssh, daytona, kubernetes or a plugin's name.
 	Provider string
 	Network  sdk.NetworkMode
 	// AllowedHosts are lowercased hostnames, "*.domain" wildcards or IP

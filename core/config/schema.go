@@ -403,7 +403,7 @@ func secretField[T any](key, carrier string, secret func(*T) *string) field[T] {
 func hasLineBreak(s string) bool { return strings.ContainsAny(s, "\n\r\x00") }
 
 // builtinProviders are the providers that ship with amelia, for messages.
-const builtinProviders = "local, docker, ssh, daytona"
+const builtinProviders = "local, docker, ssh, daytona, kubernetes"
 
 func sandboxSection() section[Sandbox] {
 	return section[Sandbox]{

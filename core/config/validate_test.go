@@ -387,22 +387,22 @@ func TestValidationRules(t *testing.T) {
 		{
 			name:    "provider missing",
 			content: profileWith("model: o3\n"),
-			want:    []string{`profiles.dev.sandbox.provider: required: where the profile runs (local, docker, ssh, daytona, or an installed plugin's name)`},
+			want:    []string{`profiles.dev.sandbox.provider: required: where the profile runs (local, docker, ssh, daytona, kubernetes, or an installed plugin's name)`},
 		},
 		{
 			name:    "provider missing in an empty profile",
 			content: "profiles:\n  dev:\n",
-			want:    []string{`profiles.dev.sandbox.provider: required: where the profile runs (local, docker, ssh, daytona, or an installed plugin's name)`},
+			want:    []string{`profiles.dev.sandbox.provider: required: where the profile runs (local, docker, ssh, daytona, kubernetes, or an installed plugin's name)`},
 		},
 		{
 			name:    "provider empty",
 			content: profileWith("sandbox: {provider: ''}\n"),
-			want:    []string{`profiles.dev.sandbox.provider: must not be empty: where the profile runs (local, docker, ssh, daytona, or an installed plugin's name)`},
+			want:    []string{`profiles.dev.sandbox.provider: must not be empty: where the profile runs (local, docker, ssh, daytona, kubernetes, or an installed plugin's name)`},
 		},
 		{
 			name:    "provider not a name",
 			content: profileWith("sandbox: {provider: My.Plugin}\n"),
-			want:    []string{`profiles.dev.sandbox.provider: "My.Plugin" is not a valid provider name (built in: local, docker, ssh, daytona; a plugin's name uses lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters)`},
+			want:    []string{`profiles.dev.sandbox.provider: "My.Plugin" is not a valid provider name (built in: local, docker, ssh, daytona, kubernetes; a plugin's name uses lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters)`},
 		},
 		{
 			name:    "provider not a string",
@@ -645,7 +645,7 @@ profiles:
 	_, path, err := loadString(t, content, nil)
 	want := []string{
 		`profiles.Bad: invalid profile name: profile names become sandbox names, so use lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters`,
-		`profiles.Bad.sandbox.provider: required: where the profile runs (local, docker, ssh, daytona, or an installed plugin's name)`,
+		`profiles.Bad.sandbox.provider: required: where the profile runs (local, docker, ssh, daytona, kubernetes, or an installed plugin's name)`,
 		`profiles.Bad.sandbx: unknown key, did you mean sandbox? (known: model, max_turns, commit_build_outputs, llm, git, proxy, sandbox)`,
 		`profiles.dev.model: must not be empty`,
 		`profiles.dev.llm.base_url: "ftp://x" is not an absolute http(s) URL`,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/core/execsession"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
@@ -65,8 +66,12 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		if err := r.phase(PhaseEgress, func() error {
 			reached, err := reachedDirectly(ctx, sb, worker, req.Profile.Sandbox.EgressCheckTargets...)
 			if err == nil && len(reached) > 0 {
-				err = fmt.Errorf("profile %s asks for network %q, but the sandbox reached %s directly: provider %s does not enforce it here; nothing was run",
-					req.Profile.Name, mode, strings.Join(reached, ", "), sb.Info.Name)
+				why := ""
+				if r.egressNeeds != "" {
+					why = " (" + r.egressNeeds + ")"
+				}
+				err = fmt.Errorf("profile %s asks for network %q, but the sandbox reached %s directly: provider %s does not enforce it here%s; nothing was run",
+					req.Profile.Name, mode, strings.Join(reached, ", "), sb.Info.Name, why)
 			}
 			return err
 		}); err != nil {
@@ -200,6 +205,7 @@ func (r *runner) openSandbox(ctx context.Context) (sb *sandbox.Sandbox, workdir,
 		running, err = sb.Up(ctx)
 		workdir = running.Workdir
 		r.sandboxUp = err == nil
+		r.egressNeeds = execreport.Printable(running.Details[sdk.DetailEgress])
 		return err
 	}); err != nil {
 		return nil, "", "", err

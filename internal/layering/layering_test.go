@@ -17,7 +17,7 @@ import (
 const module = "github.com/amelia-sandbox/amelia"
 
 // providers are the provider trees under plugins/ (everything but the SDK).
-var providers = []string{"plugins/local", "plugins/docker", "plugins/ssh", "plugins/daytona"}
+var providers = []string{"plugins/local", "plugins/docker", "plugins/ssh", "plugins/daytona", "plugins/kubernetes"}
 
 // graph is the import graph of the packages go list loaded, with the
 // standard library's and third parties' included.

@@ -285,6 +285,13 @@ type Sandbox struct {
 	Details map[string]string
 }
 
+// DetailEgress is the key of Sandbox.Details under which a provider
+// whose enforcement of network allowlist and none rests on something it
+// cannot check (a cluster's network plugin) says what it did and what
+// that needs. The host adds it to its refusal when its egress check
+// finds the sandbox reaching out.
+const DetailEgress = "egress"
+
 // WorkerPlace says where the host finds amelia-worker in a sandbox, or
 // puts it. The host installs the worker for the sandbox's architecture
 // itself, through Exec stdin, as Dir/amelia-worker-<sha256 prefix>; a

@@ -33,5 +33,12 @@ func Providers() []pluginhost.Builtin {
 		Name: "daytona",
 		// The API key's variable is the profile's daytona.api_key_env.
 		Env: pluginhost.Env{Vars: netEnv, Named: []pluginhost.NamedVar{{Key: "api_key_env", Default: "DAYTONA_API_KEY"}}},
+	}, {
+		Name: "kubernetes",
+		// client-go's kubeconfig rules (~/.kube/config comes from
+		// HOME); inside a pod, the service account's API server.
+		Env: pluginhost.Env{Vars: append([]string{
+			"KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",
+		}, netEnv...)},
 	}}
 }

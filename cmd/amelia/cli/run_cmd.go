@@ -80,7 +80,7 @@ up and exits 130.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&provider, "sandbox", "", "sandbox provider for this run, instead of the profile's (local, docker, ssh, daytona, or a plugin)")
+	f.StringVar(&provider, "sandbox", "", "sandbox provider for this run, instead of the profile's (local, docker, ssh, daytona, kubernetes, or a plugin)")
 	cmd.RegisterFlagCompletionFunc("sandbox", a.completeProviders)
 	f.StringVar(&req.Repo, "repo", "", "repository: a local checkout's path or a URL (default: the git repository of the current directory)")
 	f.StringVar(&req.Base, "base", "", "branch to start from (default: the checked-out branch, or the URL's default branch)")

@@ -10,6 +10,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/pluginhost"
 	"github.com/amelia-sandbox/amelia/plugins/daytona"
 	"github.com/amelia-sandbox/amelia/plugins/docker"
+	"github.com/amelia-sandbox/amelia/plugins/kubernetes"
 	"github.com/amelia-sandbox/amelia/plugins/local"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/ssh"
@@ -53,6 +54,10 @@ func constructor(name string) func(pluginhost.BuiltinDeps) sdk.Provider {
 				StateDir:   d.StateDir,
 				Logger:     d.Logger,
 			})
+		}
+	case kubernetes.Name:
+		return func(d pluginhost.BuiltinDeps) sdk.Provider {
+			return kubernetes.New(kubernetes.Options{Version: d.Version, WorkerDirs: d.WorkerDirs, Getenv: d.Getenv, Logger: d.Logger})
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin"
 	"github.com/amelia-sandbox/amelia/plugins/daytona"
 	"github.com/amelia-sandbox/amelia/plugins/docker"
+	"github.com/amelia-sandbox/amelia/plugins/kubernetes"
 	"github.com/amelia-sandbox/amelia/plugins/local"
 	"github.com/amelia-sandbox/amelia/plugins/ssh"
 )
@@ -25,7 +26,7 @@ func TestTablesAgree(t *testing.T) {
 			t.Errorf("local's aliases are %q, want [%q]", b.Aliases, local.Alias)
 		}
 	}
-	if want := []string{local.Name, docker.Name, ssh.Name, daytona.Name}; !slices.Equal(names, want) {
+	if want := []string{local.Name, docker.Name, ssh.Name, daytona.Name, kubernetes.Name}; !slices.Equal(names, want) {
 		t.Errorf("the table names %q, want the linked providers %q", names, want)
 	}
 	for _, b := range builtin.Providers() {

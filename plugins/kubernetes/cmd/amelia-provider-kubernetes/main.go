@@ -1,0 +1,26 @@
+// Command amelia-provider-kubernetes is the Kubernetes provider as a plugin
+// binary of its own; amelia-providers serves the same provider (`plugin
+// serve kubernetes`), so this is only needed to ship it separately.
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/amelia-sandbox/amelia/plugins/kubernetes"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
+)
+
+// version is set at link time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+func main() {
+	logger := sdk.NewLogger(os.Stderr, slog.LevelDebug)
+	self, _ := os.Executable()
+	sdk.Serve(kubernetes.New(kubernetes.Options{
+		Version:    version,
+		WorkerDirs: workerbin.Dirs(os.Getenv("AMELIA_WORKER_DIR"), self),
+		Logger:     logger,
+	}), sdk.WithLogger(logger))
+}
