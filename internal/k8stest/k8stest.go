@@ -169,8 +169,8 @@ func (c *Cluster) AgentSandbox() bool { return c.info.AgentSandbox }
 // Kubectl is the path of a kubectl of the cluster's version.
 func (c *Cluster) Kubectl() string { return c.info.Kubectl }
 
-// nsName makes a namespace name from a test name: lower case, dashes, a
-// random suffix.
+// nsUnsafe matches what a namespace name made from a test name may not
+// hold: such runs become one dash.
 var nsUnsafe = regexp.MustCompile(`[^a-z0-9]+`)
 
 // Namespace creates a fresh namespace for the test and waits until its
@@ -331,6 +331,7 @@ func startSupervisor() (*supervisor, error) {
 		return nil, fmt.Errorf("the cluster's supervisor ended without a cluster (%v):\n%s", s.cmd.ProcessState, s.log.String())
 	}
 	if err := json.Unmarshal(line, &s.info); err != nil {
+		s.stop()
 		return nil, fmt.Errorf("the cluster's supervisor said %q: %w", line, err)
 	}
 	return s, nil

@@ -497,6 +497,7 @@ func teardown(ctx context.Context, id, dir string) error {
 	add(killCgroup(ctx, id))
 	add(unmountUnder(dir))
 	removeLogLinks(dir)
+	removeShimSockets(dir)
 	add(removeNetwork(ctx, id))
 	add(removeCgroups(ctx, id))
 	if ms, err := mountsUnder(dir); err == nil && len(ms) == 0 {
@@ -514,6 +515,30 @@ func removeLogLinks(dir string) {
 	for _, e := range ents {
 		p := filepath.Join("/var/log/containers", e.Name())
 		if to, err := os.Readlink(p); err == nil && strings.HasPrefix(to, dir+"/") {
+			os.Remove(p)
+		}
+	}
+}
+
+// shimSockets is where containerd's runc shims put their sockets, whatever
+// containerd's own state directory.
+const shimSockets = "/run/containerd/s/"
+
+// removeShimSockets removes the sockets of the cluster's containerd shims,
+// which the shims (killed, not stopped) leave in shimSockets: each task's
+// state directory names its shim's in a file "address".
+func removeShimSockets(dir string) {
+	files, _ := filepath.Glob(filepath.Join(dir, "node*", "containerd", "state", "io.containerd.runtime.v2.task", "*", "*", "address"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		p := strings.TrimPrefix(strings.TrimSpace(string(b)), "unix://")
+		if filepath.Dir(p)+"/" != shimSockets {
+			continue
+		}
+		if st, err := os.Lstat(p); err == nil && st.Mode()&fs.ModeSocket != 0 {
 			os.Remove(p)
 		}
 	}
@@ -603,11 +628,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = %[9]q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %[8]q
 `, filepath.Join(base, "containerd", "root"), filepath.Join(base, "containerd", "state"), containerdSocket(dir, n),
-		containerdSocket(dir, n)+".ttrpc", filepath.Join(base, "containerd", "opt"), PauseRef, n, filepath.Join(base, "cni", "net.d"))
+		containerdSocket(dir, n)+".ttrpc", filepath.Join(base, "containerd", "opt"), PauseRef, n, filepath.Join(base, "cni", "net.d"),
+		filepath.Join(base, "containerd", "runc"))
 	path := filepath.Join(base, "containerd.toml")
 	return path, writeFile(path, []byte(cfg))
 }
