@@ -270,6 +270,9 @@ func (r resolved) sandboxPod(ctx context.Context, res agentResource, obj *unstru
 		_, err := r.c.client.CoreV1().Pods(r.ns).Get(ctx, sbName, getOpts)
 		return err == nil, nil
 	})
+	if errors.Is(err, context.DeadlineExceeded) && told != "" {
+		err = fmt.Errorf("the Sandbox %s/%s is still %s: %w", r.ns, sbName, told, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -343,6 +346,9 @@ func (r resolved) claimedSandbox(ctx context.Context, obj *unstructured.Unstruct
 		}
 		return false, nil
 	})
+	if errors.Is(err, context.DeadlineExceeded) && told != "" {
+		err = fmt.Errorf("the SandboxClaim %s/%s is still %s: %w", r.ns, obj.GetName(), told, err)
+	}
 	return name, err
 }
 

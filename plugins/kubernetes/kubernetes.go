@@ -255,7 +255,7 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 	}
 	details := map[string]string{"namespace": pod.Namespace, "pod": pod.Name, "node": pod.Spec.NodeName, "api": held}
 	if isolated(spec.Network.Mode) {
-		details[sdk.DetailEgress] = fmt.Sprintf("NetworkPolicy %s/%s denies the pod all traffic, which only a network plugin that enforces NetworkPolicies (Calico, Cilium, Antrea...) makes so, and this cluster's does not: use such a cluster for network %s, or network open",
+		details[sdk.DetailEgress] = fmt.Sprintf("NetworkPolicy %s/%s denies the pod all traffic; only a network plugin that enforces NetworkPolicies, such as Calico, Cilium or Antrea, makes that so: for network %s, use a cluster whose plugin does, or network open",
 			pod.Namespace, objectName(spec.Name), spec.Network.Mode)
 	}
 	return sdk.Sandbox{
