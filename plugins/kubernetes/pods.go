@@ -142,26 +142,9 @@ func (r resolved) deletePod(ctx context.Context, pod *corev1.Pod) error {
 
 // waitNoPods waits until the sandbox has no pod left.
 func (r resolved) waitNoPods(ctx context.Context, sandbox string) error {
-	pods := r.c.client.CoreV1().Pods(r.ns)
-	opts := metav1.ListOptions{LabelSelector: sandboxSelector(sandbox).String()}
+	list, watchFrom := r.podsFrom(metav1.ListOptions{LabelSelector: sandboxSelector(sandbox).String()}, "list the pods of sandbox "+sandbox)
 	left := map[types.UID]bool{}
-	return until(ctx,
-		func(ctx context.Context) ([]runtime.Object, string, error) {
-			list, err := pods.List(ctx, opts)
-			if err != nil {
-				return nil, "", r.c.wrap(err, "list the pods of sandbox "+sandbox)
-			}
-			var objs []runtime.Object
-			for i := range list.Items {
-				objs = append(objs, &list.Items[i])
-			}
-			return objs, list.ResourceVersion, nil
-		},
-		func(ctx context.Context, rv string) (watch.Interface, error) {
-			o := opts
-			o.ResourceVersion = rv
-			return pods.Watch(ctx, o)
-		},
+	return until(ctx, list, watchFrom,
 		func(ev watch.EventType, obj runtime.Object) (bool, error) {
 			if pod, ok := obj.(*corev1.Pod); ok {
 				switch ev {
@@ -176,35 +159,41 @@ func (r resolved) waitNoPods(ctx context.Context, sandbox string) error {
 		func() { clear(left) })
 }
 
+// podsFrom are until's list and watch of the namespace's pods that opts
+// select; a failed list is wrapped with what.
+func (r resolved) podsFrom(opts metav1.ListOptions, what string) (func(context.Context) ([]runtime.Object, string, error), func(context.Context, string) (watch.Interface, error)) {
+	pods := r.c.client.CoreV1().Pods(r.ns)
+	list := func(ctx context.Context) ([]runtime.Object, string, error) {
+		l, err := pods.List(ctx, opts)
+		if err != nil {
+			return nil, "", r.c.wrap(err, what)
+		}
+		objs := make([]runtime.Object, 0, len(l.Items))
+		for i := range l.Items {
+			objs = append(objs, &l.Items[i])
+		}
+		return objs, l.ResourceVersion, nil
+	}
+	watchFrom := func(ctx context.Context, rv string) (watch.Interface, error) {
+		o := opts
+		o.ResourceVersion = rv
+		return pods.Watch(ctx, o)
+	}
+	return list, watchFrom
+}
+
 // untilPod calls check with the pod of that name (nil when there is
 // none), first with have when it is not nil, then as it changes, until
 // check says done or fails.
 func (r resolved) untilPod(ctx context.Context, name string, have *corev1.Pod, check func(*corev1.Pod) (bool, error)) error {
-	pods := r.c.client.CoreV1().Pods(r.ns)
 	if have != nil {
 		if done, err := check(have); done || err != nil {
 			return err
 		}
 	}
-	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}
+	list, watchFrom := r.podsFrom(metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}, "watch pod "+r.ns+"/"+name)
 	var cur *corev1.Pod
-	return until(ctx,
-		func(ctx context.Context) ([]runtime.Object, string, error) {
-			list, err := pods.List(ctx, opts)
-			if err != nil {
-				return nil, "", r.c.wrap(err, "watch pod "+r.ns+"/"+name)
-			}
-			var objs []runtime.Object
-			for i := range list.Items {
-				objs = append(objs, &list.Items[i])
-			}
-			return objs, list.ResourceVersion, nil
-		},
-		func(ctx context.Context, rv string) (watch.Interface, error) {
-			o := opts
-			o.ResourceVersion = rv
-			return pods.Watch(ctx, o)
-		},
+	return until(ctx, list, watchFrom,
 		func(ev watch.EventType, obj runtime.Object) (bool, error) {
 			if p, ok := obj.(*corev1.Pod); ok {
 				cur = p
