@@ -31,7 +31,7 @@ func TestCompletion(t *testing.T) {
 	}{
 		{[]string{"sandbox", "ls", "--profile", ""}, "dev\tprovider local\nremote\tprovider ssh\n"},
 		{[]string{"-p", "r"}, "remote\tprovider ssh\n"},
-		{[]string{"run", "--sandbox", ""}, "local\tbuilt-in\ndocker\tbuilt-in\nssh\tbuilt-in\ndaytona\tbuilt-in\n"},
+		{[]string{"run", "--sandbox", ""}, "local\tbuilt-in\ndocker\tbuilt-in\nssh\tbuilt-in\ndaytona\tbuilt-in\nkubernetes\tbuilt-in\n"},
 		{[]string{"attach", ""}, "fix-login-3f9a\trunning in sandbox dev\n"},
 		{[]string{"logs", ""}, "fix-login-3f9a\trunning in sandbox dev\ndocs-1\tkept in sandbox amelia-remote-3c1d\n"},
 		{[]string{"results", "fix-"}, "fix-build-77aa\tkept in sandbox dev\nfix-login-3f9a\trunning in sandbox dev\n"},

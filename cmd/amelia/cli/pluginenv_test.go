@@ -99,13 +99,16 @@ func TestPluginEnvironment(t *testing.T) {
 			continue
 		}
 		starts++
-		for _, name := range []string{"KUBECONFIG", "UNRELATED_HOST_VAR", "OPENAI_API_KEY", "GITHUB_TOKEN", "AMELIA_PROFILES__"} {
+		for _, name := range []string{"UNRELATED_HOST_VAR", "OPENAI_API_KEY", "GITHUB_TOKEN", "AMELIA_PROFILES__"} {
 			if strings.Contains(line, name) {
 				t.Errorf("plugin ls started a plugin with %s: %s", name, line)
 			}
 		}
 		if docker := strings.Contains(line, "plugin=docker"); docker != strings.Contains(line, "DOCKER_CONFIG") {
 			t.Errorf("only docker declares DOCKER_CONFIG: %s", line)
+		}
+		if kube := strings.Contains(line, "plugin=kubernetes"); kube != strings.Contains(line, "KUBECONFIG") {
+			t.Errorf("only kubernetes declares KUBECONFIG: %s", line)
 		}
 	}
 	if starts != len(linked.Providers()) {
