@@ -9,10 +9,10 @@ import (
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 )
 
-// The README's exit codes, each reached through the real amelia: 0 done,
-// 1 failed, 2 refused before anything started (a usage error, a config or
-// profile that cannot be used, a check the run failed, a key that is not
-// set), 130 interrupted, and a sandbox command's own code.
+// The exit codes docs/commands.md lists, each reached through the real
+// amelia: 0 done, 1 failed, 2 refused before anything started (a usage
+// error, a config or profile that cannot be used, a check the run failed, a
+// key that is not set), 130 interrupted, and a sandbox command's own code.
 func TestExitCodes(t *testing.T) {
 	g := newGate(t)
 	h := newHost(t, llmtest.Options{},

@@ -13,6 +13,10 @@
 //	ROOT/.amelia/runs/<run>   the run directory of a detached agent (0700)
 //	ROOT/.amelia/users/<id>   the uid of workflow id, with run users (users.go)
 //	ROOT/.amelia-repo.lock    the lock that serialises writes to ROOT/repo
+//	ROOT/.amelia-run.lock     the lock that makes a run the only one in the
+//	                          sandbox where runs are not separated: Hold's,
+//	                          then the detached agent's supervisor's (LockFile);
+//	                          ROOT/.amelia-run.owner says which run holds it
 //
 // worktrees/ and .amelia/runs/ are mode 1733. Where the provider separates
 // uids (sdk.Capabilities.RunUsers), each workflow's checkout, run directory

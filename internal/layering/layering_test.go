@@ -1,7 +1,7 @@
-// Package layering checks the import rules of DESIGN.md's layout, in the
-// spirit of tailscale's depaware: each rule names the packages it covers
-// and what they must not reach, and a failure names the import chain that
-// breaks it.
+// Package layering checks the import rules of the package layout that
+// docs/development.md describes, in the spirit of tailscale's depaware:
+// each rule names the packages it covers and what they must not reach, and
+// a failure names the import chain that breaks it.
 package layering
 
 import (

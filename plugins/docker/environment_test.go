@@ -12,12 +12,12 @@ import (
 )
 
 // defaultImageMax is the most the default sandbox image may weigh: the
-// README states its size, and the toolchain must stay bounded.
+// docs/providers/docker.md states its size, and the toolchain must stay bounded.
 const defaultImageMax = 700 << 20
 
 // The default sandbox can build and test an ordinary project: C with make,
 // Python in a venv, and the tools scripts reach for. Its image stays
-// within the size the README states.
+// within the size docs/providers/docker.md states.
 func TestDefaultImageHasTheToolchain(t *testing.T) {
 	cli := dockertest.Engine(t)
 	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
@@ -44,7 +44,7 @@ for tool in g++ pkg-config curl unzip xz less ssh; do command -v $tool >/dev/nul
 	}
 	t.Logf("the default sandbox image %s is %d MB", sb.Details["image"], res.Size>>20)
 	if res.Size > defaultImageMax {
-		t.Errorf("the default sandbox image is %d MB, more than the %d MB the README states", res.Size>>20, defaultImageMax>>20)
+		t.Errorf("the default sandbox image is %d MB, more than the %d MB docs/providers/docker.md states", res.Size>>20, defaultImageMax>>20)
 	}
 }
 

@@ -165,7 +165,7 @@ func TestVersionFindsWorkersInAmeliaWorkerDir(t *testing.T) {
 	}
 }
 
-// The command the README's quick start runs, on the embedded default.
+// What `make run` runs: a command in the embedded default's sandbox.
 func TestExecKeepsStreamsAndExitCode(t *testing.T) {
 	newEnv(t)
 	r := amelia(t, "", "sandbox", "exec", "--", "sh", "-c", "echo out; echo err >&2; exit 3")

@@ -174,7 +174,7 @@ func initConfig(engine, base string, dockerErr error) string {
 		baseLine = "\n      docker:\n        base_image: " + base
 	}
 	return fmt.Sprintf(`# Written by amelia init on %s.
-# Reference: the README's Configuration section; check with amelia config validate.
+# Reference: docs/configuration.md; check with amelia config validate.
 default_profile: %s
 profiles:
   # A container on the Docker engine at %s.

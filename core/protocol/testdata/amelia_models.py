@@ -1,8 +1,8 @@
-"""The Python Amelia's protocol models, AgenticMessage and DriverUsage, as
-DESIGN.md lists them (keys in this order, absent values None): the worker's
-models, and the host's (HostAgenticMessage, HostDriverUsage), whose usage has
-five context fields more; and the persistent worker's WorkerRequest and
-ResponseFrame (serve mode).
+"""The Python Amelia's protocol models, AgenticMessage and DriverUsage (keys
+in this order, absent values None): the worker's models, and the host's
+(HostAgenticMessage, HostDriverUsage), whose usage has five context fields
+more; and the persistent worker's WorkerRequest and ResponseFrame (serve
+mode).
 
 Shared by gen_golden.py and check_lines.py.
 """
