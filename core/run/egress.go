@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
@@ -33,4 +34,40 @@ func reachedDirectly(ctx context.Context, ex sdk.Execer, worker string, targets 
 		return reached, nil
 	}
 	return nil, fmt.Errorf("check the network policy: amelia-worker egress-check: %s%s", execreport.Status(st), stderr.Note())
+}
+
+// egressPolicy is what the provider says of its enforcement of a network
+// policy without direct egress (sdk.DetailEgress, sdk.DetailEgressSettle).
+type egressPolicy struct {
+	needs  string        // what enforcement needs, for the refusal
+	settle time.Duration // how long enforcement may take to begin
+}
+
+func egressPolicyOf(details map[string]string) egressPolicy {
+	p := egressPolicy{needs: execreport.Printable(details[sdk.DetailEgress])}
+	if d, err := time.ParseDuration(details[sdk.DetailEgressSettle]); err == nil && d > 0 {
+		p.settle = d
+	}
+	return p
+}
+
+// reachedAfterSettling is reachedDirectly repeated, with growing pauses,
+// while the sandbox still reaches out and the provider's settle time has
+// not passed: a policy the provider enforces asynchronously is given that
+// long to take effect. It returns what the last check reached.
+func reachedAfterSettling(ctx context.Context, ex sdk.Execer, worker string, settle time.Duration, targets ...string) ([]string, error) {
+	deadline := time.Now().Add(settle)
+	pause := 100 * time.Millisecond
+	for {
+		reached, err := reachedDirectly(ctx, ex, worker, targets...)
+		if err != nil || len(reached) == 0 || !time.Now().Before(deadline) {
+			return reached, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("check the network policy: %w", context.Cause(ctx))
+		case <-time.After(min(pause, time.Until(deadline))):
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
 }

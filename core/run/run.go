@@ -210,10 +210,9 @@ type runner struct {
 	// summary; sandboxUp is set once the sandbox is up.
 	cleaned, left []string
 	sandboxUp     bool
-	// egressNeeds is what the provider says its enforcement of the
-	// network policy needs (sdk.DetailEgress), for the egress check's
-	// refusal.
-	egressNeeds string
+	// egress is what the provider says of its enforcement of the network
+	// policy, for the egress check.
+	egress egressPolicy
 
 	// agentStarted is set when the agent may have produced work, and
 	// delivered once that work reached the host or the origin; between

@@ -10,7 +10,6 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
-	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/core/execsession"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
@@ -64,14 +63,18 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 	// before anything runs there.
 	if mode := req.Profile.Sandbox.Network; mode != sdk.NetworkOpen {
 		if err := r.phase(PhaseEgress, func() error {
-			reached, err := reachedDirectly(ctx, sb, worker, req.Profile.Sandbox.EgressCheckTargets...)
+			reached, err := reachedAfterSettling(ctx, sb, worker, r.egress.settle, req.Profile.Sandbox.EgressCheckTargets...)
 			if err == nil && len(reached) > 0 {
 				why := ""
-				if r.egressNeeds != "" {
-					why = " (" + r.egressNeeds + ")"
+				if r.egress.needs != "" {
+					why = " (" + r.egress.needs + ")"
 				}
-				err = fmt.Errorf("profile %s asks for network %q, but the sandbox reached %s directly: provider %s does not enforce it here%s; nothing was run",
-					req.Profile.Name, mode, strings.Join(reached, ", "), sb.Info.Name, why)
+				still := ""
+				if r.egress.settle > 0 {
+					still = fmt.Sprintf(" (still, after %v)", r.egress.settle)
+				}
+				err = fmt.Errorf("profile %s asks for network %q, but the sandbox reached %s directly%s: provider %s does not enforce it here%s; nothing was run",
+					req.Profile.Name, mode, strings.Join(reached, ", "), still, sb.Info.Name, why)
 			}
 			return err
 		}); err != nil {
@@ -205,7 +208,7 @@ func (r *runner) openSandbox(ctx context.Context) (sb *sandbox.Sandbox, workdir,
 		running, err = sb.Up(ctx)
 		workdir = running.Workdir
 		r.sandboxUp = err == nil
-		r.egressNeeds = execreport.Printable(running.Details[sdk.DetailEgress])
+		r.egress = egressPolicyOf(running.Details)
 		return err
 	}); err != nil {
 		return nil, "", "", err

@@ -292,6 +292,14 @@ type Sandbox struct {
 // finds the sandbox reaching out.
 const DetailEgress = "egress"
 
+// DetailEgressSettle is the key of Sandbox.Details under which a provider
+// whose enforcement of network allowlist and none takes effect some time
+// after the sandbox starts (a network plugin programs a NetworkPolicy when
+// it sees the pod, on its own schedule) gives, as a Go duration ("30s"),
+// how long the host's egress check keeps trying before it concludes that
+// the policy is not enforced. Without it one check decides.
+const DetailEgressSettle = "egress-settle"
+
 // WorkerPlace says where the host finds amelia-worker in a sandbox, or
 // puts it. The host installs the worker for the sandbox's architecture
 // itself, through Exec stdin, as Dir/amelia-worker-<sha256 prefix>; a
