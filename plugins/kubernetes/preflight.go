@@ -89,7 +89,7 @@ func (p *Provider) Preflight(ctx context.Context, spec sdk.Spec) error {
 		}
 	}
 	if len(missing) > 0 {
-		return sdk.Errorf(sdk.ErrInvalid, "the kubernetes provider's credentials (kubeconfig context %q) lack permissions in namespace %s — %s: grant them with a Role and RoleBinding (see the README)",
+		return sdk.Errorf(sdk.ErrInvalid, "the kubernetes provider's credentials (kubeconfig context %q) lack permissions in namespace %s — %s: grant them with a Role and RoleBinding (see docs/providers/kubernetes.md)",
 			r.Context, r.ns, strings.Join(missing, "; "))
 	}
 	return nil
