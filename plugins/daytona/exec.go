@@ -156,16 +156,6 @@ func (b *box) prepare(ctx context.Context, workers ...string) (home, machine str
 	return path.Clean(lines[0]), lines[1], lines[2:], nil
 }
 
-// forgetSetup drops the setup s, found wrong (the worker is gone), so that
-// the next command sets the box up again.
-func (b *box) forgetSetup(s setup) {
-	b.setupMu.Lock()
-	if b.setup == s {
-		b.setup = setup{}
-	}
-	b.setupMu.Unlock()
-}
-
 // bootstrap runs a setup script through the gateway, again when its
 // session is cut before its exit code; a non-zero exit is an error with
 // its output. open, when not nil, opens its stdin afresh for each try.
@@ -216,46 +206,39 @@ func (b *box) bootstrapOnce(ctx context.Context, open func() (io.ReadCloser, err
 
 // run runs a command in the envelope, on the box's command session (one
 // long session carries every command: each new session through Daytona's
-// gateway costs two fresh SSH connections upstream and an API call). A
-// worker found missing (removed since the box was set up) is put back,
-// and a session found ended before the command started is started again,
-// once each: nothing ran.
+// gateway costs two fresh SSH connections upstream and an API call).
 func (b *box) run(ctx context.Context, cmd envelope.Command, eio sdk.ExecIO, grace time.Duration) (sdk.ExitStatus, error) {
-	reinstalled, restarted := false, false
-	for {
-		s, err := b.ready(ctx)
-		if err != nil {
-			return sdk.ExitStatus{}, err
-		}
-		m, err := b.session(ctx, s.worker)
-		if errors.Is(err, envelope.ErrNoWorker) && !reinstalled {
-			b.acct.logger.Warn("amelia-worker is gone from the sandbox: installing it again", "sandbox", b.name, "error", err)
-			b.forgetSetup(s)
-			reinstalled = true
-			continue
-		}
-		if err != nil {
-			return sdk.ExitStatus{}, err
-		}
-		res, err := m.Run(ctx, cmd, envelope.IO{Stdin: eio.Stdin, Stdout: eio.Stdout, Stderr: eio.Stderr}, grace)
-		if !restarted && (errors.Is(err, envelope.ErrClosed) || errors.Is(err, envelope.ErrBroken) && res.Pid == 0 && m.Ended()) {
-			// The session was gone before the command started (a dropped
-			// connection not yet noticed): nothing ran.
-			restarted = true
-			continue
-		}
-		if errors.Is(err, envelope.ErrBroken) {
-			err = fmt.Errorf("%w: the command session to Daytona sandbox %s broke: %w", sdk.ErrUnavailable, b.name, err)
-			if res.Pid > 0 {
-				// The worker kills the command when it sees its client
-				// gone; in case the break did not reach it, kill what is
-				// left too.
-				go b.killLeft(cmd.Tag, res.Pid)
-			}
-		}
-		return sdk.ExitStatus{Code: res.Code, Signal: res.Signal, Canceled: res.Canceled}, err
+	res, err := envelope.RunOn(ctx, sessions{b}, cmd, envelope.IO{Stdin: eio.Stdin, Stdout: eio.Stdout, Stderr: eio.Stderr}, grace)
+	if errors.Is(err, envelope.ErrBroken) {
+		err = fmt.Errorf("%w: the command session to Daytona sandbox %s broke: %w", sdk.ErrUnavailable, b.name, err)
 	}
+	return sdk.ExitStatus{Code: res.Code, Signal: res.Signal, Canceled: res.Canceled}, err
 }
+
+// sessions gives envelope.RunOn the box's worker and command session.
+type sessions struct{ b *box }
+
+func (s sessions) Worker(ctx context.Context) (string, error) {
+	set, err := s.b.ready(ctx)
+	return set.worker, err
+}
+
+// WorkerGone forgets the box's setup if it is still the one with worker
+// (removed since the box was set up): the next ready makes it again.
+func (s sessions) WorkerGone(worker string, err error) {
+	s.b.acct.logger.Warn("amelia-worker is gone from the sandbox: installing it again", "sandbox", s.b.name, "error", err)
+	s.b.setupMu.Lock()
+	if s.b.setup.worker == worker {
+		s.b.setup = setup{}
+	}
+	s.b.setupMu.Unlock()
+}
+
+func (s sessions) Session(ctx context.Context, worker string) (*envelope.Mux, error) {
+	return s.b.session(ctx, worker)
+}
+
+func (s sessions) KillLeft(tag string, pid int) { s.b.killLeft(tag, pid) }
 
 // session returns the box's command session, starting the worker's mux in
 // a gateway session when there is none or it ended.

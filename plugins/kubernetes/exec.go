@@ -278,42 +278,34 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	return st, err
 }
 
-// run runs a command in the envelope on the box's command session. A
-// worker found missing is put back, and a session found ended before the
-// command started is started again, once each: nothing ran.
+// run runs a command in the envelope on the box's command session.
 func (b *box) run(ctx context.Context, cmd envelope.Command, eio sdk.ExecIO, grace time.Duration) (sdk.ExitStatus, error) {
-	reinstalled, restarted := false, false
-	for {
-		worker, err := b.ready(ctx)
-		if err != nil {
-			return sdk.ExitStatus{}, err
-		}
-		s, err := b.session(ctx, worker)
-		if errors.Is(err, envelope.ErrNoWorker) && !reinstalled {
-			b.c.logger.Warn("amelia-worker is gone from the sandbox: installing it again", "sandbox", b.name, "error", err)
-			b.forgetWorker(worker)
-			reinstalled = true
-			continue
-		}
-		if err != nil {
-			return sdk.ExitStatus{}, err
-		}
-		res, err := s.Run(ctx, cmd, envelope.IO{Stdin: eio.Stdin, Stdout: eio.Stdout, Stderr: eio.Stderr}, grace)
-		if !restarted && (errors.Is(err, envelope.ErrClosed) || errors.Is(err, envelope.ErrBroken) && res.Pid == 0 && s.Ended()) {
-			restarted = true
-			continue
-		}
-		if errors.Is(err, envelope.ErrBroken) {
-			if res.Pid > 0 {
-				// The worker kills the command when its client is gone;
-				// in case the break did not reach it, kill what is left.
-				go b.killLeft(cmd.Tag, res.Pid)
-			}
-			err = b.failed(ctx, err)
-		}
-		return sdk.ExitStatus{Code: res.Code, Signal: res.Signal, Canceled: res.Canceled}, err
+	res, err := envelope.RunOn(ctx, sessions{b}, cmd, envelope.IO{Stdin: eio.Stdin, Stdout: eio.Stdout, Stderr: eio.Stderr}, grace)
+	if errors.Is(err, envelope.ErrBroken) {
+		err = b.failed(ctx, err)
 	}
+	return sdk.ExitStatus{Code: res.Code, Signal: res.Signal, Canceled: res.Canceled}, err
 }
+
+// sessions gives envelope.RunOn the box's worker and command session.
+type sessions struct{ b *box }
+
+func (s sessions) Worker(ctx context.Context) (string, error) { return s.b.ready(ctx) }
+
+func (s sessions) WorkerGone(worker string, err error) {
+	s.b.c.logger.Warn("amelia-worker is gone from the sandbox: installing it again", "sandbox", s.b.name, "error", err)
+	s.b.forgetWorker(worker)
+}
+
+func (s sessions) Session(ctx context.Context, worker string) (*envelope.Mux, error) {
+	m, err := s.b.session(ctx, worker)
+	if err != nil {
+		return nil, err
+	}
+	return m.Mux, nil
+}
+
+func (s sessions) KillLeft(tag string, pid int) { s.b.killLeft(tag, pid) }
 
 // session returns the box's command session, starting the worker's mux
 // in an exec stream of its own when there is none or it ended.
