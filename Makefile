@@ -69,9 +69,9 @@ base-image:
 		echo "make base-image: no Docker engine answers: SKIPPING the base image; the Docker tests will skip, saying so"; \
 	fi
 
-## kube-binaries: build Kubernetes and the Agent Sandbox controller for the test cluster into ~/.cache/amelia/kubernetes ($AMELIA_KUBE_CACHE): ~10 minutes the first time, seconds after
+## kube-binaries: build Kubernetes, the Agent Sandbox controller and kube-router for the test cluster into ~/.cache/amelia/kubernetes ($AMELIA_KUBE_CACHE): ~20 minutes the first time, seconds after
 kube-binaries:
-	@echo "make: go run ./internal/k8stest/cmd/kube-cluster build (the first build compiles Kubernetes: about 10 minutes on 2 cores)"
+	@echo "make: go run ./internal/k8stest/cmd/kube-cluster build (the first build compiles Kubernetes: about 20 minutes on 2 cores)"
 	@$(GO) run ./internal/k8stest/cmd/kube-cluster build
 
 ## kube-cluster: start a two-node Kubernetes test cluster (as root; needs make base-image) and print how to use its kubeconfig; Ctrl-C stops it

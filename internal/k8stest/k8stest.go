@@ -1,7 +1,9 @@
 // Package k8stest gives tests a real two-node Kubernetes cluster (package
 // kubecluster): one per test binary, started by the first Start and
 // stopped when the binary exits, with the Agent Sandbox controller and the
-// project's base image on both nodes.
+// project's base image on both nodes. NetworkPolicies are enforced on one
+// node (PolicyNode: kube-router's network policy controller) and not on the
+// other (UnenforcedNode), so tests see both kinds of cluster.
 //
 // A package whose tests use it must run them through Main:
 //
@@ -99,6 +101,7 @@ type info struct {
 	Kubeconfig   string   `json:"kubeconfig,omitempty"`
 	Kubectl      string   `json:"kubectl,omitempty"`
 	Nodes        []string `json:"nodes,omitempty"`
+	PolicyNode   string   `json:"policyNode,omitempty"`
 	Images       []string `json:"images,omitempty"`
 	AgentSandbox bool     `json:"agentSandbox,omitempty"`
 	Error        string   `json:"error,omitempty"`
@@ -159,6 +162,21 @@ func (c *Cluster) Image() string { return c.info.Images[0] }
 
 // Nodes are the names of the cluster's two nodes.
 func (c *Cluster) Nodes() []string { return append([]string(nil), c.info.Nodes...) }
+
+// PolicyNode is the node on which NetworkPolicies are enforced
+// (kube-router's network policy controller); on the other node they are
+// not, as on a cluster whose network plugin ignores them.
+func (c *Cluster) PolicyNode() string { return c.info.PolicyNode }
+
+// UnenforcedNode is the node on which NetworkPolicies are not enforced.
+func (c *Cluster) UnenforcedNode() string {
+	for _, n := range c.info.Nodes {
+		if n != c.info.PolicyNode {
+			return n
+		}
+	}
+	return ""
+}
 
 // AgentSandbox says whether the Agent Sandbox CRDs are installed and its
 // controller runs with the extensions: Sandbox, SandboxTemplate,
@@ -389,7 +407,7 @@ func supervise() int {
 		say(info{Error: "start the Kubernetes test cluster: " + err.Error()})
 		return 1
 	}
-	say(info{ID: c.ID, Dir: c.Dir, Kubeconfig: c.Kubeconfig, Kubectl: c.Kubectl, Nodes: c.Nodes, Images: c.Images, AgentSandbox: true})
+	say(info{ID: c.ID, Dir: c.Dir, Kubeconfig: c.Kubeconfig, Kubectl: c.Kubectl, Nodes: c.Nodes, PolicyNode: kubecluster.PolicyNode, Images: c.Images, AgentSandbox: true})
 	if err := c.WaitExit(ctx); err != nil {
 		log.Error("the cluster broke", "err", err)
 		<-ctx.Done()

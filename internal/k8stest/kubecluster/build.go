@@ -26,12 +26,19 @@ import (
 // The versions the cluster is built from: Kubernetes from its module on the
 // Go module proxy (the tag's zip lacks staging/, so its go.mod is pointed at
 // the published staging modules), and the Agent Sandbox controller.
+//
+// kube-router is the network plugin part that enforces NetworkPolicies on
+// one node. v2.1.0 is the only version the module proxy serves; it runs
+// only inside the cluster's own network namespace, with its BGP router and
+// service proxy off, so its reported flaws (in those) do not reach the host.
 const (
 	KubernetesVersion   = "v1.34.4"
 	AgentSandboxVersion = "v0.5.6"
+	KubeRouterVersion   = "v2.1.0"
 
 	kubernetesModule   = "k8s.io/kubernetes"
 	agentSandboxModule = "sigs.k8s.io/agent-sandbox"
+	kubeRouterModule   = "github.com/cloudnativelabs/kube-router/v2"
 )
 
 // kubeCommands are the Kubernetes binaries built into bin/.
@@ -65,35 +72,46 @@ type Binaries struct {
 	CRDs string
 	// PauseImage is an OCI archive of the pods' sandbox (pause) image.
 	PauseImage string
+	// Router is the kube-router binary, whose network policy controller
+	// enforces NetworkPolicies on the first node.
+	Router string
 }
 
 // Bin returns the path of the named Kubernetes binary.
 func (b Binaries) Bin(name string) string { return filepath.Join(b.Kube, name) }
 
-// entries are the cache directories, under the cache root, of one build.
-func entries(root string) (kube, sandbox, pause string) {
-	return filepath.Join(root, KubernetesVersion),
-		filepath.Join(root, "agent-sandbox-"+AgentSandboxVersion),
-		filepath.Join(root, "pause-"+pauseKey())
+// cacheEntries are the cache directories, under the cache root, of one
+// build.
+type cacheEntries struct{ kube, sandbox, pause, router string }
+
+func entries(root string) cacheEntries {
+	return cacheEntries{
+		kube:    filepath.Join(root, KubernetesVersion),
+		sandbox: filepath.Join(root, "agent-sandbox-"+AgentSandboxVersion),
+		pause:   filepath.Join(root, "pause-"+pauseKey()),
+		router:  filepath.Join(root, "kube-router-"+KubeRouterVersion),
+	}
 }
 
+func (e cacheEntries) all() []string { return []string{e.kube, e.sandbox, e.pause, e.router} }
+
 func binaries(root string) Binaries {
-	kube, sandbox, pause := entries(root)
+	e := entries(root)
 	return Binaries{
-		Kube:       filepath.Join(kube, "bin"),
-		Controller: filepath.Join(sandbox, "bin", "agent-sandbox-controller"),
-		CRDs:       filepath.Join(sandbox, "crds"),
-		PauseImage: filepath.Join(pause, "pause.oci.tar"),
+		Kube:       filepath.Join(e.kube, "bin"),
+		Controller: filepath.Join(e.sandbox, "bin", "agent-sandbox-controller"),
+		CRDs:       filepath.Join(e.sandbox, "crds"),
+		PauseImage: filepath.Join(e.pause, "pause.oci.tar"),
+		Router:     filepath.Join(e.router, "bin", "kube-router"),
 	}
 }
 
 // Cached returns the binaries cached under root, or an error saying how to
 // build them when they are not all there.
 func Cached(root string) (Binaries, error) {
-	kube, sandbox, pause := entries(root)
-	for _, d := range []string{kube, sandbox, pause} {
+	for _, d := range entries(root).all() {
 		if _, err := os.Stat(d); err != nil {
-			return Binaries{}, fmt.Errorf("the Kubernetes test cluster's binaries are not built in %s (%s missing): run make kube-binaries (about 10 minutes the first time)", root, filepath.Base(d))
+			return Binaries{}, fmt.Errorf("the Kubernetes test cluster's binaries are not built in %s (%s missing): run make kube-binaries (about 20 minutes the first time)", root, filepath.Base(d))
 		}
 	}
 	return binaries(root), nil
@@ -116,15 +134,16 @@ func Build(ctx context.Context, root string, log *slog.Logger) (Binaries, error)
 		return Binaries{}, err
 	}
 	defer unlock()
-	kube, sandbox, pause := entries(root)
+	e := entries(root)
 	steps := []struct {
 		dir   string
 		what  string
 		build func(ctx context.Context, tmp string) error
 	}{
-		{kube, "Kubernetes " + KubernetesVersion + " (" + strings.Join(kubeCommands, ", ") + ")", buildKube},
-		{sandbox, "agent-sandbox-controller " + AgentSandboxVersion + " and its CRDs", buildAgentSandbox},
-		{pause, "the pause image", buildPause},
+		{e.kube, "Kubernetes " + KubernetesVersion + " (" + strings.Join(kubeCommands, ", ") + ")", buildKube},
+		{e.sandbox, "agent-sandbox-controller " + AgentSandboxVersion + " and its CRDs", buildAgentSandbox},
+		{e.pause, "the pause image", buildPause},
+		{e.router, "kube-router " + KubeRouterVersion, buildKubeRouter},
 	}
 	for _, s := range steps {
 		if _, err := os.Stat(s.dir); err == nil {
@@ -310,6 +329,18 @@ func buildAgentSandbox(ctx context.Context, tmp string) error {
 		}
 	}
 	return nil
+}
+
+// buildKubeRouter builds kube-router into tmp/bin.
+func buildKubeRouter(ctx context.Context, tmp string) error {
+	src := filepath.Join(tmp, "src")
+	if err := moduleSource(ctx, kubeRouterModule, KubeRouterVersion, src); err != nil {
+		return err
+	}
+	defer os.RemoveAll(src)
+	_, err := goCmd(ctx, src, []string{"GOFLAGS=-mod=mod -buildvcs=false", "GOWORK=off", "CGO_ENABLED=0"},
+		"build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(tmp, "bin")+"/", "./cmd/kube-router")
+	return err
 }
 
 // pauseSource is the pods' sandbox process: it waits for a signal to end,

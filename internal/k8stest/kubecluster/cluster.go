@@ -282,6 +282,9 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	if err := c.waitHTTP(ctx, "agent-sandbox-controller", fmt.Sprintf("http://127.0.0.1:%d/readyz", controllerPort)); err != nil {
 		return c, err
 	}
+	if err := c.startPolicyController(ctx, o.Binaries); err != nil {
+		return c, err
+	}
 	log.Info("cluster ready", "id", c.ID, "after", time.Since(start).Round(100*time.Millisecond))
 	return c, nil
 }

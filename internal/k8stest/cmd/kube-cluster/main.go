@@ -62,7 +62,7 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("Kubernetes test cluster binaries ready in %s (%s):\n  %s\n  %s\n", root, time.Since(start).Round(time.Second), b.Kube, b.Controller)
+		fmt.Printf("Kubernetes test cluster binaries ready in %s (%s):\n  %s\n  %s\n  %s\n", root, time.Since(start).Round(time.Second), b.Kube, b.Controller, b.Router)
 		return nil
 	case "up":
 		fs := flag.NewFlagSet("up", flag.ContinueOnError)
