@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -92,7 +93,7 @@ func (r resolved) useAgentAPI(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if !ok && (r.API == APIAgentSandbox || r.WarmPool != "") {
+	if !ok && (r.API == APIAgentSandbox || r.WarmPool != "" || r.WorkspaceVolume != nil) {
 		return false, sdk.Errorf(sdk.ErrUnavailable, "the cluster at %s does not serve the Agent Sandbox API (%s): install its CRDs and controller (sigs.k8s.io/agent-sandbox), or set kubernetes.api: pods", r.c.host, sandboxes.gvr.GroupResource())
 	}
 	if ok && r.WarmPool != "" {
@@ -202,6 +203,21 @@ func (r resolved) agentObject(res agentResource, spec sdk.Spec) (*unstructured.U
 				OperatingMode: agentsv1.SandboxOperatingModeRunning,
 			},
 		}
+		if v := r.WorkspaceVolume; v != nil {
+			// The claim's volume takes the place of the pod's emptyDir of
+			// the same name.
+			claim := agentsv1.PersistentVolumeClaimTemplate{
+				EmbeddedObjectMetadata: agentsv1.EmbeddedObjectMetadata{Name: workspaceVolume},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: r.volumeSize}},
+				},
+			}
+			if v.StorageClass != "" {
+				claim.Spec.StorageClassName = ptr.To(v.StorageClass)
+			}
+			sb.Spec.VolumeClaimTemplates = []agentsv1.PersistentVolumeClaimTemplate{claim}
+		}
 		if shutdown != nil {
 			sb.Spec.ShutdownTime = shutdown
 			sb.Spec.ShutdownPolicy = ptr.To(agentsv1.ShutdownPolicyRetain)
@@ -232,6 +248,7 @@ func (r resolved) sandboxPod(ctx context.Context, res agentResource, obj *unstru
 	}
 	var sb agentsv1.Sandbox
 	told := ""
+	resumed := false
 	err := r.untilObject(ctx, sandboxes, sbName, func(o *unstructured.Unstructured) (bool, error) {
 		if o == nil {
 			return false, nil // a claim's Sandbox may not be there yet
@@ -244,7 +261,19 @@ func (r resolved) sandboxPod(ctx context.Context, res agentResource, obj *unstru
 		}
 		ready := meta.FindStatusCondition(sb.Status.Conditions, string(agentsv1.SandboxConditionReady))
 		if ready != nil && ready.Reason == agentsv1.SandboxReasonExpired {
-			return false, r.endedSandbox(res, obj, "expired (its shutdownTime passed)", created, replaced)
+			if len(sb.Spec.VolumeClaimTemplates) == 0 || res != sandboxes {
+				return false, r.endedSandbox(res, obj, "expired (its shutdownTime passed)", created, replaced)
+			}
+			// Its workspace is on a claim the expiry kept: move the
+			// shutdown time ahead, and the controller makes a pod on it.
+			if !resumed {
+				if err := r.extend(ctx, res, sbName); err != nil {
+					return false, err
+				}
+				sdk.Progress(logger, fmt.Sprintf("sandbox %s: Sandbox %s/%s had expired; its workspace volume is kept: starting a pod on it again", spec.Name, r.ns, sbName))
+				resumed = true
+			}
+			return false, nil
 		}
 		if f := meta.FindStatusCondition(sb.Status.Conditions, string(agentsv1.SandboxConditionFinished)); f != nil && f.Status == metav1.ConditionTrue {
 			return false, r.endedSandbox(res, obj, "its pod ended: "+f.Reason, created, replaced)
@@ -456,19 +485,16 @@ func (b *box) renew(r resolved, sandbox string, logger *slog.Logger) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	b.renewStop = stop
-	res, path := sandboxes, `{"spec":{"shutdownTime":%q}}`
+	res := sandboxes
 	if r.WarmPool != "" {
-		res, path = claims, `{"spec":{"lifecycle":{"shutdownTime":%q}}}`
+		res = claims
 	}
-	ri := r.c.dyn.Resource(res.gvr).Namespace(r.ns)
 	name := objectName(sandbox)
 	go func() {
 		t := time.NewTicker(r.ttl / renewFraction)
 		defer t.Stop()
 		for {
-			at := time.Now().Add(r.ttl).UTC().Format(time.RFC3339)
-			_, err := ri.Patch(ctx, name, types.MergePatchType, fmt.Appendf(nil, path, at), metav1.PatchOptions{})
-			if err != nil && ctx.Err() == nil {
+			if err := r.extend(ctx, res, name); err != nil && ctx.Err() == nil {
 				logger.Warn("move the sandbox's shutdown time ahead (tried again later)", "sandbox", sandbox, res.kind, name, "error", err)
 			}
 			select {
@@ -478,4 +504,19 @@ func (b *box) renew(r resolved, sandbox string, logger *slog.Logger) {
 			}
 		}
 	}()
+}
+
+// extend moves the shutdown time of the Sandbox or claim name to a TTL
+// from now; without a TTL (the profile dropped it) it takes it away.
+func (r resolved) extend(ctx context.Context, res agentResource, name string) error {
+	at := "null"
+	if r.ttl > 0 {
+		at = strconv.Quote(time.Now().Add(r.ttl).UTC().Format(time.RFC3339))
+	}
+	patch := `{"spec":{"shutdownTime":` + at + `}}`
+	if res == claims {
+		patch = `{"spec":{"lifecycle":{"shutdownTime":` + at + `}}}`
+	}
+	_, err := r.c.dyn.Resource(res.gvr).Namespace(r.ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return r.c.wrap(err, fmt.Sprintf("move the shutdown time of %s %s/%s", res.kind, r.ns, name))
 }

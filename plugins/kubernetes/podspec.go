@@ -14,8 +14,12 @@ import (
 // can write.
 const (
 	containerName = "sandbox"
-	// Workdir is where work happens: an emptyDir volume.
+	// Workdir is where work happens: an emptyDir volume, or the claim of
+	// kubernetes.workspace_volume.
 	Workdir = "/workspace"
+	// workspaceVolume is the pod's volume at Workdir: an emptyDir, or the
+	// claim of kubernetes.workspace_volume.
+	workspaceVolume = "workspace"
 	// Home is the user's home, an emptyDir volume; the worker is
 	// installed under it.
 	Home = "/home/amelia"
@@ -77,12 +81,12 @@ func podSpec(c config, sandbox string) corev1.PodSpec {
 				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			},
 			VolumeMounts: []corev1.VolumeMount{
-				{Name: "workspace", MountPath: Workdir},
+				{Name: workspaceVolume, MountPath: Workdir},
 				{Name: "home", MountPath: Home},
 			},
 		}},
 		Volumes: []corev1.Volume{
-			{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: workspaceVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			{Name: "home", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		},
 	}

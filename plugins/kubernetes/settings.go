@@ -65,6 +65,22 @@ type Settings struct {
 	TTL string `json:"ttl"`
 	// StartTimeout bounds waiting for a sandbox to start (default 5m).
 	StartTimeout string `json:"start_timeout"`
+	// WorkspaceVolume puts the workspace on a PersistentVolumeClaim the
+	// Sandbox owns instead of an emptyDir, so that the work in it outlives
+	// the pod: when the TTL passes for a sandbox whose host died, the
+	// cluster removes the pod but keeps the claim with the Sandbox object,
+	// and the next amelia to use the sandbox gets the workspace back in a
+	// new pod. Agent Sandbox API only, without warm_pool.
+	WorkspaceVolume *WorkspaceVolume `json:"workspace_volume"`
+}
+
+// WorkspaceVolume is the claim the workspace is on.
+type WorkspaceVolume struct {
+	// Size is the storage asked for, a quantity such as 20Gi. Required.
+	Size string `json:"size"`
+	// StorageClass names the claim's StorageClass (default: the
+	// cluster's default class).
+	StorageClass string `json:"storage_class"`
 }
 
 // Resources are a container's requests and limits, as quantities by
@@ -100,6 +116,7 @@ type config struct {
 	tolerations  []corev1.Toleration
 	ttl          time.Duration // zero: none
 	startTimeout time.Duration
+	volumeSize   resource.Quantity // workspace_volume.size
 }
 
 var (
@@ -218,6 +235,24 @@ func (c *config) check() error {
 			return invalid("ttl", "%q is not a duration of a minute or more, like 2h", s.TTL)
 		}
 		c.ttl = d
+	}
+	if v := s.WorkspaceVolume; v != nil {
+		switch {
+		case s.API == APIPods:
+			return invalid("workspace_volume", "needs the Agent Sandbox API (a Sandbox's volumeClaimTemplates), and api is pods")
+		case s.WarmPool != "":
+			return invalid("workspace_volume", "does not go with warm_pool: the pool's SandboxTemplate says where the workspace is")
+		}
+		q, err := resource.ParseQuantity(v.Size)
+		if err != nil || q.Sign() <= 0 {
+			return invalid("workspace_volume.size", "%q is not a size like 20Gi", v.Size)
+		}
+		c.volumeSize = q
+		if v.StorageClass != "" {
+			if errs := validation.IsDNS1123Subdomain(v.StorageClass); len(errs) > 0 {
+				return invalid("workspace_volume.storage_class", "%q is not a StorageClass name: %s", v.StorageClass, errs[0])
+			}
+		}
 	}
 	c.startTimeout = defaultStartTimeout
 	if s.StartTimeout != "" {
