@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -143,20 +144,29 @@ func gitDaemonPod(t *testing.T, c *k8stest.Cluster, ns, node string) string {
 	}
 }
 
-// The test cluster's network plugin (bridge) does not enforce
-// NetworkPolicies: a run with network none puts one on its pod, the
-// egress check, aimed at a pod of the test's on the same node, reaches
-// it, and the run stops before the agent starts, saying what the policy
-// needs. The LLM is never asked and no branch comes back.
+// newFencedHost is a host whose profile's sandbox, of network none, is a
+// plain pod on node in a new namespace, its egress check aimed at a pod of
+// the test's on the same node; it returns the namespace and that pod's
+// address too.
+func newFencedHost(t *testing.T, c *k8stest.Cluster, node string, turns ...llmtest.Turn) (h *host, ns, target string) {
+	ns = c.Namespace(t)
+	target = gitDaemonPod(t, c, ns, node)
+	sandbox := kubernetesSandbox(c, ns, "none", map[string]any{"api": "pods", "node_selector": map[string]string{"kubernetes.io/hostname": node}}, target)
+	return newKubernetesHost(t, c, sandbox, turns...), ns, target
+}
+
+// On the test cluster's node without policy enforcement (plain bridge
+// networking, as with a network plugin that ignores NetworkPolicies) a
+// run with network none puts a policy on its pod, the egress check,
+// aimed at a pod of the test's on the same node, still reaches it after
+// the time the provider gives the plugin, and the run stops before the
+// agent starts, saying what the policy needs. The LLM is never asked and
+// no branch comes back.
 func TestRunOnKubernetesRefusesUnenforcedPolicy(t *testing.T) {
 	c := k8stest.Start(t)
-	ns := c.Namespace(t)
-	node := c.Nodes()[0]
-	target := gitDaemonPod(t, c, ns, node)
-	h := newKubernetesHost(t, c, kubernetesSandbox(c, ns, "none", map[string]any{"api": "pods", "node_selector": map[string]string{"kubernetes.io/hostname": node}}, target),
-		llmtest.Turn{Text: "never asked"})
+	h, ns, target := newFencedHost(t, c, c.UnenforcedNode(), llmtest.Turn{Text: "never asked"})
 	r := h.amelia(t, "run", "--workflow", "fenced", "Write nothing.")
-	want := `profile e2e asks for network "none", but the sandbox reached ` + target + " directly: provider kubernetes does not enforce it here (NetworkPolicy " + ns + "/amelia-"
+	want := `profile e2e asks for network "none", but the sandbox reached ` + target + " directly (still, after 30s): provider kubernetes does not enforce it here (NetworkPolicy " + ns + "/amelia-"
 	if r.code == 0 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "only a network plugin that enforces NetworkPolicies") {
 		t.Fatalf("amelia run on a cluster that does not enforce NetworkPolicies: exit %d, want a refusal saying %q and what is needed\nstderr: %s", r.code, want, r.stderr)
 	}
@@ -165,6 +175,64 @@ func TestRunOnKubernetesRefusesUnenforcedPolicy(t *testing.T) {
 	}
 	if b := h.git(t, "branch", "--list", "amelia/fenced"); b != "" {
 		t.Errorf("a refused run left a branch: %q", b)
+	}
+}
+
+// On the node where kube-router enforces NetworkPolicies, a run with
+// network none passes the egress check (aimed at a pod of the test's on
+// the same node) and brings its branch back, its agent reaching the LLM
+// only through the tunnel over pods/exec. The policy is what fenced it:
+// once the test deletes it, the sandbox reaches the same pod; the next
+// amelia command puts it back.
+func TestRunOnKubernetesEnforcesPolicy(t *testing.T) {
+	c := k8stest.Start(t)
+	h, ns, target := newFencedHost(t, c, c.PolicyNode(),
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("fenced.txt", "written behind a policy\n")}},
+		llmtest.Turn{Text: "Done."})
+	r := h.amelia(t, "run", "--workflow", "fenced", "Write fenced.txt.")
+	if r.code != 0 {
+		t.Fatalf("amelia run with network none where the policy is enforced: exit %d\nstderr: %s", r.code, r.stderr)
+	}
+	if got := h.git(t, "show", "amelia/fenced:fenced.txt"); got != "written behind a policy" {
+		t.Errorf("fenced.txt on the branch: %q", got)
+	}
+	if n := len(h.up.Requests()); n != 2 {
+		t.Errorf("the LLM got %d requests through the tunnel, want 2", n)
+	}
+
+	client := c.Client(t)
+	managed := metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=amelia"}
+	policies, err := client.NetworkingV1().NetworkPolicies(ns).List(t.Context(), managed)
+	if err != nil || len(policies.Items) != 1 {
+		t.Fatalf("the sandbox's NetworkPolicies: %v, %v", policies, err)
+	}
+	pods, err := client.CoreV1().Pods(ns).List(t.Context(), managed)
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("the sandbox's pods: %v, %v", pods, err)
+	}
+	policy, pod := policies.Items[0].Name, pods.Items[0].Name
+	if err := client.NetworkingV1().NetworkPolicies(ns).Delete(t.Context(), policy, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// From outside amelia (any amelia command would put the policy back).
+	host, port, _ := strings.Cut(target, ":")
+	probe := fmt.Sprintf("timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%s' && echo REACHED", host, port)
+	for {
+		out, err := exec.CommandContext(t.Context(), c.Kubectl(), "--kubeconfig", c.Kubeconfig(), "exec", "-n", ns, pod, "--", "bash", "-c", probe).CombinedOutput()
+		if strings.Contains(string(out), "REACHED") {
+			break
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("the sandbox never reached %s once its NetworkPolicy was gone: %s (%v)", target, out, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if r := h.amelia(t, "sandbox", "exec", "--", "true"); r.code != 0 {
+		t.Fatalf("amelia sandbox exec: exit %d: %s", r.code, r.stderr)
+	}
+	if _, err := client.NetworkingV1().NetworkPolicies(ns).Get(t.Context(), policy, metav1.GetOptions{}); err != nil {
+		t.Errorf("amelia did not put the sandbox's NetworkPolicy back: %v", err)
 	}
 }
 

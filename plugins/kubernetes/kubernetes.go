@@ -186,7 +186,7 @@ func (c *cluster) wrap(err error, what string) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s: %w", what, err)
 	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
-		return sdk.Errorf(sdk.ErrInvalid, "%s: %v (see the README for the RBAC the kubernetes provider needs)", what, err)
+		return sdk.Errorf(sdk.ErrInvalid, "%s: %v (see docs/providers/kubernetes.md for the RBAC the kubernetes provider needs)", what, err)
 	case apierrors.IsNotFound(err):
 		return sdk.Errorf(sdk.ErrNotFound, "%s: %v", what, err)
 	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
@@ -255,8 +255,9 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 	}
 	details := map[string]string{"namespace": pod.Namespace, "pod": pod.Name, "node": pod.Spec.NodeName, "api": held}
 	if isolated(spec.Network.Mode) {
-		details[sdk.DetailEgress] = fmt.Sprintf("NetworkPolicy %s/%s denies the pod all traffic; only a network plugin that enforces NetworkPolicies, such as Calico, Cilium or Antrea, makes that so: for network %s, use a cluster whose plugin does, or network open",
+		details[sdk.DetailEgress] = fmt.Sprintf("NetworkPolicy %s/%s denies the pod all traffic; only a network plugin that enforces NetworkPolicies, such as Calico, Cilium, Antrea or kube-router, makes that so: for network %s, use a cluster whose plugin does, or network open",
 			pod.Namespace, objectName(spec.Name), spec.Network.Mode)
+		details[sdk.DetailEgressSettle] = policySettle.String()
 	}
 	return sdk.Sandbox{
 		Ref: ref, Created: created, Workdir: Workdir,
@@ -264,6 +265,13 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 		Details: details,
 	}, nil
 }
+
+// policySettle is how long a network plugin is given to enforce a
+// sandbox's NetworkPolicy after its pod runs: plugins program policies
+// when they see the pod, on their own schedule (kube-router at its next
+// sync), so the host's egress check keeps trying that long before it
+// refuses the run.
+const policySettle = 30 * time.Second
 
 // ensureNetworkPolicy makes the policy that takes the sandbox's pod off
 // the network, before the pod exists; one there already is kept.

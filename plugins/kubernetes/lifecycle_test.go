@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/amelia-sandbox/amelia/internal/k8stest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -241,18 +242,67 @@ func TestForeignPodIsLeftAlone(t *testing.T) {
 	}
 }
 
-// The test cluster's network plugin (bridge) does not enforce
-// NetworkPolicies: a sandbox of network none reaches another pod, which
-// the run's egress check finds (amelia then refuses the run, naming what
-// the sandbox's Details say is needed). The listener is git daemon in a
-// sandbox of network open: the image has no other TCP server.
-func TestNetworkPolicyNotEnforcedIsFound(t *testing.T) {
+// A sandbox of network none is fenced where the network plugin enforces
+// NetworkPolicies (kube-router, on the test cluster's PolicyNode: its
+// egress check finds nothing it can reach, once the plugin has programmed
+// the policy) and reaches another pod where none is enforced
+// (UnenforcedNode), which the run's egress check finds (amelia then
+// refuses the run, naming what the sandbox's Details say is needed). The
+// listener is git daemon in a sandbox of network open on the same node
+// (the test cluster routes no pod traffic between its nodes): the image
+// has no other TCP server.
+func TestNetworkPolicyEnforcement(t *testing.T) {
 	c := cluster(t)
-	// Both on one node: the test cluster routes no pod traffic between
-	// its nodes.
-	cfg, ns := settings(t, c, map[string]any{"api": "pods", "node_selector": map[string]string{"kubernetes.io/hostname": c.Nodes()[0]}})
-	p := newProvider(t, nil)
-	server := up(t, p, spec("listener", cfg, sdk.NetworkOpen))
+	for _, tc := range []struct {
+		name     string
+		node     string
+		enforced bool
+	}{
+		{"enforced", c.PolicyNode(), true},
+		{"not enforced", c.UnenforcedNode(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, ns := settings(t, c, map[string]any{"api": "pods", "node_selector": map[string]string{"kubernetes.io/hostname": tc.node}})
+			p := newProvider(t, nil)
+			target := gitDaemon(t, c, p, ns, up(t, p, spec("listener", cfg, sdk.NetworkOpen)))
+			isolated := up(t, p, spec("isolated", cfg, sdk.NetworkNone))
+			if d := isolated.Details[sdk.DetailEgress]; !strings.Contains(d, "enforces NetworkPolicies") {
+				t.Errorf("Details[%s] = %q, want what the policy needs", sdk.DetailEgress, d)
+			}
+			if d := isolated.Details[sdk.DetailEgressSettle]; d != "30s" {
+				t.Errorf("Details[%s] = %q, want 30s", sdk.DetailEgressSettle, d)
+			}
+			check := `exec "$HOME"/.amelia/bin/amelia-worker-* egress-check ` + target
+			if !tc.enforced {
+				out, st, err := run(t, p, isolated.Ref, check)
+				if err != nil || st.Code != 3 || !strings.Contains(out, "reachable "+target) {
+					t.Errorf("egress-check from the sandbox of network none: %q exit %d %v; want %s reachable (nothing enforces the policy)", out, st.Code, err, target)
+				}
+				return
+			}
+			// The plugin programs the policy when it sees the pod.
+			for {
+				out, st, err := run(t, p, isolated.Ref, check)
+				if err != nil || st.Code != 0 && st.Code != 3 {
+					t.Fatalf("egress-check: %q exit %d %v", out, st.Code, err)
+				}
+				if st.Code == 0 {
+					break
+				}
+				select {
+				case <-t.Context().Done():
+					t.Fatalf("the sandbox of network none still reaches %s where kube-router enforces its policy", target)
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		})
+	}
+}
+
+// gitDaemon serves git daemon in the sandbox server of ns until the test
+// ends and returns its address once it listens.
+func gitDaemon(t *testing.T, c *k8stest.Cluster, p sdk.Provider, ns string, server sdk.Sandbox) string {
+	t.Helper()
 	ctx, stop := context.WithCancel(t.Context())
 	served := make(chan error, 1)
 	var daemonErr logs
@@ -265,19 +315,11 @@ func TestNetworkPolicyNotEnforcedIsFound(t *testing.T) {
 	if err != nil || pod.Status.PodIP == "" {
 		t.Fatalf("the listener's pod: %v %v", pod, err)
 	}
-	target := pod.Status.PodIP + ":9418"
 	// Wait until it listens, from where it runs.
 	if out, st, err := run(t, p, server.Ref, `exec bash -c 'for i in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/9418) 2>/dev/null && exit 0; sleep 0.1; done; exit 1'`); err != nil || st.Code != 0 {
 		t.Fatalf("git daemon does not listen: %q %+v %v; its stderr: %s", out, st, err, daemonErr.String())
 	}
-	isolated := up(t, p, spec("isolated", cfg, sdk.NetworkNone))
-	if d := isolated.Details[sdk.DetailEgress]; !strings.Contains(d, "enforces NetworkPolicies") {
-		t.Errorf("Details[%s] = %q, want what the policy needs", sdk.DetailEgress, d)
-	}
-	out, st, err := run(t, p, isolated.Ref, `exec "$HOME"/.amelia/bin/amelia-worker-* egress-check `+target)
-	if err != nil || st.Code != 3 || !strings.Contains(out, "reachable "+target) {
-		t.Errorf("egress-check from the sandbox of network none: %q exit %d %v; want %s reachable (bridge enforces no NetworkPolicy)", out, st.Code, err, target)
-	}
+	return pod.Status.PodIP + ":9418"
 }
 
 // The sandbox pod passes Pod Security Admission's restricted level, on
