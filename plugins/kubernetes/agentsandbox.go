@@ -108,7 +108,8 @@ func (r resolved) useAgentAPI(ctx context.Context) (bool, error) {
 
 // ensureSandbox makes the sandbox's Sandbox object (or its SandboxClaim,
 // with a warm pool), or reuses it, and waits until its pod runs. A
-// Sandbox whose pod ended, or that expired, is made again, once.
+// Sandbox whose pod ended, or that expired, is made again, once; one whose
+// workspace is on a claim of its own is kept, and gets a new pod on it.
 func (r resolved) ensureSandbox(ctx context.Context, spec sdk.Spec, logger *slog.Logger) (*corev1.Pod, bool, error) {
 	res := sandboxes
 	if r.WarmPool != "" {
@@ -140,6 +141,19 @@ func (r resolved) ensureSandbox(ctx context.Context, spec sdk.Spec, logger *slog
 		pod, err := r.sandboxPod(ctx, res, obj, spec, created, replaced, logger)
 		var ended *endedError
 		switch {
+		case errors.As(err, &ended) && keepsWorkspace(obj):
+			// Deleting the Sandbox would take its workspace claim, and
+			// the work on it, along: only its pod goes, and the
+			// controller starts another on the same claim.
+			if created || replaced {
+				return nil, false, sdk.Errorf(sdk.ErrUnavailable, "the pod %s/%s of sandbox %s ended as it started: %s", r.ns, ended.pod.Name, spec.Name, ended.state)
+			}
+			logger.Info("the sandbox's pod ended: starting another on its workspace volume", "sandbox", spec.Name, res.kind, name, "pod", ended.pod.Name, "state", ended.state)
+			if err := r.deletePod(ctx, ended.pod); err != nil {
+				return nil, false, err
+			}
+			replaced = true
+			continue
 		case errors.As(err, &ended):
 			logger.Info("the sandbox ended: making it again", "sandbox", spec.Name, res.kind, name, "state", ended.state)
 			if err := r.deleteAgentObject(ctx, res, spec.Name); err != nil {
@@ -157,6 +171,14 @@ func (r resolved) ensureSandbox(ctx context.Context, spec sdk.Spec, logger *slog
 		}
 		return pod, created, nil
 	}
+}
+
+// keepsWorkspace says whether obj is a Sandbox whose workspace is on a
+// claim of its own (kubernetes.workspace_volume), which deleting it would
+// delete.
+func keepsWorkspace(obj *unstructured.Unstructured) bool {
+	claims, _, _ := unstructured.NestedSlice(obj.Object, "spec", "volumeClaimTemplates")
+	return obj.GetKind() == agentsv1.SandboxKind && len(claims) > 0
 }
 
 // agentObject is the object that holds spec's sandbox: a Sandbox with
@@ -261,7 +283,7 @@ func (r resolved) sandboxPod(ctx context.Context, res agentResource, obj *unstru
 		}
 		ready := meta.FindStatusCondition(sb.Status.Conditions, string(agentsv1.SandboxConditionReady))
 		if ready != nil && ready.Reason == agentsv1.SandboxReasonExpired {
-			if len(sb.Spec.VolumeClaimTemplates) == 0 || res != sandboxes {
+			if !keepsWorkspace(obj) {
 				return false, r.endedSandbox(res, obj, "expired (its shutdownTime passed)", created, replaced)
 			}
 			// Its workspace is on a claim the expiry kept: move the
@@ -275,7 +297,9 @@ func (r resolved) sandboxPod(ctx context.Context, res agentResource, obj *unstru
 			}
 			return false, nil
 		}
-		if f := meta.FindStatusCondition(sb.Status.Conditions, string(agentsv1.SandboxConditionFinished)); f != nil && f.Status == metav1.ConditionTrue {
+		// (A pod that ended under a workspace claim is found by
+		// waitRunning below, with its UID, to be replaced alone.)
+		if f := meta.FindStatusCondition(sb.Status.Conditions, string(agentsv1.SandboxConditionFinished)); f != nil && f.Status == metav1.ConditionTrue && !keepsWorkspace(obj) {
 			return false, r.endedSandbox(res, obj, "its pod ended: "+f.Reason, created, replaced)
 		}
 		if sb.Spec.OperatingMode == agentsv1.SandboxOperatingModeSuspended {
@@ -286,17 +310,19 @@ func (r resolved) sandboxPod(ctx context.Context, res agentResource, obj *unstru
 			logger.Info("resumed the suspended sandbox", "sandbox", spec.Name, "Sandbox", sbName)
 			return false, nil
 		}
-		if sb.Annotations[agentsv1.SandboxPodNameAnnotation] != "" || ready != nil && ready.Status == metav1.ConditionTrue {
-			return true, nil
-		}
-		if ready != nil {
+		if ready != nil && ready.Status != metav1.ConditionTrue {
 			if state := joinNonEmpty(": ", ready.Reason, ready.Message); state != told {
 				sdk.Progress(logger, fmt.Sprintf("sandbox %s: Sandbox %s/%s %s", spec.Name, r.ns, sbName, state))
 				told = state
 			}
 		}
-		// Its pod, when the controller made it under the Sandbox's name.
-		_, err := r.c.client.CoreV1().Pods(r.ns).Get(ctx, sbName, getOpts)
+		// Its pod, once the controller made it (under the Sandbox's
+		// name, unless it adopted one of a warm pool's).
+		name := sbName
+		if n := sb.Annotations[agentsv1.SandboxPodNameAnnotation]; n != "" {
+			name = n
+		}
+		_, err := r.c.client.CoreV1().Pods(r.ns).Get(ctx, name, getOpts)
 		return err == nil, nil
 	})
 	if errors.Is(err, context.DeadlineExceeded) && told != "" {

@@ -55,7 +55,8 @@ func hostPathVolume(t *testing.T, c *k8stest.Cluster) string {
 // With workspace_volume, the work in a sandbox whose host went away
 // outlives its expiry: the TTL passes with nothing renewing it, the
 // controller removes the pod and keeps the claim, and the next process to
-// use the sandbox gets a new pod with the workspace as it was.
+// use the sandbox gets a new pod with the workspace as it was. So it
+// outlives a pod that ended.
 func TestWorkspaceVolumeOutlivesExpiry(t *testing.T) {
 	c := cluster(t)
 	if !c.AgentSandbox() {
@@ -111,6 +112,23 @@ func TestWorkspaceVolumeOutlivesExpiry(t *testing.T) {
 		t.Fatalf("EnsureRunning after the expiry gave the old pod %s", again.Ref.ID)
 	}
 	if out, _, err := run(t, next, again.Ref, "cat work.txt"); err != nil || out != "kept\n" {
-		t.Errorf("the work after the expiry: %q, %v; want it kept", out, err)
+		t.Fatalf("the work after the expiry: %q, %v; want it kept", out, err)
+	}
+
+	// A pod that ended (its PID 1 gone) is replaced alone: the Sandbox,
+	// and the claim with the work, stay.
+	run(t, next, again.Ref, "kill -TERM 1")
+	waitPod(t, pods, again.Details["pod"], func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
+	})
+	third, err := newProvider(t, nil).EnsureRunning(t.Context(), s)
+	if err != nil {
+		t.Fatalf("EnsureRunning after the pod ended: %v", err)
+	}
+	if third.Ref.ID == again.Ref.ID {
+		t.Fatalf("EnsureRunning after the pod ended gave the ended pod %s", third.Ref.ID)
+	}
+	if out, _, err := run(t, next, third.Ref, "cat work.txt"); err != nil || out != "kept\n" {
+		t.Errorf("the work after the pod ended: %q, %v; want it kept", out, err)
 	}
 }
