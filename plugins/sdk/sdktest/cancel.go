@@ -14,10 +14,22 @@ import (
 
 // The Cancel group.
 
+// cancelSlack is how long past its grace period a cancelled exec may take
+// to return: time for the signals to reach the sandbox and the exit status
+// to come back on a loaded machine. A provider that ignores cancel fails
+// when it is over, in seconds rather than after the case's whole Timeout.
+const cancelSlack = 20 * time.Second
+
+// ruleCancel is the rule the Cancel group checks, and how to keep it, for
+// the failures that show it broken.
+const ruleCancel = "rule: when Exec's ctx ends, stop the exec's whole process tree (SIGTERM, SIGKILL after req.Grace()) and return its ExitStatus with Canceled set; " +
+	"fix: watch ctx in Exec (hostproc.Process.Wait does it for a local command; shexec.Stopper for a remote one)"
+
 // startBlocking starts script in the background of the test; it must print
 // lines the caller reads with the returned reader before cancelling.
 func (k *kit) startBlocking(t T, req sdk.ExecRequest) (*lineReader, context.CancelFunc, <-chan result) {
 	t.Helper()
+	k.notHungBefore(t)
 	req.Sandbox = k.sb.Ref
 	ctx, cancel := context.WithCancel(k.ctx(t))
 	t.Cleanup(cancel)
@@ -27,12 +39,46 @@ func (k *kit) startBlocking(t T, req sdk.ExecRequest) (*lineReader, context.Canc
 		var errb bytes.Buffer
 		st, err := k.p.Exec(ctx, req, sdk.ExecIO{Stdout: outW, Stderr: &errb})
 		if err != nil {
-			t.Errorf("Exec(%q) after cancel: %v (want an exit status, not an error; stderr %q)", req.Argv, err, errb.String())
+			err = fmt.Errorf("Exec(%q) after cancel: %w (want an exit status, not an error; stderr %q)", req.Argv, err, errb.String())
 		}
 		_ = outW.Close()
-		done <- result{st: st}
+		done <- result{st: st, err: err}
 	}()
 	return newLineReader(outR), cancel, done
+}
+
+// notHungBefore fails a Cancel case at once when an earlier one saw a
+// cancelled exec not end with an exit status: each would otherwise wait
+// its bound again, minutes for the group.
+func (k *kit) notHungBefore(t T) {
+	t.Helper()
+	if k.hung.Load() {
+		t.Fatalf("not run: an earlier Cancel case saw a cancelled Exec not end with an exit status (%s)", ruleCancel)
+	}
+}
+
+// awaitCancelled waits for the exec cancelled at cancelled to return, for
+// at most bound past that, and fails naming the rule if it does not; an
+// error instead of an exit status fails the case too.
+func (k *kit) awaitCancelled(t T, done <-chan result, cancelled time.Time, bound time.Duration) result {
+	t.Helper()
+	timer := time.NewTimer(bound - time.Since(cancelled))
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			// No exit status: the SDK's client gave up waiting for one
+			// (a grace period and its slack after the cancel), or the
+			// provider returned an error.
+			k.hung.Store(true)
+			t.Errorf("%v; %s", r.err, ruleCancel)
+		}
+		return r
+	case <-timer.C:
+		k.hung.Store(true)
+		t.Fatalf("Exec has not returned %v after its context was cancelled; %s", bound, ruleCancel)
+		return result{}
+	}
 }
 
 func (k *kit) cancelKillsTree(t T) {
@@ -58,9 +104,10 @@ func (k *kit) cancelEndsTree(t T, req sdk.ExecRequest, n int, marker, what strin
 		}
 		pids = append(pids, line)
 	}
+	cancelled := time.Now()
 	cancel()
-	if r := <-done; !r.st.Canceled {
-		t.Errorf("exit = %+v, want Canceled", r.st)
+	if r := k.awaitCancelled(t, done, cancelled, req.Grace()+cancelSlack); !r.st.Canceled {
+		t.Errorf("exit = %+v, want Canceled; %s", r.st, ruleCancel)
 	}
 	// Gone, a zombie (dead, not yet reaped) or exiting (PF_EXITING, 0x4 in
 	// /proc/PID/stat's flags: killed, its memory released, not yet a
@@ -91,7 +138,9 @@ func (k *kit) cancelTermFirst(t T) {
 		t.Fatalf("first line = %q, %v; want ready", line, err)
 	}
 	cancel()
-	r := <-done
+	// The trap ends the process at SIGTERM: the grace period is no part
+	// of the wait.
+	r := k.awaitCancelled(t, done, time.Now(), cancelSlack)
 	if !r.st.Canceled || r.st.Code != 0 {
 		t.Errorf("exit = %+v, want Canceled with code 0 (the TERM trap's exit)", r.st)
 	}
@@ -110,7 +159,7 @@ func (k *kit) cancelGraceThenKill(t T) {
 	}
 	cancelled := time.Now()
 	cancel()
-	r := <-done
+	r := k.awaitCancelled(t, done, cancelled, grace+cancelSlack)
 	// The process ignores TERM, so only SIGKILL ends it, and that must not
 	// come before the grace period is over.
 	if elapsed := time.Since(cancelled); elapsed < grace {
@@ -134,26 +183,33 @@ func (endless) Read(p []byte) (int, error) {
 // A process that never reads its endless stdin fills every buffer on the way
 // and the stream's flow-control window; cancelling must still stop it.
 func (k *kit) cancelStdinBlocked(t T) {
+	k.notHungBefore(t)
 	ctx, cancel := context.WithCancel(k.ctx(t))
 	defer cancel()
+	const grace = time.Second
 	outR, outW := io.Pipe()
-	done := make(chan error, 1)
+	done := make(chan result, 1)
 	go func() {
-		_, err := k.p.Exec(ctx, sdk.ExecRequest{Sandbox: k.sb.Ref, Argv: []string{"sh", "-c", "echo $$; exec sleep 600"}, CancelGrace: time.Second},
+		_, err := k.p.Exec(ctx, sdk.ExecRequest{Sandbox: k.sb.Ref, Argv: []string{"sh", "-c", "echo $$; exec sleep 600"}, CancelGrace: grace},
 			sdk.ExecIO{Stdin: endless{}, Stdout: outW})
 		_ = outW.Close()
-		done <- err
+		// An exit status (Canceled) or an error matching
+		// context.Canceled are both fine; the process must be gone
+		// either way.
+		if err != nil && !errors.Is(err, context.Canceled) {
+			err = fmt.Errorf("Exec after cancel: %w", err)
+		} else {
+			err = nil
+		}
+		done <- result{err: err}
 	}()
 	pid, err := newLineReader(outR).next(ctx)
 	if err != nil {
 		t.Fatalf("read pid: %v", err)
 	}
+	cancelled := time.Now()
 	cancel()
-	// An exit status (Canceled) or an error matching context.Canceled are
-	// both fine; the process must be gone either way.
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-		t.Errorf("Exec after cancel: %v", err)
-	}
+	k.awaitCancelled(t, done, cancelled, grace+cancelSlack)
 	check := `p=` + pid + `; while kill -0 $p 2>/dev/null && ! grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; do sleep 0.05; done; echo gone`
 	ctx2, cancel2 := context.WithTimeout(k.ctx(t), 15*time.Second)
 	defer cancel2()
@@ -163,10 +219,23 @@ func (k *kit) cancelStdinBlocked(t T) {
 }
 
 func (k *kit) timeout(t T) {
+	k.notHungBefore(t)
 	req := sh("sleep 600")
 	req.Timeout = 300 * time.Millisecond
 	req.CancelGrace = time.Second
-	r := k.run(k.ctx(t), t, req, nil)
+	ctx := k.ctx(t)
+	done := make(chan result, 1)
+	started := time.Now()
+	go func() {
+		var errb bytes.Buffer
+		st, err := k.p.Exec(ctx, k.in(k.sb, req), sdk.ExecIO{Stderr: &errb})
+		if err != nil {
+			err = fmt.Errorf("Exec(%q) past its Timeout: %w (want an exit status, not an error; stderr %q)", req.Argv, err, errb.String())
+		}
+		done <- result{st: st, err: err}
+	}()
+	// The Timeout ends the exec as a cancel does.
+	r := k.awaitCancelled(t, done, started.Add(req.Timeout), req.Grace()+cancelSlack)
 	if !r.st.TimedOut || r.st.Code == 0 {
 		t.Errorf("exit = %+v, want TimedOut with a non-zero code", r.st)
 	}

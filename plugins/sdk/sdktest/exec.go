@@ -157,7 +157,7 @@ func (k *kit) concurrent(t T) {
 			var out, errb bytes.Buffer
 			script := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do echo "exec-%d line-$i"; i=$((i+1)); done; echo "err-%d" >&2; exit %d`, lines, i, i, i)
 			st, err := k.p.Exec(ctx, sdk.ExecRequest{Sandbox: k.sb.Ref, Argv: []string{"sh", "-c", script}}, sdk.ExecIO{Stdout: &out, Stderr: &errb})
-			results[i], errs[i] = result{st, out.Bytes(), errb.Bytes()}, err
+			results[i], errs[i] = result{st: st, stdout: out.Bytes(), stderr: errb.Bytes()}, err
 		})
 	}
 	wg.Wait()

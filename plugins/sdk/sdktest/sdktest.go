@@ -41,6 +41,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -298,6 +299,10 @@ type kit struct {
 	info  sdk.Info
 	sb    sdk.Sandbox // the shared sandbox
 	runID string      // the amelia.sdktest-run label of this run's sandboxes
+	// hung is set once a Cancel case saw a cancelled Exec not end with
+	// an exit status; the later ones fail at once instead of waiting
+	// again.
+	hung atomic.Bool
 }
 
 // conn is the kit's connection to the provider, the SDK's gRPC client
@@ -409,6 +414,7 @@ func (k *kit) in(sb sdk.Sandbox, req sdk.ExecRequest) sdk.ExecRequest {
 type result struct {
 	st             sdk.ExitStatus
 	stdout, stderr []byte
+	err            error // of an exec the caller waits for itself
 }
 
 // run execs argv in the shared sandbox with stdin and waits for it.
@@ -422,7 +428,7 @@ func (k *kit) run(ctx context.Context, t T, req sdk.ExecRequest, stdin io.Reader
 	if err != nil {
 		t.Fatalf("Exec(%q): %v (stderr so far: %q)", req.Argv, err, errb.String())
 	}
-	return result{st, out.Bytes(), errb.Bytes()}
+	return result{st: st, stdout: out.Bytes(), stderr: errb.Bytes()}
 }
 
 func sh(script string) sdk.ExecRequest { return sdk.ExecRequest{Argv: []string{"sh", "-c", script}} }

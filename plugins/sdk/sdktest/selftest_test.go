@@ -45,6 +45,7 @@ func TestBrokenProvidersFail(t *testing.T) {
 		{"MergesStderrIntoStdout", func(r *reference) sdk.Provider { return mergesStderr{r} }, nil, "Exec/ExitCodeAndStreamsKeptApart"},
 		{"WrongExitCode", func(r *reference) sdk.Provider { return wrongExitCode{r} }, nil, "Exec/ExitCodeAndStreamsKeptApart"},
 		{"IgnoresCancel", func(r *reference) sdk.Provider { return ignoresCancel{r} }, nil, "Cancel/CancelKillsProcessTree"},
+		{"HangsOnCancel", func(r *reference) sdk.Provider { return hangsOnCancel{r} }, nil, "Cancel/CancelKillsProcessTree"},
 		{"CancelLeavesTree", func(r *reference) sdk.Provider { return leavesTree{r} }, nil, "Cancel/CancelKillsProcessTree"},
 		{"KillsWithoutTerm", func(r *reference) sdk.Provider { return killsWithoutTerm{r} }, nil, "Cancel/CancelSendsTermFirst"},
 		{"AcceptsUndeclaredNetwork", func(r *reference) sdk.Provider { return anyNetwork{r} }, nil, "FailClosed/UndeclaredNetworkModeRefused"},
@@ -87,6 +88,20 @@ func TestBrokenProvidersFail(t *testing.T) {
 			}
 			t.Logf("%s failed, as it should:\n%s", tc.fails, o.log)
 		})
+	}
+}
+
+// A provider that ignores cancel fails the first Cancel case, and the
+// others at once, saying why, rather than each waiting for it again.
+func TestIgnoringCancelFailsTheGroupOnce(t *testing.T) {
+	got := runKit(t, sdktest.Config{Provider: hangsOnCancel{newReference(t)}, Settings: settingsFor(t.TempDir())}, "Cancel")
+	if o := got["Cancel/CancelKillsProcessTree"]; !o.failed || !strings.Contains(o.log, "rule: when Exec's ctx ends") {
+		t.Errorf("Cancel/CancelKillsProcessTree: %+v; want it failed naming the rule", o)
+	}
+	for _, c := range []string{"CancelSendsTermFirst", "CancelGraceThenKill", "CancelWhileStdinIsBlocked", "Timeout"} {
+		if o := got["Cancel/"+c]; !o.failed || !strings.Contains(o.log, "not run: an earlier Cancel case") {
+			t.Errorf("Cancel/%s: %+v; want it failed at once, for the earlier case", c, o)
+		}
 	}
 }
 
@@ -304,6 +319,14 @@ func (b ignoresCancel) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.Ex
 	case <-ctx.Done():
 		return sdk.ExitStatus{}, nil
 	}
+}
+
+// hangsOnCancel does not look at its context at all: a cancelled exec
+// goes on until its command ends by itself.
+type hangsOnCancel struct{ *reference }
+
+func (b hangsOnCancel) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	return b.reference.Exec(context.WithoutCancel(ctx), req, eio)
 }
 
 // leavesTree says a cancelled exec was cancelled, and leaves its process
