@@ -73,6 +73,7 @@ func (k *kit) awaitCancelled(t T, done <-chan result, cancelled time.Time, bound
 			k.hung.Store(true)
 			t.Errorf("%v; %s", r.err, ruleCancel)
 		}
+		checkSignal(t, "the cancelled exec", r.st)
 		return r
 	case <-timer.C:
 		k.hung.Store(true)
@@ -165,8 +166,8 @@ func (k *kit) cancelGraceThenKill(t T) {
 	if elapsed := time.Since(cancelled); elapsed < grace {
 		t.Errorf("a process ignoring SIGTERM ended %v after cancel, before the %v grace period", elapsed, grace)
 	}
-	if !r.st.Canceled || r.st.Signal != "KILL" && r.st.Code != 137 {
-		t.Errorf("exit = %+v, want Canceled and killed by KILL", r.st)
+	if !r.st.Canceled || r.st.Signal != "KILL" || r.st.Code != 137 {
+		t.Errorf("exit = %+v, want Canceled, Code 137 and Signal \"KILL\"; %s", r.st, ruleSignal)
 	}
 }
 

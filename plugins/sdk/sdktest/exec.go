@@ -2,6 +2,7 @@ package sdktest
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"fmt"
 	"io"
@@ -48,15 +49,65 @@ func (k *kit) envAndWorkdir(t T) {
 	}
 }
 
-func (k *kit) unknownCommand(t T) {
-	r := k.run(k.ctx(t), t, sdk.ExecRequest{Argv: []string{"amelia-sdktest-no-such-command"}}, nil)
-	if r.st.Code != 127 {
-		t.Errorf("unknown command: exit = %+v, want code 127 (as a shell reports it)", r.st)
+// ruleExitStatus is the rule about a command's non-zero exit, and how to
+// keep it, for the failures that show it broken.
+const ruleExitStatus = "rule: a command that ran and exited non-zero is an ExitStatus{Code: N} with a nil error; an error means the exec could not run, or its end was lost; " +
+	"fix: return the code in the ExitStatus (hostproc.Run does; an *exec.ExitError, an *ssh.ExitError or a remote API's exit code is a status, not an error)"
+
+func (k *kit) nonZeroExit(t T) {
+	for _, code := range []int{1, 3, 126, 255} {
+		var errb bytes.Buffer
+		st, err := k.p.Exec(k.ctx(t), k.in(k.sb, sh(fmt.Sprintf("exit %d", code))), sdk.ExecIO{Stderr: &errb})
+		switch {
+		case err != nil:
+			t.Errorf("sh -c 'exit %d': Exec returned the error %q, want ExitStatus{Code: %d} and no error; %s", code, err, code, ruleExitStatus)
+		case st != (sdk.ExitStatus{Code: code}):
+			t.Errorf("sh -c 'exit %d': exit %+v, want ExitStatus{Code: %d}", code, st, code)
+		}
 	}
-	// What the user reads: the command's name and why, as a shell says
-	// it, not the provider's own plumbing.
-	if want := "amelia-sdktest-no-such-command: command not found"; !strings.Contains(string(r.stderr), want) {
-		t.Errorf("unknown command: stderr %q, want it to say %q", r.stderr, want)
+}
+
+// unknownCommandName is a command no sandbox has.
+const unknownCommandName = "amelia-sdktest-no-such-command"
+
+// ruleUnknownCommand is the rule about a command that does not exist, and
+// how to keep it, for the failures that show it broken.
+const ruleUnknownCommand = "rule: a command that does not exist exits 127, as in a shell, and stderr names it and says it was not found; " +
+	"fix: run it through a shell or exec that reports it so, or turn the start error into that status (hostproc.StartFailed)"
+
+// notFoundWordings are what a shell or an exec says of a command it cannot
+// find, after the command's name: bash's "command not found", dash's and
+// busybox's "not found", execve's "No such file or directory" (env,
+// nsenter, bwrap), runc's and Go's "executable file not found in $PATH".
+var notFoundWordings = []string{"not found", "no such file or directory"}
+
+// saysNotFound reports whether stderr names the command and says it was
+// not found, in any of the wordings a real shell or exec uses.
+func saysNotFound(stderr, command string) bool {
+	lower := strings.ToLower(stderr)
+	i := strings.Index(lower, strings.ToLower(command))
+	if i < 0 {
+		return false
+	}
+	after := lower[i+len(command):]
+	for _, w := range notFoundWordings {
+		if strings.Contains(after, w) {
+			return true
+		}
+	}
+	return false
+}
+
+func (k *kit) unknownCommand(t T) {
+	r := k.run(k.ctx(t), t, sdk.ExecRequest{Argv: []string{unknownCommandName}}, nil)
+	if r.st.Code != 127 {
+		t.Errorf("unknown command: exit = %+v, want code 127; %s", r.st, ruleUnknownCommand)
+	}
+	// What the user reads: the command's name and why, as a shell or an
+	// exec says it, not the provider's own plumbing.
+	if !saysNotFound(string(r.stderr), unknownCommandName) {
+		t.Errorf("unknown command: stderr %q, want the command's name followed by %q (as in %q or %q); %s",
+			r.stderr, notFoundWordings, unknownCommandName+": command not found", `exec: "`+unknownCommandName+`": executable file not found in $PATH`, ruleUnknownCommand)
 	}
 }
 
@@ -176,5 +227,38 @@ func (k *kit) concurrent(t T) {
 		if string(r.stderr) != fmt.Sprintf("err-%d\n", i) || r.st.Code != i {
 			t.Errorf("exec %d: stderr %q exit %+v", i, r.stderr, r.st)
 		}
+	}
+}
+
+// ruleDetached is the rule about what an exec leaves running, and how to
+// keep it, for the failures that show it broken.
+const ruleDetached = "rule: all execs of a sandbox share one pid namespace, and a process an exec leaves in the background (in a session of its own, as amelia-worker detach does) lives on after the exec returns, until Teardown; " +
+	"fix: run every exec in the sandbox's one namespace (docker exec or kubectl exec into its one container, nsenter --target its init), and kill an exec's process tree on cancel only, never when it returns"
+
+// detachedOutlivesExec: a process one exec starts in a session of its own
+// is still running, and seen under the same pid, from the next exec.
+func (k *kit) detachedOutlivesExec(t T) {
+	start := `if command -v setsid >/dev/null 2>&1; then setsid sleep 600 </dev/null >/dev/null 2>&1 &
+	else sleep 600 </dev/null >/dev/null 2>&1 & fi; echo $!`
+	r := k.run(k.ctx(t), t, sh(start), nil)
+	pid := strings.TrimSpace(string(r.stdout))
+	if r.st.Code != 0 || pid == "" || strings.Trim(pid, "0123456789") != "" {
+		t.Fatalf("starting a detached sleep: stdout %q stderr %q exit %+v, want its pid", r.stdout, r.stderr, r.st)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), k.cfg.Timeout)
+		defer cancel()
+		_, _ = k.p.Exec(ctx, k.in(k.sb, sh("kill -9 "+pid)), sdk.ExecIO{})
+	})
+	// A zombie (killed, not yet reaped) is gone too.
+	check := `p=` + pid + `; st=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null) || st=
+	set -- $st; if [ -z "$1" ] || [ "$1" = Z ]; then echo gone; else tr '\000' ' ' </proc/$p/cmdline; echo; fi`
+	r = k.run(k.ctx(t), t, sh(check), nil)
+	if got := strings.TrimSpace(string(r.stdout)); !strings.HasPrefix(got, "sleep 600") && !strings.Contains(got, "/sleep 600") {
+		what := "another process has its pid (" + got + ")"
+		if got == "gone" {
+			what = "it is gone"
+		}
+		t.Errorf("a sleep an exec left running in its own session, pid %s, is not there for the next exec: %s; %s", pid, what, ruleDetached)
 	}
 }

@@ -97,9 +97,12 @@ const (
 	// EnsureRunning after Teardown makes a new sandbox without the old
 	// one's files.
 	Lifecycle Group = "Lifecycle"
-	// Exec: exit codes and the two streams kept apart, env and working
-	// directory, 127 for an unknown command, streaming, stdin and its EOF,
-	// large and binary output and input, concurrent execs.
+	// Exec: a non-zero exit is a status, not an error; exit codes and
+	// the two streams kept apart, env and working directory, 127 for an
+	// unknown command, the signal that killed a command, streaming, stdin
+	// and its EOF, large and binary output and input, concurrent execs;
+	// a process an exec leaves in a session of its own outlives it, seen
+	// by the next exec under the same pid.
 	Exec Group = "Exec"
 	// Cancel: a cancelled exec's whole process tree is stopped, SIGTERM
 	// first, SIGKILL after the grace period, even while stdin is pending;
@@ -213,9 +216,11 @@ func (k *kit) table() []group {
 			{"EnsureAfterTeardown", k.ensureAfterTeardown},
 		}},
 		{Exec, []kcase{
+			{"NonZeroExitIsAStatus", k.nonZeroExit},
 			{"ExitCodeAndStreamsKeptApart", k.streamsApart},
 			{"EnvAndWorkdir", k.envAndWorkdir},
 			{"UnknownCommandExits127", k.unknownCommand},
+			{"KilledBySignalIsNamed", k.killedBySignal},
 			{"FirstLineBeforeExit", k.firstLineBeforeExit},
 			{"StdinPassthroughAndEOF", k.stdin},
 			{"NoStdinIsEOF", k.noStdin},
@@ -224,6 +229,7 @@ func (k *kit) table() []group {
 			{"LargeStdinRoundTrip", k.largeStdin},
 			{"BinaryOutputWithoutNewline", k.binaryOutput},
 			{"ConcurrentExecs", k.concurrent},
+			{"DetachedOutlivesItsExec", k.detachedOutlivesExec},
 		}},
 		{Cancel, []kcase{
 			{"CancelKillsProcessTree", k.cancelKillsTree},
@@ -426,8 +432,13 @@ func (k *kit) run(ctx context.Context, t T, req sdk.ExecRequest, stdin io.Reader
 	var out, errb bytes.Buffer
 	st, err := k.p.Exec(ctx, req, sdk.ExecIO{Stdin: stdin, Stdout: &out, Stderr: &errb})
 	if err != nil {
-		t.Fatalf("Exec(%q): %v (stderr so far: %q)", req.Argv, err, errb.String())
+		hint := ""
+		if strings.Contains(err.Error(), "exit") {
+			hint = " (if the command ran and exited, that is no error; " + ruleExitStatus + ")"
+		}
+		t.Fatalf("Exec(%q): %v (stderr so far: %q)%s", req.Argv, err, errb.String(), hint)
 	}
+	checkSignal(t, fmt.Sprintf("Exec(%q)", req.Argv), st)
 	return result{st: st, stdout: out.Bytes(), stderr: errb.Bytes()}
 }
 

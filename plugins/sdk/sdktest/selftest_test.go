@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/hostproc"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
 )
 
@@ -44,6 +46,12 @@ func TestBrokenProvidersFail(t *testing.T) {
 		{"TeardownLeavesFiles", func(r *reference) sdk.Provider { return teardownLeavesFiles{r} }, nil, "Lifecycle/EnsureAfterTeardown"},
 		{"MergesStderrIntoStdout", func(r *reference) sdk.Provider { return mergesStderr{r} }, nil, "Exec/ExitCodeAndStreamsKeptApart"},
 		{"WrongExitCode", func(r *reference) sdk.Provider { return wrongExitCode{r} }, nil, "Exec/ExitCodeAndStreamsKeptApart"},
+		{"ExitAsError", func(r *reference) sdk.Provider { return exitAsError{r} }, nil, "Exec/NonZeroExitIsAStatus"},
+		{"UnknownCommandInPlumbing", func(r *reference) sdk.Provider { return plumbingWords{r, "exec failed: exit status 127"} }, nil, "Exec/UnknownCommandExits127"},
+		{"KillsWhatTheExecLeft", func(r *reference) sdk.Provider { return killsLeftovers{r} }, nil, "Exec/DetachedOutlivesItsExec"},
+		{"SignalWithPrefix", func(r *reference) sdk.Provider { return signalWithPrefix{r} }, nil, "Exec/KilledBySignalIsNamed"},
+		{"WrongSignal", func(r *reference) sdk.Provider { return wrongSignal{r} }, nil, "Exec/KilledBySignalIsNamed"},
+		{"DropsSignal", func(r *reference) sdk.Provider { return dropsSignal{r} }, nil, "Cancel/CancelGraceThenKill"},
 		{"IgnoresCancel", func(r *reference) sdk.Provider { return ignoresCancel{r} }, nil, "Cancel/CancelKillsProcessTree"},
 		{"HangsOnCancel", func(r *reference) sdk.Provider { return hangsOnCancel{r} }, nil, "Cancel/CancelKillsProcessTree"},
 		{"CancelLeavesTree", func(r *reference) sdk.Provider { return leavesTree{r} }, nil, "Cancel/CancelKillsProcessTree"},
@@ -101,6 +109,23 @@ func TestIgnoringCancelFailsTheGroupOnce(t *testing.T) {
 	for _, c := range []string{"CancelSendsTermFirst", "CancelGraceThenKill", "CancelWhileStdinIsBlocked", "Timeout"} {
 		if o := got["Cancel/"+c]; !o.failed || !strings.Contains(o.log, "not run: an earlier Cancel case") {
 			t.Errorf("Cancel/%s: %+v; want it failed at once, for the earlier case", c, o)
+		}
+	}
+}
+
+// What real shells and execs say of a command they cannot find passes.
+func TestUnknownCommandWordingsPass(t *testing.T) {
+	for _, says := range []string{
+		"bash: line 1: NAME: command not found", // bash
+		"sh: 1: NAME: not found",                // dash
+		"sh: NAME: not found",                   // busybox
+		`OCI runtime exec failed: exec failed: unable to start container process: exec: "NAME": executable file not found in $PATH: unknown`, // runc
+		"env: 'NAME': No such file or directory",                     // env
+		"nsenter: failed to execute NAME: No such file or directory", // nsenter
+	} {
+		got := runKit(t, sdktest.Config{Provider: plumbingWords{newReference(t), says}, Settings: settingsFor(t.TempDir())}, "Exec/UnknownCommandExits127")
+		if o := got["Exec/UnknownCommandExits127"]; o.failed || o.skipped {
+			t.Errorf("stderr %q: the kit did not pass it:\n%s", says, got)
 		}
 	}
 }
@@ -296,6 +321,84 @@ func (b wrongExitCode) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.Ex
 	if st.Code != 0 {
 		st.Code = 1
 	}
+	return st, err
+}
+
+// exitAsError returns a non-zero exit as an error, as an *exec.ExitError
+// passed on does.
+type exitAsError struct{ *reference }
+
+func (b exitAsError) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	st, err := b.reference.Exec(ctx, req, eio)
+	if err == nil && st.Code != 0 {
+		return sdk.ExitStatus{}, fmt.Errorf("exit status %d", st.Code)
+	}
+	return st, err
+}
+
+// plumbingWords says what it was told on stderr, in place of what a
+// command that exits 127 wrote there.
+type plumbingWords struct {
+	*reference
+	says string
+}
+
+func (b plumbingWords) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	stderr := eio.Stderr
+	var buf strings.Builder
+	eio.Stderr = &buf
+	st, err := b.reference.Exec(ctx, req, eio)
+	if stderr != nil {
+		msg := buf.String()
+		if st.Code == 127 {
+			msg = strings.ReplaceAll(b.says, "NAME", req.Argv[0]) + "\n"
+		}
+		_, _ = io.WriteString(stderr, msg)
+	}
+	return st, err
+}
+
+// killsLeftovers kills what an exec left running in the sandbox when it
+// returns.
+type killsLeftovers struct{ *reference }
+
+func (b killsLeftovers) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	st, err := b.reference.Exec(ctx, req, eio)
+	if dir, _, derr := b.paths(req.Sandbox); derr == nil {
+		hostproc.KillTagged(sandboxTag(dir))
+	}
+	return st, err
+}
+
+// signalWithPrefix names a killing signal with its "SIG".
+type signalWithPrefix struct{ *reference }
+
+func (b signalWithPrefix) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	st, err := b.reference.Exec(ctx, req, eio)
+	if st.Signal != "" {
+		st.Signal = "SIG" + st.Signal
+	}
+	return st, err
+}
+
+// wrongSignal names TERM whatever signal killed the process.
+type wrongSignal struct{ *reference }
+
+func (b wrongSignal) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	st, err := b.reference.Exec(ctx, req, eio)
+	if st.Signal != "" {
+		st.Signal = "TERM"
+	}
+	return st, err
+}
+
+// dropsSignal reports the exit code of a killed process and not its
+// signal's name.
+type dropsSignal struct{ *reference }
+
+func (b dropsSignal) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	st, err := b.reference.Exec(ctx, req, eio)
+	st.Signal = ""
 	return st, err
 }
 
