@@ -8,6 +8,21 @@
 //
 // Providers whose exec is a local command build on it: Amelia's local
 // provider, or a third-party one wrapping lxc-attach or kubectl exec.
+//
+// # Wrappers
+//
+// What hostproc waits for is the process it started. When that is a
+// wrapper which stays between it and the command (nsenter into a pid
+// namespace, bwrap, lxc-attach, kubectl exec: each forks the command and
+// waits for it), the exit status is the wrapper's. Such wrappers pass the
+// command's exit code on, and report a command killed by signal N as an
+// exit with code 128+N, so Wait's status has the code but not the
+// signal's name. RunWrapped, or WrappedStatus on Wait's status, names it.
+// On cancel the group's SIGTERM reaches the wrapper too: one that dies of
+// it before its command has ended (kubectl exec does) is reported killed
+// by TERM, whatever the command did, and may leave the command running
+// where the group's signals do not reach (another machine); stop such a
+// command where it runs (sdk/shexec), not through the wrapper.
 package hostproc
 
 import (
@@ -227,6 +242,29 @@ func Run(ctx context.Context, cmd *exec.Cmd, eio sdk.ExecIO, grace time.Duration
 		return StartFailed(cmd, err, eio.Stderr)
 	}
 	return p.Wait(ctx, grace)
+}
+
+// RunWrapped is Run for a cmd that is a wrapper staying between this
+// process and the command (see Wrappers): the status is WrappedStatus's.
+func RunWrapped(ctx context.Context, cmd *exec.Cmd, eio sdk.ExecIO, grace time.Duration) (sdk.ExitStatus, error) {
+	st, err := Run(ctx, cmd, eio, grace)
+	return WrappedStatus(st), err
+}
+
+// WrappedStatus is the command's exit status from its wrapper's (see
+// Wrappers): a wrapper that exited with code 128+N, N a signal, reports
+// its command killed by N, and the status gets N's name. A status with a
+// Signal already (the wrapper itself was killed) is returned as it is.
+// A command that exited with code 128+N of its own is taken for killed by
+// N: through a wrapper the two look the same.
+func WrappedStatus(st sdk.ExitStatus) sdk.ExitStatus {
+	if st.Signal != "" || st.Code <= 128 || st.Code >= 128+65 {
+		return st
+	}
+	if name := unix.SignalName(syscall.Signal(st.Code - 128)); name != "" {
+		st.Signal = strings.TrimPrefix(name, "SIG")
+	}
+	return st
 }
 
 // StartFailed turns an error from Start into the result of the exec: a
