@@ -96,8 +96,19 @@ func (c *Conn) Exec(ctx context.Context, cmd shexec.Command, eio sdk.ExecIO, gra
 	case waitErr == nil:
 	case errors.As(waitErr, &exit):
 		st.Code, st.Signal = exit.ExitStatus(), exit.Signal()
+		if n, ok := rfc4254Signals[st.Signal]; ok {
+			st.Code = 128 + n
+		}
 	default:
 		return st, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: the connection dropped while the command ran (%v); the next command connects again", c.target, waitErr)
 	}
 	return st, nil
+}
+
+// rfc4254Signals are the signals an SSH exit-signal message names (RFC
+// 4254, 6.10), numbered as Linux numbers them. x/crypto/ssh's ExitStatus
+// for a signal it does not number (USR1, USR2) is 128, not 128+N.
+var rfc4254Signals = map[string]int{
+	"ABRT": 6, "ALRM": 14, "FPE": 8, "HUP": 1, "ILL": 4, "INT": 2, "KILL": 9,
+	"PIPE": 13, "QUIT": 3, "SEGV": 11, "TERM": 15, "USR1": 10, "USR2": 12,
 }
