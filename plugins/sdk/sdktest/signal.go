@@ -10,7 +10,7 @@ import (
 // ruleSignal is the rule about a killed process's exit status, and how to
 // keep it, for the failures that show it broken.
 const ruleSignal = `rule: a process killed by signal N exits with Code 128+N and Signal its name without "SIG" ("KILL"), and Signal is empty otherwise; ` +
-	`fix: take both from the wait status (hostproc does), or for a transport that reports only the code, name the signal you sent when the code is its 128+N (shexec.Signal)`
+	`fix: take both from the wait status (hostproc does; hostproc.RunWrapped through a wrapper such as nsenter, bwrap or kubectl exec), or for a transport that reports only the code, name the signal you sent when the code is its 128+N (shexec.Signal)`
 
 // linuxSignals are the numbers of the signals by name, as a Linux sandbox
 // numbers them (the sandbox, not the host, decides).
