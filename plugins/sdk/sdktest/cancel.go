@@ -198,7 +198,7 @@ func (k *kit) cancelStdinBlocked(t T) {
 		// context.Canceled are both fine; the process must be gone
 		// either way.
 		if err != nil && !errors.Is(err, context.Canceled) {
-			err = fmt.Errorf("Exec after cancel: %w", err)
+			err = fmt.Errorf("after cancel, Exec returned %w", err)
 		} else {
 			err = nil
 		}
