@@ -23,11 +23,10 @@ type agentRun struct {
 	worktree string
 	runID    string
 	token    string
-	worker   string // the amelia-worker in the sandbox that runs the agent
-	// uid is the workflow's uid, which runs the agent; "" for the
-	// sandbox's user.
-	uid string
-	det *driver.Detached
+	// runDir is the agent's run directory in the sandbox, once it is
+	// being started, and det the agent, once it started.
+	runDir string
+	det    *driver.Detached
 	// tunnel carries the tunnel the agent's supervisor holds.
 	tunnel *keptTunnel
 }
@@ -43,8 +42,9 @@ const drainTimeout = 30 * time.Second
 // so that the sandbox stays held for as long as the agent runs, whatever
 // becomes of this process. From then on the run is recorded as running,
 // for attach.
-func (r *runner) startAgent(ctx context.Context, ws *workspace.Workspace, d *driver.Driver, a *agentRun) error {
-	opts := driver.DetachOptions{PrivateHome: a.uid != "", Tunnel: true, EgressProxy: r.req.Profile.Sandbox.Network != sdk.NetworkOpen}
+func (r *runner) startAgent(ctx context.Context, a *agentRun) error {
+	ws, d := r.st.Workspace, r.st.Driver
+	opts := driver.DetachOptions{PrivateHome: r.st.UID != "", Tunnel: true, EgressProxy: r.req.Profile.Sandbox.Network != sdk.NetworkOpen}
 	if r.release != nil {
 		// Between this release and the supervisor's lock, another run
 		// could take the sandbox: the start then fails with ErrRunBusy,
@@ -54,10 +54,16 @@ func (r *runner) startAgent(ctx context.Context, ws *workspace.Workspace, d *dri
 		}
 		opts.Lock = ws.LockFile()
 	}
+	// From here on, the agent may have touched the checkout: whatever
+	// happens, its work is kept.
+	a.runDir = ws.RunDir(a.runID)
+	if err := r.advance(runstore.AgentStarted); err != nil {
+		return err
+	}
 	det, err := d.StartAgentic(ctx, driver.AgenticRequest{
 		Workflow: a.src.workflow, Prompt: r.req.Prompt, Cwd: a.worktree, Model: r.model(),
 		MaxTurns: cmp.Or(r.req.MaxTurns, r.req.Profile.MaxTurns),
-	}, ws.RunDir(a.runID), opts)
+	}, a.runDir, opts)
 	if errors.Is(err, driver.ErrRunBusy) {
 		return fmt.Errorf("%w: another run took the sandbox while this one prepared; nothing ran, try again", err)
 	}
@@ -65,9 +71,11 @@ func (r *runner) startAgent(ctx context.Context, ws *workspace.Workspace, d *dri
 		return err
 	}
 	a.det = det
-	r.agentStarted, r.agentRunning = true, true
+	if err := r.advance(runstore.Running); err != nil {
+		return err
+	}
 	r.attachAgent(ctx, a)
-	return r.record(runstore.Running, nil)
+	return nil
 }
 
 // endAgentTunnel stops carrying the agent's tunnel, once the run no
@@ -85,7 +93,8 @@ func (r *runner) endAgentTunnel(a *agentRun) {
 // is back; after reconnectWindow without it, the run ends with the agent
 // still running, recorded for attach. A cancelled ctx stops the agent and
 // everything it started.
-func (r *runner) followAgent(ctx context.Context, d *driver.Driver, a *agentRun) error {
+func (r *runner) followAgent(ctx context.Context, a *agentRun) error {
+	d := r.st.Driver
 	var failed error
 	var lost time.Time // when the sandbox was lost, or zero
 	wait := retryFirst
@@ -106,17 +115,15 @@ func (r *runner) followAgent(ctx context.Context, d *driver.Driver, a *agentRun)
 		}
 		switch {
 		case ferr == nil:
-			r.agentRunning = false
-			return failed
+			return errors.Join(failed, r.advance(runstore.Ended))
 		case ctx.Err() != nil:
-			return r.stopAgent(ctx, d, a, ctx.Err())
+			return r.stopAgent(ctx, a, ctx.Err())
 		case errors.Is(ferr, driver.ErrRunLost):
-			r.agentRunning = false
-			return ferr
+			return errors.Join(ferr, r.advance(runstore.Ended))
 		case !errors.Is(ferr, driver.ErrDisconnected):
 			// The worker wrote something that is not the protocol: it is
 			// stopped, as a one-shot worker would be.
-			return r.stopAgent(ctx, d, a, ferr)
+			return r.stopAgent(ctx, a, ferr)
 		}
 		if lost.IsZero() {
 			lost = time.Now()
@@ -130,7 +137,7 @@ func (r *runner) followAgent(ctx context.Context, d *driver.Driver, a *agentRun)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return r.stopAgent(ctx, d, a, ctx.Err())
+			return r.stopAgent(ctx, a, ctx.Err())
 		case <-t.C:
 		}
 		wait = min(wait*2, retryMost)
@@ -143,13 +150,16 @@ func (r *runner) followAgent(ctx context.Context, d *driver.Driver, a *agentRun)
 // stopAgent stops the agent and everything it started, then shows what
 // it wrote last (its interrupted result, its usage); why is the run's
 // error. An agent that cannot be stopped stays recorded as running.
-func (r *runner) stopAgent(ctx context.Context, d *driver.Driver, a *agentRun, why error) error {
+func (r *runner) stopAgent(ctx context.Context, a *agentRun, why error) error {
+	d := r.st.Driver
 	r.notice(fmt.Sprintf("amelia: stopping the agent: waiting for it and the commands it started to end (SIGTERM, then SIGKILL after %s); then whatever it changed is committed and kept in sandbox %s",
 		driver.StopGrace, r.sandboxName()))
 	if err := d.StopAgentic(ctx, a.det.Dir); err != nil && !errors.Is(err, driver.ErrRunLost) {
 		return fmt.Errorf("%w; and the agent could not be stopped, it may still be running: %v", why, err)
 	}
-	r.agentRunning, r.agentStopped = false, true
+	if err := r.advance(runstore.Stopped); err != nil {
+		r.host.Logger.Warn("could not record that the agent was stopped", "err", err)
+	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
 	defer cancel()
 	for m, err := range d.FollowAgentic(dctx, a.det) {

@@ -26,7 +26,7 @@ func Attach(ctx context.Context, host Host, rec runstore.Record, p *config.Profi
 
 func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error) {
 	res := Result{Workflow: rec.Workflow}
-	if rec.State != runstore.Running || rec.RunDir == "" || rec.ProxyToken == "" {
+	if !(rec.State.AgentMayRun() || rec.State == runstore.Ended) || rec.RunDir == "" || rec.ProxyToken == "" {
 		return res, fmt.Errorf("%w: the run of %s is not running (it is %s): bring its work back with %s", ErrRefused, rec.Workflow, rec.State, RecoverCommand(rec))
 	}
 	var src source
@@ -48,29 +48,28 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 	}); err != nil {
 		return res, err
 	}
-	sb, workdir, worker, err := r.openSandbox(ctx)
-	if err != nil {
+	// The run goes on from where its record says it is.
+	base := workspace.Base{Branch: rec.BaseBranch, Commit: rec.BaseCommit, Start: rec.StartCommit}
+	a := &agentRun{src: src, base: base, worktree: rec.Worktree, runID: rec.RunID, token: rec.ProxyToken,
+		runDir: rec.RunDir, det: &driver.Detached{Dir: rec.RunDir}}
+	r.agent, r.state = a, rec.State
+	if err := r.openSandbox(ctx); err != nil {
 		return res, err
 	}
-	hostTunnel, err := r.openLive(ctx, sb, worker, prx.addr, src.url != "")
+	hostTunnel, err := r.openLive(ctx, prx.addr, src.url != "")
 	if err != nil {
 		return res, err
 	}
 	ctx, cancel := r.keepTunnels(ctx)
 	defer cancel(nil)
-	ws, d, err := r.workIn(workdir, worker, hostTunnel, prx)
-	if err != nil {
+	if err := r.workIn(hostTunnel, prx); err != nil {
 		return res, err
 	}
-	base := workspace.Base{Branch: rec.BaseBranch, Commit: rec.BaseCommit, Start: rec.StartCommit}
-	a := &agentRun{src: src, base: base, worktree: rec.Worktree, runID: rec.RunID, token: rec.ProxyToken, worker: worker,
-		det: &driver.Detached{Dir: rec.RunDir}}
-	r.agent = a
-	if err := r.runAsItsUser(ctx, ws, d, a); err != nil {
+	if err := r.st.As(ctx, src.workflow, r.env); err != nil {
 		return res, err
 	}
-	r.agentStarted, r.agentRunning = true, true
-	r.worktreeAtEnd(ws, src, base, rec.Worktree)
+	d := r.st.Driver
+	r.worktreeAtEnd(a)
 	// The work is committed with the run's whole prompt, as the run that
 	// started it would have; the record holds only its title.
 	if prompt, err := d.AgenticPrompt(ctx, a.det.Dir); err == nil {
@@ -87,12 +86,12 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 		}
 		defer r.endAgentTunnel(a)
 		r.attachAgent(ctx, a)
-		return r.followAgent(ctx, d, a)
+		return r.followAgent(ctx, a)
 	}); err != nil {
 		res.Usage = d.Usage()
 		return res, err
 	}
-	return r.results(ctx, ws, a, d.Usage())
+	return r.results(ctx, a)
 }
 
 // recordedSource is the repository rec's run works on.

@@ -14,7 +14,6 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/devcontainer"
 	"github.com/amelia-sandbox/amelia/core/execreport"
-	"github.com/amelia-sandbox/amelia/core/workspace"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -223,7 +222,7 @@ func (r *runner) setUpCheckout(ctx context.Context, a *agentRun) error {
 	if c == nil || len(c.Commands) == 0 {
 		return nil
 	}
-	ex := workspace.RunAs(r.ex, a.uid)
+	ex := r.st.Driver.Exec // as the workflow's uid
 	var out bytes.Buffer
 	st, err := ex.Exec(ctx, sdk.ExecRequest{Argv: []string{"mktemp", "-d", "/tmp/amelia-setup.XXXXXX"}}, sdk.ExecIO{Stdout: &out})
 	if err == nil && st.Code != 0 {

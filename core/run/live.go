@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/core/sandbox"
 	"github.com/amelia-sandbox/amelia/core/tunnel"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -25,17 +24,15 @@ const (
 	retryMost  = 5 * time.Second
 )
 
-// live is the run's way into its sandbox: the provider plugin and the
-// tunnels to the proxy it keeps. The workspace, the driver and the tunnels
-// all go through it, so that when the plugin dies or a tunnel closes,
-// repair replaces what was lost and everything carries on with the new
-// one.
+// live keeps the run's tunnels to the proxy open. They, the workspace and
+// the driver all reach the sandbox through the run's stack, so that when
+// the plugin dies or a tunnel closes, repair replaces what was lost and
+// everything carries on with the new one.
 type live struct {
 	r      *runner
 	target string // the proxy, on host loopback
 
-	mu      sync.Mutex
-	sb      *sandbox.Sandbox
+	mu      sync.Mutex // guards tunnels and serializes repairs
 	tunnels []*keptTunnel
 	// ctx and cancel are the run's, once keepTunnels was called: the
 	// tunnels kept from then on are watched under it.
@@ -53,26 +50,12 @@ type keptTunnel struct {
 	over bool
 }
 
-// Exec runs in the sandbox through the current plugin.
-func (l *live) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
-	return l.sandbox().Exec(ctx, req, eio)
-}
-
-// SandboxRef is the sandbox it runs in.
-func (l *live) SandboxRef() sdk.SandboxRef { return l.sandbox().Ref }
-
-func (l *live) sandbox() *sandbox.Sandbox {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.sb
-}
-
 // keep opens a tunnel with open and keeps it open from then on (see
 // keptTunnel). When this first open fails, it says why, and the tunnel is
 // reopened as if it had closed; when its end is gone for good
 // (tunnel.ErrRunEnded), it returns that, and nothing is kept.
 func (l *live) keep(ctx context.Context, what string, open func(context.Context, sdk.Execer) (tunnel.Tunnel, error)) (*keptTunnel, error) {
-	tun, err := open(ctx, l.sandbox())
+	tun, err := open(ctx, l.r.st)
 	if errors.Is(err, tunnel.ErrRunEnded) {
 		return nil, err
 	}
@@ -160,18 +143,8 @@ func (l *live) repair(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	log := l.r.host.Logger
-	if l.sb.ProviderExited() {
-		log.Warn("the provider plugin is gone; starting it again", "provider", l.sb.Info.Name)
-		sb, err := l.r.openNamed(ctx)
-		if err != nil {
-			return err
-		}
-		if _, err := sb.Up(ctx); err != nil {
-			sb.Close()
-			return err
-		}
-		l.sb.Close()
-		l.sb = sb
+	if _, err := l.r.st.Repair(ctx); err != nil {
+		return err
 	}
 	for _, k := range l.tunnels {
 		if k.over || (k.tun != nil && !closed(k.tun)) {
@@ -180,7 +153,7 @@ func (l *live) repair(ctx context.Context) error {
 		if k.tun != nil {
 			log.Warn(k.what+" closed; reopening it", "reason", k.tun.Err())
 		}
-		tun, err := k.open(ctx, l.sb)
+		tun, err := k.open(ctx, l.r.st)
 		if errors.Is(err, tunnel.ErrRunEnded) {
 			k.over = true
 			continue

@@ -8,9 +8,18 @@
 // run directory, hold, tunnel, proxy, plugin), also when the context is
 // cancelled (Ctrl-C).
 //
+// The layers a run works through (plugin, sandbox, worker, workspace,
+// the workflow's uid and driver) are one core/stack.Stack. A run is a
+// state machine whose state (runstore.State: checked, sandbox-up,
+// agent-started, running, ended or stopped, then delivered, kept or
+// discarded) is written to its record at each step, and its cleanups do
+// what that state says: whatever becomes of this process, the record says
+// what the sandbox may hold.
+//
 // The agent outlives the connection to its sandbox: when the plugin dies
 // or the tunnel closes, the run repairs them and follows on (live.go,
-// agent.go); when this process dies, Attach takes the run over.
+// agent.go); when this process dies, Attach takes the run over from its
+// record.
 package run
 
 import (
@@ -28,7 +37,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/runview"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
-	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/core/stack"
 )
 
 // Phases, in the order a run goes through them.
@@ -146,6 +155,8 @@ func (r *runner) end(res Result, err error) (Result, error) {
 	view := r.view
 	err = r.interruption(err)
 	r.failure = err
+	// How the agent ended, before the cleanups settle the run's state.
+	res.AgentStopped, res.AgentRunning = r.state == runstore.Stopped, r.state == runstore.Running
 	r.cleanup()
 	if r.msgLog != nil {
 		if lerr := r.msgLog.Keep(); lerr != nil {
@@ -153,18 +164,14 @@ func (r *runner) end(res Result, err error) (Result, error) {
 		}
 	}
 	res.Kept = r.kept
-	res.AgentStopped, res.AgentRunning = r.agentStopped, r.agentRunning
 	var kept *runview.Kept
 	if r.kept != nil {
 		kept = &runview.Kept{Sandbox: r.kept.Profile, Branch: r.kept.Branch, Dir: r.kept.Worktree, Recover: RecoverCommand(*r.kept)}
 	}
 	left := r.left
-	if r.sandboxUp {
+	if r.st != nil && r.st.Running != nil {
 		// A run never removes its sandbox: the next run reuses it.
-		provider := r.req.Profile.Sandbox.Provider
-		if r.provider != nil {
-			provider = r.provider.Info.Name
-		}
+		provider := r.st.Sandbox().Info.Name
 		left = append(left, fmt.Sprintf("sandbox %s on provider %s (running; amelia stop --profile %s removes it)",
 			r.sandboxName(), provider, r.req.Profile.Name))
 	}
@@ -207,28 +214,24 @@ type runner struct {
 	cleanups []cleanup // in the order they were registered
 	// cleaned is what the cleanups removed or stopped, and left what the
 	// run leaves behind (but its kept work and its sandbox), for the
-	// summary; sandboxUp is set once the sandbox is up.
+	// summary.
 	cleaned, left []string
-	sandboxUp     bool
 	// egress is what the provider says of its enforcement of the network
 	// policy, for the egress check.
 	egress egressPolicy
 
-	// agentStarted is set when the agent may have produced work, and
-	// delivered once that work reached the host or the origin; between
-	// the two, the worktree is kept (kept says where). agentRunning is
-	// set while the agent may be running in the sandbox: its worktree is
-	// left alone then, and the run stays recorded as running.
-	// agentStopped is set once the run stopped the agent.
-	agentStarted, delivered, agentRunning, agentStopped bool
-	kept                                                *runstore.Record
-	failure                                             error // why the run ended, for the cleanups
+	// state is where the run is in its life (see runstore.State), written
+	// to its record at each step (advance); the cleanups do what it says.
+	// Before the check, it is "".
+	state   runstore.State
+	kept    *runstore.Record
+	failure error // why the run ended, for the cleanups
 
-	provider *sandbox.Sandbox            // the provider plugin, once started
-	lv       *live                       // the way into the sandbox, once it is up
-	ex       sdk.Execer                  // lv, or the run users' sessions over it (workIn)
-	agent    *agentRun                   // the agent, once started
-	release  func(context.Context) error // ends this process's hold on the sandbox
+	st      *stack.Stack                // the provider plugin and all above it, once started
+	lv      *live                       // the tunnels to the proxy, once the sandbox is up
+	env     map[string]string           // the agent's environment: its proxy token
+	agent   *agentRun                   // the agent, once the run is checked
+	release func(context.Context) error // ends this process's hold on the sandbox
 
 	msgLog *runstore.LogWriter // the agent's messages on this host, once one came
 	noLog  bool                // the log could not be made: none is kept

@@ -577,3 +577,91 @@ func TestRunSummarySaysWhatBecameOfTheWorktree(t *testing.T) {
 		checkCleanup(t, view.summary, []string{"tunnel", "proxy", "plugin"}, left)
 	})
 }
+
+// trail is a recorder that notes, as each phase starts and as the agent's
+// messages come, the state the run's record is in.
+type trail struct {
+	recorder
+	runs   *runstore.Store
+	states []string
+}
+
+func (v *trail) note(when string) {
+	state := "none"
+	if rec, err := v.runs.Get("t", "wf"); err == nil {
+		state = string(rec.State)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if n := len(v.states); n == 0 || !strings.HasSuffix(v.states[n-1], " "+state) || !strings.HasPrefix(when, "message") {
+		v.states = append(v.states, when+" "+state)
+	}
+}
+
+func (v *trail) PhaseStart(name string) {
+	v.note(name)
+	v.recorder.PhaseStart(name)
+}
+
+func (v *trail) Message(m *protocol.AgenticMessage) { v.note("message") }
+
+// A run writes its state to its record at each step, so that whatever
+// becomes of its host the record says what the sandbox may hold; a
+// delivered run's record goes once nothing of it is left there.
+func TestRunRecordsEachStep(t *testing.T) {
+	f := newFixture(t, llmtest.Options{}, writeHello(), llmtest.Turn{Text: "done"})
+	view := &trail{runs: f.runs}
+	if _, err := Run(t.Context(), f.host, f.req, view); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	view.note("after")
+	want := []string{
+		"check none", "proxy checked", "plugin checked", "sandbox checked", "worker sandbox-up",
+		"workspace sandbox-up", "agent sandbox-up", "message running", "results ended", "cleanup delivered", "after none",
+	}
+	if !slices.Equal(view.states, want) {
+		t.Errorf("the record's state at each step:\n got %q\nwant %q", view.states, want)
+	}
+}
+
+// Two runs of one workflow: the second is refused in its check, before
+// it touches the sandbox, and the first's record is left as it was:
+// whether the first was recorded before the second's check began, or
+// while it ran (a race both won the check of; only one records itself).
+func TestRunRefusesAWorkflowInProgress(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		during bool
+		phases []string
+	}{
+		{"before", false, []string{PhaseCheck}},
+		{"during the check", true, []string{PhaseCheck, PhaseCleanup}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, llmtest.Options{})
+			other := runstore.Record{Workflow: "wf", Profile: "t", State: runstore.SandboxUp, Sandbox: "elsewhere", RunID: "other"}
+			record := func() {
+				if err := f.runs.Create(other); err != nil {
+					t.Error(err)
+				}
+			}
+			if tc.during {
+				// The provider starts once the workflow was checked.
+				f.open.Wrap = func(_ string, p sdk.Provider) sdk.Provider { record(); return p }
+			} else {
+				record()
+			}
+			view := &recorder{}
+			_, err := Run(t.Context(), f.host, f.req, view)
+			if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "workflow wf is being prepared in sandbox elsewhere by another run") {
+				t.Fatalf("Run: %v, want a refusal naming the other run", err)
+			}
+			if got := view.started(); !slices.Equal(got, tc.phases) {
+				t.Errorf("phases %v, want %v", got, tc.phases)
+			}
+			if rec, err := f.runs.Get("t", "wf"); err != nil || rec != other {
+				t.Errorf("the other run's record became %+v, %v", rec, err)
+			}
+		})
+	}
+}

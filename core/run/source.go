@@ -185,8 +185,9 @@ func invalidUTF8At(s string) int {
 	return len(s)
 }
 
-// checkNotKept refuses a workflow id whose earlier run's work is still in
-// the profile's sandbox: a new run could not add its worktree there.
+// checkNotKept refuses a workflow id that another run of this host is
+// recorded with: in progress, or with its work or its worktree still in
+// the profile's sandbox, where a new run could not add its own.
 func (r *runner) checkNotKept(workflow string) error {
 	if r.host.Runs == nil {
 		return nil
@@ -197,12 +198,22 @@ func (r *runner) checkNotKept(workflow string) error {
 		return nil
 	case err != nil:
 		return err
-	case rec.State == runstore.Running:
+	case rec.State.Preparing():
+		return fmt.Errorf("workflow %s is being prepared in sandbox %s by another run, or was when its host last saw it (%s): pick another --workflow, or remove what it left with %s --discard",
+			workflow, rec.SandboxName(), rec.State, RecoverCommand(rec))
+	case rec.State.AgentMayRun() || rec.State == runstore.Ended:
 		return fmt.Errorf("workflow %s is running in sandbox %s, or was when its host last saw it: follow it with amelia attach --profile %s %s, or pick another --workflow",
 			workflow, rec.SandboxName(), rec.Profile, workflow)
-	case rec.State == runstore.Kept:
+	case rec.State.HoldsWork():
+		reason := rec.Reason
+		if reason == "" {
+			reason = string(rec.State)
+		}
 		return fmt.Errorf("workflow %s has work in sandbox %s from a run that did not finish (%s): bring it back with %s, or pick another --workflow",
-			workflow, rec.SandboxName(), rec.Reason, RecoverCommand(rec))
+			workflow, rec.SandboxName(), reason, RecoverCommand(rec))
+	case rec.State == runstore.Discarded:
+		return fmt.Errorf("workflow %s still has its worktree in sandbox %s, from a run that left no work: remove it with %s --discard, or pick another --workflow",
+			workflow, rec.SandboxName(), RecoverCommand(rec))
 	}
 	return fmt.Errorf("workflow %s still has its worktree in sandbox %s (--keep-worktree): remove it with %s --discard, or pick another --workflow",
 		workflow, rec.SandboxName(), RecoverCommand(rec))

@@ -1,6 +1,7 @@
 package run
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,11 +10,9 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/config"
-	"github.com/amelia-sandbox/amelia/core/driver"
-	"github.com/amelia-sandbox/amelia/core/execsession"
-	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/core/stack"
 	"github.com/amelia-sandbox/amelia/core/tunnel"
 	"github.com/amelia-sandbox/amelia/core/tunnel/sandboxend"
 	"github.com/amelia-sandbox/amelia/core/workspace"
@@ -40,7 +39,11 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		if err := r.checkProfile(ctx); err != nil {
 			return refuse(err)
 		}
-		return r.checkKeys()
+		if err := r.checkKeys(); err != nil {
+			return err
+		}
+		r.agent = &agentRun{src: src, runID: proxy.NewRunID(src.workflow, time.Now())}
+		return r.recordChecked()
 	}); err != nil {
 		return res, err
 	}
@@ -48,14 +51,14 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 
 	var prx *proxyRun
 	if err := r.phase(PhaseProxy, func() (err error) {
-		prx, err = r.startProxy(req.Profile, src, proxy.NewRunID(src.workflow, time.Now()), "")
+		prx, err = r.startProxy(req.Profile, src, r.agent.runID, "")
 		return err
 	}); err != nil {
 		return res, err
 	}
+	r.agent.token = prx.run.Token()
 
-	sb, workdir, worker, err := r.openSandbox(ctx)
-	if err != nil {
+	if err := r.openSandbox(ctx); err != nil {
 		return res, err
 	}
 
@@ -63,7 +66,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 	// before anything runs there.
 	if mode := req.Profile.Sandbox.Network; mode != sdk.NetworkOpen {
 		if err := r.phase(PhaseEgress, func() error {
-			reached, err := reachedAfterSettling(ctx, sb, worker, r.egress.settle, req.Profile.Sandbox.EgressCheckTargets...)
+			reached, err := reachedAfterSettling(ctx, r.st, r.st.Worker, r.egress.settle, req.Profile.Sandbox.EgressCheckTargets...)
 			if err == nil && len(reached) > 0 {
 				why := ""
 				if r.egress.needs != "" {
@@ -74,7 +77,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 					still = fmt.Sprintf(" (still, after %v)", r.egress.settle)
 				}
 				err = fmt.Errorf("profile %s asks for network %q, but the sandbox reached %s directly%s: provider %s does not enforce it here%s; nothing was run",
-					req.Profile.Name, mode, strings.Join(reached, ", "), still, sb.Info.Name, why)
+					req.Profile.Name, mode, strings.Join(reached, ", "), still, r.st.Sandbox().Info.Name, why)
 			}
 			return err
 		}); err != nil {
@@ -82,47 +85,42 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		}
 	}
 
-	hostTunnel, err := r.openLive(ctx, sb, worker, prx.addr, src.url != "")
+	hostTunnel, err := r.openLive(ctx, prx.addr, src.url != "")
 	if err != nil {
 		return res, err
 	}
 	ctx, cancel := r.keepTunnels(ctx)
 	defer cancel(nil)
-	ws, d, err := r.workIn(workdir, worker, hostTunnel, prx)
-	if err != nil {
+	if err := r.workIn(hostTunnel, prx); err != nil {
 		return res, err
 	}
-	var wt string
-	var base workspace.Base
+	a := r.agent
 	if err := r.phaseIn(ctx, PhaseWorkspace, func() (err error) {
-		if err := r.holdSandbox(ctx, ws, src.workflow); err != nil {
+		if err := r.holdSandbox(ctx, src.workflow); err != nil {
 			return err
 		}
-		base, wt, err = r.prepareWorkspace(ctx, ws, src)
-		r.agent = &agentRun{src: src, base: base, worktree: wt, runID: prx.run.ID(), token: prx.run.Token(), worker: worker}
-		if err != nil {
+		if err := r.prepareWorkspace(ctx, a); err != nil {
 			return err
 		}
-		if err := r.runAsItsUser(ctx, ws, d, r.agent); err != nil {
+		if err := r.st.As(ctx, src.workflow, r.env); err != nil {
 			return err
 		}
-		return r.setUpCheckout(ctx, r.agent)
+		return r.setUpCheckout(ctx, a)
 	}); err != nil {
 		return res, err
 	}
 
-	a := r.agent
 	if err := r.phaseIn(ctx, PhaseAgent, func() error {
 		defer r.endAgentTunnel(a)
-		if err := r.startAgent(ctx, ws, d, a); err != nil {
+		if err := r.startAgent(ctx, a); err != nil {
 			return err
 		}
-		return r.followAgent(ctx, d, a)
+		return r.followAgent(ctx, a)
 	}); err != nil {
-		res.Usage = d.Usage()
+		res.Usage = r.st.Driver.Usage()
 		return res, err
 	}
-	return r.results(ctx, ws, a, d.Usage())
+	return r.results(ctx, a)
 }
 
 // checkKeys refuses a profile whose keys (its LLM upstreams', and the git
@@ -148,45 +146,27 @@ func (r *runner) checkProfile(ctx context.Context) error {
 	return sb.Check(ctx)
 }
 
-// openProvider starts the profile's provider plugin once: the check phase
-// of a run starts it, and the plugin phase goes on with it.
+// openProvider starts the profile's provider plugin once, for the sandbox
+// the run uses (req.Sandbox, else the profile's own): the check phase of
+// a run starts it, and the plugin phase goes on with it.
 func (r *runner) openProvider(ctx context.Context) (*sandbox.Sandbox, error) {
-	if r.provider != nil {
-		return r.provider, nil
+	if r.st != nil {
+		return r.st.Sandbox(), nil
 	}
-	sb, err := r.openNamed(ctx)
+	st, err := stack.Open(ctx, stack.Host{Sandboxes: r.host.Sandboxes, Workers: r.host.Workers, Logger: r.host.Logger}, r.req.Profile, r.req.Sandbox)
 	if err != nil {
 		return nil, err
 	}
-	r.provider = sb
-	r.onEnd("stop the provider plugin", "plugin", func(context.Context) error {
-		if r.lv != nil {
-			// The one that replaced sb after a crash, if any: a repair
-			// closed sb then.
-			r.lv.sandbox().Close()
-			return nil
-		}
-		sb.Close()
-		return nil
-	})
-	return sb, nil
-}
-
-// openNamed starts the profile's provider, for the sandbox the run uses:
-// the one req.Sandbox names, else the profile's own.
-func (r *runner) openNamed(ctx context.Context) (*sandbox.Sandbox, error) {
-	sb, err := r.host.Sandboxes.Open(ctx, r.req.Profile, r.host.Logger)
-	if err != nil || r.req.Sandbox == "" {
-		return sb, err
-	}
-	return sb.Other(sdk.SandboxRef{Name: r.req.Sandbox, Config: sb.Ref.Config}), nil
+	r.st = st
+	r.onEnd("stop the provider plugin", "plugin", st.Close)
+	return st.Sandbox(), nil
 }
 
 // sandboxName is the name of the sandbox the run uses, as messages say it.
 func (r *runner) sandboxName() string {
 	switch {
-	case r.provider != nil:
-		return r.provider.Ref.Name
+	case r.st != nil:
+		return r.st.SandboxRef().Name
 	case r.req.Sandbox != "":
 		return r.req.Sandbox
 	}
@@ -194,32 +174,27 @@ func (r *runner) sandboxName() string {
 }
 
 // openSandbox starts the profile's provider plugin and its sandbox, and
-// puts the worker inside; it returns the sandbox's workspace root and the
-// worker's path there.
-func (r *runner) openSandbox(ctx context.Context) (sb *sandbox.Sandbox, workdir, worker string, err error) {
-	if err := r.phase(PhasePlugin, func() (err error) {
-		sb, err = r.openProvider(ctx)
+// puts the worker inside.
+func (r *runner) openSandbox(ctx context.Context) error {
+	if err := r.phase(PhasePlugin, func() error {
+		_, err := r.openProvider(ctx)
 		return err
 	}); err != nil {
-		return nil, "", "", err
-	}
-	var running sdk.Sandbox
-	if err := r.phase(PhaseSandbox, func() (err error) {
-		running, err = sb.Up(ctx)
-		workdir = running.Workdir
-		r.sandboxUp = err == nil
-		r.egress = egressPolicyOf(running.Details)
 		return err
-	}); err != nil {
-		return nil, "", "", err
 	}
-	if err := r.phase(PhaseWorker, func() (err error) {
-		worker, err = r.host.Workers.EnsureWorker(ctx, sb, running.Worker)
+	if err := r.phase(PhaseSandbox, func() error {
+		if err := r.st.Up(ctx); err != nil {
+			return err
+		}
+		r.egress = egressPolicyOf(r.st.Running.Details)
+		if r.state == runstore.Checked {
+			return r.advance(runstore.SandboxUp)
+		}
+		return nil
+	}); err != nil {
 		return err
-	}); err != nil {
-		return nil, "", "", err
 	}
-	return sb, workdir, worker, nil
+	return r.phase(PhaseWorker, func() error { return r.st.InstallWorker(ctx) })
 }
 
 // openLive makes the run's way into its sandbox, which reaches the proxy
@@ -229,8 +204,8 @@ func (r *runner) openSandbox(ctx context.Context) (sb *sandbox.Sandbox, workdir,
 // kept open for the run; openLive returns where it listens in the sandbox
 // ("" without hostSteps). The agent's own tunnel is its supervisor's
 // (attachAgent).
-func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, target string, hostSteps bool) (string, error) {
-	r.lv = &live{r: r, sb: sb, target: target}
+func (r *runner) openLive(ctx context.Context, target string, hostSteps bool) (string, error) {
+	r.lv = &live{r: r, target: target}
 	r.onEnd("close the tunnels", "", func(context.Context) error {
 		opened, err := r.lv.closeTunnels()
 		if opened {
@@ -248,9 +223,9 @@ func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, targ
 		// anything can reopen it.
 		_, err := r.lv.keep(ctx, "the tunnel to the proxy", func(ctx context.Context, ex sdk.Execer) (tunnel.Tunnel, error) {
 			if listen != "" {
-				return tunnel.Open(ctx, ex, tunnel.HostOptions{Worker: worker, Listen: listen, Target: target, Logger: r.host.Logger})
+				return tunnel.Open(ctx, ex, tunnel.HostOptions{Worker: r.st.Worker, Listen: listen, Target: target, Logger: r.host.Logger})
 			}
-			tun, err := r.openTunnel(ctx, sb, ex, worker, target)
+			tun, err := r.openTunnel(ctx, ex, target)
 			if err == nil {
 				listen = tun.Addr()
 			}
@@ -267,8 +242,8 @@ func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, targ
 // an agent that has ended already has no tunnel to carry.
 func (r *runner) attachAgent(ctx context.Context, a *agentRun) {
 	k, err := r.lv.keep(ctx, "the agent's tunnel to the proxy", func(ctx context.Context, ex sdk.Execer) (tunnel.Tunnel, error) {
-		return tunnel.Open(ctx, workspace.RunAs(ex, a.uid), tunnel.HostOptions{
-			Worker: a.worker, Run: a.det.Dir, Target: r.lv.target, Logger: r.host.Logger,
+		return tunnel.Open(ctx, workspace.RunAs(ex, r.st.UID), tunnel.HostOptions{
+			Worker: r.st.Worker, Run: a.runDir, Target: r.lv.target, Logger: r.host.Logger,
 		})
 	})
 	switch {
@@ -281,16 +256,14 @@ func (r *runner) attachAgent(ctx context.Context, a *agentRun) {
 	a.tunnel = k
 }
 
-// workIn is the workspace and the agent's driver, both reaching the
-// sandbox through the live connection. The steps amelia runs there get
-// the tunnel to the proxy at hostTunnel, when there is one ("": none); the
-// agent gets its token and
-// its supervisor holds the agent's own tunnel (driver.DetachOptions).
-// Where the provider separates uids, every workflow gets one of its own
-// (see workspace.RunUser).
-func (r *runner) workIn(workdir, worker, hostTunnel string, prx *proxyRun) (*workspace.Workspace, *driver.Driver, error) {
-	sb := r.lv.sandbox()
-	opts := workspace.Options{Worker: worker, RunUsers: sb.Info.RunUsers, ParkedCheckouts: r.req.Profile.Sandbox.Parked(), Logger: r.host.Logger}
+// workIn opens the workspace, reaching the sandbox through the stack
+// (whose plugin is replaced should it die). The steps amelia runs there
+// get the tunnel to the proxy at hostTunnel, when there is one ("":
+// none); the agent gets its token and its supervisor holds the agent's
+// own tunnel (driver.DetachOptions). Where the provider separates uids,
+// every workflow gets one of its own (see workspace.RunUser).
+func (r *runner) workIn(hostTunnel string, prx *proxyRun) error {
+	var opts workspace.Options
 	if !r.req.Profile.CommitBuildOutputs {
 		opts.Ignore = workspace.BuildOutputs()
 	}
@@ -305,31 +278,8 @@ func (r *runner) workIn(workdir, worker, hostTunnel string, prx *proxyRun) (*wor
 			return url
 		}
 	}
-	r.ex = r.lv
-	if sb.Info.RunUsers {
-		// A run uid's steps go over one exec of the worker as that uid.
-		sessions := execsession.New(r.lv, worker, r.host.Logger)
-		r.ex = sessions
-		r.onEnd("end the command sessions", "", sessions.Close)
-	}
-	ws, err := workspace.New(r.ex, workdir, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	env := map[string]string{sandboxend.EnvProxyToken: prx.run.Token()}
-	return ws, &driver.Driver{Exec: r.ex, Worker: worker, Provider: sb.Info.Name, Env: env, Logger: r.host.Logger}, nil
-}
-
-// runAsItsUser makes d run the agent of a as its workflow's uid, when it
-// has one: its run directory, the agent, following and stopping it.
-func (r *runner) runAsItsUser(ctx context.Context, ws *workspace.Workspace, d *driver.Driver, a *agentRun) error {
-	uid, err := ws.RunUser(ctx, a.src.workflow)
-	if err != nil {
-		return err
-	}
-	a.uid = uid
-	d.Exec = workspace.RunAs(r.ex, uid)
-	return nil
+	r.env = map[string]string{sandboxend.EnvProxyToken: prx.run.Token()}
+	return r.st.OpenWorkspace(opts)
 }
 
 // keepTunnels returns a context that the run goes on under: every tunnel
@@ -342,17 +292,19 @@ func (r *runner) keepTunnels(ctx context.Context) (context.Context, context.Canc
 }
 
 // results brings the agent's work back: onto the host or the origin.
-func (r *runner) results(ctx context.Context, ws *workspace.Workspace, a *agentRun, usage *protocol.DriverUsage) (Result, error) {
+func (r *runner) results(ctx context.Context, a *agentRun) (Result, error) {
 	var res Result
+	usage := r.st.Driver.Usage()
 	if err := r.phaseIn(ctx, PhaseResults, func() (err error) {
-		res, err = r.deliver(ctx, ws, a.src, a.base)
-		return err
+		if res, err = r.deliver(ctx, a.src, a.base); err != nil {
+			return err
+		}
+		return r.advance(runstore.Delivered)
 	}); err != nil {
 		res.Usage = usage
 		res.Workflow = a.src.workflow
 		return res, err
 	}
-	r.delivered = true
 	res.Usage = usage
 	return res, nil
 }
@@ -361,7 +313,8 @@ func (r *runner) results(ctx context.Context, ws *workspace.Workspace, a *agentR
 // the provider's own forward (SSH's remote port forwarding) when it has
 // one that may be used here, else the exec tunnel through ex, which works
 // everywhere.
-func (r *runner) openTunnel(ctx context.Context, sb *sandbox.Sandbox, ex sdk.Execer, worker, target string) (tunnel.Tunnel, error) {
+func (r *runner) openTunnel(ctx context.Context, ex sdk.Execer, target string) (tunnel.Tunnel, error) {
+	sb := r.st.Sandbox()
 	if fwd, ok := sb.Provider.(sdk.Forwarder); ok {
 		f, err := tunnel.Forward(ctx, fwd, sb.Ref, target)
 		if err == nil {
@@ -373,7 +326,7 @@ func (r *runner) openTunnel(ctx context.Context, sb *sandbox.Sandbox, ex sdk.Exe
 		}
 		r.host.Logger.Debug("the provider does not forward here: tunnelling over exec", "reason", err)
 	}
-	return tunnel.Open(ctx, ex, tunnel.HostOptions{Worker: worker, Target: target, Logger: r.host.Logger})
+	return tunnel.Open(ctx, ex, tunnel.HostOptions{Worker: r.st.Worker, Target: target, Logger: r.host.Logger})
 }
 
 // causeOf prefers the reason ctx was cancelled with (the tunnel's death)
@@ -437,12 +390,12 @@ func (r *runner) startProxy(p *config.Profile, src source, id, token string) (*p
 // it ends, unless its runs are separated from each other (the provider
 // gives each a uid of its own: sdk.Capabilities.RunUsers) or the profile
 // lets them share it unseparated (sandbox.concurrent_runs).
-func (r *runner) holdSandbox(ctx context.Context, ws *workspace.Workspace, workflow string) error {
+func (r *runner) holdSandbox(ctx context.Context, workflow string) error {
 	p := r.req.Profile
-	if p.Sandbox.ConcurrentRuns || r.lv.sandbox().Info.RunUsers {
+	if p.Sandbox.ConcurrentRuns || r.st.Sandbox().Info.RunUsers {
 		return nil
 	}
-	release, err := ws.Hold(ctx, fmt.Sprintf("workflow %s, host %s, pid %d", workflow, sandbox.Owner(), os.Getpid()))
+	release, err := r.st.Workspace.Hold(ctx, fmt.Sprintf("workflow %s, host %s, pid %d", workflow, sandbox.Owner(), os.Getpid()))
 	if errors.Is(err, workspace.ErrBusy) {
 		return fmt.Errorf("%w: runs sharing a sandbox are not separated from each other; wait for it to end, run on another profile, or set sandbox.concurrent_runs: true in profile %s to share it anyway", err, p.Name)
 	}
@@ -465,75 +418,78 @@ func (r *runner) releaseHold(ctx context.Context) error {
 }
 
 // prepareWorkspace brings the repository into the sandbox and adds the
-// workflow's worktree; the worktree is removed when the run ends unless
-// --keep-worktree, or the run failed after its agent started (keepWork).
-func (r *runner) prepareWorkspace(ctx context.Context, ws *workspace.Workspace, src source) (workspace.Base, string, error) {
-	var base workspace.Base
+// workflow's worktree; what becomes of it when the run ends is the run's
+// state's to say (worktreeAtEnd).
+func (r *runner) prepareWorkspace(ctx context.Context, a *agentRun) error {
+	ws, src := r.st.Workspace, a.src
 	if src.local != nil {
 		synced, err := ws.SyncLocal(ctx, workspace.LocalSource{
 			Repo: src.local, Branch: src.base, IncludeDirty: r.req.IncludeDirty, Workflow: src.workflow,
 		})
 		if err != nil {
-			return base, "", err
+			return err
 		}
-		base = synced.Base
+		a.base = synced.Base
 	} else {
 		var err error
-		if base, err = ws.SyncURL(ctx, src.url, src.base); err != nil {
-			return base, "", err
+		if a.base, err = ws.SyncURL(ctx, src.url, src.base); err != nil {
+			return err
 		}
 	}
-	dir, err := ws.AddWorktree(ctx, src.workflow, base)
+	dir, err := ws.AddWorktree(ctx, src.workflow, a.base)
 	if errors.Is(err, workspace.ErrBranchExists) {
-		return base, "", fmt.Errorf("%w: a run of workflow %s left work in this sandbox; if it is yours, bring it back with amelia results --profile %s %s (or --discard it there), else pick another --workflow",
+		return fmt.Errorf("%w: a run of workflow %s left work in this sandbox; if it is yours, bring it back with amelia results --profile %s %s (or --discard it there), else pick another --workflow",
 			err, src.workflow, r.req.Profile.Name, src.workflow)
 	}
 	if err != nil {
-		return base, "", err
+		return err
 	}
-	r.worktreeAtEnd(ws, src, base, dir)
-	return base, dir, nil
+	a.worktree = dir
+	r.worktreeAtEnd(a)
+	return nil
 }
 
-// worktreeAtEnd registers what becomes of the worktree dir when the run
-// ends: left alone while the agent may run, kept after a failure once the
-// agent started, removed otherwise (unless --keep-worktree). The summary
-// says which.
-func (r *runner) worktreeAtEnd(ws *workspace.Workspace, src source, base workspace.Base, dir string) {
+// worktreeAtEnd registers what becomes of a's worktree when the run ends,
+// as the run's state says: left alone while the agent may run, kept once
+// the agent started and its work was not delivered, removed otherwise
+// (unless --keep-worktree). The summary says which.
+func (r *runner) worktreeAtEnd(a *agentRun) {
 	p, name := r.req.Profile.Name, r.sandboxName()
 	r.onEnd("remove the worktree", "", func(ctx context.Context) error {
-		switch {
-		case r.agentRunning:
-			r.leave(fmt.Sprintf("agent, maybe still running in sandbox %s, with its worktree (%s follows it)", name, attachCommand(p, src.workflow)))
+		switch r.state {
+		case runstore.Running:
+			r.leave(fmt.Sprintf("agent, maybe still running in sandbox %s, with its worktree (%s follows it)", name, attachCommand(p, a.src.workflow)))
 			return nil
-		case r.agentStarted && !r.delivered:
-			return r.keepWork(ctx, ws, src, base, dir)
-		case r.req.KeepWorktree:
-			r.host.Logger.Info("worktree kept", "dir", dir)
-			r.leave(fmt.Sprintf("worktree %s in sandbox %s (--keep-worktree)", dir, name))
-			return errors.Join(r.removeRunDir(ctx, ws), r.record(runstore.Delivered, nil))
+		case runstore.AgentStarted, runstore.Ended, runstore.Stopped:
+			return r.keepWork(ctx, a)
+		case runstore.Delivered:
+			if r.req.KeepWorktree {
+				r.host.Logger.Info("worktree kept", "dir", a.worktree)
+				r.leave(fmt.Sprintf("worktree %s in sandbox %s (--keep-worktree)", a.worktree, name))
+				return r.removeRunDir(ctx)
+			}
 		}
-		return r.retireWorktree(ctx, ws, src, dir)
+		return r.retireWorktree(ctx, a)
 	})
 }
 
-// retireWorktree ends the worktree dir of a run whose work was delivered
-// or that left none: the run's processes end, and the worktree is parked
-// for a later workflow, or handed with the run's directory to a removal
+// retireWorktree ends the worktree of a run whose work was delivered or
+// that left none: the run's processes end, and the worktree is parked for
+// a later workflow, or handed with the run's directory to a removal
 // inside the sandbox that nothing waits for (workspace.Retire). Then the
 // run is forgotten. A retirement that failed leaves the worktree, and the
-// uid that owns it, as they are.
-func (r *runner) retireWorktree(ctx context.Context, ws *workspace.Workspace, src source, dir string) error {
-	runDir := ""
-	if r.agent != nil && r.agent.det != nil {
-		runDir = r.agent.det.Dir
-	}
-	err := ws.Retire(ctx, src.workflow, runDir)
+// uid that owns it, as they are, and the run recorded as Discarded (or
+// Delivered): removing them loses nothing.
+func (r *runner) retireWorktree(ctx context.Context, a *agentRun) error {
+	err := r.st.Workspace.Retire(ctx, a.src.workflow, a.runDir)
 	if err == nil {
 		err = r.forget()
 	}
 	if err != nil {
-		r.leave(fmt.Sprintf("worktree %s in sandbox %s (its removal failed)", dir, r.sandboxName()))
+		r.leave(fmt.Sprintf("worktree %s in sandbox %s (its removal failed)", a.worktree, r.sandboxName()))
+		if r.state != runstore.Delivered {
+			err = errors.Join(err, r.advance(runstore.Discarded))
+		}
 		return err
 	}
 	r.gone("worktree")
@@ -546,48 +502,76 @@ func (r *runner) retireWorktree(ctx context.Context, ws *workspace.Workspace, sr
 // worktree stays and the run is recorded as kept, for `amelia results`.
 // When the sandbox cannot be asked (its transport is gone), the work is
 // kept too: nothing is removed on a guess.
-func (r *runner) keepWork(ctx context.Context, ws *workspace.Workspace, src source, base workspace.Base, dir string) error {
-	c, commitErr := ws.CommitAll(ctx, src.workflow, r.req.Prompt)
+func (r *runner) keepWork(ctx context.Context, a *agentRun) error {
+	ws := r.st.Workspace
+	c, commitErr := ws.CommitAll(ctx, a.src.workflow, r.req.Prompt)
 	if commitErr == nil {
-		has, err := ws.HasWork(ctx, src.workflow, base.Start)
+		has, err := ws.HasWork(ctx, a.src.workflow, a.base.Start)
 		if err == nil && !has {
-			r.host.Logger.Info("the agent left no work; worktree removed", "workflow", src.workflow)
-			return r.retireWorktree(ctx, ws, src, dir)
+			r.host.Logger.Info("the agent left no work; worktree removed", "workflow", a.src.workflow)
+			return r.retireWorktree(ctx, a)
 		}
-		r.sayLeftOut(workspace.Branch(src.workflow), c.LeftOut)
+		r.sayLeftOut(workspace.Branch(a.src.workflow), c.LeftOut)
 		commitErr = err
 	}
 	if commitErr != nil {
-		r.host.Logger.Warn("could not commit the agent's work; the worktree is kept as it is", "workflow", src.workflow, "err", commitErr)
+		r.host.Logger.Warn("could not commit the agent's work; the worktree is kept as it is", "workflow", a.src.workflow, "err", commitErr)
 	}
-	return r.record(runstore.Kept, r.failure)
+	return r.advance(runstore.Kept)
 }
 
-// record notes on the host how the run's agent and work are: running,
-// kept after a failure, or delivered with the worktree kept on request.
-func (r *runner) record(state runstore.State, reason error) error {
+// recordChecked records the run, checked, as its workflow's only one: a
+// workflow whose earlier run may have left work in the sandbox, or whose
+// other run started meanwhile, is refused with what to do. Should the run
+// end before its agent starts, the record goes with it.
+func (r *runner) recordChecked() error {
+	if err := r.advance(runstore.Checked); err != nil {
+		if errors.Is(err, runstore.ErrExists) {
+			// Said as the check says it, unless the other run was
+			// forgotten meanwhile.
+			err = cmp.Or(r.checkNotKept(r.agent.src.workflow), err)
+		}
+		return refuse(err)
+	}
+	r.onEnd("forget the run", "", func(context.Context) error {
+		if r.state.Preparing() {
+			return r.forget()
+		}
+		return nil
+	})
+	return nil
+}
+
+// advance moves the run to state and writes its record: created at
+// Checked, replaced at each step after.
+func (r *runner) advance(state runstore.State) error {
+	r.state = state
 	a := r.agent
 	rec := runstore.Record{
 		Workflow: a.src.workflow, Profile: r.req.Profile.Name, Provider: r.req.Profile.Sandbox.Provider,
 		Sandbox: r.sandboxName(), Config: sandbox.ConfigLabel(r.req.Profile),
 		Repo: a.src.repo(), BaseBranch: a.base.Branch, BaseCommit: a.base.Commit, StartCommit: a.base.Start, Push: r.req.Push,
 		Branch: workspace.Branch(a.src.workflow), Worktree: a.worktree, State: state, Ended: time.Now().UTC(),
-		RunID: a.runID, Model: r.model(), Title: commitTitle(r.req.Prompt), Worker: a.worker,
+		RunID: a.runID, Model: r.model(), Title: commitTitle(r.req.Prompt), RunDir: a.runDir,
 	}
-	if a.det != nil {
-		rec.RunDir = a.det.Dir
+	if r.st != nil {
+		rec.Worker = r.st.Worker
 	}
-	if state == runstore.Running {
+	if state.AgentMayRun() || state == runstore.Ended {
+		// Attach serves the agent's token again.
 		rec.ProxyToken = a.token
 	}
-	if reason != nil {
-		rec.Reason = firstLine(new(reason.Error()))
+	if (state == runstore.Kept || state == runstore.Discarded) && r.failure != nil {
+		rec.Reason = firstLine(new(r.failure.Error()))
 	}
 	if state == runstore.Kept {
 		r.kept = &rec
 	}
-	if r.host.Runs == nil {
+	switch {
+	case r.host.Runs == nil:
 		return nil
+	case state == runstore.Checked:
+		return r.host.Runs.Create(rec)
 	}
 	return r.host.Runs.Put(rec)
 }
@@ -602,11 +586,11 @@ func (r *runner) forget() error {
 
 // removeRunDir removes the agent's run directory, once nothing of the run
 // is to be kept.
-func (r *runner) removeRunDir(ctx context.Context, ws *workspace.Workspace) error {
-	if r.agent == nil || r.agent.det == nil {
+func (r *runner) removeRunDir(ctx context.Context) error {
+	if r.agent == nil || r.agent.runDir == "" {
 		return nil
 	}
-	return ws.RemoveRunDir(ctx, r.agent.src.workflow, r.agent.det.Dir)
+	return r.st.Workspace.RemoveRunDir(ctx, r.agent.src.workflow, r.agent.runDir)
 }
 
 // sayLeftOut tells the user which build and cache outputs the checkout
@@ -633,7 +617,8 @@ func commitTitle(prompt string) string {
 
 // deliver commits what the agent left uncommitted, then brings the branch
 // back into the host checkout, or pushes it for a URL.
-func (r *runner) deliver(ctx context.Context, ws *workspace.Workspace, src source, base workspace.Base) (Result, error) {
+func (r *runner) deliver(ctx context.Context, src source, base workspace.Base) (Result, error) {
+	ws := r.st.Workspace
 	res := Result{Workflow: src.workflow, Branch: workspace.Branch(src.workflow)}
 	c, err := ws.CommitAll(ctx, src.workflow, r.req.Prompt)
 	if err != nil {

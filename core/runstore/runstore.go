@@ -1,8 +1,8 @@
-// Package runstore is this host's record of the runs whose work is still
-// in a sandbox: a run that failed or was interrupted after its agent
-// started keeps its worktree, and its record says where that work is and
-// what it started from, so `amelia results` can bring it back and `amelia
-// stop` knows what removing a sandbox would lose.
+// Package runstore is this host's record of its runs in progress and of
+// those whose work is still in a sandbox: each record says where its run
+// is in its life (State), where its work is and what it started from, so
+// `amelia attach` can take a run over, `amelia results` can bring kept
+// work back, and `amelia stop` knows what removing a sandbox would lose.
 //
 // A record is one small JSON file, DIR/<profile>/<workflow>.json, mode
 // 0600 in a 0700 directory, written whole through a temporary file and a
@@ -26,13 +26,34 @@ import (
 	"github.com/moby/sys/atomicwriter"
 )
 
-// State is what became of a run's work.
+// State is where a run is in its life, as its host last wrote it down: a
+// run's record is written when it is checked and again at each step, so
+// that whatever becomes of the host, the record says what the sandbox may
+// hold. A run goes Checked → SandboxUp → AgentStarted → Running → Ended
+// (or Stopped), then ends Delivered, Kept or Discarded; a run that fails
+// before its agent starts goes from Checked or SandboxUp to Discarded.
 type State string
 
 const (
+	// Checked: the run was checked and is starting its sandbox; nothing
+	// of it is in the sandbox yet.
+	Checked State = "checked"
+	// SandboxUp: the sandbox is up and the run prepares it (the worker,
+	// the tunnel, its checkout); no agent has touched the checkout.
+	SandboxUp State = "sandbox-up"
+	// AgentStarted: the agent is being started detached in the sandbox,
+	// in RunDir; it may be running.
+	AgentStarted State = "agent-started"
 	// Running: the agent was started detached in the sandbox and has not
 	// been seen to end; `amelia attach` follows it.
 	Running State = "running"
+	// Ended: the agent ended by itself; its work, in the sandbox, is not
+	// yet on the host.
+	Ended State = "ended"
+	// Stopped: the run stopped its agent before it ended (Ctrl-C, a
+	// worker that broke the protocol); its work, in the sandbox, is not
+	// yet kept.
+	Stopped State = "stopped"
 	// Kept: the run failed or was interrupted after its agent started;
 	// the work is committed on its branch in the sandbox, not on the host.
 	Kept State = "kept"
@@ -40,7 +61,24 @@ const (
 	// worktree was kept on request (--keep-worktree); removing it loses
 	// nothing.
 	Delivered State = "delivered"
+	// Discarded: the run ended with no work to keep, and its checkout
+	// could not be removed from the sandbox; removing it loses nothing.
+	Discarded State = "discarded"
 )
+
+// Preparing says the run's agent has not started: nothing in the sandbox
+// is its work.
+func (s State) Preparing() bool { return s == Checked || s == SandboxUp }
+
+// AgentMayRun says the run's agent may be running in the sandbox: it is
+// followed (attach), not removed.
+func (s State) AgentMayRun() bool { return s == AgentStarted || s == Running }
+
+// HoldsWork says the sandbox may hold work of the run that is on no host:
+// removing the sandbox would lose it.
+func (s State) HoldsWork() bool {
+	return s.AgentMayRun() || s == Ended || s == Stopped || s == Kept
+}
 
 // Record is one run's work in a sandbox.
 type Record struct {
@@ -144,6 +182,48 @@ func (s *Store) Put(r Record) error {
 		return fmt.Errorf("record run %s: %w", r.Workflow, err)
 	}
 	if err := atomicwriter.WriteFile(p, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("record run %s: %w", r.Workflow, err)
+	}
+	return nil
+}
+
+// ErrExists: Create found a record of the run's profile and workflow.
+var ErrExists = errors.New("the run is recorded already")
+
+// Create writes r, which must be the first record of its profile and
+// workflow: when there is one, of a run that may have work in the sandbox,
+// it leaves it as it is and returns ErrExists. Two runs of one workflow
+// racing to start, one of them wins.
+func (s *Store) Create(r Record) error {
+	p, err := s.path(r.Profile, r.Workflow)
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode the record of %s: %w", r.Workflow, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return fmt.Errorf("record run %s: %w", r.Workflow, err)
+	}
+	// Written whole to a file of its own, then linked into place: a link
+	// fails on an existing name, and a reader never sees half of it.
+	tmp, err := os.CreateTemp(filepath.Dir(p), ".create-*")
+	if err != nil {
+		return fmt.Errorf("record run %s: %w", r.Workflow, err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(append(b, '\n'))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Link(tmp.Name(), p)
+	}
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return fmt.Errorf("run %s of profile %s: %w", r.Workflow, r.Profile, ErrExists)
+	case err != nil:
 		return fmt.Errorf("record run %s: %w", r.Workflow, err)
 	}
 	return nil

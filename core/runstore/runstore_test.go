@@ -119,3 +119,75 @@ func TestRecordSandboxName(t *testing.T) {
 		t.Errorf("Get = %+v, want %+v", got, rec)
 	}
 }
+
+// TestCreateRacers: of runs of one workflow starting at once, exactly one
+// records itself; the others get ErrExists and the winner's record is
+// left as it wrote it, never half-written.
+func TestCreateRacers(t *testing.T) {
+	s := runstore.New(t.TempDir())
+	const racers = 16
+	errs := make(chan error, racers)
+	for i := range racers {
+		go func() {
+			errs <- s.Create(runstore.Record{Workflow: "fix-1", Profile: "dev", State: runstore.Checked, RunID: string(rune('a' + i))})
+		}()
+	}
+	won := 0
+	for range racers {
+		switch err := <-errs; {
+		case err == nil:
+			won++
+		case !errors.Is(err, runstore.ErrExists):
+			t.Errorf("Create lost with %v, want ErrExists", err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d runs recorded themselves, want 1", won)
+	}
+	got, err := s.Get("dev", "fix-1")
+	if err != nil || got.State != runstore.Checked || got.RunID == "" {
+		t.Errorf("the winner's record = %+v, %v", got, err)
+	}
+	if recs, err := s.Of("dev"); err != nil || len(recs) != 1 {
+		t.Errorf("Of = %+v, %v; want the one record, no temporary file", recs, err)
+	}
+	// A kept run's record is never replaced by a new run's.
+	kept := got
+	kept.State = runstore.Kept
+	if err := s.Put(kept); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Create(runstore.Record{Workflow: "fix-1", Profile: "dev", State: runstore.Checked}); !errors.Is(err, runstore.ErrExists) {
+		t.Errorf("Create over kept work = %v, want ErrExists", err)
+	}
+	if got, _ := s.Get("dev", "fix-1"); got.State != runstore.Kept {
+		t.Errorf("the kept record became %+v", got)
+	}
+}
+
+func TestStateKinds(t *testing.T) {
+	for _, tc := range []struct {
+		s                                runstore.State
+		preparing, agentMayRun, holdWork bool
+	}{
+		{runstore.Checked, true, false, false},
+		{runstore.SandboxUp, true, false, false},
+		{runstore.AgentStarted, false, true, true},
+		{runstore.Running, false, true, true},
+		{runstore.Ended, false, false, true},
+		{runstore.Stopped, false, false, true},
+		{runstore.Kept, false, false, true},
+		{runstore.Delivered, false, false, false},
+		{runstore.Discarded, false, false, false},
+	} {
+		if got := tc.s.Preparing(); got != tc.preparing {
+			t.Errorf("%s.Preparing() = %v", tc.s, got)
+		}
+		if got := tc.s.AgentMayRun(); got != tc.agentMayRun {
+			t.Errorf("%s.AgentMayRun() = %v", tc.s, got)
+		}
+		if got := tc.s.HoldsWork(); got != tc.holdWork {
+			t.Errorf("%s.HoldsWork() = %v", tc.s, got)
+		}
+	}
+}

@@ -75,6 +75,13 @@ func (c counted) Close() {
 	sandbox.CloseProvider(c.Provider)
 }
 
+// Exited passes on the wrapped provider's Exited, as a plugin's client
+// has one: a test's provider says with it that its plugin died.
+func (c counted) Exited() bool {
+	e, ok := c.Provider.(interface{ Exited() bool })
+	return ok && e.Exited()
+}
+
 func (c counted) ValidateSettings(ctx context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
 	c.o.Validated.Add(1)
 	v, ok := c.Provider.(sdk.SettingsValidator)

@@ -14,6 +14,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/run"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/runview"
+	"github.com/amelia-sandbox/amelia/core/stack"
 )
 
 // oneWorkflow is the Args of commands on one workflow.
@@ -109,9 +110,9 @@ copy this host keeps for 7 days after the run ends.`,
 func (a *app) showLogs(ctx context.Context, workflow string, follow, asJSON bool) error {
 	rec, rerr := a.recordedRun(workflow)
 	if rerr == nil && rec.RunDir != "" && rec.State != runstore.Delivered {
-		return a.withRecordedRun(ctx, rec, func(rs recordedSandbox) error {
+		return a.withRecordedRun(ctx, rec, func(st *stack.Stack) error {
 			view := runview.New(a.stdout, asJSON) // the worker's messages, as they are
-			err := showLog(ctx, rs.driver, rec, follow, view)
+			err := showLog(ctx, st.Driver, rec, follow, view)
 			return errors.Join(err, view.Close())
 		})
 	}

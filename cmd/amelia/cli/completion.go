@@ -74,8 +74,9 @@ func (a *app) completeWorkflows(want func(runstore.Record) bool) cobra.Completio
 	}
 }
 
-// running accepts the records of runs whose agent may still be going.
-func running(r runstore.Record) bool { return r.State == runstore.Running }
+// running accepts the records of runs attach can follow: their agent may
+// still be going, or ended with no host following it.
+func running(r runstore.Record) bool { return r.State.AgentMayRun() || r.State == runstore.Ended }
 
 // withLog accepts the records of runs whose sandbox keeps a log.
 func withLog(r runstore.Record) bool { return r.RunDir != "" }

@@ -15,8 +15,8 @@ import (
 	"github.com/amelia-sandbox/amelia/core/run"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/core/stack"
 	"github.com/amelia-sandbox/amelia/core/workspace"
-	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // runs is this host's record of runs whose work is in a sandbox.
@@ -64,12 +64,24 @@ attach follows it.`,
 			if err != nil {
 				return err
 			}
-			return a.withRecordedRun(cmd.Context(), rec, func(rs recordedSandbox) error {
-				if err := settleRunning(cmd.Context(), rs, rec, discard); err != nil {
+			switch {
+			case rec.State == runstore.Checked && discard:
+				// The run ended before its sandbox was up: nothing of it
+				// is there.
+				if err := a.runs().Delete(rec.Profile, rec.Workflow); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "forgot the run of %s: it left nothing in sandbox %s\n", rec.Workflow, rec.SandboxName())
+				return nil
+			case !discard && (rec.State.Preparing() || rec.State == runstore.Discarded):
+				return fmt.Errorf("the run of %s left no work to bring back (it is %s): remove what is left of it with %s --discard", rec.Workflow, rec.State, run.RecoverCommand(rec))
+			}
+			return a.withRecordedRun(cmd.Context(), rec, func(st *stack.Stack) error {
+				if err := settleRunning(cmd.Context(), st, rec, discard); err != nil {
 					return err
 				}
 				if discard {
-					if err := a.forgetRun(cmd.Context(), rs.ws, rec); err != nil {
+					if err := a.forgetRun(cmd.Context(), st.Workspace, rec); err != nil {
 						return err
 					}
 					fmt.Fprintf(cmd.OutOrStdout(), "discarded the work of %s from sandbox %s\n", rec.Workflow, rec.Profile)
@@ -78,7 +90,7 @@ attach follows it.`,
 				if rec.State == runstore.Delivered {
 					return fmt.Errorf("the run of %s delivered %s already; its worktree was kept with --keep-worktree: remove it with %s --discard", rec.Workflow, rec.Branch, run.RecoverCommand(rec))
 				}
-				return a.bringBack(cmd, rs.ws, rec, repo)
+				return a.bringBack(cmd, st.Workspace, rec, repo)
 			})
 		},
 	}
@@ -197,74 +209,39 @@ func (a *app) recordedProfile(rec runstore.Record) (*config.Profile, error) {
 	return p, nil
 }
 
-// recordedSandbox is what a command on a recorded run works with: the
-// workspace of its sandbox (started) and a driver for its agent.
-type recordedSandbox struct {
-	ws     *workspace.Workspace
-	driver *driver.Driver
-}
-
-// agentDriver puts the worker into sb, started as running says, and
-// returns a driver for the detached agents there.
-func (a *app) agentDriver(ctx context.Context, sb *sandbox.Sandbox, running sdk.Sandbox) (*driver.Driver, error) {
-	worker, err := a.workers().EnsureWorker(ctx, sb, running.Worker)
-	if err != nil {
-		return nil, err
-	}
-	return &driver.Driver{Exec: sb, Worker: worker, Provider: sb.Info.Name, Logger: a.logger}, nil
-}
-
 // withRecordedRun starts the sandbox that holds rec's work (with the
-// provider the run used), puts the worker in, and gives fn the lot, its
-// driver running as the workflow's uid when it has one.
-func (a *app) withRecordedRun(ctx context.Context, rec runstore.Record, fn func(recordedSandbox) error) error {
+// provider the run used), puts the worker in, and gives fn the lot: its
+// workspace, and its driver running as the workflow's uid when it has one.
+func (a *app) withRecordedRun(ctx context.Context, rec runstore.Record, fn func(*stack.Stack) error) error {
 	p, err := a.recordedProfile(rec)
 	if err != nil {
 		return err
 	}
-	opened, err := sandbox.Open(ctx, a.pluginHost(), p, a.logger)
+	st, err := stack.OpenWorkflow(ctx, a.stackHost(), p, rec.SandboxName(), rec.Workflow)
 	if err != nil {
 		return err
 	}
-	defer opened.Close()
-	sb := opened.Other(sdk.SandboxRef{Name: rec.SandboxName(), Config: opened.Ref.Config})
-	s, err := sb.Up(ctx)
-	if err != nil {
-		return err
-	}
-	d, err := a.agentDriver(ctx, sb, s)
-	if err != nil {
-		return err
-	}
-	ws, err := workspace.New(sb, s.Workdir, workspace.Options{Worker: d.Worker, RunUsers: sb.Info.RunUsers, ParkedCheckouts: p.Sandbox.Parked(), Logger: a.logger})
-	if err != nil {
-		return err
-	}
-	uid, err := ws.RunUser(ctx, rec.Workflow)
-	if err != nil {
-		return err
-	}
-	d.Exec = workspace.RunAs(sb, uid)
-	return fn(recordedSandbox{ws: ws, driver: d})
+	defer st.Close(context.WithoutCancel(ctx))
+	return fn(st)
 }
 
 // settleRunning makes sure rec's agent no longer runs: with stop, it is
 // stopped; without, a running one is an error that says how to follow it.
-func settleRunning(ctx context.Context, rs recordedSandbox, rec runstore.Record, stop bool) error {
-	if rec.State != runstore.Running || rec.RunDir == "" {
+func settleRunning(ctx context.Context, st *stack.Stack, rec runstore.Record, stop bool) error {
+	if !rec.State.AgentMayRun() || rec.RunDir == "" {
 		return nil
 	}
 	if stop {
-		if err := rs.driver.StopAgentic(ctx, rec.RunDir); err != nil && !errors.Is(err, driver.ErrRunLost) {
+		if err := st.Driver.StopAgentic(ctx, rec.RunDir); err != nil && !errors.Is(err, driver.ErrRunLost) {
 			return err
 		}
 		return nil
 	}
-	st, err := rs.driver.AgenticState(ctx, rec.RunDir)
+	state, err := st.Driver.AgenticState(ctx, rec.RunDir)
 	if err != nil {
 		return err
 	}
-	if st.State == driver.AgentRunning {
+	if state.State == driver.AgentRunning {
 		return fmt.Errorf("the agent of %s is still running in sandbox %s: follow it, and get its result at the end, with amelia attach --profile %s %s",
 			rec.Workflow, rec.SandboxName(), rec.Profile, rec.Workflow)
 	}

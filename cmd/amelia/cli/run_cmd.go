@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/run"
 	"github.com/amelia-sandbox/amelia/core/runview"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/core/stack"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
 )
 
@@ -107,6 +109,21 @@ func (a *app) runHost() run.Host {
 		Logs:      a.runLogs(),
 		Logger:    a.logger,
 	}
+}
+
+// stackHost is what a command's stack (core/stack) needs of this machine.
+func (a *app) stackHost() stack.Host {
+	return stack.Host{Sandboxes: sandbox.Plugins(a.pluginHost()), Workers: a.workers(), Logger: a.logger}
+}
+
+// openStack starts the provider of the selected profile, for its own
+// sandbox.
+func (a *app) openStack(ctx context.Context) (*stack.Stack, error) {
+	p, err := a.loadProfile()
+	if err != nil {
+		return nil, err
+	}
+	return stack.Open(ctx, a.stackHost(), p, "")
 }
 
 // workers puts the right amelia-worker into sandboxes.

@@ -18,6 +18,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/core/stack"
 	"github.com/amelia-sandbox/amelia/core/workspace"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -180,13 +181,12 @@ func (a *app) workAtRisk(ctx context.Context, sb *sandbox.Sandbox, profile, stat
 			return nil, err
 		}
 		for _, id := range ids {
-			switch recorded[id] {
-			case runstore.Delivered:
-			case runstore.Kept:
-				atRisk = append(atRisk, id+" (kept)")
-			case runstore.Running:
-				atRisk = append(atRisk, id+" (running)")
-			default:
+			switch st, ok := recorded[id]; {
+			case st.HoldsWork():
+				atRisk = append(atRisk, id+" ("+string(st)+")")
+			case st.Preparing():
+				atRisk = append(atRisk, id+" (in progress: "+string(st)+")")
+			case !ok:
 				atRisk = append(atRisk, id+" (in progress, or left by a run this host did not record)")
 			}
 			delete(recorded, id)
@@ -194,7 +194,7 @@ func (a *app) workAtRisk(ctx context.Context, sb *sandbox.Sandbox, profile, stat
 	}
 	// Kept work the sandbox could not be asked about (it is stopped).
 	for _, r := range recs {
-		if st := recorded[r.Workflow]; st == runstore.Kept || st == runstore.Running {
+		if st := recorded[r.Workflow]; st.HoldsWork() {
 			atRisk = append(atRisk, r.Workflow+" ("+string(st)+")")
 		}
 	}
@@ -250,28 +250,31 @@ engine's full speed).`,
 			if stdin {
 				eio.Stdin = cmd.InOrStdin()
 			}
-			return a.withSandbox(cmd.Context(), func(sb *sandbox.Sandbox) error {
-				if _, err := sb.Up(cmd.Context()); err != nil {
-					return err
-				}
-				st, err := sb.Exec(cmd.Context(), req, eio)
-				if err != nil && cmd.Context().Err() != nil && errors.Is(err, cmd.Context().Err()) {
-					return exitError{130} // interrupted: the command was stopped
-				}
-				if err != nil {
-					return err
-				}
-				switch {
-				case st.Canceled:
-					return exitError{130}
-				case st.TimedOut:
-					fmt.Fprintf(cmd.ErrOrStderr(), "amelia: %q timed out after %s\n", args[0], timeout)
-				}
-				if st.Code != 0 {
-					return exitError{st.Code}
-				}
-				return nil
-			})
+			st, err := a.openStack(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer st.Close(context.WithoutCancel(cmd.Context()))
+			if err := st.Up(cmd.Context()); err != nil {
+				return err
+			}
+			status, err := st.Exec(cmd.Context(), req, eio)
+			if err != nil && cmd.Context().Err() != nil && errors.Is(err, cmd.Context().Err()) {
+				return exitError{130} // interrupted: the command was stopped
+			}
+			if err != nil {
+				return err
+			}
+			switch {
+			case status.Canceled:
+				return exitError{130}
+			case status.TimedOut:
+				fmt.Fprintf(cmd.ErrOrStderr(), "amelia: %q timed out after %s\n", args[0], timeout)
+			}
+			if status.Code != 0 {
+				return exitError{status.Code}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().SetInterspersed(false) // flags after COMMAND belong to it
@@ -492,6 +495,7 @@ func (a *app) workflowStates(ctx context.Context, sb *sandbox.Sandbox, profile s
 		uids    map[string]string // each workflow's, where runs have their own
 		uidsErr error             // asked once: a failed listing is not asked again
 		asked   bool
+		st      = stack.Over(sb, a.logger)
 	)
 	for _, id := range ids {
 		states[id] = "active"
@@ -500,7 +504,7 @@ func (a *app) workflowStates(ctx context.Context, sb *sandbox.Sandbox, profile s
 			continue
 		}
 		states[id] = string(r.State)
-		if r.State != runstore.Running || r.RunDir == "" || r.Worker == "" {
+		if !r.State.AgentMayRun() || r.RunDir == "" || r.Worker == "" {
 			continue
 		}
 		if sb.Info.RunUsers && !asked {
@@ -513,7 +517,8 @@ func (a *app) workflowStates(ctx context.Context, sb *sandbox.Sandbox, profile s
 		// The worker that started the agent answers for it, as the run's
 		// uid (its directory is that uid's alone); ls starts nothing and
 		// installs nothing.
-		d := &driver.Driver{Exec: workspace.RunAs(sb, uids[id]), Worker: r.Worker, Provider: sb.Info.Name, Logger: a.logger}
+		st.UseWorker(r.Worker)
+		d := st.DriverAs(st, uids[id], nil)
 		if st, err := d.AgenticState(ctx, r.RunDir); err == nil {
 			states[id] = agentState(st)
 		}

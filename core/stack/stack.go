@@ -1,0 +1,252 @@
+// Package stack opens, in order, the layers every command on a sandbox
+// works through, and owns them: the profile's provider plugin, its
+// sandbox, the amelia-worker inside, the way commands reach it (the
+// current plugin, which Repair replaces when it dies), the workspace, and a workflow's uid with the driver of its agent. `amelia
+// run` and `attach` (core/run), `results`, `logs`, `sandbox ls` and
+// `sandbox exec` each open one Stack and go as far up it as they need;
+// what a step learns once (the worker's path, the workflow's uid) is a
+// field of the Stack from then on, not a value passed along.
+//
+// A Stack is used by one command at a time, step after step; only Exec,
+// SandboxRef, Sandbox and Repair may be called from other goroutines.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/execsession"
+	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/core/workspace"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// Host is what a Stack needs of the machine it runs on.
+type Host struct {
+	// Sandboxes starts a profile's provider: sandbox.Plugins for amelia.
+	Sandboxes sandbox.Opener
+	// Workers puts the right amelia-worker into sandboxes; nil finds
+	// none, which InstallWorker then says.
+	Workers *driver.Installer
+	Logger  *slog.Logger
+}
+
+// Stack is one command's way into one sandbox.
+type Stack struct {
+	host    Host
+	profile *config.Profile
+	name    string // the sandbox's name when it is not the profile's own
+
+	mu sync.Mutex
+	sb *sandbox.Sandbox // the provider plugin; Repair replaces a dead one
+
+	// Running is the sandbox as Up found it; nil until then.
+	Running *sdk.Sandbox
+	// Worker is the amelia-worker's path in the sandbox, once
+	// InstallWorker put it there (or UseWorker named it).
+	Worker string
+	// Workspace is the sandbox's workspace, once OpenWorkspace.
+	Workspace *workspace.Workspace
+	// UID is the workflow's own uid, where the provider separates runs
+	// ("" for the sandbox's user), and Driver drives its agent as that
+	// uid: both once As.
+	UID    string
+	Driver *driver.Driver
+
+	commands sdk.Execer // what the workspace and the driver run through
+	sessions *execsession.Sessions
+}
+
+// Open starts p's provider plugin for the sandbox named name, or for the
+// profile's own sandbox when name is "". Nothing is started in the
+// sandbox yet.
+func Open(ctx context.Context, host Host, p *config.Profile, name string) (*Stack, error) {
+	if host.Logger == nil {
+		host.Logger = slog.New(slog.DiscardHandler)
+	}
+	if host.Workers == nil {
+		host.Workers = &driver.Installer{Logger: host.Logger}
+	}
+	s := &Stack{host: host, profile: p, name: name}
+	sb, err := s.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.sb = sb
+	return s, nil
+}
+
+// OpenWorkflow is Open, taken up to a workflow's driver: the sandbox is
+// started if it is not running, the worker put in, and the workspace and
+// the driver run as workflow's uid. It is how the commands on a recorded
+// run (results, logs, attach's stop) reach it.
+func OpenWorkflow(ctx context.Context, host Host, p *config.Profile, name, workflow string) (*Stack, error) {
+	s, err := Open(ctx, host, p, name)
+	if err != nil {
+		return nil, err
+	}
+	err = s.Up(ctx)
+	if err == nil {
+		err = s.InstallWorker(ctx)
+	}
+	if err == nil {
+		err = s.OpenWorkspace(workspace.Options{})
+	}
+	if err == nil {
+		err = s.As(ctx, workflow, nil)
+	}
+	if err != nil {
+		s.Close(ctx)
+		return nil, err
+	}
+	return s, nil
+}
+
+// open starts the provider plugin, for the stack's sandbox.
+func (s *Stack) open(ctx context.Context) (*sandbox.Sandbox, error) {
+	sb, err := s.host.Sandboxes.Open(ctx, s.profile, s.host.Logger)
+	if err != nil || s.name == "" {
+		return sb, err
+	}
+	return sb.Other(sdk.SandboxRef{Name: s.name, Config: sb.Ref.Config}), nil
+}
+
+// Sandbox is the provider plugin, for the stack's sandbox: after a
+// Repair, the one that replaced a plugin that died.
+func (s *Stack) Sandbox() *sandbox.Sandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sb
+}
+
+// Exec runs in the sandbox through the current plugin.
+func (s *Stack) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	return s.Sandbox().Exec(ctx, req, eio)
+}
+
+// SandboxRef is the sandbox the stack is in.
+func (s *Stack) SandboxRef() sdk.SandboxRef { return s.Sandbox().Ref }
+
+// Up starts the sandbox if it is not running, and keeps what it says of
+// itself in Running.
+func (s *Stack) Up(ctx context.Context) error {
+	running, err := s.Sandbox().Up(ctx)
+	if err != nil {
+		return err
+	}
+	s.Running = &running
+	return nil
+}
+
+// InstallWorker puts the amelia-worker for the sandbox's architecture in
+// it, where Up said, unless it is there already; Worker says where.
+func (s *Stack) InstallWorker(ctx context.Context) error {
+	if s.Running == nil {
+		return errors.New("install the worker: the sandbox is not up yet (Up first)")
+	}
+	worker, err := s.host.Workers.EnsureWorker(ctx, s, s.Running.Worker)
+	if err != nil {
+		return err
+	}
+	s.Worker = worker
+	return nil
+}
+
+// UseWorker names the worker already in the sandbox (a run's record says
+// which started its agent): nothing is installed, nothing started.
+func (s *Stack) UseWorker(path string) { s.Worker = path }
+
+// Repair starts the provider plugin again if it died, and its sandbox
+// should it be down; it reports whether it did.
+func (s *Stack) Repair(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.sb.ProviderExited() {
+		return false, nil
+	}
+	s.host.Logger.Warn("the provider plugin is gone; starting it again", "provider", s.sb.Info.Name)
+	sb, err := s.open(ctx)
+	if err != nil {
+		return false, err
+	}
+	if _, err := sb.Up(ctx); err != nil {
+		sb.Close()
+		return false, err
+	}
+	s.sb.Close()
+	s.sb = sb
+	return true, nil
+}
+
+// OpenWorkspace opens the sandbox's workspace (Running.Workdir), with the
+// worker, the provider's run users and the profile's settings filled into
+// opts. Where the provider separates runs by uid, a uid's commands go
+// over one exec of the worker as that uid (execsession), ended by Close.
+func (s *Stack) OpenWorkspace(opts workspace.Options) error {
+	switch {
+	case s.profile == nil:
+		return errors.New("open the workspace: a stack over a plugin (Over) has none")
+	case s.Worker == "" || s.Running == nil:
+		return errors.New("open the workspace: no worker in the sandbox yet (Up and InstallWorker first)")
+	}
+	info := s.Sandbox().Info
+	opts.Worker, opts.RunUsers, opts.ParkedCheckouts, opts.Logger = s.Worker, info.RunUsers, s.profile.Sandbox.Parked(), s.host.Logger
+	s.commands = s
+	if info.RunUsers && s.sessions == nil {
+		s.sessions = execsession.New(s.commands, s.Worker, s.host.Logger)
+		s.commands = s.sessions
+	}
+	ws, err := workspace.New(s.commands, s.Running.Workdir, opts)
+	if err != nil {
+		return fmt.Errorf("open the workspace: %w", err)
+	}
+	s.Workspace = ws
+	return nil
+}
+
+// As makes the stack workflow's: UID is its uid where the provider
+// separates runs (made if it has none yet), and Driver drives its agent
+// as that uid, with env in the environment of what it starts.
+func (s *Stack) As(ctx context.Context, workflow string, env map[string]string) error {
+	if s.Workspace == nil {
+		return errors.New("run as a workflow's uid: no workspace yet (OpenWorkspace first)")
+	}
+	uid, err := s.Workspace.RunUser(ctx, workflow)
+	if err != nil {
+		return err
+	}
+	s.UID = uid
+	s.Driver = s.DriverAs(s.commands, uid, env)
+	return nil
+}
+
+// DriverAs is a driver for the agents that uid runs (the sandbox's user
+// for ""), through ex, with the stack's worker.
+func (s *Stack) DriverAs(ex sdk.Execer, uid string, env map[string]string) *driver.Driver {
+	return &driver.Driver{Exec: workspace.RunAs(ex, uid), Worker: s.Worker, Provider: s.Sandbox().Info.Name, Env: env, Logger: s.host.Logger}
+}
+
+// Close ends the command sessions and stops the provider plugin; the
+// sandbox goes on running.
+func (s *Stack) Close(ctx context.Context) error {
+	var err error
+	if s.sessions != nil {
+		err = s.sessions.Close(ctx)
+		s.sessions = nil
+	}
+	s.Sandbox().Close()
+	return err
+}
+
+// Over is a Stack over sb, a provider plugin the caller started and
+// stops (sandbox ls visits every provider's sandboxes), for commands on
+// sandboxes that are running: nothing is started, the caller names the
+// worker (UseWorker). It has no profile, so no workspace.
+func Over(sb *sandbox.Sandbox, logger *slog.Logger) *Stack {
+	return &Stack{host: Host{Logger: logger}, sb: sb}
+}
