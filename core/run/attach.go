@@ -53,18 +53,11 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 	a := &agentRun{src: src, base: base, worktree: rec.Worktree, runID: rec.RunID, token: rec.ProxyToken,
 		runDir: rec.RunDir, det: &driver.Detached{Dir: rec.RunDir}}
 	r.agent, r.state = a, rec.State
-	if err := r.openSandbox(ctx); err != nil {
-		return res, err
-	}
-	hostTunnel, err := r.openLive(ctx, prx.addr, src.url != "")
+	ctx, cancel, err := r.connect(ctx, prx)
 	if err != nil {
 		return res, err
 	}
-	ctx, cancel := r.keepTunnels(ctx)
 	defer cancel(nil)
-	if err := r.workIn(hostTunnel, prx); err != nil {
-		return res, err
-	}
 	if err := r.st.As(ctx, src.workflow, r.env); err != nil {
 		return res, err
 	}
@@ -78,20 +71,15 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 		r.host.Logger.Warn("could not read the run's prompt; its title goes into the commit", "err", err)
 	}
 
-	if err := r.phaseIn(ctx, PhaseAgent, func() error {
+	return r.followAndDeliver(ctx, a, func() error {
 		if keyErr != nil {
 			if err := r.ended(ctx, d, a, keyErr); err != nil {
 				return err
 			}
 		}
-		defer r.endAgentTunnel(a)
 		r.attachAgent(ctx, a)
-		return r.followAgent(ctx, a)
-	}); err != nil {
-		res.Usage = d.Usage()
-		return res, err
-	}
-	return r.results(ctx, a)
+		return nil
+	})
 }
 
 // recordedSource is the repository rec's run works on.

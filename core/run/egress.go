@@ -71,3 +71,30 @@ func reachedAfterSettling(ctx context.Context, ex sdk.Execer, worker string, set
 		pause = min(2*pause, 2*time.Second)
 	}
 }
+
+// checkEgress fails closed: a policy without direct egress is checked
+// from inside the sandbox before anything runs there, waiting out the
+// time the provider says its enforcement may take to begin.
+func (r *runner) checkEgress(ctx context.Context) error {
+	p := r.req.Profile
+	mode := p.Sandbox.Network
+	if mode == sdk.NetworkOpen {
+		return nil
+	}
+	return r.phase(PhaseEgress, func() error {
+		reached, err := reachedAfterSettling(ctx, r.st, r.st.Worker, r.egress.settle, p.Sandbox.EgressCheckTargets...)
+		if err != nil || len(reached) == 0 {
+			return err
+		}
+		why := ""
+		if r.egress.needs != "" {
+			why = " (" + r.egress.needs + ")"
+		}
+		still := ""
+		if r.egress.settle > 0 {
+			still = fmt.Sprintf(" (still, after %v)", r.egress.settle)
+		}
+		return fmt.Errorf("profile %s asks for network %q, but the sandbox reached %s directly%s: provider %s does not enforce it here%s; nothing was run",
+			p.Name, mode, strings.Join(reached, ", "), still, r.st.Sandbox().Info.Name, why)
+	})
+}

@@ -58,42 +58,11 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 	}
 	r.agent.token = prx.run.Token()
 
-	if err := r.openSandbox(ctx); err != nil {
-		return res, err
-	}
-
-	// Fail closed: a policy without direct egress is checked from inside
-	// before anything runs there.
-	if mode := req.Profile.Sandbox.Network; mode != sdk.NetworkOpen {
-		if err := r.phase(PhaseEgress, func() error {
-			reached, err := reachedAfterSettling(ctx, r.st, r.st.Worker, r.egress.settle, req.Profile.Sandbox.EgressCheckTargets...)
-			if err == nil && len(reached) > 0 {
-				why := ""
-				if r.egress.needs != "" {
-					why = " (" + r.egress.needs + ")"
-				}
-				still := ""
-				if r.egress.settle > 0 {
-					still = fmt.Sprintf(" (still, after %v)", r.egress.settle)
-				}
-				err = fmt.Errorf("profile %s asks for network %q, but the sandbox reached %s directly%s: provider %s does not enforce it here%s; nothing was run",
-					req.Profile.Name, mode, strings.Join(reached, ", "), still, r.st.Sandbox().Info.Name, why)
-			}
-			return err
-		}); err != nil {
-			return res, err
-		}
-	}
-
-	hostTunnel, err := r.openLive(ctx, prx.addr, src.url != "")
+	ctx, cancel, err := r.connect(ctx, prx)
 	if err != nil {
 		return res, err
 	}
-	ctx, cancel := r.keepTunnels(ctx)
 	defer cancel(nil)
-	if err := r.workIn(hostTunnel, prx); err != nil {
-		return res, err
-	}
 	a := r.agent
 	if err := r.phaseIn(ctx, PhaseWorkspace, func() (err error) {
 		if err := r.holdSandbox(ctx, src.workflow); err != nil {
@@ -110,15 +79,48 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		return res, err
 	}
 
+	return r.followAndDeliver(ctx, a, func() error { return r.startAgent(ctx, a) })
+}
+
+// connect takes the run into its sandbox: the provider plugin, the
+// sandbox and the worker; for a run only now coming up (not one Attach
+// takes over), the egress check; then the tunnels to the proxy prx and
+// the workspace. It returns the context the run goes on under, which a
+// tunnel that cannot be reopened cancels with the reason.
+func (r *runner) connect(ctx context.Context, prx *proxyRun) (context.Context, context.CancelCauseFunc, error) {
+	if err := r.openSandbox(ctx); err != nil {
+		return nil, nil, err
+	}
+	if r.state == runstore.SandboxUp {
+		if err := r.checkEgress(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	url := r.agent.src.url != ""
+	hostTunnel, err := r.openLive(ctx, prx.addr, url)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := r.keepTunnels(ctx)
+	if err := r.workIn(hostTunnel, prx); err != nil {
+		cancel(nil)
+		return nil, nil, err
+	}
+	return ctx, cancel, nil
+}
+
+// followAndDeliver is how Run and Attach end alike: in the agent phase,
+// begin starts the agent (Run) or takes it over (Attach), and the run
+// follows it until it ends; then its work is brought back.
+func (r *runner) followAndDeliver(ctx context.Context, a *agentRun, begin func() error) (Result, error) {
 	if err := r.phaseIn(ctx, PhaseAgent, func() error {
 		defer r.endAgentTunnel(a)
-		if err := r.startAgent(ctx, a); err != nil {
+		if err := begin(); err != nil {
 			return err
 		}
 		return r.followAgent(ctx, a)
 	}); err != nil {
-		res.Usage = r.st.Driver.Usage()
-		return res, err
+		return Result{Workflow: a.src.workflow, Usage: r.st.Driver.Usage()}, err
 	}
 	return r.results(ctx, a)
 }
