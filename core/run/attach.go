@@ -53,7 +53,7 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 	a := &agentRun{src: src, base: base, worktree: rec.Worktree, runID: rec.RunID, token: rec.ProxyToken,
 		runDir: rec.RunDir, det: &driver.Detached{Dir: rec.RunDir}}
 	r.agent, r.state = a, rec.State
-	ctx, cancel, err := r.connect(ctx, prx)
+	ctx, cancel, err := r.connect(ctx, prx.addr)
 	if err != nil {
 		return res, err
 	}

@@ -58,7 +58,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 	}
 	r.agent.token = prx.run.Token()
 
-	ctx, cancel, err := r.connect(ctx, prx)
+	ctx, cancel, err := r.connect(ctx, prx.addr)
 	if err != nil {
 		return res, err
 	}
@@ -84,10 +84,10 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 
 // connect takes the run into its sandbox: the provider plugin, the
 // sandbox and the worker; for a run only now coming up (not one Attach
-// takes over), the egress check; then the tunnels to the proxy prx and
-// the workspace. It returns the context the run goes on under, which a
+// takes over), the egress check; then the tunnels to the proxy at
+// proxyAddr and the workspace. It returns the context the run goes on under, which a
 // tunnel that cannot be reopened cancels with the reason.
-func (r *runner) connect(ctx context.Context, prx *proxyRun) (context.Context, context.CancelCauseFunc, error) {
+func (r *runner) connect(ctx context.Context, proxyAddr string) (context.Context, context.CancelCauseFunc, error) {
 	if err := r.openSandbox(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -97,12 +97,12 @@ func (r *runner) connect(ctx context.Context, prx *proxyRun) (context.Context, c
 		}
 	}
 	url := r.agent.src.url != ""
-	hostTunnel, err := r.openLive(ctx, prx.addr, url)
+	hostTunnel, err := r.openLive(ctx, proxyAddr, url)
 	if err != nil {
 		return nil, nil, err
 	}
 	ctx, cancel := r.keepTunnels(ctx)
-	if err := r.workIn(hostTunnel, prx); err != nil {
+	if err := r.workIn(hostTunnel); err != nil {
 		cancel(nil)
 		return nil, nil, err
 	}
@@ -264,13 +264,13 @@ func (r *runner) attachAgent(ctx context.Context, a *agentRun) {
 // none); the agent gets its token and its supervisor holds the agent's
 // own tunnel (driver.DetachOptions). Where the provider separates uids,
 // every workflow gets one of its own (see workspace.RunUser).
-func (r *runner) workIn(hostTunnel string, prx *proxyRun) error {
+func (r *runner) workIn(hostTunnel string) error {
 	var opts workspace.Options
 	if !r.req.Profile.CommitBuildOutputs {
 		opts.Ignore = workspace.BuildOutputs()
 	}
 	if hostTunnel != "" {
-		opts.GitEnv = sandboxend.ProxyEnv(hostTunnel, prx.run.Token(), false)
+		opts.GitEnv = sandboxend.ProxyEnv(hostTunnel, r.agent.token, false)
 		// git reaches an http(s) repository through the proxy's git
 		// route, which adds the credential outside the sandbox.
 		opts.GitURL = func(url string) string {
@@ -280,7 +280,7 @@ func (r *runner) workIn(hostTunnel string, prx *proxyRun) error {
 			return url
 		}
 	}
-	r.env = map[string]string{sandboxend.EnvProxyToken: prx.run.Token()}
+	r.env = map[string]string{sandboxend.EnvProxyToken: r.agent.token}
 	return r.st.OpenWorkspace(opts)
 }
 
