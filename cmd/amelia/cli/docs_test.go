@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin/linked"
+	"github.com/amelia-sandbox/amelia/internal/doccheck"
+)
+
+// docTree is amelia's command tree as it runs, cobra's lazily added parts
+// included: a fresh one per command, since a check parses its flags.
+func docTree() *cobra.Command {
+	var out, errb bytes.Buffer
+	root := newApp(strings.NewReader(""), &out, &errb, linked.Providers()).rootCommand()
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	root.InitDefaultVersionFlag()
+	return root
+}
+
+// docCommands are the amelia and amelia-providers commands README.md and
+// docs/ show (amelia-providers is the same command line).
+func docCommands(t *testing.T) []doccheck.Command {
+	t.Helper()
+	root, err := doccheck.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := doccheck.Scan(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []doccheck.Command
+	for _, c := range all {
+		if c.Program() == "amelia" || c.Program() == "amelia-providers" {
+			cmds = append(cmds, c)
+		}
+	}
+	if len(cmds) < 50 {
+		t.Fatalf("found %d amelia commands in the docs; the scan is broken", len(cmds))
+	}
+	return cmds
+}
+
+// Every amelia command in README.md and docs/ names subcommands and flags
+// that exist, and a command line of a shell block gives its command
+// arguments it accepts.
+func TestDocsCommandsResolve(t *testing.T) {
+	for _, c := range docCommands(t) {
+		if err := doccheck.CheckCobra(docTree(), c); err != nil {
+			t.Errorf("%s\n\t%v", c, err)
+		}
+	}
+}
+
+// runnableInDocs are the documented commands that can run on any machine
+// without changing anything but a test's own home: each shell-block line
+// that is one of them runs as written, and must succeed.
+var runnableInDocs = []string{
+	"amelia", "amelia help", "amelia version", "amelia config show", "amelia config validate",
+	"amelia plugin ls", "amelia sandbox ls",
+}
+
+// The documented commands that can run here run, as the docs write them,
+// and succeed.
+func TestDocsCommandsRun(t *testing.T) {
+	ran := 0
+	for _, c := range docCommands(t) {
+		if c.Kind != doccheck.Shell || c.Program() != "amelia" {
+			continue
+		}
+		cmd := doccheck.Resolve(docTree(), c)
+		help := slices.Contains(c.Args, "--help") || slices.Contains(c.Args, "-h")
+		if !help && !slices.Contains(runnableInDocs, cmd.CommandPath()) {
+			continue
+		}
+		t.Run(strings.Join(c.Args, " "), func(t *testing.T) {
+			newEnv(t)
+			r := amelia(t, "", c.Args[1:]...)
+			if r.code != 0 {
+				t.Errorf("%s\n\texit %d, stderr:\n%s", c, r.code, r.stderr)
+			}
+		})
+		ran++
+	}
+	t.Logf("ran %d documented commands", ran)
+	// The commands the docs should show, run as a user would.
+	for _, args := range [][]string{{"--help"}, {"version"}, {"config", "show"}, {"sandbox", "ls"}} {
+		t.Run("amelia "+strings.Join(args, " "), func(t *testing.T) {
+			newEnv(t)
+			if r := amelia(t, "", args...); r.code != 0 {
+				t.Errorf("amelia %s: exit %d, stderr:\n%s", strings.Join(args, " "), r.code, r.stderr)
+			}
+		})
+	}
+}
