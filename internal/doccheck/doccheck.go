@@ -3,8 +3,9 @@
 // the code: an amelia, amelia-providers or amelia-worker command against
 // the program's cobra command tree (every subcommand and flag exists), a
 // make target against the Makefile, a package of go test or go run against
-// the repository. The tests that use it live beside the command trees
-// (cmd/amelia/cli, internal/worker) and here (make and go).
+// the repository; and that docs/performance.md names every benchmark make
+// bench runs. The tests that use it live beside the command trees
+// (cmd/amelia/cli, internal/worker) and here (make, go and benchmarks).
 //
 // A command is found in three places: a line of a shell code block (a
 // fenced block marked sh, shell, bash or console, or an indented block),
@@ -605,4 +606,69 @@ func CheckGo(root string, c Command) error {
 		}
 	}
 	return nil
+}
+
+// Bench is one line of the Makefile's bench target: the benchmarks of a
+// package that match a -bench pattern.
+type Bench struct {
+	// Pkg is the package, as the line names it ("./core/protocol/").
+	Pkg string
+	// Pattern is the -bench regular expression, make's $$ read as $.
+	Pattern string
+}
+
+// benchLine is a go test line of the bench target.
+var benchLine = regexp.MustCompile(`^\t\$\(GO\) test .*-bench=('[^']*'|\S+) .*?(\./\S+)\s*$`)
+
+// BenchLines returns the lines of the Makefile at path's bench target.
+func BenchLines(path string) ([]Bench, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the Makefile: %w", err)
+	}
+	_, body, ok := strings.Cut(string(b), "\nbench:")
+	if !ok {
+		return nil, errors.New("the Makefile has no bench target")
+	}
+	var out []Bench
+	for _, line := range strings.Split(body, "\n")[1:] {
+		if !strings.HasPrefix(line, "\t") {
+			break
+		}
+		if m := benchLine.FindStringSubmatch(line); m != nil {
+			pat := strings.ReplaceAll(strings.Trim(m[1], "'"), "$$", "$")
+			out = append(out, Bench{Pkg: m[2], Pattern: pat})
+		}
+	}
+	return out, nil
+}
+
+// benchFunc is a benchmark's declaration.
+var benchFunc = regexp.MustCompile(`(?m)^func (Benchmark\w*)\(b \*testing\.B\)`)
+
+// Benchmarks returns the names of the benchmarks of b's package (a path
+// relative to root) that its pattern selects, as go test -bench does.
+func Benchmarks(root string, b Bench) ([]string, error) {
+	re, err := regexp.Compile(b.Pattern)
+	if err != nil {
+		return nil, fmt.Errorf("bench pattern %q of %s: %w", b.Pattern, b.Pkg, err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(b.Pkg), "*_test.go"))
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", f, err)
+		}
+		for _, m := range benchFunc.FindAllStringSubmatch(string(src), -1) {
+			if re.MatchString(m[1]) {
+				names = append(names, m[1])
+			}
+		}
+	}
+	slices.Sort(names)
+	return names, nil
 }

@@ -216,3 +216,42 @@ func TestDocsMakeAndGoCommands(t *testing.T) {
 		t.Errorf("found %d make and go commands in the docs; the scan is broken", n)
 	}
 }
+
+// docs/performance.md's list of benchmarks names, with its package, every
+// benchmark make bench runs, and each line of make bench runs one.
+func TestDocsNameEveryBenchmark(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := BenchLines(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) < 10 {
+		t.Fatalf("found %d lines in the bench target; the parse is broken", len(lines))
+	}
+	const file = "docs/performance.md"
+	b, err := os.ReadFile(filepath.Join(root, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Split(string(b), "\n")
+	for _, bl := range lines {
+		names, err := Benchmarks(root, bl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(names) == 0 {
+			t.Errorf("Makefile: make bench's -bench=%s runs no benchmark of %s", bl.Pattern, bl.Pkg)
+		}
+		for _, name := range names {
+			found := slices.ContainsFunc(doc, func(line string) bool {
+				return strings.Contains(line, "`"+bl.Pkg+"`") && strings.Contains(line, "`"+name+"`")
+			})
+			if !found {
+				t.Errorf("%s: no line names %s of %s (make bench runs it): add it to the list of benchmarks, with its figures or \"not measured\"", file, name, bl.Pkg)
+			}
+		}
+	}
+}
