@@ -11,10 +11,11 @@
 // fenced block marked sh, shell, bash or console, or an indented block),
 // where the whole line is a command line; an inline code span that starts
 // with a program's name; and a line of any other fenced block but YAML,
-// JSON and Go (a program's output, say), where a program's name followed
-// by a subcommand may appear anywhere. In a shell block the words are
-// split as sh splits them; elsewhere loosely, on spaces, with the brackets
-// and bars of a usage line ("[-f]", "(A \| B)") taken apart.
+// JSON, Go and text (a diagram), say a program's output, where a
+// program's name followed by a subcommand may appear anywhere. In a shell
+// block the words are split as sh splits them; elsewhere loosely, on
+// spaces, with the brackets and bars of a usage line ("[-f]", "(A \| B)")
+// taken apart.
 package doccheck
 
 import (
@@ -165,7 +166,7 @@ func ScanMarkdown(file, text string) []Command {
 				}
 				out = append(out, shellCommands(file, pendingAt, pending+line)...)
 				pending = ""
-			case "yaml", "yml", "json", "go", "proto", "python", "py", "diff", "dockerfile", "Dockerfile":
+			case "yaml", "yml", "json", "go", "proto", "python", "py", "diff", "dockerfile", "text":
 			default:
 				out = append(out, proseCommands(file, n, line, false)...)
 			}
