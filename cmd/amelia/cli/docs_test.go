@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -59,19 +60,34 @@ func TestDocsCommandsResolve(t *testing.T) {
 }
 
 // runnableInDocs are the documented commands that can run on any machine
-// without changing anything but a test's own home: each shell-block line
-// that is one of them runs as written, and must succeed.
+// without changing anything but a test's own home: each shell-block line,
+// and each code span without placeholders, that is one of them runs as
+// written, and must succeed.
 var runnableInDocs = []string{
 	"amelia", "amelia help", "amelia version", "amelia config show", "amelia config validate",
 	"amelia plugin ls", "amelia sandbox ls",
 }
 
+// literal reports whether a command of a code span is one to run as it is:
+// no placeholder (WORKFLOW) and no alternatives (a | b).
+func literal(c doccheck.Command) bool {
+	for _, w := range c.Args {
+		if w == "|" || strings.ToUpper(w) == w && strings.ToLower(w) != w {
+			return false
+		}
+	}
+	return true
+}
+
 // The documented commands that can run here run, as the docs write them,
 // and succeed.
 func TestDocsCommandsRun(t *testing.T) {
-	ran := 0
+	// Each command once, with every place that shows it.
+	var order []string
+	places := map[string][]string{}
+	args := map[string][]string{}
 	for _, c := range docCommands(t) {
-		if c.Kind != doccheck.Shell || c.Program() != "amelia" {
+		if c.Program() != "amelia" || c.Kind == doccheck.Prose && !literal(c) {
 			continue
 		}
 		cmd := doccheck.Resolve(docTree(), c)
@@ -79,16 +95,23 @@ func TestDocsCommandsRun(t *testing.T) {
 		if !help && !slices.Contains(runnableInDocs, cmd.CommandPath()) {
 			continue
 		}
-		t.Run(strings.Join(c.Args, " "), func(t *testing.T) {
+		line := strings.Join(c.Args, " ")
+		if _, ok := args[line]; !ok {
+			order = append(order, line)
+			args[line] = c.Args[1:]
+		}
+		places[line] = append(places[line], fmt.Sprintf("%s:%d", c.File, c.Line))
+	}
+	for _, line := range order {
+		t.Run(line, func(t *testing.T) {
 			newEnv(t)
-			r := amelia(t, "", c.Args[1:]...)
+			r := amelia(t, "", args[line]...)
 			if r.code != 0 {
-				t.Errorf("%s\n\texit %d, stderr:\n%s", c, r.code, r.stderr)
+				t.Errorf("%s (%s)\n\texit %d, stderr:\n%s", line, strings.Join(places[line], ", "), r.code, r.stderr)
 			}
 		})
-		ran++
 	}
-	t.Logf("ran %d documented commands", ran)
+	t.Logf("ran %d documented commands", len(order))
 	// The commands the docs should show, run as a user would.
 	for _, args := range [][]string{{"--help"}, {"version"}, {"config", "show"}, {"sandbox", "ls"}} {
 		t.Run("amelia "+strings.Join(args, " "), func(t *testing.T) {
@@ -97,5 +120,33 @@ func TestDocsCommandsRun(t *testing.T) {
 				t.Errorf("amelia %s: exit %d, stderr:\n%s", strings.Join(args, " "), r.code, r.stderr)
 			}
 		})
+	}
+}
+
+// The examples in amelia's own help are commands that resolve too.
+func TestHelpExamplesResolve(t *testing.T) {
+	n := 0
+	var walk func(cmd *cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		for i, line := range strings.Split(cmd.Example, "\n") {
+			line = strings.TrimSpace(line)
+			if !strings.HasPrefix(line, "amelia ") {
+				continue
+			}
+			for _, c := range doccheck.ScanMarkdown(cmd.CommandPath()+" --help", "```sh\n"+line+"\n```\n") {
+				c.Line = i + 1
+				n++
+				if err := doccheck.CheckCobra(docTree(), c); err != nil {
+					t.Errorf("the example of %s\n\t%v", c, err)
+				}
+			}
+		}
+		for _, sub := range cmd.Commands() {
+			walk(sub)
+		}
+	}
+	walk(docTree())
+	if n < 10 {
+		t.Errorf("found %d examples in amelia's help; the walk is broken", n)
 	}
 }
