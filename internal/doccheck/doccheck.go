@@ -3,8 +3,8 @@
 // the code: an amelia, amelia-providers or amelia-worker command against
 // the program's cobra command tree (every subcommand and flag exists), a
 // make target against the Makefile, a package of go test or go run against
-// the repository; and that docs/performance.md names every benchmark make
-// bench runs. The tests that use it live beside the command trees
+// the repository; that docs/performance.md names every benchmark make
+// bench runs; and that every relative link leads somewhere. The tests that use it live beside the command trees
 // (cmd/amelia/cli, internal/worker) and here (make, go and benchmarks).
 //
 // A command is found in three places: a line of a shell code block (a
@@ -28,6 +28,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/spf13/cobra"
 )
@@ -672,4 +673,136 @@ func Benchmarks(root string, b Bench) ([]string, error) {
 	}
 	slices.Sort(names)
 	return names, nil
+}
+
+// Link is a relative link of a doc that leads nowhere.
+type Link struct {
+	// File and Line are where the link is; Target is what it says.
+	File   string
+	Line   int
+	Target string
+	// Why says what is missing.
+	Why string
+}
+
+// String is the link's place, target and what is wrong.
+func (l Link) String() string {
+	return fmt.Sprintf("%s:%d: %s: %s", l.File, l.Line, l.Target, l.Why)
+}
+
+var (
+	mdLink  = regexp.MustCompile(`\[(?:[^\][]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
+	heading = regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`)
+	scheme  = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:`)
+)
+
+// BrokenLinks checks every relative link of the docs Docs lists, outside
+// code blocks: the file or directory it names exists, and a #fragment
+// into a Markdown file is one of its headings' anchors, as GitHub makes
+// them.
+func BrokenLinks(root string) ([]Link, error) {
+	files, err := Docs(root)
+	if err != nil {
+		return nil, err
+	}
+	anchors := map[string]map[string]bool{}
+	anchorsOf := func(path string) (map[string]bool, error) {
+		if a, ok := anchors[path]; ok {
+			return a, nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		a := map[string]bool{}
+		seen := map[string]int{}
+		for _, line := range proseLines(string(b)) {
+			if m := heading.FindStringSubmatch(line); m != nil {
+				s := slug(m[1])
+				if n := seen[s]; n > 0 {
+					a[fmt.Sprintf("%s-%d", s, n)] = true
+				} else {
+					a[s] = true
+				}
+				seen[s]++
+			}
+		}
+		anchors[path] = a
+		return a, nil
+	}
+	var bad []Link
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", f, err)
+		}
+		for i, line := range proseLines(string(b)) {
+			for _, m := range mdLink.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				if scheme.MatchString(target) {
+					continue
+				}
+				path, frag, _ := strings.Cut(target, "#")
+				dest := filepath.Join(root, filepath.FromSlash(f))
+				if path != "" {
+					dest = filepath.Join(filepath.Dir(dest), filepath.FromSlash(path))
+				}
+				st, err := os.Stat(dest)
+				if err != nil {
+					bad = append(bad, Link{f, i + 1, target, "no such file or directory"})
+					continue
+				}
+				if frag == "" {
+					continue
+				}
+				if st.IsDir() || !strings.HasSuffix(dest, ".md") {
+					bad = append(bad, Link{f, i + 1, target, "a #fragment into what is not a Markdown file"})
+					continue
+				}
+				a, err := anchorsOf(dest)
+				if err != nil {
+					return nil, err
+				}
+				if !a[frag] {
+					bad = append(bad, Link{f, i + 1, target, "no heading of that anchor"})
+				}
+			}
+		}
+	}
+	return bad, nil
+}
+
+// proseLines is text's lines with those of fenced code blocks blanked, so
+// that line numbers stay.
+func proseLines(text string) []string {
+	lines := strings.Split(text, "\n")
+	in := false
+	for i, l := range lines {
+		if fence.MatchString(l) {
+			in = !in
+			lines[i] = ""
+			continue
+		}
+		if in {
+			lines[i] = ""
+		}
+	}
+	return lines
+}
+
+// slug is the anchor GitHub gives a heading: lower case, the Markdown of
+// code and links taken out, every character but letters, digits, '-', '_'
+// and spaces dropped, spaces made '-'.
+func slug(h string) string {
+	h = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`).ReplaceAllString(h, "$1")
+	var b strings.Builder
+	for _, r := range strings.ToLower(h) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

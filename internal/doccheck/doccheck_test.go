@@ -255,3 +255,51 @@ func TestDocsNameEveryBenchmark(t *testing.T) {
 		}
 	}
 }
+
+func TestBrokenLinks(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) {
+		t.Helper()
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("README.md", "# Top\n\n[a](docs/b.md#the-api-providerproto) [b](docs/b.md#nope) [c](gone.md)\n"+
+		"```sh\n[d](in-a-block.md)\n```\n[e](#top) [f](docs) [g](https://example.invalid/x) [h](docs/b.md#run-2)\n")
+	write("docs/b.md", "# The API: `provider.proto`\n## Run\n## Run\n## Run\n")
+	bad, err := BrokenLinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range bad {
+		got = append(got, l.String())
+	}
+	want := []string{
+		"README.md:3: docs/b.md#nope: no heading of that anchor",
+		"README.md:3: gone.md: no such file or directory",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// Every relative link of README.md and docs/ leads to a file, and a
+// #fragment to a heading.
+func TestDocsLinks(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := BrokenLinks(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range bad {
+		t.Error(l)
+	}
+}
