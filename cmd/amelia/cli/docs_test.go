@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin/linked"
 	"github.com/amelia-sandbox/amelia/internal/doccheck"
@@ -149,4 +150,57 @@ func TestHelpExamplesResolve(t *testing.T) {
 	if n < 10 {
 		t.Errorf("found %d examples in amelia's help; the walk is broken", n)
 	}
+}
+
+// docs/commands.md, which says it has every command and flag, has them:
+// each command that is not hidden or a group, and each of its flags, in a
+// code span of the command's (completion's are cobra's own).
+func TestDocsNameEveryCommandAndFlag(t *testing.T) {
+	var shown []doccheck.Command
+	for _, c := range docCommands(t) {
+		if c.File == "docs/commands.md" {
+			shown = append(shown, c)
+		}
+	}
+	const file = "docs/commands.md"
+	var walk func(cmd *cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		if cmd.Hidden || cmd.Name() == "help" || cmd.Name() == "completion" {
+			return
+		}
+		if cmd.HasSubCommands() && cmd.HasParent() {
+			// A group: its commands are shown, not it.
+			for _, sub := range cmd.Commands() {
+				walk(sub)
+			}
+			return
+		}
+		// The spans that show this command.
+		var mine []doccheck.Command
+		for _, c := range shown {
+			if doccheck.Resolve(docTree(), c).CommandPath() == cmd.CommandPath() {
+				mine = append(mine, c)
+			}
+		}
+		if len(mine) == 0 && cmd.HasParent() {
+			t.Errorf("%s shows no command %q (%s)", file, cmd.CommandPath(), cmd.Short)
+		}
+		cmd.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
+			if f.Hidden || f.Name == "help" || f.Name == "version" {
+				return
+			}
+			named := slices.ContainsFunc(mine, func(c doccheck.Command) bool {
+				return slices.ContainsFunc(c.Args, func(w string) bool {
+					return w == "--"+f.Name || strings.HasPrefix(w, "--"+f.Name+"=") || f.Shorthand != "" && w == "-"+f.Shorthand
+				})
+			})
+			if !named && len(mine) > 0 {
+				t.Errorf("%s: no span of %q names its flag --%s (%s)", file, cmd.CommandPath(), f.Name, f.Usage)
+			}
+		})
+		for _, sub := range cmd.Commands() {
+			walk(sub)
+		}
+	}
+	walk(docTree())
 }
