@@ -14,8 +14,8 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/workerbin"
 )
 
 // Installer puts the right amelia-worker into sandboxes. The right one is

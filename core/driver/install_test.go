@@ -15,7 +15,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/workerbin"
 )
 
 // hostWorker is the content of the worker binary the tests install.

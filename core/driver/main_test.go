@@ -20,7 +20,7 @@ import (
 	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/workerbin"
 )
 
 // workerDir holds amelia-worker-linux-<this machine's arch>: the worker

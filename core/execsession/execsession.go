@@ -31,7 +31,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/workstep"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
 )
 
 // Sessions is an sdk.Execer that runs commands as a user other than the

@@ -22,7 +22,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/core/tunnel/sandboxend"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/netpipe"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/netpipe"
 )
 
 // HostOptions configure Open.

@@ -26,7 +26,7 @@ import (
 	"path/filepath"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/hostproc"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/hostproc"
 )
 
 func main() {

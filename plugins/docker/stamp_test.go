@@ -11,7 +11,7 @@ import (
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/plugins/docker/image"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/workerbin"
 )
 
 // TestWorkerStamp: the image holds the worker's stamp beside it, and the

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/hostproc"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/hostproc"
 )
 
 // The test binary plays three parts, chosen by environment:

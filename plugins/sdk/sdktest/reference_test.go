@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/hostproc"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/netpipe"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/hostproc"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/netpipe"
 )
 
 // reference is the smallest provider that keeps the whole contract, for

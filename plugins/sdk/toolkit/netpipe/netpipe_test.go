@@ -7,7 +7,7 @@ import (
 	"net"
 	"testing"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/netpipe"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/netpipe"
 )
 
 // echoServer echoes what each connection sends and closes it at EOF: a

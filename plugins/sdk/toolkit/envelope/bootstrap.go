@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/shexec"
 )
 
 // bootstrapMarker begins the line a Bootstrap command ends its output

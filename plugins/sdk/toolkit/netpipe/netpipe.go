@@ -3,6 +3,9 @@
 // tunnel, the worker's sandbox end, and a provider's own forwarder (SSH's
 // remote port forwarding). It imports only the standard library, so the
 // worker that goes into sandboxes can link it.
+//
+// It is part of the SDK's optional toolkit (see package toolkit), not of
+// the provider contract.
 package netpipe
 
 import (

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/hostproc"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/hostproc"
 )
 
 // A command killed by a signal is reported with the signal's name, when

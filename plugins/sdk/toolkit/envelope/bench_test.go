@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/internal/benchtest"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
 )
 
 // BenchmarkStream: 100 MiB through the envelope, on a session of its own
@@ -16,7 +16,7 @@ import (
 // writes to `cat`; each reports the CPU time this process, the worker and
 // the command took per GiB, and what the envelope costs beyond the pipe.
 //
-//	go test -run='^$' -bench=Stream -benchtime=5x ./plugins/sdk/envelope/
+//	go test -run='^$' -bench=Stream -benchtime=5x ./plugins/sdk/toolkit/envelope/
 func BenchmarkStream(b *testing.B) {
 	const size = 100 << 20
 	out := []string{"head", "-c", "104857600", "/dev/zero"}

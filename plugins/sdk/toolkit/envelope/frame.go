@@ -22,6 +22,9 @@
 //
 // The package imports nothing but the standard library, shexec and yamux,
 // so the static worker that links it stays small.
+//
+// It is part of the SDK's optional toolkit (see package toolkit), not of
+// the provider contract.
 package envelope
 
 import (
@@ -33,7 +36,7 @@ import (
 	"io"
 	"sync"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/shexec"
 )
 
 // Hello is the first line Serve writes, before any frame; the client skips

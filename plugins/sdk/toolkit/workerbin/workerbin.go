@@ -3,6 +3,9 @@
 // the amelia executable or in the directory AMELIA_WORKER_DIR names. Where
 // a worker goes inside a sandbox is the provider's answer to EnsureRunning
 // (sdk.WorkerPlace).
+//
+// It is part of the SDK's optional toolkit (see package toolkit), not of
+// the provider contract.
 package workerbin
 
 import (

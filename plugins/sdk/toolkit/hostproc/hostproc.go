@@ -23,6 +23,9 @@
 // by TERM, whatever the command did, and may leave the command running
 // where the group's signals do not reach (another machine); stop such a
 // command where it runs (sdk/shexec), not through the wrapper.
+//
+// It is part of the SDK's optional toolkit (see package toolkit), not of
+// the provider contract.
 package hostproc
 
 import (

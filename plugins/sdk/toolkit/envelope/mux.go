@@ -12,7 +12,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/shexec"
 )
 
 // Many commands over one stream: a session through Daytona's gateway costs

@@ -5,6 +5,9 @@
 // (Exec), short commands (Output), and remote port forwards (Listen).
 // The SSH provider and the Daytona provider (whose exec goes through its
 // SSH gateway) build on it.
+//
+// It is part of the SDK's optional toolkit (see package toolkit), not of
+// the provider contract.
 package sshtransport
 
 import (

@@ -11,8 +11,8 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/shexec"
 )
 
 // Bootstrap runs script (args its positional parameters) with sh in a

@@ -10,8 +10,8 @@ import (
 
 	"github.com/amelia-sandbox/amelia/internal/sshtest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/sshtransport"
 )
 
 var workerBin string

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/flow"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/shexec"
 )
 
 // Errors Run's error matches.

@@ -10,6 +10,9 @@
 // environment carries a tag, which descendants that leave the group
 // (setsid) keep. Cancelling runs KillArgv through a second exec: SIGTERM to
 // the group and the tagged processes, then SIGKILL after the grace period.
+//
+// It is part of the SDK's optional toolkit (see package toolkit), not of
+// the provider contract.
 package shexec
 
 import (

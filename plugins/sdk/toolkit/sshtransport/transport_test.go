@@ -17,7 +17,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/internal/sshtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/sshtransport"
 )
 
 // conn is a Conn to srv with its client key and known_hosts.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/shexec"
 )
 
 func TestQuote(t *testing.T) {
