@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/grpc/mem"
 
-	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
+	pb "github.com/amelia-sandbox/amelia/internal/providerwire/providerv1"
 )
 
 func TestBufferPoolSizes(t *testing.T) {

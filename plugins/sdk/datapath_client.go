@@ -6,8 +6,8 @@ import (
 	"os"
 	"sync"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/datachan"
-	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
+	"github.com/amelia-sandbox/amelia/internal/providerwire/datachan"
+	pb "github.com/amelia-sandbox/amelia/internal/providerwire/providerv1"
 )
 
 // dataCopyBuffer is the most one read of an exec's pipe takes.

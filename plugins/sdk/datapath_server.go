@@ -8,8 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/datachan"
-	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
+	"github.com/amelia-sandbox/amelia/internal/providerwire/datachan"
+	pb "github.com/amelia-sandbox/amelia/internal/providerwire/providerv1"
 )
 
 // pluginPipes are one exec's pipes from the data channel, in the plugin:

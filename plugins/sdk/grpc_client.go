@@ -10,9 +10,9 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/datachan"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/flow"
-	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
+	"github.com/amelia-sandbox/amelia/internal/flow"
+	"github.com/amelia-sandbox/amelia/internal/providerwire/datachan"
+	pb "github.com/amelia-sandbox/amelia/internal/providerwire/providerv1"
 )
 
 // exitSlack is how long the host waits for the exit status beyond the cancel

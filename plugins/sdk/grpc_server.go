@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/datachan"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/flow"
-	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
+	"github.com/amelia-sandbox/amelia/internal/flow"
+	"github.com/amelia-sandbox/amelia/internal/providerwire/datachan"
+	pb "github.com/amelia-sandbox/amelia/internal/providerwire/providerv1"
 )
 
 // maxChunk bounds one output message; gRPC's default receive limit is 4 MiB.

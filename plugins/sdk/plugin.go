@@ -21,8 +21,8 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/experimental"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/datachan"
-	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
+	"github.com/amelia-sandbox/amelia/internal/providerwire/datachan"
+	pb "github.com/amelia-sandbox/amelia/internal/providerwire/providerv1"
 )
 
 // Handshake is the go-plugin handshake between Amelia and provider plugins.

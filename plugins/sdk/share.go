@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/datachan"
+	"github.com/amelia-sandbox/amelia/internal/providerwire/datachan"
 )
 
 // Shared plugins. Launch starts a plugin process for one host; Share

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/datachan"
+	"github.com/amelia-sandbox/amelia/internal/providerwire/datachan"
 )
 
 // maxSocketPath bounds a socket's path: sun_path holds 108 bytes on

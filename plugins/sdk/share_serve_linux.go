@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/datachan"
+	"github.com/amelia-sandbox/amelia/internal/providerwire/datachan"
 )
 
 // helloTimeout bounds how long a shared plugin waits for a host that

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
+	pb "github.com/amelia-sandbox/amelia/internal/providerwire/providerv1"
 )
 
 func TestErrorsCrossTheBoundary(t *testing.T) {

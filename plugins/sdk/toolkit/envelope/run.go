@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/flow"
+	"github.com/amelia-sandbox/amelia/internal/flow"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/shexec"
 )
 

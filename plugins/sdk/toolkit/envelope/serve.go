@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/flow"
+	"github.com/amelia-sandbox/amelia/internal/flow"
 )
 
 // Timings of a kill, in the worker.

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/flow"
+	"github.com/amelia-sandbox/amelia/internal/flow"
 )
 
 // Step is a typed request that a worker serves in its own process, in

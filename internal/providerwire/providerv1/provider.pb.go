@@ -2226,7 +2226,7 @@ const file_provider_proto_rawDesc = "" +
 	"\x04List\x12\x1f.amelia.provider.v1.ListRequest\x1a .amelia.provider.v1.ListResponse\x12Q\n" +
 	"\aForward\x12\".amelia.provider.v1.ForwardRequest\x1a .amelia.provider.v1.ForwardEvent0\x01\x12m\n" +
 	"\x10ValidateSettings\x12+.amelia.provider.v1.ValidateSettingsRequest\x1a,.amelia.provider.v1.ValidateSettingsResponse\x12\\\n" +
-	"\tPreflight\x12(.amelia.provider.v1.EnsureRunningRequest\x1a%.amelia.provider.v1.PreflightResponseBDZBgithub.com/amelia-sandbox/amelia/plugins/sdk/providerv1;providerv1b\x06proto3"
+	"\tPreflight\x12(.amelia.provider.v1.EnsureRunningRequest\x1a%.amelia.provider.v1.PreflightResponseBNZLgithub.com/amelia-sandbox/amelia/internal/providerwire/providerv1;providerv1b\x06proto3"
 
 var (
 	file_provider_proto_rawDescOnce sync.Once
