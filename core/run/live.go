@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/tunnel"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -48,7 +49,7 @@ type live struct {
 // good (tunnel.ErrRunEnded: the agent's run has ended).
 type keptTunnel struct {
 	what string // "the tunnel to the proxy", for messages
-	open func(context.Context, sdk.Execer) (tunnel.Tunnel, error)
+	open func(context.Context, sandboxexec.Execer) (tunnel.Tunnel, error)
 	tun  tunnel.Tunnel // nil until it first opened
 	over bool
 }
@@ -71,7 +72,7 @@ func (l *live) sandbox() *sandbox.Sandbox {
 // keptTunnel). When this first open fails, it says why, and the tunnel is
 // reopened as if it had closed; when its end is gone for good
 // (tunnel.ErrRunEnded), it returns that, and nothing is kept.
-func (l *live) keep(ctx context.Context, what string, open func(context.Context, sdk.Execer) (tunnel.Tunnel, error)) (*keptTunnel, error) {
+func (l *live) keep(ctx context.Context, what string, open func(context.Context, sandboxexec.Execer) (tunnel.Tunnel, error)) (*keptTunnel, error) {
 	tun, err := open(ctx, l.sandbox())
 	if errors.Is(err, tunnel.ErrRunEnded) {
 		return nil, err

@@ -28,7 +28,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/runview"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
-	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 )
 
 // Phases, in the order a run goes through them.
@@ -226,7 +226,7 @@ type runner struct {
 
 	provider *sandbox.Sandbox            // the provider plugin, once started
 	lv       *live                       // the way into the sandbox, once it is up
-	ex       sdk.Execer                  // lv, or the run users' sessions over it (workIn)
+	ex       sandboxexec.Execer          // lv, or the run users' sessions over it (workIn)
 	agent    *agentRun                   // the agent, once started
 	release  func(context.Context) error // ends this process's hold on the sandbox
 

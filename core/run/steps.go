@@ -14,6 +14,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/tunnel"
 	"github.com/amelia-sandbox/amelia/core/tunnel/sandboxend"
 	"github.com/amelia-sandbox/amelia/core/workspace"
@@ -246,7 +247,7 @@ func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, targ
 		// Opened wherever it suits the provider, then reopened where the
 		// steps' environment says it is. The first open returns before
 		// anything can reopen it.
-		_, err := r.lv.keep(ctx, "the tunnel to the proxy", func(ctx context.Context, ex sdk.Execer) (tunnel.Tunnel, error) {
+		_, err := r.lv.keep(ctx, "the tunnel to the proxy", func(ctx context.Context, ex sandboxexec.Execer) (tunnel.Tunnel, error) {
 			if listen != "" {
 				return tunnel.Open(ctx, ex, tunnel.HostOptions{Worker: worker, Listen: listen, Target: target, Logger: r.host.Logger})
 			}
@@ -266,7 +267,7 @@ func (r *runner) openLive(ctx context.Context, sb *sandbox.Sandbox, worker, targ
 // has ended. A first attempt that fails is retried as a lost tunnel is;
 // an agent that has ended already has no tunnel to carry.
 func (r *runner) attachAgent(ctx context.Context, a *agentRun) {
-	k, err := r.lv.keep(ctx, "the agent's tunnel to the proxy", func(ctx context.Context, ex sdk.Execer) (tunnel.Tunnel, error) {
+	k, err := r.lv.keep(ctx, "the agent's tunnel to the proxy", func(ctx context.Context, ex sandboxexec.Execer) (tunnel.Tunnel, error) {
 		return tunnel.Open(ctx, workspace.RunAs(ex, a.uid), tunnel.HostOptions{
 			Worker: a.worker, Run: a.det.Dir, Target: r.lv.target, Logger: r.host.Logger,
 		})
@@ -361,7 +362,7 @@ func (r *runner) results(ctx context.Context, ws *workspace.Workspace, a *agentR
 // the provider's own forward (SSH's remote port forwarding) when it has
 // one that may be used here, else the exec tunnel through ex, which works
 // everywhere.
-func (r *runner) openTunnel(ctx context.Context, sb *sandbox.Sandbox, ex sdk.Execer, worker, target string) (tunnel.Tunnel, error) {
+func (r *runner) openTunnel(ctx context.Context, sb *sandbox.Sandbox, ex sandboxexec.Execer, worker, target string) (tunnel.Tunnel, error) {
 	if fwd, ok := sb.Provider.(sdk.Forwarder); ok {
 		f, err := tunnel.Forward(ctx, fwd, sb.Ref, target)
 		if err == nil {

@@ -1,4 +1,4 @@
-package sdk
+package pluginclient
 
 import (
 	"context"
@@ -13,6 +13,9 @@ import (
 	"github.com/amelia-sandbox/amelia/internal/flow"
 	"github.com/amelia-sandbox/amelia/internal/providerwire/datachan"
 	pb "github.com/amelia-sandbox/amelia/internal/providerwire/providerv1"
+
+	"github.com/amelia-sandbox/amelia/internal/providerwire"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // exitSlack is how long the host waits for the exit status beyond the cancel
@@ -46,50 +49,50 @@ func newClient(cc grpc.ClientConnInterface, data *datachan.Host) *Client {
 }
 
 var (
-	_ Provider          = (*Client)(nil)
-	_ Lister            = (*Client)(nil)
-	_ Forwarder         = (*Client)(nil)
-	_ SettingsValidator = (*Client)(nil)
-	_ Preflighter       = (*Client)(nil)
+	_ sdk.Provider          = (*Client)(nil)
+	_ sdk.Lister            = (*Client)(nil)
+	_ sdk.Forwarder         = (*Client)(nil)
+	_ sdk.SettingsValidator = (*Client)(nil)
+	_ sdk.Preflighter       = (*Client)(nil)
 )
 
-func (c *Client) Info(ctx context.Context) (Info, error) {
+func (c *Client) Info(ctx context.Context) (sdk.Info, error) {
 	r, err := c.rpc.Info(ctx, &pb.InfoRequest{})
 	if err != nil {
-		return Info{}, fromStatus(err)
+		return sdk.Info{}, fromStatus(err)
 	}
 	return infoFromPB(r), nil
 }
 
-func (c *Client) EnsureRunning(ctx context.Context, spec Spec) (Sandbox, error) {
+func (c *Client) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
 	r, err := c.rpc.EnsureRunning(ctx, specToPB(spec))
 	if err != nil {
-		return Sandbox{}, fromStatus(err)
+		return sdk.Sandbox{}, fromStatus(err)
 	}
 	return sandboxFromPB(r), nil
 }
 
-func (c *Client) Teardown(ctx context.Context, ref SandboxRef) error {
+func (c *Client) Teardown(ctx context.Context, ref sdk.SandboxRef) error {
 	_, err := c.rpc.Teardown(ctx, &pb.TeardownRequest{Ref: refToPB(ref)})
 	return fromStatus(err)
 }
 
-func (c *Client) HealthCheck(ctx context.Context, ref SandboxRef) (Health, error) {
+func (c *Client) HealthCheck(ctx context.Context, ref sdk.SandboxRef) (sdk.Health, error) {
 	r, err := c.rpc.HealthCheck(ctx, &pb.HealthCheckRequest{Ref: refToPB(ref)})
 	if err != nil {
-		return Health{}, fromStatus(err)
+		return sdk.Health{}, fromStatus(err)
 	}
-	return Health{State: HealthState(r.GetState()), Message: r.GetMessage()}, nil
+	return sdk.Health{State: sdk.HealthState(r.GetState()), Message: r.GetMessage()}, nil
 }
 
 // List asks the remote provider for its sandboxes; a provider that cannot
 // list gives ErrUnsupported.
-func (c *Client) List(ctx context.Context, req ListRequest) ([]Listed, error) {
+func (c *Client) List(ctx context.Context, req sdk.ListRequest) ([]sdk.Listed, error) {
 	r, err := c.rpc.List(ctx, &pb.ListRequest{Config: req.Config, Labels: req.Labels})
 	if err != nil {
 		return nil, fromStatus(err)
 	}
-	out := make([]Listed, 0, len(r.GetSandboxes()))
+	out := make([]sdk.Listed, 0, len(r.GetSandboxes()))
 	for _, l := range r.GetSandboxes() {
 		out = append(out, listedFromPB(l))
 	}
@@ -98,7 +101,7 @@ func (c *Client) List(ctx context.Context, req ListRequest) ([]Listed, error) {
 
 // ValidateSettings asks the remote provider to check settings; a provider
 // that cannot gives ErrUnsupported.
-func (c *Client) ValidateSettings(ctx context.Context, req ValidateRequest) ([]Problem, error) {
+func (c *Client) ValidateSettings(ctx context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
 	r, err := c.rpc.ValidateSettings(ctx, &pb.ValidateSettingsRequest{Config: req.Config, Network: networkToPB(req.Network)})
 	if err != nil {
 		return nil, fromStatus(err)
@@ -108,14 +111,14 @@ func (c *Client) ValidateSettings(ctx context.Context, req ValidateRequest) ([]P
 
 // Preflight asks the remote provider why EnsureRunning(spec) would fail;
 // a provider that cannot tell gives ErrUnsupported.
-func (c *Client) Preflight(ctx context.Context, spec Spec) error {
+func (c *Client) Preflight(ctx context.Context, spec sdk.Spec) error {
 	_, err := c.rpc.Preflight(ctx, specToPB(spec))
 	return fromStatus(err)
 }
 
 // Forward runs the provider's Forwarder (ErrUnsupported when it has none).
 // It returns nil once ctx ends.
-func (c *Client) Forward(ctx context.Context, req ForwardRequest, listening func(addr string)) error {
+func (c *Client) Forward(ctx context.Context, req sdk.ForwardRequest, listening func(addr string)) error {
 	stream, err := c.rpc.Forward(ctx, &pb.ForwardRequest{Sandbox: refToPB(req.Sandbox), Target: req.Target})
 	if err != nil {
 		return fromStatus(err)
@@ -151,9 +154,9 @@ func (c *Client) Forward(ctx context.Context, req ForwardRequest, listening func
 // credit, so a Cancel is never stuck behind input the process does not
 // read; if it still cannot be sent in time, the stream is cancelled, which
 // stops the process just the same, and the error matches ctx.Err().
-func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitStatus, error) {
+func (c *Client) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
 	if err := ctx.Err(); err != nil {
-		return ExitStatus{}, err
+		return sdk.ExitStatus{}, err
 	}
 	// The stream outlives ctx on purpose: cancelling is a message, so the
 	// exit status can still come back. abort is the hard stop.
@@ -161,7 +164,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitSta
 	defer abort()
 	stream, err := c.rpc.Exec(sctx)
 	if err != nil {
-		return ExitStatus{}, fromStatus(err)
+		return sdk.ExitStatus{}, fromStatus(err)
 	}
 	s := &execClientSender{stream: stream, lock: make(chan struct{}, 1)}
 	startPB := execStartToPB(req, eio.Stdin != nil)
@@ -178,14 +181,14 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitSta
 	}
 	if err := s.send(&pb.ExecRequest{Msg: &pb.ExecRequest_Start{Start: startPB}}); err != nil {
 		if data != nil {
-			return ExitStatus{}, data.explain(recvError(stream, err))
+			return sdk.ExitStatus{}, data.explain(recvError(stream, err))
 		}
-		return ExitStatus{}, recvError(stream, err)
+		return sdk.ExitStatus{}, recvError(stream, err)
 	}
 
 	done := make(chan struct{})
 	defer close(done)
-	credit := flow.NewCredit(StdinWindow)
+	credit := flow.NewCredit(providerwire.StdinWindow)
 	defer credit.Close()
 	if eio.Stdin != nil && data == nil {
 		go s.pumpStdin(eio.Stdin, credit, done)
@@ -216,12 +219,12 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitSta
 		msg, err := stream.Recv()
 		if err != nil && data != nil {
 			if werr := data.explain(nil); werr != nil {
-				return ExitStatus{}, werr
+				return sdk.ExitStatus{}, werr
 			}
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				err = Errorf(ErrUnavailable, "exec stream ended without an exit status")
+				err = sdk.Errorf(sdk.ErrUnavailable, "exec stream ended without an exit status")
 			} else {
 				err = fromStatus(err)
 			}
@@ -230,9 +233,9 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitSta
 				// control), so the stream itself was cancelled: the server
 				// stops the process the same way but cannot report how it
 				// ended.
-				return ExitStatus{}, fmt.Errorf("exec cancelled before the provider reported an exit status: %w", ctx.Err())
+				return sdk.ExitStatus{}, fmt.Errorf("exec cancelled before the provider reported an exit status: %w", ctx.Err())
 			}
-			return ExitStatus{}, err
+			return sdk.ExitStatus{}, err
 		}
 		switch m := msg.GetMsg().(type) {
 		case *pb.ExecResponse_Output:
@@ -245,14 +248,14 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (ExitSta
 			}
 			if _, err := w.Write(m.Output.GetData()); err != nil {
 				abort() // the server sees the stream end and stops the process
-				return ExitStatus{}, fmt.Errorf("write exec %s: %w", name, err)
+				return sdk.ExitStatus{}, fmt.Errorf("write exec %s: %w", name, err)
 			}
 		case *pb.ExecResponse_StdinAck:
 			credit.Give(int(m.StdinAck.GetBytes()))
 		case *pb.ExecResponse_Exit:
 			if data != nil {
 				if err := data.finish(m.Exit.GetDataSent()); err != nil {
-					return ExitStatus{}, err
+					return sdk.ExitStatus{}, err
 				}
 			}
 			return exitFromPB(m.Exit), nil
@@ -321,7 +324,7 @@ func (s *execClientSender) pumpStdin(r io.Reader, credit *flow.Credit, done <-ch
 	}
 }
 
-func (s *execClientSender) pumpResize(ch <-chan TermSize, done <-chan struct{}) {
+func (s *execClientSender) pumpResize(ch <-chan sdk.TermSize, done <-chan struct{}) {
 	for {
 		select {
 		case <-done:

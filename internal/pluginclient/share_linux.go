@@ -1,4 +1,4 @@
-package sdk
+package pluginclient
 
 import (
 	"bufio"
@@ -27,6 +27,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/amelia-sandbox/amelia/internal/providerwire/datachan"
+
+	"github.com/amelia-sandbox/amelia/internal/providerwire"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // maxSocketPath bounds a socket's path: sun_path holds 108 bytes on
@@ -63,14 +66,14 @@ func Share(cmd *exec.Cmd, opts ShareOptions) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("share provider plugin %q: %w", opts.Name, err)
 	}
-	files := filesOf(filepath.Join(opts.Dir, key+socketSuffix))
-	if len(files.sock) > maxSocketPath {
-		return nil, fmt.Errorf("share provider plugin %q: %w: the socket's path %s is longer than a socket's may be (%d bytes); choose a shorter directory", opts.Name, ErrNotShareable, files.sock, maxSocketPath)
+	files := providerwire.FilesOf(filepath.Join(opts.Dir, key+providerwire.SocketSuffix))
+	if len(files.Sock) > maxSocketPath {
+		return nil, fmt.Errorf("share provider plugin %q: %w: the socket's path %s is longer than a socket's may be (%d bytes); choose a shorter directory", opts.Name, ErrNotShareable, files.Sock, maxSocketPath)
 	}
-	if _, err := os.Stat(files.unshared); err == nil {
-		return nil, fmt.Errorf("share provider plugin %q: %w (it answered as a plugin of one host, as %s records)", opts.Name, ErrNotShareable, files.unshared)
+	if _, err := os.Stat(files.Unshared); err == nil {
+		return nil, fmt.Errorf("share provider plugin %q: %w (it answered as a plugin of one host, as %s records)", opts.Name, ErrNotShareable, files.Unshared)
 	}
-	lock, err := os.OpenFile(files.lock, os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := os.OpenFile(files.Lock, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("share provider plugin %q: %w", opts.Name, err)
 	}
@@ -78,8 +81,8 @@ func Share(cmd *exec.Cmd, opts ShareOptions) (*Plugin, error) {
 	// Looking for the plugin takes the lock shared: hosts connect side
 	// by side, while a plugin that is stopping (it takes the lock
 	// exclusively) or being started waits for them or makes them wait.
-	if err := flock(lock, unix.LOCK_SH); err != nil {
-		return nil, fmt.Errorf("share provider plugin %q: lock %s: %w", opts.Name, files.lock, err)
+	if err := providerwire.Flock(lock, unix.LOCK_SH); err != nil {
+		return nil, fmt.Errorf("share provider plugin %q: lock %s: %w", opts.Name, files.Lock, err)
 	}
 	p, err := dialShared(files, opts)
 	if err == nil {
@@ -87,8 +90,8 @@ func Share(cmd *exec.Cmd, opts ShareOptions) (*Plugin, error) {
 	}
 	// None answered: start one. (The lock is let go and taken again
 	// exclusively, not converted.)
-	if err := flock(lock, unix.LOCK_EX); err != nil {
-		return nil, fmt.Errorf("share provider plugin %q: lock %s: %w", opts.Name, files.lock, err)
+	if err := providerwire.Flock(lock, unix.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("share provider plugin %q: lock %s: %w", opts.Name, files.Lock, err)
 	}
 	if errors.Is(err, errNoServer) {
 		// Unless another host did meanwhile.
@@ -99,14 +102,14 @@ func Share(cmd *exec.Cmd, opts ShareOptions) (*Plugin, error) {
 	if !errors.Is(err, errNoServer) {
 		// Something listens and does not serve: leave it be (it exits
 		// when idle) and put a new one in its place.
-		opts.Logger.Warn("the shared provider plugin does not answer; starting another", "plugin", opts.Name, "socket", files.sock, "error", err)
+		opts.Logger.Warn("the shared provider plugin does not answer; starting another", "plugin", opts.Name, "socket", files.Sock, "error", err)
 	}
-	if err := os.Remove(files.sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(files.Sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("share provider plugin %q: remove the stale socket: %w", opts.Name, err)
 	}
 	if err := startShared(cmd, files, opts); err != nil {
 		if errors.Is(err, ErrNotShareable) {
-			if f, ferr := os.OpenFile(files.unshared, os.O_WRONLY|os.O_CREATE, 0o600); ferr == nil {
+			if f, ferr := os.OpenFile(files.Unshared, os.O_WRONLY|os.O_CREATE, 0o600); ferr == nil {
 				f.Close()
 			}
 		}
@@ -116,16 +119,6 @@ func Share(cmd *exec.Cmd, opts ShareOptions) (*Plugin, error) {
 		return nil, fmt.Errorf("share provider plugin %q: connect to the plugin it started: %w", opts.Name, err)
 	}
 	return p, nil
-}
-
-// flock takes how (unix.LOCK_SH or LOCK_EX) on f, waiting for it.
-func flock(f *os.File, how int) error {
-	for {
-		err := unix.Flock(int(f.Fd()), how)
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
 }
 
 // privateDir makes dir (0700) if it is absent, and makes sure it is a
@@ -180,10 +173,10 @@ func shareKey(cmd *exec.Cmd, scope string) (string, error) {
 // startShared starts cmd as the shared plugin of files and waits for it
 // to listen. A plugin that answers as go-plugin's (an SDK before sharing)
 // is stopped, and the error matches ErrNotShareable.
-func startShared(cmd *exec.Cmd, files sharedFiles, opts ShareOptions) error {
+func startShared(cmd *exec.Cmd, files providerwire.SharedFiles, opts ShareOptions) error {
 	// The log of the plugin before it (it crashed, say) is kept, once.
-	_ = os.Rename(files.log, files.log+".old")
-	logFile, err := os.OpenFile(files.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND|os.O_TRUNC, 0o600)
+	_ = os.Rename(files.Log, files.Log+".old")
+	logFile, err := os.OpenFile(files.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("open its log: %w", err)
 	}
@@ -194,9 +187,9 @@ func startShared(cmd *exec.Cmd, files sharedFiles, opts ShareOptions) error {
 	}
 	defer ready.Close()
 	cmd.Env = append(cmd.Env,
-		Handshake.MagicCookieKey+"="+Handshake.MagicCookieValue,
-		sharedEnv+"="+files.sock,
-		sharedIdleEnv+"="+opts.Idle.String())
+		providerwire.Handshake.MagicCookieKey+"="+providerwire.Handshake.MagicCookieValue,
+		providerwire.SharedEnv+"="+files.Sock,
+		providerwire.SharedIdleEnv+"="+opts.Idle.String())
 	cmd.Dir = "/"
 	cmd.Stdin = nil
 	cmd.Stdout = readyW
@@ -204,7 +197,7 @@ func startShared(cmd *exec.Cmd, files sharedFiles, opts ShareOptions) error {
 	// A session of its own: the terminal's signals (Ctrl-C to the host)
 	// are not for it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	opts.Logger.Debug("starting shared provider plugin", "plugin", opts.Name, "path", cmd.Path, "args", cmd.Args[1:], "socket", files.sock, "log", files.log)
+	opts.Logger.Debug("starting shared provider plugin", "plugin", opts.Name, "path", cmd.Path, "args", cmd.Args[1:], "socket", files.Sock, "log", files.Log)
 	err = cmd.Start()
 	readyW.Close()
 	if err != nil {
@@ -231,10 +224,10 @@ func startShared(cmd *exec.Cmd, files sharedFiles, opts ShareOptions) error {
 	case got = <-line:
 	case <-t.C:
 		stop()
-		return fmt.Errorf("it did not listen within %s; its log: %s", opts.StartTimeout, files.log)
+		return fmt.Errorf("it did not listen within %s; its log: %s", opts.StartTimeout, files.Log)
 	}
 	switch {
-	case got == readyLine:
+	case got == providerwire.ReadyLine:
 		opts.Logger.Debug("shared provider plugin started", "plugin", opts.Name, "pid", cmd.Process.Pid)
 		return nil
 	case strings.Count(got, "|") >= 3:
@@ -244,13 +237,13 @@ func startShared(cmd *exec.Cmd, files sharedFiles, opts ShareOptions) error {
 	case got == "":
 		stop() // it closed its stdout: it is ending
 		msg := "it exited before it listened"
-		if reason := logReason(files.log); reason != "" {
+		if reason := logReason(files.Log); reason != "" {
 			msg += ": " + reason
 		}
-		return fmt.Errorf("%s; its log: %s", msg, files.log)
+		return fmt.Errorf("%s; its log: %s", msg, files.Log)
 	default:
 		stop()
-		return fmt.Errorf("it began with %q, not %q; its log: %s", got, readyLine, files.log)
+		return fmt.Errorf("it began with %q, not %q; its log: %s", got, providerwire.ReadyLine, files.Log)
 	}
 }
 
@@ -261,12 +254,12 @@ var errNoServer = errors.New("no shared plugin listens there")
 // connection to a shared plugin is one, which it does not replace.
 var errRedial = errors.New("the connection to the shared provider plugin is lost")
 
-// dialShared connects to the shared plugin listening at files.sock: it
+// dialShared connects to the shared plugin listening at files.Sock: it
 // checks that the plugin runs as this user, hands it this host's data
 // channel and waits for its answer. An error matching errNoServer means
 // nothing listens there.
-func dialShared(files sharedFiles, opts ShareOptions) (*Plugin, error) {
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: files.sock, Net: "unix"})
+func dialShared(files providerwire.SharedFiles, opts ShareOptions) (*Plugin, error) {
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: files.Sock, Net: "unix"})
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
 			return nil, fmt.Errorf("%w: %w", errNoServer, err)
@@ -281,13 +274,13 @@ func dialShared(files sharedFiles, opts ShareOptions) (*Plugin, error) {
 	return p, nil
 }
 
-func handshakeShared(conn *net.UnixConn, files sharedFiles, opts ShareOptions) (*Plugin, error) {
-	cred, err := peerCred(conn)
+func handshakeShared(conn *net.UnixConn, files providerwire.SharedFiles, opts ShareOptions) (*Plugin, error) {
+	cred, err := providerwire.PeerCred(conn)
 	if err != nil {
 		return nil, err
 	}
 	if int(cred.Uid) != os.Geteuid() {
-		return nil, fmt.Errorf("the shared plugin at %s runs as uid %d, not as this user (%d)", files.sock, cred.Uid, os.Geteuid())
+		return nil, fmt.Errorf("the shared plugin at %s runs as uid %d, not as this user (%d)", files.Sock, cred.Uid, os.Geteuid())
 	}
 	logger := newHostLogger(opts.Logger.With("plugin", opts.Name))
 	var dataHost, dataPeer *os.File
@@ -301,16 +294,16 @@ func handshakeShared(conn *net.UnixConn, files sharedFiles, opts ShareOptions) (
 		oob = unix.UnixRights(int(dataPeer.Fd()))
 	}
 	_ = conn.SetDeadline(time.Now().Add(opts.StartTimeout))
-	_, _, err = conn.WriteMsgUnix([]byte(helloLine), oob, nil)
+	_, _, err = conn.WriteMsgUnix([]byte(providerwire.HelloLine), oob, nil)
 	if dataPeer != nil {
 		_ = dataPeer.Close() // the plugin has its own now
 	}
-	ack := make([]byte, len(ackLine))
+	ack := make([]byte, len(providerwire.AckLine))
 	if err == nil {
 		_, err = io.ReadFull(conn, ack)
 	}
-	if err == nil && string(ack) != ackLine {
-		err = fmt.Errorf("it answered %q, not %q", ack, ackLine)
+	if err == nil && string(ack) != providerwire.AckLine {
+		err = fmt.Errorf("it answered %q, not %q", ack, providerwire.AckLine)
 	}
 	if err != nil {
 		if dataHost != nil {
@@ -319,7 +312,7 @@ func handshakeShared(conn *net.UnixConn, files sharedFiles, opts ShareOptions) (
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			err = errors.New("it closed the connection")
 		}
-		return nil, fmt.Errorf("the shared plugin at %s (pid %d): %w", files.sock, cred.Pid, err)
+		return nil, fmt.Errorf("the shared plugin at %s (pid %d): %w", files.Sock, cred.Pid, err)
 	}
 	_ = conn.SetDeadline(time.Time{})
 	var data *datachan.Host
@@ -329,10 +322,10 @@ func handshakeShared(conn *net.UnixConn, files sharedFiles, opts ShareOptions) (
 			logger.Warn("the plugin's data channel cannot be used; exec bytes go over gRPC", "error", err)
 		}
 	}
-	link := &sharedLink{pid: int(cred.Pid), log: files.log, gone: make(chan struct{}), follow: followLog(files.log, logger)}
-	wc := &watchedConn{UnixConn: conn, gone: link.gone, once: &link.once}
+	link := &sharedLink{pid: int(cred.Pid), log: files.Log, gone: make(chan struct{}), follow: followLog(files.Log, logger)}
+	wc := &providerwire.WatchedConn{UnixConn: conn, Gone: link.gone, Once: &link.once}
 	var dialed atomic.Bool
-	cc, err := grpc.NewClient("passthrough:///shared-plugin", append(dialTuning(),
+	cc, err := grpc.NewClient("passthrough:///shared-plugin", append(providerwire.DialOptions(),
 		// A private socket whose peer the kernel named: see ShareOptions.
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) {
@@ -350,29 +343,10 @@ func handshakeShared(conn *net.UnixConn, files sharedFiles, opts ShareOptions) (
 		if data != nil {
 			_ = data.Close()
 		}
-		return nil, fmt.Errorf("connect to the shared plugin at %s: %w", files.sock, err)
+		return nil, fmt.Errorf("connect to the shared plugin at %s: %w", files.Sock, err)
 	}
 	cc.Connect()
 	return &Plugin{name: opts.Name, conn: cc, rpc: newClient(cc, data), data: data, log: logger, shared: link}, nil
-}
-
-// peerCred is the credentials of conn's peer process.
-func peerCred(conn *net.UnixConn) (*unix.Ucred, error) {
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		return nil, fmt.Errorf("peer credentials: %w", err)
-	}
-	var cred *unix.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return nil, fmt.Errorf("peer credentials: %w", err)
-	}
-	if credErr != nil {
-		return nil, fmt.Errorf("peer credentials: %w", credErr)
-	}
-	return cred, nil
 }
 
 // sharedLink is a host's connection to a shared plugin.
@@ -405,27 +379,7 @@ func (l *sharedLink) explain(name string) error {
 		msg += ": " + reason
 	}
 	msg += fmt.Sprintf(" (shared plugin, pid %d; its log: %s)", l.pid, l.log)
-	return &kindError{msg: msg, kind: ErrUnavailable}
-}
-
-// watchedConn closes gone (once) when its connection fails or is closed.
-type watchedConn struct {
-	*net.UnixConn
-	once *sync.Once
-	gone chan struct{}
-}
-
-func (c *watchedConn) Read(p []byte) (int, error) {
-	n, err := c.UnixConn.Read(p)
-	if err != nil {
-		c.once.Do(func() { close(c.gone) })
-	}
-	return n, err
-}
-
-func (c *watchedConn) Close() error {
-	c.once.Do(func() { close(c.gone) })
-	return c.UnixConn.Close()
+	return sdk.Errorf(sdk.ErrUnavailable, "%s", msg)
 }
 
 // logTailBytes is how much of the end of a shared plugin's log logReason

@@ -1,4 +1,4 @@
-package sdk
+package pluginclient
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/amelia-sandbox/amelia/internal/providerwire/datachan"
 	pb "github.com/amelia-sandbox/amelia/internal/providerwire/providerv1"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // dataCopyBuffer is the most one read of an exec's pipe takes.
@@ -24,19 +26,19 @@ type hostPipes struct {
 	got  [2]uint64   // bytes copied from each; read after copies.Wait
 
 	bufs   *sync.Pool
-	writes sync.Mutex // one write to ExecIO's writers at a time
+	writes sync.Mutex // one write to sdk.ExecIO's writers at a time
 	copies sync.WaitGroup
 	once   sync.Once
 
 	mu       sync.Mutex
-	writeErr error // the first failed write to an ExecIO writer
+	writeErr error // the first failed write to an sdk.ExecIO writer
 }
 
 var outNames = [2]string{"stdout", "stderr"}
 
 // openPipes makes the pipes an exec with eio needs and passes the
 // plugin's ends to it on h.
-func openPipes(h *datachan.Host, eio ExecIO, bufs *sync.Pool) (*hostPipes, error) {
+func openPipes(h *datachan.Host, eio sdk.ExecIO, bufs *sync.Pool) (*hostPipes, error) {
 	id, ends, err := h.Open(eio.Stdin != nil, eio.Stdout != nil, eio.Stderr != nil)
 	if err != nil {
 		return nil, err
@@ -53,7 +55,7 @@ func (hp *hostPipes) startPB() *pb.DataStreams {
 // the process sees end of file), output to eio's writers until the
 // plugin closes its ends. A failed write calls abort, which ends the
 // exec, as on the gRPC path.
-func (hp *hostPipes) run(eio ExecIO, abort func()) {
+func (hp *hostPipes) run(eio sdk.ExecIO, abort func()) {
 	if hp.ends.Stdin != nil {
 		go hp.pumpStdin(eio.Stdin)
 	}
@@ -118,7 +120,7 @@ func (hp *hostPipes) finish(sent *pb.DataSent) error {
 	}
 	for i, want := range []uint64{sent.GetStdout(), sent.GetStderr()} {
 		if hp.out[i] != nil && hp.got[i] != want {
-			return Errorf(ErrUnavailable, "exec %s: the data channel delivered %d of the %d bytes the provider wrote", outNames[i], hp.got[i], want)
+			return sdk.Errorf(sdk.ErrUnavailable, "exec %s: the data channel delivered %d of the %d bytes the provider wrote", outNames[i], hp.got[i], want)
 		}
 	}
 	return nil

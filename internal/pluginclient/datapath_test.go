@@ -1,4 +1,4 @@
-package sdk_test
+package pluginclient_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -23,22 +24,22 @@ import (
 var dataPaths = []struct {
 	name     string
 	mode     string // the test plugin's mode
-	opts     sdk.LaunchOptions
+	opts     pluginclient.LaunchOptions
 	wantData bool
 }{
-	{"data channel", "", sdk.LaunchOptions{}, true},
-	{"host offers none", "", sdk.LaunchOptions{NoDataChannel: true}, false},
-	{"plugin declines", "nodata", sdk.LaunchOptions{}, false},
+	{"data channel", "", pluginclient.LaunchOptions{}, true},
+	{"host offers none", "", pluginclient.LaunchOptions{NoDataChannel: true}, false},
+	{"plugin declines", "nodata", pluginclient.LaunchOptions{}, false},
 }
 
 // launchPath starts the test plugin as one of dataPaths says and checks
 // that it took the path it should.
-func launchPath(t *testing.T, mode string, opts sdk.LaunchOptions, wantData bool) *sdk.Plugin {
+func launchPath(t *testing.T, mode string, opts pluginclient.LaunchOptions, wantData bool) *pluginclient.Plugin {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), testModeEnv+"="+mode)
 	opts.Name = "test-" + mode
-	p, err := sdk.Launch(cmd, opts)
+	p, err := pluginclient.Launch(cmd, opts)
 	if err != nil {
 		t.Fatalf("launch: %v", err)
 	}
@@ -226,7 +227,7 @@ func TestConcurrentExecsKeepTheirBytes(t *testing.T) {
 // The plugin's processes do not inherit the data channel: their only
 // sockets are none.
 func TestDataChannelStaysWithThePlugin(t *testing.T) {
-	p := launchPath(t, "", sdk.LaunchOptions{}, true)
+	p := launchPath(t, "", pluginclient.LaunchOptions{}, true)
 	var out strings.Builder
 	st, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: ref, Argv: []string{"sh", "-c", "ls -l /proc/$$/fd; env"}}, sdk.ExecIO{Stdout: &out})
 	if err != nil || st.Code != 0 {

@@ -1,4 +1,4 @@
-package sdk_test
+package pluginclient_test
 
 import (
 	"bytes"
@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
+	"github.com/amelia-sandbox/amelia/internal/providerwire"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/hostproc"
@@ -42,7 +44,7 @@ func TestMain(m *testing.M) {
 		os.Exit(rawDial(os.Getenv(rawDialEnv)))
 	case os.Getenv(paceEnv) != "":
 		os.Exit(runPaced(os.Getenv(paceEnv), os.Getenv(progressEnv)))
-	case os.Getenv(sdk.Handshake.MagicCookieKey) != "":
+	case os.Getenv(providerwire.Handshake.MagicCookieKey) != "":
 		logger := sdk.NewLogger(os.Stderr, slog.LevelDebug)
 		var p sdk.Provider = &testProvider{mode: os.Getenv(testModeEnv), log: logger}
 		if os.Getenv(testModeEnv) == "settings" {
@@ -122,12 +124,12 @@ func (settingsProvider) ValidateSettings(_ context.Context, req sdk.ValidateRequ
 }
 
 // launch starts the test binary as a plugin in mode, logging to logs.
-func launch(t *testing.T, mode string, logs *sdktest.Buffer) *sdk.Plugin {
+func launch(t *testing.T, mode string, logs *sdktest.Buffer) *pluginclient.Plugin {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), testModeEnv+"="+mode)
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p, err := sdk.Launch(cmd, sdk.LaunchOptions{Name: "test-" + mode, Logger: logger})
+	p, err := pluginclient.Launch(cmd, pluginclient.LaunchOptions{Name: "test-" + mode, Logger: logger})
 	if err != nil {
 		t.Fatalf("launch: %v", err)
 	}
@@ -196,7 +198,7 @@ func TestPluginOutputReachesTheHostLog(t *testing.T) {
 func runHost(pidfile string) int {
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), hostModeEnv+"=")
-	p, err := sdk.Launch(cmd, sdk.LaunchOptions{Name: "test"})
+	p, err := pluginclient.Launch(cmd, pluginclient.LaunchOptions{Name: "test"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -223,19 +225,19 @@ func TestLaunchEnvironment(t *testing.T) {
 		{
 			name:    "the command's environment",
 			env:     []string{"AMELIA_SDK_TEST_GIVEN=yes", testModeEnv + "=environ"},
-			want:    []string{"AMELIA_SDK_TEST_GIVEN", testModeEnv, sdk.Handshake.MagicCookieKey, "PLUGIN_CLIENT_CERT"},
+			want:    []string{"AMELIA_SDK_TEST_GIVEN", testModeEnv, providerwire.Handshake.MagicCookieKey, "PLUGIN_CLIENT_CERT"},
 			notWant: []string{"AMELIA_SDK_TEST_SECRET", "PATH"},
 		},
 		{
 			name:    "inherited",
-			want:    []string{"AMELIA_SDK_TEST_SECRET", "PATH", sdk.Handshake.MagicCookieKey},
+			want:    []string{"AMELIA_SDK_TEST_SECRET", "PATH", providerwire.Handshake.MagicCookieKey},
 			notWant: []string{"AMELIA_PROVIDER_SHARED"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0])
 			cmd.Env = tc.env
-			p, err := sdk.Launch(cmd, sdk.LaunchOptions{Name: "test-environ"})
+			p, err := pluginclient.Launch(cmd, pluginclient.LaunchOptions{Name: "test-environ"})
 			if err != nil {
 				t.Fatalf("launch: %v", err)
 			}

@@ -1,4 +1,4 @@
-package sdk_test
+package pluginclient_test
 
 import (
 	"crypto/sha256"
@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -142,7 +143,7 @@ func (z *countingZeros) Read(p []byte) (int, error) {
 }
 
 func TestSlowReaderBoundsWhatIsInFlight(t *testing.T) {
-	p := launchPath(t, "", sdk.LaunchOptions{}, true)
+	p := launchPath(t, "", pluginclient.LaunchOptions{}, true)
 	t.Run("host reads stdout slowly", func(t *testing.T) {
 		progress := newProgress(t)
 		w := &slowWriter{progress: progress}

@@ -1,4 +1,4 @@
-package sdk_test
+package pluginclient_test
 
 import (
 	"bufio"
@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -47,8 +48,8 @@ func shareCmd(mode string) *exec.Cmd {
 	return cmd
 }
 
-func shareOpts(dir string, idle time.Duration) sdk.ShareOptions {
-	return sdk.ShareOptions{LaunchOptions: sdk.LaunchOptions{Name: "test"}, Dir: dir, Scope: "test", Idle: idle}
+func shareOpts(dir string, idle time.Duration) pluginclient.ShareOptions {
+	return pluginclient.ShareOptions{LaunchOptions: pluginclient.LaunchOptions{Name: "test"}, Dir: dir, Scope: "test", Idle: idle}
 }
 
 // shareDir is a directory for a test's shared plugins. When the test ends,
@@ -87,9 +88,9 @@ func sharedPlugins(dir string) []int {
 
 // share connects to the shared test plugin in mode in dir; the
 // connection closes when the test ends.
-func share(t *testing.T, dir, mode string, opts sdk.ShareOptions) *sdk.Plugin {
+func share(t *testing.T, dir, mode string, opts pluginclient.ShareOptions) *pluginclient.Plugin {
 	t.Helper()
-	p, err := sdk.Share(shareCmd(mode), opts)
+	p, err := pluginclient.Share(shareCmd(mode), opts)
 	if err != nil {
 		t.Fatalf("share: %v", err)
 	}
@@ -101,7 +102,7 @@ func share(t *testing.T, dir, mode string, opts sdk.ShareOptions) *sdk.Plugin {
 }
 
 // echo runs echo in p and fails the test unless it answers.
-func echo(t *testing.T, p *sdk.Plugin, what string) {
+func echo(t *testing.T, p *pluginclient.Plugin, what string) {
 	t.Helper()
 	var out strings.Builder
 	st, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: ref, Argv: []string{"echo", what}}, sdk.ExecIO{Stdout: &out})
@@ -129,7 +130,7 @@ func TestSharedPluginServesHostsSideBySide(t *testing.T) {
 	const execs, size = 4, 2 << 20
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*execs)
-	for h, p := range []*sdk.Plugin{a, b} {
+	for h, p := range []*pluginclient.Plugin{a, b} {
 		for i := range execs {
 			wg.Go(func() {
 				in, want := randomInput(size, uint64(10*h+i))
@@ -171,15 +172,15 @@ func TestSharedPluginsKeepApart(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cmd  func() *exec.Cmd
-		opts func(sdk.ShareOptions) sdk.ShareOptions
+		opts func(pluginclient.ShareOptions) pluginclient.ShareOptions
 	}{
-		{"another scope", func() *exec.Cmd { return shareCmd("") }, func(o sdk.ShareOptions) sdk.ShareOptions { o.Scope = "other"; return o }},
-		{"another environment", func() *exec.Cmd { return shareCmd("settings") }, func(o sdk.ShareOptions) sdk.ShareOptions { return o }},
-		{"another binary", func() *exec.Cmd { c := shareCmd(""); c.Path, c.Args[0] = other, other; return c }, func(o sdk.ShareOptions) sdk.ShareOptions { return o }},
-		{"other arguments", func() *exec.Cmd { c := shareCmd(""); c.Args = append(c.Args, "-test.v"); return c }, func(o sdk.ShareOptions) sdk.ShareOptions { return o }},
+		{"another scope", func() *exec.Cmd { return shareCmd("") }, func(o pluginclient.ShareOptions) pluginclient.ShareOptions { o.Scope = "other"; return o }},
+		{"another environment", func() *exec.Cmd { return shareCmd("settings") }, func(o pluginclient.ShareOptions) pluginclient.ShareOptions { return o }},
+		{"another binary", func() *exec.Cmd { c := shareCmd(""); c.Path, c.Args[0] = other, other; return c }, func(o pluginclient.ShareOptions) pluginclient.ShareOptions { return o }},
+		{"other arguments", func() *exec.Cmd { c := shareCmd(""); c.Args = append(c.Args, "-test.v"); return c }, func(o pluginclient.ShareOptions) pluginclient.ShareOptions { return o }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := sdk.Share(tc.cmd(), tc.opts(shareOpts(dir, 0)))
+			p, err := pluginclient.Share(tc.cmd(), tc.opts(shareOpts(dir, 0)))
 			if err != nil {
 				t.Fatalf("share: %v", err)
 			}
@@ -199,7 +200,7 @@ func TestSharedPluginsKeepApart(t *testing.T) {
 // socket; the next host starts another.
 func TestSharedPluginStopsWhenIdle(t *testing.T) {
 	dir := shareDir(t)
-	p, err := sdk.Share(shareCmd(""), shareOpts(dir, time.Nanosecond))
+	p, err := pluginclient.Share(shareCmd(""), shareOpts(dir, time.Nanosecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +300,7 @@ func (b *sdkBuffer) String() string {
 // runShareHost is a host of the tests above in a process of its own (see
 // shareHostEnv and shareExecEnv).
 func runShareHost(dir, pidfile string) int {
-	p, err := sdk.Share(shareCmd(""), shareOpts(dir, 0))
+	p, err := pluginclient.Share(shareCmd(""), shareOpts(dir, 0))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "share:", err)
 		return 1
@@ -514,13 +515,13 @@ func TestShareRefusesADirectoryNotPrivate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dir := range []string{open, link, "relative/dir"} {
-		p, err := sdk.Share(shareCmd(""), shareOpts(dir, 0))
+		p, err := pluginclient.Share(shareCmd(""), shareOpts(dir, 0))
 		if err == nil {
 			p.Close()
 			t.Errorf("Share in %s: no error", dir)
 			continue
 		}
-		if errors.Is(err, sdk.ErrNotShareable) || !strings.Contains(err.Error(), "shared plugins' directory") {
+		if errors.Is(err, pluginclient.ErrNotShareable) || !strings.Contains(err.Error(), "shared plugins' directory") {
 			t.Errorf("Share in %s: %v, want the directory refused", dir, err)
 		}
 	}
@@ -534,15 +535,15 @@ func TestShareRefusesADirectoryNotPrivate(t *testing.T) {
 func TestUnshareablePluginIsLaunchedInstead(t *testing.T) {
 	dir := shareDir(t)
 	for i, want := range []string{"answered as a plugin of one host", "records"} {
-		_, err := sdk.Share(shareCmd("noshare"), shareOpts(dir, 0))
-		if !errors.Is(err, sdk.ErrNotShareable) || !strings.Contains(err.Error(), want) {
+		_, err := pluginclient.Share(shareCmd("noshare"), shareOpts(dir, 0))
+		if !errors.Is(err, pluginclient.ErrNotShareable) || !strings.Contains(err.Error(), want) {
 			t.Errorf("share %d: %v, want ErrNotShareable saying %q", i, err, want)
 		}
 		if got := sharedPlugins(dir); len(got) != 0 {
 			t.Errorf("share %d left plugin processes: %v", i, got)
 		}
 	}
-	p, err := sdk.Launch(shareCmd("noshare"), sdk.LaunchOptions{Name: "test"})
+	p, err := pluginclient.Launch(shareCmd("noshare"), pluginclient.LaunchOptions{Name: "test"})
 	if err != nil {
 		t.Fatalf("launch: %v", err)
 	}
