@@ -22,7 +22,7 @@
 // it before its command has ended (kubectl exec does) is reported killed
 // by TERM, whatever the command did, and may leave the command running
 // where the group's signals do not reach (another machine); stop such a
-// command where it runs (sdk/shexec), not through the wrapper.
+// command where it runs (sdk/toolkit/shexec), not through the wrapper.
 //
 // It is part of the SDK's optional toolkit (see package toolkit), not of
 // the provider contract.
