@@ -105,14 +105,18 @@ lint:
 	@echo "make: staticcheck ./... (the first run builds staticcheck, then checks every package)"
 	@$(GO) tool staticcheck ./...
 
+# The provider API: its .proto is public (for plugins in other languages),
+# the Go code generated from it internal (the SDK's Serve and the host's
+# client use it; a Go provider never sees it).
 PROTO_DIR := plugins/sdk/providerv1
+PB_DIR    := internal/providerwire/providerv1
 PROTOC    := protoc --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) \
 	--plugin=protoc-gen-go-grpc=$$($(GO) tool -n protoc-gen-go-grpc)
 
 ## proto: regenerate the provider API's Go code (needs protoc: apt install protobuf-compiler)
 proto:
-	$(PROTOC) -I $(PROTO_DIR) --go_out=paths=source_relative:$(PROTO_DIR) \
-		--go-grpc_out=paths=source_relative:$(PROTO_DIR) provider.proto
+	$(PROTOC) -I $(PROTO_DIR) --go_out=paths=source_relative:$(PB_DIR) \
+		--go-grpc_out=paths=source_relative:$(PB_DIR) provider.proto
 
 ## proto-check: fail if the checked-in generated code is not what `make proto` makes
 proto-check:
@@ -120,7 +124,7 @@ proto-check:
 	$(PROTOC) -I $(PROTO_DIR) --go_out=paths=source_relative:$$tmp \
 		--go-grpc_out=paths=source_relative:$$tmp provider.proto && \
 	for f in provider.pb.go provider_grpc.pb.go; do \
-		diff -u $(PROTO_DIR)/$$f $$tmp/$$f || { echo "$(PROTO_DIR)/$$f is stale: run make proto"; exit 1; }; \
+		diff -u $(PB_DIR)/$$f $$tmp/$$f || { echo "$(PB_DIR)/$$f is stale: run make proto"; exit 1; }; \
 	done
 
 ## bench: our figure, the baseline's and the ratio, for each benchmark (the docker and daytona ones need the engine and the base image: make base-image; the kubernetes ones the test cluster, as root: make kube-binaries)
@@ -148,7 +152,7 @@ bench: base-image
 	$(GO) test -run='^$$' -bench='ExecGatewayVsToolbox|EnsureRunningStarted' -benchtime=30x ./plugins/daytona/
 	$(GO) test -run='^$$' -bench='FramedExecTrue|Cancel' -benchtime=30x ./plugins/daytona/
 	$(GO) test -run='^$$' -bench=FramedStream -benchtime=3x ./plugins/daytona/
-	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./plugins/sdk/envelope/
+	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./plugins/sdk/toolkit/envelope/
 
 ## fuzz: fuzz the protocol decoder, the git credential parser, the egress host matcher and the response redactor (FUZZTIME=60s each by default)
 fuzz:

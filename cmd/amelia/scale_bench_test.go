@@ -32,7 +32,7 @@ const scaleRuns = 20
 // of their proportional sets (PSS: pages the processes share, the
 // binary's among them, counted once across them), each divided by the
 // number of runs (target ≤ 25 MB RSS). The runs share their profile's
-// plugin process (sdk.Share); the same 20 runs with a plugin process
+// plugin process (pluginclient.Share); the same 20 runs with a plugin process
 // each (sandbox.shared_plugin: false, as before sharing) are the
 // baseline of the memory, of the count of plugin processes and of the
 // wall (own-plugins-20-ms).

@@ -15,7 +15,7 @@ import (
 	"github.com/amelia-sandbox/amelia/internal/sharedtest"
 )
 
-// Runs of one profile share a provider plugin process (sdk.Share), which
+// Runs of one profile share a provider plugin process (pluginclient.Share), which
 // lives in amelia's TMPDIR, one per host of these tests.
 
 // pluginProcesses are all provider plugins, shared or not, started with

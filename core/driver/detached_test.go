@@ -11,6 +11,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/protocol"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -19,7 +20,7 @@ import (
 // exec stops after cut bytes, the middle of a line, and the exec fails as
 // a dropped transport does.
 type cuttingExec struct {
-	sdk.Execer
+	sandboxexec.Execer
 	cut int
 }
 

@@ -1,6 +1,6 @@
 // Package driver runs amelia-worker inside a sandbox and turns what it writes
 // into Go values: the library under `amelia run`, usable by any program that
-// holds an [sdk.Execer] (core/sandbox's Sandbox, or a provider with a ref).
+// holds an [sandboxexec.Execer] (core/sandbox's Sandbox, or a provider with a ref).
 //
 // Everything goes through Exec, so it works on every provider: the worker is
 // streamed in over Exec stdin ([Installer.EnsureWorker]), prompts are written
@@ -67,6 +67,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/core/protocol"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/workspace"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -108,7 +109,7 @@ const (
 // Driver and may be called concurrently.
 type Driver struct {
 	// Exec reaches the sandbox.
-	Exec sdk.Execer
+	Exec sandboxexec.Execer
 	// Worker is amelia-worker's absolute path inside the sandbox, as
 	// [Installer.EnsureWorker] returns it.
 	Worker string

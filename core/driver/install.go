@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/workerbin"
 )
 
 // Installer puts the right amelia-worker into sandboxes. The right one is
@@ -99,7 +100,7 @@ type hostWorker struct {
 // Finding a copy there takes one exec: it asks for the sandbox's
 // architecture and hashes the copies the host's workers (one per
 // architecture) and the provider's would be, at once.
-func (in *Installer) EnsureWorker(ctx context.Context, ex sdk.Execer, place sdk.WorkerPlace) (string, error) {
+func (in *Installer) EnsureWorker(ctx context.Context, ex sandboxexec.Execer, place sdk.WorkerPlace) (string, error) {
 	start := time.Now()
 	workers := in.hostWorkers()
 	args := []string{place.Dir}
@@ -161,7 +162,7 @@ func (in *Installer) hostWorkers() []hostWorker {
 
 // probe asks the sandbox, in one exec, for its architecture, its install
 // directory and the hashes of the files args[1:] name (probeScript).
-func (in *Installer) probe(ctx context.Context, ex sdk.Execer, args []string) (arch, dir string, sums []string, err error) {
+func (in *Installer) probe(ctx context.Context, ex sandboxexec.Execer, args []string) (arch, dir string, sums []string, err error) {
 	out, err := in.run(ctx, ex, "look for it in the sandbox", append([]string{"sh", "-c", probeScript, "sh"}, args...), nil)
 	if err != nil {
 		return "", "", nil, err
@@ -203,7 +204,7 @@ func (in *Installer) hostBinary(arch string) (string, error) {
 
 // upload streams the host binary bin (size bytes) into the sandbox as
 // dest.
-func (in *Installer) upload(ctx context.Context, ex sdk.Execer, bin, dir, dest, sum string, size int64) error {
+func (in *Installer) upload(ctx context.Context, ex sandboxexec.Execer, bin, dir, dest, sum string, size int64) error {
 	f, err := os.Open(bin)
 	if err != nil {
 		return fmt.Errorf("install amelia-worker on %s: %w", in.provider(), err)
@@ -216,7 +217,7 @@ func (in *Installer) upload(ctx context.Context, ex sdk.Execer, bin, dir, dest, 
 
 // run runs argv in the sandbox and returns its stdout; a failure to run or
 // a non-zero exit is an error saying what was being done.
-func (in *Installer) run(ctx context.Context, ex sdk.Execer, what string, argv []string, stdin io.Reader) (string, error) {
+func (in *Installer) run(ctx context.Context, ex sandboxexec.Execer, what string, argv []string, stdin io.Reader) (string, error) {
 	var stdout bytes.Buffer
 	var stderr execreport.Stderr
 	eio := sdk.ExecIO{Stdout: &limitedWriter{w: &stdout, n: 64 << 10}, Stderr: &stderr}

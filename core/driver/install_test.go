@@ -13,9 +13,10 @@ import (
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/workerbin"
 )
 
 // hostWorker is the content of the worker binary the tests install.
@@ -201,7 +202,7 @@ func TestEnsureWorkerPlaceDir(t *testing.T) {
 func TestEnsureWorkerErrors(t *testing.T) {
 	sb := sandboxtest.New(t, "errors")
 	// The sandbox answers the probe as another machine would.
-	machine := func(m string) sdk.Execer {
+	machine := func(m string) sandboxexec.Execer {
 		return execerFunc(func(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
 			if len(req.Argv) >= 3 && strings.Contains(req.Argv[2], "$(uname -m)") {
 				req.Argv = slices.Clone(req.Argv)

@@ -16,11 +16,12 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/driver"
 	coresandbox "github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/workerbin"
 )
 
 // workerDir holds amelia-worker-linux-<this machine's arch>: the worker
@@ -56,7 +57,7 @@ func runTests(m *testing.M) int {
 }
 
 // amelia run drives core/sandbox's sandboxes.
-var _ sdk.Execer = (*coresandbox.Sandbox)(nil)
+var _ sandboxexec.Execer = (*coresandbox.Sandbox)(nil)
 
 // raceEnv keeps a race-enabled worker from sleeping a second at exit.
 const raceEnv = "atexit_sleep_ms=0"
@@ -64,7 +65,7 @@ const raceEnv = "atexit_sleep_ms=0"
 // countingExecer passes execs on to a sandbox and counts them, and those
 // that carry stdin (uploads and file writes).
 type countingExecer struct {
-	sdk.Execer
+	sandboxexec.Execer
 	execs, withStdin atomic.Int32
 }
 
@@ -76,7 +77,7 @@ func (c *countingExecer) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.
 	return c.Execer.Exec(ctx, req, eio)
 }
 
-// execerFunc is an sdk.Execer made of a function.
+// execerFunc is an sandboxexec.Execer made of a function.
 type execerFunc func(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error)
 
 func (f execerFunc) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
@@ -86,7 +87,7 @@ func (f execerFunc) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecI
 func (execerFunc) SandboxRef() sdk.SandboxRef { return sdk.SandboxRef{Name: "func"} }
 
 // installWorker installs the test worker in sb and returns its path there.
-func installWorker(t *testing.T, sb sdk.Execer) string {
+func installWorker(t *testing.T, sb sandboxexec.Execer) string {
 	t.Helper()
 	in := &driver.Installer{Dirs: []string{workerDir}, Provider: "local"}
 	path, err := in.EnsureWorker(t.Context(), sb, sdk.WorkerPlace{})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/protocol"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
@@ -22,7 +23,7 @@ import (
 
 // liveExecer passes execs on and counts them, and those still running.
 type liveExecer struct {
-	sdk.Execer
+	sandboxexec.Execer
 	execs, running atomic.Int32
 }
 

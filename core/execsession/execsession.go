@@ -29,17 +29,18 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/workstep"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
 )
 
-// Sessions is an sdk.Execer that runs commands as a user other than the
+// Sessions is an sandboxexec.Execer that runs commands as a user other than the
 // sandbox's (ExecRequest.User set) on a session per user, and every other
 // command (the sandbox's user's, or one with a terminal) through the
 // Execer under it as before.
 type Sessions struct {
-	ex     sdk.Execer
+	ex     sandboxexec.Execer
 	worker string
 	log    *slog.Logger
 
@@ -49,7 +50,7 @@ type Sessions struct {
 
 // New returns Sessions over ex, with the worker at worker (an absolute
 // path in the sandbox that every run user may execute).
-func New(ex sdk.Execer, worker string, log *slog.Logger) *Sessions {
+func New(ex sandboxexec.Execer, worker string, log *slog.Logger) *Sessions {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -112,7 +113,7 @@ func (s *Sessions) Step(ctx context.Context, user string, r workstep.Request, ei
 
 // StepExec runs the worker's typed request r as user in an exec of its
 // own (`amelia-worker step`), the worker at worker.
-func StepExec(ctx context.Context, ex sdk.Execer, worker, user string, r workstep.Request, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+func StepExec(ctx context.Context, ex sandboxexec.Execer, worker, user string, r workstep.Request, eio sdk.ExecIO) (sdk.ExitStatus, error) {
 	argv, err := workstep.Argv(worker, r)
 	if err != nil {
 		return sdk.ExitStatus{}, err
@@ -289,4 +290,4 @@ func (ss *session) close(ctx context.Context) error {
 	}
 }
 
-var _ sdk.Execer = (*Sessions)(nil)
+var _ sandboxexec.Execer = (*Sessions)(nil)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/core/execsession"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/workstep"
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
@@ -34,7 +35,7 @@ const runUser = "60100:60100"
 
 // dockerSandbox starts a container of the docker provider for the test
 // alone, removed when it ends, and returns the Execer into it.
-func dockerSandbox(t *testing.T) sdk.Execer {
+func dockerSandbox(t *testing.T) sandboxexec.Execer {
 	t.Helper()
 	cli := dockertest.Engine(t)
 	b := make([]byte, 6)
@@ -56,12 +57,12 @@ func dockerSandbox(t *testing.T) sdk.Execer {
 			t.Errorf("remove the docker sandbox: %v", err)
 		}
 	})
-	return sdk.Bind(p, sb.Ref)
+	return sandboxexec.Bind(p, sb.Ref)
 }
 
 // run runs script (args as $1...) as user and returns its trimmed stdout;
 // it fails the test unless the script exits 0.
-func run(t *testing.T, ex sdk.Execer, user, script string, args ...string) string {
+func run(t *testing.T, ex sandboxexec.Execer, user, script string, args ...string) string {
 	t.Helper()
 	var out, stderr strings.Builder
 	st, err := ex.Exec(t.Context(), sdk.ExecRequest{Argv: append([]string{"sh", "-c", script, "sh"}, args...), User: user},

@@ -4,9 +4,9 @@
 // them linked in, started as `amelia-providers plugin serve NAME`; the
 // amelia that runs sandboxes links none of them. Third-party providers are executables named
 // amelia-provider-NAME on the plugin search path. Either way the host talks to
-// them over go-plugin gRPC (sdk.Launch), never in-process. The runs of one
+// them over go-plugin gRPC (pluginclient.Launch), never in-process. The runs of one
 // profile on this host share a plugin process when Options.Share says
-// where (sdk.Share).
+// where (pluginclient.Share).
 package pluginhost
 
 import (
@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -77,13 +78,13 @@ type Options struct {
 	Share *Sharing
 }
 
-// Sharing is where and how long shared plugins live (sdk.ShareOptions).
+// Sharing is where and how long shared plugins live (pluginclient.ShareOptions).
 type Sharing struct {
 	// Dir holds their sockets, locks and logs: this user's alone
-	// (sdk.ShareDir).
+	// (pluginclient.ShareDir).
 	Dir string
 	// Idle is how long one outlives its last host; zero is
-	// sdk.DefaultIdle.
+	// pluginclient.DefaultIdle.
 	Idle time.Duration
 }
 
@@ -235,12 +236,12 @@ func (h *Host) Environment(p Plugin, prof *Profile) ([]string, error) {
 //
 // With Options.Share, a plugin started for a profile is shared: the
 // profile's runs on this host use one process, started by the first and
-// stopped when none has used it for a while (sdk.Share). Plugins of two
+// stopped when none has used it for a while (pluginclient.Share). Plugins of two
 // profiles, or of one profile whose provider settings or environment
 // changed, are never the same process. A profile with OwnPlugin, a plugin
 // that cannot be shared and one started for no profile (plugin ls) get a
 // process of their own, as does any Start whose sharing failed.
-func (h *Host) Start(p Plugin, prof *Profile) (*sdk.Plugin, error) {
+func (h *Host) Start(p Plugin, prof *Profile) (*pluginclient.Plugin, error) {
 	if err := p.missingServer(); err != nil {
 		return nil, err
 	}
@@ -256,27 +257,27 @@ func (h *Host) Start(p Plugin, prof *Profile) (*sdk.Plugin, error) {
 			return pl, nil
 		}
 		level := slog.LevelWarn
-		if errors.Is(err, sdk.ErrNotShareable) {
+		if errors.Is(err, pluginclient.ErrNotShareable) {
 			level = slog.LevelDebug
 		}
 		h.opts.Logger.Log(context.Background(), level, "the provider plugin is not shared: starting one of this run's own", "plugin", p.Name, "reason", err)
 	}
 	cmd := exec.Command(p.Path, p.Args...)
 	cmd.Env = env // never nil: with nil, the plugin would get the host's environment
-	return sdk.Launch(cmd, sdk.LaunchOptions{Name: p.Name, Logger: h.opts.Logger})
+	return pluginclient.Launch(cmd, pluginclient.LaunchOptions{Name: p.Name, Logger: h.opts.Logger})
 }
 
 // share connects to the shared plugin p of prof, whose environment is
 // env, starting it if need be.
-func (h *Host) share(p Plugin, prof *Profile, env []string) (*sdk.Plugin, error) {
+func (h *Host) share(p Plugin, prof *Profile, env []string) (*pluginclient.Plugin, error) {
 	settings, err := json.Marshal(prof.Settings) // map keys sorted: the same settings, the same scope
 	if err != nil {
 		return nil, fmt.Errorf("share provider plugin %q: encode its settings: %w", p.Name, err)
 	}
 	cmd := exec.Command(p.Path, p.Args...)
 	cmd.Env = env
-	pl, err := sdk.Share(cmd, sdk.ShareOptions{
-		LaunchOptions: sdk.LaunchOptions{Name: p.Name, Logger: h.opts.Logger},
+	pl, err := pluginclient.Share(cmd, pluginclient.ShareOptions{
+		LaunchOptions: pluginclient.LaunchOptions{Name: p.Name, Logger: h.opts.Logger},
 		Dir:           h.opts.Share.Dir,
 		Scope:         prof.ID + "\x00" + string(settings),
 		Idle:          h.opts.Share.Idle,
@@ -290,7 +291,7 @@ func (h *Host) share(p Plugin, prof *Profile, env []string) (*sdk.Plugin, error)
 
 // Open finds the provider called name and starts it for prof (nil: no
 // profile).
-func (h *Host) Open(name string, prof *Profile) (*sdk.Plugin, error) {
+func (h *Host) Open(name string, prof *Profile) (*pluginclient.Plugin, error) {
 	p, err := h.Find(name)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
+	"github.com/amelia-sandbox/amelia/internal/providerwire"
 	"github.com/amelia-sandbox/amelia/internal/sharedtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -19,7 +21,7 @@ import (
 // Launched by go-plugin (its handshake cookie set), the test binary is a
 // provider plugin whose Exec writes the plugin process's own environment.
 func TestMain(m *testing.M) {
-	if os.Getenv(sdk.Handshake.MagicCookieKey) != "" {
+	if os.Getenv(providerwire.Handshake.MagicCookieKey) != "" {
 		var opts []sdk.ServeOption
 		if os.Getenv(oldSDKEnv) != "" {
 			opts = append(opts, sdk.WithoutSharing())
@@ -80,7 +82,7 @@ func pluginEnviron(t *testing.T, h *Host, p Plugin, prof *Profile) map[string]st
 // goPlugins reports whether name is one of the variables go-plugin sets
 // for the handshake.
 func goPlugins(name string) bool {
-	return name == sdk.Handshake.MagicCookieKey || strings.HasPrefix(name, "PLUGIN_")
+	return name == providerwire.Handshake.MagicCookieKey || strings.HasPrefix(name, "PLUGIN_")
 }
 
 // A real plugin process gets the base, its provider's declared variables
@@ -223,7 +225,7 @@ func TestStartShares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := func(prof *Profile) *sdk.Plugin {
+	start := func(prof *Profile) *pluginclient.Plugin {
 		t.Helper()
 		pl, err := h.Start(p, prof)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -15,7 +16,7 @@ import (
 // addresses from inside the sandbox without the proxy (targets, or its
 // defaults: public resolvers over IPv4 and IPv6). It returns those that
 // answered; any at all means the provider did not enforce the policy.
-func reachedDirectly(ctx context.Context, ex sdk.Execer, worker string, targets ...string) ([]string, error) {
+func reachedDirectly(ctx context.Context, ex sandboxexec.Execer, worker string, targets ...string) ([]string, error) {
 	var out, stderr execreport.Stderr // each keeps its last 4 KiB
 	st, err := ex.Exec(ctx, sdk.ExecRequest{Argv: append([]string{worker, "egress-check", "--"}, targets...)}, sdk.ExecIO{Stdout: &out, Stderr: &stderr})
 	if err != nil {
@@ -55,7 +56,7 @@ func egressPolicyOf(details map[string]string) egressPolicy {
 // while the sandbox still reaches out and the provider's settle time has
 // not passed: a policy the provider enforces asynchronously is given that
 // long to take effect. It returns what the last check reached.
-func reachedAfterSettling(ctx context.Context, ex sdk.Execer, worker string, settle time.Duration, targets ...string) ([]string, error) {
+func reachedAfterSettling(ctx context.Context, ex sandboxexec.Execer, worker string, settle time.Duration, targets ...string) ([]string, error) {
 	deadline := time.Now().Add(settle)
 	pause := 100 * time.Millisecond
 	for {

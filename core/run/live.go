@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/tunnel"
-	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // Bounds of reconnection.
@@ -45,7 +45,7 @@ type live struct {
 // good (tunnel.ErrRunEnded: the agent's run has ended).
 type keptTunnel struct {
 	what string // "the tunnel to the proxy", for messages
-	open func(context.Context, sdk.Execer) (tunnel.Tunnel, error)
+	open func(context.Context, sandboxexec.Execer) (tunnel.Tunnel, error)
 	tun  tunnel.Tunnel // nil until it first opened
 	over bool
 }
@@ -54,7 +54,7 @@ type keptTunnel struct {
 // keptTunnel). When this first open fails, it says why, and the tunnel is
 // reopened as if it had closed; when its end is gone for good
 // (tunnel.ErrRunEnded), it returns that, and nothing is kept.
-func (l *live) keep(ctx context.Context, what string, open func(context.Context, sdk.Execer) (tunnel.Tunnel, error)) (*keptTunnel, error) {
+func (l *live) keep(ctx context.Context, what string, open func(context.Context, sandboxexec.Execer) (tunnel.Tunnel, error)) (*keptTunnel, error) {
 	tun, err := open(ctx, l.r.st)
 	if errors.Is(err, tunnel.ErrRunEnded) {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/stack"
 	"github.com/amelia-sandbox/amelia/core/tunnel"
 	"github.com/amelia-sandbox/amelia/core/tunnel/sandboxend"
@@ -223,7 +224,7 @@ func (r *runner) openLive(ctx context.Context, target string, hostSteps bool) (s
 		// Opened wherever it suits the provider, then reopened where the
 		// steps' environment says it is. The first open returns before
 		// anything can reopen it.
-		_, err := r.lv.keep(ctx, "the tunnel to the proxy", func(ctx context.Context, ex sdk.Execer) (tunnel.Tunnel, error) {
+		_, err := r.lv.keep(ctx, "the tunnel to the proxy", func(ctx context.Context, ex sandboxexec.Execer) (tunnel.Tunnel, error) {
 			if listen != "" {
 				return tunnel.Open(ctx, ex, tunnel.HostOptions{Worker: r.st.Worker, Listen: listen, Target: target, Logger: r.host.Logger})
 			}
@@ -243,7 +244,7 @@ func (r *runner) openLive(ctx context.Context, target string, hostSteps bool) (s
 // has ended. A first attempt that fails is retried as a lost tunnel is;
 // an agent that has ended already has no tunnel to carry.
 func (r *runner) attachAgent(ctx context.Context, a *agentRun) {
-	k, err := r.lv.keep(ctx, "the agent's tunnel to the proxy", func(ctx context.Context, ex sdk.Execer) (tunnel.Tunnel, error) {
+	k, err := r.lv.keep(ctx, "the agent's tunnel to the proxy", func(ctx context.Context, ex sandboxexec.Execer) (tunnel.Tunnel, error) {
 		return tunnel.Open(ctx, workspace.RunAs(ex, r.st.UID), tunnel.HostOptions{
 			Worker: r.st.Worker, Run: a.runDir, Target: r.lv.target, Logger: r.host.Logger,
 		})
@@ -315,7 +316,7 @@ func (r *runner) results(ctx context.Context, a *agentRun) (Result, error) {
 // the provider's own forward (SSH's remote port forwarding) when it has
 // one that may be used here, else the exec tunnel through ex, which works
 // everywhere.
-func (r *runner) openTunnel(ctx context.Context, ex sdk.Execer, target string) (tunnel.Tunnel, error) {
+func (r *runner) openTunnel(ctx context.Context, ex sandboxexec.Execer, target string) (tunnel.Tunnel, error) {
 	sb := r.st.Sandbox()
 	if fwd, ok := sb.Provider.(sdk.Forwarder); ok {
 		f, err := tunnel.Forward(ctx, fwd, sb.Ref, target)

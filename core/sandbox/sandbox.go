@@ -447,7 +447,7 @@ func (s *Sandbox) Preflight(ctx context.Context) error {
 	return nil
 }
 
-// SandboxRef is the sandbox Exec runs in: s is an sdk.Execer.
+// SandboxRef is the sandbox Exec runs in: s is an sandboxexec.Execer.
 func (s *Sandbox) SandboxRef() sdk.SandboxRef { return s.Ref }
 
 // Exec runs req in the sandbox.

@@ -22,6 +22,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/execsession"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/workspace"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -58,7 +59,7 @@ type Stack struct {
 	UID    string
 	Driver *driver.Driver
 
-	commands sdk.Execer // what the workspace and the driver run through
+	commands sandboxexec.Execer // what the workspace and the driver run through
 	sessions *execsession.Sessions
 }
 
@@ -227,7 +228,7 @@ func (s *Stack) As(ctx context.Context, workflow string, env map[string]string) 
 
 // DriverAs is a driver for the agents that uid runs (the sandbox's user
 // for ""), through ex, with the stack's worker.
-func (s *Stack) DriverAs(ex sdk.Execer, uid string, env map[string]string) *driver.Driver {
+func (s *Stack) DriverAs(ex sandboxexec.Execer, uid string, env map[string]string) *driver.Driver {
 	return &driver.Driver{Exec: workspace.RunAs(ex, uid), Worker: s.Worker, Provider: s.Sandbox().Info.Name, Env: env, Logger: s.host.Logger}
 }
 

@@ -20,9 +20,10 @@ import (
 	"github.com/hashicorp/yamux"
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/tunnel/sandboxend"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/netpipe"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/netpipe"
 )
 
 // HostOptions configure Open.
@@ -119,7 +120,7 @@ const (
 // and the tail of its stderr if it exited before saying Hello (a wrong worker
 // path exits 127) — bounded by ctx. The tunnel's own lifetime is not ctx's:
 // it runs until Close, or until the exec or the session dies (see Done).
-func Open(ctx context.Context, ex sdk.Execer, opts HostOptions) (*Host, error) {
+func Open(ctx context.Context, ex sandboxexec.Execer, opts HostOptions) (*Host, error) {
 	if opts.Worker == "" {
 		return nil, errors.New("open tunnel: no worker path")
 	}
@@ -293,7 +294,7 @@ func (h *Host) supervise() {
 }
 
 // run runs the tunnel exec, then takes everything else down and closes done.
-func (h *Host) run(ex sdk.Execer, req sdk.ExecRequest) {
+func (h *Host) run(ex sandboxexec.Execer, req sdk.ExecRequest) {
 	st, err := ex.Exec(h.ctx, req, sdk.ExecIO{Stdin: h.stdin, Stdout: h.out, Stderr: io.MultiWriter(h.stderr, &debugLines{log: h.log})})
 	h.mu.Lock()
 	h.status, h.execErr, h.execOver = st, err, true

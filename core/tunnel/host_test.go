@@ -25,6 +25,7 @@ import (
 	"time"
 
 	coresandbox "github.com/amelia-sandbox/amelia/core/sandbox"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/tunnel"
 	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
@@ -60,10 +61,10 @@ func runTests(m *testing.M) int {
 var workerEnv = map[string]string{"GORACE": "atexit_sleep_ms=0"}
 
 // amelia run opens tunnels on core/sandbox's sandboxes.
-var _ sdk.Execer = (*coresandbox.Sandbox)(nil)
+var _ sandboxexec.Execer = (*coresandbox.Sandbox)(nil)
 
 // sandbox is a local sandbox behind the provider plugin that counts its
-// Execs: an sdk.Execer, as core/sandbox.Sandbox is.
+// Execs: an sandboxexec.Execer, as core/sandbox.Sandbox is.
 type sandbox struct {
 	*sandboxtest.Sandbox
 	execs atomic.Int32
@@ -100,7 +101,7 @@ const (
 
 // open opens a tunnel to target and closes it when the test ends, checking
 // then that nothing of it is left running.
-func open(t testing.TB, ex sdk.Execer, opts tunnel.HostOptions) *tunnel.Host {
+func open(t testing.TB, ex sandboxexec.Execer, opts tunnel.HostOptions) *tunnel.Host {
 	t.Helper()
 	if opts.Worker == "" {
 		opts.Worker = workerBin

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/plugins/docker"
 	"github.com/amelia-sandbox/amelia/plugins/docker/image"
@@ -21,7 +22,7 @@ import (
 // engine (its image built on the test base, with the worker TestMain
 // built) for the test alone, removed when the test ends, and returns a
 // workspace with run users in its workdir.
-func dockerSandbox(t testing.TB) (sdk.Execer, *Workspace) {
+func dockerSandbox(t testing.TB) (sandboxexec.Execer, *Workspace) {
 	t.Helper()
 	cli := dockertest.Engine(t)
 	label := randomHex(6)
@@ -41,7 +42,7 @@ func dockerSandbox(t testing.TB) (sdk.Execer, *Workspace) {
 			t.Errorf("remove the docker sandbox: %v", err)
 		}
 	})
-	ex := sdk.Bind(p, sb.Ref)
+	ex := sandboxexec.Bind(p, sb.Ref)
 	ws, err := New(ex, sb.Workdir, Options{Worker: image.WorkerPath, RunUsers: true})
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +53,7 @@ func dockerSandbox(t testing.TB) (sdk.Execer, *Workspace) {
 // asUser runs script in the sandbox as user ("uid:gid", "": the
 // sandbox's user) with args as $1..., streaming its stdout to out, and
 // returns its exit code and stderr.
-func asUser(ctx context.Context, ex sdk.Execer, user string, out io.Writer, script string, args ...string) (int, string, error) {
+func asUser(ctx context.Context, ex sandboxexec.Execer, user string, out io.Writer, script string, args ...string) (int, string, error) {
 	var stderr strings.Builder
 	st, err := ex.Exec(ctx, sdk.ExecRequest{Argv: append([]string{"sh", "-c", script, "sh"}, args...), User: user}, sdk.ExecIO{Stdout: out, Stderr: &stderr})
 	return st.Code, stderr.String(), err
@@ -60,7 +61,7 @@ func asUser(ctx context.Context, ex sdk.Execer, user string, out io.Writer, scri
 
 // mustAs is asUser that fails the test unless the script exits 0, and
 // returns its trimmed stdout.
-func mustAs(t *testing.T, ex sdk.Execer, user, script string, args ...string) string {
+func mustAs(t *testing.T, ex sandboxexec.Execer, user, script string, args ...string) string {
 	t.Helper()
 	var out strings.Builder
 	code, stderr, err := asUser(t.Context(), ex, user, &out, script, args...)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -127,7 +128,7 @@ func median(ds []time.Duration) time.Duration {
 // minute or more when it allocates one, a scan that grows with what was
 // deleted (perf: recently_deleted under __ext4_new_inode). Our runs
 // remove nothing meanwhile either: their checkouts are parked.
-func bundleClone(b *testing.B, ex sdk.Execer, src, root string) time.Duration {
+func bundleClone(b *testing.B, ex sandboxexec.Execer, src, root string) time.Duration {
 	b.Helper()
 	file := filepath.Join(b.TempDir(), "b.bundle")
 	dir := path.Join(root, "bench-clone-"+randomHex(4))

@@ -7,12 +7,12 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 )
 
 // parkingSandbox is dockerSandbox with a workspace that parks up to bound
 // checkouts.
-func parkingSandbox(t *testing.T, bound int) (sdk.Execer, *Workspace) {
+func parkingSandbox(t *testing.T, bound int) (sandboxexec.Execer, *Workspace) {
 	t.Helper()
 	ex, ws0 := dockerSandbox(t)
 	ws, err := New(ex, ws0.root, Options{Worker: ws0.worker, RunUsers: true, ParkedCheckouts: bound})

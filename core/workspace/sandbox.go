@@ -16,6 +16,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/core/execsession"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/workstep"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -26,7 +27,7 @@ import (
 // several Workspaces (several amelia processes) may share one sandbox:
 // what must be serialised is serialised by the lock inside the sandbox.
 type Workspace struct {
-	ex       sdk.Execer
+	ex       sandboxexec.Execer
 	root     string
 	worker   string
 	gitEnv   map[string]string
@@ -82,7 +83,7 @@ type Options struct {
 
 // New returns the workspace under root, an absolute path inside the
 // sandbox (its workdir).
-func New(ex sdk.Execer, root string, opts Options) (*Workspace, error) {
+func New(ex sandboxexec.Execer, root string, opts Options) (*Workspace, error) {
 	if !path.IsAbs(root) || strings.ContainsAny(root, "\n\x00") {
 		return nil, fmt.Errorf("workspace root %q: must be an absolute path inside the sandbox", root)
 	}
@@ -571,7 +572,7 @@ func (w *Workspace) CommitAll(ctx context.Context, id, prompt string) (Commit, e
 // where runs have none): what another uid put at that path is none. It
 // runs one exec, in which only an entry named like a workflow with a uid
 // record costs a process: junk in worktrees/ slows it down little.
-func Workflows(ctx context.Context, ex sdk.Execer) ([]string, error) {
+func Workflows(ctx context.Context, ex sandboxexec.Execer) ([]string, error) {
 	const script = `cd worktrees 2>/dev/null || exit 0
 for e in *; do
 	case $e in [!A-Za-z0-9]* | *[!A-Za-z0-9._-]*) continue ;; esac

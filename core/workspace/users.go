@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/workstep"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -297,7 +298,7 @@ func (w *Workspace) RunUser(ctx context.Context, id string) (string, error) {
 // RunAs is ex running every request that names no user as uid, as
 // RunUser returns it ("": ex itself): the agent's driver of a workflow
 // with a uid runs through it.
-func RunAs(ex sdk.Execer, uid string) sdk.Execer {
+func RunAs(ex sandboxexec.Execer, uid string) sandboxexec.Execer {
 	if uid == "" {
 		return ex
 	}
@@ -322,7 +323,7 @@ func (r runAsStepper) Step(ctx context.Context, user string, req workstep.Reques
 }
 
 type runAs struct {
-	sdk.Execer
+	sandboxexec.Execer
 	user string
 }
 
@@ -336,7 +337,7 @@ func (r runAs) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (s
 // RunUsers lists the uid of every workflow that has one in the workspace
 // at the sandbox's workdir (where amelia run keeps it), by workflow id, in
 // one exec: for the tools that look at a sandbox's runs (sandbox ls).
-func RunUsers(ctx context.Context, ex sdk.Execer) (map[string]string, error) {
+func RunUsers(ctx context.Context, ex sandboxexec.Execer) (map[string]string, error) {
 	var out, stderr strings.Builder
 	st, err := ex.Exec(ctx, sdk.ExecRequest{
 		Argv:    []string{"sh", "-c", `cd ` + usersDir + ` 2>/dev/null || exit 0; for f in *; do [ ! -f "$f" ] || printf '%s %s\n' "$f" "$(cat "$f")"; done`},

@@ -6,14 +6,13 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
 )
 
 // Launched by go-plugin (which sets the handshake cookie), the test binary
 // is the plugin itself.
 func TestMain(m *testing.M) {
-	if os.Getenv(sdk.Handshake.MagicCookieKey) != "" {
+	if sdktest.LaunchedAsPlugin() {
 		main()
 		return
 	}

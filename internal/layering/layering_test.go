@@ -86,45 +86,87 @@ func under(p, dir string) bool {
 // daytonatest), which may reach further than the code it tests.
 func isTestKit(p string) bool { return strings.HasSuffix(p, "test") }
 
+// The provider contract: what a provider author reads and imports.
+func isContract(p string) bool {
+	return p == module+"/plugins/sdk" || p == module+"/plugins/sdk/sdktest"
+}
+
+// The optional toolkit beside the contract.
+func isToolkit(p string) bool { return under(p, "plugins/sdk/toolkit") }
+
+// The wire's machinery, which the SDK's Serve and the host's client share:
+// the generated code, the data channel, the stdin credit.
+func isWire(p string) bool { return under(p, "internal/providerwire") || under(p, "internal/flow") }
+
+// The host's end of a provider plugin (Launch, Share, the gRPC client),
+// which core and the conformance kit use.
+func isPluginClient(p string) bool { return under(p, "internal/pluginclient") }
+
+func isProvider(p string) bool {
+	return slices.ContainsFunc(providers, func(d string) bool { return under(p, d) })
+}
+
 // rule is one import rule: no package of covered may reach a package
-// forbidden says is out of bounds for it.
+// forbidden says is out of bounds for it; with direct, no package of
+// covered may import one itself (what those reach is their rules' to
+// say).
 type rule struct {
 	name      string
 	covered   func(pkg string) bool
 	forbidden func(pkg, to string) bool
+	direct    bool
 }
 
 func TestLayering(t *testing.T) {
 	g := load(t, ".", module+"/...")
 	rules := []rule{{
-		name:    "core is a library that imports no provider",
-		covered: func(p string) bool { return under(p, "core") },
-		forbidden: func(_, to string) bool {
-			return slices.ContainsFunc(providers, func(d string) bool { return under(to, d) })
-		},
+		name:      "core is a library that imports no provider",
+		covered:   func(p string) bool { return under(p, "core") },
+		forbidden: func(_, to string) bool { return isProvider(to) },
 	}, {
 		// Each concurrent run is an amelia process: the providers' code
 		// and package inits would cost every one of them memory.
-		name:    "the amelia binary links no provider (amelia-providers serves them)",
-		covered: func(p string) bool { return p == module+"/cmd/amelia" },
+		name:      "the amelia binary links no provider (amelia-providers serves them)",
+		covered:   func(p string) bool { return p == module+"/cmd/amelia" },
+		forbidden: func(_, to string) bool { return isProvider(to) },
+	}, {
+		name:    "plugins/sdk imports nothing of Amelia's but the wire's internals",
+		covered: func(p string) bool { return p == module+"/plugins/sdk" },
 		forbidden: func(_, to string) bool {
-			return slices.ContainsFunc(providers, func(d string) bool { return under(to, d) })
+			return ours(to) && to != module+"/plugins/sdk" && !isWire(to)
 		},
 	}, {
-		name:    "the SDK imports nothing of Amelia's outside plugins/sdk",
-		covered: func(p string) bool { return under(p, "plugins/sdk") },
+		name:    "sdktest imports nothing of Amelia's but the contract, the wire and the host's plugin client",
+		covered: func(p string) bool { return p == module+"/plugins/sdk/sdktest" },
 		forbidden: func(_, to string) bool {
-			return ours(to) && !under(to, "plugins/sdk")
+			return ours(to) && !isContract(to) && !isWire(to) && !isPluginClient(to)
 		},
 	}, {
-		name: "a provider imports only plugins/sdk/... and its own packages",
-		covered: func(p string) bool {
-			return !isTestKit(p) && slices.ContainsFunc(providers, func(d string) bool { return under(p, d) })
+		name:    "the toolkit imports nothing of Amelia's but the contract, itself and the wire's internals",
+		covered: isToolkit,
+		forbidden: func(_, to string) bool {
+			return ours(to) && to != module+"/plugins/sdk" && !isToolkit(to) && !isWire(to)
 		},
+	}, {
+		// So that the contract may import them: they cannot import it.
+		name:      "the wire's internals import nothing of Amelia's but themselves",
+		covered:   isWire,
+		forbidden: func(_, to string) bool { return ours(to) && !isWire(to) },
+	}, {
+		name:    "the host's plugin client imports nothing of Amelia's but the contract and the wire",
+		covered: isPluginClient,
+		forbidden: func(_, to string) bool {
+			return ours(to) && to != module+"/plugins/sdk" && !isWire(to) && !isPluginClient(to)
+		},
+	}, {
+		// Amelia's providers are what a third party's can be.
+		name:    "a provider imports, of Amelia's, only plugins/sdk/... and its own packages",
+		covered: func(p string) bool { return !isTestKit(p) && isProvider(p) },
 		forbidden: func(p, to string) bool {
 			own := slices.ContainsFunc(providers, func(d string) bool { return under(p, d) && under(to, d) })
 			return ours(to) && !own && !under(to, "plugins/sdk")
 		},
+		direct: true,
 	}, {
 		// It starts clusters as root and links client-go: nothing that
 		// ships may reach it, only tests.
@@ -134,7 +176,7 @@ func TestLayering(t *testing.T) {
 		},
 		forbidden: func(_, to string) bool { return under(to, "internal/k8stest") },
 	}, {
-		name:    "the worker that goes into every sandbox links no gRPC, protobuf or go-plugin",
+		name:    "the worker that goes into every sandbox links no gRPC, protobuf or go-plugin, nor the contract",
 		covered: func(p string) bool { return p == module+"/cmd/worker" },
 		forbidden: func(_, to string) bool {
 			return strings.HasPrefix(to, "google.golang.org/grpc") || strings.HasPrefix(to, "google.golang.org/protobuf") ||
@@ -149,6 +191,14 @@ func TestLayering(t *testing.T) {
 					continue
 				}
 				n++
+				if r.direct {
+					for _, to := range g[p] {
+						if r.forbidden(p, to) {
+							t.Errorf("%s imports %s", p, to)
+						}
+					}
+					continue
+				}
 				if c := g.chain(p, func(to string) bool { return r.forbidden(p, to) }); c != nil {
 					t.Errorf("%s imports %s: %s", p, c[len(c)-1], strings.Join(c, " -> "))
 				}
@@ -161,18 +211,22 @@ func TestLayering(t *testing.T) {
 }
 
 // The example provider is the template third parties copy: a module of its
-// own that imports nothing of Amelia's but the SDK.
-func TestExampleProviderImportsOnlyTheSDK(t *testing.T) {
+// own whose packages and tests import nothing of Amelia's but the contract,
+// plugins/sdk and plugins/sdk/sdktest (what those reach is the rules' above
+// to say).
+func TestExampleProviderImportsOnlyTheContract(t *testing.T) {
 	dir := filepath.Join("..", "..", "examples", "provider-hello")
-	g := load(t, dir, "./...")
+	g := load(t, dir, "-test", "./...")
 	n := 0
-	for p := range g {
+	for p, imports := range g {
 		if !strings.HasPrefix(p, "example.com/amelia-provider-hello") {
 			continue
 		}
 		n++
-		if c := g.chain(p, func(to string) bool { return ours(to) && !under(to, "plugins/sdk") }); c != nil {
-			t.Errorf("%s imports %s: %s", p, c[len(c)-1], strings.Join(c, " -> "))
+		for _, to := range imports {
+			if ours(to) && !isContract(to) {
+				t.Errorf("%s imports %s", p, to)
+			}
 		}
 	}
 	if n == 0 {

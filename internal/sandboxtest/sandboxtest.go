@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
+	"github.com/amelia-sandbox/amelia/internal/providerwire"
 	"github.com/amelia-sandbox/amelia/plugins/local"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -32,7 +34,7 @@ import (
 // was launched as a plugin (go-plugin set its handshake cookie); otherwise
 // it returns false at once.
 func ServePlugin() bool {
-	if os.Getenv(sdk.Handshake.MagicCookieKey) == "" {
+	if os.Getenv(providerwire.Handshake.MagicCookieKey) == "" {
 		return false
 	}
 	sdk.Serve(local.New(local.Options{Version: "test", HostEnv: os.Environ()}))
@@ -52,7 +54,7 @@ type Sandbox struct {
 // is torn down when the test ends.
 func New(t testing.TB, name string) *Sandbox {
 	t.Helper()
-	p, err := sdk.Launch(exec.Command(os.Args[0]), sdk.LaunchOptions{Name: local.Name})
+	p, err := pluginclient.Launch(exec.Command(os.Args[0]), pluginclient.LaunchOptions{Name: local.Name})
 	if err != nil {
 		t.Fatalf("launch the local provider plugin: %v", err)
 	}
@@ -73,7 +75,7 @@ func New(t testing.TB, name string) *Sandbox {
 	return &Sandbox{Provider: p, Ref: sb.Ref, Workdir: sb.Workdir}
 }
 
-// SandboxRef is the sandbox Exec runs in: s is an sdk.Execer.
+// SandboxRef is the sandbox Exec runs in: s is an sandboxexec.Execer.
 func (s *Sandbox) SandboxRef() sdk.SandboxRef { return s.Ref }
 
 // Exec runs req in the sandbox; it fills in req.Sandbox.

@@ -1,4 +1,4 @@
-// Package sharedtest finds the shared provider plugins (sdk.Share) that a
+// Package sharedtest finds the shared provider plugins (pluginclient.Share) that a
 // test's amelia started, and stops them when the test ends: a shared
 // plugin outlives the runs that used it, not the test.
 package sharedtest

@@ -31,9 +31,9 @@ import (
 	"github.com/moby/moby/client"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/hostproc"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/hostproc"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/shexec"
 )
 
 // RequireEnv makes a missing sshd a test failure when set.

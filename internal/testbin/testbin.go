@@ -10,7 +10,7 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/workerbin"
 )
 
 // Main is the body of a TestMain whose tests run built binaries: build

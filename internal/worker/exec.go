@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
 )
 
 // execCmd serves the exec envelope on stdin and stdout: one command, its
@@ -22,7 +22,7 @@ func (w *worker) execCmd() *cobra.Command {
 		Use:   "exec",
 		Short: "Run one command inside the exec envelope on stdin and stdout",
 		Long: `Run the command a start frame on stdin names, as the leader of its own
-session, and speak the exec envelope (plugins/sdk/envelope) on stdin and
+session, and speak the exec envelope (plugins/sdk/toolkit/envelope) on stdin and
 stdout: its pid, output streams and exit come out as frames, its input,
 the end of it and a cancel go in. A client that goes away without the
 exit gets the command's process tree killed.`,

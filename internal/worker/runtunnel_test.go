@@ -15,7 +15,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/tunnel/sandboxend"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/netpipe"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/netpipe"
 )
 
 // attachCarrier is a host end of a detached run's tunnel: `amelia-worker

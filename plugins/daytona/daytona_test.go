@@ -34,7 +34,7 @@ const keyEnv = "AMELIA_TEST_DAYTONA_KEY"
 const workerDirEnv = "AMELIA_WORKER_DIR"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(sdk.Handshake.MagicCookieKey) != "" {
+	if sdktest.LaunchedAsPlugin() {
 		sdk.Serve(daytona.New(daytona.Options{Version: "test", WorkerDirs: []string{os.Getenv(workerDirEnv)}}))
 		return
 	}

@@ -18,9 +18,9 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
 	"github.com/amelia-sandbox/amelia/plugins/daytona/daytonatest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/sshtransport"
 )
 
 // The exec envelope against what it replaces, through the fake's gateway

@@ -12,7 +12,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/sshtransport"
 )
 
 // Settings is a profile's `sandbox.daytona` block.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/internal/benchtest"
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -21,14 +22,14 @@ import (
 
 // benchPlugin launches the provider as a plugin subprocess and checks that
 // the docker CLI, the baseline, is there.
-func benchPlugin(b *testing.B) *sdk.Plugin {
+func benchPlugin(b *testing.B) *pluginclient.Plugin {
 	b.Helper()
 	cli := dockertest.Engine(b)
 	dockertest.RemoveContainers(b, cli, testLabel+"=bench")
 	if _, err := exec.LookPath("docker"); err != nil {
 		b.Fatal("the baseline needs the docker CLI, and there is none on PATH")
 	}
-	p, err := sdk.Launch(pluginCommand(), sdk.LaunchOptions{Name: "docker"})
+	p, err := pluginclient.Launch(pluginCommand(), pluginclient.LaunchOptions{Name: "docker"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func benchSpec(name string) sdk.Spec {
 
 // benchSandbox starts a sandbox through the plugin; it is removed when the
 // benchmark ends.
-func benchSandbox(b *testing.B, p *sdk.Plugin, name string) sdk.Sandbox {
+func benchSandbox(b *testing.B, p *pluginclient.Plugin, name string) sdk.Sandbox {
 	b.Helper()
 	sb, err := p.EnsureRunning(b.Context(), benchSpec(name))
 	if err != nil {

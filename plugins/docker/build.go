@@ -29,7 +29,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/plugins/docker/image"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/workerbin"
 )
 
 // Image labels and names.

@@ -35,7 +35,7 @@ var workerDir string
 // The test binary doubles as the plugin: launched by go-plugin (which sets
 // the handshake cookie), it serves the Docker provider instead of testing.
 func TestMain(m *testing.M) {
-	if os.Getenv(sdk.Handshake.MagicCookieKey) != "" {
+	if sdktest.LaunchedAsPlugin() {
 		sdk.Serve(docker.New(docker.Options{Version: "test", WorkerDirs: []string{os.Getenv("AMELIA_WORKER_DIR")}}))
 		return
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
 	"github.com/amelia-sandbox/amelia/plugins/docker/image"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -94,7 +95,7 @@ func TestContainerRemovedMidExec(t *testing.T) {
 // looked and what to check.
 func TestEngineUnreachable(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "dead.sock")
-	p, err := sdk.Launch(pluginCommand("DOCKER_HOST=unix://"+sock), sdk.LaunchOptions{Name: "docker"})
+	p, err := pluginclient.Launch(pluginCommand("DOCKER_HOST=unix://"+sock), pluginclient.LaunchOptions{Name: "docker"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +251,7 @@ func TestEngineFromDockerContexts(t *testing.T) {
 			writeFile(t, filepath.Join(cfg, "config.json"), `{"currentContext": "elsewhere"}`)
 			cmd := exec.Command(os.Args[0])
 			cmd.Env = append(append(env, "AMELIA_WORKER_DIR="+workerDir, "DOCKER_CONFIG="+cfg), c.env...)
-			p, err := sdk.Launch(cmd, sdk.LaunchOptions{Name: "docker"})
+			p, err := pluginclient.Launch(cmd, pluginclient.LaunchOptions{Name: "docker"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,10 +8,11 @@ import (
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/plugins/docker/image"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/workerbin"
 )
 
 // TestWorkerStamp: the image holds the worker's stamp beside it, and the
@@ -25,7 +26,7 @@ func TestWorkerStamp(t *testing.T) {
 	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	p := newProvider(t)
 	sb := up(t, p, spec(t, dockertest.Settings(nil), sdk.NetworkOpen))
-	ex := sdk.Bind(p, sb.Ref)
+	ex := sandboxexec.Bind(p, sb.Ref)
 	in := &driver.Installer{Dirs: []string{workerDir}, Provider: "docker"}
 
 	host, err := workerbin.Find([]string{workerDir}, runtime.GOARCH)
@@ -93,7 +94,7 @@ printf X | dd of=` + fake + ` bs=1 seek=4096 conv=notrunc 2>/dev/null`
 }
 
 // rootExecer runs every request as root.
-type rootExecer struct{ sdk.Execer }
+type rootExecer struct{ sandboxexec.Execer }
 
 func (r rootExecer) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
 	req.User = "root"

@@ -23,9 +23,9 @@ import (
 	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/shexec"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/shexec"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/workerbin"
 )
 
 // Every command in a sandbox runs inside amelia-worker's exec envelope

@@ -19,7 +19,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/envelope"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
 )
 
 // upgrade is an exec request the proxy saw: how it asked to upgrade, the

@@ -31,7 +31,7 @@ const workerDirEnv = "AMELIA_WORKER_DIR"
 var tmp string
 
 func TestMain(m *testing.M) {
-	if os.Getenv(sdk.Handshake.MagicCookieKey) != "" {
+	if sdktest.LaunchedAsPlugin() {
 		logger := sdk.NewLogger(os.Stderr, slog.LevelDebug)
 		sdk.Serve(kubernetes.New(kubernetes.Options{Version: "test", WorkerDirs: []string{os.Getenv(workerDirEnv)}, Logger: logger}), sdk.WithLogger(logger))
 		return

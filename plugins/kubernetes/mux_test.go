@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/amelia-sandbox/amelia/internal/k8stest"
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
 	"github.com/amelia-sandbox/amelia/plugins/kubernetes"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -102,7 +103,7 @@ func (w *lineWaiter) Write(p []byte) (int, error) {
 func TestKilledPluginEndsItsMux(t *testing.T) {
 	c := cluster(t)
 	cfg, ns := settings(t, c, map[string]any{"api": "pods"})
-	pl, err := sdk.Launch(exec.Command(os.Args[0]), sdk.LaunchOptions{Name: "kubernetes"})
+	pl, err := pluginclient.Launch(exec.Command(os.Args[0]), pluginclient.LaunchOptions{Name: "kubernetes"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/internal/benchtest"
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -19,9 +20,9 @@ import (
 
 // benchSandbox launches the local provider as a plugin subprocess and starts
 // a sandbox in it.
-func benchSandbox(b *testing.B) (*sdk.Plugin, sdk.SandboxRef) {
+func benchSandbox(b *testing.B) (*pluginclient.Plugin, sdk.SandboxRef) {
 	b.Helper()
-	p, err := sdk.Launch(exec.Command(os.Args[0]), sdk.LaunchOptions{Name: "local"})
+	p, err := pluginclient.Launch(exec.Command(os.Args[0]), pluginclient.LaunchOptions{Name: "local"})
 	if err != nil {
 		b.Fatal(err)
 	}

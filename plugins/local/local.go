@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/hostproc"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/hostproc"
 )
 
 // Name is the provider's name; Alias is the other name profiles may use.

@@ -22,7 +22,7 @@ import (
 // The test binary doubles as the plugin: launched by go-plugin (which sets
 // the handshake cookie), it serves the local provider instead of testing.
 func TestMain(m *testing.M) {
-	if os.Getenv(sdk.Handshake.MagicCookieKey) != "" {
+	if sdktest.LaunchedAsPlugin() {
 		sdk.Serve(local.New(local.Options{Version: "test", HostEnv: os.Environ()}))
 		return
 	}

@@ -8,8 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/datachan"
-	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
+	"github.com/amelia-sandbox/amelia/internal/providerwire/datachan"
+	pb "github.com/amelia-sandbox/amelia/internal/providerwire/providerv1"
 )
 
 // pluginPipes are one exec's pipes from the data channel, in the plugin:
@@ -25,7 +25,7 @@ type pluginPipes struct {
 
 // claimPipes takes the pipes ExecStart.data names, which the host passed
 // before it sent ExecStart, waiting for them while ctx lasts.
-func (s *Server) claimPipes(ctx context.Context, start *pb.ExecStart) (*pluginPipes, error) {
+func (s *server) claimPipes(ctx context.Context, start *pb.ExecStart) (*pluginPipes, error) {
 	d := start.GetData()
 	if s.data == nil {
 		return nil, status.Error(codes.FailedPrecondition, "this provider plugin has no data channel: send the exec's bytes on the Exec stream")

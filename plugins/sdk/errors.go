@@ -32,6 +32,8 @@ var (
 	ErrTimeout = errors.New("timed out")
 )
 
+// codeOf is the gRPC code each sentinel crosses the plugin boundary as.
+// (The host's client, internal/pluginclient, maps codes back.)
 var codeOf = []struct {
 	err  error
 	code codes.Code
@@ -54,7 +56,7 @@ func Errorf(kind error, format string, args ...any) error {
 }
 
 // kindError carries a message and the sentinel it matches. It is what
-// Errorf makes and what gRPC statuses turn back into on the host.
+// Errorf makes.
 type kindError struct {
 	msg  string
 	kind error
@@ -77,30 +79,4 @@ func toStatus(err error) error {
 		}
 	}
 	return status.Error(codes.Unknown, err.Error())
-}
-
-// fromStatus turns a gRPC error back into an error matching the SDK's
-// sentinels, keeping the provider's message.
-func fromStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	st, ok := status.FromError(err)
-	if !ok {
-		return err
-	}
-	switch st.Code() {
-	case codes.Unknown, codes.Internal:
-		return errors.New(st.Message())
-	case codes.AlreadyExists:
-		return &kindError{msg: st.Message(), kind: ErrConflict}
-	case codes.Unauthenticated:
-		return &kindError{msg: st.Message(), kind: ErrPermission}
-	}
-	for _, c := range codeOf {
-		if c.code == st.Code() {
-			return &kindError{msg: st.Message(), kind: c.err}
-		}
-	}
-	return &kindError{msg: st.Message(), kind: ErrUnavailable}
 }

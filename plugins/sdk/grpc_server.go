@@ -13,9 +13,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/datachan"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/flow"
-	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
+	"github.com/amelia-sandbox/amelia/internal/flow"
+	"github.com/amelia-sandbox/amelia/internal/providerwire"
+	"github.com/amelia-sandbox/amelia/internal/providerwire/datachan"
+	pb "github.com/amelia-sandbox/amelia/internal/providerwire/providerv1"
 )
 
 // maxChunk bounds one output message; gRPC's default receive limit is 4 MiB.
@@ -31,10 +32,10 @@ var (
 	errStdinOverflow = errors.New("the host sent more stdin than its credit allows")
 )
 
-// Server is the gRPC server shim: it serves a Provider over the
-// amelia.provider.v1 contract. Serve uses it; a host embedding a provider in
-// tests (as sdktest does) can register it on its own grpc.Server.
-type Server struct {
+// server is the gRPC server shim: it serves a Provider over the
+// amelia.provider.v1 contract. Serve uses it; so does ServeListener, for a
+// test that serves a provider in its own process (as sdktest does).
+type server struct {
 	pb.UnimplementedProviderServer
 	impl Provider
 	// data is the data channel Serve took from the host, if it offered
@@ -50,16 +51,16 @@ type Server struct {
 	running  *sync.WaitGroup // shared with the servers withData made
 }
 
-// NewServer returns the gRPC shim serving p.
-func NewServer(p Provider) *Server {
+// newServer returns the gRPC shim serving p.
+func newServer(p Provider) *server {
 	base, cancel := context.WithCancelCause(context.Background())
-	return &Server{impl: p, healthTimeout: HealthCheckTimeout, base: base, shutdown: cancel, running: &sync.WaitGroup{}}
+	return &server{impl: p, healthTimeout: HealthCheckTimeout, base: base, shutdown: cancel, running: &sync.WaitGroup{}}
 }
 
 // withData is s for one host's connection to a shared plugin: the same
 // provider, whose execs the same Shutdown ends, with that host's data
 // channel (nil for none).
-func (s *Server) withData(data *datachan.Plugin) *Server {
+func (s *server) withData(data *datachan.Plugin) *server {
 	c := *s
 	c.data = data
 	return &c
@@ -68,7 +69,7 @@ func (s *Server) withData(data *datachan.Plugin) *Server {
 // Shutdown cancels every running exec (so providers kill their processes,
 // honouring each exec's grace period) and waits up to timeout for them to
 // return. Providers that implement io.Closer are closed afterwards.
-func (s *Server) Shutdown(timeout time.Duration) {
+func (s *server) Shutdown(timeout time.Duration) {
 	s.shutdown(errShutdown)
 	done := make(chan struct{})
 	go func() { s.running.Wait(); close(done) }()
@@ -83,7 +84,7 @@ func (s *Server) Shutdown(timeout time.Duration) {
 	}
 }
 
-func (s *Server) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse, error) {
+func (s *server) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse, error) {
 	info, err := s.impl.Info(ctx)
 	if err != nil {
 		return nil, toStatus(err)
@@ -92,7 +93,7 @@ func (s *Server) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse,
 	return infoToPB(info), nil
 }
 
-func (s *Server) EnsureRunning(ctx context.Context, r *pb.EnsureRunningRequest) (*pb.EnsureRunningResponse, error) {
+func (s *server) EnsureRunning(ctx context.Context, r *pb.EnsureRunningRequest) (*pb.EnsureRunningResponse, error) {
 	spec := specFromPB(r)
 	if err := validateSpec(spec); err != nil {
 		return nil, toStatus(err)
@@ -110,7 +111,7 @@ func (s *Server) EnsureRunning(ctx context.Context, r *pb.EnsureRunningRequest) 
 	return sandboxToPB(sb), nil
 }
 
-func (s *Server) Teardown(ctx context.Context, r *pb.TeardownRequest) (*pb.TeardownResponse, error) {
+func (s *server) Teardown(ctx context.Context, r *pb.TeardownRequest) (*pb.TeardownResponse, error) {
 	ref := refFromPB(r.GetRef())
 	if err := ValidateName(ref.Name); err != nil {
 		return nil, toStatus(err)
@@ -123,7 +124,7 @@ func (s *Server) Teardown(ctx context.Context, r *pb.TeardownRequest) (*pb.Teard
 
 // HealthCheck answers within HealthCheckTimeout even when the provider does
 // not: a late answer is abandoned and reported as a timeout.
-func (s *Server) HealthCheck(ctx context.Context, r *pb.HealthCheckRequest) (*pb.HealthCheckResponse, error) {
+func (s *server) HealthCheck(ctx context.Context, r *pb.HealthCheckRequest) (*pb.HealthCheckResponse, error) {
 	ref := refFromPB(r.GetRef())
 	if err := ValidateName(ref.Name); err != nil {
 		return nil, toStatus(err)
@@ -153,7 +154,7 @@ func (s *Server) HealthCheck(ctx context.Context, r *pb.HealthCheckRequest) (*pb
 // Forward serves the provider's Forwarder, or UNIMPLEMENTED when it has
 // none. The target must be a loopback address: a provider never connects a
 // sandbox to anything else of the host's.
-func (s *Server) Forward(r *pb.ForwardRequest, stream pb.Provider_ForwardServer) error {
+func (s *server) Forward(r *pb.ForwardRequest, stream pb.Provider_ForwardServer) error {
 	f, ok := s.impl.(Forwarder)
 	if !ok {
 		return status.Error(codes.Unimplemented, "this provider cannot forward ports")
@@ -192,7 +193,7 @@ func checkLoopback(addr string) error {
 // List answers from the provider's Lister, or UNIMPLEMENTED when it has
 // none. A listed sandbox whose name is not valid is a provider bug: the
 // host could not use its ref, so it fails the call.
-func (s *Server) List(ctx context.Context, r *pb.ListRequest) (*pb.ListResponse, error) {
+func (s *server) List(ctx context.Context, r *pb.ListRequest) (*pb.ListResponse, error) {
 	l, ok := s.impl.(Lister)
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, "this provider cannot list its sandboxes")
@@ -216,7 +217,7 @@ func (s *Server) List(ctx context.Context, r *pb.ListRequest) (*pb.ListResponse,
 
 // ValidateSettings answers from the provider's SettingsValidator, or
 // UNIMPLEMENTED when it has none. Each problem's message is made one line.
-func (s *Server) ValidateSettings(ctx context.Context, r *pb.ValidateSettingsRequest) (*pb.ValidateSettingsResponse, error) {
+func (s *server) ValidateSettings(ctx context.Context, r *pb.ValidateSettingsRequest) (*pb.ValidateSettingsResponse, error) {
 	v, ok := s.impl.(SettingsValidator)
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, "this provider cannot check its settings")
@@ -234,7 +235,7 @@ func (s *Server) ValidateSettings(ctx context.Context, r *pb.ValidateSettingsReq
 
 // Preflight answers from the provider's Preflighter, or UNIMPLEMENTED
 // when it has none.
-func (s *Server) Preflight(ctx context.Context, r *pb.EnsureRunningRequest) (*pb.PreflightResponse, error) {
+func (s *server) Preflight(ctx context.Context, r *pb.EnsureRunningRequest) (*pb.PreflightResponse, error) {
 	p, ok := s.impl.(Preflighter)
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, "this provider cannot tell what would stop its sandbox from starting")
@@ -252,7 +253,7 @@ func (s *Server) Preflight(ctx context.Context, r *pb.EnsureRunningRequest) (*pb
 // Exec runs one exec stream: ExecStart, then stdin, cancel and resize from the
 // host while output flows back; ExitStatus goes last, after the provider has
 // returned, so all output has been sent before it.
-func (s *Server) Exec(stream pb.Provider_ExecServer) error {
+func (s *server) Exec(stream pb.Provider_ExecServer) error {
 	s.running.Add(1)
 	defer s.running.Done()
 
@@ -306,7 +307,7 @@ func (s *Server) Exec(stream pb.Provider_ExecServer) error {
 	if data != nil {
 		data.io(&eio)
 	} else if start.GetStdin() {
-		stdin = flow.NewQueue(StdinWindow)
+		stdin = flow.NewQueue(providerwire.StdinWindow)
 		r, w := io.Pipe()
 		eio.Stdin = r
 		go feed(stdin, w, out)
@@ -377,10 +378,6 @@ func receiveExec(stream pb.Provider_ExecServer, stdin *flow.Queue, resize chan T
 		}
 	}
 }
-
-// StdinWindow is the most stdin a host keeps unacknowledged (see the Exec
-// RPC in provider.proto).
-const StdinWindow = 1 << 20
 
 // feed writes the queue to the provider's stdin as the process reads it and
 // gives the host credit back for each chunk consumed.

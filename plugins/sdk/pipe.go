@@ -75,4 +75,8 @@ func (r *PipeReader) File() *os.File {
 	return r.f
 }
 
+// readerOnly and writerOnly hide ReadFrom and WriteTo, so that a copy
+// through them uses its buffer.
 type readerOnly struct{ io.Reader }
+
+type writerOnly struct{ io.Writer }

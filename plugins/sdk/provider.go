@@ -1,17 +1,3 @@
-// Package sdk is the public SDK for Amelia sandbox providers.
-//
-// A provider turns a profile into a running sandbox and runs processes in it.
-// It is a separate program that Amelia starts as a hashicorp/go-plugin
-// subprocess and talks to over gRPC; a plugin's main is one line:
-//
-//	func main() { sdk.Serve(myprovider.New()) }
-//
-// Providers only move bytes and manage lifecycles: files, git, tunnels and the
-// agent are built by Amelia on top of Exec, so they work on every provider.
-// The conformance kit in sdk/sdktest checks a provider against this contract.
-//
-// This package imports nothing else of Amelia's, so third parties can depend
-// on it alone.
 package sdk
 
 import (

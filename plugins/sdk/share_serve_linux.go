@@ -17,7 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/internal/datachan"
+	"github.com/amelia-sandbox/amelia/internal/providerwire"
+	"github.com/amelia-sandbox/amelia/internal/providerwire/datachan"
+	pb "github.com/amelia-sandbox/amelia/internal/providerwire/providerv1"
 )
 
 // helloTimeout bounds how long a shared plugin waits for a host that
@@ -27,11 +29,11 @@ const helloTimeout = 30 * time.Second
 // sharedServer is a shared plugin: the hosts connected to it and what
 // decides when it stops.
 type sharedServer struct {
-	srv      *Server
+	srv      *server
 	cfg      serveConfig
 	log      *slog.Logger
 	lis      *net.UnixListener
-	files    sharedFiles
+	files    providerwire.SharedFiles
 	dev, ino uint64 // its socket's, to tell it from a later plugin's
 	idle     time.Duration
 
@@ -44,9 +46,9 @@ type sharedServer struct {
 // serveShared serves srv as a shared plugin on the socket sc names until
 // it has had no host for sc.idle, or it is told to stop (SIGTERM, SIGINT
 // or SIGHUP): then it removes its socket, ends every host's connection
-// and shuts srv down. It writes readyLine on handshake once it listens.
-func serveShared(srv *Server, cfg serveConfig, handshake *os.File, sc sharedConfig) error {
-	if os.Getenv(Handshake.MagicCookieKey) != Handshake.MagicCookieValue {
+// and shuts srv down. It writes providerwire.ReadyLine on handshake once it listens.
+func serveShared(srv *server, cfg serveConfig, handshake *os.File, sc sharedConfig) error {
+	if os.Getenv(providerwire.Handshake.MagicCookieKey) != providerwire.Handshake.MagicCookieValue {
 		return errors.New("this binary is a plugin, which amelia starts itself; it is not meant to be run by hand")
 	}
 	lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: sc.sock, Net: "unix"})
@@ -66,7 +68,7 @@ func serveShared(srv *Server, cfg serveConfig, handshake *os.File, sc sharedConf
 		return fmt.Errorf("listen on %s: %w", sc.sock, err)
 	}
 	s := &sharedServer{
-		srv: srv, cfg: cfg, log: cfg.logger, lis: lis, files: filesOf(sc.sock),
+		srv: srv, cfg: cfg, log: cfg.logger, lis: lis, files: providerwire.FilesOf(sc.sock),
 		dev: st.Dev, ino: st.Ino, idle: sc.idle, hosts: map[*grpc.Server]int{},
 	}
 	sig := make(chan os.Signal, 1)
@@ -78,7 +80,7 @@ func serveShared(srv *Server, cfg serveConfig, handshake *os.File, sc sharedConf
 	s.mu.Lock()
 	s.armIdle()
 	s.mu.Unlock()
-	if _, err := io.WriteString(handshake, readyLine); err != nil {
+	if _, err := io.WriteString(handshake, providerwire.ReadyLine); err != nil {
 		s.stop("its starter is gone")
 	}
 	_ = handshake.Close()
@@ -115,7 +117,7 @@ func serveShared(srv *Server, cfg serveConfig, handshake *os.File, sc sharedConf
 // user, takes its hello and data channel, answers, and serves gRPC on it
 // until it closes.
 func (s *sharedServer) serveHost(conn *net.UnixConn) {
-	cred, err := peerCred(conn)
+	cred, err := providerwire.PeerCred(conn)
 	if err != nil || int(cred.Uid) != os.Geteuid() {
 		if err == nil {
 			err = fmt.Errorf("it runs as uid %d (pid %d), not as this plugin's user (uid %d)", cred.Uid, cred.Pid, os.Geteuid())
@@ -130,8 +132,8 @@ func (s *sharedServer) serveHost(conn *net.UnixConn) {
 		conn.Close()
 		return
 	}
-	gs := grpc.NewServer(serverTuning()...)
-	RegisterServer(gs, s.srv.withData(data))
+	gs := grpc.NewServer(providerwire.ServerOptions()...)
+	pb.RegisterProviderServer(gs, s.srv.withData(data))
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -153,10 +155,10 @@ func (s *sharedServer) serveHost(conn *net.UnixConn) {
 	s.log.Debug("host connected", "pid", cred.Pid, "hosts", n, "data_channel", data != nil)
 	var once sync.Once
 	gone := make(chan struct{})
-	if _, err := conn.Write([]byte(ackLine)); err == nil {
+	if _, err := conn.Write([]byte(providerwire.AckLine)); err == nil {
 		_ = conn.SetDeadline(time.Time{})
 		go func() {
-			_ = gs.Serve(&oneConnListener{conn: &watchedConn{UnixConn: conn, once: &once, gone: gone}, closed: make(chan struct{})})
+			_ = gs.Serve(&oneConnListener{conn: &providerwire.WatchedConn{UnixConn: conn, Once: &once, Gone: gone}, closed: make(chan struct{})})
 		}()
 		<-gone
 	}
@@ -180,7 +182,7 @@ func (s *sharedServer) serveHost(conn *net.UnixConn) {
 // offered none or the plugin declines it.
 func (s *sharedServer) takeHello(conn *net.UnixConn) (*datachan.Plugin, error) {
 	_ = conn.SetDeadline(time.Now().Add(helloTimeout))
-	buf := make([]byte, len(helloLine))
+	buf := make([]byte, len(providerwire.HelloLine))
 	oob := make([]byte, unix.CmsgSpace(4)) // one descriptor; the kernel closes any more
 	var fds []int
 	truncated := false
@@ -206,9 +208,9 @@ func (s *sharedServer) takeHello(conn *net.UnixConn) (*datachan.Plugin, error) {
 		n += k
 	}
 	switch {
-	case string(buf) != helloLine:
+	case string(buf) != providerwire.HelloLine:
 		closeFDs(fds)
-		return nil, fmt.Errorf("it said %q, not %q", buf, helloLine)
+		return nil, fmt.Errorf("it said %q, not %q", buf, providerwire.HelloLine)
 	case truncated || len(fds) > 1:
 		closeFDs(fds)
 		return nil, errors.New("it sent more than its data channel")
@@ -252,9 +254,9 @@ func (s *sharedServer) armIdle() {
 // finding this one and being counted by it (hosts take the lock while
 // they connect), and none starts another until this one's socket is gone.
 func (s *sharedServer) idleExpired() {
-	if lock, err := os.OpenFile(s.files.lock, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+	if lock, err := os.OpenFile(s.files.Lock, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
 		defer lock.Close() // and with it the lock
-		if err := flock(lock, unix.LOCK_EX); err != nil {
+		if err := providerwire.Flock(lock, unix.LOCK_EX); err != nil {
 			s.log.Warn("lock the shared plugin's lock file", "error", err)
 		}
 	}
@@ -285,8 +287,8 @@ func (s *sharedServer) stop(why string) {
 	s.mu.Unlock()
 	s.log.Info("shared provider plugin stopping", "why", why, "hosts", hosts)
 	var st unix.Stat_t
-	if unix.Stat(s.files.sock, &st) == nil && st.Dev == s.dev && st.Ino == s.ino {
-		_ = os.Remove(s.files.sock)
+	if unix.Stat(s.files.Sock, &st) == nil && st.Dev == s.dev && st.Ino == s.ino {
+		_ = os.Remove(s.files.Sock)
 	}
 	_ = s.lis.Close()
 }

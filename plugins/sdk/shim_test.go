@@ -1,4 +1,4 @@
-package sdk
+package sdk_test
 
 import (
 	"context"
@@ -6,120 +6,143 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
-	pb "github.com/amelia-sandbox/amelia/plugins/sdk/providerv1"
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
+	"github.com/amelia-sandbox/amelia/internal/providerwire"
+	pb "github.com/amelia-sandbox/amelia/internal/providerwire/providerv1"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
+// failingProvider's Teardown fails with err.
+type failingProvider struct {
+	*stubProvider
+	err error
+}
+
+func (f failingProvider) Teardown(context.Context, sdk.SandboxRef) error { return f.err }
+
 func TestErrorsCrossTheBoundary(t *testing.T) {
-	for _, kind := range []error{ErrNotFound, ErrInvalid, ErrUnavailable, ErrUnsupported, ErrPermission, ErrConflict, ErrTimeout, context.Canceled} {
+	for _, kind := range []error{sdk.ErrNotFound, sdk.ErrInvalid, sdk.ErrUnavailable, sdk.ErrUnsupported, sdk.ErrPermission, sdk.ErrConflict, sdk.ErrTimeout, context.Canceled} {
 		sent := fmt.Errorf("sandbox x: %w", kind)
-		got := fromStatus(toStatus(sent))
+		got := serve(t, failingProvider{&stubProvider{}, sent}, 0).Teardown(t.Context(), sdk.SandboxRef{Name: "a"})
 		if !errors.Is(got, kind) || got.Error() != sent.Error() {
 			t.Errorf("%v: came back as %q (matches: %v), want %q matching it", kind, got, errors.Is(got, kind), sent)
 		}
 	}
-	plain := fromStatus(toStatus(errors.New("disk on fire")))
-	if plain.Error() != "disk on fire" || errors.Is(plain, ErrUnavailable) {
+	plain := serve(t, failingProvider{&stubProvider{}, errors.New("disk on fire")}, 0).Teardown(t.Context(), sdk.SandboxRef{Name: "a"})
+	if plain.Error() != "disk on fire" || errors.Is(plain, sdk.ErrUnavailable) {
 		t.Errorf("an unclassified error came back as %q", plain)
 	}
-	if e := Errorf(ErrNotFound, "no sandbox %q", "a"); !errors.Is(fromStatus(toStatus(e)), ErrNotFound) || e.Error() != `no sandbox "a"` {
-		t.Errorf("Errorf: %v", e)
+	e := sdk.Errorf(sdk.ErrNotFound, "no sandbox %q", "a")
+	if got := serve(t, failingProvider{&stubProvider{}, e}, 0).Teardown(t.Context(), sdk.SandboxRef{Name: "a"}); !errors.Is(got, sdk.ErrNotFound) || e.Error() != `no sandbox "a"` {
+		t.Errorf("Errorf: %v, came back as %v", e, got)
 	}
 }
 
 // stubProvider answers every call; its health check can hang.
 type stubProvider struct {
 	hang    chan struct{}
-	seen    []ExecRequest
-	running Sandbox
+	seen    []sdk.ExecRequest
+	running sdk.Sandbox
 }
 
-func (s *stubProvider) Info(context.Context) (Info, error) { return Info{Name: "stub"}, nil }
-func (s *stubProvider) EnsureRunning(_ context.Context, spec Spec) (Sandbox, error) {
+func (s *stubProvider) Info(context.Context) (sdk.Info, error) { return sdk.Info{Name: "stub"}, nil }
+func (s *stubProvider) EnsureRunning(_ context.Context, spec sdk.Spec) (sdk.Sandbox, error) {
 	return s.running, nil
 }
-func (s *stubProvider) Exec(_ context.Context, req ExecRequest, _ ExecIO) (ExitStatus, error) {
+func (s *stubProvider) Exec(_ context.Context, req sdk.ExecRequest, _ sdk.ExecIO) (sdk.ExitStatus, error) {
 	s.seen = append(s.seen, req)
-	return ExitStatus{}, nil
+	return sdk.ExitStatus{}, nil
 }
-func (s *stubProvider) Teardown(context.Context, SandboxRef) error { return nil }
-func (s *stubProvider) HealthCheck(ctx context.Context, _ SandboxRef) (Health, error) {
+func (s *stubProvider) Teardown(context.Context, sdk.SandboxRef) error { return nil }
+func (s *stubProvider) HealthCheck(ctx context.Context, _ sdk.SandboxRef) (sdk.Health, error) {
 	<-s.hang // ignores ctx, as a broken provider would
-	return Health{State: HealthReady}, nil
+	return sdk.Health{State: sdk.HealthReady}, nil
 }
 
-// serve puts p behind the gRPC shim on a unix socket.
-func serve(t *testing.T, p Provider, configure func(*Server)) *Client {
+// serve puts p behind the gRPC shim on a unix socket, its HealthCheck
+// bounded by healthTimeout (0: HealthCheckTimeout), and returns the
+// host's client of it.
+func serve(t *testing.T, p sdk.Provider, healthTimeout time.Duration) *pluginclient.Client {
+	t.Helper()
+	return pluginclient.NewClient(dial(t, p, healthTimeout))
+}
+
+// dial serves p as serve does and connects to it.
+func dial(t *testing.T, p sdk.Provider, healthTimeout time.Duration) *grpc.ClientConn {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "s")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(p)
-	if configure != nil {
-		configure(srv)
+	var stop func()
+	if healthTimeout > 0 {
+		stop = sdk.ServeListenerBounded(p, lis, healthTimeout)
+	} else {
+		stop = sdk.ServeListener(p, lis)
 	}
-	gs := grpc.NewServer()
-	RegisterServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
 	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
+		stop()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cc.Close(); gs.Stop() })
-	return NewClient(cc)
+	t.Cleanup(func() { _ = cc.Close(); stop() })
+	return cc
 }
 
 func TestHealthCheckIsBoundedEvenWhenTheProviderHangs(t *testing.T) {
 	stub := &stubProvider{hang: make(chan struct{})}
 	defer close(stub.hang)
-	c := serve(t, stub, func(s *Server) { s.healthTimeout = 100 * time.Millisecond })
-	_, err := c.HealthCheck(t.Context(), SandboxRef{Name: "a"})
-	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "took longer than 100ms") {
-		t.Errorf("err = %v, want ErrTimeout saying the bound", err)
+	c := serve(t, stub, 100*time.Millisecond)
+	_, err := c.HealthCheck(t.Context(), sdk.SandboxRef{Name: "a"})
+	if !errors.Is(err, sdk.ErrTimeout) || !strings.Contains(err.Error(), "took longer than 100ms") {
+		t.Errorf("err = %v, want sdk.ErrTimeout saying the bound", err)
 	}
 }
 
 func TestInvalidRequestsNeverReachTheProvider(t *testing.T) {
 	stub := &stubProvider{}
-	c := serve(t, stub, nil)
+	c := serve(t, stub, 0)
 	ctx := t.Context()
 	for _, tc := range []struct {
 		name string
 		call func() error
 	}{
-		{"name with a path", func() error { return c.Teardown(ctx, SandboxRef{Name: "../etc"}) }},
-		{"upper-case name", func() error { _, err := c.HealthCheck(ctx, SandboxRef{Name: "Dev"}); return err }},
+		{"name with a path", func() error { return c.Teardown(ctx, sdk.SandboxRef{Name: "../etc"}) }},
+		{"upper-case name", func() error { _, err := c.HealthCheck(ctx, sdk.SandboxRef{Name: "Dev"}); return err }},
 		{"empty name", func() error {
-			_, err := c.EnsureRunning(ctx, Spec{Network: NetworkPolicy{Mode: NetworkOpen}})
+			_, err := c.EnsureRunning(ctx, sdk.Spec{Network: sdk.NetworkPolicy{Mode: sdk.NetworkOpen}})
 			return err
 		}},
 		{"unknown network mode", func() error {
-			_, err := c.EnsureRunning(ctx, Spec{SandboxRef: SandboxRef{Name: "a"}, Network: NetworkPolicy{Mode: "opn"}})
+			_, err := c.EnsureRunning(ctx, sdk.Spec{SandboxRef: sdk.SandboxRef{Name: "a"}, Network: sdk.NetworkPolicy{Mode: "opn"}})
 			return err
 		}},
 		{"empty argv", func() error {
-			_, err := c.Exec(ctx, ExecRequest{Sandbox: SandboxRef{Name: "a"}}, ExecIO{})
+			_, err := c.Exec(ctx, sdk.ExecRequest{Sandbox: sdk.SandboxRef{Name: "a"}}, sdk.ExecIO{})
 			return err
 		}},
 		{"env name with =", func() error {
-			_, err := c.Exec(ctx, ExecRequest{Sandbox: SandboxRef{Name: "a"}, Argv: []string{"true"}, Env: map[string]string{"A=B": "c"}}, ExecIO{})
+			_, err := c.Exec(ctx, sdk.ExecRequest{Sandbox: sdk.SandboxRef{Name: "a"}, Argv: []string{"true"}, Env: map[string]string{"A=B": "c"}}, sdk.ExecIO{})
 			return err
 		}},
 		{"NUL in an argument", func() error {
-			_, err := c.Exec(ctx, ExecRequest{Sandbox: SandboxRef{Name: "a"}, Argv: []string{"echo", "a\x00b"}}, ExecIO{})
+			_, err := c.Exec(ctx, sdk.ExecRequest{Sandbox: sdk.SandboxRef{Name: "a"}, Argv: []string{"echo", "a\x00b"}}, sdk.ExecIO{})
 			return err
 		}},
 	} {
-		if err := tc.call(); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: err = %v, want ErrInvalid", tc.name, err)
+		if err := tc.call(); !errors.Is(err, sdk.ErrInvalid) {
+			t.Errorf("%s: err = %v, want sdk.ErrInvalid", tc.name, err)
 		}
 	}
 	if len(stub.seen) != 0 {
@@ -129,19 +152,19 @@ func TestInvalidRequestsNeverReachTheProvider(t *testing.T) {
 
 func TestExecRequestCrossesIntact(t *testing.T) {
 	stub := &stubProvider{}
-	c := serve(t, stub, nil)
-	req := ExecRequest{
-		Sandbox:     SandboxRef{Name: "a", ID: "id-1", Config: []byte(`{"root":"/x"}`)},
+	c := serve(t, stub, 0)
+	req := sdk.ExecRequest{
+		Sandbox:     sdk.SandboxRef{Name: "a", ID: "id-1", Config: []byte(`{"root":"/x"}`)},
 		Argv:        []string{"sh", "-c", "echo 'a b'"},
 		Env:         map[string]string{"K": "v w"},
 		Dir:         "sub",
 		User:        "amelia",
-		Size:        TermSize{Rows: 24, Cols: 80},
+		Size:        sdk.TermSize{Rows: 24, Cols: 80},
 		CancelGrace: 1500 * time.Millisecond,
 		Timeout:     time.Minute,
-		Traffic:     TrafficMessages,
+		Traffic:     sdk.TrafficMessages,
 	}
-	if _, err := c.Exec(t.Context(), req, ExecIO{}); err != nil {
+	if _, err := c.Exec(t.Context(), req, sdk.ExecIO{}); err != nil {
 		t.Fatal(err)
 	}
 	if len(stub.seen) != 1 || fmt.Sprint(stub.seen[0]) != fmt.Sprint(req) {
@@ -150,15 +173,15 @@ func TestExecRequestCrossesIntact(t *testing.T) {
 }
 
 func TestSandboxCrossesIntact(t *testing.T) {
-	want := Sandbox{
-		Ref:     SandboxRef{Name: "a", ID: "id-1", Config: []byte(`{"root":"/x"}`)},
+	want := sdk.Sandbox{
+		Ref:     sdk.SandboxRef{Name: "a", ID: "id-1", Config: []byte(`{"root":"/x"}`)},
 		Created: true,
 		Workdir: "/workspace",
 		Details: map[string]string{"container": "c1"},
-		Worker:  WorkerPlace{Dir: "/srv/bin", Preinstalled: []string{"/opt/amelia/bin/amelia-worker"}},
+		Worker:  sdk.WorkerPlace{Dir: "/srv/bin", Preinstalled: []string{"/opt/amelia/bin/amelia-worker"}},
 	}
-	c := serve(t, &stubProvider{running: want}, nil)
-	got, err := c.EnsureRunning(t.Context(), Spec{SandboxRef: SandboxRef{Name: "a"}, Network: NetworkPolicy{Mode: NetworkOpen}})
+	c := serve(t, &stubProvider{running: want}, 0)
+	got, err := c.EnsureRunning(t.Context(), sdk.Spec{SandboxRef: sdk.SandboxRef{Name: "a"}, Network: sdk.NetworkPolicy{Mode: sdk.NetworkOpen}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,26 +193,14 @@ func TestSandboxCrossesIntact(t *testing.T) {
 // stdinIgnorer runs execs that never read stdin and end when cancelled.
 type stdinIgnorer struct{ *stubProvider }
 
-func (stdinIgnorer) Exec(ctx context.Context, _ ExecRequest, _ ExecIO) (ExitStatus, error) {
+func (stdinIgnorer) Exec(ctx context.Context, _ sdk.ExecRequest, _ sdk.ExecIO) (sdk.ExitStatus, error) {
 	<-ctx.Done()
-	return ExitStatus{Code: 143, Signal: "TERM"}, nil
+	return sdk.ExitStatus{Code: 143, Signal: "TERM"}, nil
 }
 
 // A host that ignores its stdin credit is refused rather than buffered.
 func TestStdinBeyondCreditIsRefused(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "s")
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	RegisterServer(gs, NewServer(stdinIgnorer{&stubProvider{}}))
-	go func() { _ = gs.Serve(lis) }()
-	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close(); gs.Stop() })
+	cc := dial(t, stdinIgnorer{&stubProvider{}}, 0)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // fail, never hang
 	defer cancel()
@@ -202,7 +213,7 @@ func TestStdinBeyondCreditIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	chunk := make([]byte, 64<<10)
-	for range StdinWindow/len(chunk) + 1 {
+	for range providerwire.StdinWindow/len(chunk) + 1 {
 		if err := stream.Send(&pb.ExecRequest{Msg: &pb.ExecRequest_Stdin{Stdin: chunk}}); err != nil {
 			break // the server already gave up
 		}
@@ -210,7 +221,7 @@ func TestStdinBeyondCreditIsRefused(t *testing.T) {
 	for {
 		_, err := stream.Recv()
 		if err != nil {
-			if !errors.Is(fromStatus(err), ErrInvalid) || !strings.Contains(err.Error(), "credit") {
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "credit") {
 				t.Errorf("err = %v, want InvalidArgument about the stdin credit", err)
 			}
 			return
@@ -227,8 +238,8 @@ func TestValidName(t *testing.T) {
 		{"", false}, {"-a", false}, {"_a", false}, {"A", false}, {"a.b", false}, {"a b", false},
 		{strings.Repeat("a", 64), false}, {"é", false},
 	} {
-		if got := ValidName(tt.s); got != tt.want {
-			t.Errorf("ValidName(%q) = %v, want %v", tt.s, got, tt.want)
+		if got := sdk.ValidName(tt.s); got != tt.want {
+			t.Errorf("sdk.ValidName(%q) = %v, want %v", tt.s, got, tt.want)
 		}
 	}
 }
@@ -236,44 +247,44 @@ func TestValidName(t *testing.T) {
 // validatingProvider checks its settings: it answers problems, or fails.
 type validatingProvider struct {
 	*stubProvider
-	seen     []ValidateRequest
-	problems []Problem
+	seen     []sdk.ValidateRequest
+	problems []sdk.Problem
 	err      error
 }
 
-func (v *validatingProvider) ValidateSettings(_ context.Context, req ValidateRequest) ([]Problem, error) {
+func (v *validatingProvider) ValidateSettings(_ context.Context, req sdk.ValidateRequest) ([]sdk.Problem, error) {
 	v.seen = append(v.seen, req)
 	return v.problems, v.err
 }
 
 func TestValidateSettingsCrossesTheBoundary(t *testing.T) {
-	req := ValidateRequest{
+	req := sdk.ValidateRequest{
 		Config:  []byte(`{"resources":{"memroy":"4g"}}`),
-		Network: NetworkPolicy{Mode: NetworkAllowlist, AllowedHosts: []string{"github.com"}},
+		Network: sdk.NetworkPolicy{Mode: sdk.NetworkAllowlist, AllowedHosts: []string{"github.com"}},
 	}
 	for _, tc := range []struct {
 		name     string
-		provider Provider
-		want     []Problem
+		provider sdk.Provider
+		want     []sdk.Problem
 		err      error // the kind it matches; nil: no error
 	}{
 		{
 			name: "problems come back, each on one line",
-			provider: &validatingProvider{stubProvider: &stubProvider{}, problems: []Problem{
+			provider: &validatingProvider{stubProvider: &stubProvider{}, problems: []sdk.Problem{
 				{Key: "resources.memroy", Message: "unknown key, did you mean memory? (known: cpus, memory, pids)"},
 				{Key: "", Message: "two\nlines"},
 			}},
-			want: []Problem{
+			want: []sdk.Problem{
 				{Key: "resources.memroy", Message: "unknown key, did you mean memory? (known: cpus, memory, pids)"},
 				{Key: "", Message: "two lines"},
 			},
 		},
-		{name: "good settings", provider: &validatingProvider{stubProvider: &stubProvider{}}, want: []Problem{}},
-		{name: "the check itself failed", provider: &validatingProvider{stubProvider: &stubProvider{}, err: Errorf(ErrUnavailable, "no disk")}, err: ErrUnavailable},
-		{name: "a provider that cannot check", provider: &stubProvider{}, err: ErrUnsupported},
+		{name: "good settings", provider: &validatingProvider{stubProvider: &stubProvider{}}, want: []sdk.Problem{}},
+		{name: "the check itself failed", provider: &validatingProvider{stubProvider: &stubProvider{}, err: sdk.Errorf(sdk.ErrUnavailable, "no disk")}, err: sdk.ErrUnavailable},
+		{name: "a provider that cannot check", provider: &stubProvider{}, err: sdk.ErrUnsupported},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := serve(t, tc.provider, nil).ValidateSettings(t.Context(), req)
+			got, err := serve(t, tc.provider, 0).ValidateSettings(t.Context(), req)
 			if tc.err != nil {
 				if !errors.Is(err, tc.err) {
 					t.Errorf("err = %v, want one matching %v", err, tc.err)
@@ -293,8 +304,55 @@ func TestValidateSettingsCrossesTheBoundary(t *testing.T) {
 
 func TestValidateSettingsRefusesAnUnknownNetworkMode(t *testing.T) {
 	v := &validatingProvider{stubProvider: &stubProvider{}}
-	_, err := serve(t, v, nil).ValidateSettings(t.Context(), ValidateRequest{Network: NetworkPolicy{Mode: "opn"}})
-	if !errors.Is(err, ErrInvalid) || len(v.seen) != 0 {
-		t.Errorf("err = %v, provider saw %v; want ErrInvalid and nothing seen", err, v.seen)
+	_, err := serve(t, v, 0).ValidateSettings(t.Context(), sdk.ValidateRequest{Network: sdk.NetworkPolicy{Mode: "opn"}})
+	if !errors.Is(err, sdk.ErrInvalid) || len(v.seen) != 0 {
+		t.Errorf("err = %v, provider saw %v; want sdk.ErrInvalid and nothing seen", err, v.seen)
 	}
+}
+
+// Every field of Info crosses the wire both ways: a capability the
+// conversion forgot would reach the host as false.
+func TestInfoRoundTrip(t *testing.T) {
+	t.Parallel()
+	in := sdk.Info{
+		Name: "p", Version: "1.2.3", APIVersions: []int{1}, Description: "a provider",
+		Capabilities: sdk.Capabilities{
+			EgressModes: []sdk.NetworkMode{sdk.NetworkOpen, sdk.NetworkNone},
+			Isolated:    true, ExecAsRoot: true, ResourceLimits: true, TTY: true, RunUsers: true,
+		},
+	}
+	if got := infoThroughTheWire(t, in); !reflect.DeepEqual(got, in) {
+		t.Errorf("Info after the wire = %+v, want %+v", got, in)
+	}
+	// Each capability alone: none is carried by another's field.
+	c := reflect.ValueOf(&in.Capabilities).Elem()
+	for i := range c.NumField() {
+		if c.Field(i).Kind() != reflect.Bool {
+			continue
+		}
+		one := sdk.Info{Name: "p"}
+		reflect.ValueOf(&one.Capabilities).Elem().Field(i).SetBool(true)
+		if got := infoThroughTheWire(t, one); !reflect.DeepEqual(got.Capabilities, one.Capabilities) {
+			t.Errorf("%s alone after the wire = %+v", c.Type().Field(i).Name, got.Capabilities)
+		}
+	}
+}
+
+// infoProvider's Info is info.
+type infoProvider struct {
+	*stubProvider
+	info sdk.Info
+}
+
+func (p infoProvider) Info(context.Context) (sdk.Info, error) { return p.info, nil }
+
+// infoThroughTheWire is in as the host gets it from a provider that
+// answers it.
+func infoThroughTheWire(t *testing.T, in sdk.Info) sdk.Info {
+	t.Helper()
+	got, err := serve(t, infoProvider{&stubProvider{}, in}, 0).Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/internal/benchtest"
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
 	"github.com/amelia-sandbox/amelia/internal/sshtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -31,9 +32,9 @@ func sshCLI(b *testing.B, srv *sshtest.Server, extra ...string) *exec.Cmd {
 	return exec.Command("ssh", args...)
 }
 
-func benchSandbox(b *testing.B, srv *sshtest.Server) (*sdk.Plugin, sdk.Sandbox) {
+func benchSandbox(b *testing.B, srv *sshtest.Server) (*pluginclient.Plugin, sdk.Sandbox) {
 	b.Helper()
-	p, err := sdk.Launch(pluginCommand(), sdk.LaunchOptions{Name: "ssh"})
+	p, err := pluginclient.Launch(pluginCommand(), pluginclient.LaunchOptions{Name: "ssh"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func BenchmarkConnect(b *testing.B) {
 	cfg := settingsFor(srv, b.TempDir(), filepath.Join(b.TempDir(), "no-config"), nil)
 	var ours, cli []time.Duration
 	for b.Loop() {
-		p, err := sdk.Launch(pluginCommand(), sdk.LaunchOptions{Name: "ssh"})
+		p, err := pluginclient.Launch(pluginCommand(), pluginclient.LaunchOptions{Name: "ssh"})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -17,7 +17,7 @@ import (
 	"github.com/kevinburke/ssh_config"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/sshtransport"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/sshtransport"
 )
 
 // Settings is a profile's `sandbox.ssh` block.

@@ -17,6 +17,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
 	"github.com/amelia-sandbox/amelia/internal/sshtest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
@@ -26,7 +27,7 @@ import (
 // The test binary doubles as the plugin: launched by go-plugin (which sets
 // the handshake cookie), it serves the SSH provider instead of testing.
 func TestMain(m *testing.M) {
-	if os.Getenv(sdk.Handshake.MagicCookieKey) != "" {
+	if sdktest.LaunchedAsPlugin() {
 		sdk.Serve(ssh.New(ssh.Options{Version: "test"}))
 		return
 	}
@@ -68,9 +69,9 @@ func TestConformance(t *testing.T) {
 }
 
 // launch starts the provider as a plugin subprocess for the test.
-func launch(t *testing.T) *sdk.Plugin {
+func launch(t *testing.T) *pluginclient.Plugin {
 	t.Helper()
-	p, err := sdk.Launch(pluginCommand(), sdk.LaunchOptions{Name: "ssh"})
+	p, err := pluginclient.Launch(pluginCommand(), pluginclient.LaunchOptions{Name: "ssh"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func launch(t *testing.T) *sdk.Plugin {
 }
 
 // up starts a sandbox through the plugin and tears it down at the end.
-func up(t *testing.T, p *sdk.Plugin, name string, settings json.RawMessage) sdk.Sandbox {
+func up(t *testing.T, p *pluginclient.Plugin, name string, settings json.RawMessage) sdk.Sandbox {
 	t.Helper()
 	sb, err := p.EnsureRunning(t.Context(), sdk.Spec{SandboxRef: sdk.SandboxRef{Name: name, Config: settings}, Network: sdk.NetworkPolicy{Mode: sdk.NetworkOpen}})
 	if err != nil {
@@ -94,7 +95,7 @@ func up(t *testing.T, p *sdk.Plugin, name string, settings json.RawMessage) sdk.
 }
 
 // run runs a shell script in the sandbox and returns its stdout.
-func run(t *testing.T, p *sdk.Plugin, ref sdk.SandboxRef, script string) string {
+func run(t *testing.T, p *pluginclient.Plugin, ref sdk.SandboxRef, script string) string {
 	t.Helper()
 	var out, errb bytes.Buffer
 	st, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: ref, Argv: []string{"bash", "-c", script}}, sdk.ExecIO{Stdout: &out, Stderr: &errb})
@@ -311,7 +312,7 @@ func TestAgentAuth(t *testing.T) {
 	agent := sshtest.StartAgent(t, key, "open sesame")
 	cmd := pluginCommand()
 	cmd.Env = append(os.Environ(), "SSH_AUTH_SOCK="+agent.Socket)
-	p, err := sdk.Launch(cmd, sdk.LaunchOptions{Name: "ssh"})
+	p, err := pluginclient.Launch(cmd, pluginclient.LaunchOptions{Name: "ssh"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin/linked"
 	"github.com/amelia-sandbox/amelia/core/buildinfo"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/internal/providerwire"
 	"github.com/amelia-sandbox/amelia/internal/sharedtest"
-	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -32,7 +32,7 @@ var startEnv = os.Environ()
 // Launched by go-plugin as `<test binary> plugin serve NAME`, the test binary
 // is amelia serving a built-in provider.
 func TestMain(m *testing.M) {
-	if os.Getenv(sdk.Handshake.MagicCookieKey) != "" {
+	if os.Getenv(providerwire.Handshake.MagicCookieKey) != "" {
 		os.Exit(Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, linked.Providers()))
 	}
 	os.Exit(m.Run())

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/amelia-sandbox/amelia/core/pluginhost"
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -68,7 +69,7 @@ func (a *app) pluginSharing() *pluginhost.Sharing {
 	if !filepath.IsAbs(tmp) {
 		tmp = "/tmp"
 	}
-	s := &pluginhost.Sharing{Dir: sdk.ShareDir(a.getenv("XDG_RUNTIME_DIR"), tmp, os.Geteuid())}
+	s := &pluginhost.Sharing{Dir: pluginclient.ShareDir(a.getenv("XDG_RUNTIME_DIR"), tmp, os.Geteuid())}
 	if v := a.getenv("AMELIA_PLUGIN_IDLE"); v != "" {
 		d, err := time.ParseDuration(v)
 		switch {

@@ -18,10 +18,13 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/tunnel"
 	"github.com/amelia-sandbox/amelia/internal/benchtest"
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
+	"github.com/amelia-sandbox/amelia/internal/providerwire"
 	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
 	"github.com/amelia-sandbox/amelia/plugins/daytona"
@@ -42,7 +45,7 @@ const workerDirEnv = "AMELIA_WORKER_DIR"
 var workerDir string
 
 func TestMain(m *testing.M) {
-	if os.Getenv(sdk.Handshake.MagicCookieKey) != "" {
+	if os.Getenv(providerwire.Handshake.MagicCookieKey) != "" {
 		if os.Getenv(pluginEnv) == "docker" {
 			sdk.Serve(docker.New(docker.Options{Version: "bench", WorkerDirs: []string{os.Getenv(workerDirEnv)}}))
 			return
@@ -64,7 +67,7 @@ func TestMain(m *testing.M) {
 
 // sandbox is a sandbox to measure in, and where its worker goes.
 type sandbox struct {
-	ex    sdk.Execer
+	ex    sandboxexec.Execer
 	place sdk.WorkerPlace
 }
 
@@ -167,7 +170,7 @@ func dockerSandbox(b *testing.B) sandbox {
 	dockertest.RemoveContainers(b, cli, label+"=bench")
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), pluginEnv+"=docker", workerDirEnv+"="+workerDir)
-	p, err := sdk.Launch(cmd, sdk.LaunchOptions{Name: "docker"})
+	p, err := pluginclient.Launch(cmd, pluginclient.LaunchOptions{Name: "docker"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -181,7 +184,7 @@ func dockerSandbox(b *testing.B) sandbox {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { p.Teardown(context.Background(), sb.Ref) })
-	return sandbox{ex: sdk.Bind(p, sb.Ref), place: sb.Worker}
+	return sandbox{ex: sandboxexec.Bind(p, sb.Ref), place: sb.Worker}
 }
 
 func daytonaSandbox(b *testing.B) sandbox {
@@ -204,5 +207,5 @@ func daytonaSandbox(b *testing.B) sandbox {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return sandbox{ex: sdk.Bind(p, sb.Ref), place: sb.Worker}
+	return sandbox{ex: sandboxexec.Bind(p, sb.Ref), place: sb.Worker}
 }

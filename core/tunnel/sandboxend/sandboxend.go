@@ -30,7 +30,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/netpipe"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/netpipe"
 )
 
 // Hello is the sandbox end's first message, on the control stream.

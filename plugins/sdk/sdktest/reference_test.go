@@ -19,14 +19,14 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/hostproc"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/netpipe"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/hostproc"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/netpipe"
 )
 
 // reference is the smallest provider that keeps the whole contract, for
 // the kit's self-tests: a sandbox is a directory under the settings' root,
 // and commands run in it as processes of this machine, through
-// sdk/hostproc, as the user running the test. It declares network open
+// sdk/toolkit/hostproc, as the user running the test. It declares network open
 // only, no TTY, no root and no resource limits.
 type reference struct {
 	me string // the user commands run as

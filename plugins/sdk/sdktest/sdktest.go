@@ -37,6 +37,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -48,6 +49,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/amelia-sandbox/amelia/internal/pluginclient"
+	"github.com/amelia-sandbox/amelia/internal/providerwire"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -311,8 +314,9 @@ type kit struct {
 	hung atomic.Bool
 }
 
-// conn is the kit's connection to the provider, the SDK's gRPC client
-// (*sdk.Client, or *sdk.Plugin for a plugin subprocess): it has every
+// conn is the kit's connection to the provider, the host's gRPC client
+// (a *pluginclient.Client, or a *pluginclient.Plugin for a plugin
+// subprocess): it has every
 // optional interface, and answers ErrUnsupported for one the provider has
 // not.
 type conn interface {
@@ -333,7 +337,7 @@ func connect(t T, cfg Config) conn {
 	})
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if cfg.Command != nil {
-		p, err := sdk.Launch(cfg.Command(), sdk.LaunchOptions{Name: "sdktest", Logger: logger})
+		p, err := pluginclient.Launch(cfg.Command(), pluginclient.LaunchOptions{Name: "sdktest", Logger: logger})
 		if err != nil {
 			t.Fatalf("launch provider plugin: %v", err)
 		}
@@ -345,20 +349,17 @@ func connect(t T, cfg Config) conn {
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	gs := grpc.NewServer()
-	srv := sdk.NewServer(cfg.Provider)
-	sdk.RegisterServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
+	stop := sdk.ServeListener(cfg.Provider, lis)
 	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
+		stop()
 		t.Fatalf("dial provider: %v", err)
 	}
 	t.Cleanup(func() {
 		_ = cc.Close()
-		gs.Stop()
-		srv.Shutdown(time.Second)
+		stop()
 	})
-	return sdk.NewClient(cc)
+	return pluginclient.NewClient(cc)
 }
 
 func (k *kit) ctx(t T) context.Context {
@@ -493,3 +494,20 @@ func (lr *lineReader) next(ctx context.Context) (string, error) {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// LaunchedAsPlugin reports whether this process was started as a provider
+// plugin, by Run (for a Config.Command) or by amelia: go-plugin's handshake
+// cookie is in its environment. A test binary that is also its own plugin
+// (Command runs os.Args[0]) checks it in TestMain and serves instead of
+// running the tests:
+//
+//	func TestMain(m *testing.M) {
+//		if sdktest.LaunchedAsPlugin() {
+//			sdk.Serve(myprovider.New())
+//			return
+//		}
+//		os.Exit(m.Run())
+//	}
+func LaunchedAsPlugin() bool {
+	return os.Getenv(providerwire.Handshake.MagicCookieKey) != ""
+}

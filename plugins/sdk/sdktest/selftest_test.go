@@ -19,8 +19,8 @@ import (
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/hostproc"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/hostproc"
 )
 
 // The kit's self-tests: the reference provider passes every group, and

@@ -9,7 +9,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/plugins/kubernetes"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/workerbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/workerbin"
 )
 
 // version is set at link time: -ldflags "-X main.version=v1.2.3".

@@ -1,0 +1,114 @@
+package sshtransport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/shexec"
+)
+
+// Errors Exec's error matches when the command did not run.
+var (
+	// ErrNoDir: the working directory does not exist.
+	ErrNoDir = errors.New("no such working directory")
+	// ErrNoSandbox: the command's required file (the sandbox's marker)
+	// does not exist.
+	ErrNoSandbox = errors.New("no such sandbox")
+)
+
+// killTimeout bounds the session that signals a cancelled command.
+const killTimeout = 10 * time.Second
+
+// Exec runs cmd in a session and streams its I/O: the exit status (a
+// killing signal by name) once its output has ended. When ctx ends, its
+// process group and tagged processes get SIGTERM from a second session,
+// then SIGKILL after grace (sdk.ExecRequest semantics). A connection that
+// drops while the command runs is ErrUnavailable; the next session
+// connects again.
+func (c *Conn) Exec(ctx context.Context, cmd shexec.Command, eio sdk.ExecIO, grace time.Duration) (sdk.ExitStatus, error) {
+	s, release, err := c.Session(ctx)
+	if err != nil {
+		return sdk.ExitStatus{}, err
+	}
+	defer release()
+	defer s.Close()
+	ctl := shexec.NewControl(eio.Stderr, cmd.Tag)
+	s.Stdout, s.Stderr = eio.Stdout, ctl
+	var stdin io.WriteCloser
+	if eio.Stdin != nil {
+		// Copied here, not by the session: its Wait would wait for stdin
+		// too, which may never end when the command does not read it.
+		if stdin, err = s.StdinPipe(); err != nil {
+			return sdk.ExitStatus{}, fmt.Errorf("ssh %s: %w", c.target, err)
+		}
+	}
+	if err := s.Start(cmd.Line()); err != nil {
+		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: start the command: %v", c.target, err)
+	}
+	if stdin != nil {
+		go func() {
+			if _, err := io.Copy(stdin, eio.Stdin); err == nil {
+				stdin.Close()
+			}
+		}()
+	}
+	ended := make(chan error, 1)
+	go func() {
+		err := s.Wait()
+		ctl.Finish()
+		ended <- err
+	}()
+
+	var st sdk.ExitStatus
+	var waitErr error
+	select {
+	case waitErr = <-ended:
+	case <-ctx.Done():
+		st.Canceled = true
+		_, waitErr = shexec.Stopper{
+			Control: ctl,
+			Ended:   ended,
+			Signal: func(sig string, pgid int) error {
+				kctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+				defer cancel()
+				_, err := c.Output(kctx, shexec.KillLine(sig, pgid, shexec.Entry(cmd.Tag)), nil)
+				return err
+			},
+			Cut: func() { s.Close() },
+		}.Stop(grace, func(sig string, err error) {
+			c.opts.Logger.Warn("cancel a command", "target", c.target.String(), "signal", sig, "error", err)
+		})
+	}
+	switch {
+	case ctl.NoSandbox():
+		return st, ErrNoSandbox
+	case ctl.NoDir():
+		return st, ErrNoDir
+	}
+	var exit *ssh.ExitError
+	switch {
+	case waitErr == nil:
+	case errors.As(waitErr, &exit):
+		st.Code, st.Signal = exit.ExitStatus(), exit.Signal()
+		if n, ok := rfc4254Signals[st.Signal]; ok {
+			st.Code = 128 + n
+		}
+	default:
+		return st, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: the connection dropped while the command ran (%v); the next command connects again", c.target, waitErr)
+	}
+	return st, nil
+}
+
+// rfc4254Signals are the signals an SSH exit-signal message names (RFC
+// 4254, 6.10), numbered as Linux numbers them. x/crypto/ssh's ExitStatus
+// for a signal it does not number (USR1, USR2) is 128, not 128+N.
+var rfc4254Signals = map[string]int{
+	"ABRT": 6, "ALRM": 14, "FPE": 8, "HUP": 1, "ILL": 4, "INT": 2, "KILL": 9,
+	"PIPE": 13, "QUIT": 3, "SEGV": 11, "TERM": 15, "USR1": 10, "USR2": 12,
+}
