@@ -14,8 +14,8 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/core/sandboxexec"
+	"github.com/amelia-sandbox/amelia/internal/envelope"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/workerbin"
 )
 

@@ -31,8 +31,8 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/workstep"
+	"github.com/amelia-sandbox/amelia/internal/envelope"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
 )
 
 // Sessions is an sandboxexec.Execer that runs commands as a user other than the

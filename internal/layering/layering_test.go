@@ -98,6 +98,9 @@ func isToolkit(p string) bool { return under(p, "plugins/sdk/toolkit") }
 // the generated code, the data channel, the stdin credit.
 func isWire(p string) bool { return under(p, "internal/providerwire") || under(p, "internal/flow") }
 
+// isEnvelope: the exec envelope's implementation, both ends.
+func isEnvelope(p string) bool { return under(p, "internal/envelope") }
+
 // The host's end of a provider plugin (Launch, Share, the gRPC client),
 // which core and the conformance kit use.
 func isPluginClient(p string) bool { return under(p, "internal/pluginclient") }
@@ -142,10 +145,18 @@ func TestLayering(t *testing.T) {
 			return ours(to) && !isContract(to) && !isWire(to) && !isPluginClient(to)
 		},
 	}, {
-		name:    "the toolkit imports nothing of Amelia's but the contract, itself and the wire's internals",
+		name:    "the toolkit imports nothing of Amelia's but the contract, itself, the wire's internals and the envelope's implementation",
 		covered: isToolkit,
 		forbidden: func(_, to string) bool {
-			return ours(to) && to != module+"/plugins/sdk" && !isToolkit(to) && !isWire(to)
+			return ours(to) && to != module+"/plugins/sdk" && !isToolkit(to) && !isWire(to) && !isEnvelope(to)
+		},
+	}, {
+		// Both ends of the exec envelope: the worker links it, and the
+		// toolkit's envelope is its public client.
+		name:    "the envelope's implementation imports nothing of Amelia's but the toolkit's shexec and the wire's flow control",
+		covered: isEnvelope,
+		forbidden: func(_, to string) bool {
+			return ours(to) && !isEnvelope(to) && to != module+"/plugins/sdk/toolkit/shexec" && to != module+"/internal/flow"
 		},
 	}, {
 		// So that the contract may import them: they cannot import it.

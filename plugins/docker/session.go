@@ -20,7 +20,7 @@ import (
 // side in one sandbox wait on each other's execs. A command on a session
 // costs a yamux stream and a fork in the container instead: the
 // sandbox's user's commands go through one long-lived exec of the worker
-// the image holds (`amelia-worker mux`, envelope.ServeMux), started on the
+// the image holds (`amelia-worker mux`), started on the
 // first such command and kept while the container runs.
 //
 // Not every command: one that streams input (a bundle, say) moves it

@@ -15,7 +15,7 @@
 //     SSH session) that leave a cancelled command running.
 //   - envelope: the worker's exec envelope, for transports that lose
 //     stderr or exit statuses (as Daytona's SSH gateway does): its client
-//     end for a provider, its in-sandbox end for amelia-worker.
+//     end, for a provider (the worker is its in-sandbox end).
 //   - hostproc: an exec as a process tree on the provider's own machine,
 //     killed whole on cancel.
 //   - netpipe: joining two byte streams, as a Forwarder does with each

@@ -54,7 +54,7 @@ func (c *Conn) Bootstrap(ctx context.Context, script string, stdin io.Reader, ar
 }
 
 // Mux starts the worker at path worker serving many commands over one
-// session (`amelia-worker mux`, envelope.ServeMux) and returns the client
+// session (`amelia-worker mux`) and returns the client
 // end; the session lasts until the Mux is closed or breaks. Through a
 // gateway where each session costs fresh connections upstream, a command
 // on it costs a round trip instead.

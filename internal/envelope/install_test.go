@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
+	"github.com/amelia-sandbox/amelia/internal/envelope"
 )
 
 func TestGoArch(t *testing.T) {

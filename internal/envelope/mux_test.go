@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
+	"github.com/amelia-sandbox/amelia/internal/envelope"
 )
 
 // startMux starts a worker serving mux and the client end over it.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
+	"github.com/amelia-sandbox/amelia/internal/envelope"
 )
 
 // testSteps are the steps the test worker serves in its own process:

@@ -20,11 +20,12 @@
 // ServeMux and Mux run many commands over one stream, each in a yamux
 // stream of its own, for transports where a new session is dear.
 //
-// The package imports nothing but the standard library, shexec and yamux,
-// so the static worker that links it stays small.
+// The package imports nothing but the standard library, shexec, flow and
+// yamux, so the static worker that links it stays small.
 //
-// It is part of the SDK's optional toolkit (see package toolkit), not of
-// the provider contract.
+// Both ends are Amelia's own: the worker and core use this package, and
+// providers use its client end through the SDK's optional toolkit
+// (plugins/sdk/toolkit/envelope).
 package envelope
 
 import (

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/internal/benchtest"
-	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/envelope"
+	"github.com/amelia-sandbox/amelia/internal/envelope"
 )
 
 // BenchmarkStream: 100 MiB through the envelope, on a session of its own
