@@ -1,11 +1,11 @@
 // Package stack opens, in order, the layers every command on a sandbox
-// works through, and owns them: the profile's provider plugin, its
-// sandbox, the amelia-worker inside, the way commands reach it (the
-// current plugin, which Repair replaces when it dies), the workspace, and a workflow's uid with the driver of its agent. `amelia
-// run` and `attach` (core/run), `results`, `logs`, `sandbox ls` and
-// `sandbox exec` each open one Stack and go as far up it as they need;
-// what a step learns once (the worker's path, the workflow's uid) is a
-// field of the Stack from then on, not a value passed along.
+// works through, and owns them: the profile's provider plugin (which
+// Repair replaces when it dies), its sandbox, the amelia-worker inside,
+// the workspace, and a workflow's uid with the driver of its agent.
+// `amelia run` and `attach` (core/run), `results`, `logs`, `sandbox ls`
+// and `sandbox exec` each open one Stack and go as far up it as they
+// need; what a step learns once (the worker's path, the workflow's uid)
+// is a field of the Stack from then on, not a value passed along.
 //
 // A Stack is used by one command at a time, step after step; only Exec,
 // SandboxRef, Sandbox and Repair may be called from other goroutines.
