@@ -170,21 +170,30 @@ func namedPath(what, dir, profile, workflow, ext string, noDot bool) (string, er
 
 // Put writes r, replacing any record of its profile and workflow.
 func (s *Store) Put(r Record) error {
-	p, err := s.path(r.Profile, r.Workflow)
+	p, b, err := s.encode(r)
 	if err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode the record of %s: %w", r.Workflow, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return fmt.Errorf("record run %s: %w", r.Workflow, err)
-	}
-	if err := atomicwriter.WriteFile(p, append(b, '\n'), 0o600); err != nil {
+	if err := atomicwriter.WriteFile(p, b, 0o600); err != nil {
 		return fmt.Errorf("record run %s: %w", r.Workflow, err)
 	}
 	return nil
+}
+
+// encode is r's file, its directory made, and what the file holds.
+func (s *Store) encode(r Record) (string, []byte, error) {
+	p, err := s.path(r.Profile, r.Workflow)
+	if err != nil {
+		return "", nil, err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", nil, fmt.Errorf("encode the record of %s: %w", r.Workflow, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return "", nil, fmt.Errorf("record run %s: %w", r.Workflow, err)
+	}
+	return p, append(b, '\n'), nil
 }
 
 // ErrExists: Create found a record of the run's profile and workflow.
@@ -195,16 +204,9 @@ var ErrExists = errors.New("the run is recorded already")
 // it leaves it as it is and returns ErrExists. Two runs of one workflow
 // racing to start, one of them wins.
 func (s *Store) Create(r Record) error {
-	p, err := s.path(r.Profile, r.Workflow)
+	p, b, err := s.encode(r)
 	if err != nil {
 		return err
-	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode the record of %s: %w", r.Workflow, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return fmt.Errorf("record run %s: %w", r.Workflow, err)
 	}
 	// Written whole to a file of its own, then linked into place: a link
 	// fails on an existing name, and a reader never sees half of it.
@@ -213,7 +215,7 @@ func (s *Store) Create(r Record) error {
 		return fmt.Errorf("record run %s: %w", r.Workflow, err)
 	}
 	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(append(b, '\n'))
+	_, err = tmp.Write(b)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
