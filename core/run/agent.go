@@ -23,12 +23,20 @@ type agentRun struct {
 	worktree string
 	runID    string
 	token    string
-	// runDir is the agent's run directory in the sandbox, once it is
-	// being started, and det the agent, once it started.
-	runDir string
-	det    *driver.Detached
+	// det is the agent, its run directory in the sandbox once it is being
+	// started.
+	det *driver.Detached
 	// tunnel carries the tunnel the agent's supervisor holds.
 	tunnel *keptTunnel
+}
+
+// runDir is the agent's run directory in the sandbox, or "" before it is
+// being started.
+func (a *agentRun) runDir() string {
+	if a.det == nil {
+		return ""
+	}
+	return a.det.Dir
 }
 
 // drainTimeout bounds the reading of what a stopped agent wrote last.
@@ -56,14 +64,14 @@ func (r *runner) startAgent(ctx context.Context, a *agentRun) error {
 	}
 	// From here on, the agent may have touched the checkout: whatever
 	// happens, its work is kept.
-	a.runDir = ws.RunDir(a.runID)
+	a.det = &driver.Detached{Dir: ws.RunDir(a.runID)}
 	if err := r.advance(runstore.AgentStarted); err != nil {
 		return err
 	}
 	det, err := d.StartAgentic(ctx, driver.AgenticRequest{
 		Workflow: a.src.workflow, Prompt: r.req.Prompt, Cwd: a.worktree, Model: r.model(),
 		MaxTurns: cmp.Or(r.req.MaxTurns, r.req.Profile.MaxTurns),
-	}, a.runDir, opts)
+	}, a.det.Dir, opts)
 	if errors.Is(err, driver.ErrRunBusy) {
 		return fmt.Errorf("%w: another run took the sandbox while this one prepared; nothing ran, try again", err)
 	}

@@ -51,14 +51,14 @@ func (r *runner) attach(ctx context.Context, rec runstore.Record) (Result, error
 	// The run goes on from where its record says it is.
 	base := workspace.Base{Branch: rec.BaseBranch, Commit: rec.BaseCommit, Start: rec.StartCommit}
 	a := &agentRun{src: src, base: base, worktree: rec.Worktree, runID: rec.RunID, token: rec.ProxyToken,
-		runDir: rec.RunDir, det: &driver.Detached{Dir: rec.RunDir}}
+		det: &driver.Detached{Dir: rec.RunDir}}
 	r.agent, r.state = a, rec.State
 	ctx, cancel, err := r.connect(ctx, prx.addr)
 	if err != nil {
 		return res, err
 	}
 	defer cancel(nil)
-	if err := r.st.As(ctx, src.workflow, r.env); err != nil {
+	if err := r.st.As(ctx, src.workflow, r.agentEnv()); err != nil {
 		return res, err
 	}
 	d := r.st.Driver

@@ -143,9 +143,6 @@ func newRunner(ctx context.Context, host Host, req Request, view runview.View) *
 	if host.Logger == nil {
 		host.Logger = slog.New(slog.DiscardHandler)
 	}
-	if host.Workers == nil {
-		host.Workers = &driver.Installer{Logger: host.Logger} // finds no worker: a clear error at the worker phase
-	}
 	return &runner{caller: ctx, host: host, req: req, view: view, start: time.Now()}
 }
 
@@ -229,7 +226,6 @@ type runner struct {
 
 	st      *stack.Stack                // the provider plugin and all above it, once started
 	lv      *live                       // the tunnels to the proxy, once the sandbox is up
-	env     map[string]string           // the agent's environment: its proxy token
 	agent   *agentRun                   // the agent, once the run is checked
 	release func(context.Context) error // ends this process's hold on the sandbox
 

@@ -72,7 +72,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		if err := r.prepareWorkspace(ctx, a); err != nil {
 			return err
 		}
-		if err := r.st.As(ctx, src.workflow, r.env); err != nil {
+		if err := r.st.As(ctx, src.workflow, r.agentEnv()); err != nil {
 			return err
 		}
 		return r.setUpCheckout(ctx, a)
@@ -246,7 +246,7 @@ func (r *runner) openLive(ctx context.Context, target string, hostSteps bool) (s
 func (r *runner) attachAgent(ctx context.Context, a *agentRun) {
 	k, err := r.lv.keep(ctx, "the agent's tunnel to the proxy", func(ctx context.Context, ex sandboxexec.Execer) (tunnel.Tunnel, error) {
 		return tunnel.Open(ctx, workspace.RunAs(ex, r.st.UID), tunnel.HostOptions{
-			Worker: r.st.Worker, Run: a.runDir, Target: r.lv.target, Logger: r.host.Logger,
+			Worker: r.st.Worker, Run: a.runDir(), Target: r.lv.target, Logger: r.host.Logger,
 		})
 	})
 	switch {
@@ -262,9 +262,8 @@ func (r *runner) attachAgent(ctx context.Context, a *agentRun) {
 // workIn opens the workspace, reaching the sandbox through the stack
 // (whose plugin is replaced should it die). The steps amelia runs there
 // get the tunnel to the proxy at hostTunnel, when there is one ("":
-// none); the agent gets its token and its supervisor holds the agent's
-// own tunnel (driver.DetachOptions). Where the provider separates uids,
-// every workflow gets one of its own (see workspace.RunUser).
+// none). Where the provider separates uids, every workflow gets one of
+// its own (see workspace.RunUser).
 func (r *runner) workIn(hostTunnel string) error {
 	var opts workspace.Options
 	if !r.req.Profile.CommitBuildOutputs {
@@ -281,8 +280,14 @@ func (r *runner) workIn(hostTunnel string) error {
 			return url
 		}
 	}
-	r.env = map[string]string{sandboxend.EnvProxyToken: r.agent.token}
 	return r.st.OpenWorkspace(opts)
+}
+
+// agentEnv is the environment of what the agent's driver starts: the
+// run's token, for the proxy (the agent's supervisor holds its tunnel:
+// driver.DetachOptions).
+func (r *runner) agentEnv() map[string]string {
+	return map[string]string{sandboxend.EnvProxyToken: r.agent.token}
 }
 
 // keepTunnels returns a context that the run goes on under: every tunnel
@@ -484,7 +489,7 @@ func (r *runner) worktreeAtEnd(a *agentRun) {
 // uid that owns it, as they are, and the run recorded as Discarded (or
 // Delivered): removing them loses nothing.
 func (r *runner) retireWorktree(ctx context.Context, a *agentRun) error {
-	err := r.st.Workspace.Retire(ctx, a.src.workflow, a.runDir)
+	err := r.st.Workspace.Retire(ctx, a.src.workflow, a.runDir())
 	if err == nil {
 		err = r.forget()
 	}
@@ -555,7 +560,7 @@ func (r *runner) advance(state runstore.State) error {
 		Sandbox: r.sandboxName(), Config: sandbox.ConfigLabel(r.req.Profile),
 		Repo: a.src.repo(), BaseBranch: a.base.Branch, BaseCommit: a.base.Commit, StartCommit: a.base.Start, Push: r.req.Push,
 		Branch: workspace.Branch(a.src.workflow), Worktree: a.worktree, State: state, Ended: time.Now().UTC(),
-		RunID: a.runID, Model: r.model(), Title: commitTitle(r.req.Prompt), RunDir: a.runDir,
+		RunID: a.runID, Model: r.model(), Title: commitTitle(r.req.Prompt), RunDir: a.runDir(),
 	}
 	if r.st != nil {
 		rec.Worker = r.st.Worker
@@ -590,10 +595,10 @@ func (r *runner) forget() error {
 // removeRunDir removes the agent's run directory, once nothing of the run
 // is to be kept.
 func (r *runner) removeRunDir(ctx context.Context) error {
-	if r.agent == nil || r.agent.runDir == "" {
+	if r.agent == nil || r.agent.runDir() == "" {
 		return nil
 	}
-	return r.st.Workspace.RemoveRunDir(ctx, r.agent.src.workflow, r.agent.runDir)
+	return r.st.Workspace.RemoveRunDir(ctx, r.agent.src.workflow, r.agent.runDir())
 }
 
 // sayLeftOut tells the user which build and cache outputs the checkout
