@@ -49,7 +49,7 @@ type Stack struct {
 	// Running is the sandbox as Up found it; nil until then.
 	Running *sdk.Sandbox
 	// Worker is the amelia-worker's path in the sandbox, once
-	// InstallWorker put it there (or UseWorker named it).
+	// InstallWorker put it there.
 	Worker string
 	// Workspace is the sandbox's workspace, once OpenWorkspace.
 	Workspace *workspace.Workspace
@@ -158,10 +158,6 @@ func (s *Stack) InstallWorker(ctx context.Context) error {
 	return nil
 }
 
-// UseWorker names the worker already in the sandbox (a run's record says
-// which started its agent): nothing is installed, nothing started.
-func (s *Stack) UseWorker(path string) { s.Worker = path }
-
 // Repair starts the provider plugin again if it died, and its sandbox
 // should it be down; it reports whether it did.
 func (s *Stack) Repair(ctx context.Context) (bool, error) {
@@ -222,14 +218,20 @@ func (s *Stack) As(ctx context.Context, workflow string, env map[string]string) 
 		return err
 	}
 	s.UID = uid
-	s.Driver = s.DriverAs(s.commands, uid, env)
+	s.Driver = s.driver(s.commands, uid, s.Worker, env)
 	return nil
 }
 
-// DriverAs is a driver for the agents that uid runs (the sandbox's user
-// for ""), through ex, with the stack's worker.
-func (s *Stack) DriverAs(ex sandboxexec.Execer, uid string, env map[string]string) *driver.Driver {
-	return &driver.Driver{Exec: workspace.RunAs(ex, uid), Worker: s.Worker, Provider: s.Sandbox().Info.Name, Env: env, Logger: s.host.Logger}
+// RecordedDriver is a driver for the agent that worker, already in the
+// sandbox, started as uid (the sandbox's user for ""): a run's record
+// names both. It installs nothing and starts nothing.
+func (s *Stack) RecordedDriver(worker, uid string) *driver.Driver {
+	return s.driver(s, uid, worker, nil)
+}
+
+// driver is a driver for the agents worker runs as uid, through ex.
+func (s *Stack) driver(ex sandboxexec.Execer, uid, worker string, env map[string]string) *driver.Driver {
+	return &driver.Driver{Exec: workspace.RunAs(ex, uid), Worker: worker, Provider: s.Sandbox().Info.Name, Env: env, Logger: s.host.Logger}
 }
 
 // Close ends the command sessions and stops the provider plugin; the
@@ -247,7 +249,10 @@ func (s *Stack) Close(ctx context.Context) error {
 // Over is a Stack over sb, a provider plugin the caller started and
 // stops (sandbox ls visits every provider's sandboxes), for commands on
 // sandboxes that are running: nothing is started, the caller names the
-// worker (UseWorker). It has no profile, so no workspace.
+// worker (RecordedDriver). It has no profile, so no workspace.
 func Over(sb *sandbox.Sandbox, logger *slog.Logger) *Stack {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	return &Stack{host: Host{Logger: logger}, sb: sb}
 }

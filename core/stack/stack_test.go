@@ -159,3 +159,30 @@ func TestRepairReplacesADeadPlugin(t *testing.T) {
 		t.Errorf("Workflows after the repair: %v, %v", ids, err)
 	}
 }
+
+// A stack over a plugin the caller started asks an agent's state of the
+// worker a run's record names, and of that worker only.
+func TestRecordedDriver(t *testing.T) {
+	f := newFixture(t)
+	st, err := stack.OpenWorkflow(t.Context(), f.host, f.profile, "", "wf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(t.Context())
+	// A run that ended with code 3, as its supervisor leaves it.
+	dir := filepath.Join(st.Running.Workdir, "ended-run")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "exit"), []byte(`{"code":3}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	over := stack.Over(st.Sandbox(), nil)
+	state, err := over.RecordedDriver(st.Worker, "").AgenticState(t.Context(), dir)
+	if err != nil || state.State != driver.AgentEnded || state.Code == nil || *state.Code != 3 {
+		t.Errorf("the recorded worker says %+v, %v; want ended with code 3", state, err)
+	}
+	if _, err := over.RecordedDriver(filepath.Join(st.Running.Workdir, "no-worker"), "").AgenticState(t.Context(), dir); err == nil {
+		t.Error("a worker the sandbox does not have answered")
+	}
+}

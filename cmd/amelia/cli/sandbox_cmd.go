@@ -517,8 +517,7 @@ func (a *app) workflowStates(ctx context.Context, sb *sandbox.Sandbox, profile s
 		// The worker that started the agent answers for it, as the run's
 		// uid (its directory is that uid's alone); ls starts nothing and
 		// installs nothing.
-		st.UseWorker(r.Worker)
-		d := st.DriverAs(st, uids[id], nil)
+		d := st.RecordedDriver(r.Worker, uids[id])
 		if st, err := d.AgenticState(ctx, r.RunDir); err == nil {
 			states[id] = agentState(st)
 		}
