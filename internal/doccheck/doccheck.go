@@ -128,6 +128,27 @@ func Scan(root string) ([]Command, error) {
 	return all, nil
 }
 
+// ScanRepo is the root of the repository this package is in, and the
+// commands its docs show of the programs named (every command when none
+// is).
+func ScanRepo(programs ...string) (string, []Command, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", nil, err
+	}
+	all, err := Scan(root)
+	if err != nil || len(programs) == 0 {
+		return root, all, err
+	}
+	var cmds []Command
+	for _, c := range all {
+		if slices.Contains(programs, c.Program()) {
+			cmds = append(cmds, c)
+		}
+	}
+	return root, cmds, nil
+}
+
 var (
 	fence    = regexp.MustCompile("^\\s*(```+|~~~+)\\s*([A-Za-z0-9_+-]*)")
 	listItem = regexp.MustCompile(`^\s*([-*+]|\d+[.)])\s`)

@@ -188,11 +188,7 @@ func TestCheckMakeAndGo(t *testing.T) {
 // amelia and amelia-worker commands are checked beside their command
 // trees: cmd/amelia/cli and internal/worker.)
 func TestDocsMakeAndGoCommands(t *testing.T) {
-	root, err := RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds, err := Scan(root)
+	root, cmds, err := ScanRepo("make", "go")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,19 +34,9 @@ var workerTableRow = regexp.MustCompile("(?m)^\\| (`[^|]*(?:\\\\\\|[^|]*)*) \\|"
 // and flags the worker has, and docs/worker.md's table of subcommands has
 // a row for each subcommand that is not hidden, whose usage is right.
 func TestDocsWorkerCommands(t *testing.T) {
-	root, err := doccheck.RepoRoot()
+	root, cmds, err := doccheck.ScanRepo("amelia-worker")
 	if err != nil {
 		t.Fatal(err)
-	}
-	all, err := doccheck.Scan(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cmds []doccheck.Command
-	for _, c := range all {
-		if c.Program() == "amelia-worker" {
-			cmds = append(cmds, c)
-		}
 	}
 
 	// The table's rows are usage lines without the program's name.

@@ -29,19 +29,9 @@ func docTree() *cobra.Command {
 // docs/ show (amelia-providers is the same command line).
 func docCommands(t *testing.T) []doccheck.Command {
 	t.Helper()
-	root, err := doccheck.RepoRoot()
+	_, cmds, err := doccheck.ScanRepo("amelia", "amelia-providers")
 	if err != nil {
 		t.Fatal(err)
-	}
-	all, err := doccheck.Scan(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cmds []doccheck.Command
-	for _, c := range all {
-		if c.Program() == "amelia" || c.Program() == "amelia-providers" {
-			cmds = append(cmds, c)
-		}
 	}
 	if len(cmds) < 50 {
 		t.Fatalf("found %d amelia commands in the docs; the scan is broken", len(cmds))
