@@ -60,6 +60,12 @@ func Fill(ctx context.Context, root string, log *slog.Logger, entries []Entry) e
 			os.RemoveAll(tmp)
 			return fmt.Errorf("build %s: %w", e.What, err)
 		}
+		// MkdirTemp made it private; what is cached is for everyone to
+		// read and run (a sandbox's user, say).
+		if err := os.Chmod(tmp, 0o755); err != nil {
+			os.RemoveAll(tmp)
+			return fmt.Errorf("build %s: %w", e.What, err)
+		}
 		if err := os.Rename(tmp, e.Dir); err != nil {
 			os.RemoveAll(tmp)
 			return fmt.Errorf("build %s: move it into the cache: %w", e.What, err)

@@ -39,6 +39,9 @@ func TestFill(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(entries[1].Dir, "bin")); err != nil {
 			t.Errorf("b's build is not in its entry: %v", err)
 		}
+		if fi, err := os.Stat(entries[1].Dir); err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("b's entry: %v, %v; want it readable by all (0755)", fi.Mode(), err)
+		}
 	})
 
 	t.Run("a failed build leaves nothing", func(t *testing.T) {
