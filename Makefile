@@ -21,7 +21,7 @@ TEST_TIMEOUT ?= 60m
 PREFIX   ?= $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))
 BINDIR   ?= $(PREFIX)/bin
 
-.PHONY: all build worker run demo install test fmt-check vet lint cross base-image kube-binaries kube-cluster proto proto-check bench fuzz clean
+.PHONY: all build worker run demo install test fmt-check vet lint cross base-image kube-binaries agent-binaries kube-cluster proto proto-check bench fuzz clean
 
 all: build
 
@@ -73,6 +73,11 @@ base-image:
 kube-binaries:
 	@echo "make: go run ./internal/k8stest/cmd/kube-cluster build (the first build compiles Kubernetes: about 20 minutes on 2 cores)"
 	@$(GO) run ./internal/k8stest/cmd/kube-cluster build
+
+## agent-binaries: build opencode and the MCP everything server for the CLI-agent tests into ~/.cache/amelia/agents ($AMELIA_AGENT_CACHE): ~15 minutes the first time, seconds after
+agent-binaries:
+	@echo "make: go run ./internal/agentbin/cmd/agent-binaries (the first build compiles opencode: about 15 minutes on 2 cores)"
+	@$(GO) run ./internal/agentbin/cmd/agent-binaries
 
 ## kube-cluster: start a two-node Kubernetes test cluster (as root; needs make base-image) and print how to use its kubeconfig; Ctrl-C stops it
 kube-cluster: kube-binaries

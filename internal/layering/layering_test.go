@@ -187,6 +187,14 @@ func TestLayering(t *testing.T) {
 		},
 		forbidden: func(_, to string) bool { return under(to, "internal/k8stest") },
 	}, {
+		// It builds third-party programs for tests: nothing that ships
+		// may reach it (or the build cache it fills), only tests.
+		name: "no shipped package reaches the CLI-agent test programs (internal/agentbin)",
+		covered: func(p string) bool {
+			return !isTestKit(p) && (strings.HasPrefix(p, module+"/cmd/") || under(p, "core") || under(p, "plugins") || under(p, "proxy"))
+		},
+		forbidden: func(_, to string) bool { return under(to, "internal/agentbin") || under(to, "internal/gobuildcache") },
+	}, {
 		name:    "the worker that goes into every sandbox links no gRPC, protobuf or go-plugin, nor the contract",
 		covered: func(p string) bool { return p == module+"/cmd/worker" },
 		forbidden: func(_, to string) bool {

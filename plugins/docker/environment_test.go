@@ -32,7 +32,7 @@ python3 -m venv venv
 venv/bin/python -c 'import sys; print("venv", sys.prefix != sys.base_prefix)'
 venv/bin/pip --version >/dev/null && echo pip
 echo '{"a":1}' | jq .a
-for tool in g++ pkg-config curl unzip xz less ssh; do command -v $tool >/dev/null || echo "no $tool"; done
+for tool in g++ pkg-config curl unzip xz less ssh rg fzf; do command -v $tool >/dev/null || echo "no $tool"; done
 `
 	got := run(t, p, sb.Ref, "", "bash", "-c", project)
 	if got != "built\nvenv True\npip\n1\n" {

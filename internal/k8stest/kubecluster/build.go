@@ -7,20 +7,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
-	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/amelia-sandbox/amelia/internal/gobuildcache"
 )
 
 // The versions the cluster is built from: Kubernetes from its module on the
@@ -118,102 +115,29 @@ func Cached(root string) (Binaries, error) {
 }
 
 // Build fills the cache under root with what Cached needs, building only
-// what is missing; what is cached already takes no time. Each entry is
-// built in a temporary directory and renamed into place, so a build cut
-// short leaves nothing that counts as built. Builds of one root are
-// serialized with a lock file, so concurrent callers build once.
+// what is missing; what is cached already takes no time (see package
+// gobuildcache: concurrent callers build once, and a build cut short
+// leaves nothing that counts as built).
 func Build(ctx context.Context, root string, log *slog.Logger) (Binaries, error) {
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return Binaries{}, fmt.Errorf("create the Kubernetes binaries cache: %w", err)
-	}
 	if b, err := Cached(root); err == nil {
 		return b, nil
 	}
-	unlock, err := lockFile(ctx, filepath.Join(root, ".build.lock"))
-	if err != nil {
+	e := entries(root)
+	if err := gobuildcache.Fill(ctx, root, log, []gobuildcache.Entry{
+		{Dir: e.kube, What: "Kubernetes " + KubernetesVersion + " (" + strings.Join(kubeCommands, ", ") + ")", Build: buildKube},
+		{Dir: e.sandbox, What: "agent-sandbox-controller " + AgentSandboxVersion + " and its CRDs", Build: buildAgentSandbox},
+		{Dir: e.pause, What: "the pause image", Build: buildPause},
+		{Dir: e.router, What: "kube-router " + KubeRouterVersion, Build: buildKubeRouter},
+	}); err != nil {
 		return Binaries{}, err
 	}
-	defer unlock()
-	e := entries(root)
-	steps := []struct {
-		dir   string
-		what  string
-		build func(ctx context.Context, tmp string) error
-	}{
-		{e.kube, "Kubernetes " + KubernetesVersion + " (" + strings.Join(kubeCommands, ", ") + ")", buildKube},
-		{e.sandbox, "agent-sandbox-controller " + AgentSandboxVersion + " and its CRDs", buildAgentSandbox},
-		{e.pause, "the pause image", buildPause},
-		{e.router, "kube-router " + KubeRouterVersion, buildKubeRouter},
-	}
-	for _, s := range steps {
-		if _, err := os.Stat(s.dir); err == nil {
-			continue
-		}
-		log.Info("building", "what", s.what, "into", s.dir)
-		start := time.Now()
-		tmp, err := os.MkdirTemp(root, ".building-")
-		if err != nil {
-			return Binaries{}, fmt.Errorf("build %s: %w", s.what, err)
-		}
-		if err := s.build(ctx, tmp); err != nil {
-			os.RemoveAll(tmp)
-			return Binaries{}, fmt.Errorf("build %s: %w", s.what, err)
-		}
-		if err := os.Rename(tmp, s.dir); err != nil {
-			os.RemoveAll(tmp)
-			return Binaries{}, fmt.Errorf("build %s: move it into the cache: %w", s.what, err)
-		}
-		log.Info("built", "what", s.what, "took", time.Since(start).Round(time.Second))
-	}
 	return Cached(root)
-}
-
-// lockFile takes an exclusive flock on path, waiting for ctx.
-func lockFile(ctx context.Context, path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open lock %s: %w", path, err)
-	}
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("wait for lock %s: %w", path, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// goCmd runs go with args in dir, its output going to the error on failure.
-func goCmd(ctx context.Context, dir string, env []string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		msg := stderr.String()
-		if len(msg) > 4000 {
-			msg = "…" + msg[len(msg)-4000:]
-		}
-		return nil, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, msg)
-	}
-	return out, nil
 }
 
 // moduleSource downloads module@version from the module proxy and copies
 // its source into dst, writable.
 func moduleSource(ctx context.Context, module, version, dst string) error {
-	out, err := goCmd(ctx, os.TempDir(), []string{"GOFLAGS=-mod=mod", "GOWORK=off"}, "mod", "download", "-json", module+"@"+version)
+	out, err := gobuildcache.Go(ctx, os.TempDir(), []string{"GOFLAGS=-mod=mod", "GOWORK=off"}, "mod", "download", "-json", module+"@"+version)
 	if err != nil {
 		return err
 	}
@@ -300,7 +224,7 @@ func buildKube(ctx context.Context, tmp string) error {
 	}
 	// -trimpath keeps the temporary directory out of the build cache's keys,
 	// so a rebuild reuses the compiled packages.
-	_, err = goCmd(ctx, src, []string{"GOFLAGS=-mod=mod -buildvcs=false", "GOWORK=off", "CGO_ENABLED=0"}, args...)
+	_, err = gobuildcache.Go(ctx, src, []string{"GOFLAGS=-mod=mod -buildvcs=false", "GOWORK=off", "CGO_ENABLED=0"}, args...)
 	return err
 }
 
@@ -312,7 +236,7 @@ func buildAgentSandbox(ctx context.Context, tmp string) error {
 		return err
 	}
 	defer os.RemoveAll(src)
-	if _, err := goCmd(ctx, src, []string{"GOFLAGS=-mod=mod -buildvcs=false", "GOWORK=off", "CGO_ENABLED=0"},
+	if _, err := gobuildcache.Go(ctx, src, []string{"GOFLAGS=-mod=mod -buildvcs=false", "GOWORK=off", "CGO_ENABLED=0"},
 		"build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(tmp, "bin")+"/", "./cmd/agent-sandbox-controller"); err != nil {
 		return err
 	}
@@ -338,7 +262,7 @@ func buildKubeRouter(ctx context.Context, tmp string) error {
 		return err
 	}
 	defer os.RemoveAll(src)
-	_, err := goCmd(ctx, src, []string{"GOFLAGS=-mod=mod -buildvcs=false", "GOWORK=off", "CGO_ENABLED=0"},
+	_, err := gobuildcache.Go(ctx, src, []string{"GOFLAGS=-mod=mod -buildvcs=false", "GOWORK=off", "CGO_ENABLED=0"},
 		"build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(tmp, "bin")+"/", "./cmd/kube-router")
 	return err
 }
@@ -396,7 +320,7 @@ func buildPause(ctx context.Context, tmp string) error {
 		return err
 	}
 	bin := filepath.Join(src, "pause")
-	if _, err := goCmd(ctx, src, []string{"GOWORK=off", "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false"}, "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "."); err != nil {
+	if _, err := gobuildcache.Go(ctx, src, []string{"GOWORK=off", "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false"}, "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "."); err != nil {
 		return err
 	}
 	exe, err := os.ReadFile(bin)

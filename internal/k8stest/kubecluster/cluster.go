@@ -37,6 +37,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/amelia-sandbox/amelia/internal/gobuildcache"
 )
 
 // RunRootEnv names the directory the clusters' state directories go in.
@@ -134,7 +136,7 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	// The root lock covers making the directory and taking its owner lock
 	// (so a sweep never takes a new cluster for a dead one) and picking the
 	// subnet (so two clusters never pick the same).
-	unlock, err := lockFile(ctx, filepath.Join(root, ".lock"))
+	unlock, err := gobuildcache.Lock(ctx, filepath.Join(root, ".lock"))
 	if err != nil {
 		return nil, err
 	}
@@ -550,7 +552,7 @@ func removeShimSockets(dir string) {
 // Sweep tears down the clusters under root whose owners died (their owner
 // lock can be taken), leaving live ones alone.
 func Sweep(ctx context.Context, root string, log *slog.Logger) error {
-	unlock, err := lockFile(ctx, filepath.Join(root, ".lock"))
+	unlock, err := gobuildcache.Lock(ctx, filepath.Join(root, ".lock"))
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ suite=${AMELIA_BASE_SUITE:-bookworm}
 # What image/Dockerfile needs, and what it installs by default
 # (image.Toolchain; a test keeps the two lists equal).
 core=git,ca-certificates,bash,coreutils,findutils,grep,procps,tini,passwd
-toolchain=build-essential,pkg-config,python3,python3-venv,python3-pip,curl,unzip,xz-utils,jq,less,openssh-client
+toolchain=build-essential,pkg-config,python3,python3-venv,python3-pip,curl,unzip,xz-utils,jq,less,openssh-client,ripgrep,fzf
 tag=amelia-base:$suite
 check=
 if [ "${2:-}" = --check ]; then

@@ -26,7 +26,8 @@ var Bootstrap []byte
 // Toolchain is what the sandbox image holds by default beyond Amelia's
 // own needs, so that an agent can build and test common projects: Debian's
 // compilers and make (build-essential), pkg-config, Python 3 with venv and
-// pip, curl, unzip, xz, jq, less and an ssh client. A profile changes it
+// pip, curl, unzip, xz, jq, less, an ssh client, and ripgrep and fzf, with
+// which CLI coding agents (opencode) search. A profile changes it
 // with docker.packages; a project's own environment (docker.dockerfile, a
 // devcontainer, docker.image) does not get it unless it asks.
 // The Dockerfile's PACKAGES default and bootstrap-base.sh hold the same
@@ -35,6 +36,7 @@ var Toolchain = []string{
 	"build-essential", "pkg-config",
 	"python3", "python3-venv", "python3-pip",
 	"curl", "unzip", "xz-utils", "jq", "less", "openssh-client",
+	"ripgrep", "fzf",
 }
 
 // BaseCore is what Amelia's image needs of its base: bootstrap-base.sh
