@@ -30,11 +30,13 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/core/agents"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -136,10 +138,12 @@ type Profile struct {
 	// (workspace.BuildOutputs: __pycache__/, node_modules/...) onto a
 	// run's branch; by default its checkout ignores them.
 	CommitBuildOutputs bool
-	LLM                LLM
-	Git                Git
-	Proxy              Proxy
-	Sandbox            Sandbox
+	// Agent is the agent a run has: the worker's own unless set.
+	Agent   Agent
+	LLM     LLM
+	Git     Git
+	Proxy   Proxy
+	Sandbox Sandbox
 
 	source    string                      // file it came from, "" for the built-in default
 	absent    string                      // for the built-in default: the default file, absent
@@ -219,6 +223,46 @@ type Upstream struct {
 	BaseURL   string
 	APIKeyEnv string // name of the host environment variable holding the key
 	APIKey    string // the key itself (usually written as ${VAR} in the file)
+}
+
+// WithAgent returns p with the agent name (and the API api) instead of
+// its own; "" leaves either as it is.
+func (p *Profile) WithAgent(name, api string) (*Profile, error) {
+	if name == "" && api == "" {
+		return p, nil
+	}
+	q := *p
+	if name != "" && name != cmp.Or(p.Agent.Name, agents.Own) {
+		q.Agent = Agent{Name: name}
+		if name == agents.Own {
+			q.Agent.Name = ""
+		}
+	}
+	a, err := agents.Lookup(cmp.Or(q.Agent.Name, agents.Own))
+	if err != nil {
+		return nil, fmt.Errorf("--agent: %w", err)
+	}
+	if api != "" {
+		if err := a.CheckAPI(api); err != nil {
+			return nil, fmt.Errorf("--agent-api: %w", err)
+		}
+		q.Agent.API = api
+	}
+	return &q, nil
+}
+
+// Agent is the agent of a profile's runs (core/agents): `agent: NAME`,
+// or a block with name, api and binary.
+type Agent struct {
+	// Name is the agent's; "" is the worker's own (agents.Own).
+	Name string
+	// API is the LLM API the agent speaks to the proxy; "" is the
+	// agent's own (agents.Agent.API).
+	API string
+	// Binary is a host file the run uploads into the sandbox as the
+	// agent's executable (an uploadable agent only); "" looks for the
+	// agent on the host's PATH, then on the sandbox's.
+	Binary string
 }
 
 // Git is where the proxy gets the credential it adds to the requests git

@@ -634,7 +634,7 @@ func TestEnvOverrideProblemsNameTheVariable(t *testing.T) {
 		`profiles.dev.proxy.max_request_bytes: the value from AMELIA_PROFILES__DEV__PROXY__MAX_REQUEST_BYTES is not a size (an integer of bytes, or like 512KiB, 10MiB)`,
 		`profiles.dev.sandbox.network: the value from AMELIA_PROFILES__DEV__SANDBOX__NETWORK is not one of open, allowlist, none`,
 		`profiles.dev.sandbox.allowed_hosts[1]: the value from AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
-		`profiles.dev.modle: unknown key, did you mean model? (known: model, max_turns, commit_build_outputs, llm, git, proxy, sandbox) (set by AMELIA_PROFILES__DEV__MODLE)`,
+		`profiles.dev.modle: unknown key, did you mean model? (known: model, max_turns, agent, commit_build_outputs, llm, git, proxy, sandbox) (set by AMELIA_PROFILES__DEV__MODLE)`,
 		`default_profile: the value from AMELIA_DEFAULT_PROFILE is not a profile (profiles: dev)`,
 	})
 }

@@ -1,12 +1,14 @@
 package config
 
 import (
+	"cmp"
 	"net/url"
 	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/amelia-sandbox/amelia/core/agents"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -115,6 +117,57 @@ func profileSection() section[Profile] {
 					p.MaxTurns, _ = d.count(at, v, 1, MaxTurnsLimit)
 				},
 				show: func(_ *shower, _ path, p *Profile) any { return p.MaxTurns },
+			},
+			{
+				key: "agent",
+				decode: func(d *decoder, at path, v any, p *Profile) {
+					switch v.(type) {
+					case nil:
+						return
+					case map[string]any:
+						decodeSection(d, at, v, agentSection(), &p.Agent)
+						if p.Agent.Name == "" && !d.failed(at) {
+							d.problemf(at.key("name"), "required: the agent (%s)", strings.Join(agents.Names(), ", "))
+						}
+					default:
+						if s, ok := d.str(at, v); ok {
+							p.Agent.Name = s.val
+						}
+					}
+					if d.failed(at) {
+						return
+					}
+					a, err := agents.Lookup(p.Agent.Name)
+					if p.Agent.Name == agents.Own {
+						p.Agent.Name = "" // the default, as when unset
+					}
+					if err != nil {
+						d.problemf(at, "%v", err)
+						return
+					}
+					if p.Agent.API != "" {
+						if err := a.CheckAPI(p.Agent.API); err != nil {
+							d.problemf(at.key("api"), "%v", err)
+						}
+					}
+					if p.Agent.Binary != "" && !a.Uploadable {
+						d.problemf(at.key("binary"), "the agent %s is not one executable amelia can upload: it must be on the sandbox image's PATH", a.Name)
+					}
+				},
+				show: func(_ *shower, _ path, p *Profile) any {
+					name := cmp.Or(p.Agent.Name, agents.Own)
+					if p.Agent.API == "" && p.Agent.Binary == "" {
+						return name
+					}
+					m := map[string]any{"name": name}
+					if p.Agent.API != "" {
+						m["api"] = p.Agent.API
+					}
+					if p.Agent.Binary != "" {
+						m["binary"] = p.Agent.Binary
+					}
+					return m
+				},
 			},
 			{
 				key: "commit_build_outputs",
@@ -610,4 +663,47 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// agentSection is the block form of agent.
+func agentSection() section[Agent] {
+	return section[Agent]{
+		fields: []field[Agent]{
+			{
+				key: "name",
+				decode: func(d *decoder, at path, v any, a *Agent) {
+					if v == nil {
+						return
+					}
+					if s, ok := d.str(at, v); ok {
+						a.Name = s.val
+					}
+				},
+			},
+			{
+				key: "api",
+				decode: func(d *decoder, at path, v any, a *Agent) {
+					if v == nil {
+						return
+					}
+					if s, ok := d.str(at, v); ok {
+						a.API = s.val
+					}
+				},
+			},
+			{
+				key: "binary",
+				decode: func(d *decoder, at path, v any, a *Agent) {
+					if v == nil {
+						return
+					}
+					if s, ok := d.str(at, v); ok && s.val != "" {
+						if f, ok := d.absPath(at, s); ok {
+							a.Binary = f
+						}
+					}
+				},
+			},
+		},
+	}
 }

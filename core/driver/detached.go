@@ -76,6 +76,10 @@ const (
 	TmpDir  = "tmp"
 )
 
+// AgentStateDir is where, in a detached run's directory, a CLI agent
+// keeps its home, configuration and state.
+const AgentStateDir = "agent"
+
 // PromptFile is the name of the prompt in a detached run's directory.
 const PromptFile = "prompt.txt"
 
@@ -125,6 +129,7 @@ func (d *Driver) StartAgentic(ctx context.Context, req AgenticRequest, dir strin
 	if req.MaxTurns > 0 {
 		argv = append(argv, "--max-turns", strconv.Itoa(req.MaxTurns))
 	}
+	argv = append(argv, req.Agent.args(dir+"/"+AgentStateDir)...)
 	var stderr execreport.Stderr
 	// The start runs to its end even when ctx is cancelled meanwhile: a
 	// detach cut short could leave a supervisor running that the caller,

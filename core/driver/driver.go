@@ -65,6 +65,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/amelia-sandbox/amelia/core/agents"
 	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/sandboxexec"
@@ -145,6 +146,39 @@ type AgenticRequest struct {
 	Instructions string
 	// MaxTurns bounds the LLM calls; zero means the worker's default.
 	MaxTurns int
+	// Agent is the agent that works on it: "" is the worker's own, else
+	// a CLI agent the worker runs (core/agents).
+	Agent AgentSpec
+}
+
+// AgentSpec names a CLI agent and how it runs.
+type AgentSpec struct {
+	// Name is the agent's (core/agents); "" is the worker's own.
+	Name string
+	// API is the LLM API it speaks to the proxy; "" is its own.
+	API string
+	// Binary is its executable in the sandbox; "" is its name on the
+	// sandbox's PATH.
+	Binary string
+}
+
+// args are the worker's flags for a, its state in stateDir ("" for a
+// temporary one).
+func (a AgentSpec) args(stateDir string) []string {
+	if a.Name == "" {
+		return nil
+	}
+	args := []string{"--agent", a.Name}
+	if a.API != "" {
+		args = append(args, "--agent-api", a.API)
+	}
+	if a.Binary != "" {
+		args = append(args, "--agent-bin", a.Binary)
+	}
+	if stateDir != "" {
+		args = append(args, "--state-dir", stateDir)
+	}
+	return args
 }
 
 // GenerateRequest is one single-answer call.
@@ -183,6 +217,7 @@ func (d *Driver) ExecuteAgentic(ctx context.Context, req AgenticRequest) iter.Se
 		if req.MaxTurns > 0 {
 			argv = append(argv, "--max-turns", strconv.Itoa(req.MaxTurns))
 		}
+		argv = append(argv, req.Agent.args("")...)
 		err = d.withFiles(ctx, dir, files, func() (err error) {
 			out, err = d.runWorker(ctx, argv, false, each)
 			return err
@@ -347,6 +382,17 @@ func (d *Driver) checkAgentic(req AgenticRequest) error {
 	}
 	if req.MaxTurns < 0 {
 		return fmt.Errorf("%w: max turns %d is negative", sdk.ErrInvalid, req.MaxTurns)
+	}
+	if a := req.Agent; a.Name != "" {
+		ag, err := agents.Lookup(a.Name)
+		if err != nil {
+			return fmt.Errorf("%w: %w", sdk.ErrInvalid, err)
+		}
+		if a.API != "" {
+			if err := ag.CheckAPI(a.API); err != nil {
+				return fmt.Errorf("%w: %w", sdk.ErrInvalid, err)
+			}
+		}
 	}
 	return nil
 }

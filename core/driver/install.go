@@ -3,6 +3,7 @@ package driver
 import (
 	"bytes"
 	"context"
+	"debug/elf"
 	"fmt"
 	"io"
 	"log/slog"
@@ -254,4 +255,54 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 		l.n -= keep
 	}
 	return len(p), nil
+}
+
+// EnsureTool makes sure the host executable bin (a static Linux binary
+// such as a CLI agent) is in the sandbox, where the worker goes (place),
+// and returns its absolute path there: NAME-<first 16 hex digits of its
+// sha256>, reused when a copy with that sha256 is there already. A
+// binary for another architecture than the sandbox's is refused.
+func (in *Installer) EnsureTool(ctx context.Context, ex sandboxexec.Execer, place sdk.WorkerPlace, name, bin string) (string, error) {
+	sum, size, err := in.sums.Sum(bin)
+	if err != nil {
+		return "", fmt.Errorf("install %s on %s: %w", name, in.provider(), err)
+	}
+	file := name + "-" + sum[:16]
+	arch, dir, sums, err := in.probe(ctx, ex, []string{place.Dir, file})
+	if err != nil {
+		return "", err
+	}
+	if err := checkELF(bin, arch); err != nil {
+		return "", fmt.Errorf("install %s on %s: %w", name, in.provider(), err)
+	}
+	dest := dir + "/" + file
+	if sums[0] == sum {
+		return dest, nil
+	}
+	start := time.Now()
+	if err := in.upload(ctx, ex, bin, dir, dest, sum, size); err != nil {
+		return "", err
+	}
+	in.logger().Info("installed in the sandbox", "tool", name, "path", dest, "bytes", size, "duration", time.Since(start))
+	return dest, nil
+}
+
+// checkELF says whether bin is a static Linux executable for the Go
+// architecture arch.
+func checkELF(bin, arch string) error {
+	f, err := elf.Open(bin)
+	if err != nil {
+		return fmt.Errorf("%s is not a Linux executable: %w", bin, err)
+	}
+	defer f.Close()
+	want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[arch]
+	if f.Machine != want {
+		return fmt.Errorf("%s is for %s, and the sandbox is %s: give one built for linux/%s", bin, f.Machine, arch, arch)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked: the sandbox may lack its libraries; give a static build (CGO_ENABLED=0 for a Go program)", bin)
+		}
+	}
+	return nil
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/core/agents"
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
@@ -52,6 +54,10 @@ const drainTimeout = 30 * time.Second
 // for attach.
 func (r *runner) startAgent(ctx context.Context, a *agentRun) error {
 	ws, d := r.st.Workspace, r.st.Driver
+	spec, err := r.agentSpec(ctx)
+	if err != nil {
+		return err
+	}
 	opts := driver.DetachOptions{PrivateHome: r.st.UID != "", Tunnel: true, EgressProxy: r.req.Profile.Sandbox.Network != sdk.NetworkOpen}
 	if r.release != nil {
 		// Between this release and the supervisor's lock, another run
@@ -70,7 +76,7 @@ func (r *runner) startAgent(ctx context.Context, a *agentRun) error {
 	}
 	det, err := d.StartAgentic(ctx, driver.AgenticRequest{
 		Workflow: a.src.workflow, Prompt: r.req.Prompt, Cwd: a.worktree, Model: r.model(),
-		MaxTurns: cmp.Or(r.req.MaxTurns, r.req.Profile.MaxTurns),
+		MaxTurns: cmp.Or(r.req.MaxTurns, r.req.Profile.MaxTurns), Agent: spec,
 	}, a.det.Dir, opts)
 	if errors.Is(err, driver.ErrRunBusy) {
 		return fmt.Errorf("%w: another run took the sandbox while this one prepared; nothing ran, try again", err)
@@ -84,6 +90,39 @@ func (r *runner) startAgent(ctx context.Context, a *agentRun) error {
 	}
 	r.attachAgent(ctx, a)
 	return nil
+}
+
+// agentSpec is the run's agent for the worker. An agent the host can
+// upload (agents.Agent.Uploadable) goes into the sandbox from the
+// profile's agent.binary, else from the host's PATH if it is there as a
+// static Linux executable; otherwise the worker finds it on the
+// sandbox's PATH, or says it is missing.
+func (r *runner) agentSpec(ctx context.Context) (driver.AgentSpec, error) {
+	a := r.req.Profile.Agent
+	spec := driver.AgentSpec{Name: a.Name, API: a.API}
+	if a.Name == "" {
+		return spec, nil
+	}
+	ag, err := agents.Lookup(a.Name)
+	if err != nil || !ag.Uploadable {
+		return spec, err
+	}
+	bin, given := a.Binary, a.Binary != ""
+	if !given {
+		if bin, err = exec.LookPath(ag.Binary); err != nil {
+			return spec, nil
+		}
+	}
+	path, err := r.st.InstallTool(ctx, ag.Binary, bin)
+	switch {
+	case err == nil:
+		spec.Binary = path
+	case given:
+		return spec, fmt.Errorf("agent.binary: %w", err)
+	default:
+		r.host.Logger.Warn("the agent on this machine's PATH cannot go into the sandbox; looking for it there", "agent", a.Name, "err", err)
+	}
+	return spec, nil
 }
 
 // endAgentTunnel stops carrying the agent's tunnel, once the run no

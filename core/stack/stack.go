@@ -158,6 +158,16 @@ func (s *Stack) InstallWorker(ctx context.Context) error {
 	return nil
 }
 
+// InstallTool puts the host executable bin (a CLI agent) into the
+// sandbox beside the worker, unless a copy is there already, and
+// returns its path there.
+func (s *Stack) InstallTool(ctx context.Context, name, bin string) (string, error) {
+	if s.Running == nil {
+		return "", fmt.Errorf("install %s: the sandbox is not up yet (Up first)", name)
+	}
+	return s.host.Workers.EnsureTool(ctx, s, s.Running.Worker, name, bin)
+}
+
 // Repair starts the provider plugin again if it died, and its sandbox
 // should it be down; it reports whether it did.
 func (s *Stack) Repair(ctx context.Context) (bool, error) {

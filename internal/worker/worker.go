@@ -24,6 +24,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/tunnel/sandboxend"
 	"github.com/amelia-sandbox/amelia/internal/worker/agent"
+	"github.com/amelia-sandbox/amelia/internal/worker/cliagent"
 	"github.com/amelia-sandbox/amelia/internal/worker/gitcred"
 	"github.com/amelia-sandbox/amelia/internal/worker/tools"
 )
@@ -110,9 +111,10 @@ func noArgs(cmd *cobra.Command, args []string) error {
 func (w *worker) agenticCmd() *cobra.Command {
 	var promptFile, cwd, model, instructions, instructionsFile string
 	var maxTurns int
+	var cli cliAgentJob
 	cmd := &cobra.Command{
-		Use:   "agentic --prompt-file F --cwd D --model M",
-		Short: "Work on a task with tools until the model answers",
+		Use:   "agentic --prompt-file F --cwd D --model M [--agent NAME]",
+		Short: "Work on a task with tools until the model answers: the worker's own agent, or a CLI agent",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := protocol.NewEncoder(w.p.Stdout)
@@ -127,7 +129,7 @@ func (w *worker) agenticCmd() *cobra.Command {
 					}
 				}
 				return w.agentic(cmd.Context(), out, agenticJob{
-					prompt: prompt, cwd: cwd, model: model, instructions: instructions, maxTurns: maxTurns,
+					prompt: prompt, cwd: cwd, model: model, instructions: instructions, maxTurns: maxTurns, agent: cli,
 				})
 			}))
 		},
@@ -139,6 +141,10 @@ func (w *worker) agenticCmd() *cobra.Command {
 	f.StringVar(&instructions, "instructions", "", "extra system instructions")
 	f.StringVar(&instructionsFile, "instructions-file", "", "file holding extra system instructions")
 	f.IntVar(&maxTurns, "max-turns", agent.DefaultMaxTurns, "most LLM calls before giving up")
+	f.StringVar(&cli.name, "agent", OwnAgent, "the agent: "+OwnAgent+" (the worker's own) or a CLI agent: "+strings.Join(cliagent.Names(), ", "))
+	f.StringVar(&cli.bin, "agent-bin", "", "the CLI agent's executable (default: its name, on PATH)")
+	f.StringVar(&cli.api, "agent-api", "", "the LLM API the CLI agent speaks to the proxy: openai or anthropic (default: the agent's own)")
+	f.StringVar(&cli.stateDir, "state-dir", "", "directory for the CLI agent's home, configuration and state, outside the checkout (default: a temporary one)")
 	for _, name := range []string{"prompt-file", "cwd", "model"} {
 		cmd.MarkFlagRequired(name)
 	}
@@ -150,10 +156,17 @@ func (w *worker) agenticCmd() *cobra.Command {
 type agenticJob struct {
 	prompt, cwd, model, instructions string
 	maxTurns                         int // 0: agent.DefaultMaxTurns
+	agent                            cliAgentJob
 }
 
 // agentic runs j, writing its lines to out.
 func (w *worker) agentic(ctx context.Context, out *protocol.Encoder, j agenticJob) error {
+	if j.agent.name != "" && j.agent.name != OwnAgent {
+		if j.instructions != "" {
+			return setupError{fmt.Errorf("the agent %s takes no extra instructions: put them in the prompt", j.agent.name)}
+		}
+		return w.cliAgentic(ctx, out, j)
+	}
 	llm, err := w.llm()
 	if err != nil {
 		return err

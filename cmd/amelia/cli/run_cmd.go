@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/amelia-sandbox/amelia/core/agents"
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/run"
@@ -23,6 +24,8 @@ func (a *app) runCommand() *cobra.Command {
 	var (
 		req        run.Request
 		provider   string
+		agent      string
+		agentAPI   string
 		promptFile string
 		asJSON     bool
 	)
@@ -45,6 +48,7 @@ not a terminal, every event is one JSON line. Ctrl-C stops the agent, cleans
 up and exits 130.`,
 		Example: `  amelia run "add a --verbose flag to the CLI"
   amelia run --sandbox docker --base main --workflow fix-login --prompt-file task.md
+  amelia run --agent opencode "fix the flaky test"
   amelia run --repo https://github.com/org/repo.git --push "fix the failing test"`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			prompt, err := readPrompt(cmd.InOrStdin(), promptFile, args)
@@ -61,6 +65,9 @@ up and exits 130.`,
 			}
 			if provider != "" {
 				p = p.WithProvider(provider)
+			}
+			if p, err = p.WithAgent(agent, agentAPI); err != nil {
+				return usageError{err}
 			}
 			if req.Model, err = scriptedModel(req.Model); err != nil {
 				return usageError{err}
@@ -84,6 +91,8 @@ up and exits 130.`,
 	f := cmd.Flags()
 	f.StringVar(&provider, "sandbox", "", "sandbox provider for this run, instead of the profile's (local, docker, ssh, daytona, kubernetes, or a plugin)")
 	cmd.RegisterFlagCompletionFunc("sandbox", a.completeProviders)
+	f.StringVar(&agent, "agent", "", "the agent, instead of the profile's: "+strings.Join(agents.Names(), ", ")+" (docs/agents.md)")
+	f.StringVar(&agentAPI, "agent-api", "", "the LLM API the agent speaks to the proxy, instead of its own: openai or anthropic (the proxy translates to the profile's upstream)")
 	f.StringVar(&req.Repo, "repo", "", "repository: a local checkout's path or a URL (default: the git repository of the current directory)")
 	f.StringVar(&req.Base, "base", "", "branch to start from (default: the checked-out branch, or the URL's default branch)")
 	f.StringVar(&req.Workflow, "workflow", "", "workflow id; the result branch is amelia/<id> (default: made from the prompt, e.g. fix-login-3f9a)")

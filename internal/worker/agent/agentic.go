@@ -101,7 +101,7 @@ func (a *Agentic) loop(ctx context.Context, prompt string, usage *tally) (string
 			}
 		}
 		if ctx.Err() != nil {
-			return "", errInterrupted
+			return "", ErrInterrupted
 		}
 	}
 	return "", fmt.Errorf("stopped after %d turns without a final answer: raise the limit (amelia run --max-turns N, or the profile's max_turns) or narrow the task", maxTurns)
@@ -155,7 +155,7 @@ func finish(out *protocol.Encoder, model, answer string, runErr error, usage *ta
 }
 
 // Interrupted reports whether err is the failure of an interrupted run.
-func Interrupted(err error) bool { return errors.Is(err, errInterrupted) }
+func Interrupted(err error) bool { return errors.Is(err, ErrInterrupted) }
 
 func openaiTools(defs []tools.Definition) []openai.Tool {
 	out := make([]openai.Tool, len(defs))

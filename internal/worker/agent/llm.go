@@ -107,7 +107,7 @@ func (l *LLM) complete(ctx context.Context, req *chatRequest) (*reply, error) {
 			case rerr == nil:
 				return r, nil
 			case ctx.Err() != nil:
-				return nil, errInterrupted
+				return nil, ErrInterrupted
 			case !errors.Is(rerr, errBrokeOff):
 				return nil, rerr
 			}
@@ -249,7 +249,7 @@ func (l *LLM) describe(err error) error {
 		return fmt.Errorf("%s failed: HTTP %d: %.300s", what, reqErr.HTTPStatusCode, msg)
 	}
 	if errors.Is(err, context.Canceled) {
-		return errInterrupted
+		return ErrInterrupted
 	}
 	return fmt.Errorf("%s failed: %w", what, err)
 }
@@ -266,5 +266,5 @@ func (l *LLM) to() string {
 	return " to " + l.baseURL
 }
 
-// errInterrupted is the failure of a run stopped by a signal.
-var errInterrupted = errors.New("interrupted")
+// ErrInterrupted is the failure of a run stopped by a signal.
+var ErrInterrupted = errors.New("interrupted")

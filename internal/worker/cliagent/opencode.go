@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 )
 
 // opencode is opencode (github.com/opencode-ai/opencode), a Go CLI agent:
@@ -58,7 +57,7 @@ func (o opencode) Command(r Run) (Command, error) {
 	provider := "local"
 	switch r.API {
 	case OpenAI, "":
-		env["LOCAL_ENDPOINT"] = strings.TrimSuffix(r.LLM.OpenAIBase, "/v1")
+		env["LOCAL_ENDPOINT"] = r.LLM.OpenAIBase
 	case Anthropic:
 		env["ANTHROPIC_BASE_URL"] = r.LLM.AnthropicBase
 		env["ANTHROPIC_API_KEY"] = r.LLM.Key

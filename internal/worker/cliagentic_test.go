@@ -1,0 +1,93 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/amelia-sandbox/amelia/internal/agentbin/agentbintest"
+	"github.com/amelia-sandbox/amelia/internal/llmtest"
+)
+
+// agentScript answers an agent's main loop (requests with tools) with
+// turns, by how many answers its conversation holds, and its side calls
+// (a title: no tools) with a line of text.
+func agentScript(turns ...llmtest.Turn) func(int, *llmtest.Request) llmtest.Turn {
+	return func(_ int, req *llmtest.Request) llmtest.Turn {
+		if len(req.Chat.Tools) == 0 {
+			return llmtest.Turn{Text: "A title"}
+		}
+		n := 0
+		for _, m := range req.Chat.Messages {
+			if m.Role == "assistant" {
+				n++
+			}
+		}
+		if n >= len(turns) {
+			return llmtest.Turn{Status: 400, Error: "the script has no more turns"}
+		}
+		return turns[n]
+	}
+}
+
+// The real opencode works in a checkout through the worker: its tool
+// call writes the file, what it did is derived from its LLM traffic, its
+// answer is the result, and nothing of its own lands in the checkout.
+func TestCLIAgentOpencode(t *testing.T) {
+	bin := agentbintest.Binaries(t).Opencode
+	srv := llmtest.NewWithOptions(t, llmtest.Options{Script: agentScript(
+		llmtest.Turn{Text: "Writing the file.", ToolCalls: []llmtest.ToolCall{call("write", `{"file_path": "hello.txt", "content": "hello from opencode\n"}`)},
+			Usage: &llmtest.Usage{PromptTokens: 100, CompletionTokens: 20}},
+		llmtest.Turn{Text: "Done: hello.txt is written.", Usage: &llmtest.Usage{PromptTokens: 150, CompletionTokens: 10}},
+	)})
+	repo := gitRepo(t)
+	state := filepath.Join(t.TempDir(), "agent")
+	r := agentic(t, srv, repo, "write hello.txt", "--agent", "opencode", "--agent-bin", bin, "--state-dir", state)
+	msgs := r.decode(t)
+	if r.code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s\nstdout:\n%s", r.code, r.stderr, r.stdout)
+	}
+	var types []string
+	for _, m := range msgs {
+		types = append(types, string(m.Type))
+	}
+	if got, want := strings.Join(types, " "), "thinking tool_call tool_result result usage"; got != want {
+		t.Fatalf("messages %q, want %q\nstdout:\n%s", got, want, r.stdout)
+	}
+	call, res, final, use := msgs[1], msgs[2], msgs[3], msgs[4].Usage
+	var input map[string]string
+	if err := json.Unmarshal(call.ToolInput, &input); err != nil || *call.ToolName != "write" || input["file_path"] != "hello.txt" {
+		t.Errorf("tool call %s %s", *call.ToolName, call.ToolInput)
+	}
+	if *res.ToolCallID != *call.ToolCallID || res.IsError {
+		t.Errorf("tool result %+v for call %s", res, *call.ToolCallID)
+	}
+	if final.IsError || *final.Content != "Done: hello.txt is written." {
+		t.Errorf("result %q (error %v)", *final.Content, final.IsError)
+	}
+	if *use.NumTurns < 2 || *use.InputTokens < 250 || *use.OutputTokens < 30 {
+		t.Errorf("usage: %d turns, %d in, %d out", *use.NumTurns, *use.InputTokens, *use.OutputTokens)
+	}
+	if b, err := os.ReadFile(filepath.Join(repo, "hello.txt")); err != nil || string(b) != "hello from opencode\n" {
+		t.Errorf("hello.txt: %q, %v", b, err)
+	}
+	entries, _ := os.ReadDir(repo)
+	for _, e := range entries {
+		if n := e.Name(); n != ".git" && n != "README.md" && n != "hello.txt" {
+			t.Errorf("the agent left %s in the checkout", n)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(state, "data", "opencode.db")); err != nil {
+		t.Errorf("opencode's state is not in its state directory: %v", err)
+	}
+	for _, req := range srv.Requests() {
+		if req.Chat.Model != "test-model" {
+			t.Errorf("a request asked for model %q, not the run's", req.Chat.Model)
+		}
+		if got := req.Header.Get("Authorization"); got != "Bearer "+runToken {
+			t.Errorf("a request carried Authorization %q, not the run's token", got)
+		}
+	}
+}
