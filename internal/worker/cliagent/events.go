@@ -117,7 +117,3 @@ func mustJSON(v any) json.RawMessage {
 	}
 	return b
 }
-
-// int64p and float64p are pointers for usage fields.
-func int64p(v int64) *int64       { return &v }
-func float64p(v float64) *float64 { return &v }
