@@ -17,7 +17,7 @@ package cliagent
 //   - the stream-json messages (system/init, assistant, user, result with
 //     subtype success or error_*, is_error, result, session_id, usage,
 //     total_cost_usd, num_turns): the Agent SDK's message types,
-//     https://code.claude.com/docs/en/agent-sdk/typescript
+//     https://platform.claude.com/docs/en/agent-sdk/typescript
 //   - MCP configuration files ({"mcpServers": {...}}, stdio and http):
 //     https://code.claude.com/docs/en/mcp
 //   - IS_SANDBOX=1, without which bypassing permissions is refused as root
