@@ -17,7 +17,6 @@ package cliagent
 //   - configuration, $CODEX_HOME/config.toml: model, model_provider,
 //     [model_providers.NAME] base_url / env_key / wire_api, [mcp_servers.NAME]
 //     command / args / env or url / http_headers, check_for_update_on_startup:
-//     https://developers.openai.com/codex/noninteractive (sandbox, stdin) and
 //     https://github.com/openai/codex/blob/main/docs/config.md
 //   - wire_api = "chat" is refused at configuration load since then; only
 //     "responses" (POST {base_url}/responses) is accepted:
