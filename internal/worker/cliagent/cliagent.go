@@ -158,7 +158,7 @@ type File struct {
 
 // All lists every adapter, the worker's own agent aside.
 func All() []Adapter {
-	return []Adapter{opencode{}}
+	return []Adapter{opencode{}, claudeCode{}, codex{}, gemini{}}
 }
 
 // Lookup returns the adapter named name.
