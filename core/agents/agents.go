@@ -25,7 +25,7 @@ type Agent struct {
 	// have it.
 	Uploadable bool
 	// API is the LLM API it speaks unless the profile says otherwise:
-	// "openai" or "anthropic".
+	// "openai", "anthropic" or "gemini".
 	API string
 	// APIs are the APIs it can be pointed at.
 	APIs []string
@@ -36,7 +36,7 @@ var all = []Agent{
 	{Name: "opencode", Binary: "opencode", Uploadable: true, API: "openai", APIs: []string{"openai", "anthropic"}},
 	{Name: "claude-code", Binary: "claude", API: "anthropic", APIs: []string{"anthropic"}},
 	{Name: "codex", Binary: "codex", API: "openai", APIs: []string{"openai"}},
-	{Name: "gemini", Binary: "gemini", API: "openai", APIs: []string{"openai"}},
+	{Name: "gemini", Binary: "gemini", API: "gemini", APIs: []string{"gemini"}},
 }
 
 // All lists the agents, the worker's own first.

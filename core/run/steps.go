@@ -265,9 +265,9 @@ func (r *runner) attachAgent(ctx context.Context, a *agentRun) {
 // none). Where the provider separates uids, every workflow gets one of
 // its own (see workspace.RunUser).
 func (r *runner) workIn(hostTunnel string) error {
-	var opts workspace.Options
+	opts := workspace.Options{Ignore: workspace.AgentState()}
 	if !r.req.Profile.CommitBuildOutputs {
-		opts.Ignore = workspace.BuildOutputs()
+		opts.Ignore = append(opts.Ignore, workspace.BuildOutputs()...)
 	}
 	if hostTunnel != "" {
 		opts.GitEnv = sandboxend.ProxyEnv(hostTunnel, r.agent.token, false)

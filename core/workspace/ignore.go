@@ -21,14 +21,27 @@ func BuildOutputs() []string {
 	}
 }
 
+// AgentState are the files CLI agents keep of their own in the
+// directory they work in, which a workflow's checkout always ignores:
+// amelia points their state elsewhere, and these patterns keep on the
+// host whatever an agent writes there all the same.
+func AgentState() []string {
+	return []string{
+		// opencode's database and logs (its data.directory)
+		".opencode/",
+		// Claude Code's own approvals, when it is asked
+		".claude/settings.local.json",
+	}
+}
+
 // excludeFile is the content of a checkout's .git/info/exclude for
 // patterns: a comment saying where they come from, then one a line.
 func excludeFile(patterns []string) string {
 	if len(patterns) == 0 {
 		return ""
 	}
-	s := "# amelia: build and cache outputs left out of the workflow's commits\n" +
-		"# (profile key commit_build_outputs: true keeps them)\n"
+	s := "# amelia: agents' state, and build and cache outputs, left out of the\n" +
+		"# workflow's commits (commit_build_outputs: true keeps the outputs)\n"
 	for _, p := range patterns {
 		s += p + "\n"
 	}
