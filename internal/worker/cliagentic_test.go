@@ -3,12 +3,14 @@ package worker_test
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/internal/agentbin/agentbintest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/internal/pythontest"
 )
 
 // agentScript answers an agent's main loop (requests with tools) with
@@ -82,6 +84,7 @@ func TestCLIAgentOpencode(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(state, "data", "opencode.db")); err != nil {
 		t.Errorf("opencode's state is not in its state directory: %v", err)
 	}
+	checkWithPythonModels(t, r.stdout)
 	for _, req := range srv.Requests() {
 		if req.Chat.Model != "test-model" {
 			t.Errorf("a request asked for model %q, not the run's", req.Chat.Model)
@@ -89,5 +92,16 @@ func TestCLIAgentOpencode(t *testing.T) {
 		if got := req.Header.Get("Authorization"); got != "Bearer "+runToken {
 			t.Errorf("a request carried Authorization %q, not the run's token", got)
 		}
+	}
+}
+
+// checkWithPythonModels validates protocol lines with the Python Amelia's
+// models.
+func checkWithPythonModels(t *testing.T, stdout []byte) {
+	t.Helper()
+	python := pythontest.Python(t, "a CLI agent's lines against the Python models")
+	lines := writeFile(t, t.TempDir(), "agent-stdout.jsonl", string(stdout))
+	if out, err := exec.Command(python, checkScript, lines).CombinedOutput(); err != nil {
+		t.Fatalf("the Python models reject the CLI agent's lines: %v\n%s", err, out)
 	}
 }

@@ -1,0 +1,124 @@
+package main_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/amelia-sandbox/amelia/internal/agentbin/agentbintest"
+	"github.com/amelia-sandbox/amelia/internal/dockertest"
+	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/internal/sshtest"
+)
+
+// End-to-end tests of amelia run with a CLI agent: the real opencode,
+// uploaded into the sandbox from the host, against the scripted model.
+
+// agentScript answers an agent's main loop (requests with tools) with
+// turns, by how many answers its conversation holds, and its side calls
+// (opencode's title: no tools) with a line of text.
+func agentScript(turns ...llmtest.Turn) llmtest.Options {
+	return llmtest.Options{Script: func(_ int, req *llmtest.Request) llmtest.Turn {
+		if len(req.Chat.Tools) == 0 {
+			return llmtest.Turn{Text: "A title"}
+		}
+		n := 0
+		for _, m := range req.Chat.Messages {
+			if m.Role == "assistant" {
+				n++
+			}
+		}
+		if n >= len(turns) {
+			return llmtest.Turn{Status: 400, Error: "the script has no more turns"}
+		}
+		return turns[n]
+	}}
+}
+
+// opencodeCall is a call of one of opencode's tools.
+func opencodeCall(name string, args map[string]string) llmtest.ToolCall {
+	b, _ := json.Marshal(args)
+	return llmtest.ToolCall{Name: name, Arguments: string(b)}
+}
+
+// amelia run --agent opencode on docker and over ssh, through the
+// proxy's OpenAI route and through its Anthropic route (which the proxy
+// translates for the profile's OpenAI-only upstream): the branch comes
+// back with the file opencode wrote, --json shows its tool call and its
+// result, derived from its LLM traffic, every LLM request reached the
+// upstream with the host's key, and the key is nowhere in the sandbox.
+func TestRunCLIAgentOpencode(t *testing.T) {
+	opencode := agentbintest.Binaries(t).Opencode
+	for _, provider := range []string{"docker", "ssh"} {
+		for _, api := range []string{"openai", "anthropic"} {
+			t.Run(provider+"/"+api, func(t *testing.T) {
+				opts := agentScript(
+					llmtest.Turn{Text: "Writing the file.", ToolCalls: []llmtest.ToolCall{opencodeCall("write", map[string]string{"file_path": "hello.txt", "content": "hello from opencode\n"})}},
+					llmtest.Turn{ToolCalls: []llmtest.ToolCall{opencodeCall("bash", map[string]string{"command": "env | sort | sed -n 's/^\\(AMELIA_[A-Z_]*\\|[A-Z_]*API_KEY\\)=.*/\\1/p'; echo PROBED"})}},
+					llmtest.Turn{Text: "Done: hello.txt is written.", Usage: &llmtest.Usage{PromptTokens: 10, CompletionTokens: 5}},
+				)
+				var h *host
+				switch provider {
+				case "docker":
+					cli := dockertest.Engine(t)
+					h = newHostWith(t, dockerSandbox("open"), "", opts)
+					dockertest.RemoveContainers(t, cli, "amelia.config="+h.configPath())
+					defer assertKeyNotInContainer(t, h, cli)
+				case "ssh":
+					srv := sshtest.Start(t, sshtest.Options{})
+					root := t.TempDir()
+					h = newHostWith(t, sshSandbox(t, srv, root), root, opts)
+					t.Cleanup(func() {
+						h.amelia(t, "sandbox", "down")
+						assertNoSecret(t, upstreamKey, root)
+					})
+				}
+				h.addProfileYAML(t, fmt.Sprintf("    agent: {name: opencode, binary: %q}\n", opencode))
+				wf := "oc-" + provider + "-" + api
+				r := h.amelia(t, "run", "--json", "--agent-api", api, "--workflow", wf, "Write hello.txt.")
+				if r.code != 0 {
+					t.Fatalf("amelia run: exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)
+				}
+				if got := h.git(t, "show", "amelia/"+wf+":hello.txt"); got != "hello from opencode" {
+					t.Errorf("hello.txt on the branch: %q", got)
+				}
+				if files := h.git(t, "ls-tree", "-r", "--name-only", "amelia/"+wf); files != "README.md\nhello.txt" {
+					t.Errorf("the branch holds %q, want README.md and hello.txt only (no agent state)", files)
+				}
+				var calls []string
+				var result string
+				for _, ev := range events(t, r.stdout) {
+					switch ev.Type {
+					case "tool_call":
+						calls = append(calls, *ev.ToolName)
+					case "result":
+						result = *ev.Content
+					}
+				}
+				if strings.Join(calls, ",") != "write,bash" || result != "Done: hello.txt is written." {
+					t.Errorf("--json showed tool calls %q and result %q\n%s", calls, result, r.stdout)
+				}
+				probed := toolOutput(t, r.stdout, "PROBED")
+				if !strings.Contains(probed, "PROBED") || strings.Contains(probed, "AMELIA_PROXY_TOKEN") {
+					t.Errorf("the agent's tools see the proxy's variables, or the probe did not run:\n%s", probed)
+				}
+				reqs := h.up.Requests()
+				if len(reqs) < 3 {
+					t.Errorf("the upstream got %d requests, want the agent's 3 and its title's", len(reqs))
+				}
+				for i, req := range reqs {
+					if got := req.Header.Get("Authorization"); got != "Bearer "+upstreamKey {
+						t.Errorf("LLM request %d: Authorization %q, want the host's key (added by the proxy)", i, got)
+					}
+					if req.Chat.Model != "test-model" {
+						t.Errorf("LLM request %d asked for model %q, not the profile's", i, req.Chat.Model)
+					}
+				}
+				if strings.Contains(r.stdout+r.stderr, upstreamKey) {
+					t.Error("the upstream key appears in amelia's output")
+				}
+			})
+		}
+	}
+}
