@@ -94,7 +94,9 @@ profiles:
     llm: {api: anthropic}
     sandbox: {provider: local}
 `, nil)
-	lookup := func(k string) (string, bool) { return map[string]string{"ANTHROPIC_API_KEY": "sk-ant"}[k], k == "ANTHROPIC_API_KEY" }
+	lookup := func(k string) (string, bool) {
+		return map[string]string{"ANTHROPIC_API_KEY": "sk-ant"}[k], k == "ANTHROPIC_API_KEY"
+	}
 	cfg, err := proxy.ProfileRun(p, lookup, "run-1", nil, "/audit")
 	if err != nil {
 		t.Fatal(err)
