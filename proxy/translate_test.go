@@ -107,7 +107,7 @@ func TestAnthropicClientOpenAIUpstream(t *testing.T) {
 	acc = llmwire.NewAccumulator(llmwire.Anthropic, "text/event-stream")
 	acc.Write([]byte(body))
 	turn, err = acc.Turn()
-	if err != nil || turn.StopReason != "tool_use" || !slices.Equal(turn.ToolCalls, []llmwire.ToolCall{{ID: "call_2", Name: "read", Arguments: `{"path":"b.go"}`}}) ||
+	if err != nil || resp.StatusCode != 200 || turn.StopReason != "tool_use" || !slices.Equal(turn.ToolCalls, []llmwire.ToolCall{{ID: "call_2", Name: "read", Arguments: `{"path":"b.go"}`}}) ||
 		!strings.Contains(body, `"content_block":{"type":"tool_use","id":"call_2","name":"read","input":{}}`) {
 		t.Errorf("streamed tool call %+v, %v:\n%s", turn, err, body)
 	}
