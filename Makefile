@@ -142,6 +142,7 @@ bench: base-image
 	$(GO) test -run='^$$' -bench='ProxyLatency|SSEFirstByte' -benchtime=2000x ./core/tunnel/
 	$(GO) test -run='^$$' -bench=ProxyThroughput -benchtime=4000x ./core/tunnel/
 	$(GO) test -run='^$$' -bench=Redact -benchtime=200x ./proxy/
+	$(GO) test -run='^$$' -bench=Translate -benchtime=100x ./proxy/
 	$(GO) test -run='^$$' -bench='ExecTrue|Stream|ColdEnsureRunning|WarmPoolClaim|TenSandboxes' -benchtime=5x ./plugins/kubernetes/
 	$(GO) test -run='^$$' -bench='RunToFirstRequest$$' -benchtime=20x ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=TenConcurrentRuns -benchtime=2x ./cmd/amelia/

@@ -67,6 +67,9 @@ type Record struct {
 	CacheCreationTokens *int64    `json:"cache_creation_tokens,omitempty"`
 	CostUSD             *float64  `json:"cost_usd,omitempty"`
 	Error               string    `json:"error,omitempty"`
+	// Translated names a request translated from the client's API to the
+	// upstream's: "anthropic->openai" or "openai->anthropic".
+	Translated string `json:"translated,omitempty"`
 
 	start time.Time
 	w     *countingWriter

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,8 +13,11 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/amelia-sandbox/amelia/internal/llmwire"
 )
 
 // OpenRouter asks apps to name themselves with these headers.
@@ -75,29 +79,71 @@ func newUpstream(route string, u Upstream, cfg RunConfig, log *slog.Logger) (*up
 // recordKey carries a request's audit record to the ReverseProxy hooks.
 type recordKey struct{}
 
+// translationKey carries a request's translation to the ReverseProxy
+// hooks.
+type translationKey struct{}
+
+// translation is a request translated from the client's API to the
+// upstream's; info, filled in by serve, is what translating the response
+// needs.
+type translation struct {
+	from  llmwire.API // the client's
+	route string      // the client's, whose error shape it gets
+	model string      // the run's model, "" for the client's
+	info  llmwire.RequestInfo
+}
+
+func translationOf(ctx context.Context) *translation {
+	tr, _ := ctx.Value(translationKey{}).(*translation)
+	return tr
+}
+
 func recordOf(ctx context.Context) *Record {
 	rec, _ := ctx.Value(recordKey{}).(*Record)
 	return rec
 }
 
-// serve forwards req. The body is read first, up to the limit, so an
-// oversized request is refused before anything reaches the upstream.
-func (u *upstream) serve(w http.ResponseWriter, req *http.Request, rec *Record) {
+// serve forwards req, translated by tr unless it is nil. The body is read
+// first, up to the limit, so an oversized request is refused before
+// anything reaches the upstream.
+func (u *upstream) serve(w http.ResponseWriter, req *http.Request, rec *Record, tr *translation) {
 	rec.Upstream = u.base.Host
+	route := u.route
+	if tr != nil {
+		route = tr.route
+	}
 	if req.ContentLength > u.maxBody {
-		u.tooLarge(w)
+		u.tooLarge(w, route)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(req.Body, u.maxBody+1))
 	switch {
 	case err != nil:
-		writeError(w, u.route, http.StatusBadRequest, "bad_request", "read request body: "+err.Error())
+		writeError(w, route, http.StatusBadRequest, "bad_request", "read request body: "+err.Error())
 		return
 	case int64(len(body)) > u.maxBody:
-		u.tooLarge(w)
+		u.tooLarge(w, route)
 		return
 	}
 	rec.RequestBytes = int64(len(body))
+	ctx := context.WithValue(req.Context(), recordKey{}, rec)
+	if tr != nil {
+		opts := llmwire.RequestOptions{Model: tr.model, MaxCompletionTokens: strings.EqualFold(u.base.Hostname(), "api.openai.com")}
+		if body, tr.info, err = llmwire.TranslateRequest(tr.from, body, opts); err != nil {
+			status := http.StatusBadRequest
+			var re *llmwire.RequestError
+			if errors.As(err, &re) {
+				status = re.Status
+			}
+			rec.Error = "translate the request: " + err.Error()
+			writeError(w, route, status, "invalid_request", "the proxy could not translate the request to the upstream's API: "+err.Error())
+			return
+		}
+		// The upstream's own path for it, which rewrite maps to its base.
+		req.URL.Path, req.URL.RawPath, req.URL.RawQuery = u.prefix+translatedPath[tr.from.Other()][1:], "", ""
+		req.Header.Set("Content-Type", "application/json")
+		ctx = context.WithValue(ctx, translationKey{}, tr)
+	}
 	req.ContentLength = int64(len(body))
 	req.Body = http.NoBody
 	if len(body) > 0 {
@@ -111,11 +157,11 @@ func (u *upstream) serve(w http.ResponseWriter, req *http.Request, rec *Record) 
 			rec.usage(rec.sniff.result())
 		}
 	}()
-	u.rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), recordKey{}, rec)))
+	u.rp.ServeHTTP(w, req.WithContext(ctx))
 }
 
-func (u *upstream) tooLarge(w http.ResponseWriter) {
-	writeError(w, u.route, http.StatusRequestEntityTooLarge, "request_too_large",
+func (u *upstream) tooLarge(w http.ResponseWriter, route string) {
+	writeError(w, route, http.StatusRequestEntityTooLarge, "request_too_large",
 		fmt.Sprintf("request body larger than %d bytes (the profile's proxy.max_request_bytes)", u.maxBody))
 }
 
@@ -149,6 +195,19 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 			h.Set("Authorization", "Bearer "+u.key)
 		}
 	}
+	if tr := translationOf(in.Context()); tr != nil {
+		// Nothing of the client's API goes to an upstream of the other:
+		// its version and beta headers, its SDK's organisation headers.
+		clientPrefix := map[llmwire.API]string{llmwire.Anthropic: "Anthropic-", llmwire.OpenAI: "Openai-"}[tr.from]
+		for k := range h {
+			if strings.HasPrefix(http.CanonicalHeaderKey(k), clientPrefix) {
+				delete(h, k)
+			}
+		}
+		if u.route == routeAnthropic {
+			h.Set("Anthropic-Version", llmwire.AnthropicVersion)
+		}
+	}
 	if u.openRouter {
 		h.Set("HTTP-Referer", openRouterReferer)
 		h.Set("X-Title", openRouterTitle)
@@ -168,12 +227,117 @@ func (u *upstream) modifyResponse(resp *http.Response) error {
 		rec.sniff = &sseSniffer{}
 	case "application/json":
 		rec.sniff = &jsonSniffer{}
-	default:
-		return nil
 	}
-	resp.Body = &sniffingBody{ReadCloser: resp.Body, s: rec.sniff}
+	if rec.sniff != nil {
+		resp.Body = &sniffingBody{ReadCloser: resp.Body, s: rec.sniff}
+	}
+	if tr := translationOf(resp.Request.Context()); tr != nil {
+		if err := u.translateResponse(resp, tr, mt); err != nil {
+			return &translateError{err}
+		}
+	}
 	return nil
 }
+
+// translateError is a response the proxy could not translate.
+type translateError struct{ err error }
+
+func (e *translateError) Error() string { return e.err.Error() }
+func (e *translateError) Unwrap() error { return e.err }
+
+// translateResponse turns the upstream's response into the client's API:
+// an error body into the client's error shape, a JSON body at once, an
+// event stream event by event as it arrives.
+func (u *upstream) translateResponse(resp *http.Response, tr *translation, mt string) error {
+	upAPI := tr.from.Other()
+	h := resp.Header
+	h.Del("Content-Length")
+	h.Del("Content-Encoding")
+	resp.ContentLength = -1
+	switch {
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		body, err := readKept(resp.Body)
+		if err != nil {
+			return err
+		}
+		setBody(resp, llmwire.TranslateError(upAPI, resp.StatusCode, body))
+	case mt == "text/event-stream":
+		tb := &translatingBody{src: resp.Body, buf: make([]byte, 32<<10)}
+		tb.st = llmwire.NewStreamTranslator(upAPI, &tb.out, tr.info)
+		resp.Body = tb
+	case mt == "application/json":
+		body, err := readKept(resp.Body)
+		if err != nil {
+			return err
+		}
+		out, err := llmwire.TranslateResponse(upAPI, body, tr.info)
+		if err != nil {
+			return fmt.Errorf("translate the response: %w", err)
+		}
+		setBody(resp, out)
+	default:
+		resp.Body.Close()
+		return fmt.Errorf("the upstream answered %s, which the proxy cannot translate", cmp.Or(mt, "without a content type"))
+	}
+	return nil
+}
+
+// readKept reads and closes a body of at most llmwire.MaxKept bytes.
+func readKept(body io.ReadCloser) ([]byte, error) {
+	defer body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, llmwire.MaxKept+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("read the response: %w", err)
+	case len(b) > llmwire.MaxKept:
+		return nil, fmt.Errorf("the response is over %d bytes, more than the proxy translates", llmwire.MaxKept)
+	}
+	return b, nil
+}
+
+func setBody(resp *http.Response, b []byte) {
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	resp.ContentLength = int64(len(b))
+	resp.Header.Set("Content-Type", "application/json")
+	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+}
+
+// translatingBody is an event stream translated as it is read: each Read
+// reads the upstream's body until a translated event is ready, and returns
+// it, so the reverse proxy writes and flushes it at once.
+type translatingBody struct {
+	src io.ReadCloser
+	st  *llmwire.StreamTranslator
+	out bytes.Buffer
+	buf []byte
+	eof bool
+}
+
+func (b *translatingBody) Read(p []byte) (int, error) {
+	for b.out.Len() == 0 {
+		if b.eof {
+			return 0, io.EOF
+		}
+		n, err := b.src.Read(b.buf)
+		if n > 0 {
+			if _, werr := b.st.Write(b.buf[:n]); werr != nil {
+				return 0, werr
+			}
+		}
+		switch {
+		case errors.Is(err, io.EOF):
+			b.eof = true
+			if cerr := b.st.Close(); cerr != nil {
+				return 0, cerr
+			}
+		case err != nil:
+			return 0, err
+		}
+	}
+	return b.out.Read(p)
+}
+
+func (b *translatingBody) Close() error { return b.src.Close() }
 
 // errorHandler answers when the upstream could not be asked or did not
 // answer: 504 on a timeout, 502 otherwise. The message names the upstream
@@ -182,7 +346,10 @@ func (u *upstream) errorHandler(w http.ResponseWriter, req *http.Request, err er
 	rec := recordOf(req.Context())
 	status, code, msg := http.StatusBadGateway, "upstream_unreachable", ""
 	var ne net.Error
+	var te *translateError
 	switch {
+	case errors.As(err, &te):
+		code, msg = "translation_failed", fmt.Sprintf("the proxy could not translate the answer of upstream %s: %s", u.base.Redacted(), te.err)
 	case req.Context().Err() != nil:
 		// The sandbox went away, or the run ended: nobody to answer.
 		status, code, msg = http.StatusServiceUnavailable, "canceled", "request canceled (the client went away or the run ended)"
@@ -198,7 +365,11 @@ func (u *upstream) errorHandler(w http.ResponseWriter, req *http.Request, err er
 	if rec != nil {
 		rec.Error = msg
 	}
-	writeError(w, u.route, status, code, msg)
+	route := u.route
+	if tr := translationOf(req.Context()); tr != nil {
+		route = tr.route
+	}
+	writeError(w, route, status, code, msg)
 }
 
 // cause is the innermost useful part of a transport error: for network

@@ -8,7 +8,8 @@ import (
 	"github.com/amelia-sandbox/amelia/core/config"
 )
 
-// ProfileRun is the RunConfig of run id of profile p: its upstreams with
+// ProfileRun is the RunConfig of run id of profile p (but for the run's
+// Model, which the caller sets): its upstreams with
 // their keys read from the host's environment (lookupEnv; nil reads the
 // environment p was loaded with), its network policy and git settings. repos
 // are the run's repository URLs; auditDir is used when the profile sets no
@@ -33,7 +34,13 @@ func ProfileRun(p *config.Profile, lookupEnv func(string) (string, bool), id str
 	if err != nil {
 		return RunConfig{}, err
 	}
-	cfg.OpenAI = Upstream{BaseURL: p.LLM.BaseURL, Key: key}
+	if p.LLM.API == config.APIAnthropic {
+		// The profile's only upstream speaks Anthropic's API: /v1 chat
+		// completions are translated to it.
+		cfg.Anthropic = &Upstream{BaseURL: p.LLM.BaseURL, Key: key}
+	} else {
+		cfg.OpenAI = Upstream{BaseURL: p.LLM.BaseURL, Key: key}
+	}
 	if p.LLM.Anthropic != nil {
 		key, err := p.AnthropicKey(lookupEnv)
 		if err != nil {

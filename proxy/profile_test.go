@@ -85,3 +85,23 @@ func TestNewRunID(t *testing.T) {
 		t.Errorf("NewRunID of a 63-character prefix = %q", id)
 	}
 }
+
+func TestProfileRunAnthropicOnly(t *testing.T) {
+	p := loadProfile(t, `
+profiles:
+  dev:
+    model: claude-test
+    llm: {api: anthropic}
+    sandbox: {provider: local}
+`, nil)
+	lookup := func(k string) (string, bool) {
+		return map[string]string{"ANTHROPIC_API_KEY": "sk-ant"}[k], k == "ANTHROPIC_API_KEY"
+	}
+	cfg, err := proxy.ProfileRun(p, lookup, "run-1", nil, "/audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.OpenAI != (proxy.Upstream{}) || cfg.Anthropic == nil || *cfg.Anthropic != (proxy.Upstream{BaseURL: config.DefaultAnthropicBaseURL, Key: "sk-ant"}) {
+		t.Errorf("upstreams: openai %+v, anthropic %+v", cfg.OpenAI, cfg.Anthropic)
+	}
+}

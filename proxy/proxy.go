@@ -1,7 +1,8 @@
 // Package proxy is the host-side proxy through which a sandbox reaches the
 // outside world without holding a secret: the LLM upstream (OpenAI-compatible
 // /v1/* and Anthropic /anthropic/v1/*, with the profile's key attached on the
-// way out), git credentials for the run's repositories (/git/credentials),
+// way out, and chat completions and messages translated from one API to the
+// other when the profile's upstream speaks only the other), git credentials for the run's repositories (/git/credentials),
 // and, for profiles with network: allowlist, an HTTP forward proxy (CONNECT
 // and absolute-form requests) that reaches only the allowed hosts.
 //
@@ -22,6 +23,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +37,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/gitcredential"
 	"github.com/amelia-sandbox/amelia/core/protocol"
+	"github.com/amelia-sandbox/amelia/internal/llmwire"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
@@ -64,10 +67,24 @@ type RunConfig struct {
 	// ID names the run in the audit log and its file name; see ValidRunID.
 	ID      string
 	Profile string
-	// OpenAI is the upstream of /v1/*.
+	// OpenAI is the upstream of /v1/*; a BaseURL of "" means the run has
+	// none, and then Anthropic must be set.
 	OpenAI Upstream
-	// Anthropic is the upstream of /anthropic/v1/*; nil disables the route.
+	// Anthropic is the upstream of /anthropic/v1/*; nil means none.
+	//
+	// A run with only one of the two translates between the APIs: a
+	// messages request on /anthropic/v1/messages goes to the OpenAI
+	// upstream's /chat/completions, a chat completions request on
+	// /v1/chat/completions to the Anthropic upstream's /messages, and the
+	// response comes back in the API the client spoke. Other paths of the
+	// missing API answer 404, but for its models list (see Model).
 	Anthropic *Upstream
+	// Model is the run's model. A translated request asks the upstream
+	// for it instead of the model the client named (an Anthropic client
+	// such as Claude Code asks for a Claude model, which an OpenAI upstream
+	// does not know); "" keeps the client's. The models list of the
+	// missing API lists it alone (none when "").
+	Model string
 	// Timeout bounds the wait for an upstream's response headers (504
 	// after it); default config.DefaultLLMTimeout.
 	Timeout time.Duration
@@ -160,8 +177,10 @@ func (s *Server) Start(cfg RunConfig) (*Run, error) {
 	}
 	r := &Run{cfg: cfg, srv: s}
 	var err error
-	if r.openai, err = newUpstream(routeOpenAI, cfg.OpenAI, cfg, s.log); err != nil {
-		return nil, fmt.Errorf("run %s: llm upstream: %w", cfg.ID, err)
+	if cfg.OpenAI.BaseURL != "" {
+		if r.openai, err = newUpstream(routeOpenAI, cfg.OpenAI, cfg, s.log); err != nil {
+			return nil, fmt.Errorf("run %s: llm upstream: %w", cfg.ID, err)
+		}
 	}
 	if cfg.Anthropic != nil {
 		if r.anthro, err = newUpstream(routeAnthropic, *cfg.Anthropic, cfg, s.log); err != nil {
@@ -199,6 +218,9 @@ func (c *RunConfig) check() error {
 	}
 	if c.AuditDir == "" {
 		return fmt.Errorf("run %s: no audit directory", c.ID)
+	}
+	if c.OpenAI.BaseURL == "" && c.Anthropic == nil {
+		return fmt.Errorf("run %s: no LLM upstream: set OpenAI.BaseURL or Anthropic", c.ID)
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = config.DefaultLLMTimeout
@@ -427,20 +449,67 @@ func canonical(p string) error {
 }
 
 // serveLLM forwards a request on an LLM route, with the run's secrets
-// replaced in everything the response carries back (see redactor).
+// replaced in everything the response carries back (see redactor). A run
+// without the route's upstream translates chat completions and messages
+// to the API of the upstream it has.
 func (r *Run) serveLLM(w http.ResponseWriter, req *http.Request, route string, rec *Record) {
 	w, finish := r.redact.wrap(w)
 	defer finish()
-	up := r.openai
+	up, other := r.openai, r.anthro
 	if route == routeAnthropic {
-		up = r.anthro
+		up, other = r.anthro, r.openai
 	}
-	if up == nil {
-		writeError(w, route, http.StatusNotFound, "not_found",
-			fmt.Sprintf("profile %s has no Anthropic upstream: add llm.anthropic to it", r.cfg.Profile))
+	if up != nil {
+		up.serve(w, req, rec, nil)
 		return
 	}
-	up.serve(w, req, rec)
+	from := llmwire.OpenAI
+	if route == routeAnthropic {
+		from = llmwire.Anthropic
+	}
+	rest := strings.TrimPrefix(req.URL.Path, strings.TrimSuffix(routePrefix[route], "/"))
+	switch {
+	case rest == "/models" && req.Method == http.MethodGet:
+		r.serveModels(w, from)
+	case rest == translatedPath[from] && req.Method == http.MethodPost:
+		rec.Translated = string(from) + "->" + string(from.Other())
+		other.serve(w, req, rec, &translation{from: from, route: route, model: r.cfg.Model})
+	default:
+		missing := map[llmwire.API]string{llmwire.OpenAI: "OpenAI", llmwire.Anthropic: "Anthropic"}
+		writeError(w, route, http.StatusNotFound, "not_found",
+			fmt.Sprintf("profile %s's LLM upstream speaks %s's API, not %s's: the proxy translates only %s (and lists the run's model at %smodels); for %s, give the profile an upstream of that API (llm.api, llm.anthropic)",
+				r.cfg.Profile, missing[from.Other()], missing[from], routePrefix[route]+translatedPath[from][1:], routePrefix[route], req.URL.Path))
+	}
+}
+
+// routePrefix is the path prefix of each LLM route.
+var routePrefix = map[string]string{routeOpenAI: openAIPrefix, routeAnthropic: anthropicPrefix}
+
+// translatedPath is the path, under its route, of the one endpoint of each
+// API that is translated.
+var translatedPath = map[llmwire.API]string{llmwire.OpenAI: "/chat/completions", llmwire.Anthropic: "/messages"}
+
+// serveModels answers the models list of API from with the run's model
+// alone, in that API's shape: the upstream speaks the other API.
+func (r *Run) serveModels(w http.ResponseWriter, from llmwire.API) {
+	var body any
+	if from == llmwire.OpenAI {
+		list := llmwire.ChatModelList{Object: "list", Data: []llmwire.ChatModel{}}
+		if m := r.cfg.Model; m != "" {
+			list.Data = append(list.Data, llmwire.ChatModel{ID: m, Object: "model", OwnedBy: "amelia"})
+		}
+		body = list
+	} else {
+		list := llmwire.MessagesModelList{Data: []llmwire.MessagesModel{}}
+		if m := r.cfg.Model; m != "" {
+			list.Data = append(list.Data, llmwire.MessagesModel{Type: "model", ID: m, DisplayName: m, CreatedAt: "1970-01-01T00:00:00Z"})
+			list.FirstID, list.LastID = &m, &m
+		}
+		body = list
+	}
+	b, _ := json.Marshal(body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(b)
 }
 
 // withRun serves req on route for the run whose token it carries: written

@@ -350,10 +350,11 @@ func TestAnthropicMessages(t *testing.T) {
 		t.Errorf("audit record %+v", rec)
 	}
 
-	// A profile without an Anthropic upstream: 404 in Anthropic's error
-	// shape, naming the setting.
+	// A profile without an Anthropic upstream: its messages are
+	// translated (see translate_test.go), anything else is 404 in
+	// Anthropic's error shape, naming the setting.
 	other := p.start(t, proxy.RunConfig{ID: "run-2", OpenAI: proxy.Upstream{BaseURL: up.URL + "/v1"}})
-	status, errBody := do(t, "POST", p.URL+"/anthropic/v1/messages", other.Token(), "{}")
+	status, errBody := do(t, "POST", p.URL+"/anthropic/v1/complete", other.Token(), "{}")
 	if status != 404 || !strings.Contains(errBody, `"type":"error"`) || !strings.Contains(errBody, "llm.anthropic") {
 		t.Errorf("no anthropic upstream: %d %s", status, errBody)
 	}

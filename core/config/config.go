@@ -52,6 +52,10 @@ const (
 	// llm.anthropic block.
 	DefaultAnthropicBaseURL = "https://api.anthropic.com/v1"
 	DefaultAnthropicKeyEnv  = "ANTHROPIC_API_KEY"
+	// APIOpenAI and APIAnthropic are the values of llm.api: the wire
+	// format the profile's upstream speaks.
+	APIOpenAI    = "openai"
+	APIAnthropic = "anthropic"
 	// DefaultGitUsername is git.username, the username sent with a token
 	// (GitHub's convention for tokens; GitLab and Gitea accept any).
 	DefaultGitUsername = "x-access-token"
@@ -206,7 +210,14 @@ func (p *Profile) WithProvider(provider string) *Profile {
 // LLM is the upstream the host-side proxy forwards model calls to. The key
 // itself never enters the sandbox.
 type LLM struct {
-	// Upstream is the OpenAI-compatible API of the proxy's /v1/* route.
+	// API is the wire format Upstream speaks: "" (unset) or APIOpenAI, or
+	// APIAnthropic: with APIAnthropic, Upstream is the proxy's
+	// /anthropic/v1/* route's, its defaults are Anthropic's URL and key
+	// variable, and Anthropic is nil; the proxy translates chat
+	// completions on /v1/* to it.
+	API string
+	// Upstream is the API of the proxy's /v1/* route (OpenAI-compatible),
+	// or of its /anthropic/v1/* route when API is APIAnthropic.
 	Upstream
 	// Timeout is how long the proxy waits for an upstream's response
 	// headers before answering 504; always > 0.

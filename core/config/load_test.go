@@ -1034,3 +1034,30 @@ func withoutEnv(p Profile) Profile {
 	p.lookupEnv, p.envKeys, p.hide = nil, nil, nil
 	return p
 }
+
+func TestLLMAPI(t *testing.T) {
+	for _, tt := range []struct {
+		name, llm string
+		want      LLM
+	}{
+		{"default", `{}`, LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}},
+		{"anthropic gets Anthropic's URL and key variable", `{api: anthropic}`,
+			LLM{API: APIAnthropic, Upstream: Upstream{BaseURL: DefaultAnthropicBaseURL, APIKeyEnv: DefaultAnthropicKeyEnv}, Timeout: DefaultLLMTimeout}},
+		{"anthropic with its own URL and key", `{api: anthropic, base_url: "http://localhost:3/v1", api_key_env: MY_KEY}`,
+			LLM{API: APIAnthropic, Upstream: Upstream{BaseURL: "http://localhost:3/v1", APIKeyEnv: "MY_KEY"}, Timeout: DefaultLLMTimeout}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustLoad(t, profileWith("llm: "+tt.llm+"\nsandbox: {provider: docker}\n"), nil)
+			equal(t, "llm", mustProfile(t, c, "dev").LLM, tt.want)
+		})
+	}
+	for _, tt := range []struct{ llm, want string }{
+		{`{api: gemini}`, `profiles.dev.llm.api: "gemini" is not an API the proxy speaks: use openai (chat completions) or anthropic (messages)`},
+		{`{api: anthropic, anthropic: {}}`, `profiles.dev.llm.anthropic: is redundant with api: anthropic (the profile's upstream already speaks Anthropic's API); remove one`},
+	} {
+		got := problems(t, profileWith("llm: "+tt.llm+"\nsandbox: {provider: docker}\n"), nil)
+		if len(got) != 1 || !strings.Contains(got[0], tt.want) {
+			t.Errorf("llm: %s: problems %q, want %q", tt.llm, got, tt.want)
+		}
+	}
+}

@@ -220,7 +220,29 @@ func llmSection() section[LLM] {
 	up := upstreamSection(DefaultBaseURL, DefaultAPIKeyEnv)
 	openai := func(l *LLM) *Upstream { return &l.Upstream }
 	return section[LLM]{
-		fields: append(liftFields(up.fields, openai),
+		fields: append(append([]field[LLM]{{
+			key: "api",
+			decode: func(d *decoder, at path, v any, l *LLM) {
+				if v == nil {
+					return // "": OpenAI's
+				}
+				if s, ok := d.str(at, v); ok {
+					switch s.val {
+					case APIOpenAI, APIAnthropic:
+						l.API = s.val
+					default:
+						d.problemf(at, "%s is not an API the proxy speaks: use openai (chat completions) or anthropic (messages)", s.quote())
+					}
+				}
+			},
+			// Shown only when set.
+			show: func(_ *shower, _ path, l *LLM) any {
+				if l.API == "" {
+					return nil
+				}
+				return l.API
+			},
+		}}, liftFields(up.fields, openai)...),
 			field[LLM]{
 				key: "timeout",
 				decode: func(d *decoder, at path, v any, l *LLM) {
@@ -254,6 +276,20 @@ func llmSection() section[LLM] {
 		),
 		check: func(d *decoder, at path, set map[string]bool, l *LLM) {
 			up.check(d, at, set, openai(l))
+			if l.API != APIAnthropic {
+				return
+			}
+			// An Anthropic upstream: Anthropic's defaults.
+			if !set["base_url"] {
+				l.BaseURL = DefaultAnthropicBaseURL
+			}
+			if !set["api_key"] && !set["api_key_env"] {
+				l.APIKeyEnv = DefaultAnthropicKeyEnv
+			}
+			if l.Anthropic != nil {
+				d.problemf(at.key("anthropic"), "is redundant with api: anthropic (the profile's upstream already speaks Anthropic's API); remove one")
+				l.Anthropic = nil
+			}
 		},
 	}
 }

@@ -377,6 +377,7 @@ func (r *runner) startProxy(p *config.Profile, src source, id, token string) (*p
 		return nil, err
 	}
 	cfg.Token = token
+	cfg.Model = r.model()
 	if r.req.Push {
 		cfg.PushRef = "refs/heads/" + workspace.Branch(src.workflow)
 	}

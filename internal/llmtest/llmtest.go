@@ -1,12 +1,14 @@
-// Package llmtest provides a scripted OpenAI-compatible Chat Completions
-// server for tests.
+// Package llmtest provides a scripted LLM server for tests: OpenAI's Chat
+// Completions and Anthropic's Messages.
 //
-// The server answers POST /v1/chat/completions from a script of turns, both
-// streaming (server-sent events, when the request has "stream": true) and
-// non-streaming, and GET /v1/models with a one-entry list. It records every
-// chat completions request it receives (unless Options.Forget). Its wire
-// format follows OpenAI's published API reference; it does not share types
-// with any client library.
+// The server answers POST /v1/chat/completions and POST /v1/messages
+// (Anthropic's) from one script of turns, both streaming (server-sent
+// events, when the request has "stream": true) and non-streaming, and GET
+// /v1/models with a one-entry list. It records every chat completions and
+// messages request it receives (unless Options.Forget). Options.API makes
+// it serve one API only, as a real upstream does. Its wire formats follow
+// OpenAI's and Anthropic's published API references; it does not share
+// types with any client library.
 //
 // Clients use URL()+"/v1" as their base URL:
 //
@@ -70,11 +72,18 @@ type Turn struct {
 	RawSSE string
 }
 
-// Request is a chat completions request as the server received it.
+// Request is a chat completions or messages request as the server
+// received it.
 type Request struct {
 	Header http.Header
-	Body   []byte      // raw body
-	Chat   ChatRequest // decoded body; zero where decoding failed
+	Path   string // /v1/chat/completions or /v1/messages
+	Body   []byte // raw body
+	// Chat is a chat completions request's decoded body; zero where
+	// decoding failed, and for a messages request.
+	Chat ChatRequest
+	// Messages is a messages request's decoded body; zero where decoding
+	// failed, and for a chat completions request.
+	Messages MessagesRequest
 }
 
 // Options configure a Server.
@@ -97,7 +106,20 @@ type Options struct {
 	// client under test is measured on. The Request a Script gets then has
 	// no Messages or Tools.
 	Light bool
+	// API picks the APIs served: both (the default), or one only, the
+	// other's paths answering 404 as an upstream that does not speak it.
+	API API
 }
+
+// API is the set of APIs a Server serves.
+type API int
+
+// The sets of APIs.
+const (
+	BothAPIs      API = iota
+	OnlyOpenAI        // POST /v1/chat/completions, not /v1/messages
+	OnlyAnthropic     // POST /v1/messages, not /v1/chat/completions
+)
 
 // Server is a scripted OpenAI-compatible chat completions server.
 type Server struct {
@@ -107,6 +129,7 @@ type Server struct {
 	chunkSize int
 	forget    bool
 	light     bool
+	api       API
 
 	handlerNanos atomic.Int64
 
@@ -147,6 +170,7 @@ func Start(opts Options, turns ...Turn) (*Server, error) {
 		chunkSize: opts.ChunkSize,
 		forget:    opts.Forget,
 		light:     opts.Light,
+		api:       opts.API,
 	}
 	if s.chunkSize <= 0 {
 		s.chunkSize = DefaultChunkSize
@@ -204,6 +228,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 	switch r.URL.Path {
 	case "/v1/chat/completions":
+		if s.api == OnlyAnthropic {
+			s.notFound(w, r)
+			return
+		}
 		if r.Method != http.MethodPost {
 			s.recordError("llmtest: %s %s: method not allowed", r.Method, r.URL.Path)
 			w.Header().Set("Allow", http.MethodPost)
@@ -211,6 +239,18 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.chatCompletions(w, r)
+	case "/v1/messages":
+		if s.api == OnlyOpenAI {
+			s.notFound(w, r)
+			return
+		}
+		if r.Method != http.MethodPost {
+			s.recordError("llmtest: %s %s: method not allowed", r.Method, r.URL.Path)
+			w.Header().Set("Allow", http.MethodPost)
+			writeAnthropicError(w, http.StatusMethodNotAllowed, "invalid_request_error", "llmtest: use POST for "+r.URL.Path)
+			return
+		}
+		s.messages(w, r)
 	case "/v1/models":
 		if r.Method != http.MethodGet {
 			s.recordError("llmtest: %s %s: method not allowed", r.Method, r.URL.Path)
@@ -218,14 +258,31 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusMethodNotAllowed, &apiError{Message: "llmtest: use GET for " + r.URL.Path, Type: "invalid_request_error"})
 			return
 		}
+		if s.api == OnlyAnthropic {
+			writeJSON(w, http.StatusOK, map[string]any{
+				"data":     []map[string]string{{"type": "model", "id": ModelID, "display_name": "llmtest", "created_at": "2023-11-14T22:13:20Z"}},
+				"has_more": false, "first_id": ModelID, "last_id": ModelID,
+			})
+			return
+		}
 		writeJSON(w, http.StatusOK, modelListJSON{
 			Object: "list",
 			Data:   []modelJSON{{ID: ModelID, Object: "model", Created: 1700000000, OwnedBy: "llmtest"}},
 		})
 	default:
-		s.recordError("llmtest: %s %s: unknown path", r.Method, r.URL.Path)
-		writeError(w, http.StatusNotFound, &apiError{Message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path), Type: "invalid_request_error"})
+		s.notFound(w, r)
 	}
+}
+
+// notFound answers a path the server does not serve, in the shape of the
+// API it serves.
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	s.recordError("llmtest: %s %s: unknown path", r.Method, r.URL.Path)
+	if s.api == OnlyAnthropic {
+		writeAnthropicError(w, http.StatusNotFound, "not_found_error", "Not found")
+		return
+	}
+	writeError(w, http.StatusNotFound, &apiError{Message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path), Type: "invalid_request_error"})
 }
 
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
@@ -235,7 +292,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, &apiError{Message: "llmtest: reading request body: " + err.Error(), Type: "invalid_request_error"})
 		return
 	}
-	req := Request{Header: r.Header.Clone(), Body: body}
+	req := Request{Header: r.Header.Clone(), Path: r.URL.Path, Body: body}
 	decode := decodeChatRequest
 	if s.light {
 		decode = decodeChatRequestLight

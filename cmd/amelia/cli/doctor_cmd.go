@@ -119,7 +119,7 @@ func (a *app) doctorProfile(ctx context.Context, d *doctor, host *pluginhost.Hos
 	if key, err := p.LLMKey(a.lookup); err != nil {
 		d.fail(in, "LLM key", err, "to try amelia without one: amelia run --model "+ScriptedPrefix+"echo \"...\"")
 	} else {
-		checkLLM(ctx, d, in, p.LLM.BaseURL, key)
+		checkLLM(ctx, d, in, p.LLM.BaseURL, key, p.LLM.API == config.APIAnthropic)
 	}
 	if _, err := p.GitToken(a.lookup); err != nil {
 		d.fail(in, "git token", err, "")
@@ -184,7 +184,7 @@ const llmCheckTimeout = 10 * time.Second
 // checkLLM asks the upstream at baseURL for its models, a request that
 // costs nothing, with key: whether it answers, and whether it takes the
 // key.
-func checkLLM(ctx context.Context, d *doctor, in, baseURL, key string) {
+func checkLLM(ctx context.Context, d *doctor, in, baseURL, key string, anthropic bool) {
 	ctx, cancel := context.WithTimeout(ctx, llmCheckTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/models", nil)
@@ -192,7 +192,14 @@ func checkLLM(ctx context.Context, d *doctor, in, baseURL, key string) {
 		d.fail(in, "LLM "+baseURL, err, "check llm.base_url")
 		return
 	}
-	if key != "" {
+	switch {
+	case anthropic:
+		// Anthropic's API wants its key and version headers.
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		if key != "" {
+			req.Header.Set("X-Api-Key", key)
+		}
+	case key != "":
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	res, err := http.DefaultClient.Do(req)

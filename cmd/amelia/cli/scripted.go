@@ -91,7 +91,7 @@ func startScripted(p *config.Profile, spec string) (*config.Profile, *llmtest.Se
 		return nil, nil, fmt.Errorf("start the scripted model: %w", err)
 	}
 	q := *p
-	q.LLM.Upstream = config.Upstream{BaseURL: srv.URL() + "/v1"}
+	q.LLM.API, q.LLM.Upstream = "", config.Upstream{BaseURL: srv.URL() + "/v1"}
 	q.LLM.Anthropic = nil
 	return &q, srv, nil
 }
