@@ -1,8 +1,11 @@
 package main_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -117,6 +120,19 @@ func TestRunCLIAgentOpencode(t *testing.T) {
 				}
 				if strings.Contains(r.stdout+r.stderr, upstreamKey) {
 					t.Error("the upstream key appears in amelia's output")
+				}
+				// The Anthropic route's requests reached the OpenAI-only
+				// upstream translated; the OpenAI route's as they were.
+				audit, _ := filepath.Glob(filepath.Join(h.home, ".local", "state", "amelia", "audit", "*.jsonl"))
+				var log []byte
+				for _, f := range audit {
+					b, _ := os.ReadFile(f)
+					log = append(log, b...)
+				}
+				// (The audit log escapes '>' as JSON does.)
+				translated := bytes.Count(log, []byte(`"translated":"anthropic-\u003eopenai"`))
+				if (api == "anthropic") != (translated >= 3) || (api == "openai" && translated != 0) {
+					t.Errorf("route %s: %d requests translated from Anthropic's API in the audit logs %v", api, translated, audit)
 				}
 			})
 		}
