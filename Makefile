@@ -133,7 +133,7 @@ proto-check:
 	done
 
 ## bench: our figure, the baseline's and the ratio, for each benchmark (the docker and daytona ones need the engine and the base image: make base-image; the kubernetes ones the test cluster, as root: make kube-binaries)
-bench: base-image
+bench: base-image agent-binaries
 	$(GO) test -run='^$$' -bench=ExecTrue -benchtime=500x ./plugins/local/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=3x ./plugins/local/
 	$(GO) test -run='^$$' -bench=DecodeSideBySide -benchtime=3000x -cpu=1 ./core/protocol/
@@ -147,6 +147,7 @@ bench: base-image
 	$(GO) test -run='^$$' -bench='RunToFirstRequest$$' -benchtime=20x ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=TenConcurrentRuns -benchtime=2x ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=RunToFirstRequestOnDocker -benchtime=10x ./cmd/amelia/
+	$(GO) test -run='^$$' -bench=OpencodeToFirstRequestOnDocker -benchtime=5x ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=TwentyRunsOnDocker -benchtime=1x -timeout=60m ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=WorkspaceSetup -benchtime=3x ./core/workspace/
 	$(GO) test -timeout 40m -run='^$$' -bench=WorkspaceLarge -benchtime=1x ./core/workspace/

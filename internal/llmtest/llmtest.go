@@ -20,6 +20,7 @@ package llmtest
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -101,6 +102,10 @@ type Options struct {
 	// long sessions whose requests nobody reads: amelia run's scripted
 	// model, benchmarks.
 	Forget bool
+	// Addr, when set, is the address the server listens on (a network
+	// the test made, such as a Docker bridge's gateway, with port 0)
+	// instead of a loopback port.
+	Addr string
 	// Light, for benchmarks, decodes only what answering needs (model,
 	// stream, stream_options), so the server takes little of the CPU the
 	// client under test is measured on. The Request a Script gets then has
@@ -175,7 +180,16 @@ func Start(opts Options, turns ...Turn) (*Server, error) {
 	if s.chunkSize <= 0 {
 		s.chunkSize = DefaultChunkSize
 	}
-	s.ts = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
+	s.ts = httptest.NewUnstartedServer(http.HandlerFunc(s.serveHTTP))
+	if opts.Addr != "" {
+		ln, err := net.Listen("tcp", opts.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("llmtest: listen on %s: %w", opts.Addr, err)
+		}
+		s.ts.Listener.Close()
+		s.ts.Listener = ln
+	}
+	s.ts.Start()
 	return s, nil
 }
 
