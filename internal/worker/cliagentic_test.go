@@ -1,11 +1,14 @@
 package worker_test
 
 import (
+	"bufio"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/internal/agentbin/agentbintest"
@@ -104,4 +107,42 @@ func checkWithPythonModels(t *testing.T, stdout []byte) {
 	if out, err := exec.Command(python, checkScript, lines).CombinedOutput(); err != nil {
 		t.Fatalf("the Python models reject the CLI agent's lines: %v\n%s", err, out)
 	}
+}
+
+// SIGTERM while opencode runs a command (what stopping a run sends the
+// worker): opencode and everything it started are stopped, and the run
+// ends with its interrupted result and its usage, then exit 130.
+func TestCLIAgentInterrupted(t *testing.T) {
+	bin := agentbintest.Binaries(t).Opencode
+	repo := gitRepo(t)
+	srv := llmtest.NewWithOptions(t, llmtest.Options{Script: agentScript(
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{call("bash", `{"command": "echo $$ > ready; sleep 1000"}`)}},
+	)})
+	// bash tells the test it runs, and its pid, through a FIFO: opening
+	// it for reading blocks until bash writes.
+	ready := filepath.Join(repo, "ready")
+	if err := syscall.Mkfifo(ready, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	prompt := writeFile(t, t.TempDir(), "p.txt", "wait")
+	cmd := exec.Command(workerBin, "agentic", "--prompt-file", prompt, "--cwd", repo, "--model", "m", "--agent", "opencode", "--agent-bin", bin)
+	cmd.Env = append(proxyEnv(srv), "PATH="+os.Getenv("PATH"), "HOME="+t.TempDir(), "GORACE=atexit_sleep_ms=0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	bashPid := pidFrom(t, ready)
+	cmd.Process.Signal(syscall.SIGTERM)
+	r := result{stdout: mustReadAll(t, bufio.NewReader(stdout))}
+	err = cmd.Wait()
+	if exitErr, ok := errors.AsType[*exec.ExitError](err); !ok || exitErr.ExitCode() != 130 {
+		t.Fatalf("worker ended with %v, want exit 130\n%s", err, r.stdout)
+	}
+	res, _ := r.ending(t, true)
+	contains(t, "result", str(res.Content), "interrupted")
+	waitGone(t, bashPid)
 }
