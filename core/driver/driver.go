@@ -160,6 +160,8 @@ type AgentSpec struct {
 	// Binary is its executable in the sandbox; "" is its name on the
 	// sandbox's PATH.
 	Binary string
+	// MCP names the profile's MCP servers it reaches through the proxy.
+	MCP []string
 }
 
 // args are the worker's flags for a, its state in stateDir ("" for a
@@ -174,6 +176,9 @@ func (a AgentSpec) args(stateDir string) []string {
 	}
 	if a.Binary != "" {
 		args = append(args, "--agent-bin", a.Binary)
+	}
+	for _, m := range a.MCP {
+		args = append(args, "--mcp", m)
 	}
 	if stateDir != "" {
 		args = append(args, "--state-dir", stateDir)

@@ -32,6 +32,9 @@ type cliAgentJob struct {
 	// stateDir holds the agent's HOME, configuration and state, outside
 	// the checkout; "" makes a temporary one, removed at the end.
 	stateDir string
+	// mcp names the profile's MCP servers the agent reaches through the
+	// bridge (amelia-worker mcp NAME).
+	mcp []string
 }
 
 // agentStopGrace is how long a stopped agent has between SIGTERM and
@@ -79,9 +82,14 @@ func (w *worker) cliAgentic(ctx context.Context, out *protocol.Encoder, j agenti
 		return setupError{err}
 	}
 	defer relay.Close()
+	mcp, err := mcpBridges(j.agent.mcp, proxy, token)
+	if err != nil {
+		return setupError{err}
+	}
 	cmd, err := a.Command(cliagent.Run{
 		Binary: bin, Prompt: j.prompt, Cwd: j.cwd, Model: j.model, MaxTurns: j.maxTurns, StateDir: stateDir, API: api,
 		LLM: cliagent.Endpoints{OpenAIBase: relay.URL() + "/v1", AnthropicBase: relay.URL() + "/anthropic", Key: token},
+		MCP: mcp,
 	})
 	if err != nil {
 		return setupError{err}
@@ -122,6 +130,43 @@ func (w *worker) cliAgentic(ctx context.Context, out *protocol.Encoder, j agenti
 		runErr = fmt.Errorf("%s reported its run failed", a.Name())
 	}
 	return runErr
+}
+
+// mcpBridges are the MCP servers names, each reached through this
+// worker's bridge subcommand with the proxy's URL and the run's token.
+func mcpBridges(names []string, proxy, token string) ([]cliagent.MCPServer, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find this worker, the MCP servers' bridge: %w", err)
+	}
+	var out []cliagent.MCPServer
+	for _, n := range names {
+		if !validMCPName(n) {
+			return nil, fmt.Errorf("--mcp %q: an MCP server's name is letters, digits, '-' and '_'", n)
+		}
+		out = append(out, cliagent.MCPServer{
+			Name: n, Command: []string{self, "mcp", n},
+			Env: map[string]string{EnvProxyURL: proxy, EnvProxyToken: token},
+		})
+	}
+	return out, nil
+}
+
+// validMCPName says whether n can name an MCP server: in a URL path, an
+// argv word and the agents' configuration keys.
+func validMCPName(n string) bool {
+	if n == "" || len(n) > 64 {
+		return false
+	}
+	for _, c := range n {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // runCLIAgent runs cmd in cwd until it ends and returns how it ended. A

@@ -144,6 +144,7 @@ func (w *worker) agenticCmd() *cobra.Command {
 	f.StringVar(&cli.name, "agent", OwnAgent, "the agent: "+OwnAgent+" (the worker's own) or a CLI agent: "+strings.Join(cliagent.Names(), ", "))
 	f.StringVar(&cli.bin, "agent-bin", "", "the CLI agent's executable (default: its name, on PATH)")
 	f.StringVar(&cli.api, "agent-api", "", "the LLM API the CLI agent speaks to the proxy: openai or anthropic (default: the agent's own)")
+	f.StringArrayVar(&cli.mcp, "mcp", nil, "an MCP server of the profile's the CLI agent reaches through amelia-worker mcp NAME (repeatable)")
 	f.StringVar(&cli.stateDir, "state-dir", "", "directory for the CLI agent's home, configuration and state, outside the checkout (default: a temporary one)")
 	for _, name := range []string{"prompt-file", "cwd", "model"} {
 		cmd.MarkFlagRequired(name)

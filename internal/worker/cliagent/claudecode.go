@@ -66,7 +66,7 @@ func (c claudeCode) Command(r Run) (Command, error) {
 		for _, s := range r.MCP {
 			switch {
 			case len(s.Command) > 0:
-				servers[s.Name] = map[string]any{"type": "stdio", "command": s.Command[0], "args": s.Command[1:], "env": map[string]string{}}
+				servers[s.Name] = map[string]any{"type": "stdio", "command": s.Command[0], "args": s.Command[1:], "env": orEmpty(s.Env)}
 			case s.URL != "":
 				servers[s.Name] = map[string]any{"type": "http", "url": s.URL, "headers": s.Headers}
 			default:

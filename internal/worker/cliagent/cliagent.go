@@ -126,8 +126,10 @@ type MCPServer struct {
 	Name string
 	// Command is the argv of the stdio bridge to the server
 	// (amelia-worker mcp NAME), for agents that start MCP servers as
-	// processes.
+	// processes, and Env the variables it needs (the proxy's URL and the
+	// run's token), which the agent's own environment does not hold.
 	Command []string
+	Env     map[string]string
 	// URL and Headers reach the server as streamable HTTP through the
 	// run's tunnel, for agents that speak it.
 	URL     string
@@ -179,4 +181,12 @@ func Names() []string {
 	}
 	slices.Sort(n)
 	return n
+}
+
+// orEmpty is m, or an empty map for nil: an MCP server's env in JSON.
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
 }

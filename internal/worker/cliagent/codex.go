@@ -74,19 +74,13 @@ func (codex) Command(r Run) (Command, error) {
 		case len(s.Command) > 0:
 			fmt.Fprintf(&b, "command = %s\n", tomlString(s.Command[0]))
 			fmt.Fprintf(&b, "args = %s\n", tomlStrings(s.Command[1:]))
+			if len(s.Env) > 0 {
+				fmt.Fprintf(&b, "env = %s\n", tomlTable(s.Env))
+			}
 		case s.URL != "":
 			fmt.Fprintf(&b, "url = %s\n", tomlString(s.URL))
 			if len(s.Headers) > 0 {
-				keys := make([]string, 0, len(s.Headers))
-				for k := range s.Headers {
-					keys = append(keys, k)
-				}
-				slices.Sort(keys)
-				var kv []string
-				for _, k := range keys {
-					kv = append(kv, tomlString(k)+" = "+tomlString(s.Headers[k]))
-				}
-				fmt.Fprintf(&b, "http_headers = { %s }\n", strings.Join(kv, ", "))
+				fmt.Fprintf(&b, "http_headers = %s\n", tomlTable(s.Headers))
 			}
 		default:
 			return Command{}, errors.New("MCP server " + s.Name + " has neither a bridge command nor a URL")
@@ -317,4 +311,18 @@ func codexCompleted(n *narrator, it *codexItem, started map[string]bool) error {
 	default: // web_search
 		return n.result(it.ID, it.Query, failed)
 	}
+}
+
+// tomlTable is m as an inline TOML table, its keys sorted.
+func tomlTable(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var kv []string
+	for _, k := range keys {
+		kv = append(kv, tomlString(k)+" = "+tomlString(m[k]))
+	}
+	return "{ " + strings.Join(kv, ", ") + " }"
 }

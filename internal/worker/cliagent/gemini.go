@@ -66,7 +66,7 @@ func (gemini) Command(r Run) (Command, error) {
 	for _, s := range r.MCP {
 		switch {
 		case len(s.Command) > 0:
-			mcp[s.Name] = map[string]any{"command": s.Command[0], "args": s.Command[1:], "trust": true}
+			mcp[s.Name] = map[string]any{"command": s.Command[0], "args": s.Command[1:], "env": orEmpty(s.Env), "trust": true}
 		case s.URL != "":
 			mcp[s.Name] = map[string]any{"httpUrl": s.URL, "headers": s.Headers, "trust": true}
 		default:

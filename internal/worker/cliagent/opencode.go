@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 )
 
 // opencode is opencode (github.com/opencode-ai/opencode), a Go CLI agent:
@@ -71,7 +73,11 @@ func (o opencode) Command(r Run) (Command, error) {
 		if len(s.Command) == 0 {
 			return Command{}, errors.New("opencode reaches MCP servers over stdio: MCP server " + s.Name + " has no bridge command")
 		}
-		mcp[s.Name] = map[string]any{"type": "stdio", "command": s.Command[0], "args": s.Command[1:], "env": []string{}}
+		env := []string{}
+		for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+			env = append(env, k+"="+s.Env[k])
+		}
+		mcp[s.Name] = map[string]any{"type": "stdio", "command": s.Command[0], "args": s.Command[1:], "env": env}
 	}
 	cfg := map[string]any{
 		"data":       map[string]any{"directory": filepath.Join(r.StateDir, "data")},
