@@ -18,27 +18,6 @@ import (
 // End-to-end tests of amelia run with a CLI agent: the real opencode,
 // uploaded into the sandbox from the host, against the scripted model.
 
-// agentScript answers an agent's main loop (requests with tools) with
-// turns, by how many answers its conversation holds, and its side calls
-// (opencode's title: no tools) with a line of text.
-func agentScript(turns ...llmtest.Turn) llmtest.Options {
-	return llmtest.Options{Script: func(_ int, req *llmtest.Request) llmtest.Turn {
-		if len(req.Chat.Tools) == 0 {
-			return llmtest.Turn{Text: "A title"}
-		}
-		n := 0
-		for _, m := range req.Chat.Messages {
-			if m.Role == "assistant" {
-				n++
-			}
-		}
-		if n >= len(turns) {
-			return llmtest.Turn{Status: 400, Error: "the script has no more turns"}
-		}
-		return turns[n]
-	}}
-}
-
 // opencodeCall is a call of one of opencode's tools.
 func opencodeCall(name string, args map[string]string) llmtest.ToolCall {
 	b, _ := json.Marshal(args)
@@ -56,11 +35,11 @@ func TestRunCLIAgentOpencode(t *testing.T) {
 	for _, provider := range []string{"docker", "ssh"} {
 		for _, api := range []string{"openai", "anthropic"} {
 			t.Run(provider+"/"+api, func(t *testing.T) {
-				opts := agentScript(
+				opts := llmtest.Options{Script: llmtest.AgentScript(
 					llmtest.Turn{Text: "Writing the file.", ToolCalls: []llmtest.ToolCall{opencodeCall("write", map[string]string{"file_path": "hello.txt", "content": "hello from opencode\n"})}},
 					llmtest.Turn{ToolCalls: []llmtest.ToolCall{opencodeCall("bash", map[string]string{"command": "env | sort | sed -n 's/^\\(AMELIA_[A-Z_]*\\|[A-Z_]*API_KEY\\)=.*/\\1/p'; echo PROBED"})}},
 					llmtest.Turn{Text: "Done: hello.txt is written.", Usage: &llmtest.Usage{PromptTokens: 10, CompletionTokens: 5}},
-				)
+				)}
 				var h *host
 				switch provider {
 				case "docker":

@@ -517,3 +517,26 @@ const ReviewSchema = `{
   "required": ["verdict", "comments"],
   "additionalProperties": false
 }`
+
+// AgentScript is a Script for an agent that makes side calls besides its
+// loop (opencode asks for a title): a request with tools is answered with
+// the turn after the model's answers its conversation holds already, and
+// one without tools with a line of text. Past the last turn it answers
+// an error.
+func AgentScript(turns ...Turn) func(int, *Request) Turn {
+	return func(_ int, req *Request) Turn {
+		if len(req.Chat.Tools) == 0 {
+			return Turn{Text: "A title"}
+		}
+		n := 0
+		for _, m := range req.Chat.Messages {
+			if m.Role == "assistant" {
+				n++
+			}
+		}
+		if n >= len(turns) {
+			return Turn{Status: http.StatusBadRequest, Error: fmt.Sprintf("llmtest: the script has %d turns, and the agent asks for turn %d", len(turns), n+1)}
+		}
+		return turns[n]
+	}
+}

@@ -16,33 +16,12 @@ import (
 	"github.com/amelia-sandbox/amelia/internal/pythontest"
 )
 
-// agentScript answers an agent's main loop (requests with tools) with
-// turns, by how many answers its conversation holds, and its side calls
-// (a title: no tools) with a line of text.
-func agentScript(turns ...llmtest.Turn) func(int, *llmtest.Request) llmtest.Turn {
-	return func(_ int, req *llmtest.Request) llmtest.Turn {
-		if len(req.Chat.Tools) == 0 {
-			return llmtest.Turn{Text: "A title"}
-		}
-		n := 0
-		for _, m := range req.Chat.Messages {
-			if m.Role == "assistant" {
-				n++
-			}
-		}
-		if n >= len(turns) {
-			return llmtest.Turn{Status: 400, Error: "the script has no more turns"}
-		}
-		return turns[n]
-	}
-}
-
 // The real opencode works in a checkout through the worker: its tool
 // call writes the file, what it did is derived from its LLM traffic, its
 // answer is the result, and nothing of its own lands in the checkout.
 func TestCLIAgentOpencode(t *testing.T) {
 	bin := agentbintest.Binaries(t).Opencode
-	srv := llmtest.NewWithOptions(t, llmtest.Options{Script: agentScript(
+	srv := llmtest.NewWithOptions(t, llmtest.Options{Script: llmtest.AgentScript(
 		llmtest.Turn{Text: "Writing the file.", ToolCalls: []llmtest.ToolCall{call("write", `{"file_path": "hello.txt", "content": "hello from opencode\n"}`)},
 			Usage: &llmtest.Usage{PromptTokens: 100, CompletionTokens: 20}},
 		llmtest.Turn{Text: "Done: hello.txt is written.", Usage: &llmtest.Usage{PromptTokens: 150, CompletionTokens: 10}},
@@ -115,7 +94,7 @@ func checkWithPythonModels(t *testing.T, stdout []byte) {
 func TestCLIAgentInterrupted(t *testing.T) {
 	bin := agentbintest.Binaries(t).Opencode
 	repo := gitRepo(t)
-	srv := llmtest.NewWithOptions(t, llmtest.Options{Script: agentScript(
+	srv := llmtest.NewWithOptions(t, llmtest.Options{Script: llmtest.AgentScript(
 		llmtest.Turn{ToolCalls: []llmtest.ToolCall{call("bash", `{"command": "echo $$ > ready; sleep 1000"}`)}},
 	)})
 	// bash tells the test it runs, and its pid, through a FIFO: opening
