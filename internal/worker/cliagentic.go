@@ -55,7 +55,7 @@ func (w *worker) cliAgentic(ctx context.Context, out *protocol.Encoder, j agenti
 	bin := j.agent.bin
 	if bin == "" {
 		if bin, err = exec.LookPath(a.Binary()); err != nil {
-			return setupError{fmt.Errorf("the agent %s is not in the sandbox (no %s on PATH): bake it into the sandbox's image, or let amelia upload it (agent_binary in the profile)", a.Name(), a.Binary())}
+			return setupError{fmt.Errorf("the agent %s is not in the sandbox (no %s on PATH): bake it into the sandbox's image, or have amelia upload it (the profile's agent.binary)", a.Name(), a.Binary())}
 		}
 	}
 	api := cliagent.API(j.agent.api)
