@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/internal/worker/agent"
 	"github.com/amelia-sandbox/amelia/internal/worker/cliagent"
@@ -179,7 +179,7 @@ func (w *worker) runCLIAgent(ctx context.Context, a cliagent.Adapter, cmd cliage
 	if cmd.Stdin != "" {
 		c.Stdin = strings.NewReader(cmd.Stdin)
 	}
-	var stderr execreport.Stderr
+	var stderr stderrTail
 	c.Stderr = io.MultiWriter(&stderr, w.p.Stderr)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, err := c.StdoutPipe()
@@ -230,20 +230,45 @@ func (w *worker) runCLIAgent(ctx context.Context, a cliagent.Adapter, cmd cliage
 	return outcome, nil
 }
 
+// stderrTail keeps the last bytes an agent wrote to stderr, for the
+// message of its failure. (core/execreport's Stderr would link the
+// provider contract into the worker.)
+type stderrTail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const stderrTailMax = 4 << 10
+
+func (t *stderrTail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - stderrTailMax; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
 // failureNote is what an agent's stderr says of its failure: its last
 // "Error:" line, which CLIs built with cobra follow with their usage, or
-// else its last lines.
-func failureNote(stderr *execreport.Stderr) string {
-	var last string
-	for l := range strings.SplitSeq(string(stderr.Bytes()), "\n") {
-		if l = strings.TrimSpace(l); strings.HasPrefix(l, "Error:") {
+// else its last non-blank line.
+func failureNote(stderr *stderrTail) string {
+	stderr.mu.Lock()
+	defer stderr.mu.Unlock()
+	var errLine, last string
+	for l := range strings.SplitSeq(string(stderr.buf), "\n") {
+		switch l = strings.TrimSpace(l); {
+		case strings.HasPrefix(l, "Error:"):
+			errLine = l
+		case l != "":
 			last = l
 		}
 	}
-	if last != "" {
-		return ": " + execreport.Printable(last)
+	if note := cmp.Or(errLine, last); note != "" {
+		return ": " + strings.ToValidUTF8(note, "?")
 	}
-	return stderr.Note()
+	return ""
 }
 
 // agentEnviron is the worker's environment without what leads to the
