@@ -103,6 +103,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Environ is the environment of `git credential fill` (os.Environ());
 	// the proxy adds GIT_TERMINAL_PROMPT=0 and disables askpass programs.
+	// MCP servers' commands get it too, with their Env.
 	Environ []string
 	// EgressDial replaces the egress proxy's dialer. The default refuses
 	// names that resolve to loopback, link-local, unspecified or multicast
