@@ -66,7 +66,13 @@ type Record struct {
 	CacheReadTokens     *int64    `json:"cache_read_tokens,omitempty"`
 	CacheCreationTokens *int64    `json:"cache_creation_tokens,omitempty"`
 	CostUSD             *float64  `json:"cost_usd,omitempty"`
-	Error               string    `json:"error,omitempty"`
+	// MCPServer is the MCP server of an mcp session or mcp-call record;
+	// Tool is the tool an mcp-call called, and IsError what its result
+	// said (absent when there was no result).
+	MCPServer string `json:"mcp_server,omitempty"`
+	Tool      string `json:"tool,omitempty"`
+	IsError   *bool  `json:"is_error,omitempty"`
+	Error     string `json:"error,omitempty"`
 	// Translated names a request translated from the client's API to the
 	// upstream's: "anthropic->openai" or "openai->anthropic".
 	Translated string `json:"translated,omitempty"`
@@ -109,6 +115,14 @@ func (a *auditLog) end(rec *Record) {
 	}
 	if rec.Status == 0 {
 		rec.Status = http.StatusOK
+	}
+	a.write(rec)
+}
+
+// write writes rec to the log as it is, but for its duration.
+func (a *auditLog) write(rec *Record) {
+	if rec.DurationMS == 0 {
+		rec.DurationMS = float64(time.Since(rec.start).Microseconds()) / 1000
 	}
 	line, err := json.Marshal(rec)
 	if err != nil {

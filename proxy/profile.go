@@ -26,6 +26,7 @@ func ProfileRun(p *config.Profile, lookupEnv func(string) (string, bool), id str
 		Repos:           repos,
 		Git:             GitAuth{Username: p.Git.Username},
 		AuditDir:        auditDir,
+		MCP:             mcpRunServers(p.MCP),
 	}
 	if p.Proxy.AuditDir != "" {
 		cfg.AuditDir = p.Proxy.AuditDir

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,30 @@ profiles:
 	}, "r", nil, "/default/audit")
 	if err != nil || cfg.AuditDir != "/default/audit" || cfg.Anthropic != nil || cfg.Git.Token != "" || cfg.OpenAI.Key != "sk-o" {
 		t.Errorf("defaults: %+v, %v", cfg, err)
+	}
+}
+
+// A profile's MCP servers are the run's, with the values of their ${VAR}s.
+func TestProfileRunMCP(t *testing.T) {
+	p := loadProfile(t, `
+profiles:
+  dev:
+    llm: {api_key: ""}
+    sandbox: {provider: local}
+    mcp:
+      gh: {command: [github-mcp-server, stdio], env: {GITHUB_PERSONAL_ACCESS_TOKEN: "${GH}"}}
+      docs: {url: "https://docs.test/mcp", headers: {Authorization: "Bearer ${DOCS}"}}
+`, map[string]string{"GH": "ghp_x", "DOCS": "d-1"})
+	cfg, err := proxy.ProfileRun(p, nil, "run-9", nil, "/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []proxy.MCPServer{
+		{Name: "docs", URL: "https://docs.test/mcp", Headers: map[string]string{"Authorization": "Bearer d-1"}},
+		{Name: "gh", Command: []string{"github-mcp-server", "stdio"}, Env: map[string]string{"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_x"}},
+	}
+	if !reflect.DeepEqual(cfg.MCP, want) {
+		t.Errorf("RunConfig.MCP = %+v, want %+v", cfg.MCP, want)
 	}
 }
 

@@ -36,6 +36,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/gitcredential"
+	"github.com/amelia-sandbox/amelia/core/mcpwire"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/internal/llmwire"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
@@ -109,6 +110,9 @@ type RunConfig struct {
 	// that attaches to a detached run serves the token its worker holds.
 	// It must be one Start minted.
 	Token string
+	// MCP are the MCP servers the sandbox may reach (/mcp/NAME, see
+	// mcp.go); no others are reachable.
+	MCP []MCPServer
 }
 
 // Options configure a Server.
@@ -116,6 +120,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Environ is the environment of `git credential fill` (os.Environ());
 	// the proxy adds GIT_TERMINAL_PROMPT=0 and disables askpass programs.
+	// MCP servers' commands get it too, with their Env.
 	Environ []string
 	// EgressDial replaces the egress proxy's dialer. The default refuses
 	// names that resolve to loopback, link-local, unspecified or multicast
@@ -155,6 +160,7 @@ type Run struct {
 	anthro   *upstream
 	gitRoute *gitRemotes
 	egress   *egress
+	mcp      *mcpServers
 	redact   *redactor // the run's keys and token, kept out of LLM responses
 	audit    *auditLog
 	ctx      context.Context // cancelled by Close: ends the run's requests
@@ -189,6 +195,9 @@ func (s *Server) Start(cfg RunConfig) (*Run, error) {
 	}
 	r.gitRoute = newGitRemotes(cfg, newGitCredentials(cfg, s.opts.Environ))
 	r.egress = newEgress(cfg, s.opts.EgressDial, s.log)
+	if r.mcp, err = newMCPServers(cfg.MCP); err != nil {
+		return nil, fmt.Errorf("run %s: %w", cfg.ID, err)
+	}
 	r.redact = newRedactor(cfg.runSecrets()...)
 	if r.audit, err = openAuditLog(cfg.AuditDir, cfg.ID, cfg.Profile); err != nil {
 		return nil, fmt.Errorf("run %s: %w", cfg.ID, err)
@@ -388,6 +397,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		route = routeOpenAI
 	case strings.HasPrefix(path, anthropicPrefix):
 		route = routeAnthropic
+	case strings.HasPrefix(path, mcpwire.Prefix):
+		route = routeMCP
 	}
 	refuse := func(w http.ResponseWriter) {
 		if route == routeGitRemote {
@@ -409,6 +420,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			run.serveHelper(w, req, rec)
 		case routeGitRemote:
 			run.gitRoute.serve(w, req, rec)
+		case routeMCP:
+			run.serveMCP(w, req, rec)
 		default:
 			writeError(w, route, http.StatusNotFound, "not_found",
 				fmt.Sprintf("no route %s: the proxy serves %s*, %s*, %s* and %s", path, openAIPrefix, anthropicPrefix, gitPrefix, gitcredential.ProxyRoute))

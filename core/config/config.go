@@ -148,6 +148,10 @@ type Profile struct {
 	Git     Git
 	Proxy   Proxy
 	Sandbox Sandbox
+	// MCP are the profile's MCP servers (mcp), sorted by name: the
+	// host runs or reaches them, the sandbox reaches them through the
+	// proxy.
+	MCP []MCPServer
 
 	source    string                      // file it came from, "" for the built-in default
 	absent    string                      // for the built-in default: the default file, absent

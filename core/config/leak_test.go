@@ -193,6 +193,8 @@ func TestNoKeyShowsAHiddenValue(t *testing.T) {
 	}
 	// Settings blocks are the providers': any key, at any depth.
 	leaves = append(leaves, "sandbox.docker.image", "sandbox.docker.registry.url")
+	// So are an MCP server's name and keys.
+	leaves = append(leaves, "mcp.gh.command", "mcp.gh.url", "mcp.gh.env.TOKEN", "mcp.gh.headers.Authorization")
 	secrets := []string{
 		"sk-proj/Abc+123=SECRETsecret9f3a", // valid as nothing
 		"sk-live-0a1b2c3d4e5f6a7b8c9d",     // a valid name, host, model, username...

@@ -634,7 +634,7 @@ func TestEnvOverrideProblemsNameTheVariable(t *testing.T) {
 		`profiles.dev.proxy.max_request_bytes: the value from AMELIA_PROFILES__DEV__PROXY__MAX_REQUEST_BYTES is not a size (an integer of bytes, or like 512KiB, 10MiB)`,
 		`profiles.dev.sandbox.network: the value from AMELIA_PROFILES__DEV__SANDBOX__NETWORK is not one of open, allowlist, none`,
 		`profiles.dev.sandbox.allowed_hosts[1]: the value from AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
-		`profiles.dev.modle: unknown key, did you mean model? (known: model, max_turns, agent, commit_build_outputs, llm, git, proxy, sandbox) (set by AMELIA_PROFILES__DEV__MODLE)`,
+		`profiles.dev.modle: unknown key, did you mean model? (known: model, max_turns, agent, commit_build_outputs, llm, git, proxy, sandbox, mcp) (set by AMELIA_PROFILES__DEV__MODLE)`,
 		`default_profile: the value from AMELIA_DEFAULT_PROFILE is not a profile (profiles: dev)`,
 	})
 }
@@ -925,6 +925,8 @@ func TestExampleConfig(t *testing.T) {
 	equal(t, "local timeout", local.LLM.Timeout, 10*time.Minute)
 	equal(t, "local proxy", local.Proxy, Proxy{AuditDir: "/home/u/.local/state/amelia/audit", MaxRequestBytes: 10 << 20})
 	equal(t, "docker git (GITHUB_TOKEN unset)", docker.Git, Git{Username: "x-access-token"})
+	equal(t, "docker mcp", docker.MCP, []MCPServer{{Name: "github", Command: []string{"github-mcp-server", "stdio", "--read-only"},
+		Env: map[string]string{"GITHUB_PERSONAL_ACCESS_TOKEN": ""}}})
 	equal(t, "docker anthropic", docker.LLM.Anthropic, (*Upstream)(nil))
 	daytona := c.Profiles["daytona"]
 	equal(t, "daytona anthropic", daytona.LLM.Anthropic, &Upstream{BaseURL: "https://api.anthropic.com/v1", APIKeyEnv: "ANTHROPIC_API_KEY"})

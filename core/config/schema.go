@@ -212,6 +212,7 @@ func profileSection() section[Profile] {
 				},
 				show: func(s *shower, at path, p *Profile) any { return showSection(s, at, sandboxSection(), &p.Sandbox) },
 			},
+			mcpField(),
 		},
 	}
 }

@@ -566,8 +566,8 @@ func TestValidationRules(t *testing.T) {
 			name:    "unknown profile key",
 			content: profileWith("sandbx: {provider: docker}\n" + sandbox + "image: x\n"),
 			want: []string{
-				`profiles.dev.image: unknown key (known: model, max_turns, agent, commit_build_outputs, llm, git, proxy, sandbox)`,
-				`profiles.dev.sandbx: unknown key, did you mean sandbox? (known: model, max_turns, agent, commit_build_outputs, llm, git, proxy, sandbox)`,
+				`profiles.dev.image: unknown key (known: model, max_turns, agent, commit_build_outputs, llm, git, proxy, sandbox, mcp)`,
+				`profiles.dev.sandbx: unknown key, did you mean sandbox? (known: model, max_turns, agent, commit_build_outputs, llm, git, proxy, sandbox, mcp)`,
 			},
 		},
 		{
@@ -646,7 +646,7 @@ profiles:
 	want := []string{
 		`profiles.Bad: invalid profile name: profile names become sandbox names, so use lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters`,
 		`profiles.Bad.sandbox.provider: required: where the profile runs (local, docker, ssh, daytona, kubernetes, or an installed plugin's name)`,
-		`profiles.Bad.sandbx: unknown key, did you mean sandbox? (known: model, max_turns, agent, commit_build_outputs, llm, git, proxy, sandbox)`,
+		`profiles.Bad.sandbx: unknown key, did you mean sandbox? (known: model, max_turns, agent, commit_build_outputs, llm, git, proxy, sandbox, mcp)`,
 		`profiles.dev.model: must not be empty`,
 		`profiles.dev.llm.base_url: "ftp://x" is not an absolute http(s) URL`,
 		`profiles.dev.llm: api_key and api_key_env are both set; use one`,
