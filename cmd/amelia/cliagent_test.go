@@ -26,18 +26,21 @@ func opencodeCall(name string, args map[string]string) llmtest.ToolCall {
 
 // amelia run --agent opencode on docker and over ssh, through the
 // proxy's OpenAI route and through its Anthropic route (which the proxy
-// translates for the profile's OpenAI-only upstream): the branch comes
-// back with the file opencode wrote, --json shows its tool call and its
-// result, derived from its LLM traffic, every LLM request reached the
-// upstream with the host's key, and the key is nowhere in the sandbox.
+// translates for the profile's OpenAI-only upstream), with the host's MCP
+// server bridged in: the branch comes back with the file opencode wrote,
+// --json shows its tool calls and their results, derived from its LLM
+// traffic, the MCP tool answered from the host and its call is in the
+// audit log, every LLM request reached the upstream with the host's key,
+// and the key is nowhere in the sandbox.
 func TestRunCLIAgentOpencode(t *testing.T) {
-	opencode := agentbintest.Binaries(t).Opencode
+	bins := agentbintest.Binaries(t)
 	for _, provider := range []string{"docker", "ssh"} {
 		for _, api := range []string{"openai", "anthropic"} {
 			t.Run(provider+"/"+api, func(t *testing.T) {
 				opts := llmtest.Options{Script: llmtest.AgentScript(
 					llmtest.Turn{Text: "Writing the file.", ToolCalls: []llmtest.ToolCall{opencodeCall("write", map[string]string{"file_path": "hello.txt", "content": "hello from opencode\n"})}},
 					llmtest.Turn{ToolCalls: []llmtest.ToolCall{opencodeCall("bash", map[string]string{"command": "env | sort | sed -n 's/^\\(AMELIA_[A-Z_]*\\|[A-Z_]*API_KEY\\)=.*/\\1/p'; echo PROBED"})}},
+					llmtest.Turn{ToolCalls: []llmtest.ToolCall{opencodeCall("everything_greet", map[string]string{"name": "amelia"})}},
 					llmtest.Turn{Text: "Done: hello.txt is written.", Usage: &llmtest.Usage{PromptTokens: 10, CompletionTokens: 5}},
 				)}
 				var h *host
@@ -56,7 +59,7 @@ func TestRunCLIAgentOpencode(t *testing.T) {
 						assertNoSecret(t, upstreamKey, root)
 					})
 				}
-				h.addProfileYAML(t, fmt.Sprintf("    agent: {name: opencode, binary: %q}\n", opencode))
+				h.addProfileYAML(t, fmt.Sprintf("    agent: {name: opencode, binary: %q}\n    mcp: {everything: {command: [%q]}}\n", bins.Opencode, bins.MCPEverything))
 				wf := "oc-" + provider + "-" + api
 				r := h.amelia(t, "run", "--json", "--agent-api", api, "--workflow", wf, "Write hello.txt.")
 				if r.code != 0 {
@@ -78,16 +81,19 @@ func TestRunCLIAgentOpencode(t *testing.T) {
 						result = *ev.Content
 					}
 				}
-				if strings.Join(calls, ",") != "write,bash" || result != "Done: hello.txt is written." {
+				if strings.Join(calls, ",") != "write,bash,everything_greet" || result != "Done: hello.txt is written." {
 					t.Errorf("--json showed tool calls %q and result %q\n%s", calls, result, r.stdout)
 				}
 				probed := toolOutput(t, r.stdout, "PROBED")
 				if !strings.Contains(probed, "PROBED") || strings.Contains(probed, "AMELIA_PROXY_TOKEN") {
 					t.Errorf("the agent's tools see the proxy's variables, or the probe did not run:\n%s", probed)
 				}
+				if greeted := toolOutput(t, r.stdout, "Hi amelia"); greeted == "" {
+					t.Errorf("the MCP tool's answer from the host is not shown:\n%s", r.stdout)
+				}
 				reqs := h.up.Requests()
-				if len(reqs) < 3 {
-					t.Errorf("the upstream got %d requests, want the agent's 3 and its title's", len(reqs))
+				if len(reqs) < 4 {
+					t.Errorf("the upstream got %d requests, want the agent's 4 and its title's", len(reqs))
 				}
 				for i, req := range reqs {
 					if got := req.Header.Get("Authorization"); got != "Bearer "+upstreamKey {
@@ -110,8 +116,11 @@ func TestRunCLIAgentOpencode(t *testing.T) {
 				}
 				// (The audit log escapes '>' as JSON does.)
 				translated := bytes.Count(log, []byte(`"translated":"anthropic-\u003eopenai"`))
-				if (api == "anthropic") != (translated >= 3) || (api == "openai" && translated != 0) {
+				if (api == "anthropic") != (translated >= 4) || (api == "openai" && translated != 0) {
 					t.Errorf("route %s: %d requests translated from Anthropic's API in the audit logs %v", api, translated, audit)
+				}
+				if !bytes.Contains(log, []byte(`"mcp_server":"everything","tool":"greet"`)) {
+					t.Errorf("the MCP call is not in the audit log:\n%s", log)
 				}
 			})
 		}

@@ -92,7 +92,8 @@ func (r *runner) startAgent(ctx context.Context, a *agentRun) error {
 	return nil
 }
 
-// agentSpec is the run's agent for the worker. An agent the host can
+// agentSpec is the run's agent for the worker, with the profile's MCP
+// servers, which the proxy bridges for it. An agent the host can
 // upload (agents.Agent.Uploadable) goes into the sandbox from the
 // profile's agent.binary, else from the host's PATH if it is there as a
 // static Linux executable; otherwise the worker finds it on the
@@ -102,6 +103,9 @@ func (r *runner) agentSpec(ctx context.Context) (driver.AgentSpec, error) {
 	spec := driver.AgentSpec{Name: a.Name, API: a.API}
 	if a.Name == "" {
 		return spec, nil
+	}
+	for _, m := range r.req.Profile.MCP {
+		spec.MCP = append(spec.MCP, m.Name)
 	}
 	ag, err := agents.Lookup(a.Name)
 	if err != nil || !ag.Uploadable {
