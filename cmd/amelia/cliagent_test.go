@@ -19,7 +19,7 @@ import (
 // uploaded into the sandbox from the host, against the scripted model.
 
 // opencodeCall is a call of one of opencode's tools.
-func opencodeCall(name string, args map[string]string) llmtest.ToolCall {
+func opencodeCall(name string, args map[string]any) llmtest.ToolCall {
 	b, _ := json.Marshal(args)
 	return llmtest.ToolCall{Name: name, Arguments: string(b)}
 }
@@ -38,9 +38,9 @@ func TestRunCLIAgentOpencode(t *testing.T) {
 		for _, api := range []string{"openai", "anthropic"} {
 			t.Run(provider+"/"+api, func(t *testing.T) {
 				opts := llmtest.Options{Script: llmtest.AgentScript(
-					llmtest.Turn{Text: "Writing the file.", ToolCalls: []llmtest.ToolCall{opencodeCall("write", map[string]string{"file_path": "hello.txt", "content": "hello from opencode\n"})}},
-					llmtest.Turn{ToolCalls: []llmtest.ToolCall{opencodeCall("bash", map[string]string{"command": "env | sort | sed -n 's/^\\(AMELIA_[A-Z_]*\\|[A-Z_]*API_KEY\\)=.*/\\1/p'; echo PROBED"})}},
-					llmtest.Turn{ToolCalls: []llmtest.ToolCall{opencodeCall("everything_greet", map[string]string{"name": "amelia"})}},
+					llmtest.Turn{Text: "Writing the file.", ToolCalls: []llmtest.ToolCall{opencodeCall("write", map[string]any{"file_path": "hello.txt", "content": "hello from opencode\n"})}},
+					llmtest.Turn{ToolCalls: []llmtest.ToolCall{opencodeCall("bash", map[string]any{"command": "env | sort | sed -n 's/^\\(AMELIA_[A-Z_]*\\|[A-Z_]*API_KEY\\)=.*/\\1/p'; echo PROBED"})}},
+					llmtest.Turn{ToolCalls: []llmtest.ToolCall{opencodeCall("everything_greet", map[string]any{"name": "amelia"})}},
 					llmtest.Turn{Text: "Done: hello.txt is written.", Usage: &llmtest.Usage{PromptTokens: 10, CompletionTokens: 5}},
 				)}
 				var h *host
@@ -125,4 +125,23 @@ func TestRunCLIAgentOpencode(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A CLI agent's run outlives its host as the worker's own agent's does:
+// amelia killed while opencode waits at the gate, the agent goes on in
+// the sandbox (its relay and tunnel are its supervisor's), sandbox ls and
+// logs show it, and attach takes it over to its branch.
+func TestCLIAgentRunOutlivesItsHost(t *testing.T) {
+	opencode := agentbintest.Binaries(t).Opencode
+	g := newGate(t)
+	h := newHost(t, llmtest.Options{Script: llmtest.AgentScript(
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{opencodeCall("write", map[string]any{"file_path": "before.txt", "content": "before the fault\n"})}},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{opencodeCall("bash", map[string]any{"command": g.command(), "timeout": 600000})}},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{opencodeCall("write", map[string]any{"file_path": "after.txt", "content": "after the fault\n"})}},
+		llmtest.Turn{Text: "done despite the fault"},
+	)})
+	h.addProfileYAML(t, fmt.Sprintf("    agent: {name: opencode, binary: %q}\n", opencode))
+	// (opencode's bash gives a command a minute unless told, up to ten:
+	// the gate may stay shut longer on a loaded machine.)
+	h.attachAfterHostDied(t, g, "cli-orphan")
 }
