@@ -14,6 +14,8 @@ import (
 	"github.com/amelia-sandbox/amelia/internal/agentbin/agentbintest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/pythontest"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+	"github.com/amelia-sandbox/amelia/proxy"
 )
 
 // The real opencode works in a checkout through the worker: its tool
@@ -124,4 +126,74 @@ func TestCLIAgentInterrupted(t *testing.T) {
 	res, _ := r.ending(t, true)
 	contains(t, "result", str(res.Content), "interrupted")
 	waitGone(t, bashPid)
+}
+
+// Claude Code (its scripted stand-in, which follows its documented flags,
+// environment and stream-json) through the worker, the relay and the
+// real proxy, which translates its Anthropic requests for an OpenAI-only
+// upstream, with the host's MCP server bridged in: its events become the
+// protocol's lines, its tools write in the checkout and reach the MCP
+// server, its result and usage end the run, the Python models read the
+// lines, and nothing of its own lands in the checkout.
+func TestCLIAgentClaudeCodeThroughTheProxy(t *testing.T) {
+	bins := agentbintest.Binaries(t)
+	claude := filepath.Join(t.TempDir(), "claude")
+	if out, err := exec.Command("go", "build", "-o", claude, "./cliagent/standin").CombinedOutput(); err != nil {
+		t.Fatalf("build the stand-in: %v\n%s", err, out)
+	}
+	up := llmtest.NewWithOptions(t, llmtest.Options{Script: llmtest.AgentScript(
+		llmtest.Turn{Text: "Writing the file.", ToolCalls: []llmtest.ToolCall{call("Write", `{"file_path": "hello.txt", "content": "hello from claude\n"}`)},
+			Usage: &llmtest.Usage{PromptTokens: 30, CompletionTokens: 7}},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{call("mcp__everything__greet", `{"name": "amelia"}`)}, Usage: &llmtest.Usage{PromptTokens: 40, CompletionTokens: 5}},
+		llmtest.Turn{Text: "Done: hello.txt is written.", Usage: &llmtest.Usage{PromptTokens: 50, CompletionTokens: 6}},
+	)})
+	p := proxy.New(proxy.Options{Environ: os.Environ()})
+	addr, err := p.ListenAndServe("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	audit := t.TempDir()
+	run, err := p.Start(proxy.RunConfig{ID: "run-1", Profile: "dev", AuditDir: audit, Network: sdk.NetworkOpen, Model: "test-model",
+		OpenAI: proxy.Upstream{BaseURL: up.URL() + "/v1", Key: "sk-upstream"},
+		MCP:    []proxy.MCPServer{{Name: "everything", Command: []string{bins.MCPEverything}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := gitRepo(t)
+	prompt := writeFile(t, t.TempDir(), "prompt.txt", "write hello.txt")
+	r := runWorker(t, []string{"AMELIA_PROXY_URL=http://" + addr, "AMELIA_PROXY_TOKEN=" + run.Token()}, nil,
+		"agentic", "--prompt-file", prompt, "--cwd", repo, "--model", "test-model", "--agent", "claude-code", "--agent-bin", claude, "--mcp", "everything")
+	msgs := r.decode(t)
+	if r.code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s\nstdout:\n%s", r.code, r.stderr, r.stdout)
+	}
+	var types []string
+	for _, m := range msgs {
+		types = append(types, string(m.Type))
+	}
+	if got, want := strings.Join(types, " "), "thinking tool_call tool_result tool_call tool_result result usage"; got != want {
+		t.Fatalf("messages %q, want %q\nstdout:\n%s", got, want, r.stdout)
+	}
+	if *msgs[1].ToolName != "Write" || *msgs[3].ToolName != "mcp__everything__greet" || !strings.Contains(*msgs[4].ToolOutput, "Hi amelia") {
+		t.Errorf("tool calls %s, %s; the MCP tool said %q", *msgs[1].ToolName, *msgs[3].ToolName, *msgs[4].ToolOutput)
+	}
+	if res := msgs[5]; res.IsError || *res.Content != "Done: hello.txt is written." || res.SessionID == nil {
+		t.Errorf("result %q (error %v, session %v)", *res.Content, res.IsError, res.SessionID)
+	}
+	if u := msgs[6].Usage; *u.NumTurns != 3 || *u.InputTokens != 120 || *u.OutputTokens != 18 {
+		t.Errorf("usage: %d turns, %d in, %d out; want Claude Code's own 3, 120, 18", *u.NumTurns, *u.InputTokens, *u.OutputTokens)
+	}
+	if b, err := os.ReadFile(filepath.Join(repo, "hello.txt")); err != nil || string(b) != "hello from claude\n" {
+		t.Errorf("hello.txt: %q, %v", b, err)
+	}
+	if out, err := exec.Command("git", "-C", repo, "status", "--porcelain").Output(); err != nil || string(out) != "?? README.md\n?? hello.txt\n" {
+		t.Errorf("the checkout holds %q (%v), want its README and hello.txt alone", out, err)
+	}
+	for _, req := range up.Requests() {
+		if req.Header.Get("Authorization") != "Bearer sk-upstream" || req.Chat.Model != "test-model" {
+			t.Errorf("the upstream got a request with %q for model %q", req.Header.Get("Authorization"), req.Chat.Model)
+		}
+	}
+	checkWithPythonModels(t, r.stdout)
 }

@@ -209,7 +209,13 @@ func (a *anthropic) stream(ctx context.Context, body map[string]any) (*claudeRep
 		case "message_delta":
 			r.StopReason = ev.Delta.StopReason
 			if ev.Usage != nil {
+				// As Anthropic's SDKs accumulate a stream: message_delta's
+				// counts are cumulative, and its input counts, where
+				// given, replace message_start's.
 				r.Usage.OutputTokens = ev.Usage.OutputTokens
+				r.Usage.InputTokens = max(r.Usage.InputTokens, ev.Usage.InputTokens)
+				r.Usage.CacheReadInputTokens = max(r.Usage.CacheReadInputTokens, ev.Usage.CacheReadInputTokens)
+				r.Usage.CacheCreationInputTokens = max(r.Usage.CacheCreationInputTokens, ev.Usage.CacheCreationInputTokens)
 			}
 		case "error":
 			if ev.Error != nil {
