@@ -175,10 +175,19 @@ func writeGeminiError(w http.ResponseWriter, status int, msg string) {
 
 // geminiModel is the one model's Model resource.
 var geminiModel = map[string]any{
-	"name": "models/" + ModelID, "baseModelId": ModelID, "version": "001", "displayName": "llmtest",
-	"description": "llmtest's scripted model", "inputTokenLimit": 1048576, "outputTokenLimit": 65536,
+	"name":                       "models/" + ModelID,
+	"baseModelId":                ModelID,
+	"version":                    "001",
+	"displayName":                "llmtest",
+	"description":                "llmtest's scripted model",
+	"inputTokenLimit":            1048576,
+	"outputTokenLimit":           65536,
 	"supportedGenerationMethods": []string{"generateContent", "countTokens"},
-	"temperature":                1, "maxTemperature": 2, "topP": 0.95, "topK": 64, "thinking": true,
+	"temperature":                1,
+	"maxTemperature":             2,
+	"topP":                       0.95,
+	"topK":                       64,
+	"thinking":                   true,
 }
 
 // gemini serves the Gemini API's paths.
