@@ -101,7 +101,9 @@ func TestGeminiThroughTheProxy(t *testing.T) {
 		if !ok {
 			continue
 		}
-		var chunk struct{ Candidates []struct{ Content llmtest.GeminiContent } }
+		var chunk struct {
+			Candidates []struct{ Content llmtest.GeminiContent }
+		}
 		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
 			t.Fatalf("chunk %q: %v", data, err)
 		}

@@ -163,12 +163,12 @@ func TestShowYAMLKeyVariableComment(t *testing.T) {
 // The gemini block is shown after the anthropic block, as written, with
 // its key masked; a profile without it shows none.
 func TestShowYAMLGemini(t *testing.T) {
-	c := mustLoad(t, profileWith("llm: {gemini: {base_url: \"http://127.0.0.1:9\", api_key: AIza-SECRET}, anthropic: {}}\nsandbox: {provider: docker}\n"), nil)
+	c := mustLoad(t, profileWith("llm: {gemini: {base_url: \"http://127.0.0.1:9\", api_key: AIza-SECRET}, anthropic: {base_url: \"http://127.0.0.1:8\"}}\nsandbox: {provider: docker}\n"), nil)
 	out, err := mustProfile(t, c, "dev").ShowYAML()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "  anthropic:\n    base_url: https://api.anthropic.com/v1\n    api_key_env: ANTHROPIC_API_KEY # not set\n" +
+	want := "  anthropic:\n    base_url: http://127.0.0.1:8\n    api_key_env: ANTHROPIC_API_KEY # not set\n" +
 		"  gemini:\n    base_url: http://127.0.0.1:9\n    api_key: \"********\"\n"
 	if !strings.Contains(string(out), want) || strings.Contains(string(out), "SECRET") {
 		t.Errorf("output lacks\n%s\nor reveals the key:\n%s", want, out)
