@@ -957,6 +957,8 @@ func TestExampleConfig(t *testing.T) {
 	equal(t, "docker anthropic", docker.LLM.Anthropic, (*Upstream)(nil))
 	daytona := c.Profiles["daytona"]
 	equal(t, "daytona anthropic", daytona.LLM.Anthropic, &Upstream{BaseURL: "https://api.anthropic.com/v1", APIKeyEnv: "ANTHROPIC_API_KEY"})
+	equal(t, "daytona gemini", daytona.LLM.Gemini, &Upstream{BaseURL: DefaultGeminiBaseURL, APIKeyEnv: DefaultGeminiKeyEnv})
+	equal(t, "docker gemini", docker.LLM.Gemini, (*Upstream)(nil))
 	equal(t, "daytona git", daytona.Git, Git{TokenEnv: "GITHUB_TOKEN", Username: "x-access-token"})
 	equal(t, "ssh llm", c.Profiles["ssh"].LLM, LLM{Upstream: Upstream{BaseURL: "http://gpu-box.internal:8000/v1", APIKey: "not-needed"}, Timeout: DefaultLLMTimeout})
 }
