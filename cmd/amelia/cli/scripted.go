@@ -24,8 +24,10 @@ import (
 const ScriptedPrefix = "scripted:"
 
 // scriptedGeminiKey is the key the proxy sends the scripted model's Gemini
-// API: it wants one, as Google does.
-const scriptedGeminiKey = "scripted"
+// API, which wants one, as Google does. It is shorter than the proxy
+// redacts (a placeholder, not a secret), so that no answer that holds the
+// word is mangled.
+const scriptedGeminiKey = "none"
 
 // EchoFile is what the echo model writes the prompt to.
 const EchoFile = "AMELIA_ECHO.md"
