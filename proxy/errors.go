@@ -7,14 +7,18 @@ import (
 
 // writeError answers with a JSON error body in the shape the route's
 // clients parse, so the worker (go-openai) or an Anthropic client shows the
-// message: OpenAI's {"error": {"message", "type", "code"}}, or Anthropic's
-// {"type": "error", "error": {"type", "message"}}. Messages never hold a key
-// or token.
+// message: OpenAI's {"error": {"message", "type", "code"}}, Anthropic's
+// {"type": "error", "error": {"type", "message"}}, or Google's {"error":
+// {"code", "message", "status"}} (see geminiError). Messages never hold a
+// key or token.
 func writeError(w http.ResponseWriter, route string, status int, code, msg string) {
 	var body any
-	if route == routeAnthropic {
+	switch route {
+	case routeAnthropic:
 		body = map[string]any{"type": "error", "error": map[string]string{"type": code, "message": msg}}
-	} else {
+	case routeGemini:
+		body = geminiError(status, msg)
+	default:
 		body = map[string]any{"error": map[string]string{"message": msg, "type": "amelia_proxy_error", "code": code}}
 	}
 	b, _ := json.Marshal(body)

@@ -32,13 +32,13 @@ const (
 // gateway holding every credential might.
 func reflectingUpstream(t *testing.T) *httptest.Server {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get("X-Api-Key")
+		key := r.Header.Get("X-Api-Key") + r.Header.Get("X-Goog-Api-Key")
 		if key == "" {
 			key = strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 		}
 		h := w.Header()
 		h.Set("X-Echo-Authorization", r.Header.Get("Authorization"))
-		h.Set("X-Echo-Api-Key", r.Header.Get("X-Api-Key"))
+		h.Set("X-Echo-Api-Key", r.Header.Get("X-Api-Key")+r.Header.Get("X-Goog-Api-Key"))
 		h.Set("Www-Authenticate", `Bearer realm="api", error="invalid_token", token="`+key+`"`)
 		flush := func() { http.NewResponseController(w).Flush() }
 		switch path := r.URL.Path; {
@@ -126,9 +126,10 @@ func TestResponsesNeverCarryTheKeys(t *testing.T) {
 	run := p.start(t, proxy.RunConfig{
 		OpenAI:    proxy.Upstream{BaseURL: up.URL + "/v1", Key: realKey},
 		Anthropic: &proxy.Upstream{BaseURL: up.URL + "/v1", Key: realAnthropicKey},
+		Gemini:    &proxy.Upstream{BaseURL: up.URL, Key: realGeminiKey},
 		Git:       proxy.GitAuth{Token: realGitToken},
 	})
-	secrets := []string{realKey, realAnthropicKey, realGitToken}
+	secrets := []string{realKey, realAnthropicKey, realGeminiKey, realGitToken}
 
 	tests := []struct {
 		name, path string
@@ -140,6 +141,9 @@ func TestResponsesNeverCarryTheKeys(t *testing.T) {
 		{"compressed body", "/v1/gzip", 200, `{"echo":"[redacted]"}`},
 		{"stream", "/v1/chat/completions", 200, ""},
 		{"anthropic stream", "/anthropic/v1/messages", 200, ""},
+		{"gemini error message", "/gemini/v1beta/plain", 401,
+			`{"error":{"message":"invalid key [redacted]","type":"invalid_request_error"}}`},
+		{"gemini stream", "/gemini/v1beta/models/m:streamGenerateContent", 200, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -168,7 +172,7 @@ func TestResponsesNeverCarryTheKeys(t *testing.T) {
 				t.Errorf("Content-Length %s for a body of %d bytes", cl, len(body))
 			}
 			wantEcho := "Bearer [redacted]"
-			if strings.HasPrefix(tt.path, "/anthropic/") {
+			if strings.HasPrefix(tt.path, "/anthropic/") || strings.HasPrefix(tt.path, "/gemini/") {
 				wantEcho = ""
 				if got := resp.Header.Get("X-Echo-Api-Key"); got != "[redacted]" {
 					t.Errorf("X-Echo-Api-Key %q", got)

@@ -46,7 +46,7 @@ func newUpstream(route string, u Upstream, cfg RunConfig, log *slog.Logger) (*up
 	host := strings.ToLower(base.Hostname())
 	up := &upstream{
 		route:      route,
-		prefix:     map[string]string{routeOpenAI: openAIPrefix, routeAnthropic: anthropicPrefix}[route],
+		prefix:     map[string]string{routeOpenAI: openAIPrefix, routeAnthropic: anthropicPrefix, routeGemini: geminiPrefix}[route],
 		base:       base,
 		key:        u.Key,
 		timeout:    cfg.Timeout,
@@ -174,6 +174,9 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	// The path is canonical (ServeHTTP): nothing in it is encoded.
 	rest := strings.TrimPrefix(in.URL.Path, strings.TrimSuffix(u.prefix, "/"))
 	out.URL = &url.URL{Scheme: u.base.Scheme, Host: u.base.Host, Path: strings.TrimSuffix(u.base.Path, "/") + rest, RawQuery: in.URL.RawQuery}
+	if u.route == routeGemini {
+		out.URL.RawQuery = withoutKeyParam(out.URL.RawQuery)
+	}
 	out.Host = ""
 	h := out.Header
 	for k := range h {
@@ -183,15 +186,19 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	}
 	h.Del("Authorization")
 	h.Del("X-Api-Key")
+	h.Del("X-Goog-Api-Key")
 	h.Del("Proxy-Authorization")
 	h.Del("Cookie")
 	// The transport asks for gzip itself and decompresses, so the usage in
 	// the response can be read and the sandbox gets it plain.
 	h.Del("Accept-Encoding")
 	if u.key != "" {
-		if u.route == routeAnthropic {
+		switch u.route {
+		case routeAnthropic:
 			h.Set("X-Api-Key", u.key)
-		} else {
+		case routeGemini:
+			h.Set("X-Goog-Api-Key", u.key)
+		default:
 			h.Set("Authorization", "Bearer "+u.key)
 		}
 	}

@@ -49,6 +49,13 @@ func ProfileRun(p *config.Profile, lookupEnv func(string) (string, bool), id str
 		}
 		cfg.Anthropic = &Upstream{BaseURL: p.LLM.Anthropic.BaseURL, Key: key}
 	}
+	if p.LLM.Gemini != nil {
+		key, err := p.GeminiKey(lookupEnv)
+		if err != nil {
+			return RunConfig{}, err
+		}
+		cfg.Gemini = &Upstream{BaseURL: p.LLM.Gemini.BaseURL, Key: key}
+	}
 	if cfg.Git.Token, err = p.GitToken(lookupEnv); err != nil {
 		return RunConfig{}, err
 	}

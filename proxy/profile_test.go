@@ -130,3 +130,29 @@ profiles:
 		t.Errorf("upstreams: openai %+v, anthropic %+v", cfg.OpenAI, cfg.Anthropic)
 	}
 }
+
+func TestProfileRunGemini(t *testing.T) {
+	p := loadProfile(t, `
+profiles:
+  dev:
+    llm: {gemini: {}}
+    sandbox: {provider: local}
+`, nil)
+	env := map[string]string{"OPENAI_API_KEY": "sk-o", "GEMINI_API_KEY": "AIza-g"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg, err := proxy.ProfileRun(p, lookup, "run-1", nil, "/audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Gemini == nil || *cfg.Gemini != (proxy.Upstream{BaseURL: config.DefaultGeminiBaseURL, Key: "AIza-g"}) || cfg.OpenAI.Key != "sk-o" {
+		t.Errorf("upstreams: openai %+v, gemini %+v", cfg.OpenAI, cfg.Gemini)
+	}
+	delete(env, "GEMINI_API_KEY")
+	if _, err := proxy.ProfileRun(p, lookup, "run-2", nil, "/a"); err == nil || !strings.Contains(err.Error(), "llm.gemini.api_key_env: GEMINI_API_KEY is not set") {
+		t.Errorf("missing gemini key: %v", err)
+	}
+	plain := loadProfile(t, "profiles: {dev: {sandbox: {provider: local}}}\n", nil)
+	if cfg, err := proxy.ProfileRun(plain, lookup, "r", nil, "/a"); err != nil || cfg.Gemini != nil {
+		t.Errorf("without the block: gemini %+v, %v", cfg.Gemini, err)
+	}
+}

@@ -2,7 +2,8 @@
 // outside world without holding a secret: the LLM upstream (OpenAI-compatible
 // /v1/* and Anthropic /anthropic/v1/*, with the profile's key attached on the
 // way out, and chat completions and messages translated from one API to the
-// other when the profile's upstream speaks only the other), git credentials for the run's repositories (/git/credentials),
+// other when the profile's upstream speaks only the other; and Google's
+// Gemini API at /gemini/*, untranslated), git credentials for the run's repositories (/git/credentials),
 // and, for profiles with network: allowlist, an HTTP forward proxy (CONNECT
 // and absolute-form requests) that reaches only the allowed hosts.
 //
@@ -49,7 +50,8 @@ type Upstream struct {
 	// BaseURL + "/chat/completions".
 	BaseURL string
 	// Key is attached on the way out (Authorization: Bearer for OpenAI-
-	// compatible upstreams, x-api-key for Anthropic); "" attaches none.
+	// compatible upstreams, x-api-key for Anthropic, x-goog-api-key for
+	// Gemini); "" attaches none.
 	Key string
 }
 
@@ -80,6 +82,11 @@ type RunConfig struct {
 	// response comes back in the API the client spoke. Other paths of the
 	// missing API answer 404, but for its models list (see Model).
 	Anthropic *Upstream
+	// Gemini is the upstream of /gemini/* (Google's Gemini API: a
+	// request for /gemini/v1beta/X goes to BaseURL + "/v1beta/X"); nil
+	// means none, and the route answers 404. Nothing is translated to or
+	// from it.
+	Gemini *Upstream
 	// Model is the run's model. A translated request asks the upstream
 	// for it instead of the model the client named (an Anthropic client
 	// such as Claude Code asks for a Claude model, which an OpenAI upstream
@@ -158,6 +165,7 @@ type Run struct {
 	token    string
 	openai   *upstream
 	anthro   *upstream
+	gemini   *upstream
 	gitRoute *gitRemotes
 	egress   *egress
 	mcp      *mcpServers
@@ -191,6 +199,11 @@ func (s *Server) Start(cfg RunConfig) (*Run, error) {
 	if cfg.Anthropic != nil {
 		if r.anthro, err = newUpstream(routeAnthropic, *cfg.Anthropic, cfg, s.log); err != nil {
 			return nil, fmt.Errorf("run %s: anthropic upstream: %w", cfg.ID, err)
+		}
+	}
+	if cfg.Gemini != nil {
+		if r.gemini, err = newUpstream(routeGemini, *cfg.Gemini, cfg, s.log); err != nil {
+			return nil, fmt.Errorf("run %s: gemini upstream: %w", cfg.ID, err)
 		}
 	}
 	r.gitRoute = newGitRemotes(cfg, newGitCredentials(cfg, s.opts.Environ))
@@ -248,6 +261,9 @@ func (c *RunConfig) runSecrets() []string {
 	s := []string{c.OpenAI.Key, c.Git.Token}
 	if c.Anthropic != nil {
 		s = append(s, c.Anthropic.Key)
+	}
+	if c.Gemini != nil {
+		s = append(s, c.Gemini.Key)
 	}
 	return s
 }
@@ -365,7 +381,8 @@ const (
 // ServeHTTP routes a request: CONNECT and absolute-form requests are egress
 // (authenticated by Proxy-Authorization), everything else is an API route
 // (authenticated by X-Amelia-Proxy-Token, else Authorization: Bearer, or
-// x-api-key on the Anthropic route, or the password of basic
+// x-api-key on the Anthropic route, x-goog-api-key on the Gemini route,
+// or the password of basic
 // authentication on the git route, which is how git sends it). Only
 // canonical paths are routed (see canonical), and nothing before the token
 // is checked.
@@ -395,6 +412,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		route = routeGitRemote
 	case strings.HasPrefix(path, openAIPrefix):
 		route = routeOpenAI
+	case strings.HasPrefix(path, geminiPrefix):
+		route = routeGemini
 	case strings.HasPrefix(path, anthropicPrefix):
 		route = routeAnthropic
 	case strings.HasPrefix(path, mcpwire.Prefix):
@@ -414,7 +433,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			req.URL.Path, req.URL.RawPath = path, ""
 		}
 		switch route {
-		case routeOpenAI, routeAnthropic:
+		case routeOpenAI, routeAnthropic, routeGemini:
 			run.serveLLM(w, req, route, rec)
 		case routeGit:
 			run.serveHelper(w, req, rec)
@@ -468,6 +487,10 @@ func canonical(p string) error {
 func (r *Run) serveLLM(w http.ResponseWriter, req *http.Request, route string, rec *Record) {
 	w, finish := r.redact.wrap(w)
 	defer finish()
+	if route == routeGemini {
+		r.serveGemini(w, req, rec)
+		return
+	}
 	up, other := r.openai, r.anthro
 	if route == routeAnthropic {
 		up, other = r.anthro, r.openai
@@ -555,7 +578,8 @@ func (r *Run) requestContext(parent context.Context) (context.Context, context.C
 // (the Python worker's, which sends "proxy-managed" or a key of its own as
 // its bearer token), else its bearer token; on the Anthropic route an
 // x-api-key header carries it too (Anthropic's clients send their key
-// there).
+// there), and on the Gemini route an x-goog-api-key header (Google's
+// clients send theirs there).
 func apiToken(req *http.Request, route string) string {
 	// The Python Amelia's identity header carries the token as
 	// Authorization does; its profile header is taken and ignored (the
@@ -570,6 +594,8 @@ func apiToken(req *http.Request, route string) string {
 	switch route {
 	case routeAnthropic:
 		return req.Header.Get("X-Api-Key")
+	case routeGemini:
+		return req.Header.Get("X-Goog-Api-Key")
 	case routeGitRemote:
 		if _, password, ok := req.BasicAuth(); ok {
 			return password

@@ -35,19 +35,50 @@ type tokenDetails struct {
 
 // usageEnvelope finds usage where the APIs put it: at the top (chat
 // completions, Anthropic's message_delta), in "message" (Anthropic's
-// message_start) or in "response" (the Responses API's events).
+// message_start) or in "response" (the Responses API's events), or in
+// Gemini's "usageMetadata".
 type usageEnvelope struct {
-	Usage    *usageFields                  `json:"usage"`
-	Message  *struct{ Usage *usageFields } `json:"message"`
-	Response *struct{ Usage *usageFields } `json:"response"`
+	Usage         *usageFields                  `json:"usage"`
+	Message       *struct{ Usage *usageFields } `json:"message"`
+	Response      *struct{ Usage *usageFields } `json:"response"`
+	UsageMetadata *geminiUsage                  `json:"usageMetadata"`
 }
 
-// merge takes the counts of one JSON document; later reports override
-// earlier ones (streamed counts are cumulative).
+// geminiUsage is Gemini's usageMetadata. promptTokenCount includes the
+// cached tokens, as OpenAI's prompt_tokens does; the thinking tokens
+// (thoughtsTokenCount) are billed as output but not counted in
+// candidatesTokenCount, so output is the sum of the two.
+type geminiUsage struct {
+	PromptTokenCount        *int64 `json:"promptTokenCount"`
+	CandidatesTokenCount    *int64 `json:"candidatesTokenCount"`
+	ThoughtsTokenCount      *int64 `json:"thoughtsTokenCount"`
+	CachedContentTokenCount *int64 `json:"cachedContentTokenCount"`
+}
+
+// merge takes the counts of one JSON document, or of each document of a
+// JSON array (Gemini's streamGenerateContent without alt=sse); later
+// reports override earlier ones (streamed counts are cumulative).
 func (u *usage) merge(doc []byte) {
+	if doc = bytes.TrimSpace(doc); len(doc) > 0 && doc[0] == '[' {
+		var docs []json.RawMessage
+		if json.Unmarshal(doc, &docs) == nil {
+			for _, d := range docs {
+				u.merge(d)
+			}
+		}
+		return
+	}
 	var env usageEnvelope
 	if json.Unmarshal(doc, &env) != nil {
 		return
+	}
+	if g := env.UsageMetadata; g != nil {
+		set(&u.input, g.PromptTokenCount)
+		set(&u.cacheRead, g.CachedContentTokenCount)
+		if g.CandidatesTokenCount != nil || g.ThoughtsTokenCount != nil {
+			out := deref(g.CandidatesTokenCount) + deref(g.ThoughtsTokenCount)
+			u.output = &out
+		}
 	}
 	for _, f := range []*usageFields{env.Usage, msgUsage(env.Message), msgUsage(env.Response)} {
 		if f == nil {
@@ -68,6 +99,13 @@ func msgUsage(m *struct{ Usage *usageFields }) *usageFields {
 		return nil
 	}
 	return m.Usage
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 func details(d *tokenDetails, write bool) *int64 {
@@ -146,7 +184,11 @@ type sseSniffer struct {
 	u    usage
 }
 
-var usageKey = []byte(`"usage"`)
+// usageKey and usageMetadataKey mark the lines worth decoding.
+var (
+	usageKey         = []byte(`"usage"`)
+	usageMetadataKey = []byte(`"usageMetadata"`)
+)
 
 func (s *sseSniffer) write(p []byte) {
 	for len(p) > 0 {
@@ -174,7 +216,7 @@ func (s *sseSniffer) add(p []byte) {
 
 func (s *sseSniffer) endLine() {
 	line := bytes.TrimSuffix(s.line, []byte("\r"))
-	if data, ok := bytes.CutPrefix(line, []byte("data:")); ok && !s.skip && bytes.Contains(data, usageKey) {
+	if data, ok := bytes.CutPrefix(line, []byte("data:")); ok && !s.skip && (bytes.Contains(data, usageKey) || bytes.Contains(data, usageMetadataKey)) {
 		s.u.merge(bytes.TrimSpace(data))
 	}
 	s.line, s.skip = s.line[:0], false

@@ -35,6 +35,18 @@ func TestUsageSniffers(t *testing.T) {
 		{"responses stream", func() sniffer { return &sseSniffer{} },
 			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":8,\"output_tokens\":3,\"input_tokens_details\":{\"cached_tokens\":2}}}}\n\n",
 			usage{input: ptr[int64](8), output: ptr[int64](3), cacheRead: ptr[int64](2)}},
+		{"gemini response", func() sniffer { return &jsonSniffer{} },
+			`{"candidates":[],"usageMetadata":{"promptTokenCount":20,"candidatesTokenCount":5,"thoughtsTokenCount":3,"cachedContentTokenCount":8,"totalTokenCount":28}}`,
+			usage{input: ptr[int64](20), output: ptr[int64](8), cacheRead: ptr[int64](8)}},
+		{"gemini stream as a JSON array", func() sniffer { return &jsonSniffer{} },
+			`[{"usageMetadata":{"promptTokenCount":20,"totalTokenCount":20}},` + "\n" + `{"usageMetadata":{"promptTokenCount":20,"candidatesTokenCount":4,"totalTokenCount":24}}]`,
+			usage{input: ptr[int64](20), output: ptr[int64](4)}},
+		// Each chunk holds the counts so far: the last one's stand.
+		{"gemini stream", func() sniffer { return &sseSniffer{} },
+			"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"usage\"}]}}],\"usageMetadata\":{\"promptTokenCount\":40,\"cachedContentTokenCount\":16,\"totalTokenCount\":40}}\r\n\r\n" +
+				"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"b\"}]}}],\"usageMetadata\":{\"promptTokenCount\":40,\"candidatesTokenCount\":2,\"cachedContentTokenCount\":16,\"totalTokenCount\":42}}\r\n\r\n" +
+				"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"c\"}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":40,\"candidatesTokenCount\":6,\"cachedContentTokenCount\":16,\"totalTokenCount\":46}}\r\n\r\n",
+			usage{input: ptr[int64](40), output: ptr[int64](6), cacheRead: ptr[int64](16)}},
 		{"last line without newline", func() sniffer { return &sseSniffer{} },
 			"data: {\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}", usage{input: ptr[int64](1), output: ptr[int64](1)}},
 	} {

@@ -22,7 +22,7 @@
 //
 // The variables that api_key_env and token_env name are not read at Load:
 // the host reads them when a run starts (Profile.LLMKey, AnthropicKey,
-// GitToken), so a profile can be shown and validated without them.
+// GeminiKey, GitToken), so a profile can be shown and validated without them.
 //
 // See configs/example.yaml for every key. Adding a key means adding a
 // struct field and one entry in the schema tables in schema.go, which
@@ -52,6 +52,11 @@ const (
 	// llm.anthropic block.
 	DefaultAnthropicBaseURL = "https://api.anthropic.com/v1"
 	DefaultAnthropicKeyEnv  = "ANTHROPIC_API_KEY"
+	// DefaultGeminiBaseURL and DefaultGeminiKeyEnv apply inside an
+	// llm.gemini block: Google's Gemini API, whose paths (/v1beta/...)
+	// the proxy's /gemini/* route appends to the base URL.
+	DefaultGeminiBaseURL = "https://generativelanguage.googleapis.com"
+	DefaultGeminiKeyEnv  = "GEMINI_API_KEY"
 	// APIOpenAI and APIAnthropic are the values of llm.api: the wire
 	// format the profile's upstream speaks.
 	APIOpenAI    = "openai"
@@ -229,6 +234,10 @@ type LLM struct {
 	// Anthropic is the upstream of the proxy's /anthropic/v1/* route; nil
 	// when the profile has no llm.anthropic block (the route is disabled).
 	Anthropic *Upstream
+	// Gemini is the upstream of the proxy's /gemini/* route (Google's
+	// Gemini API, which the proxy does not translate); nil when the
+	// profile has no llm.gemini block (the route is disabled).
+	Gemini *Upstream
 }
 
 // Upstream is an LLM API and where its key comes from. At most one of

@@ -313,6 +313,35 @@ func TestLLMTimeoutAndAnthropic(t *testing.T) {
 	}
 }
 
+func TestLLMGemini(t *testing.T) {
+	tests := []struct {
+		name string
+		llm  string
+		env  testEnv
+		want *Upstream
+	}{
+		{"no gemini block: the route is disabled", `{}`, nil, nil},
+		{"an empty block gets Google's URL and key variable", `{gemini: {}}`, nil,
+			&Upstream{BaseURL: DefaultGeminiBaseURL, APIKeyEnv: DefaultGeminiKeyEnv}},
+		{"a block with nothing under it is an empty block", "\n  gemini:\n  timeout: 90s", nil,
+			&Upstream{BaseURL: DefaultGeminiBaseURL, APIKeyEnv: DefaultGeminiKeyEnv}},
+		{"the block inherits nothing from llm", `{base_url: "http://localhost:1/v1", api_key: k, gemini: {base_url: "http://localhost:2"}}`, nil,
+			&Upstream{BaseURL: "http://localhost:2", APIKeyEnv: DefaultGeminiKeyEnv}},
+		{"beside api: anthropic", `{api: anthropic, gemini: {api_key_env: GK}}`, nil,
+			&Upstream{BaseURL: DefaultGeminiBaseURL, APIKeyEnv: "GK"}},
+		{"a literal key", `{gemini: {api_key: "${GK}"}}`, testEnv{"GK": "AIza-1"},
+			&Upstream{BaseURL: DefaultGeminiBaseURL, APIKey: "AIza-1"}},
+		{"an explicitly empty key: no key", `{gemini: {api_key: ""}}`, nil,
+			&Upstream{BaseURL: DefaultGeminiBaseURL}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustLoad(t, profileWith("llm: "+tt.llm+"\nsandbox: {provider: docker}\n"), tt.env)
+			equal(t, "gemini", mustProfile(t, c, "dev").LLM.Gemini, tt.want)
+		})
+	}
+}
+
 func TestGit(t *testing.T) {
 	tests := []struct {
 		name string
@@ -930,6 +959,8 @@ func TestExampleConfig(t *testing.T) {
 	equal(t, "docker anthropic", docker.LLM.Anthropic, (*Upstream)(nil))
 	daytona := c.Profiles["daytona"]
 	equal(t, "daytona anthropic", daytona.LLM.Anthropic, &Upstream{BaseURL: "https://api.anthropic.com/v1", APIKeyEnv: "ANTHROPIC_API_KEY"})
+	equal(t, "daytona gemini", daytona.LLM.Gemini, &Upstream{BaseURL: DefaultGeminiBaseURL, APIKeyEnv: DefaultGeminiKeyEnv})
+	equal(t, "docker gemini", docker.LLM.Gemini, (*Upstream)(nil))
 	equal(t, "daytona git", daytona.Git, Git{TokenEnv: "GITHUB_TOKEN", Username: "x-access-token"})
 	equal(t, "ssh llm", c.Profiles["ssh"].LLM, LLM{Upstream: Upstream{BaseURL: "http://gpu-box.internal:8000/v1", APIKey: "not-needed"}, Timeout: DefaultLLMTimeout})
 }
@@ -1054,7 +1085,8 @@ func TestLLMAPI(t *testing.T) {
 		})
 	}
 	for _, tt := range []struct{ llm, want string }{
-		{`{api: gemini}`, `profiles.dev.llm.api: "gemini" is not an API the proxy speaks: use openai (chat completions) or anthropic (messages)`},
+		{`{api: gemini}`, `profiles.dev.llm.api: "gemini" is not an API the proxy translates to: keep llm for an openai or anthropic upstream, and add an llm.gemini block for Google's Gemini API (the gemini agent's)`},
+		{`{api: vertex}`, `profiles.dev.llm.api: "vertex" is not an API the proxy speaks: use openai (chat completions) or anthropic (messages)`},
 		{`{api: anthropic, anthropic: {}}`, `profiles.dev.llm.anthropic: is redundant with api: anthropic (the profile's upstream already speaks Anthropic's API); remove one`},
 	} {
 		got := problems(t, profileWith("llm: "+tt.llm+"\nsandbox: {provider: docker}\n"), nil)

@@ -231,6 +231,8 @@ func llmSection() section[LLM] {
 					switch s.val {
 					case APIOpenAI, APIAnthropic:
 						l.API = s.val
+					case "gemini":
+						d.problemf(at, "%s is not an API the proxy translates to: keep llm for an openai or anthropic upstream, and add an llm.gemini block for Google's Gemini API (the gemini agent's)", s.quote())
 					default:
 						d.problemf(at, "%s is not an API the proxy speaks: use openai (chat completions) or anthropic (messages)", s.quote())
 					}
@@ -274,6 +276,25 @@ func llmSection() section[LLM] {
 					return showSection(s, at, anthropicSection(), l.Anthropic)
 				},
 			},
+			field[LLM]{
+				key:   "gemini",
+				block: true,
+				decode: func(d *decoder, at path, v any, l *LLM) {
+					if v == nil {
+						return // no block: the route is disabled
+					}
+					g := &Upstream{}
+					if decodeSection(d, at, v, geminiSection(), g) {
+						l.Gemini = g
+					}
+				},
+				show: func(s *shower, at path, l *LLM) any {
+					if l.Gemini == nil {
+						return nil
+					}
+					return showSection(s, at, geminiSection(), l.Gemini)
+				},
+			},
 		),
 		check: func(d *decoder, at path, set map[string]bool, l *LLM) {
 			up.check(d, at, set, openai(l))
@@ -299,6 +320,12 @@ func llmSection() section[LLM] {
 // with Anthropic's URL and key variable as defaults.
 func anthropicSection() section[Upstream] {
 	return upstreamSection(DefaultAnthropicBaseURL, DefaultAnthropicKeyEnv)
+}
+
+// geminiSection is llm.gemini: Google's Gemini API, with Google's URL
+// and key variable as defaults.
+func geminiSection() section[Upstream] {
+	return upstreamSection(DefaultGeminiBaseURL, DefaultGeminiKeyEnv)
 }
 
 // upstreamSection is an LLM API: its URL and its key, given literally or

@@ -31,6 +31,16 @@ func (p *Profile) AnthropicKey(lookupEnv func(string) (string, bool)) (string, e
 	return p.secret(lookupEnv, "llm.anthropic.api_key", a.APIKeyEnv, a.APIKey, "export it, or set llm.anthropic.api_key")
 }
 
+// GeminiKey is LLMKey for llm.gemini. It returns "" and no error when
+// the profile has no llm.gemini block.
+func (p *Profile) GeminiKey(lookupEnv func(string) (string, bool)) (string, error) {
+	if p.LLM.Gemini == nil {
+		return "", nil
+	}
+	g := p.LLM.Gemini
+	return p.secret(lookupEnv, "llm.gemini.api_key", g.APIKeyEnv, g.APIKey, "export it, or set llm.gemini.api_key")
+}
+
 // GitToken returns the token the proxy gives git: git.token as written,
 // or the value of the variable git.token_env names, which must be set and
 // not empty. With neither it returns "" and no error: the host's own

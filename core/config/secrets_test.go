@@ -9,6 +9,7 @@ func TestSecretResolution(t *testing.T) {
 	type resolver func(p *Profile, lookupEnv func(string) (string, bool)) (string, error)
 	llmKey := func(p *Profile, l func(string) (string, bool)) (string, error) { return p.LLMKey(l) }
 	anthropicKey := func(p *Profile, l func(string) (string, bool)) (string, error) { return p.AnthropicKey(l) }
+	geminiKey := func(p *Profile, l func(string) (string, bool)) (string, error) { return p.GeminiKey(l) }
 	gitToken := func(p *Profile, l func(string) (string, bool)) (string, error) { return p.GitToken(l) }
 	tests := []struct {
 		name    string
@@ -97,6 +98,40 @@ func TestSecretResolution(t *testing.T) {
 			body:    `llm: {anthropic: {api_key: ""}}`,
 			resolve: anthropicKey,
 			want:    "",
+		},
+		// llm.gemini.
+		{
+			name:    "gemini: no block, no key and no error",
+			host:    testEnv{"GEMINI_API_KEY": "AIza-SECRET-g"},
+			resolve: geminiKey,
+			want:    "",
+		},
+		{
+			name:    "gemini: the default variable, set",
+			body:    "llm: {gemini: {}}",
+			host:    testEnv{"GEMINI_API_KEY": "AIza-SECRET-g", "OPENAI_API_KEY": "sk-SECRET-o"},
+			resolve: geminiKey,
+			want:    "AIza-SECRET-g",
+		},
+		{
+			name:    "gemini: the default variable, unset",
+			body:    "llm: {gemini: {}}",
+			host:    testEnv{"OPENAI_API_KEY": "sk-SECRET-o"},
+			resolve: geminiKey,
+			wantErr: "profile dev: llm.gemini.api_key_env: GEMINI_API_KEY is not set in this environment (export it, or set llm.gemini.api_key)",
+		},
+		{
+			name:    "gemini: a variable of its own",
+			body:    "llm: {gemini: {api_key_env: GK}}",
+			host:    testEnv{"GK": "AIza-SECRET-own", "GEMINI_API_KEY": "AIza-SECRET-g"},
+			resolve: geminiKey,
+			want:    "AIza-SECRET-own",
+		},
+		{
+			name:    "gemini: a literal key",
+			body:    "llm: {gemini: {api_key: AIza-SECRET-lit}}",
+			resolve: geminiKey,
+			want:    "AIza-SECRET-lit",
 		},
 		// git.
 		{

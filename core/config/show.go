@@ -14,8 +14,8 @@ const masked = "********"
 
 // ShowYAML renders the resolved profile as YAML for people: a comment
 // naming the profile and its source, then the keys in schema order (model;
-// llm with its timeout and, if present, its anthropic block; git unless it
-// is all defaults; proxy; sandbox: provider, network, allowed_hosts, then
+// llm with its timeout and, if present, its anthropic and gemini blocks;
+// git unless it is all defaults; proxy; sandbox: provider, network, allowed_hosts, then
 // the provider settings blocks sorted by name, their keys sorted). Secrets
 // are masked by key name at any depth (see isSecretKey), passwords in URLs
 // too, and every api_key_env and git.token_env carries a comment saying

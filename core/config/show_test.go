@@ -136,6 +136,7 @@ func TestShowYAMLKeyVariableComment(t *testing.T) {
 	for _, key := range []struct{ body, line string }{
 		{"llm: {api_key_env: K}", "  api_key_env: K"},
 		{"llm: {anthropic: {api_key_env: K}}", "    api_key_env: K"},
+		{"llm: {gemini: {api_key_env: K}}", "    api_key_env: K"},
 		{"git: {token_env: K}", "  token_env: K"},
 	} {
 		for _, tt := range []struct {
@@ -156,6 +157,25 @@ func TestShowYAMLKeyVariableComment(t *testing.T) {
 				t.Errorf("%s, env %v: output lacks %q or reveals the value:\n%s", key.body, tt.env, want, out)
 			}
 		}
+	}
+}
+
+// The gemini block is shown after the anthropic block, as written, with
+// its key masked; a profile without it shows none.
+func TestShowYAMLGemini(t *testing.T) {
+	c := mustLoad(t, profileWith("llm: {gemini: {base_url: \"http://127.0.0.1:9\", api_key: AIza-SECRET}, anthropic: {base_url: \"http://127.0.0.1:8\"}}\nsandbox: {provider: docker}\n"), nil)
+	out, err := mustProfile(t, c, "dev").ShowYAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "  anthropic:\n    base_url: http://127.0.0.1:8\n    api_key_env: ANTHROPIC_API_KEY # not set\n" +
+		"  gemini:\n    base_url: http://127.0.0.1:9\n    api_key: \"********\"\n"
+	if !strings.Contains(string(out), want) || strings.Contains(string(out), "SECRET") {
+		t.Errorf("output lacks\n%s\nor reveals the key:\n%s", want, out)
+	}
+	c = mustLoad(t, profileWith("sandbox: {provider: docker}\n"), nil)
+	if out, _ := mustProfile(t, c, "dev").ShowYAML(); strings.Contains(string(out), "gemini") {
+		t.Errorf("a profile without llm.gemini shows one:\n%s", out)
 	}
 }
 

@@ -574,8 +574,8 @@ func TestValidationRules(t *testing.T) {
 			name:    "unknown llm key",
 			content: profileWith("llm: {apikey: x, url: y}\n" + sandbox),
 			want: []string{
-				`profiles.dev.llm.apikey: unknown key, did you mean api_key? (known: api, base_url, api_key_env, api_key, timeout, anthropic)`,
-				`profiles.dev.llm.url: unknown key (known: api, base_url, api_key_env, api_key, timeout, anthropic)`,
+				`profiles.dev.llm.apikey: unknown key, did you mean api_key? (known: api, base_url, api_key_env, api_key, timeout, anthropic, gemini)`,
+				`profiles.dev.llm.url: unknown key (known: api, base_url, api_key_env, api_key, timeout, anthropic, gemini)`,
 			},
 		},
 		{

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/agents"
+	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/core/runstore"
@@ -128,6 +129,25 @@ func (r *runner) agentSpec(ctx context.Context) (driver.AgentSpec, error) {
 	}
 	return spec, nil
 }
+
+// checkAgentUpstream refuses an agent that speaks Google's Gemini API
+// (the gemini agent) on a profile without an llm.gemini block: the proxy
+// translates between OpenAI's and Anthropic's APIs only, so the agent
+// would reach no model.
+func checkAgentUpstream(p *config.Profile) error {
+	name := cmp.Or(p.Agent.Name, agents.Own)
+	a, err := agents.Lookup(name)
+	if err != nil {
+		return err
+	}
+	if cmp.Or(p.Agent.API, a.API) == geminiAPI && p.LLM.Gemini == nil {
+		return fmt.Errorf("the agent %s speaks only Google's Gemini API, which the proxy does not translate, and profile %s has no llm.gemini block: add one to the profile (llm: {gemini: {api_key_env: GEMINI_API_KEY}})", name, p.Name)
+	}
+	return nil
+}
+
+// geminiAPI is the Gemini API's name in core/agents.
+const geminiAPI = "gemini"
 
 // endAgentTunnel stops carrying the agent's tunnel, once the run no
 // longer follows the agent: its supervisor keeps it, for attach, should

@@ -107,12 +107,18 @@ func withoutMissingKeys(p *config.Profile, lookupEnv func(string) (string, bool)
 		_, err = p.AnthropicKey(lookupEnv)
 	}
 	if err == nil {
+		_, err = p.GeminiKey(lookupEnv)
+	}
+	if err == nil {
 		return p, nil
 	}
 	q := *p
 	q.LLM.APIKeyEnv, q.LLM.APIKey = "", ""
 	if a := p.LLM.Anthropic; a != nil {
 		q.LLM.Anthropic = &config.Upstream{BaseURL: a.BaseURL}
+	}
+	if g := p.LLM.Gemini; g != nil {
+		q.LLM.Gemini = &config.Upstream{BaseURL: g.BaseURL}
 	}
 	return &q, err
 }

@@ -261,6 +261,29 @@ func TestRunRefusesAMissingKey(t *testing.T) {
 	}
 }
 
+// The gemini agent on a profile without llm.gemini would reach no model
+// (the proxy does not translate Gemini's API): the run is refused in the
+// check phase, in one line saying what to add, before anything starts.
+func TestRunRefusesGeminiWithoutItsUpstream(t *testing.T) {
+	f := newFixture(t, llmtest.Options{})
+	p, err := f.req.Profile.WithAgent("gemini", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.req.Profile = p
+	view := &recorder{}
+	_, err = Run(t.Context(), f.host, f.req, view)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "add one to the profile (llm: {gemini:") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Run: %v, want a one-line refusal saying to add llm.gemini", err)
+	}
+	if p, started := view.failed(), view.started(); p != PhaseCheck || !slices.Equal(started, []string{PhaseCheck, PhaseCleanup}) {
+		t.Errorf("failed phase %q, phases %v; want check to fail, then cleanup", p, started)
+	}
+	if entries, _ := os.ReadDir(f.sbRoot); len(entries) != 0 {
+		t.Errorf("a refused run created a sandbox: %v", entries)
+	}
+}
+
 // A profile its provider finds wrong — settings it would refuse, a
 // network policy it cannot enforce — is refused in the check phase, every
 // problem at its key in the config file, before anything starts.

@@ -126,11 +126,16 @@ func (r *runner) followAndDeliver(ctx context.Context, a *agentRun, begin func()
 	return r.results(ctx, a)
 }
 
-// checkKeys refuses a profile whose keys (its LLM upstreams', and the git
-// token it names) the proxy could not read from the host's environment. It
-// reads them as the proxy's config is made, so the two cannot differ; the
-// config itself is dropped (the proxy makes its own, for its run id).
+// checkKeys refuses a profile whose agent speaks an API none of its
+// upstreams serves (see checkAgentUpstream), or whose keys (its LLM
+// upstreams', and the git token it names) the proxy could not read from
+// the host's environment. It reads them as the proxy's config is made, so
+// the two cannot differ; the config itself is dropped (the proxy makes its
+// own, for its run id).
 func (r *runner) checkKeys() error {
+	if err := checkAgentUpstream(r.req.Profile); err != nil {
+		return refuse(err)
+	}
 	if _, err := proxy.ProfileRun(r.req.Profile, r.host.LookupEnv, "", nil, r.host.AuditDir); err != nil {
 		return refuse(err)
 	}

@@ -194,6 +194,9 @@ func PluginProfile(p *config.Profile) *pluginhost.Profile {
 	if a := p.LLM.Anthropic; a != nil {
 		add("llm.anthropic.api_key", a.APIKeyEnv, a.APIKey, llmKey)
 	}
+	if g := p.LLM.Gemini; g != nil {
+		add("llm.gemini.api_key", g.APIKeyEnv, g.APIKey, llmKey)
+	}
 	add("git.token", p.Git.TokenEnv, p.Git.Token, gitToken)
 	return prof
 }

@@ -1,16 +1,19 @@
 // Package llmtest provides a scripted LLM server for tests: OpenAI's Chat
-// Completions and Anthropic's Messages.
+// Completions, Anthropic's Messages and Google's Gemini API.
 //
-// The server answers POST /v1/chat/completions and POST /v1/messages
-// (Anthropic's) from one script of turns, both streaming (server-sent
-// events, when the request has "stream": true) and non-streaming, and GET
-// /v1/models with a one-entry list. It records every chat completions and
-// messages request it receives (unless Options.Forget). Options.API makes
-// it serve one API only, as a real upstream does. Its wire formats follow
-// OpenAI's and Anthropic's published API references; it does not share
+// The server answers POST /v1/chat/completions, POST /v1/messages
+// (Anthropic's) and POST /v1beta/models/MODEL:generateContent and
+// :streamGenerateContent (Gemini's, see gemini.go) from one script of
+// turns, both streaming (server-sent events, when the request has
+// "stream": true, or for Gemini ?alt=sse) and non-streaming, and GET
+// /v1/models (and Gemini's /v1beta/models) with a one-entry list. It
+// records every chat completions, messages and generateContent request it
+// receives (unless Options.Forget). Options.API makes it serve one API
+// only, as a real upstream does. Its wire formats follow OpenAI's,
+// Anthropic's and Google's published API references; it does not share
 // types with any client library.
 //
-// Clients use URL()+"/v1" as their base URL:
+// Clients use URL()+"/v1" as their base URL (Gemini's, URL()):
 //
 //	srv := llmtest.New(t, llmtest.Turn{Text: "hello"})
 //	cfg := openai.DefaultConfig("sk-test")
@@ -24,6 +27,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -77,7 +81,7 @@ type Turn struct {
 // received it.
 type Request struct {
 	Header http.Header
-	Path   string // /v1/chat/completions or /v1/messages
+	Path   string // /v1/chat/completions, /v1/messages or /v1beta/models/MODEL:METHOD
 	Body   []byte // raw body
 	// Chat is a chat completions request's decoded body; zero where
 	// decoding failed, and for a messages request.
@@ -85,6 +89,9 @@ type Request struct {
 	// Messages is a messages request's decoded body; zero where decoding
 	// failed, and for a chat completions request.
 	Messages MessagesRequest
+	// Gemini is a Gemini API request's decoded body, with the model and
+	// method of its path; zero for the other APIs' requests.
+	Gemini GeminiRequest
 }
 
 // Options configure a Server.
@@ -111,8 +118,9 @@ type Options struct {
 	// client under test is measured on. The Request a Script gets then has
 	// no Messages or Tools.
 	Light bool
-	// API picks the APIs served: both (the default), or one only, the
-	// other's paths answering 404 as an upstream that does not speak it.
+	// API picks the APIs served: all of them (the default), or one only,
+	// the others' paths answering 404 as an upstream that does not speak
+	// them.
 	API API
 }
 
@@ -121,9 +129,10 @@ type API int
 
 // The sets of APIs.
 const (
-	BothAPIs      API = iota
-	OnlyOpenAI        // POST /v1/chat/completions, not /v1/messages
-	OnlyAnthropic     // POST /v1/messages, not /v1/chat/completions
+	BothAPIs      API = iota // every API: OpenAI's, Anthropic's and Gemini's
+	OnlyOpenAI               // POST /v1/chat/completions only
+	OnlyAnthropic            // POST /v1/messages only
+	OnlyGemini               // the Gemini API's /v1beta/... only
 )
 
 // Server is a scripted OpenAI-compatible chat completions server.
@@ -197,11 +206,12 @@ func Start(opts Options, turns ...Turn) (*Server, error) {
 func (s *Server) Close() { s.ts.Close() }
 
 // URL is the server's root URL, e.g. http://127.0.0.1:PORT; clients use
-// URL()+"/v1" as their base URL.
+// URL()+"/v1" as their base URL, Gemini's clients URL().
 func (s *Server) URL() string { return s.ts.URL }
 
-// Requests returns the chat completions requests received so far, in
-// arrival order, including malformed ones; none with Options.Forget.
+// Requests returns the chat completions, messages and Gemini generate
+// requests received so far, in arrival order, including malformed ones;
+// none with Options.Forget.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -242,7 +252,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 	switch r.URL.Path {
 	case "/v1/chat/completions":
-		if s.api == OnlyAnthropic {
+		if s.api == OnlyAnthropic || s.api == OnlyGemini {
 			s.notFound(w, r)
 			return
 		}
@@ -254,7 +264,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.chatCompletions(w, r)
 	case "/v1/messages":
-		if s.api == OnlyOpenAI {
+		if s.api == OnlyOpenAI || s.api == OnlyGemini {
 			s.notFound(w, r)
 			return
 		}
@@ -266,6 +276,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.messages(w, r)
 	case "/v1/models":
+		if s.api == OnlyGemini {
+			s.notFound(w, r)
+			return
+		}
 		if r.Method != http.MethodGet {
 			s.recordError("llmtest: %s %s: method not allowed", r.Method, r.URL.Path)
 			w.Header().Set("Allow", http.MethodGet)
@@ -284,6 +298,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			Data:   []modelJSON{{ID: ModelID, Object: "model", Created: 1700000000, OwnedBy: "llmtest"}},
 		})
 	default:
+		if strings.HasPrefix(r.URL.Path, geminiPrefix) && (s.api == BothAPIs || s.api == OnlyGemini) {
+			s.gemini(w, r)
+			return
+		}
 		s.notFound(w, r)
 	}
 }
@@ -292,6 +310,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 // API it serves.
 func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
 	s.recordError("llmtest: %s %s: unknown path", r.Method, r.URL.Path)
+	if s.api == OnlyGemini || strings.HasPrefix(r.URL.Path, geminiPrefix) {
+		writeGeminiError(w, http.StatusNotFound, fmt.Sprintf("llmtest: no method %s %s", r.Method, r.URL.Path))
+		return
+	}
 	if s.api == OnlyAnthropic {
 		writeAnthropicError(w, http.StatusNotFound, "not_found_error", "Not found")
 		return

@@ -618,6 +618,52 @@ profiles:
 	golden(t, "doctor", transcript.String())
 }
 
+// doctor checks a profile's llm.gemini upstream as it checks llm: its key
+// is set, and the upstream lists its models with it; never printing it.
+func TestDoctorGemini(t *testing.T) {
+	e := newEnv(t)
+	workers := t.TempDir()
+	if err := os.WriteFile(filepath.Join(workers, "amelia-worker-linux-"+runtime.GOARCH), []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AMELIA_WORKER_DIR", workers)
+	up := llmtest.New(t)
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT",`+
+			`"details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}`)
+	}))
+	t.Cleanup(refusing.Close)
+	e.writeConfig(t, fmt.Sprintf(`
+default_profile: good
+profiles:
+  good:
+    llm: {base_url: %[1]q, api_key: "", gemini: {base_url: %[2]q, api_key_env: DOCTOR_GEMINI_KEY}}
+    sandbox: {provider: local}
+  bad:
+    llm: {base_url: %[1]q, api_key: "", gemini: {base_url: %[3]q, api_key_env: DOCTOR_GEMINI_KEY}}
+    sandbox: {provider: local}
+`, up.URL()+"/v1", up.URL(), refusing.URL))
+	os.Unsetenv("DOCTOR_GEMINI_KEY")
+	r := amelia(t, "", "doctor", "--profile", "good")
+	if want := "✗ Gemini key: profile good: llm.gemini.api_key_env: DOCTOR_GEMINI_KEY is not set in this environment (export it, or set llm.gemini.api_key)"; r.code != 1 || !strings.Contains(r.stdout, want) {
+		t.Errorf("without the key: exit %d, want 1 and %q:\n%s", r.code, want, r.stdout)
+	}
+	t.Setenv("DOCTOR_GEMINI_KEY", "AIza-doctor-SECRET")
+	r = amelia(t, "", "doctor", "--profile", "good")
+	if want := "✓ Gemini " + up.URL() + " answers and takes the key (1 model(s))"; r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Errorf("with the key: exit %d, want 0 and %q:\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
+	if reqs := up.Requests(); len(reqs) != 0 {
+		t.Errorf("doctor generated content: %d requests", len(reqs))
+	}
+	r = amelia(t, "", "doctor", "--profile", "bad")
+	if want := "✗ Gemini key: " + refusing.URL + " refused it: HTTP 400 Bad Request: API key not valid. Please pass a valid API key. — check the key"; r.code != 1 || !strings.Contains(r.stdout, want) || strings.Contains(r.stdout+r.stderr, "SECRET") {
+		t.Errorf("a refused key: exit %d, want 1 and %q, never the key:\n%s", r.code, want, r.stdout)
+	}
+}
+
 func TestHumanAge(t *testing.T) {
 	for _, c := range []struct {
 		d    time.Duration

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -121,6 +122,13 @@ func (a *app) doctorProfile(ctx context.Context, d *doctor, host *pluginhost.Hos
 	} else {
 		checkLLM(ctx, d, in, p.LLM.BaseURL, key, p.LLM.API == config.APIAnthropic)
 	}
+	if p.LLM.Gemini != nil {
+		if key, err := p.GeminiKey(a.lookup); err != nil {
+			d.fail(in, "Gemini key", err, "")
+		} else {
+			checkGemini(ctx, d, in, p.LLM.Gemini.BaseURL, key)
+		}
+	}
 	if _, err := p.GitToken(a.lookup); err != nil {
 		d.fail(in, "git token", err, "")
 	}
@@ -185,52 +193,76 @@ const llmCheckTimeout = 10 * time.Second
 // costs nothing, with key: whether it answers, and whether it takes the
 // key.
 func checkLLM(ctx context.Context, d *doctor, in, baseURL, key string, anthropic bool) {
-	ctx, cancel := context.WithTimeout(ctx, llmCheckTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/models", nil)
-	if err != nil {
-		d.fail(in, "LLM "+baseURL, err, "check llm.base_url")
-		return
-	}
+	h := http.Header{}
 	switch {
 	case anthropic:
 		// Anthropic's API wants its key and version headers.
-		req.Header.Set("Anthropic-Version", "2023-06-01")
+		h.Set("Anthropic-Version", "2023-06-01")
 		if key != "" {
-			req.Header.Set("X-Api-Key", key)
+			h.Set("X-Api-Key", key)
 		}
 	case key != "":
-		req.Header.Set("Authorization", "Bearer "+key)
+		h.Set("Authorization", "Bearer "+key)
 	}
+	probeLLM(ctx, d, in, "LLM", "llm.base_url", baseURL, strings.TrimRight(baseURL, "/")+"/models", key, h)
+}
+
+// checkGemini is checkLLM for the profile's llm.gemini upstream: Google's
+// models list, the key in x-goog-api-key.
+func checkGemini(ctx context.Context, d *doctor, in, baseURL, key string) {
+	h := http.Header{}
+	if key != "" {
+		h.Set("X-Goog-Api-Key", key)
+	}
+	probeLLM(ctx, d, in, "Gemini", "llm.gemini.base_url", baseURL, strings.TrimRight(baseURL, "/")+"/v1beta/models", key, h)
+}
+
+// probeLLM gets the models list at modelsURL with header, which carries
+// key, and says what came of it for the upstream what at baseURL (the
+// profile's key urlKey).
+func probeLLM(ctx context.Context, d *doctor, in, what, urlKey, baseURL, modelsURL, key string, header http.Header) {
+	ctx, cancel := context.WithTimeout(ctx, llmCheckTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, modelsURL, nil)
+	if err != nil {
+		d.fail(in, what+" "+baseURL, err, "check "+urlKey)
+		return
+	}
+	req.Header = header
 	res, err := http.DefaultClient.Do(req)
 	if ue := (*url.Error)(nil); errors.As(err, &ue) {
 		err = ue.Err // the URL is said already
 	}
 	if err != nil {
-		d.fail(in, "LLM "+baseURL, fmt.Errorf("does not answer: %w", err), "check llm.base_url, and that this machine reaches it")
+		d.fail(in, what+" "+baseURL, fmt.Errorf("does not answer: %w", err), "check "+urlKey+", and that this machine reaches it")
 		return
 	}
 	defer res.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
 	switch {
-	case res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden:
+	// Google answers a key it does not know with 400 and the reason
+	// API_KEY_INVALID.
+	case res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden ||
+		res.StatusCode == http.StatusBadRequest && bytes.Contains(body, []byte(`"API_KEY_INVALID"`)):
 		// The message may quote the key; it is the user's own, but it
 		// is not printed.
 		msg := upstreamStatus(res, body)
 		if key != "" {
 			msg = strings.ReplaceAll(msg, key, "[the key]")
 		}
-		d.fail(in, "LLM key", fmt.Errorf("%s refused it: %s", baseURL, msg), "check the key, and that it is the key of this upstream")
+		d.fail(in, what+" key", fmt.Errorf("%s refused it: %s", baseURL, msg), "check the key, and that it is the key of this upstream")
 	case res.StatusCode >= 200 && res.StatusCode < 300:
+		// OpenAI's and Anthropic's lists are "data", Google's "models".
 		var models struct {
-			Data []json.RawMessage `json:"data"`
+			Data   []json.RawMessage `json:"data"`
+			Models []json.RawMessage `json:"models"`
 		}
 		_ = json.Unmarshal(body, &models)
-		d.ok(in, "LLM %s answers and takes the key (%d model(s))", baseURL, len(models.Data))
+		d.ok(in, "%s %s answers and takes the key (%d model(s))", what, baseURL, len(models.Data)+len(models.Models))
 	case res.StatusCode == http.StatusNotFound || res.StatusCode == http.StatusMethodNotAllowed:
-		d.ok(in, "LLM %s answers (it lists no models, so the key is checked at the first request)", baseURL)
+		d.ok(in, "%s %s answers (it lists no models, so the key is checked at the first request)", what, baseURL)
 	default:
-		d.fail(in, "LLM "+baseURL, errors.New(upstreamStatus(res, body)), "check llm.base_url; the upstream may be down")
+		d.fail(in, what+" "+baseURL, errors.New(upstreamStatus(res, body)), "check "+urlKey+"; the upstream may be down")
 	}
 }
 

@@ -23,6 +23,12 @@ import (
 // model is real: the sandbox, the worker, the tunnel, the proxy, git.
 const ScriptedPrefix = "scripted:"
 
+// scriptedGeminiKey is the key the proxy sends the scripted model's Gemini
+// API, which wants one, as Google does. It is shorter than the proxy
+// redacts (a placeholder, not a secret), so that no answer that holds the
+// word is mangled.
+const scriptedGeminiKey = "none"
+
 // EchoFile is what the echo model writes the prompt to.
 const EchoFile = "AMELIA_ECHO.md"
 
@@ -93,6 +99,10 @@ func startScripted(p *config.Profile, spec string) (*config.Profile, *llmtest.Se
 	q := *p
 	q.LLM.API, q.LLM.Upstream = "", config.Upstream{BaseURL: srv.URL() + "/v1"}
 	q.LLM.Anthropic = nil
+	// The same server serves Gemini's API (the gemini agent's, which the
+	// proxy does not translate), and wants a key, as Google does: one that
+	// is no secret. A profile's own Gemini upstream is never asked.
+	q.LLM.Gemini = &config.Upstream{BaseURL: srv.URL(), APIKey: scriptedGeminiKey}
 	return &q, srv, nil
 }
 
@@ -107,6 +117,11 @@ func scriptTurns(file string, turns []llmtest.Turn) func(int, *llmtest.Request) 
 				n++
 			}
 		}
+		for _, c := range req.Gemini.Contents {
+			if c.Role == "model" {
+				n++
+			}
+		}
 		if n >= len(turns) {
 			return llmtest.Turn{Status: http.StatusBadRequest,
 				Error: fmt.Sprintf("scripted model: %s has %d turns, and the agent asks for turn %d", file, len(turns), n+1)}
@@ -118,15 +133,36 @@ func scriptTurns(file string, turns []llmtest.Turn) func(int, *llmtest.Request) 
 // echoTurn is the echo model: asked a prompt, it writes it to EchoFile;
 // told how that went, it says what it did.
 func echoTurn(_ int, req *llmtest.Request) llmtest.Turn {
-	msgs := req.Chat.Messages
-	if len(msgs) == 0 || msgs[len(msgs)-1].Role != "user" {
+	prompt, ok := userPrompt(req)
+	if !ok {
 		return llmtest.Turn{Text: "echo model: I wrote your prompt to " + EchoFile + "."}
 	}
-	args, _ := json.Marshal(map[string]string{"file_path": EchoFile, "content": msgs[len(msgs)-1].Text() + "\n"})
+	args, _ := json.Marshal(map[string]string{"file_path": EchoFile, "content": prompt + "\n"})
 	return llmtest.Turn{
 		Text:      "echo model: writing the prompt to " + EchoFile + ".",
 		ToolCalls: []llmtest.ToolCall{{Name: "write_file", Arguments: string(args)}},
 	}
+}
+
+// userPrompt is the text of the request's last message when the user
+// wrote it, not a tool's result: in chat completions a user message (tool
+// results are tool messages), in Gemini's API a user content without a
+// functionResponse part.
+func userPrompt(req *llmtest.Request) (string, bool) {
+	if cs := req.Gemini.Contents; len(cs) > 0 {
+		last := cs[len(cs)-1]
+		for _, p := range last.Parts {
+			if p.FunctionResponse != nil {
+				return "", false
+			}
+		}
+		return last.Text(), last.Role == "user" || last.Role == ""
+	}
+	msgs := req.Chat.Messages
+	if len(msgs) == 0 || msgs[len(msgs)-1].Role != "user" {
+		return "", false
+	}
+	return msgs[len(msgs)-1].Text(), true
 }
 
 // readScript reads a script file: a JSON list of turns, played in order.

@@ -132,6 +132,60 @@ func TestScriptedModelGoesOnWhereTheAgentIs(t *testing.T) {
 	}
 }
 
+// The scripted model serves the gemini agent too, in Gemini's API and
+// instead of the profile's own Gemini upstream: echo writes the prompt,
+// then says it did; a script goes on where the conversation is.
+func TestScriptedModelSpeaksGemini(t *testing.T) {
+	prof := &config.Profile{LLM: config.LLM{Gemini: &config.Upstream{BaseURL: "https://gemini.invalid", APIKeyEnv: "GEMINI_API_KEY"}}}
+	p, srv, err := startScripted(prof, "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	g := p.LLM.Gemini
+	if g == nil || g.BaseURL != srv.URL() || g.APIKeyEnv != "" || g.APIKey == "" {
+		t.Fatalf("gemini upstream %+v, want the scripted server with a key of its own", g)
+	}
+	ask := func(contents string) string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", g.BaseURL+"/v1beta/models/gemini-test:generateContent", strings.NewReader(`{"contents":`+contents+`}`))
+		req.Header.Set("X-Goog-Api-Key", g.APIKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %s", resp.Status, b)
+		}
+		return string(b)
+	}
+	prompt := `[{"role":"user","parts":[{"text":"say hi"}]}]`
+	if got := ask(prompt); !strings.Contains(got, `"functionCall":{"name":"write_file","args":{"content":"say hi\n","file_path":"`+EchoFile+`"}}`) {
+		t.Errorf("asked the prompt: %s", got)
+	}
+	done := `[{"role":"user","parts":[{"text":"say hi"}]},{"role":"model","parts":[{"functionCall":{"name":"write_file","args":{}}}]},` +
+		`{"role":"user","parts":[{"functionResponse":{"name":"write_file","response":{"output":"ok"}}}]}]`
+	if got := ask(done); !strings.Contains(got, "I wrote your prompt to "+EchoFile) {
+		t.Errorf("told how it went: %s", got)
+	}
+
+	file := filepath.Join(t.TempDir(), "script.json")
+	if err := os.WriteFile(file, []byte(`[{"text": "one"}, {"text": "two"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, srv2, err := startScripted(prof, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv2.Close()
+	g = p.LLM.Gemini
+	if got := ask(`[{"role":"user","parts":[{"text":"go"}]},{"role":"model","parts":[{"text":"one"}]},{"role":"user","parts":[{"text":"and?"}]}]`); !strings.Contains(got, `"text":"two"`) {
+		t.Errorf("a script, after its first answer: %s", got)
+	}
+}
+
 // A script file's path is recorded absolute, for amelia attach from any
 // directory; echo and a real model are as given.
 func TestScriptedModelRecorded(t *testing.T) {

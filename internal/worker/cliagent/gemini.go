@@ -33,9 +33,9 @@ import (
 	"github.com/amelia-sandbox/amelia/core/protocol"
 )
 
-// Gemini is Google's Gemini API (generateContent). The proxy has no route
-// for it yet: an agent that speaks it reaches the model only once the
-// proxy serves it at /gemini, beside /v1 and /anthropic.
+// Gemini is Google's Gemini API (generateContent). The proxy serves it at
+// /gemini, beside /v1 and /anthropic, for a profile with an llm.gemini
+// block, and does not translate it to the other APIs.
 const Gemini API = "gemini"
 
 // gemini is Google's Gemini CLI, run as `gemini -p PROMPT --output-format
@@ -48,8 +48,8 @@ func (gemini) Name() string   { return "gemini" }
 func (gemini) Binary() string { return "gemini" }
 func (gemini) API() API       { return Gemini }
 
-// geminiBase is where the Gemini route would be: beside the OpenAI route,
-// at /gemini (the SDK adds /v1beta/models/...).
+// geminiBase is the proxy's Gemini route: beside the OpenAI route, at
+// /gemini (the SDK adds /v1beta/models/...).
 func geminiBase(e Endpoints) string {
 	return strings.TrimSuffix(strings.TrimSuffix(e.OpenAIBase, "/"), "/v1") + "/gemini"
 }

@@ -301,6 +301,11 @@ func (s *geminiSession) generate(endpoint string, header http.Header, contents [
 	}
 	defer resp.Body.Close()
 	var parts []geminiPart
+	// Each chunk's usageMetadata holds the counts so far: the last one
+	// stands for the request, as Gemini CLI's LoggingContentGenerator
+	// takes it.
+	var last struct{ prompt, output, cache int64 }
+	defer func() { s.prompt, s.output, s.cache = s.prompt+last.prompt, s.output+last.output, s.cache+last.cache }()
 	err = readSSE(resp.Body, func(_ string, data []byte) error {
 		var chunk struct {
 			Candidates []struct {
@@ -322,7 +327,7 @@ func (s *geminiSession) generate(endpoint string, header http.Header, contents [
 			return errors.New(chunk.Error.Message)
 		}
 		if u := chunk.UsageMetadata; u != nil {
-			s.prompt, s.output, s.cache = s.prompt+u.PromptTokenCount, s.output+u.CandidatesTokenCount, s.cache+u.CachedContentTokenCount
+			last.prompt, last.output, last.cache = u.PromptTokenCount, u.CandidatesTokenCount, u.CachedContentTokenCount
 		}
 		for _, c := range chunk.Candidates {
 			for _, p := range c.Content.Parts {
