@@ -443,7 +443,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			run.serveMCP(w, req, rec)
 		default:
 			writeError(w, route, http.StatusNotFound, "not_found",
-				fmt.Sprintf("no route %s: the proxy serves %s*, %s*, %s* and %s", path, openAIPrefix, anthropicPrefix, gitPrefix, gitcredential.ProxyRoute))
+				fmt.Sprintf("no route %s: the proxy serves %s*, %s*, %s*, %sNAME, %s* and %s", path, openAIPrefix, anthropicPrefix, geminiPrefix, mcpwire.Prefix, gitPrefix, gitcredential.ProxyRoute))
 		}
 	})
 }
