@@ -26,6 +26,7 @@ import (
 	"github.com/amelia-sandbox/amelia/internal/worker/agent"
 	"github.com/amelia-sandbox/amelia/internal/worker/cliagent"
 	"github.com/amelia-sandbox/amelia/internal/worker/gitcred"
+	"github.com/amelia-sandbox/amelia/internal/worker/mcptools"
 	"github.com/amelia-sandbox/amelia/internal/worker/tools"
 )
 
@@ -144,7 +145,7 @@ func (w *worker) agenticCmd() *cobra.Command {
 	f.StringVar(&cli.name, "agent", OwnAgent, "the agent: "+OwnAgent+" (the worker's own) or a CLI agent: "+strings.Join(cliagent.Names(), ", "))
 	f.StringVar(&cli.bin, "agent-bin", "", "the CLI agent's executable (default: its name, on PATH)")
 	f.StringVar(&cli.api, "agent-api", "", "the LLM API the CLI agent speaks to the proxy: openai or anthropic (default: the agent's own)")
-	f.StringArrayVar(&cli.mcp, "mcp", nil, "an MCP server of the profile's the CLI agent reaches through amelia-worker mcp NAME (repeatable)")
+	f.StringArrayVar(&cli.mcp, "mcp", nil, "an MCP server of the profile's whose tools the agent gets, through the proxy (repeatable)")
 	f.StringVar(&cli.stateDir, "state-dir", "", "directory for the CLI agent's home, configuration and state, outside the checkout (default: a temporary one)")
 	for _, name := range []string{"prompt-file", "cwd", "model"} {
 		cmd.MarkFlagRequired(name)
@@ -177,9 +178,19 @@ func (w *worker) agentic(ctx context.Context, out *protocol.Encoder, j agenticJo
 		return setupError{err}
 	}
 	defer set.Close()
+	var box agent.Toolbox = set
+	if len(j.agent.mcp) > 0 {
+		mt, err := mcptools.Open(ctx, set, j.agent.mcp, mcptools.Options{
+			ProxyURL: w.p.Getenv(EnvProxyURL), Token: w.p.Getenv(EnvProxyToken), Logger: w.log})
+		if err != nil {
+			return setupError{err}
+		}
+		defer mt.Close()
+		box = mt
+	}
 	w.log.Info("agentic run", "model", j.model, "cwd", j.cwd, "max_turns", j.maxTurns)
 	a := &agent.Agentic{
-		LLM: llm, Tools: set, Model: j.model, MaxTurns: j.maxTurns, Out: out, Logger: w.log,
+		LLM: llm, Tools: box, Model: j.model, MaxTurns: j.maxTurns, Out: out, Logger: w.log,
 		System: agent.SystemPrompt(j.cwd, j.instructions),
 	}
 	return a.Run(ctx, j.prompt)
