@@ -145,3 +145,21 @@ func TestCLIAgentRunOutlivesItsHost(t *testing.T) {
 	// the gate may stay shut longer on a loaded machine.)
 	h.attachAfterHostDied(t, g, "cli-orphan")
 }
+
+// The worker's own agent gets the profile's MCP servers too, as tools
+// named mcp__SERVER__TOOL, answered by the host's server.
+func TestRunOwnAgentCallsAnMCPTool(t *testing.T) {
+	everything := agentbintest.Binaries(t).MCPEverything
+	h := newHost(t, llmtest.Options{},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{{Name: "mcp__everything__greet", Arguments: `{"name": "amelia"}`}}},
+		llmtest.Turn{Text: "Greeted."},
+	)
+	h.addProfileYAML(t, fmt.Sprintf("    mcp: {everything: {command: [%q]}}\n", everything))
+	r := h.amelia(t, "run", "--json", "--workflow", "own-mcp", "Greet amelia.")
+	if r.code != 0 {
+		t.Fatalf("amelia run: exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)
+	}
+	if toolOutput(t, r.stdout, "Hi amelia") == "" {
+		t.Errorf("the MCP tool's answer is not shown:\n%s", r.stdout)
+	}
+}

@@ -160,25 +160,28 @@ type AgentSpec struct {
 	// Binary is its executable in the sandbox; "" is its name on the
 	// sandbox's PATH.
 	Binary string
-	// MCP names the profile's MCP servers it reaches through the proxy.
+	// MCP names the profile's MCP servers it reaches through the proxy
+	// (the worker's own agent too).
 	MCP []string
 }
 
-// args are the worker's flags for a, its state in stateDir ("" for a
-// temporary one).
+// args are the worker's flags for a: its MCP servers, and for a CLI
+// agent its name, API, executable and state directory (stateDir, "" for
+// a temporary one).
 func (a AgentSpec) args(stateDir string) []string {
-	if a.Name == "" {
-		return nil
+	var args []string
+	for _, m := range a.MCP {
+		args = append(args, "--mcp", m)
 	}
-	args := []string{"--agent", a.Name}
+	if a.Name == "" {
+		return args
+	}
+	args = append(args, "--agent", a.Name)
 	if a.API != "" {
 		args = append(args, "--agent-api", a.API)
 	}
 	if a.Binary != "" {
 		args = append(args, "--agent-bin", a.Binary)
-	}
-	for _, m := range a.MCP {
-		args = append(args, "--mcp", m)
 	}
 	if stateDir != "" {
 		args = append(args, "--state-dir", stateDir)

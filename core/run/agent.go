@@ -102,11 +102,11 @@ func (r *runner) startAgent(ctx context.Context, a *agentRun) error {
 func (r *runner) agentSpec(ctx context.Context) (driver.AgentSpec, error) {
 	a := r.req.Profile.Agent
 	spec := driver.AgentSpec{Name: a.Name, API: a.API}
-	if a.Name == "" {
-		return spec, nil
-	}
 	for _, m := range r.req.Profile.MCP {
 		spec.MCP = append(spec.MCP, m.Name)
+	}
+	if a.Name == "" {
+		return spec, nil
 	}
 	ag, err := agents.Lookup(a.Name)
 	if err != nil || !ag.Uploadable {
