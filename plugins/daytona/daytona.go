@@ -621,6 +621,7 @@ func (p *Provider) remove(ctx context.Context, a *account, name, id string, stop
 	}
 	wait := 50 * time.Millisecond
 	asked := false
+	var seen *api.Sandbox // the sandbox as the last look found it
 	for {
 		sb, err := a.api.GetSandbox(ctx, id)
 		switch {
@@ -630,6 +631,9 @@ func (p *Provider) remove(ctx context.Context, a *account, name, id string, stop
 			}
 			a.removed(id)
 			return nil
+		case err != nil && ctx.Err() != nil && seen != nil:
+			// Cut short while looking again: it was waiting for this.
+			return fmt.Errorf("%s Daytona sandbox %s (%s): still %s (desired %s): %w", what, name, id, seen.State, seen.DesiredState, ctx.Err())
 		case err != nil:
 			return fmt.Errorf("%s Daytona sandbox %s (%s): %w", what, name, id, err)
 		case sb.Labels[LabelSandbox] != name:
@@ -666,6 +670,7 @@ func (p *Provider) remove(ctx context.Context, a *account, name, id string, stop
 				asked = true
 			}
 		}
+		seen = &sb
 		if err := pause(ctx, &wait, p.opts.PollInterval); err != nil {
 			return fmt.Errorf("%s Daytona sandbox %s (%s): still %s (desired %s): %w", what, name, id, sb.State, sb.DesiredState, err)
 		}
