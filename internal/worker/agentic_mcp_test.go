@@ -1,9 +1,7 @@
 package worker_test
 
 import (
-	"bufio"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"reflect"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	"github.com/amelia-sandbox/amelia/internal/agentbin/agentbintest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/proxy"
+	"github.com/amelia-sandbox/amelia/proxy/proxytest"
 )
 
 // mcpLLMProxy is a proxy on loopback whose run reaches the LLM srv and
@@ -22,21 +21,12 @@ import (
 // environment amelia run gives the worker with it.
 func mcpLLMProxy(t *testing.T, srv *llmtest.Server, everything string) (*proxy.Run, []string) {
 	t.Helper()
-	p := proxy.New(proxy.Options{Environ: os.Environ()})
-	addr, err := p.ListenAndServe("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	run, err := p.Start(proxy.RunConfig{
-		ID: "own-mcp", Profile: "dev", AuditDir: t.TempDir(),
+	url, run := proxytest.Start(t, proxy.RunConfig{
+		ID:     "own-mcp",
 		OpenAI: proxy.Upstream{BaseURL: srv.URL() + "/v1"},
 		MCP:    []proxy.MCPServer{{Name: "everything", Command: []string{everything}}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return run, []string{"AMELIA_PROXY_URL=http://" + addr, "AMELIA_PROXY_TOKEN=" + run.Token()}
+	return run, []string{"AMELIA_PROXY_URL=" + url, "AMELIA_PROXY_TOKEN=" + run.Token()}
 }
 
 // greetSchema is the input schema the everything server itself lists
@@ -60,31 +50,6 @@ func greetSchema(t *testing.T, everything string) any {
 	}
 	t.Fatal("the everything server lists no greet")
 	return nil
-}
-
-// auditCalls ends run and returns its audit log's MCP tool calls.
-func auditCalls(t *testing.T, run *proxy.Run) []proxy.Record {
-	t.Helper()
-	if err := run.Close(); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(run.AuditPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var calls []proxy.Record
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var rec proxy.Record
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			t.Fatalf("audit line %q: %v", sc.Bytes(), err)
-		}
-		if rec.Route == "mcp-call" {
-			calls = append(calls, rec)
-		}
-	}
-	return calls
 }
 
 // The worker's own agent, given --mcp everything, offers the model the
@@ -148,7 +113,7 @@ func TestAgenticOwnAgentMCPTools(t *testing.T) {
 		t.Errorf("the model's second request does not end with the tool's answer Hi amelia")
 	}
 
-	calls := auditCalls(t, run)
+	calls := proxytest.Records(t, run, "mcp-call")
 	if len(calls) != 1 || calls[0].MCPServer != "everything" || calls[0].Tool != "greet" || calls[0].IsError == nil || *calls[0].IsError {
 		t.Errorf("the audit log's MCP calls are %+v, want one, of greet on everything, without an error", calls)
 	}

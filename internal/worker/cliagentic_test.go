@@ -14,8 +14,8 @@ import (
 	"github.com/amelia-sandbox/amelia/internal/agentbin/agentbintest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/pythontest"
-	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/proxy"
+	"github.com/amelia-sandbox/amelia/proxy/proxytest"
 )
 
 // The real opencode works in a checkout through the worker: its tool
@@ -147,22 +147,12 @@ func TestCLIAgentClaudeCodeThroughTheProxy(t *testing.T) {
 		llmtest.Turn{ToolCalls: []llmtest.ToolCall{call("mcp__everything__greet", `{"name": "amelia"}`)}, Usage: &llmtest.Usage{PromptTokens: 40, CompletionTokens: 5}},
 		llmtest.Turn{Text: "Done: hello.txt is written.", Usage: &llmtest.Usage{PromptTokens: 50, CompletionTokens: 6}},
 	)})
-	p := proxy.New(proxy.Options{Environ: os.Environ()})
-	addr, err := p.ListenAndServe("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	audit := t.TempDir()
-	run, err := p.Start(proxy.RunConfig{ID: "run-1", Profile: "dev", AuditDir: audit, Network: sdk.NetworkOpen, Model: "test-model",
+	proxyURL, run := proxytest.Start(t, proxy.RunConfig{Model: "test-model",
 		OpenAI: proxy.Upstream{BaseURL: up.URL() + "/v1", Key: "sk-upstream"},
 		MCP:    []proxy.MCPServer{{Name: "everything", Command: []string{bins.MCPEverything}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	repo := gitRepo(t)
 	prompt := writeFile(t, t.TempDir(), "prompt.txt", "write hello.txt")
-	r := runWorker(t, []string{"AMELIA_PROXY_URL=http://" + addr, "AMELIA_PROXY_TOKEN=" + run.Token()}, nil,
+	r := runWorker(t, []string{"AMELIA_PROXY_URL=" + proxyURL, "AMELIA_PROXY_TOKEN=" + run.Token()}, nil,
 		"agentic", "--prompt-file", prompt, "--cwd", repo, "--model", "test-model", "--agent", "claude-code", "--agent-bin", claude, "--mcp", "everything")
 	msgs := r.decode(t)
 	if r.code != 0 {

@@ -12,27 +12,18 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/proxy"
+	"github.com/amelia-sandbox/amelia/proxy/proxytest"
 )
 
 // mcpProxy is a proxy on loopback with one run whose MCP server "echo"
 // is cat: what it reads, it answers.
 func mcpProxy(t *testing.T) (proxyURL string, run *proxy.Run) {
 	t.Helper()
-	srv := proxy.New(proxy.Options{Environ: os.Environ()})
-	addr, err := srv.ListenAndServe("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	run, err = srv.Start(proxy.RunConfig{
-		ID: "mcp-1", Profile: "dev", AuditDir: t.TempDir(),
+	return proxytest.Start(t, proxy.RunConfig{
+		ID:     "mcp-1",
 		OpenAI: proxy.Upstream{BaseURL: "http://127.0.0.1:9/v1"}, // never reached
 		MCP:    []proxy.MCPServer{{Name: "echo", Command: []string{"cat"}}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "http://" + addr, run
 }
 
 // The bridge refuses, in one line on stderr and exit 1 with nothing on

@@ -5,8 +5,6 @@ package cliagent
 // scripted Gemini API upstream that sees only the host's key.
 
 import (
-	"bufio"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/proxy"
+	"github.com/amelia-sandbox/amelia/proxy/proxytest"
 )
 
 // hostGeminiKey is the host's Gemini API key: only the upstream may see it.
@@ -24,44 +23,11 @@ const hostGeminiKey = "AIza-host-gemini-key-0c47d2"
 // upstream is up, or which has none unless withGemini.
 func geminiProxy(t *testing.T, up *llmtest.Server, withGemini bool) (string, *proxy.Run) {
 	t.Helper()
-	srv := proxy.New(proxy.Options{})
-	addr, err := srv.ListenAndServe("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	cfg := proxy.RunConfig{ID: "run-gemini", Profile: "dev", AuditDir: t.TempDir(), OpenAI: proxy.Upstream{BaseURL: up.URL() + "/v1"}}
+	cfg := proxy.RunConfig{ID: "run-gemini", OpenAI: proxy.Upstream{BaseURL: up.URL() + "/v1"}}
 	if withGemini {
 		cfg.Gemini = &proxy.Upstream{BaseURL: up.URL(), Key: hostGeminiKey}
 	}
-	run, err := srv.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { run.Close() })
-	return "http://" + addr, run
-}
-
-func auditRecords(t *testing.T, run *proxy.Run) []proxy.Record {
-	t.Helper()
-	if err := run.Close(); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(run.AuditPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var recs []proxy.Record
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var rec proxy.Record
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, rec)
-	}
-	return recs
+	return proxytest.Start(t, cfg)
 }
 
 func TestGeminiThroughTheProxy(t *testing.T) {
@@ -123,7 +89,7 @@ func TestGeminiThroughTheProxy(t *testing.T) {
 		t.Errorf("the upstream met: %v", errs)
 	}
 
-	recs := auditRecords(t, run)
+	recs := proxytest.Records(t, run)
 	if len(recs) != 3 {
 		t.Fatalf("audit has %d records, want 3: %+v", len(recs), recs)
 	}

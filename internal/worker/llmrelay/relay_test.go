@@ -12,8 +12,8 @@ import (
 	"github.com/amelia-sandbox/amelia/core/protocol"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/worker/llmrelay"
-	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/proxy"
+	"github.com/amelia-sandbox/amelia/proxy/proxytest"
 )
 
 const runModel = "run-model"
@@ -158,18 +158,9 @@ func TestRelayShowsAnthropicTraffic(t *testing.T) {
 	up := llmtest.New(t,
 		llmtest.Turn{Text: "Let me look.", ToolCalls: []llmtest.ToolCall{{ID: "call-9", Name: "write", Arguments: `{"x": 1}`}}, Usage: &llmtest.Usage{PromptTokens: 7, CompletionTokens: 4}},
 	)
-	p := proxy.New(proxy.Options{})
-	addr, err := p.ListenAndServe("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	run, err := p.Start(proxy.RunConfig{ID: "run-1", Profile: "dev", AuditDir: t.TempDir(), Network: sdk.NetworkOpen, OpenAI: proxy.Upstream{BaseURL: up.URL() + "/v1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxyURL, run := proxytest.Start(t, proxy.RunConfig{OpenAI: proxy.Upstream{BaseURL: up.URL() + "/v1"}})
 	var s shown
-	r := start(t, "http://"+addr, true, &s)
+	r := start(t, proxyURL, true, &s)
 	url := r.URL() + "/anthropic/v1/messages"
 	msg := map[string]any{"model": "claude-x", "max_tokens": 100, "stream": true,
 		"tools":    []any{map[string]any{"name": "write", "input_schema": map[string]any{"type": "object"}}},

@@ -1,7 +1,6 @@
 package mcptools_test
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -17,6 +16,7 @@ import (
 	"github.com/amelia-sandbox/amelia/internal/worker/mcptools"
 	"github.com/amelia-sandbox/amelia/internal/worker/tools"
 	"github.com/amelia-sandbox/amelia/proxy"
+	"github.com/amelia-sandbox/amelia/proxy/proxytest"
 )
 
 // markEnv marks the processes of a test's MCP servers, to find them
@@ -37,24 +37,14 @@ func newHost(t *testing.T) *host {
 	b := make([]byte, 8)
 	rand.Read(b)
 	h := &host{mark: "mcptools-test-" + hex.EncodeToString(b)}
-	srv := proxy.New(proxy.Options{Environ: os.Environ()})
-	addr, err := srv.ListenAndServe("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	h.url = "http://" + addr
-	h.run, err = srv.Start(proxy.RunConfig{
-		ID: "mcptools-1", Profile: "dev", AuditDir: t.TempDir(),
+	h.url, h.run = proxytest.Start(t, proxy.RunConfig{
+		ID:     "mcptools-1",
 		OpenAI: proxy.Upstream{BaseURL: "http://127.0.0.1:9/v1"}, // never reached
 		MCP: []proxy.MCPServer{{
 			Name: "everything", Command: []string{bins.MCPEverything},
 			Env: map[string]string{markEnv: h.mark},
 		}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return h
 }
 
@@ -76,26 +66,7 @@ func (h *host) waitNoServers(t *testing.T, pids []int) {
 // calls ends h's run and returns its audit log's mcp-call records.
 func (h *host) calls(t *testing.T) []proxy.Record {
 	t.Helper()
-	if err := h.run.Close(); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(h.run.AuditPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var calls []proxy.Record
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var rec proxy.Record
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			t.Fatalf("audit line %q: %v", sc.Bytes(), err)
-		}
-		if rec.Route == "mcp-call" {
-			calls = append(calls, rec)
-		}
-	}
-	return calls
+	return proxytest.Records(t, h.run, "mcp-call")
 }
 
 func baseTools(t *testing.T) *tools.Set {
