@@ -1,6 +1,7 @@
 package cliagent
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,15 +97,23 @@ func (o opencode) Command(r Run) (Command, error) {
 	}, nil
 }
 
-// Answer reads opencode's {"response": ...}.
+// Answer reads opencode's {"response": ...}, which it prints last and
+// indented. Other lines may come before it on stdout: its MCP client
+// (mcp-go) prints "Error reading response: ..." there when a server's
+// stdout closes as opencode ends.
 func (opencode) Answer(stdout []byte) (Outcome, error) {
-	var out struct {
-		Response *string `json:"response"`
+	for start := bytes.LastIndex(stdout, []byte("{")); start >= 0; start = bytes.LastIndex(stdout[:start], []byte("{")) {
+		if start > 0 && stdout[start-1] != '\n' {
+			continue
+		}
+		var out struct {
+			Response *string `json:"response"`
+		}
+		if json.Unmarshal(stdout[start:], &out) == nil && out.Response != nil {
+			return Outcome{Result: *out.Response}, nil
+		}
 	}
-	if err := json.Unmarshal(stdout, &out); err != nil || out.Response == nil {
-		return Outcome{}, fmt.Errorf("opencode's output is not its {\"response\": ...} object: %q", clip(stdout))
-	}
-	return Outcome{Result: *out.Response}, nil
+	return Outcome{}, fmt.Errorf("opencode's output has no {\"response\": ...} object: %q", clip(stdout))
 }
 
 // clip is the start of b, for messages.
