@@ -257,44 +257,8 @@ func llmSection() section[LLM] {
 				},
 				show: func(_ *shower, _ path, l *LLM) any { return formatDuration(l.Timeout) },
 			},
-			field[LLM]{
-				key:   "anthropic",
-				block: true,
-				decode: func(d *decoder, at path, v any, l *LLM) {
-					if v == nil {
-						return // no block: the route is disabled
-					}
-					a := &Upstream{}
-					if decodeSection(d, at, v, anthropicSection(), a) {
-						l.Anthropic = a
-					}
-				},
-				show: func(s *shower, at path, l *LLM) any {
-					if l.Anthropic == nil {
-						return nil
-					}
-					return showSection(s, at, anthropicSection(), l.Anthropic)
-				},
-			},
-			field[LLM]{
-				key:   "gemini",
-				block: true,
-				decode: func(d *decoder, at path, v any, l *LLM) {
-					if v == nil {
-						return // no block: the route is disabled
-					}
-					g := &Upstream{}
-					if decodeSection(d, at, v, geminiSection(), g) {
-						l.Gemini = g
-					}
-				},
-				show: func(s *shower, at path, l *LLM) any {
-					if l.Gemini == nil {
-						return nil
-					}
-					return showSection(s, at, geminiSection(), l.Gemini)
-				},
-			},
+			upstreamBlock("anthropic", anthropicSection, func(l *LLM) **Upstream { return &l.Anthropic }),
+			upstreamBlock("gemini", geminiSection, func(l *LLM) **Upstream { return &l.Gemini }),
 		),
 		check: func(d *decoder, at path, set map[string]bool, l *LLM) {
 			up.check(d, at, set, openai(l))
@@ -312,6 +276,30 @@ func llmSection() section[LLM] {
 				d.problemf(at.key("anthropic"), "is redundant with api: anthropic (the profile's upstream already speaks Anthropic's API); remove one")
 				l.Anthropic = nil
 			}
+		},
+	}
+}
+
+// upstreamBlock is llm's optional block key of another API's upstream
+// (sec), whose absence disables its route.
+func upstreamBlock(key string, sec func() section[Upstream], dst func(*LLM) **Upstream) field[LLM] {
+	return field[LLM]{
+		key:   key,
+		block: true,
+		decode: func(d *decoder, at path, v any, l *LLM) {
+			if v == nil {
+				return // no block: the route is disabled
+			}
+			u := &Upstream{}
+			if decodeSection(d, at, v, sec(), u) {
+				*dst(l) = u
+			}
+		},
+		show: func(s *shower, at path, l *LLM) any {
+			if *dst(l) == nil {
+				return nil
+			}
+			return showSection(s, at, sec(), *dst(l))
 		},
 	}
 }
@@ -731,30 +719,21 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // agentSection is the block form of agent.
 func agentSection() section[Agent] {
+	// text is a key whose string is taken as written.
+	text := func(key string, dst func(*Agent) *string) field[Agent] {
+		return field[Agent]{key: key, decode: func(d *decoder, at path, v any, a *Agent) {
+			if v == nil {
+				return
+			}
+			if s, ok := d.str(at, v); ok {
+				*dst(a) = s.val
+			}
+		}}
+	}
 	return section[Agent]{
 		fields: []field[Agent]{
-			{
-				key: "name",
-				decode: func(d *decoder, at path, v any, a *Agent) {
-					if v == nil {
-						return
-					}
-					if s, ok := d.str(at, v); ok {
-						a.Name = s.val
-					}
-				},
-			},
-			{
-				key: "api",
-				decode: func(d *decoder, at path, v any, a *Agent) {
-					if v == nil {
-						return
-					}
-					if s, ok := d.str(at, v); ok {
-						a.API = s.val
-					}
-				},
-			},
+			text("name", func(a *Agent) *string { return &a.Name }),
+			text("api", func(a *Agent) *string { return &a.API }),
 			{
 				key: "binary",
 				decode: func(d *decoder, at path, v any, a *Agent) {
