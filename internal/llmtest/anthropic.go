@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 )
 
@@ -123,35 +122,13 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	msgs, bad := decodeMessagesRequest(body)
 	req := Request{Header: r.Header.Clone(), Path: r.URL.Path, Body: body, Messages: msgs}
-	s.mu.Lock()
-	if !s.forget {
-		s.requests = append(s.requests, req)
-	}
-	i := -1
-	if bad == "" {
-		i = s.next
-		s.next++
-	} else {
-		s.errs = append(s.errs, "llmtest: bad request: "+bad)
-	}
-	s.mu.Unlock()
-	if bad != "" {
-		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", bad)
-		return
-	}
-	var turn Turn
+	turn, i, status, msg := s.take(req, bad)
 	switch {
-	case s.script != nil:
-		reqCopy := req
-		reqCopy.Header = req.Header.Clone()
-		reqCopy.Body = slices.Clone(req.Body)
-		turn = s.script(i, &reqCopy)
-	case i < len(s.turns):
-		turn = s.turns[i]
-	default:
-		msg := fmt.Sprintf("llmtest: script exhausted: got request %d but only %d turns were scripted", i+1, len(s.turns))
-		s.recordError("%s", msg)
-		writeAnthropicError(w, http.StatusInternalServerError, "api_error", msg)
+	case status == http.StatusBadRequest:
+		writeAnthropicError(w, status, "invalid_request_error", msg)
+		return
+	case status != 0:
+		writeAnthropicError(w, status, "api_error", msg)
 		return
 	}
 	switch {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 )
 
@@ -256,35 +255,9 @@ func (s *Server) generateContent(w http.ResponseWriter, r *http.Request, model, 
 	greq, bad := decodeGeminiRequest(body)
 	greq.Model, greq.Method = model, method
 	req := Request{Header: r.Header.Clone(), Path: r.URL.Path, Body: body, Gemini: greq}
-	s.mu.Lock()
-	if !s.forget {
-		s.requests = append(s.requests, req)
-	}
-	i := -1
-	if bad == "" {
-		i = s.next
-		s.next++
-	} else {
-		s.errs = append(s.errs, "llmtest: bad request: "+bad)
-	}
-	s.mu.Unlock()
-	if bad != "" {
-		writeGeminiError(w, http.StatusBadRequest, bad)
-		return
-	}
-	var turn Turn
-	switch {
-	case s.script != nil:
-		reqCopy := req
-		reqCopy.Header = req.Header.Clone()
-		reqCopy.Body = slices.Clone(req.Body)
-		turn = s.script(i, &reqCopy)
-	case i < len(s.turns):
-		turn = s.turns[i]
-	default:
-		msg := fmt.Sprintf("llmtest: script exhausted: got request %d but only %d turns were scripted", i+1, len(s.turns))
-		s.recordError("%s", msg)
-		writeGeminiError(w, http.StatusInternalServerError, msg)
+	turn, i, status, msg := s.take(req, bad)
+	if status != 0 {
+		writeGeminiError(w, status, msg)
 		return
 	}
 	sse := r.URL.Query().Get("alt") == "sse"

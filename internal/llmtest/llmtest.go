@@ -321,6 +321,41 @@ func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
 	writeError(w, http.StatusNotFound, &apiError{Message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path), Type: "invalid_request_error"})
 }
 
+// take records req and picks its turn: the script's, or the next of the
+// fixed turns; i is the request's number among the well-formed ones. A
+// bad request (bad says why) is recorded but numbered none (-1) and gets
+// no turn, nor does one past the last turn, which is recorded as a
+// problem; then status is the HTTP status to answer with, and msg the
+// message for a request past the script.
+func (s *Server) take(req Request, bad string) (turn Turn, i, status int, msg string) {
+	s.mu.Lock()
+	if !s.forget {
+		s.requests = append(s.requests, req)
+	}
+	i = -1
+	if bad == "" {
+		i = s.next
+		s.next++
+	} else {
+		s.errs = append(s.errs, "llmtest: bad request: "+bad)
+	}
+	s.mu.Unlock()
+	switch {
+	case bad != "":
+		return Turn{}, i, http.StatusBadRequest, bad
+	case s.script != nil:
+		reqCopy := req
+		reqCopy.Header = req.Header.Clone()
+		reqCopy.Body = slices.Clone(req.Body)
+		return s.script(i, &reqCopy), i, 0, ""
+	case i < len(s.turns):
+		return s.turns[i], i, 0, ""
+	}
+	msg = fmt.Sprintf("llmtest: script exhausted: got request %d but only %d turns were scripted", i+1, len(s.turns))
+	s.recordError("%s", msg)
+	return Turn{}, i, http.StatusInternalServerError, msg
+}
+
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -336,36 +371,17 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	chat, aerr := decode(body)
 	req.Chat = chat
 
-	s.mu.Lock()
-	if !s.forget {
-		s.requests = append(s.requests, req)
-	}
-	i := -1
-	if aerr == nil {
-		i = s.next
-		s.next++
-	} else {
-		s.errs = append(s.errs, "llmtest: bad request: "+aerr.Message)
-	}
-	s.mu.Unlock()
+	bad := ""
 	if aerr != nil {
-		writeError(w, http.StatusBadRequest, aerr)
-		return
+		bad = aerr.Message
 	}
-
-	var turn Turn
+	turn, i, status, msg := s.take(req, bad)
 	switch {
-	case s.script != nil:
-		reqCopy := req
-		reqCopy.Header = req.Header.Clone()
-		reqCopy.Body = slices.Clone(req.Body)
-		turn = s.script(i, &reqCopy)
-	case i < len(s.turns):
-		turn = s.turns[i]
-	default:
-		msg := fmt.Sprintf("llmtest: script exhausted: got request %d but only %d turns were scripted", i+1, len(s.turns))
-		s.recordError("%s", msg)
-		writeError(w, http.StatusInternalServerError, &apiError{Message: msg, Type: "server_error"})
+	case aerr != nil:
+		writeError(w, status, aerr)
+		return
+	case status != 0:
+		writeError(w, status, &apiError{Message: msg, Type: "server_error"})
 		return
 	}
 
