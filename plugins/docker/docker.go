@@ -117,6 +117,8 @@ func (p *Provider) Info(context.Context) (sdk.Info, error) {
 			Isolated:       true,
 			ExecAsRoot:     true,
 			ResourceLimits: true,
+			// An exec of the engine's own with a terminal.
+			TTY: true,
 			// Any numeric uid: an exec runs as it with every capability
 			// dropped, so one uid can neither signal another's processes
 			// nor read or write its private files.

@@ -33,9 +33,6 @@ type writerOnly struct{ io.Writer }
 const internalTimeout = 10 * time.Second
 
 func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
-	if req.TTY {
-		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "the docker provider does not allocate terminals")
-	}
 	set, err := decodeSettings(req.Sandbox.Config)
 	if err != nil {
 		return sdk.ExitStatus{}, err
@@ -53,6 +50,9 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 		dir = path.Join(image.Workdir, dir)
 	}
 	target := containerRef(req.Sandbox)
+	if req.TTY {
+		return p.execTTY(ctx, e, target, user, req, eio)
+	}
 	// A command that reads input (a bundle) streams it faster on an exec
 	// of its own than in the session's frames, unless its input is a
 	// conversation (another session's frames) rather than a stream; so
