@@ -87,6 +87,8 @@ func (p *Provider) Info(context.Context) (sdk.Info, error) {
 			// profile has the machine enforce them.
 			EgressModes: []sdk.NetworkMode{sdk.NetworkOpen, sdk.NetworkAllowlist, sdk.NetworkNone},
 			Isolated:    true,
+			// A session's pty.
+			TTY: true,
 		},
 	}, nil
 }
@@ -219,9 +221,6 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 }
 
 func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
-	if req.TTY {
-		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "the ssh provider does not allocate terminals")
-	}
 	sb, err := p.resolve(ctx, req.Sandbox)
 	if err != nil {
 		return sdk.ExitStatus{}, err
@@ -250,6 +249,11 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	}
 	env[sandboxDirEnv] = sb.dir
 	cmd := shexec.Command{Dir: dir, Env: env, Tag: shexec.NewTag(), Require: sb.marker(), Argv: req.Argv}
+	if req.TTY {
+		// A terminal of the session's own (pty-req): sshd gives one to
+		// any command.
+		return sb.r.conn.ExecTTY(ctx, cmd, req.Size, eio, req.Grace())
+	}
 	st, err := sb.r.conn.Exec(ctx, cmd, eio, req.Grace())
 	switch {
 	case errors.Is(err, sshtransport.ErrNoSandbox):

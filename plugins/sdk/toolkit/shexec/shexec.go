@@ -326,3 +326,30 @@ func Signal(sent string, code int) string {
 	}
 	return ""
 }
+
+// ttyWrapper changes to the working directory ($1) and becomes the
+// command, for an exec on a terminal: it reports nothing on stderr, which
+// the terminal would show, so the transport kills a cancelled command by
+// its tag alone. A missing directory ends it with 125 and a line saying so.
+const ttyWrapper = `if [ -n "$1" ]; then cd -- "$1" 2>/dev/null || { echo "amelia: working directory $1 does not exist in the sandbox" >&2; exit 125; }; fi
+shift
+exec "$@"`
+
+// TTYLine is the command line for the exec on a terminal: Line without
+// the control lines (a missing Require file ends it with 125 and a line
+// saying so), for transports that take a string.
+func (c Command) TTYLine() string {
+	var words []string
+	if c.Require != "" {
+		words = append(words, "[ -e "+Quote(c.Require)+" ] || { echo 'amelia: the sandbox is gone' >&2; exit 125; };")
+	}
+	words = append(words, "exec", "env")
+	for _, k := range slices.Sorted(maps.Keys(c.Env)) {
+		words = append(words, Quote(k+"="+c.Env[k]))
+	}
+	words = append(words, Quote(Entry(c.Tag)), "sh", "-c", Quote(ttyWrapper), "amelia-tty", Quote(c.Dir))
+	for _, a := range c.Argv {
+		words = append(words, Quote(a))
+	}
+	return strings.Join(words, " ")
+}
