@@ -104,6 +104,8 @@ func (p *Provider) Info(context.Context) (sdk.Info, error) {
 			EgressModes:    []sdk.NetworkMode{sdk.NetworkOpen, sdk.NetworkAllowlist, sdk.NetworkNone},
 			Isolated:       true,
 			ResourceLimits: true,
+			// A terminal amelia-worker opens in the sandbox (onWorkerTTY).
+			TTY: true,
 		},
 	}, nil
 }
@@ -489,9 +491,6 @@ func (p *Provider) box(ctx context.Context, ref sdk.SandboxRef) (*box, error) {
 }
 
 func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
-	if req.TTY {
-		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "the daytona provider does not allocate terminals")
-	}
 	b, err := p.box(ctx, req.Sandbox)
 	if err != nil {
 		return sdk.ExitStatus{}, err
@@ -521,6 +520,13 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 		env[k] = v
 	}
 	cmd := envelope.Command{Argv: req.Argv, Env: env, Dir: dir, Tag: shexec.NewTag()}
+	if req.TTY {
+		// Daytona's gateway gives a terminal to a login shell only, whose
+		// exit status it does not report: the worker opens one instead.
+		var stop func()
+		cmd.Argv, eio, stop = onWorkerTTY(set.worker, req, eio)
+		defer stop()
+	}
 	st, err := b.run(ctx, cmd, eio, req.Grace())
 	if errors.Is(err, envelope.ErrNoDir) && dir == workdir {
 		// The workspace went missing.
