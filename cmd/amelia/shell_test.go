@@ -110,8 +110,13 @@ func TestSandboxShell(t *testing.T) {
 				}
 			}
 			tm.typeLine(t, "exit 7")
-			if code, screen := tm.end(t, "exit 7"); code != 7 {
-				t.Errorf("amelia sandbox shell: exit %d after the shell's exit 7, want 7; screen:\n%s", code, strings.Join(screen, "\n"))
+			select {
+			case <-tm.done:
+			case <-t.Context().Done():
+				t.Fatalf("amelia sandbox shell did not end after exit 7:\n%q", tm.output())
+			}
+			if code := tm.cmd.ProcessState.ExitCode(); code != 7 {
+				t.Errorf("amelia sandbox shell: exit %d after the shell's exit 7, want 7; output:\n%q", code, tm.output())
 			}
 		})
 	}
@@ -347,6 +352,10 @@ func TestSandboxPortForward(t *testing.T) {
 				}
 			}
 
+			// The probe sees the forward while it runs.
+			if r := h.amelia(t, "sandbox", "exec", "--", "sh", "-c", workerForwards); !strings.Contains(r.stdout, "FORWARDING") {
+				t.Fatalf("no amelia-worker port-forward in the sandbox while it forwards (exit %d, stderr %q):\n%s", r.code, r.stderr, r.stdout)
+			}
 			if code := pf.interrupt(t); code != 130 {
 				t.Errorf("port-forward after Ctrl-C: exit %d, want 130; stderr:\n%s", code, pf.stderr)
 			}
