@@ -399,3 +399,43 @@ func waitUntil(t *testing.T, cond func() bool, what string) {
 		}
 	}
 }
+
+// With --workflow, the shell is the run's: its uid (docker separates
+// runs) in its checkout, where its work is. A workflow the sandbox does
+// not hold is refused in one line.
+func TestSandboxShellWorkflow(t *testing.T) {
+	cli := dockertest.Engine(t)
+	h := newDockerHost(t, cli, dockerSandbox("open"),
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("shell.txt", "from-the-run\n")}},
+		llmtest.Turn{Text: "Done.", Usage: &llmtest.Usage{PromptTokens: 10, CompletionTokens: 5}},
+	)
+	t.Cleanup(func() { h.amelia(t, "sandbox", "down", "--force") })
+	if r := h.amelia(t, "run", "--json", "--workflow", "shelled", "--keep-worktree", "Write shell.txt."); r.code != 0 {
+		t.Fatalf("amelia run: exit %d\nstderr: %s\nstdout: %s", r.code, r.stderr, r.stdout)
+	}
+
+	tm := h.startOnTerminal(t, "sandbox", "shell", "--workflow", "shelled")
+	tm.typeLine(t, "echo WHO=$(id -u):$(pwd):$(cat shell.txt)=")
+	re := regexp.MustCompile(`WHO=(\d+):([^:\s]+):(\S*)=`)
+	tm.waitForMatch(t, re)
+	m := re.FindStringSubmatch(string(tm.output()))
+	if uid, _ := strconv.Atoi(m[1]); uid < 60100 || uid > 64999 || m[2] != "/workspace/worktrees/shelled" || m[3] != "from-the-run" {
+		t.Errorf("the workflow's shell runs as uid %s in %s, where shell.txt holds %q; want a run's uid (60100-64999) in /workspace/worktrees/shelled, with the run's work", m[1], m[2], m[3])
+	}
+	tm.typeLine(t, "exit")
+	select {
+	case <-tm.done:
+	case <-t.Context().Done():
+		t.Fatalf("amelia sandbox shell did not end after exit:\n%q", tm.output())
+	}
+	if code := tm.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("amelia sandbox shell --workflow: exit %d after the shell's exit 0", code)
+	}
+
+	nope := h.startOnTerminal(t, "sandbox", "shell", "--workflow", "nope")
+	nope.waitFor(t, "amelia sandbox ls lists each sandbox's workflows")
+	<-nope.done
+	if code, out := nope.cmd.ProcessState.ExitCode(), string(nope.output()); code != 1 || !strings.Contains(out, "amelia: sandbox shell: no workflow nope in sandbox ") {
+		t.Errorf("amelia sandbox shell --workflow nope: exit %d, output %q; want exit 1 and that no such workflow is in the sandbox", code, out)
+	}
+}
