@@ -17,7 +17,7 @@ func (w *worker) portForwardCmd() *cobra.Command {
 	var port int
 	var host string
 	cmd := &cobra.Command{
-		Use:   "port-forward --port PORT",
+		Use:   "port-forward --port PORT [--host 127.0.0.1]",
 		Short: "Connect each stream the host opens over stdin and stdout to a loopback port in the sandbox",
 		Long: `Write a hello line on stdout, then serve a yamux session over stdin and
 stdout in which the host opens one stream per connection it accepted on

@@ -23,7 +23,7 @@ const ptyDrain = time.Second
 func (w *worker) ptyCmd() *cobra.Command {
 	var rows, cols uint16
 	cmd := &cobra.Command{
-		Use:   "pty [--rows R --cols C] -- COMMAND [ARG...]",
+		Use:   "pty [--rows 24] [--cols 80] -- COMMAND [ARG...]",
 		Short: "Run a command on a new terminal; stdin carries its input and size changes as frames",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
