@@ -94,6 +94,3 @@ func (w *worker) ptyCmd() *cobra.Command {
 	cmd.Flags().Uint16Var(&cols, "cols", 80, "the terminal's columns")
 	return cmd
 }
-
-// errNoPTY: the worker opens terminals on Linux only.
-var errNoPTY = errors.New("no terminals here: amelia-worker opens them on Linux only")
