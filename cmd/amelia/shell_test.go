@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,9 +119,36 @@ func TestSandboxShell(t *testing.T) {
 			if code := tm.cmd.ProcessState.ExitCode(); code != 7 {
 				t.Errorf("amelia sandbox shell: exit %d after the shell's exit 7, want 7; output:\n%q", code, tm.output())
 			}
+
+			// amelia stopped (SIGTERM) under a running command: it exits
+			// 130 and nothing of the shell's is left in the sandbox.
+			tm = h.startOnTerminal(t, "sandbox", "shell")
+			tm.typeLine(t, "echo STARTED-$((1+1)); sleep 4242")
+			tm.waitFor(t, "STARTED-2")
+			if err := tm.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-tm.done:
+			case <-t.Context().Done():
+				t.Fatalf("amelia sandbox shell did not end after SIGTERM:\n%q", tm.output())
+			}
+			if code := tm.cmd.ProcessState.ExitCode(); code != 130 {
+				t.Errorf("amelia sandbox shell after SIGTERM: exit %d, want 130", code)
+			}
+			r := h.amelia(t, "sandbox", "exec", "--", "sh", "-c", shellLeft)
+			if !strings.Contains(r.stdout, "PROBED") || strings.Contains(r.stdout, "LEFT") {
+				t.Errorf("the stopped shell's command is left in the sandbox (or the probe failed: exit %d, stderr %q):\n%s", r.code, r.stderr, r.stdout)
+			}
 		})
 	}
 }
+
+// shellLeft finds the stopped shell's sleep in the sandbox (the pattern
+// does not match its own command line).
+const shellLeft = `for p in /proc/[0-9]*; do
+  tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^sleep 42[4]2' && echo LEFT
+done; echo PROBED`
 
 // typeLine types line and Enter on the terminal.
 func (tm *terminal) typeLine(t *testing.T, line string) {
