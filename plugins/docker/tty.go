@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"path"
+	"strconv"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -13,6 +14,12 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/shexec"
 )
+
+// ttySize sizes the terminal ($1 rows, $2 columns) before it becomes the
+// command.
+const ttySize = `stty rows "$1" cols "$2" 2>/dev/null
+shift 2
+exec "$@"`
 
 // execTTY runs req on a terminal: an exec of the engine's own with a TTY,
 // sized as req.Size says and resized as eio.Resize does. The terminal
@@ -47,6 +54,11 @@ func (p *Provider) execTTY(ctx context.Context, e *engine, target, user string, 
 	}
 	if size.Height > 0 && size.Width > 0 {
 		opts.ConsoleSize = size
+		// The engine sizes the terminal after the command started (the
+		// size given at creation is not always applied): the command
+		// could read 0x0. So it is sized from inside first, where the
+		// image has stty, and by the engine again below.
+		opts.Cmd = append([]string{"sh", "-c", ttySize, "amelia-tty", strconv.FormatUint(uint64(size.Height), 10), strconv.FormatUint(uint64(size.Width), 10)}, req.Argv...)
 	}
 	created, err := e.cli.ExecCreate(ctx, target, opts)
 	if err != nil {
