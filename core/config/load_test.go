@@ -157,7 +157,7 @@ func TestBuiltinDefault(t *testing.T) {
 		Name:     "local",
 		Model:    "gpt-4.1-mini",
 		MaxTurns: DefaultMaxTurns, Retention: DefaultRetention,
-		LLM:      LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+		LLM: LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 		Sandbox: Sandbox{
 			Provider: "local",
 			Network:  sdk.NetworkOpen,
@@ -989,7 +989,7 @@ profiles:
 		Name:     "dev",
 		Model:    "gpt-4.1-mini",
 		MaxTurns: DefaultMaxTurns, Retention: DefaultRetention,
-		LLM:      LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+		LLM: LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 		Sandbox: Sandbox{
 			Provider:     "docker",
 			Network:      sdk.NetworkOpen,
