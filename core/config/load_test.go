@@ -154,10 +154,11 @@ func TestBuiltinDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	local := &Profile{
-		Name:     "local",
-		Model:    "gpt-4.1-mini",
-		MaxTurns: DefaultMaxTurns, Retention: DefaultRetention,
-		LLM: LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+		Name:      "local",
+		Model:     "gpt-4.1-mini",
+		MaxTurns:  DefaultMaxTurns,
+		Retention: DefaultRetention,
+		LLM:       LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 		Sandbox: Sandbox{
 			Provider: "local",
 			Network:  sdk.NetworkOpen,
@@ -986,10 +987,11 @@ profiles:
 	}
 	got := withoutEnv(*p)
 	equal(t, "profile", got, Profile{
-		Name:     "dev",
-		Model:    "gpt-4.1-mini",
-		MaxTurns: DefaultMaxTurns, Retention: DefaultRetention,
-		LLM: LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+		Name:      "dev",
+		Model:     "gpt-4.1-mini",
+		MaxTurns:  DefaultMaxTurns,
+		Retention: DefaultRetention,
+		LLM:       LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 		Sandbox: Sandbox{
 			Provider:     "docker",
 			Network:      sdk.NetworkOpen,
