@@ -190,3 +190,42 @@ func TestGC(t *testing.T) {
 		}
 	}
 }
+
+// amelia results --discard drops an export with its record; a record
+// naming a file that is not one of this host's exports is refused, and
+// the file stays.
+func TestResultsOfAnExport(t *testing.T) {
+	e := newEnv(t)
+	e.writeConfig(t, "profiles:\n  a:\n    sandbox: {provider: local}\n")
+	state := filepath.Join(e.home, ".local", "state", "amelia")
+	store := runstore.New(filepath.Join(state, "runs"))
+	p, err := runstore.NewExports(filepath.Join(state, "exports")).Write("a", "wf", []byte("# v2 git bundle\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := filepath.Join(t.TempDir(), "precious.bundle")
+	if err := os.WriteFile(elsewhere, []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for wf, export := range map[string]string{"wf": p, "forged": elsewhere} {
+		if err := store.Put(runstore.Record{Profile: "a", Workflow: wf, Provider: "local", State: runstore.Exported, Export: export, Repo: e.home}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := amelia(t, "", "results", "--discard", "forged"); r.code != 1 || !strings.Contains(r.stderr, "is not an export of this host's") {
+		t.Errorf("results --discard of a forged export: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if _, err := os.Stat(elsewhere); err != nil {
+		t.Errorf("the forged record's file is gone: %v", err)
+	}
+	r := amelia(t, "", "results", "--discard", "wf")
+	if r.code != 0 || r.stdout != "discarded the work of wf exported to "+p+"\n" {
+		t.Errorf("results --discard: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Errorf("the export is still there: %v", err)
+	}
+	if _, err := store.Get("a", "wf"); err == nil {
+		t.Error("the record is still there")
+	}
+}
