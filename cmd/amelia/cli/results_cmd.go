@@ -45,7 +45,8 @@ a URL needs), then removes the worktree from the sandbox. --discard removes
 it without bringing anything back, stopping the agent first if it still
 runs. The agent of a run whose host died goes on in the sandbox: once it
 has ended, amelia results brings its work back; while it runs, amelia
-attach follows it.`,
+attach follows it. Work that amelia gc exported from the sandbox to a
+bundle on this host comes back from that bundle, which then goes.`,
 		Example: `  amelia results fix-login-3f9a
   amelia results --profile dev --repo ~/src/app fix-login-3f9a
   amelia results --discard fix-login-3f9a`,
