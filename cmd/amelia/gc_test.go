@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/internal/k8stest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
@@ -40,8 +42,10 @@ const staleWorker = "amelia-worker-00000000deadbeef"
 // its checkout, that the workflow id stays taken, and that amelia results
 // brings the branch back from the bundle. workerDir is the shell
 // expression, in the sandbox, of the provider's worker directory: a stale
-// worker planted there goes with gc, the current one stays.
-func gcExportsAndResultsBringBack(t *testing.T, h *host, wf, workerDir string) {
+// worker planted there goes with gc, the current one stays. beforeGC,
+// when set, runs after the dry run and before gc (it may stop the
+// sandbox: gc starts it again to export the work).
+func gcExportsAndResultsBringBack(t *testing.T, h *host, wf, workerDir string, beforeGC func()) {
 	t.Helper()
 	r := h.amelia(t, "run", "--workflow", wf, "write kept.txt")
 	if r.code != 1 || !strings.Contains(r.stderr, "amelia results --profile e2e "+wf) {
@@ -97,6 +101,9 @@ func gcExportsAndResultsBringBack(t *testing.T, h *host, wf, workerDir string) {
 		t.Errorf("gc --dry-run removed the stale worker: %s%s", ls.stdout, ls.stderr)
 	}
 
+	if beforeGC != nil {
+		beforeGC()
+	}
 	g := h.amelia(t, "gc")
 	if g.code != 0 || !strings.Contains(g.stdout, "exported run e2e/"+wf+" (kept, 30d old) to "+bundle+" and removed its checkout") ||
 		!strings.Contains(g.stdout, "removed worker ") {
@@ -148,14 +155,24 @@ func gcExportsAndResultsBringBack(t *testing.T, h *host, wf, workerDir string) {
 func TestGCOnDocker(t *testing.T) {
 	cli := dockertest.Engine(t)
 	h := newDockerHost(t, cli, dockerSandbox("open"), keptTurns()...)
-	gcExportsAndResultsBringBack(t, h, "gc-docker", "$HOME/.amelia/bin")
+	// The sandbox is stopped (as an idle one is) with the kept work in
+	// it: gc starts it to export the work.
+	stop := func() {
+		if _, err := cli.ContainerStop(t.Context(), "amelia-sandbox-"+h.sandboxName(t, "e2e"), client.ContainerStopOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if ls := h.amelia(t, "sandbox", "ls"); !strings.Contains(ls.stdout, "stopped") {
+			t.Fatalf("sandbox ls after the container stopped:\n%s%s", ls.stdout, ls.stderr)
+		}
+	}
+	gcExportsAndResultsBringBack(t, h, "gc-docker", "$HOME/.amelia/bin", stop)
 }
 
 func TestGCOnSSH(t *testing.T) {
 	srv := sshtest.Start(t, sshtest.Options{})
 	root := t.TempDir()
 	h := newHostWith(t, sshSandbox(t, srv, root), root, llmtest.Options{}, keptTurns()...)
-	gcExportsAndResultsBringBack(t, h, "gc-ssh", "$AMELIA_SANDBOX_DIR/bin")
+	gcExportsAndResultsBringBack(t, h, "gc-ssh", "$AMELIA_SANDBOX_DIR/bin", nil)
 }
 
 func TestGCOnDaytona(t *testing.T) {
@@ -164,11 +181,11 @@ func TestGCOnDaytona(t *testing.T) {
 	h := newHostWith(t, daytonaSandbox(t, f, "open"), "", llmtest.Options{}, keptTurns()...)
 	h.env = append(h.env, "DAYTONA_E2E_KEY="+f.APIKey())
 	t.Cleanup(func() { h.amelia(t, "sandbox", "down", "--force") })
-	gcExportsAndResultsBringBack(t, h, "gc-daytona", "$HOME/.amelia/bin")
+	gcExportsAndResultsBringBack(t, h, "gc-daytona", "$HOME/.amelia/bin", nil)
 }
 
 func TestGCOnKubernetes(t *testing.T) {
 	c := k8stest.Start(t)
 	h := newKubernetesHost(t, c, kubernetesSandbox(c, c.Namespace(t), "open", map[string]any{"api": "pods"}), keptTurns()...)
-	gcExportsAndResultsBringBack(t, h, "gc-kubernetes", "$HOME/.amelia/bin")
+	gcExportsAndResultsBringBack(t, h, "gc-kubernetes", "$HOME/.amelia/bin", nil)
 }
