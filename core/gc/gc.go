@@ -281,6 +281,12 @@ func Line(it Item, dry bool, err error) string {
 	return v + " " + what
 }
 
+// Unlisted says that what of kind in where could not be listed (a
+// directory, a sandbox's worker directory): one line, as Line's.
+func Unlisted(kind Kind, where string, err error) string {
+	return "failed to list the " + string(kind) + "s in " + where + ": " + err.Error()
+}
+
 // verb is what the action does: in the infinitive, or done (past).
 func verb(it Item, past bool) string {
 	v := map[Action][2]string{

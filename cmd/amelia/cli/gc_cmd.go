@@ -109,6 +109,13 @@ func (g *collector) retention(profile string) time.Duration {
 	return config.DefaultRetention
 }
 
+// unlisted says that what of kind in where could not be listed.
+func (g *collector) unlisted(kind gc.Kind, where string, err error) {
+	g.items++
+	g.failed++
+	fmt.Fprintf(g.errw, "amelia: gc: %s\n", oneLine(gc.Unlisted(kind, where, err)))
+}
+
 // say prints what was (or would be) done with it, or how it failed.
 func (g *collector) say(it gc.Item, err error) {
 	g.items++
@@ -154,7 +161,7 @@ func (g *collector) runs(ctx context.Context) {
 	for _, r := range g.recs {
 		updated, err := store.Updated(r.Profile, r.Workflow)
 		if err != nil {
-			g.say(gc.Item{Kind: gc.Run, Name: r.Profile + "/" + r.Workflow, Record: r}, err)
+			g.unlisted(gc.Run, "the record of "+r.Profile+"/"+r.Workflow, err)
 			continue
 		}
 		exportPath, _ := g.a.exports().Path(r.Profile, r.Workflow)
@@ -319,7 +326,7 @@ func (g *collector) files(kind gc.Kind, dir string, retention time.Duration, inU
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			g.say(gc.Item{Kind: kind, Name: dir}, err)
+			g.unlisted(kind, dir, err)
 		}
 		return
 	}
@@ -372,7 +379,7 @@ func (g *collector) sandboxes(ctx context.Context) {
 		g.workers(ctx, f)
 	})
 	if err != nil {
-		g.say(gc.Item{Kind: gc.Sandbox, Name: "(all)"}, err)
+		g.unlisted(gc.Sandbox, "this config", err)
 	}
 }
 
@@ -429,7 +436,7 @@ func (g *collector) workers(ctx context.Context, f sandbox.Found) {
 	}
 	st := stack.Over(f.Sandbox, g.a.logger)
 	if err := st.Up(ctx); err != nil {
-		g.say(gc.Item{Kind: gc.Worker, Name: "(list)", Where: f.Sandbox.Ref.Name}, err)
+		g.unlisted(gc.Worker, "sandbox "+f.Sandbox.Ref.Name, err)
 		return
 	}
 	var out strings.Builder
@@ -438,7 +445,7 @@ func (g *collector) workers(ctx context.Context, f sandbox.Found) {
 		err = fmt.Errorf("list the workers: exit %d", status.Code)
 	}
 	if err != nil {
-		g.say(gc.Item{Kind: gc.Worker, Name: "(list)", Where: f.Sandbox.Ref.Name}, err)
+		g.unlisted(gc.Worker, "sandbox "+f.Sandbox.Ref.Name, err)
 		return
 	}
 	keep := map[string]bool{}

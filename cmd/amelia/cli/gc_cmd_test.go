@@ -229,3 +229,32 @@ func TestResultsOfAnExport(t *testing.T) {
 		t.Error("the record is still there")
 	}
 }
+
+// A failure does not stop gc: the rest is tidied, the failure is said on
+// stderr, and the exit code is 1.
+func TestGCGoesOnAfterAFailure(t *testing.T) {
+	e := newEnv(t)
+	notADir := filepath.Join(t.TempDir(), "audit")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.writeConfig(t, "profiles:\n  a:\n    proxy: {audit_dir: "+notADir+"}\n    sandbox: {provider: local}\n")
+	log := filepath.Join(e.home, ".local", "state", "amelia", "logs", "a", "old.jsonl")
+	if err := os.MkdirAll(filepath.Dir(log), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(log, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	age(t, 30*24*time.Hour, log)
+	r := amelia(t, "", "gc")
+	if r.code != 1 || !strings.Contains(r.stderr, "amelia: gc: failed to list the audit logs in "+notADir+": ") {
+		t.Errorf("gc with an audit_dir that is a file: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r.stdout != "removed log "+log+" (30d old)\n" {
+		t.Errorf("gc stdout %q, want the log removed", r.stdout)
+	}
+	if _, err := os.Stat(log); !os.IsNotExist(err) {
+		t.Errorf("the old log is still there: %v", err)
+	}
+}
