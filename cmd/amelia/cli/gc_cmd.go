@@ -221,11 +221,20 @@ func (g *collector) openRecorded(ctx context.Context, r runstore.Record) (*stack
 // run whose sandbox is gone.
 func (g *collector) doRun(ctx context.Context, st *stack.Stack, it gc.Item) error {
 	r := it.Record
+	// Another command may have taken the run on meanwhile (results,
+	// attach): gc acts only on the record as it planned with.
+	cur, err := g.a.runs().Get(r.Profile, r.Workflow)
+	switch {
+	case err != nil:
+		return fmt.Errorf("the run changed meanwhile (%w): run amelia gc again", err)
+	case cur.State != r.State:
+		return fmt.Errorf("the run changed meanwhile (it is %s now): run amelia gc again", cur.State)
+	}
 	if it.Action == gc.Forget {
 		return g.a.runs().Delete(r.Profile, r.Workflow)
 	}
 	// Up to the workflow's uid, as amelia results goes.
-	err := st.Up(ctx)
+	err = st.Up(ctx)
 	if err == nil {
 		err = st.InstallWorker(ctx)
 	}
