@@ -130,6 +130,9 @@ func gcExportsAndResultsBringBack(t *testing.T, h *host, wf, workerDir string, b
 	if again := h.amelia(t, "gc"); again.code != 0 || strings.Contains(again.stdout, wf) {
 		t.Errorf("a second gc: exit %d\nstdout: %s\nstderr: %s", again.code, again.stdout, again.stderr)
 	}
+	if logs := h.amelia(t, "logs", wf); logs.code != 0 || !strings.Contains(logs.stdout, "kept.txt") {
+		t.Errorf("amelia logs of the exported run, from this host's copy: exit %d\nstdout: %s\nstderr: %s", logs.code, logs.stdout, logs.stderr)
+	}
 	if rerun := h.amelia(t, "run", "--workflow", wf, "again"); rerun.code != 2 || !strings.Contains(rerun.stderr, "amelia gc exported") {
 		t.Errorf("a rerun of the exported id: exit %d, stderr %q", rerun.code, rerun.stderr)
 	}
