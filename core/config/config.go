@@ -71,6 +71,9 @@ const (
 	DefaultMaxTurns = 100
 )
 
+// DefaultRetention is retention: how long amelia gc leaves stale work.
+const DefaultRetention = 14 * 24 * time.Hour
+
 // MaxTurnsLimit is the largest max_turns (and amelia run --max-turns).
 const MaxTurnsLimit = 10000
 
@@ -143,6 +146,10 @@ type Profile struct {
 	// MaxTurns bounds the model calls of a run's agent: from 1 to
 	// MaxTurnsLimit, DefaultMaxTurns unless set.
 	MaxTurns int
+	// Retention is how long amelia gc leaves the profile's stale work
+	// (kept checkouts, run records, logs, orphan sandboxes, caches)
+	// before tidying it: DefaultRetention unless set.
+	Retention time.Duration
 	// CommitBuildOutputs lets well-known build and cache outputs
 	// (workspace.BuildOutputs: __pycache__/, node_modules/...) onto a
 	// run's branch; by default its checkout ignores them.

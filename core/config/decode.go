@@ -108,10 +108,11 @@ func (d *decoder) envName(at path, v any, key, example string) (string, bool) {
 }
 
 // durationHint says what a duration looks like, for messages.
-const durationHint = "like 90s, 10m"
+const durationHint = "like 90s, 10m, 14d"
 
 // duration converts a non-nil value to a positive duration, written as Go
-// writes them (90s, 10m, 1h30m).
+// writes them (90s, 10m, 1h30m), or with a leading number of days (14d,
+// 1d12h): see ParseDuration.
 func (d *decoder) duration(at path, v any) (time.Duration, bool) {
 	if _, ok := v.(string); !ok {
 		d.problemf(at, "must be a duration (%s), got %s", durationHint, typeName(v))
@@ -121,7 +122,7 @@ func (d *decoder) duration(at path, v any) (time.Duration, bool) {
 	if !ok {
 		return 0, false
 	}
-	t, err := time.ParseDuration(strings.TrimSpace(s.val))
+	t, err := ParseDuration(s.val)
 	switch {
 	case err != nil:
 		d.problemf(at, "%s is not a duration (%s)", s.quote(), durationHint)
@@ -131,6 +132,44 @@ func (d *decoder) duration(at path, v any) (time.Duration, bool) {
 		return 0, false
 	}
 	return t, true
+}
+
+// ParseDuration reads a duration as a config file writes one: as Go
+// writes them (90s, 10m, 1h30m), optionally led by a whole number of
+// days (14d, 1d12h; a day is 24 hours). Surrounding spaces are ignored.
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	days, rest, ok := strings.Cut(s, "d")
+	if !ok {
+		return time.ParseDuration(s)
+	}
+	n, err := strconv.ParseUint(days, 10, 32)
+	if err != nil || days == "" || days[0] == '+' {
+		return 0, fmt.Errorf("%q is not a duration (%s)", s, durationHint)
+	}
+	const maxDays = 100 * 365 // far beyond any retention, far below overflow
+	if n > maxDays {
+		return 0, fmt.Errorf("%q is too long a duration (at most %d days)", s, maxDays)
+	}
+	d := time.Duration(n) * 24 * time.Hour
+	if rest == "" {
+		return d, nil
+	}
+	r, err := time.ParseDuration(rest)
+	if err != nil || r < 0 {
+		return 0, fmt.Errorf("%q is not a duration (%s)", s, durationHint)
+	}
+	return d + r, nil
+}
+
+// FormatDays writes d as ParseDuration reads it, in days where it is a
+// whole number of them (14d), else as Go does (36h).
+func FormatDays(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d > 0 && d%day == 0 {
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	}
+	return formatDuration(d)
 }
 
 // sizeHint says what a size looks like, for messages.

@@ -154,10 +154,11 @@ func TestBuiltinDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	local := &Profile{
-		Name:     "local",
-		Model:    "gpt-4.1-mini",
-		MaxTurns: DefaultMaxTurns,
-		LLM:      LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+		Name:      "local",
+		Model:     "gpt-4.1-mini",
+		MaxTurns:  DefaultMaxTurns,
+		Retention: DefaultRetention,
+		LLM:       LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 		Sandbox: Sandbox{
 			Provider: "local",
 			Network:  sdk.NetworkOpen,
@@ -201,37 +202,37 @@ func TestDefaultsFilled(t *testing.T) {
 		{
 			name:    "only the provider",
 			profile: `{sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, MaxTurns: DefaultMaxTurns, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+			want: Profile{Model: DefaultModel, MaxTurns: DefaultMaxTurns, Retention: DefaultRetention, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "docker", Network: sdk.NetworkOpen}},
 		},
 		{
 			name:    "api_key set: no default api_key_env",
 			profile: `{llm: {api_key: sk-1}, sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, MaxTurns: DefaultMaxTurns, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKey: "sk-1"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+			want: Profile{Model: DefaultModel, MaxTurns: DefaultMaxTurns, Retention: DefaultRetention, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKey: "sk-1"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "docker", Network: sdk.NetworkOpen}},
 		},
 		{
 			name:    "base_url set: the key variable still defaults",
 			profile: `{llm: {base_url: "http://localhost:11434/v1"}, sandbox: {provider: docker}}`,
-			want: Profile{Model: DefaultModel, MaxTurns: DefaultMaxTurns, LLM: LLM{Upstream: Upstream{BaseURL: "http://localhost:11434/v1", APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+			want: Profile{Model: DefaultModel, MaxTurns: DefaultMaxTurns, Retention: DefaultRetention, LLM: LLM{Upstream: Upstream{BaseURL: "http://localhost:11434/v1", APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "docker", Network: sdk.NetworkOpen}},
 		},
 		{
 			name:    "null values count as absent",
 			profile: `{model: null, llm: null, sandbox: {provider: docker, network: null}}`,
-			want: Profile{Model: DefaultModel, MaxTurns: DefaultMaxTurns, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+			want: Profile{Model: DefaultModel, MaxTurns: DefaultMaxTurns, Retention: DefaultRetention, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "docker", Network: sdk.NetworkOpen}},
 		},
 		{
 			name:    "provider none is local",
 			profile: `{sandbox: {provider: none}}`,
-			want: Profile{Model: DefaultModel, MaxTurns: DefaultMaxTurns, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+			want: Profile{Model: DefaultModel, MaxTurns: DefaultMaxTurns, Retention: DefaultRetention, LLM: LLM{Upstream: Upstream{BaseURL: DefaultBaseURL, APIKeyEnv: DefaultAPIKeyEnv}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "local", Network: sdk.NetworkOpen}},
 		},
 		{
 			name:    "everything set",
-			profile: `{model: o3, max_turns: 7, llm: {base_url: "https://llm.example/v1", api_key_env: K}, sandbox: {provider: ssh, network: allowlist, allowed_hosts: [Example.COM]}}`,
-			want: Profile{Model: "o3", MaxTurns: 7, LLM: LLM{Upstream: Upstream{BaseURL: "https://llm.example/v1", APIKeyEnv: "K"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+			profile: `{model: o3, max_turns: 7, retention: 30d, llm: {base_url: "https://llm.example/v1", api_key_env: K}, sandbox: {provider: ssh, network: allowlist, allowed_hosts: [Example.COM]}}`,
+			want: Profile{Model: "o3", MaxTurns: 7, Retention: 30 * 24 * time.Hour, LLM: LLM{Upstream: Upstream{BaseURL: "https://llm.example/v1", APIKeyEnv: "K"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 				Sandbox: Sandbox{Provider: "ssh", Network: sdk.NetworkAllowlist, AllowedHosts: []string{"example.com"}}},
 		},
 	}
@@ -659,11 +660,11 @@ func TestEnvOverrideProblemsNameTheVariable(t *testing.T) {
 	}
 	got := problems(t, minimal, env)
 	equal(t, "problems", got, []string{
-		`profiles.dev.llm.timeout: the value from AMELIA_PROFILES__DEV__LLM__TIMEOUT is not a duration (like 90s, 10m)`,
+		`profiles.dev.llm.timeout: the value from AMELIA_PROFILES__DEV__LLM__TIMEOUT is not a duration (like 90s, 10m, 14d)`,
 		`profiles.dev.proxy.max_request_bytes: the value from AMELIA_PROFILES__DEV__PROXY__MAX_REQUEST_BYTES is not a size (an integer of bytes, or like 512KiB, 10MiB)`,
 		`profiles.dev.sandbox.network: the value from AMELIA_PROFILES__DEV__SANDBOX__NETWORK is not one of open, allowlist, none`,
 		`profiles.dev.sandbox.allowed_hosts[1]: the value from AMELIA_PROFILES__DEV__SANDBOX__ALLOWED_HOSTS is not a hostname, *.wildcard or IP address (no scheme, port or path)`,
-		`profiles.dev.modle: unknown key, did you mean model? (known: model, max_turns, agent, commit_build_outputs, llm, git, proxy, sandbox, mcp) (set by AMELIA_PROFILES__DEV__MODLE)`,
+		`profiles.dev.modle: unknown key, did you mean model? (known: model, max_turns, retention, agent, commit_build_outputs, llm, git, proxy, sandbox, mcp) (set by AMELIA_PROFILES__DEV__MODLE)`,
 		`default_profile: the value from AMELIA_DEFAULT_PROFILE is not a profile (profiles: dev)`,
 	})
 }
@@ -986,10 +987,11 @@ profiles:
 	}
 	got := withoutEnv(*p)
 	equal(t, "profile", got, Profile{
-		Name:     "dev",
-		Model:    "gpt-4.1-mini",
-		MaxTurns: DefaultMaxTurns,
-		LLM:      LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
+		Name:      "dev",
+		Model:     "gpt-4.1-mini",
+		MaxTurns:  DefaultMaxTurns,
+		Retention: DefaultRetention,
+		LLM:       LLM{Upstream: Upstream{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"}, Timeout: DefaultLLMTimeout}, Git: defaultGit, Proxy: defaultProxy,
 		Sandbox: Sandbox{
 			Provider:     "docker",
 			Network:      sdk.NetworkOpen,

@@ -119,6 +119,17 @@ func profileSection() section[Profile] {
 				show: func(_ *shower, _ path, p *Profile) any { return p.MaxTurns },
 			},
 			{
+				key: "retention",
+				decode: func(d *decoder, at path, v any, p *Profile) {
+					if v == nil {
+						p.Retention = DefaultRetention
+						return
+					}
+					p.Retention, _ = d.duration(at, v)
+				},
+				show: func(_ *shower, _ path, p *Profile) any { return FormatDays(p.Retention) },
+			},
+			{
 				key: "agent",
 				decode: func(d *decoder, at path, v any, p *Profile) {
 					switch v.(type) {

@@ -144,33 +144,49 @@ func TestValidationRules(t *testing.T) {
 		{
 			name:    "timeout in words",
 			content: profileWith("llm: {timeout: 10 minutes}\n" + sandbox),
-			want:    []string{`profiles.dev.llm.timeout: "10 minutes" is not a duration (like 90s, 10m)`},
+			want:    []string{`profiles.dev.llm.timeout: "10 minutes" is not a duration (like 90s, 10m, 14d)`},
 		},
 		{
 			name:    "timeout without a unit",
 			content: profileWith("llm: {timeout: '600'}\n" + sandbox),
-			want:    []string{`profiles.dev.llm.timeout: "600" is not a duration (like 90s, 10m)`},
+			want:    []string{`profiles.dev.llm.timeout: "600" is not a duration (like 90s, 10m, 14d)`},
 		},
 		{
 			name:    "timeout is a number",
 			content: profileWith("llm: {timeout: 600}\n" + sandbox),
-			want:    []string{`profiles.dev.llm.timeout: must be a duration (like 90s, 10m), got a number`},
+			want:    []string{`profiles.dev.llm.timeout: must be a duration (like 90s, 10m, 14d), got a number`},
 		},
 		{
 			name:    "timeout of zero",
 			content: profileWith("llm: {timeout: 0s}\n" + sandbox),
-			want:    []string{`profiles.dev.llm.timeout: "0s" is not a positive duration (like 90s, 10m)`},
+			want:    []string{`profiles.dev.llm.timeout: "0s" is not a positive duration (like 90s, 10m, 14d)`},
 		},
 		{
 			name:    "negative timeout",
 			content: profileWith("llm: {timeout: -1m}\n" + sandbox),
-			want:    []string{`profiles.dev.llm.timeout: "-1m" is not a positive duration (like 90s, 10m)`},
+			want:    []string{`profiles.dev.llm.timeout: "-1m" is not a positive duration (like 90s, 10m, 14d)`},
 		},
 		{
 			name:    "timeout from a variable",
 			content: profileWith("llm: {timeout: '${T}'}\n" + sandbox),
 			env:     testEnv{"T": "soon"},
-			want:    []string{`profiles.dev.llm.timeout: "${T}" (as expanded) is not a duration (like 90s, 10m)`},
+			want:    []string{`profiles.dev.llm.timeout: "${T}" (as expanded) is not a duration (like 90s, 10m, 14d)`},
+		},
+		// retention (a duration that may be in days).
+		{
+			name:    "retention in words",
+			content: profileWith("retention: two weeks\n" + sandbox),
+			want:    []string{`profiles.dev.retention: "two weeks" is not a duration (like 90s, 10m, 14d)`},
+		},
+		{
+			name:    "retention of zero days",
+			content: profileWith("retention: 0d\n" + sandbox),
+			want:    []string{`profiles.dev.retention: "0d" is not a positive duration (like 90s, 10m, 14d)`},
+		},
+		{
+			name:    "retention of a fraction of days",
+			content: profileWith("retention: 1.5d\n" + sandbox),
+			want:    []string{`profiles.dev.retention: "1.5d" is not a duration (like 90s, 10m, 14d)`},
 		},
 		// llm.anthropic: the same rules as llm, under its own path.
 		{
@@ -566,8 +582,8 @@ func TestValidationRules(t *testing.T) {
 			name:    "unknown profile key",
 			content: profileWith("sandbx: {provider: docker}\n" + sandbox + "image: x\n"),
 			want: []string{
-				`profiles.dev.image: unknown key (known: model, max_turns, agent, commit_build_outputs, llm, git, proxy, sandbox, mcp)`,
-				`profiles.dev.sandbx: unknown key, did you mean sandbox? (known: model, max_turns, agent, commit_build_outputs, llm, git, proxy, sandbox, mcp)`,
+				`profiles.dev.image: unknown key (known: model, max_turns, retention, agent, commit_build_outputs, llm, git, proxy, sandbox, mcp)`,
+				`profiles.dev.sandbx: unknown key, did you mean sandbox? (known: model, max_turns, retention, agent, commit_build_outputs, llm, git, proxy, sandbox, mcp)`,
 			},
 		},
 		{
@@ -646,7 +662,7 @@ profiles:
 	want := []string{
 		`profiles.Bad: invalid profile name: profile names become sandbox names, so use lowercase letters, digits, "-" and "_", starting with a letter or digit, at most 63 characters`,
 		`profiles.Bad.sandbox.provider: required: where the profile runs (local, docker, ssh, daytona, kubernetes, or an installed plugin's name)`,
-		`profiles.Bad.sandbx: unknown key, did you mean sandbox? (known: model, max_turns, agent, commit_build_outputs, llm, git, proxy, sandbox, mcp)`,
+		`profiles.Bad.sandbx: unknown key, did you mean sandbox? (known: model, max_turns, retention, agent, commit_build_outputs, llm, git, proxy, sandbox, mcp)`,
 		`profiles.dev.model: must not be empty`,
 		`profiles.dev.llm.base_url: "ftp://x" is not an absolute http(s) URL`,
 		`profiles.dev.llm: api_key and api_key_env are both set; use one`,

@@ -145,6 +145,17 @@ func (in *Installer) EnsureWorker(ctx context.Context, ex sandboxexec.Execer, pl
 	return dest, nil
 }
 
+// WorkerNames are the file names EnsureWorker gives this host's workers
+// in a sandbox's install directory (amelia-worker-<hash>), one for each
+// architecture it has a binary for: what amelia gc must not remove.
+func (in *Installer) WorkerNames() []string {
+	var names []string
+	for _, w := range in.hostWorkers() {
+		names = append(names, envelope.WorkerName(w.sum))
+	}
+	return names
+}
+
 // hostWorkers are the host's workers, one for each architecture it has a
 // binary for (Binary: that one), with their hashes (cached).
 func (in *Installer) hostWorkers() []hostWorker {

@@ -211,6 +211,9 @@ func (r *runner) checkNotKept(workflow string) error {
 		}
 		return fmt.Errorf("workflow %s has work in sandbox %s from a run that did not finish (%s): bring it back with %s, or pick another --workflow",
 			workflow, rec.SandboxName(), reason, RecoverCommand(rec))
+	case rec.State == runstore.Exported:
+		return fmt.Errorf("workflow %s has work that amelia gc exported to %s: bring it back with %s, or pick another --workflow",
+			workflow, rec.Export, RecoverCommand(rec))
 	case rec.State == runstore.Discarded:
 		return fmt.Errorf("workflow %s still has its worktree in sandbox %s, from a run that left no work: remove it with %s --discard, or pick another --workflow",
 			workflow, rec.SandboxName(), RecoverCommand(rec))

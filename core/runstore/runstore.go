@@ -64,6 +64,11 @@ const (
 	// Discarded: the run ended with no work to keep, and its checkout
 	// could not be removed from the sandbox; removing it loses nothing.
 	Discarded State = "discarded"
+	// Exported: amelia gc exported the run's kept work to a bundle on
+	// this host (Record.Export) and removed it from the sandbox: the
+	// sandbox holds nothing of it; `amelia results` brings the branch
+	// back from the bundle.
+	Exported State = "exported"
 )
 
 // Preparing says the run's agent has not started: nothing in the sandbox
@@ -129,6 +134,9 @@ type Record struct {
 	Model string `json:"model,omitempty"`
 	// Title is the commit message's first line for the agent's work.
 	Title string `json:"title,omitempty"`
+	// Export is the bundle on this host holding the run's branch, once
+	// amelia gc exported it (State Exported).
+	Export string `json:"export,omitempty"`
 	// Reason is why the run ended without delivering (its error).
 	Reason string    `json:"reason,omitempty"`
 	Ended  time.Time `json:"ended"`
@@ -249,6 +257,23 @@ func (s *Store) Get(profile, workflow string) (Record, error) {
 		return Record{}, fmt.Errorf("read the record of run %s (%s): %w", workflow, p, err)
 	}
 	return r, nil
+}
+
+// Updated is when the record of workflow in profile was last written:
+// when its run last changed state, as its host saw it.
+func (s *Store) Updated(profile, workflow string) (time.Time, error) {
+	p, err := s.path(profile, workflow)
+	if err != nil {
+		return time.Time{}, err
+	}
+	st, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return time.Time{}, fmt.Errorf("run %s of profile %s: %w", workflow, profile, ErrNotFound)
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the record of run %s: %w", workflow, err)
+	}
+	return st.ModTime(), nil
 }
 
 // Delete removes the record of workflow in profile; a missing one is fine.

@@ -56,25 +56,87 @@ func (w *Workspace) FetchResult(ctx context.Context, host *HostRepo, id string, 
 	} else if exists {
 		return Result{}, fmt.Errorf("fetch %s into %s: %w (delete it or pick another --workflow)", br, host.Dir, ErrBranchExists)
 	}
-	max := opts.MaxBytes
-	if max <= 0 {
-		max = DefaultMaxResultBytes
-	}
+	max := opts.max()
 	data, err := w.resultBundle(ctx, id, base, max)
 	if err != nil {
 		return Result{}, err
 	}
-	ins, err := inspectBundle(ctx, host, data, id, base.Commit, max)
+	res, err := host.StoreBundle(ctx, data, id, base, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Duration = time.Since(start)
+	w.log.Info("result fetched", "branch", res.Branch, "commit", res.Commit, "commits", res.Commits, "bundle_bytes", res.BundleBytes, "duration", res.Duration)
+	return res, nil
+}
+
+func (o ResultOptions) max() int64 {
+	if o.MaxBytes <= 0 {
+		return DefaultMaxResultBytes
+	}
+	return o.MaxBytes
+}
+
+// ExportResult is the bundle of amelia/<id> relative to base.Commit, as
+// FetchResult reads it from the workflow's checkout (at most
+// opts.MaxBytes), for keeping on the host until StoreBundle brings it in:
+// amelia gc's export of kept work. It checks the bundle's header (one
+// ref, amelia/<id>); the full inspection is StoreBundle's. ErrNoChanges
+// when the branch is still at base.Commit.
+func (w *Workspace) ExportResult(ctx context.Context, id string, base Base, opts ResultOptions) ([]byte, error) {
+	if err := ValidateWorkflowID(id); err != nil {
+		return nil, err
+	}
+	data, err := w.resultBundle(ctx, id, base, opts.max())
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckBundleHeader(data, id); err != nil {
+		return nil, fmt.Errorf("export %s: %w", Branch(id), err)
+	}
+	return data, nil
+}
+
+// CheckBundleHeader says whether data looks like the bundle of
+// amelia/<id>: a git bundle whose one ref is refs/heads/amelia/<id>.
+func CheckBundleHeader(data []byte, id string) error {
+	hdr, err := parseBundle(data)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	want := "refs/heads/" + Branch(id)
+	if len(hdr.refs) != 1 || hdr.refs[0].name != want {
+		return fmt.Errorf("%w: the bundle must hold exactly the ref %s", ErrRefused, want)
+	}
+	return nil
+}
+
+// StoreBundle brings amelia/<id> into host from data, a bundle of it
+// relative to base.Commit (FetchResult's, or one ExportResult kept): the
+// bundle is untrusted and inspected in a quarantine first (see
+// inspectBundle), then its pack moves into the host repo's objects and
+// the branch is created, only if it does not exist. ErrBranchExists when
+// the host has the branch; ErrRefused when the inspection fails.
+func (h *HostRepo) StoreBundle(ctx context.Context, data []byte, id string, base Base, opts ResultOptions) (Result, error) {
+	start := time.Now()
+	if err := ValidateWorkflowID(id); err != nil {
+		return Result{}, err
+	}
+	br := Branch(id)
+	if exists, err := h.BranchExists(ctx, br); err != nil {
+		return Result{}, err
+	} else if exists {
+		return Result{}, fmt.Errorf("fetch %s into %s: %w (delete it or pick another --workflow)", br, h.Dir, ErrBranchExists)
+	}
+	ins, err := inspectBundle(ctx, h, data, id, base.Commit, opts.max())
 	if err != nil {
 		return Result{}, fmt.Errorf("fetch %s: %w", br, err)
 	}
 	defer ins.discard()
-	if err := host.storeResult(ctx, ins, br); err != nil {
-		return Result{}, fmt.Errorf("fetch %s into %s: %w", br, host.Dir, err)
+	if err := h.storeResult(ctx, ins, br); err != nil {
+		return Result{}, fmt.Errorf("fetch %s into %s: %w", br, h.Dir, err)
 	}
-	res := Result{Branch: br, Commit: ins.tip, Commits: ins.commits, BundleBytes: int64(len(data)), Duration: time.Since(start)}
-	w.log.Info("result fetched", "branch", br, "commit", res.Commit, "commits", res.Commits, "bundle_bytes", res.BundleBytes, "duration", res.Duration)
-	return res, nil
+	return Result{Branch: br, Commit: ins.tip, Commits: ins.commits, BundleBytes: int64(len(data)), Duration: time.Since(start)}, nil
 }
 
 // resultBundle streams the workflow branch out of its checkout in the

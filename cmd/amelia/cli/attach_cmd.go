@@ -106,10 +106,11 @@ copy this host keeps for 7 days after the run ends.`,
 }
 
 // showLogs shows the log of workflow's agent: from its sandbox while the
-// run is recorded there, else this host's copy.
+// run is recorded there (not once delivered or exported by gc: its run
+// directory is gone), else this host's copy.
 func (a *app) showLogs(ctx context.Context, workflow string, follow, asJSON bool) error {
 	rec, rerr := a.recordedRun(workflow)
-	if rerr == nil && rec.RunDir != "" && rec.State != runstore.Delivered {
+	if rerr == nil && rec.RunDir != "" && rec.State != runstore.Delivered && rec.State != runstore.Exported {
 		return a.withRecordedRun(ctx, rec, func(st *stack.Stack) error {
 			view := runview.New(a.stdout, asJSON) // the worker's messages, as they are
 			err := showLog(ctx, st.Driver, rec, follow, view)

@@ -162,6 +162,7 @@ streams what it does back to you. Sandbox providers are plugins.`,
 		a.resultsCommand(),
 		a.attachCommand(),
 		a.logsCommand(),
+		a.gcCommand(),
 	)
 	return root
 }

@@ -56,7 +56,7 @@ func TestDocsCommandsResolve(t *testing.T) {
 // written, and must succeed.
 var runnableInDocs = []string{
 	"amelia", "amelia help", "amelia version", "amelia config show", "amelia config validate",
-	"amelia plugin ls", "amelia sandbox ls",
+	"amelia plugin ls", "amelia sandbox ls", "amelia gc",
 }
 
 // literal reports whether a command of a code span is one to run as it is:

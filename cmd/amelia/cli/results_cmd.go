@@ -45,7 +45,8 @@ a URL needs), then removes the worktree from the sandbox. --discard removes
 it without bringing anything back, stopping the agent first if it still
 runs. The agent of a run whose host died goes on in the sandbox: once it
 has ended, amelia results brings its work back; while it runs, amelia
-attach follows it.`,
+attach follows it. Work that amelia gc exported from the sandbox to a
+bundle on this host comes back from that bundle, which then goes.`,
 		Example: `  amelia results fix-login-3f9a
   amelia results --profile dev --repo ~/src/app fix-login-3f9a
   amelia results --discard fix-login-3f9a`,
@@ -65,6 +66,10 @@ attach follows it.`,
 				return err
 			}
 			switch {
+			case rec.State == runstore.Exported:
+				// amelia gc exported the work to this host: its sandbox
+				// holds nothing of it.
+				return a.fromExport(cmd, rec, repo, discard)
 			case rec.State == runstore.Checked && discard:
 				// The run ended before its sandbox was up: nothing of it
 				// is there.
@@ -259,17 +264,66 @@ func (a *app) forgetRun(ctx context.Context, ws *workspace.Workspace, rec runsto
 	return a.runs().Delete(rec.Profile, rec.Workflow)
 }
 
+// hostRepoOf is the host checkout rec's work comes back into: dir, else
+// the one the run started from.
+func (a *app) hostRepoOf(ctx context.Context, rec runstore.Record, dir string) (*workspace.HostRepo, error) {
+	if dir == "" {
+		dir = rec.Repo
+		if strings.Contains(dir, "://") || !filepath.IsAbs(dir) {
+			return nil, fmt.Errorf("the run of %s worked on %s: bring its work into a local clone of it with %s --repo DIR", rec.Workflow, rec.Repo, run.RecoverCommand(rec))
+		}
+	}
+	return workspace.OpenHostRepo(ctx, dir, a.logger)
+}
+
+// fromExport brings rec's branch back from the bundle amelia gc exported
+// it to (or with discard drops it), then removes the bundle and the
+// record.
+func (a *app) fromExport(cmd *cobra.Command, rec runstore.Record, dir string, discard bool) error {
+	ctx := cmd.Context()
+	forget := func() error {
+		if err := a.exports().Remove(rec.Export); err != nil {
+			return err
+		}
+		return a.runs().Delete(rec.Profile, rec.Workflow)
+	}
+	if discard {
+		if err := forget(); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "discarded the work of %s exported to %s\n", rec.Workflow, rec.Export)
+		return nil
+	}
+	host, err := a.hostRepoOf(ctx, rec, dir)
+	if err != nil {
+		return err
+	}
+	data, err := a.exports().Read(rec.Export)
+	if err != nil {
+		return err
+	}
+	base := workspace.Base{Branch: rec.BaseBranch, Commit: rec.BaseCommit}
+	_, err = host.StoreBundle(ctx, data, rec.Workflow, base, workspace.ResultOptions{})
+	switch {
+	case errors.Is(err, workspace.ErrBranchExists):
+		return fmt.Errorf("%w: rename that branch, or bring the work into another checkout with --repo", err)
+	case err != nil:
+		return err
+	}
+	stat, err := host.DiffStat(ctx, rec.BaseCommit, rec.Branch)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "branch %s in %s (from %s)\n%s", rec.Branch, host.Dir, rec.Export, stat)
+	// The work is in the host checkout now: the export can go.
+	return forget()
+}
+
 // bringBack fetches rec's branch into the host checkout and removes the
 // worktree once the branch is there.
 func (a *app) bringBack(cmd *cobra.Command, ws *workspace.Workspace, rec runstore.Record, dir string) error {
 	ctx := cmd.Context()
-	if dir == "" {
-		dir = rec.Repo
-		if strings.Contains(dir, "://") || !filepath.IsAbs(dir) {
-			return fmt.Errorf("the run of %s worked on %s: bring its work into a local clone of it with %s --repo DIR", rec.Workflow, rec.Repo, run.RecoverCommand(rec))
-		}
-	}
-	host, err := workspace.OpenHostRepo(ctx, dir, a.logger)
+	host, err := a.hostRepoOf(ctx, rec, dir)
 	if err != nil {
 		return err
 	}

@@ -128,6 +128,9 @@ func (a *app) removeSandbox(ctx context.Context, sb *sandbox.Sandbox, profile st
 		return false, err
 	}
 	for _, r := range recs {
+		if r.State == runstore.Exported {
+			continue // its work is on this host, not in the sandbox
+		}
 		if err := a.runs().Delete(profile, r.Workflow); err != nil {
 			return false, err
 		}
