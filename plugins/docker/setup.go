@@ -204,14 +204,9 @@ func (p *Provider) runSetup(ctx context.Context, e *engine, set Settings, spec s
 		}
 		p.opts.Logger.Info("setup command done", "command", c.String(), "took", time.Since(start).Round(time.Millisecond))
 	}
-	// Its stdin closed, the container ends; what it holds is committed.
-	_ = att.CloseWrite()
-	wait := e.cli.ContainerWait(ctx, res.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
-	select {
-	case <-wait.Result:
-	case err := <-wait.Error:
-		return e.wrap(err, "wait for setup container "+name)
-	}
+	// Committed as it runs (the engine pauses it meanwhile): a container
+	// that does not run is one whose process died, which another prepare
+	// removes.
 	if _, err := e.cli.ContainerCommit(ctx, res.ID, client.ContainerCommitOptions{
 		Reference: sp.tag,
 		Comment:   "amelia: the setup of sandbox " + spec.Name,
