@@ -135,6 +135,10 @@ func (p *Provider) prepareSnapshot(ctx context.Context, r resolved, spec sdk.Spe
 			switch {
 			case err == nil:
 				mine = true
+				// Daytona builds them all in one go: what it runs.
+				for i, c := range spec.Setup {
+					sdk.Progress(p.opts.Logger, fmt.Sprintf("setup %d/%d: %s", i+1, len(spec.Setup), c))
+				}
 				continue
 			case api.StatusOf(err) != http.StatusConflict: // 409: another process made it
 				return false, fmt.Errorf("create Daytona snapshot %s: %w", name, err)
