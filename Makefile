@@ -154,6 +154,7 @@ bench: base-image agent-binaries
 	$(GO) test -run='^$$' -bench=TenGenerates -benchtime=5x ./core/driver/sessionbench/
 	$(GO) test -run='^$$' -bench='ColdEnsureRunning|WarmExecTrue' -benchtime=20x ./plugins/docker/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./plugins/docker/
+	$(GO) test -run='^$$' -bench=SetupStartReady -benchtime=5x ./plugins/docker/
 	$(GO) test -run='^$$' -bench='WarmExecTrue|Connect' -benchtime=30x ./plugins/ssh/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./plugins/ssh/
 	$(GO) test -run='^$$' -bench='ExecGatewayVsToolbox|EnsureRunningStarted' -benchtime=30x ./plugins/daytona/
