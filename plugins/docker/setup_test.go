@@ -73,10 +73,19 @@ func TestSetupKeptAsImage(t *testing.T) {
 		t.Errorf("the sandbox runs commands as %q", got)
 	}
 
+	// Changed commands: a sandbox started without a prepare prepares
+	// them itself, into another image.
 	changed := setupSpec(t, appendLine(line+" changed"))
+	csb := up(t, p, changed)
+	if csb.Details["setup"] == "" || csb.Details["setup"] == first.Ref {
+		t.Errorf("a sandbox of changed commands was made from %q, want a new setup image", csb.Details["setup"])
+	}
+	if got := run(t, p, csb.Ref, "", "cat", "/home/amelia/setup.log"); got != line+" changed\n" {
+		t.Errorf("the changed setup's sandbox holds %q", got)
+	}
 	other, err := p.Prepare(t.Context(), changed)
-	if err != nil || other.UpToDate || other.Ref == first.Ref {
-		t.Errorf("prepare of changed commands: %+v %v, want a new image", other, err)
+	if err != nil || !other.UpToDate || other.Ref != csb.Details["setup"] {
+		t.Errorf("prepare of the changed commands after the sandbox made them: %+v %v, want %s up to date", other, err, csb.Details["setup"])
 	}
 }
 
