@@ -75,9 +75,10 @@ func TestSetupKeptAsSnapshot(t *testing.T) {
 }
 
 // A command that fails fails the prepare naming it and its exit code;
-// the snapshot whose build failed is deleted.
+// the snapshot whose build failed is deleted. The base is the image of
+// the profile's daytona.snapshot.
 func TestSetupFailureKeepsNoSnapshot(t *testing.T) {
-	f, cfg := start(t, daytonatest.Options{}, map[string]any{"image": image.TestBase})
+	f, cfg := start(t, daytonatest.Options{Snapshots: map[string]string{"base-1.0": image.TestBase}}, map[string]any{"snapshot": "base-1.0"})
 	p := newProvider(t)
 	s := spec("setup-fails", cfg, sdk.NetworkOpen)
 	s.Setup = []sdk.SetupCommand{appendLine(nonce()), {Name: "install", Argv: []string{"sh", "-c", "exit 7"}}}
@@ -85,6 +86,9 @@ func TestSetupFailureKeepsNoSnapshot(t *testing.T) {
 	var se *sdk.SetupError
 	if !errors.As(err, &se) || err.Error() != "setup command 2 (install) exited 7; nothing of the setup was kept" {
 		t.Fatalf("a failing setup: %v", err)
+	}
+	if posts := requests(f, "POST", "/api/snapshots"); len(posts) != 1 || !strings.Contains(string(posts[0].Body), "FROM "+image.TestBase+`\n`) {
+		t.Errorf("the setup's snapshot is not built on daytona.snapshot's image: %d POSTs %s", len(posts), posts)
 	}
 	if snaps := f.Snapshots(); len(snaps) != 0 {
 		t.Errorf("snapshots left after a failed setup: %v", snaps)

@@ -47,8 +47,46 @@ type snapshot struct {
 	createdAt   time.Time
 }
 
-func (s *snapshot) view() api.Snapshot {
-	return api.Snapshot{ID: s.id, Name: s.name, State: s.state, ErrorReason: s.errorReason, ImageName: s.imageName, Ref: s.image, General: s.general, BuildInfo: s.buildInfo, CreatedAt: s.createdAt}
+// snapshotView is a snapshot as the API answers it (SnapshotDto): every
+// required property, null where Daytona has none.
+type snapshotView struct {
+	ID              string            `json:"id"`
+	OrganizationID  string            `json:"organizationId,omitempty"`
+	General         bool              `json:"general"`
+	Name            string            `json:"name"`
+	ImageName       string            `json:"imageName,omitempty"`
+	State           api.SnapshotState `json:"state"`
+	Size            *float64          `json:"size"`
+	Entrypoint      []string          `json:"entrypoint"`
+	CPU             float64           `json:"cpu"`
+	GPU             float64           `json:"gpu"`
+	Mem             float64           `json:"mem"`
+	Disk            float64           `json:"disk"`
+	ErrorReason     *string           `json:"errorReason"`
+	CreatedAt       time.Time         `json:"createdAt"`
+	UpdatedAt       time.Time         `json:"updatedAt"`
+	LastUsedAt      *time.Time        `json:"lastUsedAt"`
+	BuildInfo       *api.BuildInfo    `json:"buildInfo,omitempty"`
+	Ref             string            `json:"ref,omitempty"`
+	SourceSandboxID *string           `json:"sourceSandboxId"`
+	SandboxClass    string            `json:"sandboxClass,omitempty"`
+}
+
+func (s *snapshot) view(org string) snapshotView {
+	v := snapshotView{
+		ID: s.id, General: s.general, Name: s.name, ImageName: s.imageName, State: s.state,
+		CPU: defaultCPU, Mem: defaultMemory, Disk: defaultDisk,
+		CreatedAt: s.createdAt, UpdatedAt: s.createdAt, BuildInfo: s.buildInfo, Ref: s.image,
+		SandboxClass: api.ClassContainer,
+	}
+	if !s.general {
+		v.OrganizationID = org
+	}
+	if s.errorReason != "" {
+		r := s.errorReason
+		v.ErrorReason = &r
+	}
+	return v
 }
 
 // snapshotLocked finds a snapshot by name (the organization's, then a
@@ -112,7 +150,7 @@ func (f *Fake) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	f.snaps[id] = s
 	f.wg.Add(1)
 	go f.buildSnapshot(s)
-	writeJSON(w, http.StatusOK, s.view())
+	writeJSON(w, http.StatusOK, s.view(f.org))
 }
 
 // buildSnapshot takes a pending snapshot through building to active or
@@ -139,9 +177,9 @@ func (f *Fake) buildSnapshot(s *snapshot) {
 func (f *Fake) getSnapshot(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	s := f.snapshotLocked(r.PathValue("id"))
-	var v api.Snapshot
+	var v snapshotView
 	if s != nil {
-		v = s.view()
+		v = s.view(f.org)
 	}
 	f.mu.Unlock()
 	if s == nil {
