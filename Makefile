@@ -160,6 +160,7 @@ bench: base-image agent-binaries
 	$(GO) test -run='^$$' -bench='ExecGatewayVsToolbox|EnsureRunningStarted' -benchtime=30x ./plugins/daytona/
 	$(GO) test -run='^$$' -bench='FramedExecTrue|Cancel' -benchtime=30x ./plugins/daytona/
 	$(GO) test -run='^$$' -bench=FramedStream -benchtime=3x ./plugins/daytona/
+	$(GO) test -run='^$$' -bench=SetupStartReady -benchtime=3x ./plugins/daytona/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./internal/envelope/
 
 ## fuzz: fuzz the protocol decoder, the git credential parser, the egress host matcher and the response redactor (FUZZTIME=60s each by default)
