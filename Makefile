@@ -154,11 +154,13 @@ bench: base-image agent-binaries
 	$(GO) test -run='^$$' -bench=TenGenerates -benchtime=5x ./core/driver/sessionbench/
 	$(GO) test -run='^$$' -bench='ColdEnsureRunning|WarmExecTrue' -benchtime=20x ./plugins/docker/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./plugins/docker/
+	$(GO) test -run='^$$' -bench=SetupStartReady -benchtime=5x ./plugins/docker/
 	$(GO) test -run='^$$' -bench='WarmExecTrue|Connect' -benchtime=30x ./plugins/ssh/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./plugins/ssh/
 	$(GO) test -run='^$$' -bench='ExecGatewayVsToolbox|EnsureRunningStarted' -benchtime=30x ./plugins/daytona/
 	$(GO) test -run='^$$' -bench='FramedExecTrue|Cancel' -benchtime=30x ./plugins/daytona/
 	$(GO) test -run='^$$' -bench=FramedStream -benchtime=3x ./plugins/daytona/
+	$(GO) test -run='^$$' -bench=SetupStartReady -benchtime=3x ./plugins/daytona/
 	$(GO) test -run='^$$' -bench=Stream -benchtime=5x ./internal/envelope/
 
 ## fuzz: fuzz the protocol decoder, the git credential parser, the egress host matcher and the response redactor (FUZZTIME=60s each by default)

@@ -356,10 +356,25 @@ type Sandbox struct {
 	// their own: docker); 0 keeps none. Nil is the default,
 	// DefaultParkedCheckouts.
 	ParkedCheckouts *int
+	// Setup are the commands that set the sandbox up once, before its
+	// first run (sandbox.setup): their result is kept with the sandbox's
+	// image or template, so later sandboxes start ready. In the form of a
+	// devcontainer's postCreateCommand: a string (run by sh -c), an argv
+	// (run as it is), or a map of those, run one after another in the
+	// order of their names.
+	Setup []SetupCommand
 	// Settings maps a provider name to its settings block, as written
 	// (after ${VAR} expansion). Blocks for providers other than Provider
 	// are kept so that overriding the provider keeps working.
 	Settings map[string]map[string]any
+}
+
+// SetupCommand is one command of sandbox.setup.
+type SetupCommand struct {
+	// Name is its name in a map of commands; "" for the only one.
+	Name string
+	// Argv is the command; a string in the file is sh -c and it.
+	Argv []string
 }
 
 // DefaultParkedCheckouts is Sandbox.ParkedCheckouts when a profile does

@@ -247,6 +247,9 @@ func profileKeys(t *testing.T) []string {
 		at := strings.TrimPrefix(prefix+"."+probe, ".")
 		env := testEnv{"AMELIA_PROFILES__DEV__" + strings.ToUpper(strings.ReplaceAll(at, ".", "__")): "1"}
 		_, _, err := loadString(t, minimal, env)
+		if err == nil {
+			return nil // a leaf whose map takes any name (sandbox.setup's commands)
+		}
 		var ve *ValidationError
 		if !errors.As(err, &ve) {
 			t.Fatalf("probe %s: %v", at, err)

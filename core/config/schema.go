@@ -670,6 +670,16 @@ func sandboxSection() section[Sandbox] {
 					return *sb.ParkedCheckouts
 				},
 			},
+			{
+				key: "setup",
+				decode: func(d *decoder, at path, v any, sb *Sandbox) {
+					if v == nil {
+						return
+					}
+					sb.Setup = d.setup(at, v)
+				},
+				show: func(_ *shower, _ path, sb *Sandbox) any { return showSetup(sb.Setup) },
+			},
 		},
 		// Any other key holding a map is a provider's settings block, kept
 		// as written for the plugin.

@@ -598,9 +598,9 @@ func TestValidationRules(t *testing.T) {
 			name:    "unknown scalar or list under sandbox",
 			content: profileWith("sandbox: {provider: docker, netwrok: none, image: x, hosts: [a]}\n"),
 			want: []string{
-				`profiles.dev.sandbox.hosts: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, shared_plugin, parked_checkouts, or a map of provider settings)`,
-				`profiles.dev.sandbox.image: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, shared_plugin, parked_checkouts, or a map of provider settings)`,
-				`profiles.dev.sandbox.netwrok: unknown key, did you mean network? (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, shared_plugin, parked_checkouts, or a map of provider settings)`,
+				`profiles.dev.sandbox.hosts: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, shared_plugin, parked_checkouts, setup, or a map of provider settings)`,
+				`profiles.dev.sandbox.image: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, shared_plugin, parked_checkouts, setup, or a map of provider settings)`,
+				`profiles.dev.sandbox.netwrok: unknown key, did you mean network? (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, shared_plugin, parked_checkouts, setup, or a map of provider settings)`,
 			},
 		},
 		// Provider settings blocks.

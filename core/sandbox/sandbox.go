@@ -99,6 +99,8 @@ type Sandbox struct {
 	// owned: the provider listed the sandbox Ref names with this host's
 	// and this config file's labels, or made it for Up; see checkOwned.
 	owned bool
+	// lastSetup is what the last Up did about the profile's setup.
+	lastSetup setupOutcome
 }
 
 // Opener starts the provider of a profile and returns its sandbox, not
@@ -236,6 +238,7 @@ func (s *Sandbox) Spec() sdk.Spec {
 			LabelOwner:   s.owner,
 			LabelCreated: time.Now().UTC().Format(time.RFC3339),
 		},
+		Setup: s.SetupCommands(),
 	}
 }
 
@@ -420,6 +423,9 @@ func (s *Sandbox) Up(ctx context.Context) (sdk.Sandbox, error) {
 		}
 	}
 	s.Ref, s.owned = sb.Ref, true
+	if err := s.setUp(ctx, sb); err != nil {
+		return sdk.Sandbox{}, err
+	}
 	return sb, nil
 }
 

@@ -54,6 +54,7 @@ var (
 	_ sdk.Forwarder         = (*Client)(nil)
 	_ sdk.SettingsValidator = (*Client)(nil)
 	_ sdk.Preflighter       = (*Client)(nil)
+	_ sdk.Preparer          = (*Client)(nil)
 )
 
 func (c *Client) Info(ctx context.Context) (sdk.Info, error) {
@@ -114,6 +115,16 @@ func (c *Client) ValidateSettings(ctx context.Context, req sdk.ValidateRequest) 
 func (c *Client) Preflight(ctx context.Context, spec sdk.Spec) error {
 	_, err := c.rpc.Preflight(ctx, specToPB(spec))
 	return fromStatus(err)
+}
+
+// Prepare asks the remote provider to prepare spec's setup; a provider
+// that cannot keep one gives ErrUnsupported.
+func (c *Client) Prepare(ctx context.Context, spec sdk.Spec) (sdk.Prepared, error) {
+	r, err := c.rpc.Prepare(ctx, specToPB(spec))
+	if err != nil {
+		return sdk.Prepared{}, fromStatus(err)
+	}
+	return sdk.Prepared{UpToDate: r.GetUpToDate(), Ref: r.GetRef(), Details: r.GetDetails()}, nil
 }
 
 // Forward runs the provider's Forwarder (ErrUnsupported when it has none).

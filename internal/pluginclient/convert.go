@@ -51,7 +51,19 @@ func specToPB(s sdk.Spec) *pb.EnsureRunningRequest {
 		Ref:     refToPB(s.SandboxRef),
 		Network: networkToPB(s.Network),
 		Labels:  s.Labels,
+		Setup:   setupToPB(s.Setup),
 	}
+}
+
+func setupToPB(cs []sdk.SetupCommand) []*pb.SetupCommand {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]*pb.SetupCommand, len(cs))
+	for i, c := range cs {
+		out[i] = &pb.SetupCommand{Name: c.Name, Argv: c.Argv}
+	}
+	return out
 }
 
 func networkToPB(n sdk.NetworkPolicy) *pb.NetworkPolicy {

@@ -235,6 +235,7 @@ var (
 	_ sdk.Forwarder         = (*Plugin)(nil)
 	_ sdk.SettingsValidator = (*Plugin)(nil)
 	_ sdk.Preflighter       = (*Plugin)(nil)
+	_ sdk.Preparer          = (*Plugin)(nil)
 )
 
 func (p *Plugin) Info(ctx context.Context) (sdk.Info, error) {
@@ -279,6 +280,13 @@ func (p *Plugin) ValidateSettings(ctx context.Context, req sdk.ValidateRequest) 
 // that cannot tell gives ErrUnsupported.
 func (p *Plugin) Preflight(ctx context.Context, spec sdk.Spec) error {
 	return p.explain(ctx, p.rpc.Preflight(ctx, spec))
+}
+
+// Prepare has the plugin prepare spec's setup; a plugin that cannot keep
+// one gives ErrUnsupported.
+func (p *Plugin) Prepare(ctx context.Context, spec sdk.Spec) (sdk.Prepared, error) {
+	res, err := p.rpc.Prepare(ctx, spec)
+	return res, p.explain(ctx, err)
 }
 
 // Forward runs the provider's Forwarder; a provider without one gives

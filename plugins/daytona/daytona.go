@@ -246,6 +246,9 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 	ref := spec.SandboxRef
 	ref.ID = sb.ID
 	details := map[string]string{"id": sb.ID, "state": string(sb.State)}
+	if strings.HasPrefix(sb.Snapshot, setupSnapshotPrefix) {
+		details["setup"] = sb.Snapshot
+	}
 	if sb.Target != "" {
 		details["region"] = sb.Target
 	}
@@ -269,13 +272,29 @@ func (p *Provider) findOrCreate(ctx context.Context, r resolved, spec sdk.Spec, 
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	wait := 50 * time.Millisecond
+	setup := "" // the setup's snapshot, once prepared
 	for {
 		if sb, err := r.acct.lookup(ctx, spec.Name, spec.ID); err == nil {
 			return sb, false, nil
 		} else if !errors.Is(err, sdk.ErrNotFound) {
 			return api.Sandbox{}, false, err
 		}
-		sb, err := r.acct.api.CreateSandbox(ctx, r.set.createRequest(spec, block))
+		req := r.set.createRequest(spec, block)
+		if len(spec.Setup) > 0 {
+			if setup == "" {
+				name, df, err := p.setupSnapshot(ctx, r, spec)
+				if err != nil {
+					return api.Sandbox{}, false, err
+				}
+				if _, err := p.prepareSnapshot(ctx, r, spec, name, df); err != nil {
+					return api.Sandbox{}, false, err
+				}
+				setup = name
+			}
+			// The snapshot fixes the resources: it was made with them.
+			req.Snapshot, req.BuildInfo, req.CPU, req.Memory, req.Disk = setup, nil, 0, 0, 0
+		}
+		sb, err := r.acct.api.CreateSandbox(ctx, req)
 		switch {
 		case err == nil:
 			r.acct.saw(sb)

@@ -16,6 +16,7 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/daytona"
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
 	"github.com/amelia-sandbox/amelia/plugins/daytona/daytonatest"
+	"github.com/amelia-sandbox/amelia/plugins/docker/image"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/sdktest"
 )
@@ -105,9 +106,22 @@ func run(t *testing.T, p sdk.Provider, ref sdk.SandboxRef, script string) (strin
 
 func TestConformance(t *testing.T) {
 	_, cfg := start(t, daytonatest.Options{}, nil)
+	const needsImage = "a setup is built FROM daytona.image, which these settings lack: TestConformancePreparer runs them with one"
 	sdktest.Run(t, sdktest.Config{
 		Command:  func() *exec.Cmd { return exec.Command(os.Args[0]) },
 		Settings: cfg,
+		Skip:     map[string]string{"PrepareKeepsTheSetup": needsImage, "FailedSetupKeepsNothing": needsImage},
+	})
+}
+
+// The Preparer group, with a daytona.image for the setup's snapshot to
+// be built on.
+func TestConformancePreparer(t *testing.T) {
+	_, cfg := start(t, daytonatest.Options{}, map[string]any{"image": image.TestBase})
+	sdktest.Run(t, sdktest.Config{
+		Command:  func() *exec.Cmd { return exec.Command(os.Args[0]) },
+		Settings: cfg,
+		Groups:   []sdktest.Group{sdktest.Preparer},
 	})
 }
 

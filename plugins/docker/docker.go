@@ -239,6 +239,9 @@ func checkOwned(c container.InspectResponse, spec sdk.Spec) error {
 // started when it was stopped or never started, unpaused when paused.
 func (p *Provider) resume(ctx context.Context, e *engine, set Settings, spec sdk.Spec, c container.InspectResponse) (sdk.Sandbox, error) {
 	sb := sandboxOf(spec, c.ID, c.Config.Image, c.Config.Labels[labelImageHash])
+	if h := c.Config.Labels[labelSetup]; h != "" {
+		sb.Details["setup"] = setupRepo + ":" + h
+	}
 	if err := p.checkEnvironment(ctx, e, set, c); err != nil {
 		return sb, err
 	}
@@ -287,6 +290,12 @@ func (p *Provider) create(ctx context.Context, e *engine, set Settings, spec sdk
 	if err != nil {
 		return sdk.Sandbox{}, err
 	}
+	var sp setupPlan
+	if len(spec.Setup) > 0 {
+		if sp, err = p.setupOf(ctx, e, set, spec); err != nil {
+			return sdk.Sandbox{}, err
+		}
+	}
 	name := containerName(spec.Name)
 	labels := map[string]string{}
 	maps.Copy(labels, set.Labels)
@@ -302,12 +311,16 @@ func (p *Provider) create(ctx context.Context, e *engine, set Settings, spec sdk
 	if set.DevcontainerFile != "" {
 		labels[labelDevcontainer] = set.DevcontainerFile
 	}
+	img := pl.tag
+	if sp.tag != "" {
+		img, labels[labelSetup] = sp.tag, sp.hash
+	}
 	env := []string{"AMELIA_SANDBOX=" + spec.Name}
 	for _, k := range slices.Sorted(maps.Keys(set.Env)) {
 		env = append(env, k+"="+set.Env[k])
 	}
 	cfg := &container.Config{
-		Image:      pl.tag,
+		Image:      img,
 		User:       set.User,
 		WorkingDir: image.Workdir,
 		Env:        env,
@@ -357,6 +370,9 @@ func (p *Provider) create(ctx context.Context, e *engine, set Settings, spec sdk
 		return sdk.Sandbox{}, err
 	}
 	sb := sandboxOf(spec, res.ID, pl.tag, pl.hash)
+	if sp.tag != "" {
+		sb.Details["setup"] = sp.tag
+	}
 	sb.Created = true
 	p.opts.Logger.Info("created sandbox container", "container", name, "image", pl.tag, "network", host.NetworkMode)
 	return sb, nil

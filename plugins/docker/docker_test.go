@@ -69,6 +69,7 @@ const conformancePids = 256
 
 func TestConformance(t *testing.T) {
 	cli := dockertest.Engine(t)
+	dockertest.RemoveNewImages(t, cli, "amelia-setup") // the Preparer group's
 	dockertest.RemoveContainers(t, cli, testLabel+"="+testRun)
 	for _, mode := range []sdk.NetworkMode{sdk.NetworkOpen, sdk.NetworkNone} {
 		t.Run(string(mode), func(t *testing.T) {

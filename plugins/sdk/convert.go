@@ -48,7 +48,19 @@ func specFromPB(r *pb.EnsureRunningRequest) Spec {
 		SandboxRef: refFromPB(r.GetRef()),
 		Network:    networkFromPB(r.GetNetwork()),
 		Labels:     r.GetLabels(),
+		Setup:      setupFromPB(r.GetSetup()),
 	}
+}
+
+func setupFromPB(cs []*pb.SetupCommand) []SetupCommand {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]SetupCommand, len(cs))
+	for i, c := range cs {
+		out[i] = SetupCommand{Name: c.GetName(), Argv: c.GetArgv()}
+	}
+	return out
 }
 
 func networkFromPB(n *pb.NetworkPolicy) NetworkPolicy {

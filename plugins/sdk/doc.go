@@ -38,8 +38,10 @@
 // A provider may also implement SettingsValidator (check a profile's
 // settings before anything starts; every provider should), Lister (find
 // its sandboxes by label, so orphans can be removed), Preflighter (say why
-// EnsureRunning would fail, changing nothing) and Forwarder (carry
-// connections from the sandbox back to the host itself); the host is told
+// EnsureRunning would fail, changing nothing), Forwarder (carry
+// connections from the sandbox back to the host itself) and Preparer
+// (keep the result of a sandbox's setup commands, Spec.Setup, as an image
+// or snapshot its sandboxes start from); the host is told
 // ErrUnsupported for one it lacks. Implementing io.Closer cleans up when
 // the plugin stops.
 //

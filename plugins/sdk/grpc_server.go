@@ -250,6 +250,27 @@ func (s *server) Preflight(ctx context.Context, r *pb.EnsureRunningRequest) (*pb
 	return &pb.PreflightResponse{}, nil
 }
 
+// Prepare answers from the provider's Preparer, or UNIMPLEMENTED when it
+// has none.
+func (s *server) Prepare(ctx context.Context, r *pb.EnsureRunningRequest) (*pb.PrepareResponse, error) {
+	p, ok := s.impl.(Preparer)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this provider cannot keep a sandbox's setup")
+	}
+	spec := specFromPB(r)
+	if err := validateSpec(spec); err != nil {
+		return nil, toStatus(err)
+	}
+	if len(spec.Setup) == 0 {
+		return nil, toStatus(Errorf(ErrInvalid, "nothing to prepare: the spec has no setup commands"))
+	}
+	res, err := p.Prepare(ctx, spec)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.PrepareResponse{UpToDate: res.UpToDate, Ref: res.Ref, Details: res.Details}, nil
+}
+
 // Exec runs one exec stream: ExecStart, then stdin, cancel and resize from the
 // host while output flows back; ExitStatus goes last, after the provider has
 // returned, so all output has been sent before it.

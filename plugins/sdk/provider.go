@@ -3,7 +3,9 @@ package sdk
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -106,6 +108,90 @@ type SettingsValidator interface {
 // sentinel EnsureRunning would (ErrUnavailable, ErrNotFound, ErrConflict).
 type Preflighter interface {
 	Preflight(ctx context.Context, spec Spec) error
+}
+
+// Preparer is an optional interface of a Provider that can keep the
+// result of a sandbox's setup commands (Spec.Setup, a profile's
+// sandbox.setup) where its sandboxes are made from: a committed image, a
+// snapshot. The commands then run once per base and setup, not once per
+// sandbox, and a sandbox EnsureRunning creates with Spec.Setup starts set
+// up (EnsureRunning prepares first when the result is not there). A
+// provider without it is asked nothing; the host runs the commands in
+// each new sandbox itself, once, and marks it done there.
+type Preparer interface {
+	// Prepare runs spec.Setup's commands once on the base that spec's
+	// sandboxes are made from, as the sandbox's default user in its home
+	// directory, and keeps the result under a name derived from
+	// everything that changes it (the base's identity, the commands, the
+	// user and environment), so that a change of any makes a new one.
+	// A result that is there already is reused (Prepared.UpToDate);
+	// several calls at once for the same result prepare it once, the
+	// others waiting for it within ctx. A command that fails is an error
+	// naming it and its exit status (a *SetupError), and nothing of that
+	// setup is kept: no image, no snapshot, no container left behind.
+	// Progress goes to the logger as Progress records, one per command.
+	Prepare(ctx context.Context, spec Spec) (Prepared, error)
+}
+
+// Prepared is what Prepare kept.
+type Prepared struct {
+	// UpToDate is true when it was there already and nothing ran.
+	UpToDate bool
+	// Ref is what sandboxes are created from: an image, a snapshot name.
+	Ref string
+	// Details are human-readable facts (the base it was made from).
+	Details map[string]string
+}
+
+// SetupCommand is one of a sandbox's setup commands.
+type SetupCommand struct {
+	// Name is its name in the profile's map of commands, for messages;
+	// "" for the only one.
+	Name string
+	// Argv is the command; a profile's string is ["sh", "-c", string].
+	Argv []string
+}
+
+// String is the command as messages name it: its name, else its argv.
+func (c SetupCommand) String() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	if len(c.Argv) == 3 && c.Argv[0] == "sh" && c.Argv[1] == "-c" {
+		return clipCommand(c.Argv[2])
+	}
+	return clipCommand(strings.Join(c.Argv, " "))
+}
+
+func clipCommand(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
+
+// SetupError is a setup command that failed: which, and how it ended.
+type SetupError struct {
+	// Index is the command's place in Spec.Setup, from 0.
+	Index   int
+	Command SetupCommand
+	Status  ExitStatus
+	// Tail is the end of its output, for the message.
+	Tail string
+}
+
+func (e *SetupError) Error() string {
+	how := fmt.Sprintf("exited %d", e.Status.Code)
+	if e.Status.Signal != "" {
+		how = "was killed by SIG" + e.Status.Signal
+	}
+	msg := fmt.Sprintf("setup command %d (%s) %s; nothing of the setup was kept", e.Index+1, e.Command, how)
+	if t := strings.TrimSpace(e.Tail); t != "" {
+		lines := strings.Split(t, "\n")
+		msg += ": " + strings.TrimSpace(lines[len(lines)-1])
+	}
+	return msg
 }
 
 // ValidateRequest is what ValidateSettings checks.
@@ -254,6 +340,10 @@ type Spec struct {
 	Network NetworkPolicy
 	// Labels to attach to the sandbox where the provider can (never secrets).
 	Labels map[string]string
+	// Setup are the commands that set the sandbox up (sandbox.setup). A
+	// Preparer creates the sandbox from their kept result; another
+	// provider ignores them (the host runs them).
+	Setup []SetupCommand
 }
 
 // Sandbox is a running sandbox.

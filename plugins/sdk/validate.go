@@ -57,6 +57,16 @@ func validateSpec(s Spec) error {
 	if err := ValidateName(s.Name); err != nil {
 		return err
 	}
+	for i, c := range s.Setup {
+		if len(c.Argv) == 0 || c.Argv[0] == "" {
+			return Errorf(ErrInvalid, "setup command %d is empty", i+1)
+		}
+		for _, a := range c.Argv {
+			if strings.ContainsRune(a, 0) {
+				return Errorf(ErrInvalid, "setup command %d holds a NUL byte", i+1)
+			}
+		}
+	}
 	return validateNetwork(s.Network)
 }
 

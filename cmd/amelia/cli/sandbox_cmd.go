@@ -28,7 +28,7 @@ func (a *app) sandboxCommand() *cobra.Command {
 		Use:   "sandbox",
 		Short: "Start, use, check and remove a profile's sandbox",
 	})
-	cmd.AddCommand(a.sandboxUpCommand(), a.sandboxDownCommand(), a.sandboxExecCommand(), a.sandboxHealthCommand(), a.sandboxLsCommand(), a.sandboxShellCommand(), a.sandboxPortForwardCommand())
+	cmd.AddCommand(a.sandboxUpCommand(), a.sandboxDownCommand(), a.sandboxExecCommand(), a.sandboxHealthCommand(), a.sandboxLsCommand(), a.sandboxShellCommand(), a.sandboxPortForwardCommand(), a.sandboxPrepareCommand())
 	return cmd
 }
 

@@ -142,6 +142,123 @@ func (Stream) EnumDescriptor() ([]byte, []int) {
 	return file_provider_proto_rawDescGZIP(), []int{1}
 }
 
+// SetupCommand is one of a sandbox's setup commands (sandbox.setup).
+type SetupCommand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its name in the profile, for messages; empty for the only one.
+	Name          string   `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Argv          []string `protobuf:"bytes,2,rep,name=argv,proto3" json:"argv,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetupCommand) Reset() {
+	*x = SetupCommand{}
+	mi := &file_provider_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetupCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetupCommand) ProtoMessage() {}
+
+func (x *SetupCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetupCommand.ProtoReflect.Descriptor instead.
+func (*SetupCommand) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SetupCommand) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetupCommand) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+type PrepareResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when the prepared result was there already and nothing ran.
+	UpToDate bool `protobuf:"varint,1,opt,name=up_to_date,json=upToDate,proto3" json:"up_to_date,omitempty"`
+	// What sandboxes start from: an image, a snapshot's name.
+	Ref string `protobuf:"bytes,2,opt,name=ref,proto3" json:"ref,omitempty"`
+	// Human-readable facts (the base it was made from, its digest).
+	Details       map[string]string `protobuf:"bytes,3,rep,name=details,proto3" json:"details,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrepareResponse) Reset() {
+	*x = PrepareResponse{}
+	mi := &file_provider_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrepareResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrepareResponse) ProtoMessage() {}
+
+func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrepareResponse.ProtoReflect.Descriptor instead.
+func (*PrepareResponse) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PrepareResponse) GetUpToDate() bool {
+	if x != nil {
+		return x.UpToDate
+	}
+	return false
+}
+
+func (x *PrepareResponse) GetRef() string {
+	if x != nil {
+		return x.Ref
+	}
+	return ""
+}
+
+func (x *PrepareResponse) GetDetails() map[string]string {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
 type PreflightResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -150,7 +267,7 @@ type PreflightResponse struct {
 
 func (x *PreflightResponse) Reset() {
 	*x = PreflightResponse{}
-	mi := &file_provider_proto_msgTypes[0]
+	mi := &file_provider_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -162,7 +279,7 @@ func (x *PreflightResponse) String() string {
 func (*PreflightResponse) ProtoMessage() {}
 
 func (x *PreflightResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[0]
+	mi := &file_provider_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -175,7 +292,7 @@ func (x *PreflightResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreflightResponse.ProtoReflect.Descriptor instead.
 func (*PreflightResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{0}
+	return file_provider_proto_rawDescGZIP(), []int{2}
 }
 
 type InfoRequest struct {
@@ -186,7 +303,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_provider_proto_msgTypes[1]
+	mi := &file_provider_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -198,7 +315,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[1]
+	mi := &file_provider_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -211,7 +328,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{1}
+	return file_provider_proto_rawDescGZIP(), []int{3}
 }
 
 type InfoResponse struct {
@@ -228,7 +345,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_provider_proto_msgTypes[2]
+	mi := &file_provider_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -240,7 +357,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[2]
+	mi := &file_provider_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -253,7 +370,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{2}
+	return file_provider_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *InfoResponse) GetName() string {
@@ -316,7 +433,7 @@ type Capabilities struct {
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_provider_proto_msgTypes[3]
+	mi := &file_provider_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -328,7 +445,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[3]
+	mi := &file_provider_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -341,7 +458,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{3}
+	return file_provider_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Capabilities) GetEgressModes() []string {
@@ -401,7 +518,7 @@ type SandboxRef struct {
 
 func (x *SandboxRef) Reset() {
 	*x = SandboxRef{}
-	mi := &file_provider_proto_msgTypes[4]
+	mi := &file_provider_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +530,7 @@ func (x *SandboxRef) String() string {
 func (*SandboxRef) ProtoMessage() {}
 
 func (x *SandboxRef) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[4]
+	mi := &file_provider_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +543,7 @@ func (x *SandboxRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxRef.ProtoReflect.Descriptor instead.
 func (*SandboxRef) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{4}
+	return file_provider_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SandboxRef) GetName() string {
@@ -461,7 +578,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_provider_proto_msgTypes[5]
+	mi := &file_provider_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +590,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[5]
+	mi := &file_provider_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +603,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{5}
+	return file_provider_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NetworkPolicy) GetMode() string {
@@ -504,17 +621,21 @@ func (x *NetworkPolicy) GetAllowedHosts() []string {
 }
 
 type EnsureRunningRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ref           *SandboxRef            `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
-	Network       *NetworkPolicy         `protobuf:"bytes,2,opt,name=network,proto3" json:"network,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Ref     *SandboxRef            `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Network *NetworkPolicy         `protobuf:"bytes,2,opt,name=network,proto3" json:"network,omitempty"`
+	Labels  map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The commands that set the sandbox up once (sandbox.setup): a provider
+	// that implements Prepare creates the sandbox from their kept result,
+	// preparing it first when it is not there. Empty: no setup.
+	Setup         []*SetupCommand `protobuf:"bytes,20,rep,name=setup,proto3" json:"setup,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnsureRunningRequest) Reset() {
 	*x = EnsureRunningRequest{}
-	mi := &file_provider_proto_msgTypes[6]
+	mi := &file_provider_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -526,7 +647,7 @@ func (x *EnsureRunningRequest) String() string {
 func (*EnsureRunningRequest) ProtoMessage() {}
 
 func (x *EnsureRunningRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[6]
+	mi := &file_provider_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -539,7 +660,7 @@ func (x *EnsureRunningRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureRunningRequest.ProtoReflect.Descriptor instead.
 func (*EnsureRunningRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{6}
+	return file_provider_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EnsureRunningRequest) GetRef() *SandboxRef {
@@ -563,6 +684,13 @@ func (x *EnsureRunningRequest) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *EnsureRunningRequest) GetSetup() []*SetupCommand {
+	if x != nil {
+		return x.Setup
+	}
+	return nil
+}
+
 type EnsureRunningResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ref   *SandboxRef            `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
@@ -582,7 +710,7 @@ type EnsureRunningResponse struct {
 
 func (x *EnsureRunningResponse) Reset() {
 	*x = EnsureRunningResponse{}
-	mi := &file_provider_proto_msgTypes[7]
+	mi := &file_provider_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +722,7 @@ func (x *EnsureRunningResponse) String() string {
 func (*EnsureRunningResponse) ProtoMessage() {}
 
 func (x *EnsureRunningResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[7]
+	mi := &file_provider_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +735,7 @@ func (x *EnsureRunningResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureRunningResponse.ProtoReflect.Descriptor instead.
 func (*EnsureRunningResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{7}
+	return file_provider_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EnsureRunningResponse) GetRef() *SandboxRef {
@@ -668,7 +796,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_provider_proto_msgTypes[8]
+	mi := &file_provider_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +808,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[8]
+	mi := &file_provider_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +821,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{8}
+	return file_provider_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExecRequest) GetMsg() isExecRequest_Msg {
@@ -818,7 +946,7 @@ type ExecStart struct {
 
 func (x *ExecStart) Reset() {
 	*x = ExecStart{}
-	mi := &file_provider_proto_msgTypes[9]
+	mi := &file_provider_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +958,7 @@ func (x *ExecStart) String() string {
 func (*ExecStart) ProtoMessage() {}
 
 func (x *ExecStart) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[9]
+	mi := &file_provider_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +971,7 @@ func (x *ExecStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
 func (*ExecStart) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{9}
+	return file_provider_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExecStart) GetSandbox() *SandboxRef {
@@ -963,7 +1091,7 @@ type DataStreams struct {
 
 func (x *DataStreams) Reset() {
 	*x = DataStreams{}
-	mi := &file_provider_proto_msgTypes[10]
+	mi := &file_provider_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1103,7 @@ func (x *DataStreams) String() string {
 func (*DataStreams) ProtoMessage() {}
 
 func (x *DataStreams) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[10]
+	mi := &file_provider_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1116,7 @@ func (x *DataStreams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataStreams.ProtoReflect.Descriptor instead.
 func (*DataStreams) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{10}
+	return file_provider_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DataStreams) GetId() uint64 {
@@ -1020,7 +1148,7 @@ type StdinEOF struct {
 
 func (x *StdinEOF) Reset() {
 	*x = StdinEOF{}
-	mi := &file_provider_proto_msgTypes[11]
+	mi := &file_provider_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1160,7 @@ func (x *StdinEOF) String() string {
 func (*StdinEOF) ProtoMessage() {}
 
 func (x *StdinEOF) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[11]
+	mi := &file_provider_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1173,7 @@ func (x *StdinEOF) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinEOF.ProtoReflect.Descriptor instead.
 func (*StdinEOF) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{11}
+	return file_provider_proto_rawDescGZIP(), []int{13}
 }
 
 // Cancel asks the server to stop the process tree: SIGTERM, then SIGKILL after
@@ -1058,7 +1186,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_provider_proto_msgTypes[12]
+	mi := &file_provider_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1198,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[12]
+	mi := &file_provider_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1211,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{12}
+	return file_provider_proto_rawDescGZIP(), []int{14}
 }
 
 type TermSize struct {
@@ -1096,7 +1224,7 @@ type TermSize struct {
 
 func (x *TermSize) Reset() {
 	*x = TermSize{}
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_provider_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1236,7 @@ func (x *TermSize) String() string {
 func (*TermSize) ProtoMessage() {}
 
 func (x *TermSize) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_provider_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1249,7 @@ func (x *TermSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TermSize.ProtoReflect.Descriptor instead.
 func (*TermSize) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{13}
+	return file_provider_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TermSize) GetRows() uint32 {
@@ -1152,7 +1280,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1292,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1305,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{14}
+	return file_provider_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExecResponse) GetMsg() isExecResponse_Msg {
@@ -1247,7 +1375,7 @@ type StdinAck struct {
 
 func (x *StdinAck) Reset() {
 	*x = StdinAck{}
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1387,7 @@ func (x *StdinAck) String() string {
 func (*StdinAck) ProtoMessage() {}
 
 func (x *StdinAck) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1400,7 @@ func (x *StdinAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinAck.ProtoReflect.Descriptor instead.
 func (*StdinAck) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{15}
+	return file_provider_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StdinAck) GetBytes() uint64 {
@@ -1292,7 +1420,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1432,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1445,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{16}
+	return file_provider_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Output) GetStream() Stream {
@@ -1354,7 +1482,7 @@ type ExitStatus struct {
 
 func (x *ExitStatus) Reset() {
 	*x = ExitStatus{}
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +1494,7 @@ func (x *ExitStatus) String() string {
 func (*ExitStatus) ProtoMessage() {}
 
 func (x *ExitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1507,7 @@ func (x *ExitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitStatus.ProtoReflect.Descriptor instead.
 func (*ExitStatus) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{17}
+	return file_provider_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExitStatus) GetCode() int32 {
@@ -1427,7 +1555,7 @@ type DataSent struct {
 
 func (x *DataSent) Reset() {
 	*x = DataSent{}
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +1567,7 @@ func (x *DataSent) String() string {
 func (*DataSent) ProtoMessage() {}
 
 func (x *DataSent) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +1580,7 @@ func (x *DataSent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataSent.ProtoReflect.Descriptor instead.
 func (*DataSent) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{18}
+	return file_provider_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DataSent) GetStdout() uint64 {
@@ -1478,7 +1606,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1618,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1631,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{19}
+	return file_provider_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TeardownRequest) GetRef() *SandboxRef {
@@ -1521,7 +1649,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1661,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1674,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{20}
+	return file_provider_proto_rawDescGZIP(), []int{22}
 }
 
 type HealthCheckRequest struct {
@@ -1558,7 +1686,7 @@ type HealthCheckRequest struct {
 
 func (x *HealthCheckRequest) Reset() {
 	*x = HealthCheckRequest{}
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1698,7 @@ func (x *HealthCheckRequest) String() string {
 func (*HealthCheckRequest) ProtoMessage() {}
 
 func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1711,7 @@ func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckRequest.ProtoReflect.Descriptor instead.
 func (*HealthCheckRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{21}
+	return file_provider_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HealthCheckRequest) GetRef() *SandboxRef {
@@ -1604,7 +1732,7 @@ type HealthCheckResponse struct {
 
 func (x *HealthCheckResponse) Reset() {
 	*x = HealthCheckResponse{}
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1744,7 @@ func (x *HealthCheckResponse) String() string {
 func (*HealthCheckResponse) ProtoMessage() {}
 
 func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1757,7 @@ func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckResponse.ProtoReflect.Descriptor instead.
 func (*HealthCheckResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{22}
+	return file_provider_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HealthCheckResponse) GetState() string {
@@ -1658,7 +1786,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +1798,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +1811,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{23}
+	return file_provider_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListRequest) GetConfig() []byte {
@@ -1709,7 +1837,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1849,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1862,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{24}
+	return file_provider_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListResponse) GetSandboxes() []*ListedSandbox {
@@ -1760,7 +1888,7 @@ type ListedSandbox struct {
 
 func (x *ListedSandbox) Reset() {
 	*x = ListedSandbox{}
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +1900,7 @@ func (x *ListedSandbox) String() string {
 func (*ListedSandbox) ProtoMessage() {}
 
 func (x *ListedSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +1913,7 @@ func (x *ListedSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListedSandbox.ProtoReflect.Descriptor instead.
 func (*ListedSandbox) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{25}
+	return file_provider_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListedSandbox) GetRef() *SandboxRef {
@@ -1827,7 +1955,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +1967,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +1980,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{26}
+	return file_provider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ForwardRequest) GetSandbox() *SandboxRef {
@@ -1879,7 +2007,7 @@ type ForwardEvent struct {
 
 func (x *ForwardEvent) Reset() {
 	*x = ForwardEvent{}
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2019,7 @@ func (x *ForwardEvent) String() string {
 func (*ForwardEvent) ProtoMessage() {}
 
 func (x *ForwardEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2032,7 @@ func (x *ForwardEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardEvent.ProtoReflect.Descriptor instead.
 func (*ForwardEvent) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{27}
+	return file_provider_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ForwardEvent) GetListening() string {
@@ -1926,7 +2054,7 @@ type ValidateSettingsRequest struct {
 
 func (x *ValidateSettingsRequest) Reset() {
 	*x = ValidateSettingsRequest{}
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2066,7 @@ func (x *ValidateSettingsRequest) String() string {
 func (*ValidateSettingsRequest) ProtoMessage() {}
 
 func (x *ValidateSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2079,7 @@ func (x *ValidateSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateSettingsRequest.ProtoReflect.Descriptor instead.
 func (*ValidateSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{28}
+	return file_provider_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ValidateSettingsRequest) GetConfig() []byte {
@@ -1977,7 +2105,7 @@ type ValidateSettingsResponse struct {
 
 func (x *ValidateSettingsResponse) Reset() {
 	*x = ValidateSettingsResponse{}
-	mi := &file_provider_proto_msgTypes[29]
+	mi := &file_provider_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2117,7 @@ func (x *ValidateSettingsResponse) String() string {
 func (*ValidateSettingsResponse) ProtoMessage() {}
 
 func (x *ValidateSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[29]
+	mi := &file_provider_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2130,7 @@ func (x *ValidateSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateSettingsResponse.ProtoReflect.Descriptor instead.
 func (*ValidateSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{29}
+	return file_provider_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ValidateSettingsResponse) GetProblems() []*SettingsProblem {
@@ -2029,7 +2157,7 @@ type SettingsProblem struct {
 
 func (x *SettingsProblem) Reset() {
 	*x = SettingsProblem{}
-	mi := &file_provider_proto_msgTypes[30]
+	mi := &file_provider_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +2169,7 @@ func (x *SettingsProblem) String() string {
 func (*SettingsProblem) ProtoMessage() {}
 
 func (x *SettingsProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[30]
+	mi := &file_provider_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,7 +2182,7 @@ func (x *SettingsProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettingsProblem.ProtoReflect.Descriptor instead.
 func (*SettingsProblem) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{30}
+	return file_provider_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SettingsProblem) GetKey() string {
@@ -2075,7 +2203,18 @@ var File_provider_proto protoreflect.FileDescriptor
 
 const file_provider_proto_rawDesc = "" +
 	"\n" +
-	"\x0eprovider.proto\x12\x12amelia.provider.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x13\n" +
+	"\x0eprovider.proto\x12\x12amelia.provider.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"6\n" +
+	"\fSetupCommand\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04argv\x18\x02 \x03(\tR\x04argv\"\xc9\x01\n" +
+	"\x0fPrepareResponse\x12\x1c\n" +
+	"\n" +
+	"up_to_date\x18\x01 \x01(\bR\bupToDate\x12\x10\n" +
+	"\x03ref\x18\x02 \x01(\tR\x03ref\x12J\n" +
+	"\adetails\x18\x03 \x03(\v20.amelia.provider.v1.PrepareResponse.DetailsEntryR\adetails\x1a:\n" +
+	"\fDetailsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x13\n" +
 	"\x11PreflightResponse\"\r\n" +
 	"\vInfoRequest\"\xc7\x01\n" +
 	"\fInfoResponse\x12\x12\n" +
@@ -2099,11 +2238,12 @@ const file_provider_proto_rawDesc = "" +
 	"\x06config\x18\x03 \x01(\fR\x06config\"H\n" +
 	"\rNetworkPolicy\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12#\n" +
-	"\rallowed_hosts\x18\x02 \x03(\tR\fallowedHosts\"\x8e\x02\n" +
+	"\rallowed_hosts\x18\x02 \x03(\tR\fallowedHosts\"\xc6\x02\n" +
 	"\x14EnsureRunningRequest\x120\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\x03ref\x12;\n" +
 	"\anetwork\x18\x02 \x01(\v2!.amelia.provider.v1.NetworkPolicyR\anetwork\x12L\n" +
-	"\x06labels\x18\x03 \x03(\v24.amelia.provider.v1.EnsureRunningRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x03 \x03(\v24.amelia.provider.v1.EnsureRunningRequest.LabelsEntryR\x06labels\x126\n" +
+	"\x05setup\x18\x14 \x03(\v2 .amelia.provider.v1.SetupCommandR\x05setup\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x02\n" +
@@ -2216,7 +2356,7 @@ const file_provider_proto_rawDesc = "" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
-	"\rSTREAM_STDERR\x10\x022\xac\x06\n" +
+	"\rSTREAM_STDERR\x10\x022\x86\a\n" +
 	"\bProvider\x12I\n" +
 	"\x04Info\x12\x1f.amelia.provider.v1.InfoRequest\x1a .amelia.provider.v1.InfoResponse\x12d\n" +
 	"\rEnsureRunning\x12(.amelia.provider.v1.EnsureRunningRequest\x1a).amelia.provider.v1.EnsureRunningResponse\x12M\n" +
@@ -2226,7 +2366,8 @@ const file_provider_proto_rawDesc = "" +
 	"\x04List\x12\x1f.amelia.provider.v1.ListRequest\x1a .amelia.provider.v1.ListResponse\x12Q\n" +
 	"\aForward\x12\".amelia.provider.v1.ForwardRequest\x1a .amelia.provider.v1.ForwardEvent0\x01\x12m\n" +
 	"\x10ValidateSettings\x12+.amelia.provider.v1.ValidateSettingsRequest\x1a,.amelia.provider.v1.ValidateSettingsResponse\x12\\\n" +
-	"\tPreflight\x12(.amelia.provider.v1.EnsureRunningRequest\x1a%.amelia.provider.v1.PreflightResponseBNZLgithub.com/amelia-sandbox/amelia/internal/providerwire/providerv1;providerv1b\x06proto3"
+	"\tPreflight\x12(.amelia.provider.v1.EnsureRunningRequest\x1a%.amelia.provider.v1.PreflightResponse\x12X\n" +
+	"\aPrepare\x12(.amelia.provider.v1.EnsureRunningRequest\x1a#.amelia.provider.v1.PrepareResponseBNZLgithub.com/amelia-sandbox/amelia/internal/providerwire/providerv1;providerv1b\x06proto3"
 
 var (
 	file_provider_proto_rawDescOnce sync.Once
@@ -2241,105 +2382,112 @@ func file_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_provider_proto_goTypes = []any{
 	(Traffic)(0),                     // 0: amelia.provider.v1.Traffic
 	(Stream)(0),                      // 1: amelia.provider.v1.Stream
-	(*PreflightResponse)(nil),        // 2: amelia.provider.v1.PreflightResponse
-	(*InfoRequest)(nil),              // 3: amelia.provider.v1.InfoRequest
-	(*InfoResponse)(nil),             // 4: amelia.provider.v1.InfoResponse
-	(*Capabilities)(nil),             // 5: amelia.provider.v1.Capabilities
-	(*SandboxRef)(nil),               // 6: amelia.provider.v1.SandboxRef
-	(*NetworkPolicy)(nil),            // 7: amelia.provider.v1.NetworkPolicy
-	(*EnsureRunningRequest)(nil),     // 8: amelia.provider.v1.EnsureRunningRequest
-	(*EnsureRunningResponse)(nil),    // 9: amelia.provider.v1.EnsureRunningResponse
-	(*ExecRequest)(nil),              // 10: amelia.provider.v1.ExecRequest
-	(*ExecStart)(nil),                // 11: amelia.provider.v1.ExecStart
-	(*DataStreams)(nil),              // 12: amelia.provider.v1.DataStreams
-	(*StdinEOF)(nil),                 // 13: amelia.provider.v1.StdinEOF
-	(*Cancel)(nil),                   // 14: amelia.provider.v1.Cancel
-	(*TermSize)(nil),                 // 15: amelia.provider.v1.TermSize
-	(*ExecResponse)(nil),             // 16: amelia.provider.v1.ExecResponse
-	(*StdinAck)(nil),                 // 17: amelia.provider.v1.StdinAck
-	(*Output)(nil),                   // 18: amelia.provider.v1.Output
-	(*ExitStatus)(nil),               // 19: amelia.provider.v1.ExitStatus
-	(*DataSent)(nil),                 // 20: amelia.provider.v1.DataSent
-	(*TeardownRequest)(nil),          // 21: amelia.provider.v1.TeardownRequest
-	(*TeardownResponse)(nil),         // 22: amelia.provider.v1.TeardownResponse
-	(*HealthCheckRequest)(nil),       // 23: amelia.provider.v1.HealthCheckRequest
-	(*HealthCheckResponse)(nil),      // 24: amelia.provider.v1.HealthCheckResponse
-	(*ListRequest)(nil),              // 25: amelia.provider.v1.ListRequest
-	(*ListResponse)(nil),             // 26: amelia.provider.v1.ListResponse
-	(*ListedSandbox)(nil),            // 27: amelia.provider.v1.ListedSandbox
-	(*ForwardRequest)(nil),           // 28: amelia.provider.v1.ForwardRequest
-	(*ForwardEvent)(nil),             // 29: amelia.provider.v1.ForwardEvent
-	(*ValidateSettingsRequest)(nil),  // 30: amelia.provider.v1.ValidateSettingsRequest
-	(*ValidateSettingsResponse)(nil), // 31: amelia.provider.v1.ValidateSettingsResponse
-	(*SettingsProblem)(nil),          // 32: amelia.provider.v1.SettingsProblem
-	nil,                              // 33: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	nil,                              // 34: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	nil,                              // 35: amelia.provider.v1.ExecStart.EnvEntry
-	nil,                              // 36: amelia.provider.v1.ListRequest.LabelsEntry
-	nil,                              // 37: amelia.provider.v1.ListedSandbox.LabelsEntry
-	(*durationpb.Duration)(nil),      // 38: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 39: google.protobuf.Timestamp
+	(*SetupCommand)(nil),             // 2: amelia.provider.v1.SetupCommand
+	(*PrepareResponse)(nil),          // 3: amelia.provider.v1.PrepareResponse
+	(*PreflightResponse)(nil),        // 4: amelia.provider.v1.PreflightResponse
+	(*InfoRequest)(nil),              // 5: amelia.provider.v1.InfoRequest
+	(*InfoResponse)(nil),             // 6: amelia.provider.v1.InfoResponse
+	(*Capabilities)(nil),             // 7: amelia.provider.v1.Capabilities
+	(*SandboxRef)(nil),               // 8: amelia.provider.v1.SandboxRef
+	(*NetworkPolicy)(nil),            // 9: amelia.provider.v1.NetworkPolicy
+	(*EnsureRunningRequest)(nil),     // 10: amelia.provider.v1.EnsureRunningRequest
+	(*EnsureRunningResponse)(nil),    // 11: amelia.provider.v1.EnsureRunningResponse
+	(*ExecRequest)(nil),              // 12: amelia.provider.v1.ExecRequest
+	(*ExecStart)(nil),                // 13: amelia.provider.v1.ExecStart
+	(*DataStreams)(nil),              // 14: amelia.provider.v1.DataStreams
+	(*StdinEOF)(nil),                 // 15: amelia.provider.v1.StdinEOF
+	(*Cancel)(nil),                   // 16: amelia.provider.v1.Cancel
+	(*TermSize)(nil),                 // 17: amelia.provider.v1.TermSize
+	(*ExecResponse)(nil),             // 18: amelia.provider.v1.ExecResponse
+	(*StdinAck)(nil),                 // 19: amelia.provider.v1.StdinAck
+	(*Output)(nil),                   // 20: amelia.provider.v1.Output
+	(*ExitStatus)(nil),               // 21: amelia.provider.v1.ExitStatus
+	(*DataSent)(nil),                 // 22: amelia.provider.v1.DataSent
+	(*TeardownRequest)(nil),          // 23: amelia.provider.v1.TeardownRequest
+	(*TeardownResponse)(nil),         // 24: amelia.provider.v1.TeardownResponse
+	(*HealthCheckRequest)(nil),       // 25: amelia.provider.v1.HealthCheckRequest
+	(*HealthCheckResponse)(nil),      // 26: amelia.provider.v1.HealthCheckResponse
+	(*ListRequest)(nil),              // 27: amelia.provider.v1.ListRequest
+	(*ListResponse)(nil),             // 28: amelia.provider.v1.ListResponse
+	(*ListedSandbox)(nil),            // 29: amelia.provider.v1.ListedSandbox
+	(*ForwardRequest)(nil),           // 30: amelia.provider.v1.ForwardRequest
+	(*ForwardEvent)(nil),             // 31: amelia.provider.v1.ForwardEvent
+	(*ValidateSettingsRequest)(nil),  // 32: amelia.provider.v1.ValidateSettingsRequest
+	(*ValidateSettingsResponse)(nil), // 33: amelia.provider.v1.ValidateSettingsResponse
+	(*SettingsProblem)(nil),          // 34: amelia.provider.v1.SettingsProblem
+	nil,                              // 35: amelia.provider.v1.PrepareResponse.DetailsEntry
+	nil,                              // 36: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	nil,                              // 37: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	nil,                              // 38: amelia.provider.v1.ExecStart.EnvEntry
+	nil,                              // 39: amelia.provider.v1.ListRequest.LabelsEntry
+	nil,                              // 40: amelia.provider.v1.ListedSandbox.LabelsEntry
+	(*durationpb.Duration)(nil),      // 41: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 42: google.protobuf.Timestamp
 }
 var file_provider_proto_depIdxs = []int32{
-	5,  // 0: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
-	6,  // 1: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	7,  // 2: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	33, // 3: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	6,  // 4: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
-	34, // 5: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	11, // 6: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
-	13, // 7: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
-	14, // 8: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
-	15, // 9: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
-	6,  // 10: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	35, // 11: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
-	15, // 12: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
-	38, // 13: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
-	38, // 14: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
-	12, // 15: amelia.provider.v1.ExecStart.data:type_name -> amelia.provider.v1.DataStreams
-	0,  // 16: amelia.provider.v1.ExecStart.traffic:type_name -> amelia.provider.v1.Traffic
-	18, // 17: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
-	19, // 18: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
-	17, // 19: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
-	1,  // 20: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
-	20, // 21: amelia.provider.v1.ExitStatus.data_sent:type_name -> amelia.provider.v1.DataSent
-	6,  // 22: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	6,  // 23: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	36, // 24: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
-	27, // 25: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
-	6,  // 26: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
-	37, // 27: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
-	39, // 28: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
-	6,  // 29: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	7,  // 30: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	32, // 31: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
-	3,  // 32: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
-	8,  // 33: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
-	10, // 34: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
-	21, // 35: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
-	23, // 36: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
-	25, // 37: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
-	28, // 38: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
-	30, // 39: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
-	8,  // 40: amelia.provider.v1.Provider.Preflight:input_type -> amelia.provider.v1.EnsureRunningRequest
-	4,  // 41: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
-	9,  // 42: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
-	16, // 43: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
-	22, // 44: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
-	24, // 45: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
-	26, // 46: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
-	29, // 47: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
-	31, // 48: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
-	2,  // 49: amelia.provider.v1.Provider.Preflight:output_type -> amelia.provider.v1.PreflightResponse
-	41, // [41:50] is the sub-list for method output_type
-	32, // [32:41] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	35, // 0: amelia.provider.v1.PrepareResponse.details:type_name -> amelia.provider.v1.PrepareResponse.DetailsEntry
+	7,  // 1: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
+	8,  // 2: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	9,  // 3: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
+	36, // 4: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	2,  // 5: amelia.provider.v1.EnsureRunningRequest.setup:type_name -> amelia.provider.v1.SetupCommand
+	8,  // 6: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
+	37, // 7: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	13, // 8: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
+	15, // 9: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
+	16, // 10: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
+	17, // 11: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
+	8,  // 12: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
+	38, // 13: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
+	17, // 14: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
+	41, // 15: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
+	41, // 16: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	14, // 17: amelia.provider.v1.ExecStart.data:type_name -> amelia.provider.v1.DataStreams
+	0,  // 18: amelia.provider.v1.ExecStart.traffic:type_name -> amelia.provider.v1.Traffic
+	20, // 19: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
+	21, // 20: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
+	19, // 21: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
+	1,  // 22: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
+	22, // 23: amelia.provider.v1.ExitStatus.data_sent:type_name -> amelia.provider.v1.DataSent
+	8,  // 24: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	8,  // 25: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	39, // 26: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
+	29, // 27: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
+	8,  // 28: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
+	40, // 29: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
+	42, // 30: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
+	8,  // 31: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
+	9,  // 32: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
+	34, // 33: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
+	5,  // 34: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
+	10, // 35: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
+	12, // 36: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
+	23, // 37: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
+	25, // 38: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
+	27, // 39: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
+	30, // 40: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
+	32, // 41: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
+	10, // 42: amelia.provider.v1.Provider.Preflight:input_type -> amelia.provider.v1.EnsureRunningRequest
+	10, // 43: amelia.provider.v1.Provider.Prepare:input_type -> amelia.provider.v1.EnsureRunningRequest
+	6,  // 44: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
+	11, // 45: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
+	18, // 46: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
+	24, // 47: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
+	26, // 48: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
+	28, // 49: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
+	31, // 50: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
+	33, // 51: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
+	4,  // 52: amelia.provider.v1.Provider.Preflight:output_type -> amelia.provider.v1.PreflightResponse
+	3,  // 53: amelia.provider.v1.Provider.Prepare:output_type -> amelia.provider.v1.PrepareResponse
+	44, // [44:54] is the sub-list for method output_type
+	34, // [34:44] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -2347,14 +2495,14 @@ func file_provider_proto_init() {
 	if File_provider_proto != nil {
 		return
 	}
-	file_provider_proto_msgTypes[8].OneofWrappers = []any{
+	file_provider_proto_msgTypes[10].OneofWrappers = []any{
 		(*ExecRequest_Start)(nil),
 		(*ExecRequest_Stdin)(nil),
 		(*ExecRequest_StdinEof)(nil),
 		(*ExecRequest_Cancel)(nil),
 		(*ExecRequest_Resize)(nil),
 	}
-	file_provider_proto_msgTypes[14].OneofWrappers = []any{
+	file_provider_proto_msgTypes[16].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Exit)(nil),
 		(*ExecResponse_StdinAck)(nil),
@@ -2365,7 +2513,7 @@ func file_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

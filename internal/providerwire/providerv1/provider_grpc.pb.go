@@ -40,6 +40,7 @@ const (
 	Provider_Forward_FullMethodName          = "/amelia.provider.v1.Provider/Forward"
 	Provider_ValidateSettings_FullMethodName = "/amelia.provider.v1.Provider/ValidateSettings"
 	Provider_Preflight_FullMethodName        = "/amelia.provider.v1.Provider/Preflight"
+	Provider_Prepare_FullMethodName          = "/amelia.provider.v1.Provider/Prepare"
 )
 
 // ProviderClient is the client API for Provider service.
@@ -103,6 +104,15 @@ type ProviderClient interface {
 	// file's). An OK answer is no promise, only the absence of a known
 	// obstacle. Optional: UNIMPLEMENTED when the provider cannot tell.
 	Preflight(ctx context.Context, in *EnsureRunningRequest, opts ...grpc.CallOption) (*PreflightResponse, error)
+	// Prepare runs the request's setup commands once, where the provider
+	// keeps their result (a committed image, a snapshot), so that the
+	// sandboxes EnsureRunning later creates with the same setup start from
+	// it, set up. A prepared result that is there already is used as it is
+	// (up_to_date). A failed command keeps nothing and is an error naming
+	// it and its exit status. Several calls at once for the same setup do
+	// it once. Optional: UNIMPLEMENTED when the provider cannot keep a
+	// setup; the host then runs the commands in the sandbox itself.
+	Prepare(ctx context.Context, in *EnsureRunningRequest, opts ...grpc.CallOption) (*PrepareResponse, error)
 }
 
 type providerClient struct {
@@ -215,6 +225,16 @@ func (c *providerClient) Preflight(ctx context.Context, in *EnsureRunningRequest
 	return out, nil
 }
 
+func (c *providerClient) Prepare(ctx context.Context, in *EnsureRunningRequest, opts ...grpc.CallOption) (*PrepareResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PrepareResponse)
+	err := c.cc.Invoke(ctx, Provider_Prepare_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ProviderServer is the server API for Provider service.
 // All implementations must embed UnimplementedProviderServer
 // for forward compatibility.
@@ -276,6 +296,15 @@ type ProviderServer interface {
 	// file's). An OK answer is no promise, only the absence of a known
 	// obstacle. Optional: UNIMPLEMENTED when the provider cannot tell.
 	Preflight(context.Context, *EnsureRunningRequest) (*PreflightResponse, error)
+	// Prepare runs the request's setup commands once, where the provider
+	// keeps their result (a committed image, a snapshot), so that the
+	// sandboxes EnsureRunning later creates with the same setup start from
+	// it, set up. A prepared result that is there already is used as it is
+	// (up_to_date). A failed command keeps nothing and is an error naming
+	// it and its exit status. Several calls at once for the same setup do
+	// it once. Optional: UNIMPLEMENTED when the provider cannot keep a
+	// setup; the host then runs the commands in the sandbox itself.
+	Prepare(context.Context, *EnsureRunningRequest) (*PrepareResponse, error)
 	mustEmbedUnimplementedProviderServer()
 }
 
@@ -312,6 +341,9 @@ func (UnimplementedProviderServer) ValidateSettings(context.Context, *ValidateSe
 }
 func (UnimplementedProviderServer) Preflight(context.Context, *EnsureRunningRequest) (*PreflightResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Preflight not implemented")
+}
+func (UnimplementedProviderServer) Prepare(context.Context, *EnsureRunningRequest) (*PrepareResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Prepare not implemented")
 }
 func (UnimplementedProviderServer) mustEmbedUnimplementedProviderServer() {}
 func (UnimplementedProviderServer) testEmbeddedByValue()                  {}
@@ -478,6 +510,24 @@ func _Provider_Preflight_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Provider_Prepare_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EnsureRunningRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderServer).Prepare(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provider_Prepare_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderServer).Prepare(ctx, req.(*EnsureRunningRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Provider_ServiceDesc is the grpc.ServiceDesc for Provider service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -512,6 +562,10 @@ var Provider_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Preflight",
 			Handler:    _Provider_Preflight_Handler,
+		},
+		{
+			MethodName: "Prepare",
+			Handler:    _Provider_Prepare_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

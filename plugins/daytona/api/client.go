@@ -159,6 +159,28 @@ func (c *Client) CreateSandbox(ctx context.Context, req CreateSandbox) (Sandbox,
 	return sb, err
 }
 
+// CreateSnapshot creates a snapshot; one made from BuildInfo comes back
+// pending and is active (or build_failed) when GetSnapshot says so. A
+// name taken already is 409.
+func (c *Client) CreateSnapshot(ctx context.Context, req CreateSnapshot) (Snapshot, error) {
+	var s Snapshot
+	err := c.do(ctx, http.MethodPost, c.base+"/snapshots", nil, req, &s)
+	return s, err
+}
+
+// GetSnapshot finds a snapshot by its name (the organization's, else a
+// general one) or its id.
+func (c *Client) GetSnapshot(ctx context.Context, idOrName string) (Snapshot, error) {
+	var s Snapshot
+	err := c.do(ctx, http.MethodGet, c.base+"/snapshots/"+url.PathEscape(idOrName), nil, nil, &s)
+	return s, err
+}
+
+// DeleteSnapshot removes a snapshot, by its id.
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, c.base+"/snapshots/"+url.PathEscape(id), nil, nil, nil)
+}
+
 // startWait is how long Daytona's POST /sandbox/{id}/start may hold its
 // answer: it waits for the sandbox to be started, up to 30 s
 // (sandbox.controller.ts startSandbox, waitForSandboxStarted).

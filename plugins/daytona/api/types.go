@@ -219,3 +219,46 @@ type ToolboxError struct {
 	StatusCode int    `json:"statusCode"`
 	Timestamp  string `json:"timestamp,omitempty"`
 }
+
+// SnapshotState is a snapshot's state (SnapshotState).
+type SnapshotState string
+
+// The snapshot states (snapshot-state.enum.ts): a snapshot made from
+// build info goes pending, building, then active, or build_failed.
+const (
+	SnapshotPending     SnapshotState = "pending"
+	SnapshotBuilding    SnapshotState = "building"
+	SnapshotPulling     SnapshotState = "pulling"
+	SnapshotActive      SnapshotState = "active"
+	SnapshotInactive    SnapshotState = "inactive"
+	SnapshotError       SnapshotState = "error"
+	SnapshotBuildFailed SnapshotState = "build_failed"
+	SnapshotRemoving    SnapshotState = "removing"
+)
+
+// Failed reports whether a snapshot ended without being usable.
+func (s SnapshotState) Failed() bool { return s == SnapshotError || s == SnapshotBuildFailed }
+
+// CreateSnapshot is the body of POST /snapshots (CreateSnapshot): an
+// image to pull (ImageName), or a Dockerfile to build (BuildInfo).
+type CreateSnapshot struct {
+	Name      string           `json:"name"`
+	ImageName string           `json:"imageName,omitempty"`
+	BuildInfo *CreateBuildInfo `json:"buildInfo,omitempty"`
+	CPU       int              `json:"cpu,omitempty"`
+	Memory    int              `json:"memory,omitempty"`
+	Disk      int              `json:"disk,omitempty"`
+}
+
+// Snapshot is a snapshot (SnapshotDto), as far as Amelia reads it.
+type Snapshot struct {
+	ID          string        `json:"id"`
+	Name        string        `json:"name"`
+	State       SnapshotState `json:"state"`
+	ErrorReason string        `json:"errorReason,omitempty"`
+	ImageName   string        `json:"imageName,omitempty"`
+	Ref         string        `json:"ref,omitempty"`
+	General     bool          `json:"general"`
+	BuildInfo   *BuildInfo    `json:"buildInfo,omitempty"`
+	CreatedAt   time.Time     `json:"createdAt"`
+}

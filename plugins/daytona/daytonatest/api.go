@@ -49,6 +49,9 @@ func (f *Fake) startHTTP() error {
 	mux.HandleFunc("DELETE /api/sandbox/{id}/ssh-access", f.onSandbox(f.revokeSSHAccess))
 	mux.HandleFunc("POST /api/sandbox/{id}/last-activity", f.onSandbox(f.updateLastActivity))
 	mux.HandleFunc("GET /api/runners/by-sandbox/{id}", f.onSandbox(f.runnerBySandbox))
+	mux.HandleFunc("POST /api/snapshots", f.createSnapshot)
+	mux.HandleFunc("GET /api/snapshots/{id}", f.getSnapshot)
+	mux.HandleFunc("DELETE /api/snapshots/{id}", f.deleteSnapshot)
 	mux.HandleFunc("POST /toolbox/{id}/process/execute", f.execute)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("Cannot %s %s", r.Method, r.URL.Path))
@@ -395,9 +398,19 @@ func (f *Fake) createSandbox(w http.ResponseWriter, r *http.Request) {
 		if snapshot == "" {
 			snapshot = DefaultSnapshot
 		}
-		var ok bool
-		if img, ok = f.opts.Snapshots[snapshot]; !ok {
+		f.mu.Lock()
+		snap := f.snapshotLocked(snapshot)
+		var state api.SnapshotState
+		if snap != nil {
+			img, state = snap.image, snap.state
+		}
+		f.mu.Unlock()
+		switch {
+		case snap == nil:
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("Snapshot %s not found. Did you add it through the Daytona Dashboard?", snapshot))
+			return
+		case state != api.SnapshotActive:
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("Snapshot %s is %s", snapshot, state))
 			return
 		}
 	}

@@ -28,6 +28,11 @@ type backend interface {
 	dial(ctx context.Context, s *sandbox, host string, port uint32) (io.ReadWriteCloser, error)
 	// close kills and removes everything the backend made.
 	close(ctx context.Context) error
+	// build builds a snapshot's Dockerfile as the image tag; the error is
+	// the builder's.
+	build(ctx context.Context, tag, dockerfile string) error
+	// removeImage removes a snapshot's image.
+	removeImage(ctx context.Context, tag string)
 }
 
 // execRequest is a command to run as the sandbox user: `sh -c cmd`, the

@@ -178,6 +178,9 @@ func (d *dockerBackend) close(ctx context.Context) error {
 		cd.conn.Close()
 	}
 	d.wg.Wait()
+	if err := d.removeImages(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

@@ -224,8 +224,9 @@ type Fake struct {
 	base     string // http://127.0.0.1:PORT
 	gateway  string // 127.0.0.1:PORT
 	mu       sync.Mutex
-	boxes    map[string]*sandbox // by id
-	order    []string            // ids in creation order
+	boxes    map[string]*sandbox  // by id
+	order    []string             // ids in creation order
+	snaps    map[string]*snapshot // made through the API, by id
 	tokens   map[string]*token
 	requests []Request
 	stats    Stats

@@ -9,7 +9,7 @@
 //	}
 //
 // The cases come in groups (Lifecycle, Exec, Cancel, FailClosed,
-// Capabilities, Forwarder, Lister, Settings), each a subtest named after
+// Capabilities, Forwarder, Lister, Settings, Preparer), each a subtest named after
 // it, with a subtest per case: `go test -run 'TestConformance/Cancel'`
 // runs one group,
 // Config.Groups a chosen few, and Config.Skip leaves out single cases, each
@@ -133,6 +133,12 @@ const (
 	// its whole key path for an unknown key, nested ones included, which
 	// EnsureRunning refuses too. ErrUnsupported skips the group.
 	Settings Group = "Settings"
+	// Preparer: the optional sdk.Preparer keeps a setup once (a second
+	// Prepare is up to date), EnsureRunning with it makes a sandbox that
+	// names it in Details["setup"] and holds its result once, and a
+	// failing command is an error naming it and its exit status, with
+	// nothing kept. ErrUnsupported skips the group.
+	Preparer Group = "Preparer"
 )
 
 // AllGroups returns every group, in the order Run runs them.
@@ -263,6 +269,10 @@ func (k *kit) table() []group {
 			{"NotListedAfterTeardown", k.notListedAfterTeardown},
 		}},
 		{Settings, k.settingsCases()},
+		{Preparer, []kcase{
+			{"PrepareKeepsTheSetup", k.prepareKeeps},
+			{"FailedSetupKeepsNothing", k.prepareFailureKeepsNothing},
+		}},
 	}
 }
 
@@ -324,6 +334,7 @@ type conn interface {
 	sdk.Lister
 	sdk.Forwarder
 	sdk.SettingsValidator
+	sdk.Preparer
 }
 
 // connect puts the provider behind the real gRPC shim.

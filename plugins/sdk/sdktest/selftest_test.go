@@ -187,7 +187,7 @@ func TestGroupsRunsTheGroupsNamed(t *testing.T) {
 }
 
 func TestAllGroups(t *testing.T) {
-	want := []sdktest.Group{sdktest.Lifecycle, sdktest.Exec, sdktest.Cancel, sdktest.FailClosed, sdktest.Capabilities, sdktest.Forwarder, sdktest.Lister, sdktest.Settings}
+	want := []sdktest.Group{sdktest.Lifecycle, sdktest.Exec, sdktest.Cancel, sdktest.FailClosed, sdktest.Capabilities, sdktest.Forwarder, sdktest.Lister, sdktest.Settings, sdktest.Preparer}
 	if got := sdktest.AllGroups(); !slices.Equal(got, want) {
 		t.Errorf("AllGroups() = %v, want %v", got, want)
 	}
