@@ -659,6 +659,8 @@ func sandboxSection() section[Sandbox] {
 					return *sb.ParkedCheckouts
 				},
 			},
+			lifetimeKey("idle_timeout", idleTimeout),
+			lifetimeKey("max_lifetime", maxLifetime),
 		},
 		// Any other key holding a map is a provider's settings block, kept
 		// as written for the plugin.
