@@ -36,6 +36,7 @@ const (
 	DecidedFile = "decided.json"  // Decision: why and when the watchdog stopped the sandbox
 	StoppedFile = "stopped"       // sdk.LifetimeStopped: the sandbox is stopped (StopProcesses)
 	LogFile     = "watchdog.log"  // the watchdog's stderr
+	WorkerFile  = "worker"        // the path of the worker that started the watchdog
 )
 
 // How the watchdog stops a sandbox (sdk.StopInit, sdk.StopProcesses,
@@ -182,6 +183,17 @@ func clock(now, t time.Time, loc *time.Location) string {
 	}
 	return t.Format("Jan 2 15:04")
 }
+
+// StatusScript prints the status of the sandbox whose workdir is the
+// working directory (where an exec runs by default) by the worker that
+// started its watchdog, which it runs as `watchdog status`, a command
+// that is not activity; nothing where no watchdog was ever started.
+// Being a shell, not the worker, it is no activity either.
+const StatusScript = `d=$PWD/` + Dir + `
+[ -r "$d/` + WorkerFile + `" ] || exit 0
+w=$(cat "$d/` + WorkerFile + `")
+[ -x "$w" ] || exit 0
+exec "$w" watchdog status --dir "$d"`
 
 // Parse reads a Status from the watchdog's JSON.
 func Parse(data []byte) (Status, error) {

@@ -145,7 +145,8 @@ func (s *Stack) Up(ctx context.Context) error {
 }
 
 // InstallWorker puts the amelia-worker for the sandbox's architecture in
-// it, where Up said, unless it is there already; Worker says where.
+// it, where Up said, unless it is there already; Worker says where. It
+// starts the sandbox's lifetime watchdog too (see ensureWatchdog).
 func (s *Stack) InstallWorker(ctx context.Context) error {
 	if s.Running == nil {
 		return errors.New("install the worker: the sandbox is not up yet (Up first)")
@@ -155,6 +156,11 @@ func (s *Stack) InstallWorker(ctx context.Context) error {
 		return err
 	}
 	s.Worker = worker
+	// The sandbox holds its lifetime when the host is gone: a watchdog
+	// that fails to start leaves the sandbox running, as before, and says so.
+	if err := s.ensureWatchdog(ctx); err != nil {
+		s.host.Logger.Warn("the sandbox will not stop by itself", "err", err)
+	}
 	return nil
 }
 

@@ -104,12 +104,16 @@ func (w *worker) watchdogStart(dir string, p lifetime.Policy) error {
 	if err := atomicwriter.WriteFile(filepath.Join(dir, lifetime.PolicyFile), append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("watchdog start: %w", err)
 	}
-	if watchdogRunning(dir) {
-		return nil // it reads the policy again as it goes
-	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("watchdog start: find amelia-worker: %w", err)
+	}
+	// Where sandbox ls finds a worker to ask for the status.
+	if err := atomicwriter.WriteFile(filepath.Join(dir, lifetime.WorkerFile), []byte(self+"\n"), 0o644); err != nil {
+		return fmt.Errorf("watchdog start: %w", err)
+	}
+	if watchdogRunning(dir) {
+		return nil // it reads the policy again as it goes
 	}
 	log, err := os.OpenFile(filepath.Join(dir, lifetime.LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {

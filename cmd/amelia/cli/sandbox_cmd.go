@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/amelia-sandbox/amelia/core/config"
+	"github.com/amelia-sandbox/amelia/core/lifetime"
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
@@ -258,6 +259,9 @@ engine's full speed).`,
 			if err := st.Up(cmd.Context()); err != nil {
 				return err
 			}
+			if req, err = asActivity(cmd.Context(), st, req); err != nil {
+				return err
+			}
 			status, err := st.Exec(cmd.Context(), req, eio)
 			if err != nil && cmd.Context().Err() != nil && errors.Is(err, cmd.Context().Err()) {
 				return exitError{130} // interrupted: the command was stopped
@@ -348,6 +352,9 @@ type sandboxRow struct {
 	// stop removes it.
 	Legacy  bool   `json:"legacy,omitempty"`
 	Message string `json:"message,omitempty"`
+	// Lifetime is what the sandbox's watchdog says of when it stops and
+	// why (sandbox.idle_timeout, sandbox.max_lifetime), where it runs one.
+	Lifetime *lifetime.Status `json:"lifetime,omitempty"`
 }
 
 // sandboxState asks the provider about the sandbox, within a bound.
@@ -402,6 +409,11 @@ func (a *app) sandboxLsCommand() *cobra.Command {
 					}
 					row.Workflows = ids
 					row.WorkflowStates = a.workflowStates(wctx, f.Sandbox, row.Profile, ids)
+					if lt, err := lifetimeOf(wctx, f.Sandbox); err != nil {
+						row.Message = strings.TrimSpace(row.Message + "; " + oneLine(err.Error()))
+					} else {
+						row.Lifetime = lt
+					}
 				}
 				rows = append(rows, row)
 			})
@@ -437,7 +449,7 @@ func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool, now time.Time
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROFILE\tSANDBOX\tPROVIDER\tSTATE\tAGE\tRUNS\tWORKFLOWS\tDETAIL")
+	fmt.Fprintln(tw, "PROFILE\tSANDBOX\tPROVIDER\tSTATE\tAGE\tSTOPS\tRUNS\tWORKFLOWS\tDETAIL")
 	for _, r := range rows {
 		name, age, workflows, detail, runs := r.Sandbox, "-", "-", r.Message, r.Runs
 		if name == "" {
@@ -464,7 +476,7 @@ func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool, now time.Time
 		case r.Elsewhere:
 			detail = strings.TrimSpace("made by amelia run --sandbox " + r.Provider + " " + detail)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Profile, name, r.Provider, r.State, age, runs, workflows, detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Profile, name, r.Provider, r.State, age, stopsColumn(r, now), runs, workflows, detail)
 	}
 	return tw.Flush()
 }
