@@ -3,6 +3,7 @@ package stack
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path"
 	"strings"
 
@@ -30,6 +31,8 @@ func (s *Stack) ensureWatchdog(ctx context.Context) error {
 	if dir == "" || s.profile == nil {
 		return nil
 	}
+	// From now on the stack's commands are activity (asActivity).
+	s.activity.Store(&activityWrap{worker: s.Worker, dir: dir})
 	how := s.Running.Details[sdk.DetailStop]
 	argv := []string{s.Worker, "watchdog", "start", "--dir", dir, "--stop", how,
 		"--idle-timeout", s.profile.Sandbox.Idle().String(), "--max-lifetime", s.profile.Sandbox.Lifetime().String()}
@@ -42,4 +45,28 @@ func (s *Stack) ensureWatchdog(ctx context.Context) error {
 		return fmt.Errorf("start the sandbox's lifetime watchdog: exit %d: %s", st.Code, strings.TrimSpace(stderr.String()))
 	}
 	return nil
+}
+
+// activityWrap is what asActivity needs: the worker, and the lifetime
+// directory it passes on.
+type activityWrap struct{ worker, dir string }
+
+// asActivity makes req count as the sandbox's activity once the stack
+// started its watchdog: it runs through `amelia-worker activity`, which
+// holds the sandbox busy for as long as the command lives and then
+// becomes it (execve: the same process, streams and exit status). The
+// worker's own commands count themselves, and are left alone.
+func (s *Stack) asActivity(req sdk.ExecRequest) sdk.ExecRequest {
+	a := s.activity.Load()
+	if a == nil || len(req.Argv) == 0 || req.Argv[0] == a.worker {
+		return req
+	}
+	req.Argv = append([]string{a.worker, "activity", "--"}, req.Argv...)
+	env := maps.Clone(req.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	env[lifetime.EnvDir] = a.dir // the worker takes it out of the command's environment
+	req.Env = env
+	return req
 }

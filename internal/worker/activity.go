@@ -134,8 +134,10 @@ func (w *worker) activityCmd() *cobra.Command {
 					for unix.Flock(int(f.Fd()), unix.LOCK_SH) == unix.EINTR {
 					}
 					touch(dir)
-					// Kept across execve: the lock lives as long as the command.
-					unix.FcntlInt(f.Fd(), unix.F_SETFD, 0)
+					// Kept across execve, on a descriptor high enough that
+					// a script's own (exec 3>FILE) leave it alone: the lock
+					// lives as long as the command.
+					unix.FcntlInt(f.Fd(), unix.F_DUPFD, 100)
 				}
 			}
 			env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, lifetime.EnvDir+"=") })

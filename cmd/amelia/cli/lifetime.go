@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"maps"
 	"strings"
 	"time"
 
@@ -12,28 +11,15 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
-// asActivity makes req, a command of `sandbox exec`, count as the
-// sandbox's activity (core/lifetime): where the sandbox has a watchdog,
-// it is started (InstallWorker) and the command runs through
-// `amelia-worker activity`, which holds the sandbox busy for as long as
-// the command lives and then becomes it (execve: same process, streams
-// and exit). Elsewhere req is unchanged.
-func asActivity(ctx context.Context, st *stack.Stack, req sdk.ExecRequest) (sdk.ExecRequest, error) {
-	dir := st.LifetimeDir()
-	if dir == "" {
-		return req, nil
+// withWatchdog starts the sandbox's watchdog, where it has one, for
+// `sandbox exec`: the stack then runs the command as the sandbox's
+// activity (stack.Stack.Exec), so that it keeps the sandbox from stopping
+// while it runs.
+func withWatchdog(ctx context.Context, st *stack.Stack) error {
+	if st.LifetimeDir() == "" {
+		return nil
 	}
-	if err := st.InstallWorker(ctx); err != nil {
-		return req, err
-	}
-	req.Argv = append([]string{st.Worker, "activity", "--"}, req.Argv...)
-	env := maps.Clone(req.Env)
-	if env == nil {
-		env = map[string]string{}
-	}
-	env[lifetime.EnvDir] = dir // the worker takes it out of the command's environment
-	req.Env = env
-	return req, nil
+	return st.InstallWorker(ctx)
 }
 
 // lifetimeOf asks a running sandbox's watchdog when it stops and why,

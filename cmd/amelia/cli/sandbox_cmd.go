@@ -259,7 +259,7 @@ engine's full speed).`,
 			if err := st.Up(cmd.Context()); err != nil {
 				return err
 			}
-			if req, err = asActivity(cmd.Context(), st, req); err != nil {
+			if err := withWatchdog(cmd.Context(), st); err != nil {
 				return err
 			}
 			status, err := st.Exec(cmd.Context(), req, eio)
