@@ -103,8 +103,9 @@ const (
 // Next says when, by p, a sandbox that started at started, was last
 // active at last and is busy now (work goes on) stops, and why: the
 // zero time when it never does. A busy sandbox's idle clock has not
-// started; a busy sandbox past its lifetime stops once the work ends
-// (at is then in the past and due is false).
+// started; a busy sandbox past its lifetime stops once the work has
+// ended and nothing was active for Quiet (at is then in the past and due
+// is false).
 func (p Policy) Next(now, started, last time.Time, busy bool) (at time.Time, reason string, due bool) {
 	if p.MaxLifetime > 0 {
 		at, reason = started.Add(p.MaxLifetime), ReasonLifetime
@@ -119,7 +120,18 @@ func (p Policy) Next(now, started, last time.Time, busy bool) (at time.Time, rea
 		}
 	}
 	due = !at.IsZero() && !busy && !now.Before(at)
+	if due && reason == ReasonLifetime && now.Before(last.Add(p.Quiet())) {
+		due = false // between two of the host's commands, maybe
+	}
 	return at, reason, due
+}
+
+// Quiet is how long nothing must have been active before a sandbox past
+// its lifetime stops: a minute, or a quarter of MaxLifetime when that is
+// shorter, so that the pause between two of a host's commands is not
+// taken for the end of its work.
+func (p Policy) Quiet() time.Duration {
+	return min(time.Minute, p.MaxLifetime/4)
 }
 
 // Decision is the watchdog's record of stopping the sandbox.
