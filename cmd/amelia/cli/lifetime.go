@@ -12,14 +12,17 @@ import (
 )
 
 // withWatchdog starts the sandbox's watchdog, where it has one, for
-// `sandbox exec`: the stack then runs the command as the sandbox's
-// activity (stack.Stack.Exec), so that it keeps the sandbox from stopping
-// while it runs.
-func withWatchdog(ctx context.Context, st *stack.Stack) error {
+// `sandbox up` and `sandbox exec`: the stack then runs commands as the
+// sandbox's activity (stack.Stack.Exec), so that they keep the sandbox
+// from stopping while they run. A sandbox whose worker cannot be put in
+// place works as before, without stopping by itself, and amelia says so.
+func (a *app) withWatchdog(ctx context.Context, st *stack.Stack) {
 	if st.LifetimeDir() == "" {
-		return nil
+		return
 	}
-	return st.InstallWorker(ctx)
+	if err := st.InstallWorker(ctx); err != nil {
+		a.logger.Warn("the sandbox will not stop by itself", "err", err)
+	}
 }
 
 // lifetimeOf asks a running sandbox's watchdog when it stops and why,

@@ -49,23 +49,29 @@ func (a *app) sandboxUpCommand() *cobra.Command {
 		Short: "Start the profile's sandbox, or reuse it when it runs",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withSandbox(cmd.Context(), func(sb *sandbox.Sandbox) error {
-				s, err := sb.Up(cmd.Context())
-				if err != nil {
-					return err
-				}
-				how := "reused"
-				if s.Created {
-					how = "created"
-				}
-				w := cmd.OutOrStdout()
-				fmt.Fprintf(w, "sandbox %s of profile %s %s (provider %s)\n", s.Ref.Name, sb.Profile.Name, how, sb.Info.Name)
-				fmt.Fprintf(w, "workdir: %s\n", s.Workdir)
-				for _, k := range slices.Sorted(maps.Keys(s.Details)) {
-					fmt.Fprintf(w, "%s: %s\n", k, s.Details[k])
-				}
-				return nil
-			})
+			st, err := a.openStack(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer st.Close(context.WithoutCancel(cmd.Context()))
+			sb := st.Sandbox()
+			if err := st.Up(cmd.Context()); err != nil {
+				return err
+			}
+			s := *st.Running
+			// It stops by itself once idle (sandbox.idle_timeout).
+			a.withWatchdog(cmd.Context(), st)
+			how := "reused"
+			if s.Created {
+				how = "created"
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "sandbox %s of profile %s %s (provider %s)\n", s.Ref.Name, sb.Profile.Name, how, sb.Info.Name)
+			fmt.Fprintf(w, "workdir: %s\n", s.Workdir)
+			for _, k := range slices.Sorted(maps.Keys(s.Details)) {
+				fmt.Fprintf(w, "%s: %s\n", k, s.Details[k])
+			}
+			return nil
 		},
 	}
 }
@@ -259,9 +265,7 @@ engine's full speed).`,
 			if err := st.Up(cmd.Context()); err != nil {
 				return err
 			}
-			if err := withWatchdog(cmd.Context(), st); err != nil {
-				return err
-			}
+			a.withWatchdog(cmd.Context(), st)
 			status, err := st.Exec(cmd.Context(), req, eio)
 			if err != nil && cmd.Context().Err() != nil && errors.Is(err, cmd.Context().Err()) {
 				return exitError{130} // interrupted: the command was stopped
