@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -112,12 +113,16 @@ func lsLifetime(t *testing.T, h *host) (string, *lifetime.Status) {
 	return "", nil
 }
 
-// eventually polls cond until it holds, within the test's context.
+// eventually polls cond until it holds; after 5 minutes (far longer than
+// anything here takes on a loaded machine) the test fails rather than
+// hang.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
 	for !cond() {
 		select {
-		case <-t.Context().Done():
+		case <-ctx.Done():
 			t.Fatalf("gave up waiting for %s", what)
 		case <-time.After(100 * time.Millisecond):
 		}
