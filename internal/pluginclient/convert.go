@@ -51,6 +51,9 @@ func specToPB(s sdk.Spec) *pb.EnsureRunningRequest {
 		Ref:     refToPB(s.SandboxRef),
 		Network: networkToPB(s.Network),
 		Labels:  s.Labels,
+
+		IdleTimeoutMs: s.Lifetime.IdleTimeout.Milliseconds(),
+		MaxLifetimeMs: s.Lifetime.MaxLifetime.Milliseconds(),
 	}
 }
 

@@ -254,6 +254,16 @@ type Spec struct {
 	Network NetworkPolicy
 	// Labels to attach to the sandbox where the provider can (never secrets).
 	Labels map[string]string
+	// Lifetime is the profile's sandbox.idle_timeout and
+	// sandbox.max_lifetime, for a provider that bounds its sandboxes'
+	// life itself (Daytona's auto-stop).
+	Lifetime Lifetime
+}
+
+// Lifetime bounds a sandbox's life. For each: 0 is not said (an older
+// host: the provider's own default), a negative duration is off.
+type Lifetime struct {
+	IdleTimeout, MaxLifetime time.Duration
 }
 
 // Sandbox is a running sandbox.

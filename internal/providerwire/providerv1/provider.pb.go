@@ -504,10 +504,14 @@ func (x *NetworkPolicy) GetAllowedHosts() []string {
 }
 
 type EnsureRunningRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ref           *SandboxRef            `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
-	Network       *NetworkPolicy         `protobuf:"bytes,2,opt,name=network,proto3" json:"network,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Ref     *SandboxRef            `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Network *NetworkPolicy         `protobuf:"bytes,2,opt,name=network,proto3" json:"network,omitempty"`
+	Labels  map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The profile's sandbox.idle_timeout and sandbox.max_lifetime in
+	// milliseconds: 0 not said (the provider's default), negative off.
+	IdleTimeoutMs int64 `protobuf:"varint,4,opt,name=idle_timeout_ms,json=idleTimeoutMs,proto3" json:"idle_timeout_ms,omitempty"`
+	MaxLifetimeMs int64 `protobuf:"varint,5,opt,name=max_lifetime_ms,json=maxLifetimeMs,proto3" json:"max_lifetime_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -561,6 +565,20 @@ func (x *EnsureRunningRequest) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *EnsureRunningRequest) GetIdleTimeoutMs() int64 {
+	if x != nil {
+		return x.IdleTimeoutMs
+	}
+	return 0
+}
+
+func (x *EnsureRunningRequest) GetMaxLifetimeMs() int64 {
+	if x != nil {
+		return x.MaxLifetimeMs
+	}
+	return 0
 }
 
 type EnsureRunningResponse struct {
@@ -2099,11 +2117,13 @@ const file_provider_proto_rawDesc = "" +
 	"\x06config\x18\x03 \x01(\fR\x06config\"H\n" +
 	"\rNetworkPolicy\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12#\n" +
-	"\rallowed_hosts\x18\x02 \x03(\tR\fallowedHosts\"\x8e\x02\n" +
+	"\rallowed_hosts\x18\x02 \x03(\tR\fallowedHosts\"\xde\x02\n" +
 	"\x14EnsureRunningRequest\x120\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\x03ref\x12;\n" +
 	"\anetwork\x18\x02 \x01(\v2!.amelia.provider.v1.NetworkPolicyR\anetwork\x12L\n" +
-	"\x06labels\x18\x03 \x03(\v24.amelia.provider.v1.EnsureRunningRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x03 \x03(\v24.amelia.provider.v1.EnsureRunningRequest.LabelsEntryR\x06labels\x12&\n" +
+	"\x0fidle_timeout_ms\x18\x04 \x01(\x03R\ridleTimeoutMs\x12&\n" +
+	"\x0fmax_lifetime_ms\x18\x05 \x01(\x03R\rmaxLifetimeMs\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x02\n" +
