@@ -10,11 +10,11 @@ import (
 )
 
 // Auto-stop as Daytona's: an idle sandbox stops after autoStopInterval
-// minutes (here a minute lasts a second), keeping its files, whatever runs
+// minutes (here a minute lasts 5 s), keeping its files, whatever runs
 // inside; an open gateway channel is activity, which keeps another
 // started until it closes.
 func TestAutoStop(t *testing.T) {
-	forEachBackend(t, Options{Minute: time.Second}, func(t *testing.T, f *Fake) {
+	forEachBackend(t, Options{Minute: 5 * time.Second}, func(t *testing.T, f *Fake) {
 		e := newEnv(t, f)
 		one := 1
 		idle, _ := e.started(t, api.CreateSandbox{Name: "idle", AutoStopInterval: &one})
@@ -53,7 +53,7 @@ func TestAutoStop(t *testing.T) {
 			if sb.State != api.StateStarted {
 				t.Fatalf("a sandbox with an open channel is %s", sb.State)
 			}
-			if last.After(created.Add(3 * time.Second)) {
+			if last.After(created.Add(8 * time.Second)) {
 				break
 			}
 			if time.Now().After(deadline) {
