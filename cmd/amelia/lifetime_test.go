@@ -17,6 +17,8 @@ import (
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/sharedtest"
 	"github.com/amelia-sandbox/amelia/internal/sshtest"
+	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
+	"github.com/amelia-sandbox/amelia/plugins/daytona/daytonatest"
 )
 
 // End-to-end tests of sandbox.idle_timeout and sandbox.max_lifetime: the
@@ -220,5 +222,45 @@ func TestMaxLifetimeStopsAfterTheWork(t *testing.T) {
 				t.Errorf("the stop is on record as %+v, want lifetime", lt)
 			}
 		})
+	}
+}
+
+// On Daytona, its auto-stop, set from idle_timeout, stops the idle
+// sandbox (the fake's minute lasts 5 s: idle_timeout 1m is 5 s there)
+// with no host process running; it is stopped, not deleted, and amelia
+// results starts it and brings the interrupted run's kept work back.
+func TestIdleDaytonaStopsKeepingWork(t *testing.T) {
+	cli := dockertest.Engine(t)
+	f := daytonatest.Start(t, daytonatest.Options{Docker: cli, Minute: 5 * time.Second})
+	kept := newGate(t)
+	h := newHostWith(t, withLifetime(daytonaSandbox(t, f, "open"), "1m", "off"), "", llmtest.Options{})
+	h.env = append(h.env, "DAYTONA_E2E_KEY="+f.APIKey())
+	t.Cleanup(func() { h.amelia(t, "sandbox", "down", "--force") })
+
+	r := h.startUntil(t, kept.path, "run", "--json", "--model", "scripted:"+gatedScript(t, kept), "--workflow", "kept", "keep this")
+	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t, "Ctrl-C"); code != 130 {
+		t.Fatalf("exit %d after Ctrl-C, want 130; stderr: %s", code, r.stderr.String())
+	}
+	sandboxes := f.Sandboxes()
+	if len(sandboxes) != 1 || sandboxes[0].AutoStopInterval == nil || *sandboxes[0].AutoStopInterval != 1 {
+		t.Fatalf("sandboxes %+v, want one with autoStopInterval 1 (idle_timeout 1m)", sandboxes)
+	}
+	sharedtest.Stop(t, h.tmp)
+	eventually(t, "Daytona's auto-stop", func() bool {
+		sbs := f.Sandboxes()
+		return len(sbs) == 1 && sbs[0].State == api.StateStopped
+	})
+	if state, _ := lsLifetime(t, h); state != "stopped" {
+		t.Errorf("sandbox ls says the stopped sandbox is %s", state)
+	}
+	res := h.amelia(t, "results", "kept")
+	if res.code != 0 || !strings.Contains(res.stdout, "branch amelia/kept") {
+		t.Fatalf("amelia results after the auto-stop: exit %d\nstdout: %s\nstderr: %s", res.code, res.stdout, res.stderr)
+	}
+	if got := h.git(t, "show", "amelia/kept:before.txt"); got != "before the fault" {
+		t.Errorf("before.txt on the brought-back branch: %q", got)
 	}
 }
