@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -286,6 +287,13 @@ func (wd *watchdog) look(p lifetime.Policy) (stopped bool, err error) {
 	if !due {
 		return false, nil
 	}
+	if p.Stop == lifetime.StopByProvider && reason == lifetime.ReasonLifetime {
+		// The provider stops it once idle by its own measure, which
+		// outside connections keep resetting: past its lifetime, with no
+		// work going on, the worker's passive sessions end, and with them
+		// the connections that carried them.
+		endPassiveSessions(wd.w)
+	}
 	if p.Stop == lifetime.StopByProvider && wd.decided {
 		return false, nil // the provider stops it: recorded once
 	}
@@ -446,4 +454,35 @@ func watchdogStatus(dir string, now time.Time) lifetime.Status {
 		st.StopsAt, st.Reason, _ = st.Policy.Next(now, st.Started, st.LastActivity, st.Busy)
 	}
 	return st
+}
+
+// passiveSessions are the worker commands that last as long as their
+// client without doing work of their own while no command runs.
+var passiveSessions = []string{"tunnel", "mux", "serve", "follow"}
+
+// endPassiveSessions kills this sandbox's amelia-worker processes that
+// serve a passive session (there is no work going on: none of them runs
+// a command). They are the sandbox's by the AMELIA_SANDBOX entry of their
+// environment, which is this process's: without one, nothing is ended.
+// SIGKILL: a session's worker does not end on SIGTERM while its client
+// is there.
+func endPassiveSessions(w *worker) {
+	name := w.p.Getenv("AMELIA_SANDBOX")
+	if name == "" {
+		return
+	}
+	self := os.Getpid()
+	for _, pid := range processesWith("AMELIA_SANDBOX=" + name) {
+		data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err != nil || pid == self {
+			continue
+		}
+		argv := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+		if len(argv) < 2 || !strings.HasPrefix(filepath.Base(argv[0]), "amelia-worker") || !slices.Contains(passiveSessions, argv[1]) {
+			continue
+		}
+		if unix.Kill(pid, unix.SIGKILL) == nil {
+			w.log.Info("past its lifetime: ended a passive session", "pid", pid, "command", argv[1])
+		}
+	}
 }

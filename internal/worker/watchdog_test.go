@@ -32,7 +32,7 @@ func newSandboxDir(t *testing.T) sandboxDir {
 	if err := os.MkdirAll(wd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return sandboxDir{root: root, workdir: wd, lifetime: filepath.Join(wd, lifetime.Dir), env: []string{"AMELIA_SANDBOX_DIR=" + root}}
+	return sandboxDir{root: root, workdir: wd, lifetime: filepath.Join(wd, lifetime.Dir), env: []string{"AMELIA_SANDBOX_DIR=" + root, "AMELIA_SANDBOX=" + filepath.Base(root)}}
 }
 
 // startWatchdog runs `watchdog start` in s with args; the watchdog is
@@ -297,4 +297,30 @@ func muxSession(t *testing.T, s sandboxDir) *envelope.Mux {
 	}
 	t.Cleanup(func() { m.Close(); stdin.Close(); cmd.Wait() })
 	return m
+}
+
+// Where the provider stops idle sandboxes itself (Daytona), past its
+// lifetime with no work going on the watchdog ends the worker's passive
+// sessions, whose connections keep the provider's idle clock going; other
+// processes go on.
+func TestWatchdogEndsPassiveSessionsPastLifetime(t *testing.T) {
+	s := newSandboxDir(t)
+	tunnel, _ := s.process(t, s.workdir, workerBin, "tunnel", "--listen", "127.0.0.1:0")
+	mux, _ := s.process(t, s.workdir, workerBin, "mux")
+	other, _ := s.process(t, s.workdir, "sleep", "600")
+	// Another sandbox's session, on the same machine.
+	elsewhere := newSandboxDir(t)
+	outsider, _ := elsewhere.process(t, elsewhere.workdir, workerBin, "mux")
+	s.startWatchdog(t, "--stop", "provider", "--idle-timeout", "0", "--max-lifetime", "1s")
+	gone := func(cmd *exec.Cmd) bool { return syscall.Kill(cmd.Process.Pid, 0) != nil || cmd.ProcessState != nil }
+	waitFor(t, "the passive sessions to end", func() bool { return gone(tunnel) && gone(mux) })
+	if d := decided(t, s); d == nil || d.Reason != lifetime.ReasonLifetime || d.Stop != lifetime.StopByProvider {
+		t.Errorf("decision %+v, want lifetime, by the provider", d)
+	}
+	if !alive(other) || !alive(outsider) {
+		t.Error("a process that is no worker session of the sandbox's was ended")
+	}
+	if st := s.status(t); st.Watchdog != "running" {
+		t.Errorf("the watchdog is %s: it keeps the record where the provider stops the sandbox", st.Watchdog)
+	}
 }
