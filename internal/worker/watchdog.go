@@ -253,6 +253,10 @@ func (wd *watchdog) run(ctx context.Context) error {
 	log.Info("watchdog started")
 	for {
 		p, err := readPolicy(wd.dir)
+		if errors.Is(err, os.ErrNotExist) {
+			log.Info("watchdog done: its directory is gone (the sandbox was removed)")
+			return nil
+		}
 		if err != nil {
 			log.Error("read the policy", "err", err)
 			p = lifetime.Policy{Stop: lifetime.StopByProvider, Poll: 10 * time.Second}
