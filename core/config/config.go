@@ -363,6 +363,11 @@ type Sandbox struct {
 	// (run as it is), or a map of those, run one after another in the
 	// order of their names.
 	Setup []SetupCommand
+	// IdleTimeout stops the sandbox once no agent has run and no command
+	// has been run in it for that long; MaxLifetime stops it that long
+	// after it started, once no agent runs. Nil is the default
+	// (DefaultIdleTimeout, DefaultMaxLifetime); 0 is off.
+	IdleTimeout, MaxLifetime *time.Duration
 	// Settings maps a provider name to its settings block, as written
 	// (after ${VAR} expansion). Blocks for providers other than Provider
 	// are kept so that overriding the provider keeps working.
@@ -380,6 +385,33 @@ type SetupCommand struct {
 // DefaultParkedCheckouts is Sandbox.ParkedCheckouts when a profile does
 // not say.
 const DefaultParkedCheckouts = 4
+
+// The defaults of Sandbox.IdleTimeout and Sandbox.MaxLifetime.
+const (
+	DefaultIdleTimeout = 30 * time.Minute
+	DefaultMaxLifetime = 24 * time.Hour
+)
+
+// MinLifetimeDuration is the shortest idle_timeout or max_lifetime.
+const MinLifetimeDuration = time.Second
+
+// Idle is how long the sandbox may stay idle before it stops
+// (IdleTimeout, or its default); 0: it never stops for being idle.
+func (s Sandbox) Idle() time.Duration {
+	if s.IdleTimeout == nil {
+		return DefaultIdleTimeout
+	}
+	return *s.IdleTimeout
+}
+
+// Lifetime is how long the sandbox may run before it stops, once no agent
+// runs (MaxLifetime, or its default); 0: no bound.
+func (s Sandbox) Lifetime() time.Duration {
+	if s.MaxLifetime == nil {
+		return DefaultMaxLifetime
+	}
+	return *s.MaxLifetime
+}
 
 // MaxParkedCheckouts bounds Sandbox.ParkedCheckouts.
 const MaxParkedCheckouts = 64

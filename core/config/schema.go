@@ -680,6 +680,8 @@ func sandboxSection() section[Sandbox] {
 				},
 				show: func(_ *shower, _ path, sb *Sandbox) any { return showSetup(sb.Setup) },
 			},
+			lifetimeKey("idle_timeout", idleTimeout),
+			lifetimeKey("max_lifetime", maxLifetime),
 		},
 		// Any other key holding a map is a provider's settings block, kept
 		// as written for the plugin.

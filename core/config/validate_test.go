@@ -446,6 +446,26 @@ func TestValidationRules(t *testing.T) {
 			want:    []string{`profiles.dev.sandbox.parked_checkouts: "many" is not a whole number (from 0 to 64)`},
 		},
 		{
+			name:    "idle_timeout not a duration",
+			content: profileWith("sandbox: {provider: docker, idle_timeout: soon}\n"),
+			want:    []string{`profiles.dev.sandbox.idle_timeout: "soon" is not a duration (like 90s, 10m, 14d)`},
+		},
+		{
+			name:    "idle_timeout too short",
+			content: profileWith("sandbox: {provider: docker, idle_timeout: 10ms}\n"),
+			want:    []string{`profiles.dev.sandbox.idle_timeout: 10ms is shorter than 1s: use a longer duration, or off`},
+		},
+		{
+			name:    "max_lifetime negative",
+			content: profileWith("sandbox: {provider: docker, max_lifetime: -1h}\n"),
+			want:    []string{`profiles.dev.sandbox.max_lifetime: "-1h" is not a positive duration (like 90s, 10m, 14d)`},
+		},
+		{
+			name:    "max_lifetime a number",
+			content: profileWith("sandbox: {provider: docker, max_lifetime: 5}\n"),
+			want:    []string{`profiles.dev.sandbox.max_lifetime: must be a duration (like 90s, 10m, 14d) or off, got a number`},
+		},
+		{
 			name:    "concurrent_runs a list",
 			content: profileWith("sandbox: {provider: local, concurrent_runs: [true]}\n"),
 			want:    []string{`profiles.dev.sandbox.concurrent_runs: must be true or false, got a list`},
@@ -598,9 +618,9 @@ func TestValidationRules(t *testing.T) {
 			name:    "unknown scalar or list under sandbox",
 			content: profileWith("sandbox: {provider: docker, netwrok: none, image: x, hosts: [a]}\n"),
 			want: []string{
-				`profiles.dev.sandbox.hosts: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, shared_plugin, parked_checkouts, setup, or a map of provider settings)`,
-				`profiles.dev.sandbox.image: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, shared_plugin, parked_checkouts, setup, or a map of provider settings)`,
-				`profiles.dev.sandbox.netwrok: unknown key, did you mean network? (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, shared_plugin, parked_checkouts, setup, or a map of provider settings)`,
+				`profiles.dev.sandbox.hosts: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, shared_plugin, parked_checkouts, setup, idle_timeout, max_lifetime, or a map of provider settings)`,
+				`profiles.dev.sandbox.image: unknown key (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, shared_plugin, parked_checkouts, setup, idle_timeout, max_lifetime, or a map of provider settings)`,
+				`profiles.dev.sandbox.netwrok: unknown key, did you mean network? (known: provider, network, allowed_hosts, egress_check_targets, plugin_env, concurrent_runs, shared_plugin, parked_checkouts, setup, idle_timeout, max_lifetime, or a map of provider settings)`,
 			},
 		},
 		// Provider settings blocks.

@@ -239,7 +239,20 @@ func (s *Sandbox) Spec() sdk.Spec {
 			LabelCreated: time.Now().UTC().Format(time.RFC3339),
 		},
 		Setup: s.SetupCommands(),
+		Lifetime: sdk.Lifetime{
+			IdleTimeout: offIsNegative(s.Profile.Sandbox.Idle()),
+			MaxLifetime: offIsNegative(s.Profile.Sandbox.Lifetime()),
+		},
 	}
+}
+
+// offIsNegative is a bound of the profile's as sdk.Lifetime has it: off
+// (0) is negative there, where 0 is not said.
+func offIsNegative(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // Owned lists the sandboxes this host created from the profile's config

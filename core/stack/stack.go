@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
@@ -61,6 +62,9 @@ type Stack struct {
 
 	commands sandboxexec.Execer // what the workspace and the driver run through
 	sessions *execsession.Sessions
+
+	// activity, once the watchdog runs, makes Exec's commands activity.
+	activity atomic.Pointer[activityWrap]
 }
 
 // Open starts p's provider plugin for the sandbox named name, or for the
@@ -125,9 +129,10 @@ func (s *Stack) Sandbox() *sandbox.Sandbox {
 	return s.sb
 }
 
-// Exec runs in the sandbox through the current plugin.
+// Exec runs in the sandbox through the current plugin; once the
+// sandbox's watchdog runs, as its activity (asActivity).
 func (s *Stack) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
-	return s.Sandbox().Exec(ctx, req, eio)
+	return s.Sandbox().Exec(ctx, s.asActivity(req), eio)
 }
 
 // SandboxRef is the sandbox the stack is in.
@@ -145,7 +150,8 @@ func (s *Stack) Up(ctx context.Context) error {
 }
 
 // InstallWorker puts the amelia-worker for the sandbox's architecture in
-// it, where Up said, unless it is there already; Worker says where.
+// it, where Up said, unless it is there already; Worker says where. It
+// starts the sandbox's lifetime watchdog too (see ensureWatchdog).
 func (s *Stack) InstallWorker(ctx context.Context) error {
 	if s.Running == nil {
 		return errors.New("install the worker: the sandbox is not up yet (Up first)")
@@ -155,6 +161,11 @@ func (s *Stack) InstallWorker(ctx context.Context) error {
 		return err
 	}
 	s.Worker = worker
+	// The sandbox holds its lifetime when the host is gone: a watchdog
+	// that fails to start leaves the sandbox running, as before, and says so.
+	if err := s.ensureWatchdog(ctx); err != nil {
+		s.host.Logger.Warn("the sandbox will not stop by itself", "err", err)
+	}
 	return nil
 }
 

@@ -65,10 +65,12 @@ func (c *streamConn) Close() error {
 // command it ran has ended: those still running get killed, as Serve does
 // for a client gone.
 func ServeMux(in io.Reader, out io.Writer, environ []string) error {
-	return serveMux(in, out, environ, nil)
+	return serveMux(in, out, environ, nil, nil)
 }
 
-func serveMux(in io.Reader, out io.Writer, environ []string, steps StepFunc) error {
+// serveMux is ServeMux; each, when not nil, is called as a stream's
+// command starts, and what it returns when the command has ended.
+func serveMux(in io.Reader, out io.Writer, environ []string, steps StepFunc, each func() (done func())) error {
 	if f, ok := out.(*os.File); ok {
 		growPipe(f) // the session's frames leave in fewer, larger pieces
 	}
@@ -87,6 +89,9 @@ func serveMux(in io.Reader, out io.Writer, environ []string, steps StepFunc) err
 		}
 		wg.Go(func() {
 			defer st.Close()
+			if each != nil {
+				defer each()()
+			}
 			_ = serve(st, st, environ, steps)
 		})
 	}

@@ -52,6 +52,9 @@ func specToPB(s sdk.Spec) *pb.EnsureRunningRequest {
 		Network: networkToPB(s.Network),
 		Labels:  s.Labels,
 		Setup:   setupToPB(s.Setup),
+
+		IdleTimeoutMs: s.Lifetime.IdleTimeout.Milliseconds(),
+		MaxLifetimeMs: s.Lifetime.MaxLifetime.Milliseconds(),
 	}
 }
 

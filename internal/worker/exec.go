@@ -42,7 +42,7 @@ typed request of the workspace (see step) in the worker itself. When the
 session ends, commands still running are killed, and the worker exits once
 they are gone.`,
 	}, func(in io.Reader, out io.Writer, environ []string) error {
-		return envelope.ServeMuxSteps(in, out, environ, serveStep)
+		return envelope.ServeMuxStepsEach(in, out, environ, serveStep, w.busy)
 	})
 }
 

@@ -89,6 +89,7 @@ func (w *worker) serve(ctx context.Context) error {
 // if it failed and the done frame. Its error is one of writing the frames:
 // stdout is gone.
 func (w *worker) serveOne(ctx context.Context, req *protocol.Request) error {
+	defer w.busy()() // each request is activity, not the wait between them
 	fw := &frameWriter{w: w.p.Stdout}
 	out := protocol.NewEncoder(fw)
 	w.log.Info("request", "mode", req.Mode, "model", req.Model)

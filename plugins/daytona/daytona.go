@@ -245,7 +245,9 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 	}
 	ref := spec.SandboxRef
 	ref.ID = sb.ID
-	details := map[string]string{"id": sb.ID, "state": string(sb.State)}
+	// Daytona stops the sandbox once idle (autoStopInterval, from
+	// sandbox.idle_timeout); the watchdog keeps the record.
+	details := map[string]string{"id": sb.ID, "state": string(sb.State), sdk.DetailStop: sdk.StopByProvider}
 	if strings.HasPrefix(sb.Snapshot, setupSnapshotPrefix) {
 		details["setup"] = sb.Snapshot
 	}
@@ -347,11 +349,33 @@ func (s Settings) createRequest(spec sdk.Spec, block bool) api.CreateSandbox {
 		Disk:             s.Disk,
 		AutoStopInterval: s.AutoStopInterval,
 	}
+	if req.AutoStopInterval == nil {
+		req.AutoStopInterval = autoStopMinutes(spec.Lifetime.IdleTimeout)
+	}
 	if s.Image != "" {
 		// The API has no image field: an image is a one-line Dockerfile.
 		req.BuildInfo = &api.CreateBuildInfo{DockerfileContent: "FROM " + s.Image}
 	}
 	return req
+}
+
+// autoStopMinutes is Daytona's autoStopInterval for sandbox.idle_timeout
+// idle: whole minutes, rounded up, at least 1; 0 (never) when idle is off
+// (negative); nil, Daytona's default, when the host did not say. Auto-stop
+// keeps the sandbox (it is stopped, not deleted: amelia never makes it
+// ephemeral, autoDeleteInterval 0), and so does Daytona's auto-archive,
+// left at its default.
+func autoStopMinutes(idle time.Duration) *int {
+	var m int
+	switch {
+	case idle == 0:
+		return nil
+	case idle < 0:
+		m = 0
+	default:
+		m = max(1, int((idle+time.Minute-1)/time.Minute))
+	}
+	return &m
 }
 
 // waitStarted starts the sandbox when it is at rest and waits, within

@@ -500,7 +500,10 @@ var workdirVolume = mount.Mount{Type: mount.TypeVolume, Target: image.Workdir}
 func sandboxOf(spec sdk.Spec, id, img, hash string) sdk.Sandbox {
 	ref := spec.SandboxRef
 	ref.ID = id
-	details := map[string]string{"container": containerName(spec.Name), "image": img, "network": string(networkMode(spec.Network.Mode))}
+	// tini (or the engine's init), PID 1, ends the container on SIGTERM
+	// from the watchdog, which runs as the same user: the container stays,
+	// stopped, with its volume.
+	details := map[string]string{"container": containerName(spec.Name), "image": img, "network": string(networkMode(spec.Network.Mode)), sdk.DetailStop: sdk.StopInit}
 	if hash != "" {
 		details["image-hash"] = hash
 	}
@@ -577,7 +580,11 @@ func (p *Provider) HealthCheck(ctx context.Context, ref sdk.SandboxRef) (sdk.Hea
 	switch state := health(c.State.Status); state {
 	case sdk.HealthReady:
 	default:
-		return sdk.Health{State: state, Message: "container " + containerName(ref.Name) + " is " + string(c.State.Status)}, nil
+		msg := "container " + containerName(ref.Name) + " is " + string(c.State.Status)
+		if at, err := time.Parse(time.RFC3339Nano, c.State.FinishedAt); c.State.Status == container.StateExited && err == nil && !at.IsZero() {
+			msg += " since " + at.UTC().Format(time.RFC3339)
+		}
+		return sdk.Health{State: state, Message: msg}, nil
 	}
 	hctx, cancel := context.WithTimeout(ctx, healthTimeout)
 	defer cancel()

@@ -1,6 +1,8 @@
 package sdk
 
 import (
+	"time"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/amelia-sandbox/amelia/internal/providerwire/providerv1"
@@ -49,6 +51,10 @@ func specFromPB(r *pb.EnsureRunningRequest) Spec {
 		Network:    networkFromPB(r.GetNetwork()),
 		Labels:     r.GetLabels(),
 		Setup:      setupFromPB(r.GetSetup()),
+		Lifetime: Lifetime{
+			IdleTimeout: time.Duration(r.GetIdleTimeoutMs()) * time.Millisecond,
+			MaxLifetime: time.Duration(r.GetMaxLifetimeMs()) * time.Millisecond,
+		},
 	}
 }
 

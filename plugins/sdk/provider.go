@@ -344,6 +344,16 @@ type Spec struct {
 	// Preparer creates the sandbox from their kept result; another
 	// provider ignores them (the host runs them).
 	Setup []SetupCommand
+	// Lifetime is the profile's sandbox.idle_timeout and
+	// sandbox.max_lifetime, for a provider that bounds its sandboxes'
+	// life itself (Daytona's auto-stop).
+	Lifetime Lifetime
+}
+
+// Lifetime bounds a sandbox's life. For each: 0 is not said (an older
+// host: the provider's own default), a negative duration is off.
+type Lifetime struct {
+	IdleTimeout, MaxLifetime time.Duration
 }
 
 // Sandbox is a running sandbox.
@@ -375,6 +385,37 @@ const DetailEgress = "egress"
 // how long the host's egress check keeps trying before it concludes that
 // the policy is not enforced. Without it one check decides.
 const DetailEgressSettle = "egress-settle"
+
+// DetailStop is the key of Sandbox.Details under which a provider says
+// how the in-sandbox watchdog stops its sandbox once the profile's
+// sandbox.idle_timeout or sandbox.max_lifetime is reached, keeping its
+// filesystem: StopInit, StopProcesses or StopByProvider. Without it the
+// host starts no watchdog in the sandbox.
+const DetailStop = "stop"
+
+// The values of Sandbox.Details[DetailStop].
+const (
+	// StopInit: the watchdog signals the sandbox's PID 1 (an init such as
+	// tini, run as the sandbox's user), which ends the container: it
+	// stays, stopped, until EnsureRunning starts it again.
+	StopInit = "init"
+	// StopProcesses: the watchdog ends every process of the sandbox (those
+	// whose environment holds the AMELIA_SANDBOX_DIR of its own), after
+	// writing LifetimeStopped, which makes HealthCheck say stopped until
+	// EnsureRunning removes it.
+	StopProcesses = "processes"
+	// StopByProvider: the provider stops idle sandboxes itself (Daytona's
+	// auto-stop); the watchdog only keeps the record.
+	StopByProvider = "provider"
+)
+
+// LifetimeDir is the watchdog's directory, relative to Sandbox.Workdir,
+// and LifetimeStopped the file in it that says the watchdog stopped the
+// sandbox (with StopProcesses).
+const (
+	LifetimeDir     = ".amelia/lifetime"
+	LifetimeStopped = "stopped"
+)
 
 // WorkerPlace says where the host finds amelia-worker in a sandbox, or
 // puts it. The host installs the worker for the sandbox's architecture

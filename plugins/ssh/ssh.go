@@ -42,6 +42,10 @@ const markerFile = ".amelia-sandbox"
 // the sandbox's processes by it, wherever they went.
 const sandboxDirEnv = "AMELIA_SANDBOX_DIR"
 
+// stoppedMarker, under the workspace, says the sandbox's watchdog stopped
+// it: its processes ended, its directory stays; EnsureRunning removes it.
+const stoppedMarker = sdk.LifetimeDir + "/" + sdk.LifetimeStopped
+
 // healthTimeout bounds HealthCheck's command, inside sdk.HealthCheckTimeout.
 const healthTimeout = 5 * time.Second
 
@@ -176,6 +180,7 @@ const ensureScript = `set -eu
 d=$1
 umask 077
 mkdir -p -- "$d/workspace" "$d/home" "$d/tmp" "$d/bin" "$d/run"
+rm -f -- "$d/workspace/$3"
 if [ ! -e "$d/.amelia-sandbox" ]; then
 	tmp=$(mktemp "$d/.amelia-sandbox.XXXXXX")
 	printf '%s\n' "$2" > "$tmp"
@@ -200,7 +205,7 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 	id := make([]byte, 12)
 	_, _ = rand.Read(id)
 	m, _ := json.Marshal(marker{ID: hex.EncodeToString(id), Labels: spec.Labels, Created: time.Now().UTC()})
-	out, err := sb.r.conn.Output(ctx, "sh -c "+shexec.Quote(ensureScript)+" sh "+shexec.Quote(sb.dir)+" "+shexec.Quote(string(m)), nil)
+	out, err := sb.r.conn.Output(ctx, "sh -c "+shexec.Quote(ensureScript)+" sh "+shexec.Quote(sb.dir)+" "+shexec.Quote(string(m))+" "+shexec.Quote(stoppedMarker), nil)
 	if err != nil {
 		return sdk.Sandbox{}, fmt.Errorf("create sandbox %s in %s on %s: %w", sb.name, sb.dir, sb.r.conn.Target(), err)
 	}
@@ -217,6 +222,8 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 	return sdk.Sandbox{Ref: ref, Created: created, Workdir: sb.workdir(), Details: map[string]string{
 		"host": sb.r.conn.Target().String(),
 		"dir":  sb.dir,
+		// The watchdog ends the processes tagged with sandboxDirEnv.
+		sdk.DetailStop: sdk.StopProcesses,
 	}, Worker: sdk.WorkerPlace{Dir: sb.dir + "/bin"}}, nil
 }
 
@@ -301,8 +308,10 @@ func (p *Provider) HealthCheck(ctx context.Context, ref sdk.SandboxRef) (sdk.Hea
 	if err != nil {
 		return sdk.Health{}, err
 	}
-	out, err := sb.r.conn.Output(ctx, "if [ ! -e "+shexec.Quote(sb.marker())+" ]; then echo absent; elif [ -d "+shexec.Quote(sb.workdir())+" ]; then echo ready; else echo broken; fi", nil)
+	out, err := sb.r.conn.Output(ctx, "if [ ! -e "+shexec.Quote(sb.marker())+" ]; then echo absent; elif [ -e "+shexec.Quote(sb.workdir()+"/"+stoppedMarker)+" ]; then printf 'stopped %s' \"$(head -c 64 "+shexec.Quote(sb.workdir()+"/"+stoppedMarker)+")\"; elif [ -d "+shexec.Quote(sb.workdir())+" ]; then echo ready; else echo broken; fi", nil)
 	switch {
+	case err == nil && strings.HasPrefix(out, "stopped "):
+		return sdk.Health{State: sdk.HealthStopped, Message: "stopped by its watchdog at " + strings.TrimSpace(strings.TrimPrefix(out, "stopped ")) + "; its directory stays: " + sb.dir}, nil
 	case err != nil:
 		return sdk.Health{}, fmt.Errorf("check sandbox %s on %s: %w", sb.name, sb.r.conn.Target(), err)
 	case out == "absent\n":
@@ -319,6 +328,7 @@ const listScript = `for m in "$1"/*/.amelia-sandbox; do
 	[ -f "$m" ] || continue
 	d=${m%/.amelia-sandbox}
 	w=no; [ -d "$d/workspace" ] && w=yes
+	[ -e "$d/workspace/$2" ] && w=stopped
 	printf '%s\t%s\t%s\n' "${d##*/}" "$w" "$(tr -d '\n\t' < "$m")"
 done`
 
@@ -335,7 +345,7 @@ func (p *Provider) List(ctx context.Context, req sdk.ListRequest) ([]sdk.Listed,
 	if err != nil {
 		return nil, err
 	}
-	out, err := r.conn.Output(ctx, "sh -c "+shexec.Quote(listScript)+" sh "+shexec.Quote(root), nil)
+	out, err := r.conn.Output(ctx, "sh -c "+shexec.Quote(listScript)+" sh "+shexec.Quote(root)+" "+shexec.Quote(stoppedMarker), nil)
 	if err != nil {
 		return nil, fmt.Errorf("list the sandboxes in %s on %s: %w", root, r.conn.Target(), err)
 	}
@@ -350,7 +360,11 @@ func (p *Provider) List(ctx context.Context, req sdk.ListRequest) ([]sdk.Listed,
 			continue
 		}
 		state := sdk.HealthReady
-		if f[1] != "yes" {
+		switch f[1] {
+		case "stopped":
+			state = sdk.HealthStopped
+		case "yes":
+		default:
 			state = sdk.HealthUnhealthy
 		}
 		found = append(found, sdk.Listed{Ref: sdk.SandboxRef{Name: f[0], ID: m.ID, Config: req.Config}, Labels: m.Labels, State: state, Created: m.Created})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/lifetime"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
 	"github.com/amelia-sandbox/amelia/core/stack"
@@ -48,23 +49,29 @@ func (a *app) sandboxUpCommand() *cobra.Command {
 		Short: "Start the profile's sandbox, or reuse it when it runs",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withSandbox(cmd.Context(), func(sb *sandbox.Sandbox) error {
-				s, err := sb.Up(cmd.Context())
-				if err != nil {
-					return err
-				}
-				how := "reused"
-				if s.Created {
-					how = "created"
-				}
-				w := cmd.OutOrStdout()
-				fmt.Fprintf(w, "sandbox %s of profile %s %s (provider %s)\n", s.Ref.Name, sb.Profile.Name, how, sb.Info.Name)
-				fmt.Fprintf(w, "workdir: %s\n", s.Workdir)
-				for _, k := range slices.Sorted(maps.Keys(s.Details)) {
-					fmt.Fprintf(w, "%s: %s\n", k, s.Details[k])
-				}
-				return nil
-			})
+			st, err := a.openStack(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer st.Close(context.WithoutCancel(cmd.Context()))
+			sb := st.Sandbox()
+			if err := st.Up(cmd.Context()); err != nil {
+				return err
+			}
+			s := *st.Running
+			// It stops by itself once idle (sandbox.idle_timeout).
+			a.withWatchdog(cmd.Context(), st)
+			how := "reused"
+			if s.Created {
+				how = "created"
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "sandbox %s of profile %s %s (provider %s)\n", s.Ref.Name, sb.Profile.Name, how, sb.Info.Name)
+			fmt.Fprintf(w, "workdir: %s\n", s.Workdir)
+			for _, k := range slices.Sorted(maps.Keys(s.Details)) {
+				fmt.Fprintf(w, "%s: %s\n", k, s.Details[k])
+			}
+			return nil
 		},
 	}
 }
@@ -261,6 +268,7 @@ engine's full speed).`,
 			if err := st.Up(cmd.Context()); err != nil {
 				return err
 			}
+			a.withWatchdog(cmd.Context(), st)
 			status, err := st.Exec(cmd.Context(), req, eio)
 			if err != nil && cmd.Context().Err() != nil && errors.Is(err, cmd.Context().Err()) {
 				return exitError{130} // interrupted: the command was stopped
@@ -351,6 +359,9 @@ type sandboxRow struct {
 	// stop removes it.
 	Legacy  bool   `json:"legacy,omitempty"`
 	Message string `json:"message,omitempty"`
+	// Lifetime is what the sandbox's watchdog says of when it stops and
+	// why (sandbox.idle_timeout, sandbox.max_lifetime), where it runs one.
+	Lifetime *lifetime.Status `json:"lifetime,omitempty"`
 }
 
 // sandboxState asks the provider about the sandbox, within a bound.
@@ -405,6 +416,11 @@ func (a *app) sandboxLsCommand() *cobra.Command {
 					}
 					row.Workflows = ids
 					row.WorkflowStates = a.workflowStates(wctx, f.Sandbox, row.Profile, ids)
+					if lt, err := lifetimeOf(wctx, f.Sandbox); err != nil {
+						row.Message = strings.TrimSpace(row.Message + "; " + oneLine(err.Error()))
+					} else {
+						row.Lifetime = lt
+					}
 				}
 				rows = append(rows, row)
 			})
@@ -440,7 +456,7 @@ func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool, now time.Time
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROFILE\tSANDBOX\tPROVIDER\tSTATE\tAGE\tRUNS\tWORKFLOWS\tDETAIL")
+	fmt.Fprintln(tw, "PROFILE\tSANDBOX\tPROVIDER\tSTATE\tAGE\tSTOPS\tRUNS\tWORKFLOWS\tDETAIL")
 	for _, r := range rows {
 		name, age, workflows, detail, runs := r.Sandbox, "-", "-", r.Message, r.Runs
 		if name == "" {
@@ -467,7 +483,7 @@ func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool, now time.Time
 		case r.Elsewhere:
 			detail = strings.TrimSpace("made by amelia run --sandbox " + r.Provider + " " + detail)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Profile, name, r.Provider, r.State, age, runs, workflows, detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Profile, name, r.Provider, r.State, age, stopsColumn(r, now), runs, workflows, detail)
 	}
 	return tw.Flush()
 }

@@ -628,7 +628,11 @@ type EnsureRunningRequest struct {
 	// The commands that set the sandbox up once (sandbox.setup): a provider
 	// that implements Prepare creates the sandbox from their kept result,
 	// preparing it first when it is not there. Empty: no setup.
-	Setup         []*SetupCommand `protobuf:"bytes,20,rep,name=setup,proto3" json:"setup,omitempty"`
+	Setup []*SetupCommand `protobuf:"bytes,20,rep,name=setup,proto3" json:"setup,omitempty"`
+	// The profile's sandbox.idle_timeout and sandbox.max_lifetime in
+	// milliseconds: 0 not said (the provider's default), negative off.
+	IdleTimeoutMs int64 `protobuf:"varint,4,opt,name=idle_timeout_ms,json=idleTimeoutMs,proto3" json:"idle_timeout_ms,omitempty"`
+	MaxLifetimeMs int64 `protobuf:"varint,5,opt,name=max_lifetime_ms,json=maxLifetimeMs,proto3" json:"max_lifetime_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -689,6 +693,20 @@ func (x *EnsureRunningRequest) GetSetup() []*SetupCommand {
 		return x.Setup
 	}
 	return nil
+}
+
+func (x *EnsureRunningRequest) GetIdleTimeoutMs() int64 {
+	if x != nil {
+		return x.IdleTimeoutMs
+	}
+	return 0
+}
+
+func (x *EnsureRunningRequest) GetMaxLifetimeMs() int64 {
+	if x != nil {
+		return x.MaxLifetimeMs
+	}
+	return 0
 }
 
 type EnsureRunningResponse struct {
@@ -2238,12 +2256,14 @@ const file_provider_proto_rawDesc = "" +
 	"\x06config\x18\x03 \x01(\fR\x06config\"H\n" +
 	"\rNetworkPolicy\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12#\n" +
-	"\rallowed_hosts\x18\x02 \x03(\tR\fallowedHosts\"\xc6\x02\n" +
+	"\rallowed_hosts\x18\x02 \x03(\tR\fallowedHosts\"\x96\x03\n" +
 	"\x14EnsureRunningRequest\x120\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\x03ref\x12;\n" +
 	"\anetwork\x18\x02 \x01(\v2!.amelia.provider.v1.NetworkPolicyR\anetwork\x12L\n" +
 	"\x06labels\x18\x03 \x03(\v24.amelia.provider.v1.EnsureRunningRequest.LabelsEntryR\x06labels\x126\n" +
-	"\x05setup\x18\x14 \x03(\v2 .amelia.provider.v1.SetupCommandR\x05setup\x1a9\n" +
+	"\x05setup\x18\x14 \x03(\v2 .amelia.provider.v1.SetupCommandR\x05setup\x12&\n" +
+	"\x0fidle_timeout_ms\x18\x04 \x01(\x03R\ridleTimeoutMs\x12&\n" +
+	"\x0fmax_lifetime_ms\x18\x05 \x01(\x03R\rmaxLifetimeMs\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x02\n" +

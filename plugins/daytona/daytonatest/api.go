@@ -530,6 +530,7 @@ func (f *Fake) startSandbox(_ *http.Request, s *sandbox) answer {
 		return refusal(http.StatusUnprocessableEntity, "Resuming is not supported for this sandbox")
 	}
 	s.desired = api.DesiredStarted
+	s.lastActivity = f.activityLocked() // a lifecycle change is activity
 	op := f.transition(s, f.startSteps(s), api.StateStarted, "")
 	return answer{then: func() answer {
 		t := time.NewTimer(f.opts.StartWait)

@@ -152,6 +152,11 @@ type Options struct {
 	// accesses name this address in their sshCommand, so that Daytona's
 	// real gateway can be run against the fake.
 	ExternalGateway string
+	// Minute is how long a minute of Daytona's time lasts in the fake,
+	// for auto-stop (autoStopInterval is in minutes; the check runs every
+	// 10 s of it, the gateway's keepalive every 45 s of it): default a
+	// minute. A test of auto-stop sets a few seconds. Fake-only.
+	Minute time.Duration
 	// Command is the main process of a sandbox's container, under tini
 	// (default: sleep infinity), for instance Daytona's daemon for a
 	// harness that runs the real chain against the fake. Docker only.
@@ -294,6 +299,9 @@ func Start(t testing.TB, opts Options) *Fake {
 	if opts.RunnerDomain == "" {
 		opts.RunnerDomain = "127.0.0.1"
 	}
+	if opts.Minute <= 0 {
+		opts.Minute = time.Minute
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -348,6 +356,7 @@ func Start(t testing.TB, opts Options) *Fake {
 		}
 		t.Fatalf("daytonatest: %v", err)
 	}
+	f.startAutoStop()
 	t.Cleanup(func() {
 		if err := f.close(); err != nil {
 			t.Errorf("daytonatest: %v", err)

@@ -115,6 +115,7 @@ func (f *Fake) serveConn(c net.Conn) {
 		f.wg.Add(1)
 		go func() {
 			defer f.wg.Done()
+			defer f.keepAlive(s)() // the gateway's, while the channel is open
 			if f.opts.IdealGateway {
 				f.serveIdealSession(s, ch, creqs)
 				return

@@ -55,6 +55,7 @@ func (f *Fake) execute(w http.ResponseWriter, r *http.Request) {
 	started := ok && s.state == api.StateStarted
 	if started {
 		f.stats.ToolboxExecs++
+		s.lastActivity = f.activityLocked() // Daytona's proxy counts toolbox requests
 	}
 	f.mu.Unlock()
 	if !started {

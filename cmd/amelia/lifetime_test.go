@@ -1,0 +1,266 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/amelia-sandbox/amelia/core/lifetime"
+	"github.com/amelia-sandbox/amelia/internal/dockertest"
+	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/internal/sharedtest"
+	"github.com/amelia-sandbox/amelia/internal/sshtest"
+	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
+	"github.com/amelia-sandbox/amelia/plugins/daytona/daytonatest"
+)
+
+// End-to-end tests of sandbox.idle_timeout and sandbox.max_lifetime: the
+// sandbox's watchdog stops it with no host process running, never while
+// an agent runs, and kept work survives the stop for amelia results.
+
+// testIdle is the profiles' idle_timeout here: short, yet longer than the
+// pause between two of a run's commands on a loaded machine.
+const testIdle = 6 * time.Second
+
+// withLifetime adds idle_timeout and max_lifetime to a sandbox block
+// (YAML flow style).
+func withLifetime(block, idle, maxLife string) string {
+	return strings.Replace(block, "{", "{idle_timeout: "+idle+", max_lifetime: "+maxLife+", ", 1)
+}
+
+// lifetimeCase is a provider under test: a host whose e2e profile has
+// the given lifetime and whose LLM plays turns, and how to tell, from the
+// provider's side alone (no amelia running), that its sandbox stopped
+// and kept its files.
+type lifetimeCase struct {
+	name string
+	host func(t *testing.T, idle, maxLife string, turns ...llmtest.Turn) (h *host, stopped func() bool)
+}
+
+func lifetimeCases() []lifetimeCase {
+	return []lifetimeCase{
+		{name: "docker", host: func(t *testing.T, idle, maxLife string, turns ...llmtest.Turn) (*host, func() bool) {
+			cli := dockertest.Engine(t)
+			h := newDockerHost(t, cli, withLifetime(dockerSandbox("open"), idle, maxLife), turns...)
+			name := "amelia-sandbox-" + h.sandboxName(t, "e2e")
+			return h, func() bool {
+				// Stopped, not removed: the container and its volume stay.
+				res, err := cli.ContainerInspect(t.Context(), name, client.ContainerInspectOptions{})
+				if err != nil {
+					t.Fatalf("the stopped sandbox's container: %v", err)
+				}
+				return res.Container.State.Status == "exited"
+			}
+		}},
+		{name: "ssh", host: func(t *testing.T, idle, maxLife string, turns ...llmtest.Turn) (*host, func() bool) {
+			srv := sshtest.Start(t, sshtest.Options{})
+			root := t.TempDir()
+			h := newHostWith(t, withLifetime(sshSandbox(t, srv, root), idle, maxLife), root, llmtest.Options{}, turns...)
+			t.Cleanup(func() { h.amelia(t, "sandbox", "down", "--force") })
+			dir := filepath.Join(root, h.sandboxName(t, "e2e"))
+			return h, func() bool {
+				_, err := os.Stat(filepath.Join(dir, "workspace", lifetime.Dir, lifetime.StoppedFile))
+				return err == nil && len(sandboxProcesses(dir)) == 0
+			}
+		}},
+	}
+}
+
+// sandboxProcesses are the processes of this machine tagged with an ssh
+// sandbox's directory.
+func sandboxProcesses(dir string) []string {
+	var out []string
+	m, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, f := range m {
+		env, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for kv := range strings.SplitSeq(string(env), "\x00") {
+			if kv == "AMELIA_SANDBOX_DIR="+dir {
+				out = append(out, filepath.Base(filepath.Dir(f)))
+			}
+		}
+	}
+	return out
+}
+
+// lsLifetime is what sandbox ls --json says of the e2e profile's
+// sandbox: its state and its watchdog's status.
+func lsLifetime(t *testing.T, h *host) (string, *lifetime.Status) {
+	t.Helper()
+	r := h.amelia(t, "sandbox", "ls", "--json")
+	var rows []struct {
+		Profile  string           `json:"profile"`
+		State    string           `json:"state"`
+		Lifetime *lifetime.Status `json:"lifetime"`
+		Message  string           `json:"message"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
+		t.Fatalf("sandbox ls --json: %v\n%s%s", err, r.stdout, r.stderr)
+	}
+	for _, row := range rows {
+		if row.Profile == "e2e" {
+			return row.State, row.Lifetime
+		}
+	}
+	t.Fatalf("sandbox ls --json shows no e2e sandbox:\n%s", r.stdout)
+	return "", nil
+}
+
+// eventually polls cond until it holds; after 5 minutes (far longer than
+// anything here takes on a loaded machine) the test fails rather than
+// hang.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("gave up waiting for %s", what)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// An idle sandbox stops by itself with no host process running, keeping
+// the kept work of an interrupted run, which amelia results brings back;
+// a sandbox whose agent runs, its host dead, is not stopped past the idle
+// timeout; sandbox ls, asked all along, is no activity.
+func TestIdleSandboxStopsKeepingWork(t *testing.T) {
+	for _, c := range lifetimeCases() {
+		t.Run(c.name, func(t *testing.T) {
+			kept, busy := newGate(t), newGate(t)
+			h, stopped := c.host(t, testIdle.String(), "off", gatedTurns(busy)...)
+
+			// Kept work: a run interrupted while its agent waits.
+			r := h.startUntil(t, kept.path, "run", "--json", "--model", "scripted:"+gatedScript(t, kept), "--workflow", "kept", "keep this")
+			if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			if code := r.wait(t, "Ctrl-C"); code != 130 {
+				t.Fatalf("exit %d after Ctrl-C, want 130; stderr: %s", code, r.stderr.String())
+			}
+
+			// An agent whose host died runs on, well past the idle timeout.
+			h.orphan(t, busy, "busy")
+			died := time.Now()
+			sharedtest.Stop(t, h.tmp)
+			eventually(t, "the agent to run past the idle timeout", func() bool {
+				state, lt := lsLifetime(t, h)
+				if state != "ready" || lt == nil {
+					t.Fatalf("with its agent running the sandbox is %s (lifetime %+v)", state, lt)
+				}
+				return lt.Busy && lt.LastActivity.After(died.Add(testIdle+time.Second))
+			})
+			if stopped() {
+				t.Fatal("the sandbox stopped while its agent ran")
+			}
+			after, _ := h.attach(t, busy, h.repo, "busy")
+			h.deliveredDespite(t, "busy", after)
+
+			// Now idle, with no host process at all: it stops by itself.
+			sharedtest.Stop(t, h.tmp)
+			eventually(t, "the idle sandbox to stop", stopped)
+			if state, _ := lsLifetime(t, h); state != "stopped" {
+				t.Errorf("sandbox ls says the stopped sandbox is %s", state)
+			}
+			res := h.amelia(t, "results", "kept")
+			if res.code != 0 || !strings.Contains(res.stdout, "branch amelia/kept") {
+				t.Fatalf("amelia results after the stop: exit %d\nstdout: %s\nstderr: %s", res.code, res.stdout, res.stderr)
+			}
+			if got := h.git(t, "show", "amelia/kept:before.txt"); got != "before the fault" {
+				t.Errorf("before.txt on the brought-back branch: %q", got)
+			}
+			state, lt := lsLifetime(t, h)
+			if state != "ready" || lt == nil || lt.Watchdog != "running" || lt.Decided == nil || lt.Decided.Reason != lifetime.ReasonIdle {
+				t.Fatalf("after amelia results the sandbox is %s with lifetime %+v; want it running again, its stop on record as idle", state, lt)
+			}
+			if d := lt.Decided; d.At.Sub(d.Idle) < testIdle {
+				t.Errorf("stopped at %v, idle since %v: sooner than the idle timeout", d.At, d.Idle)
+			}
+		})
+	}
+}
+
+// Past max_lifetime a sandbox whose agent runs goes on until the agent
+// ends, then stops, however recent its activity; idle_timeout is off.
+func TestMaxLifetimeStopsAfterTheWork(t *testing.T) {
+	const life = 8 * time.Second
+	for _, c := range lifetimeCases() {
+		t.Run(c.name, func(t *testing.T) {
+			busy := newGate(t)
+			h, stopped := c.host(t, "off", life.String(), gatedTurns(busy)...)
+			h.orphan(t, busy, "busy")
+			sharedtest.Stop(t, h.tmp)
+			eventually(t, "the agent to run past the lifetime", func() bool {
+				state, lt := lsLifetime(t, h)
+				if state != "ready" || lt == nil || lt.Reason != lifetime.ReasonLifetime {
+					t.Fatalf("with its agent running the sandbox is %s (lifetime %+v)", state, lt)
+				}
+				return lt.Busy && lt.LastActivity.After(lt.StopsAt.Add(time.Second))
+			})
+			if stopped() {
+				t.Fatal("the sandbox stopped while its agent ran")
+			}
+			after, _ := h.attach(t, busy, h.repo, "busy")
+			h.deliveredDespite(t, "busy", after)
+			sharedtest.Stop(t, h.tmp)
+			eventually(t, "the sandbox past its lifetime to stop", stopped)
+			if r := h.amelia(t, "sandbox", "up"); r.code != 0 {
+				t.Fatalf("sandbox up: exit %d: %s", r.code, r.stderr)
+			}
+			if _, lt := lsLifetime(t, h); lt == nil || lt.Decided == nil || lt.Decided.Reason != lifetime.ReasonLifetime {
+				t.Errorf("the stop is on record as %+v, want lifetime", lt)
+			}
+		})
+	}
+}
+
+// On Daytona, its auto-stop, set from idle_timeout, stops the idle
+// sandbox (the fake's minute lasts 5 s: idle_timeout 1m is 5 s there)
+// with no host process running; it is stopped, not deleted, and amelia
+// results starts it and brings the interrupted run's kept work back.
+func TestIdleDaytonaStopsKeepingWork(t *testing.T) {
+	cli := dockertest.Engine(t)
+	f := daytonatest.Start(t, daytonatest.Options{Docker: cli, Minute: 5 * time.Second})
+	kept := newGate(t)
+	h := newHostWith(t, withLifetime(daytonaSandbox(t, f, "open"), "1m", "off"), "", llmtest.Options{})
+	h.env = append(h.env, "DAYTONA_E2E_KEY="+f.APIKey())
+	t.Cleanup(func() { h.amelia(t, "sandbox", "down", "--force") })
+
+	r := h.startUntil(t, kept.path, "run", "--json", "--model", "scripted:"+gatedScript(t, kept), "--workflow", "kept", "keep this")
+	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t, "Ctrl-C"); code != 130 {
+		t.Fatalf("exit %d after Ctrl-C, want 130; stderr: %s", code, r.stderr.String())
+	}
+	sandboxes := f.Sandboxes()
+	if len(sandboxes) != 1 || sandboxes[0].AutoStopInterval == nil || *sandboxes[0].AutoStopInterval != 1 {
+		t.Fatalf("sandboxes %+v, want one with autoStopInterval 1 (idle_timeout 1m)", sandboxes)
+	}
+	sharedtest.Stop(t, h.tmp)
+	eventually(t, "Daytona's auto-stop", func() bool {
+		sbs := f.Sandboxes()
+		return len(sbs) == 1 && sbs[0].State == api.StateStopped
+	})
+	if state, _ := lsLifetime(t, h); state != "stopped" {
+		t.Errorf("sandbox ls says the stopped sandbox is %s", state)
+	}
+	res := h.amelia(t, "results", "kept")
+	if res.code != 0 || !strings.Contains(res.stdout, "branch amelia/kept") {
+		t.Fatalf("amelia results after the auto-stop: exit %d\nstdout: %s\nstderr: %s", res.code, res.stdout, res.stderr)
+	}
+	if got := h.git(t, "show", "amelia/kept:before.txt"); got != "before the fault" {
+		t.Errorf("before.txt on the brought-back branch: %q", got)
+	}
+}

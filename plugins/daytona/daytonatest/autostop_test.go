@@ -1,0 +1,81 @@
+package daytonatest
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
+)
+
+// Auto-stop as Daytona's: an idle sandbox stops after autoStopInterval
+// minutes (here a minute lasts 5 s), keeping its files, whatever runs
+// inside; an open gateway channel is activity, which keeps another
+// started until it closes.
+func TestAutoStop(t *testing.T) {
+	forEachBackend(t, Options{Minute: 5 * time.Second}, func(t *testing.T, f *Fake) {
+		e := newEnv(t, f)
+		one := 1
+		idle, _ := e.started(t, api.CreateSandbox{Name: "idle", AutoStopInterval: &one})
+		held, _ := e.started(t, api.CreateSandbox{Name: "held", AutoStopInterval: &one})
+		never, _ := e.started(t, api.CreateSandbox{Name: "never", AutoStopInterval: new(int)})
+		c := e.login(t, idle.ID)
+		// A process inside is no activity.
+		if r := run(t, c, "echo kept > kept.txt; (sleep 600 </dev/null >/dev/null 2>&1 &) ; echo ok", ""); r.code != 0 {
+			t.Fatalf("write a file: %+v", r)
+		}
+		c.Close()
+		h := e.login(t, held.ID)
+		s, err := h.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, _ := s.StdinPipe()
+		if err := s.Start("cat"); err != nil {
+			t.Fatal(err)
+		}
+
+		stopped, _ := e.waitState(t, idle.ID, api.StateStopped)
+		if stopped.AutoStopInterval == nil || *stopped.AutoStopInterval != 1 {
+			t.Errorf("the stopped sandbox's autoStopInterval: %v", stopped.AutoStopInterval)
+		}
+		// The held one is past its interval, and started: its channel's
+		// keepalive is activity.
+		deadline := time.Now().Add(waitFor)
+		for {
+			sb, err := e.c.GetSandbox(context.Background(), held.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last, _ := time.Parse(time.RFC3339Nano, sb.LastActivityAt)
+			created, _ := time.Parse(time.RFC3339Nano, held.CreatedAt)
+			if sb.State != api.StateStarted {
+				t.Fatalf("a sandbox with an open channel is %s", sb.State)
+			}
+			if last.After(created.Add(8 * time.Second)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the open channel's keepalive did not update lastActivityAt")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		in.Close()
+		s.Wait()
+		h.Close()
+		e.waitState(t, held.ID, api.StateStopped)
+		if sb, err := e.c.GetSandbox(context.Background(), never.ID); err != nil || sb.State != api.StateStarted {
+			t.Errorf("autoStopInterval 0: %v %v, want started", sb.State, err)
+		}
+
+		// Stopped is kept: started again, its files are there.
+		if _, err := e.c.StartSandbox(context.Background(), idle.ID); err != nil {
+			t.Fatal(err)
+		}
+		e.waitState(t, idle.ID, api.StateStarted)
+		if r := run(t, e.login(t, idle.ID), "cat kept.txt", ""); strings.TrimSpace(r.stdout) != "kept" {
+			t.Errorf("after the auto-stop kept.txt holds %q", r.stdout)
+		}
+	})
+}
