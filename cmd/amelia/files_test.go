@@ -20,7 +20,7 @@ import (
 // line saying what to do.
 
 // ameliaIn runs amelia with stdin.
-func (h *host) ameliaIn(t *testing.T, stdin []byte, args ...string) result {
+func (h *host) ameliaIn(t testing.TB, stdin []byte, args ...string) result {
 	t.Helper()
 	cmd := h.command(args...)
 	var out, errb bytes.Buffer
@@ -40,7 +40,7 @@ func errorsAs(err error, ee **exec.ExitError) bool {
 }
 
 // mustAmelia runs amelia and fails the test unless it exits 0.
-func (h *host) mustAmelia(t *testing.T, args ...string) result {
+func (h *host) mustAmelia(t testing.TB, args ...string) result {
 	t.Helper()
 	r := h.amelia(t, args...)
 	if r.code != 0 {
@@ -205,4 +205,76 @@ func TestFilesOnKubernetes(t *testing.T) {
 	c := k8stest.Start(t)
 	h := newKubernetesHost(t, c, kubernetesSandbox(c, c.Namespace(t), "open", nil))
 	checkFiles(t, h)
+}
+
+// A full disk in the sandbox (a small tmpfs) is one line that says so,
+// and leaves no partial file behind.
+func TestFilesFullDiskOnDocker(t *testing.T) {
+	cli := dockertest.Engine(t)
+	sb := strings.Replace(dockerSandbox("open"), "docker: {", "docker: {tmpfs: {/workspace/small: 1m}, ", 1)
+	h := newDockerHost(t, cli, sb)
+	big := bytes.Repeat([]byte("full"), 1<<19) // 2 MiB
+	tree := filepath.Join(t.TempDir(), "tree")
+	if err := os.MkdirAll(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tree, "big"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		stdin []byte
+		args  []string
+	}{
+		{"put", big, []string{"sandbox", "put", "small/big"}},
+		{"cp a tree", nil, []string{"sandbox", "cp", tree, ":small/"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := h.ameliaIn(t, c.stdin, c.args...)
+			lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+			if r.code != 1 || !strings.Contains(lines[len(lines)-1], "the sandbox's disk is full; free space in the sandbox") {
+				t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+			}
+		})
+	}
+	// Nothing half-written stays: the put's temporary file went.
+	if ls := h.mustAmelia(t, "sandbox", "exec", "--", "ls", "-A", "small").stdout; strings.Contains(ls, ".tmp") || strings.Contains(ls, "big\n") && !strings.Contains(ls, "tree") {
+		t.Errorf("small holds after the failures:\n%s", ls)
+	}
+}
+
+// With --workflow, paths are the workflow's checkout's, and what is
+// written there is the workflow's uid's, as its agent's files are.
+func TestFilesOfAWorkflowOnDocker(t *testing.T) {
+	cli := dockertest.Engine(t)
+	h := newDockerHost(t, cli, dockerSandbox("open"),
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{writeCall("agent.txt", "by the agent\n")}},
+		llmtest.Turn{Text: "Done.", Usage: &llmtest.Usage{PromptTokens: 10, CompletionTokens: 5}},
+	)
+	if r := h.amelia(t, "run", "--keep-worktree", "--workflow", "wf", "Write agent.txt."); r.code != 0 {
+		t.Fatalf("amelia run: exit %d\nstderr: %s", r.code, r.stderr)
+	}
+	if r := h.mustAmelia(t, "sandbox", "cat", "--workflow", "wf", "agent.txt"); r.stdout != "by the agent\n" {
+		t.Errorf("cat --workflow: %q", r.stdout)
+	}
+	if r := h.ameliaIn(t, []byte("by the host\n"), "sandbox", "put", "--workflow", "wf", "host.txt"); r.code != 0 {
+		t.Fatalf("put --workflow: exit %d: %s", r.code, r.stderr)
+	}
+	owners := h.mustAmelia(t, "sandbox", "exec", "-u", "0", "--", "stat", "-c", "%u", "worktrees/wf/agent.txt", "worktrees/wf/host.txt", ".").stdout
+	o := strings.Fields(owners)
+	if len(o) != 3 || o[0] != o[1] || o[0] == o[2] {
+		t.Errorf("owners of the agent's file, the put one and the workdir: %q; want the first two the workflow's uid, not the sandbox user's", o)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sandbox", "cat", "--workflow", "wf", "../../.amelia-run.lock"}, "is outside the allowed root"},
+		{[]string{"sandbox", "cat", "--workflow", "nope", "x"}, "workflow nope has no checkout in the sandbox"},
+		{[]string{"sandbox", "ls", "--workflow", "wf"}, "give a PATH in the checkout"},
+	} {
+		if r := h.amelia(t, c.args...); r.code == 0 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("amelia %s: exit %d, stderr:\n%s\nwant %q", strings.Join(c.args, " "), r.code, r.stderr, c.want)
+		}
+	}
 }
