@@ -2,9 +2,11 @@ package main_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -260,10 +262,20 @@ func TestFilesOfAWorkflowOnDocker(t *testing.T) {
 	if r := h.ameliaIn(t, []byte("by the host\n"), "sandbox", "put", "--workflow", "wf", "host.txt"); r.code != 0 {
 		t.Fatalf("put --workflow: exit %d: %s", r.code, r.stderr)
 	}
-	owners := h.mustAmelia(t, "sandbox", "exec", "-u", "0", "--", "stat", "-c", "%u", "worktrees/wf/agent.txt", "worktrees/wf/host.txt", ".").stdout
-	o := strings.Fields(owners)
-	if len(o) != 3 || o[0] != o[1] || o[0] == o[2] {
-		t.Errorf("owners of the agent's file, the put one and the workdir: %q; want the first two the workflow's uid, not the sandbox user's", o)
+	var entries []struct {
+		Name string `json:"name"`
+		UID  uint32 `json:"uid"`
+	}
+	if err := json.Unmarshal([]byte(h.mustAmelia(t, "sandbox", "ls", "--json", "--workflow", "wf", ".").stdout), &entries); err != nil {
+		t.Fatal(err)
+	}
+	uids := map[string]string{}
+	for _, e := range entries {
+		uids[e.Name] = strconv.Itoa(int(e.UID))
+	}
+	user := strings.TrimSpace(h.mustAmelia(t, "sandbox", "exec", "--", "id", "-u").stdout)
+	if uids["agent.txt"] == "" || uids["host.txt"] != uids["agent.txt"] || uids["host.txt"] == user {
+		t.Errorf("owners: %v, the sandbox's user %s; want host.txt the workflow's uid, as agent.txt", uids, user)
 	}
 	for _, c := range []struct {
 		args []string

@@ -16,6 +16,7 @@ package fswire
 import (
 	"encoding/json"
 	"io/fs"
+	"syscall"
 	"time"
 )
 
@@ -65,6 +66,9 @@ type Entry struct {
 	Size   int64     `json:"size"`
 	MTime  time.Time `json:"mtime"`
 	Target string    `json:"target,omitempty"` // a symbolic link's
+	// UID and GID own it (numbers: names are the sandbox's own).
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
 }
 
 // FileMode is e's mode as io/fs has it.
@@ -84,6 +88,9 @@ func (e Entry) FileMode() fs.FileMode {
 // EntryOf describes fi, named name.
 func EntryOf(name string, fi fs.FileInfo) Entry {
 	e := Entry{Name: name, Mode: uint32(fi.Mode().Perm()), Size: fi.Size(), MTime: fi.ModTime().UTC()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		e.UID, e.GID = st.Uid, st.Gid
+	}
 	switch {
 	case fi.Mode().IsRegular():
 		e.Type = TypeFile
