@@ -45,7 +45,7 @@ func (f *FS) CopyIn(ctx context.Context, src, dst string) (string, error) {
 			return "", hostError("copy", src, err)
 		}
 		defer in.Close()
-		resp, err := f.call(ctx, fswire.Request{Op: fswire.OpWrite, Path: dst, Into: name, Mode: uint32(fi.Mode().Perm())}, in, true, nil)
+		resp, err := f.call(ctx, fswire.Request{Op: fswire.OpWrite, Path: dst, Into: name, Mode: uint32(fi.Mode().Perm())}, struct{ io.Reader }{in}, true, nil)
 		return resp.Path, err
 	case fi.IsDir():
 		root, err := os.OpenRoot(src)
@@ -160,7 +160,7 @@ func writeOnHost(s *session, e Entry, target string) error {
 	if err != nil {
 		return hostError("write", target, err)
 	}
-	n, err := io.Copy(out, io.LimitReader(s.br, e.Size))
+	n, err := fswire.Copy(out, io.LimitReader(s.br, e.Size))
 	if err == nil && n < e.Size {
 		err = s.finish(nil)
 		if err == nil {

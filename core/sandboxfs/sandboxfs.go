@@ -88,7 +88,9 @@ func (f *FS) start(ctx context.Context, req fswire.Request, body io.Reader, bulk
 	s := &session{req: req, pr: pr, cancel: cancel, done: make(chan execResult, 1), stderr: &tail{}}
 	in := io.Reader(bytes.NewReader(fswire.Line(req)))
 	if body != nil {
-		in = io.MultiReader(in, body)
+		// Without its WriterTo, the exec's copy reads it in its own big
+		// steps, not io.MultiReader's 32 KiB.
+		in = struct{ io.Reader }{io.MultiReader(in, body)}
 	}
 	ereq := sdk.ExecRequest{Argv: []string{f.Worker, "files", "--root", f.Root}}
 	if bulk {
@@ -264,7 +266,7 @@ func (fr *fileReader) Read(p []byte) (int, error) {
 
 // WriteTo lets io.Copy skip a buffer of its own.
 func (fr *fileReader) WriteTo(w io.Writer) (int64, error) {
-	n, err := io.Copy(w, fr.r)
+	n, err := fswire.Copy(w, fr.r)
 	if err != nil {
 		return n, fr.s.finish(err)
 	}

@@ -244,7 +244,7 @@ func (s *fileServer) write(out io.Writer, in io.Reader, rel string, req fswire.R
 	if err != nil {
 		return s.jail.FSError("write", rel, err)
 	}
-	_, err = io.Copy(f, in)
+	_, err = fswire.Copy(f, in)
 	if err == nil {
 		err = f.Chmod(mode)
 	}
@@ -332,7 +332,10 @@ func (s *fileServer) read(out io.Writer, rel string, pack bool) (error, error) {
 	if err := s.answer(out, fswire.Response{Entry: &e}); err != nil {
 		return nil, err
 	}
-	n, err := io.CopyN(out, f, fi.Size())
+	n, err := fswire.Copy(out, io.LimitReader(f, fi.Size()))
+	if err == nil && n < fi.Size() {
+		err = io.EOF
+	}
 	if err != nil && errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("cannot read %s: it shrank from %d to %d bytes while being read; read it again once nothing writes it", fswire.Name(rel), fi.Size(), n)
 	}

@@ -218,7 +218,7 @@ func unpackFile(src io.Reader, r *os.Root, j Jail, name, rel string, mode fs.Fil
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(f, src)
+	_, err = Copy(f, src)
 	if err == nil {
 		err = f.Chmod(mode)
 	}
