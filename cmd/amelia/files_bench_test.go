@@ -167,7 +167,7 @@ func BenchmarkFilesOnSSH(b *testing.B) {
 	sshOpts := []string{"-i", srv.ClientKey, "-o", "UserKnownHostsFile=" + srv.KnownHosts, "-o", "StrictHostKeyChecking=yes",
 		"-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-c", "aes128-gcm@openssh.com"}
 	scp := func(args ...string) *exec.Cmd {
-		return exec.Command("scp", append(append(append([]string{}, sshOpts...), "-P", strconv.Itoa(srv.Port)), args...)...)
+		return exec.Command("scp", append(append(append([]string{"-O"}, sshOpts...), "-P", strconv.Itoa(srv.Port)), args...)...) // the test sshd has no sftp subsystem
 	}
 	sshCmd := "ssh " + strings.Join(sshOpts, " ") + " -p " + strconv.Itoa(srv.Port) + " " + srv.User + "@" + srv.Host
 	remote := srv.User + "@" + srv.Host + ":"
