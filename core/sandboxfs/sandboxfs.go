@@ -164,15 +164,6 @@ func (f *FS) call(ctx context.Context, req fswire.Request, body io.Reader, bulk 
 
 var errAbandoned = errors.New("the host stopped reading")
 
-func readAnswer(br *bufio.Reader) (fswire.Response, error) {
-	var resp fswire.Response
-	line, err := br.ReadSlice('\n')
-	if err != nil {
-		return resp, err
-	}
-	return resp, json.Unmarshal(line, &resp)
-}
-
 // tail keeps the last line written to it (a worker's stderr).
 type tail struct {
 	mu  sync.Mutex
