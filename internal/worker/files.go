@@ -244,6 +244,21 @@ func (s *fileServer) write(out io.Writer, in io.Reader, rel string, req fswire.R
 	if err != nil {
 		return s.jail.FSError("write", rel, err)
 	}
+	// Stopped half way (the host cancelled), the temporary file goes;
+	// the file it would have replaced stays as it was.
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	copied := make(chan struct{})
+	defer close(copied)
+	defer signal.Stop(stop)
+	go func() {
+		select {
+		case <-stop:
+			_ = s.root.Remove(tmp)
+			os.Exit(exitInterrupted)
+		case <-copied:
+		}
+	}()
 	_, err = fswire.Copy(f, in)
 	if err == nil {
 		err = f.Chmod(mode)
