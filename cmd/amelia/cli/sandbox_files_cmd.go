@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -210,18 +209,28 @@ func printEntries(w io.Writer, entries []sandboxfs.Entry, asJSON bool) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(entries)
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	for _, e := range entries {
+	owners := make([]string, len(entries))
+	ownerW, sizeW := 0, 0
+	for i, e := range entries {
+		owners[i] = fmt.Sprintf("%d:%d", e.UID, e.GID)
+		ownerW = max(ownerW, len(owners[i]))
+		sizeW = max(sizeW, len(strconv.FormatInt(e.Size, 10)))
+	}
+	for i, e := range entries {
 		name := e.Name
+		mode := e.FileMode().String()
 		switch e.Type {
 		case "dir":
 			name += "/"
 		case "symlink":
 			name += " -> " + e.Target
+			mode = "l" + mode[1:] // as ls has it (io/fs writes L)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t %s\t %s\n", e.FileMode(), e.Size, e.MTime.UTC().Format("2006-01-02 15:04"), name)
+		if _, err := fmt.Fprintf(w, "%s  %-*s  %*d  %s  %s\n", mode, ownerW, owners[i], sizeW, e.Size, e.MTime.UTC().Format("2006-01-02 15:04"), name); err != nil {
+			return err
+		}
 	}
-	return tw.Flush()
+	return nil
 }
 
 // errNoWorkflowPath is ls --workflow without a PATH.
