@@ -107,7 +107,7 @@ func serveFiles(root string, in io.Reader, out, errOut io.Writer) int {
 	case fswire.OpRemove:
 		err = s.remove(out, rel, req.Recursive)
 	case fswire.OpWrite:
-		err = s.write(out, br, rel, req)
+		err = s.write(out, bodyOf(br, in), rel, req)
 	case fswire.OpUnpack:
 		err = s.unpack(out, br, rel, req)
 	case fswire.OpRead:
@@ -125,6 +125,36 @@ func serveFiles(root string, in io.Reader, out, errOut io.Writer) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// body is what follows the request line on stdin: what br read ahead,
+// then the rest straight from stdin (which, a pipe, can be spliced).
+type body struct {
+	head  []byte
+	stdin io.Reader
+}
+
+// bodyOf is the body after the request br read from stdin.
+func bodyOf(br *bufio.Reader, stdin io.Reader) body {
+	head, _ := br.Peek(br.Buffered())
+	return body{head, stdin}
+}
+
+// copyIn copies b into the file f: what was read ahead, then stdin,
+// spliced where it is a pipe.
+func copyIn(f *os.File, b body) error {
+	if len(b.head) > 0 {
+		if _, err := f.Write(b.head); err != nil {
+			return err
+		}
+	}
+	if in, ok := b.stdin.(*os.File); ok {
+		if _, spliced, err := copyFromPipe(f, in); spliced {
+			return err
+		}
+	}
+	_, err := fswire.Copy(f, b.stdin)
+	return err
 }
 
 func oneLineMsg(err error) string {
@@ -212,7 +242,7 @@ func (s *fileServer) into(rel, into string) string {
 }
 
 // write streams in into a new file beside rel, then renames it to rel.
-func (s *fileServer) write(out io.Writer, in io.Reader, rel string, req fswire.Request) error {
+func (s *fileServer) write(out io.Writer, in body, rel string, req fswire.Request) error {
 	rel = s.into(rel, req.Into)
 	if rel == "." {
 		return fswire.FileOntoDir(rel)
@@ -259,7 +289,7 @@ func (s *fileServer) write(out io.Writer, in io.Reader, rel string, req fswire.R
 		case <-copied:
 		}
 	}()
-	_, err = fswire.Copy(f, in)
+	err = copyIn(f, in)
 	if err == nil {
 		err = f.Chmod(mode)
 	}
@@ -347,7 +377,10 @@ func (s *fileServer) read(out io.Writer, rel string, pack bool) (error, error) {
 	if err := s.answer(out, fswire.Response{Entry: &e}); err != nil {
 		return nil, err
 	}
-	n, err := fswire.Copy(out, io.LimitReader(f, fi.Size()))
+	n, sent, err := copyToOut(out, f, fi.Size())
+	if !sent {
+		n, err = fswire.Copy(out, io.LimitReader(f, fi.Size()))
+	}
 	if err == nil && n < fi.Size() {
 		err = io.EOF
 	}
