@@ -34,6 +34,8 @@ func (f *FS) CopyIn(ctx context.Context, src, dst string) (string, error) {
 			return "", fmt.Errorf("cannot copy into %s: it is not a directory; name a directory, or drop the trailing /", dst)
 		case errors.Is(err, fs.ErrNotExist) && fi.IsDir():
 			// dst/ names the directory to make.
+		case errors.Is(err, fs.ErrNotExist):
+			return "", fmt.Errorf("cannot copy into %s: it does not exist in the sandbox; make the directory first, or drop the trailing /", dst)
 		case err != nil:
 			return "", err
 		}
@@ -95,6 +97,11 @@ func (f *FS) CopyOut(ctx context.Context, src, dst string) (string, error) {
 	e := s.resp.Entry
 	if e == nil {
 		return "", s.finish(errors.New("the worker's answer has no entry"))
+	}
+	// The name comes from the sandbox, which may be hostile: one path
+	// element, or nothing is written.
+	if e.Name == "" || e.Name == "." || e.Name == ".." || strings.ContainsAny(e.Name, "/\x00") {
+		return "", s.finish(fmt.Errorf("the sandbox named %s %q, which is not a file name; nothing was copied", src, e.Name))
 	}
 	target := dst
 	fi, err := os.Stat(dst)

@@ -121,6 +121,9 @@ func (f *FS) start(ctx context.Context, req fswire.Request, body io.Reader, bulk
 // failure.
 func (s *session) finish(failed error) error {
 	if s.ended {
+		if s.err == nil {
+			return failed // the caller's, met after the worker's end
+		}
 		return s.err
 	}
 	s.ended = true

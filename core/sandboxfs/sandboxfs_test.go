@@ -2,6 +2,7 @@ package sandboxfs_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/sandboxfs"
 	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
 	"github.com/amelia-sandbox/amelia/internal/testbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 var worker string
@@ -196,5 +198,46 @@ func TestCopyInOut(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(victim); len(ents) != 0 {
 		t.Errorf("CopyOut wrote outside its destination: %v", ents)
+	}
+}
+
+// hostile is a sandbox whose worker answers with what it likes.
+type hostile struct{ answer string }
+
+func (h hostile) Exec(_ context.Context, _ sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	if eio.Stdin != nil {
+		_, _ = io.Copy(io.Discard, eio.Stdin)
+	}
+	_, _ = io.WriteString(eio.Stdout, h.answer)
+	return sdk.ExitStatus{}, nil
+}
+
+func (hostile) SandboxRef() sdk.SandboxRef { return sdk.SandboxRef{Name: "hostile"} }
+
+// A sandbox that names what it sends with a path writes nothing outside
+// the destination, and a short stream is an error, not a short file.
+func TestCopyOutHostileWorker(t *testing.T) {
+	parent := t.TempDir()
+	dst := filepath.Join(parent, "dst")
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, answer, want string }{
+		{"dotdot name", `{"entry":{"name":"../evil","type":"file","mode":420,"size":3}}` + "\nabc", "not a file name"},
+		{"slash name", `{"entry":{"name":"a/b","type":"file","mode":420,"size":3}}` + "\nabc", "not a file name"},
+		{"short", `{"entry":{"name":"f","type":"file","mode":420,"size":10}}` + "\nabc", "3 of 10 bytes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := sandboxfs.New(hostile{c.answer}, "/w", "/root")
+			_, err := f.CopyOut(t.Context(), "x", dst)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("CopyOut: %v, want %q", err, c.want)
+			}
+		})
+	}
+	for _, d := range []string{parent, dst} {
+		if ents, _ := os.ReadDir(d); len(ents) != map[string]int{parent: 1, dst: 0}[d] {
+			t.Errorf("%s holds %v after the hostile copies", d, ents)
+		}
 	}
 }
