@@ -135,22 +135,22 @@ func BenchmarkFilesOnDocker(b *testing.B) {
 	ctr := list.Items[0].ID
 	file, tree, treeBytes := benchData(b)
 	out := b.TempDir()
-	cleanIn := func() {
-		h.mustAmelia(b, "sandbox", "exec", "--", "sh", "-c", "rm -rf /workspace/big.bin /workspace/tree")
-	}
-	cleanOut := func() { mustShell(b, "rm -rf "+out+"/*") }
 	docker := func(args ...string) *exec.Cmd { return exec.Command("docker", args...) }
+	// docker cp writes as root, which nothing in the sandbox may remove
+	// (its root has no capabilities): each round copies in to new names.
+	cleanIn := func() {}
+	cleanOut := func() { mustShell(b, "rm -rf "+out+"/*") }
 	// The copies to bring out are made in the sandbox once.
 	h.mustAmelia(b, "sandbox", "exec", "--", "mkdir", "-p", "/workspace/src")
 	h.mustAmelia(b, "sandbox", "cp", file, ":src/")
 	h.mustAmelia(b, "sandbox", "cp", tree, ":src/")
 	runCopyCases(b, "docker-cp", []copyCase{
-		{"1GiB-in", benchFileSize, func(int) *exec.Cmd { return h.command("sandbox", "cp", file, ":") },
-			func(int) *exec.Cmd { return docker("cp", file, ctr+":/workspace/") }, cleanIn},
+		{"1GiB-in", benchFileSize, func(i int) *exec.Cmd { return h.command("sandbox", "cp", file, fmt.Sprintf(":ours%d.bin", i)) },
+			func(i int) *exec.Cmd { return docker("cp", file, fmt.Sprintf("%s:/workspace/base%d.bin", ctr, i)) }, cleanIn},
 		{"1GiB-out", benchFileSize, func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/big.bin", out) },
 			func(int) *exec.Cmd { return docker("cp", ctr+":/workspace/src/big.bin", out) }, cleanOut},
-		{"20k-files-in", treeBytes, func(int) *exec.Cmd { return h.command("sandbox", "cp", tree, ":") },
-			func(int) *exec.Cmd { return docker("cp", tree, ctr+":/workspace/") }, cleanIn},
+		{"20k-files-in", treeBytes, func(i int) *exec.Cmd { return h.command("sandbox", "cp", tree, fmt.Sprintf(":ours%d", i)) },
+			func(i int) *exec.Cmd { return docker("cp", tree, fmt.Sprintf("%s:/workspace/base%d", ctr, i)) }, cleanIn},
 		{"20k-files-out", treeBytes, func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/tree", out) },
 			func(int) *exec.Cmd { return docker("cp", ctr+":/workspace/src/tree", out) }, cleanOut},
 	})
