@@ -24,7 +24,7 @@ import (
 
 // sshSandbox is the e2e profile's sandbox block for srv, with root as the
 // sandboxes' directory.
-func sshSandbox(t *testing.T, srv *sshtest.Server, root string) string {
+func sshSandbox(t testing.TB, srv *sshtest.Server, root string) string {
 	block, _ := json.Marshal(map[string]any{
 		"host":           srv.Host,
 		"port":           srv.Port,

@@ -98,7 +98,7 @@ func (w *worker) commands() *cobra.Command {
 	root.SetErr(w.p.Stderr)
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(w.agenticCmd(), w.generateCmd(), w.serveCmd(), w.tunnelCmd(), w.gitCredentialCmd(), w.flockCmd(), w.egressCheckCmd(), w.execCmd(), w.muxCmd(), w.stepCmd(), w.sweepCmd(),
-		w.claimCmd(), w.checkoutCmd(), w.detachCmd(), w.superviseCmd(), w.followCmd(), w.stopCmd(), w.statusCmd(), w.mcpCmd(), w.versionCmd(), w.portForwardCmd(), w.ptyCmd(), w.watchdogCmd(), w.activityCmd())
+		w.claimCmd(), w.checkoutCmd(), w.detachCmd(), w.superviseCmd(), w.followCmd(), w.stopCmd(), w.statusCmd(), w.mcpCmd(), w.versionCmd(), w.portForwardCmd(), w.ptyCmd(), w.watchdogCmd(), w.activityCmd(), w.filesCmd())
 	w.countActivity(root)
 	return root
 }

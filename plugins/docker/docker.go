@@ -342,6 +342,9 @@ func (p *Provider) create(ctx context.Context, e *engine, set Settings, spec sdk
 			PidsLimit: &pids,
 		},
 	}
+	for _, p := range slices.Sorted(maps.Keys(set.Tmpfs)) {
+		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeTmpfs, Target: p, TmpfsOptions: &mount.TmpfsOptions{SizeBytes: int64(set.Tmpfs[p]), Mode: 0o1777}})
+	}
 	if pl.ready != "" {
 		init := true
 		host.Init = &init

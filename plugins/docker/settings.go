@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -60,6 +61,11 @@ type Settings struct {
 	User      string            `json:"user"`
 	Resources Resources         `json:"resources"`
 	Labels    map[string]string `json:"labels"`
+	// Tmpfs mounts a tmpfs of the size given (bytes, or "16m") at each
+	// absolute path in the container, writable by every user: scratch
+	// space kept in memory, and a small disk that can fill (the tests of
+	// a full disk use one).
+	Tmpfs map[string]Memory `json:"tmpfs"`
 }
 
 // Resources are the container's limits.
@@ -226,6 +232,14 @@ func (s *Settings) normalize() error {
 	}
 	if r.Pids == 0 {
 		r.Pids = DefaultPids
+	}
+	for p, size := range s.Tmpfs {
+		if !path.IsAbs(p) || path.Clean(p) != p || p == "/" || strings.ContainsAny(p, "\x00,:") {
+			return invalid(sdk.JoinKey("tmpfs", p), "is not a clean absolute path in the container other than / (like /scratch)")
+		}
+		if size <= 0 {
+			return invalid(sdk.JoinKey("tmpfs", p), "%d bytes is not a size: give one like 64m", size)
+		}
 	}
 	for k, v := range s.Labels {
 		switch {

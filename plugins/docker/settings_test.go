@@ -47,7 +47,7 @@ func TestDecodeSettings(t *testing.T) {
 		},
 		{name: "dockerfile asking for packages", in: `{"dockerfile":"/d/Dockerfile","packages":["make"]}`, want: Settings{Dockerfile: "/d/Dockerfile", BuildContext: "/d", Packages: &[]string{"make"}, Devcontainer: "auto", User: "amelia", Resources: Resources{Pids: 1024}}},
 		{name: "ready image", in: `{"image":"registry.example/team/img:1"}`, want: Settings{Image: "registry.example/team/img:1", Devcontainer: "auto", User: "amelia", Resources: Resources{Pids: 1024}}},
-		{name: "unknown key", in: `{"imagee":"x"}`, err: `docker.imagee: unknown key, did you mean image? (known: image, base_image, dockerfile, build_context, build_args, packages, env, devcontainer, devcontainer_file, host, context, user, resources, labels)`},
+		{name: "unknown key", in: `{"imagee":"x"}`, err: `docker.imagee: unknown key, did you mean image? (known: image, base_image, dockerfile, build_context, build_args, packages, env, devcontainer, devcontainer_file, host, context, user, resources, labels, tmpfs)`},
 		{name: "bad package", in: `{"packages":["make","python3; rm -rf /"]}`, err: `docker.packages[1]: "python3; rm -rf /" is not a Debian package name (lowercase letters, digits, '+', '-' and '.', like build-essential or python3-venv)`},
 		{name: "option as a package", in: `{"packages":["--allow-unauthenticated"]}`, err: `docker.packages[0]: "--allow-unauthenticated" is not a Debian package name (lowercase letters, digits, '+', '-' and '.', like build-essential or python3-venv)`},
 		{name: "packages with a ready image", in: `{"image":"a","packages":[]}`, err: "docker.packages: does not go with docker.image, a ready image used as it is: install them in that image"},
@@ -70,6 +70,9 @@ func TestDecodeSettings(t *testing.T) {
 		{name: "memory not a size", in: `{"resources":{"memory":true}}`, err: `docker.resources.memory: true is not a size (write bytes, or a size like 4g or 512MiB)`},
 		{name: "tiny memory", in: `{"resources":{"memory":1024}}`, err: "docker.resources.memory: 1024 bytes is too little: a container needs at least 6MiB"},
 		{name: "negative cpus", in: `{"resources":{"cpus":-1}}`, err: "docker.resources.cpus: -1 is not a number of CPUs (like 2 or 0.5)"},
+		{name: "tmpfs", in: `{"tmpfs":{"/workspace/small":"1m"}}`, want: Settings{BaseImage: "debian:bookworm-slim", Packages: toolchain(), Devcontainer: "auto", User: "amelia", Resources: Resources{Pids: 1024}, Tmpfs: map[string]Memory{"/workspace/small": 1 << 20}}},
+		{name: "tmpfs not absolute", in: `{"tmpfs":{"scratch":"1m"}}`, err: "docker.tmpfs.scratch: is not a clean absolute path in the container other than / (like /scratch)"},
+		{name: "tmpfs of no size", in: `{"tmpfs":{"/s":0}}`, err: "docker.tmpfs./s: 0 bytes is not a size: give one like 64m"},
 		{name: "amelia label", in: `{"labels":{"amelia.profile":"x"}}`, err: `docker.labels."amelia.profile": labels starting with "amelia." are Amelia's own`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -29,7 +29,7 @@ func (a *app) sandboxCommand() *cobra.Command {
 		Use:   "sandbox",
 		Short: "Start, use, check and remove a profile's sandbox",
 	})
-	cmd.AddCommand(a.sandboxUpCommand(), a.sandboxDownCommand(), a.sandboxExecCommand(), a.sandboxHealthCommand(), a.sandboxLsCommand(), a.sandboxShellCommand(), a.sandboxPortForwardCommand(), a.sandboxPrepareCommand())
+	cmd.AddCommand(a.sandboxUpCommand(), a.sandboxDownCommand(), a.sandboxExecCommand(), a.sandboxHealthCommand(), a.sandboxLsCommand(), a.sandboxShellCommand(), a.sandboxPortForwardCommand(), a.sandboxPrepareCommand(), a.sandboxCpCommand(), a.sandboxCatCommand(), a.sandboxPutCommand())
 	return cmd
 }
 
@@ -384,12 +384,32 @@ func (a *app) sandboxState(ctx context.Context, sb *sandbox.Sandbox) sandboxRow 
 }
 
 func (a *app) sandboxLsCommand() *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON   bool
+		workflow string
+	)
 	cmd := &cobra.Command{
-		Use:   "ls",
-		Short: "List the sandbox of every configured profile, and the orphans this host left, with their state, age and workflows",
-		Args:  noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Use:   "ls [PATH]",
+		Short: "List the sandbox of every configured profile, and the orphans this host left, with their state, age and workflows; with PATH, a directory in the profile's sandbox",
+		Long: `List the sandbox of every configured profile, and the orphans this host
+left, with their state, age and workflows.
+
+With PATH, list that directory of the profile's sandbox (started if
+needed) instead, as ls -l does: relative to its workdir, or with
+--workflow ID to that workflow's checkout.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageError{fmt.Errorf("sandbox ls takes at most one PATH, got %q", args)}
+			}
+			if len(args) == 0 && workflow != "" {
+				return usageError{errNoWorkflowPath}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				return a.lsFiles(cmd, args[0], workflow, asJSON)
+			}
 			ctx := cmd.Context()
 			var rows []sandboxRow
 			err := a.eachSandbox(ctx, "", func(f sandbox.Found) {
@@ -441,6 +461,7 @@ func (a *app) sandboxLsCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&workflow, "workflow", "", "with PATH: the workflow whose checkout PATH is in")
 	return cmd
 }
 

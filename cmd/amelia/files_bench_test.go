@@ -1,0 +1,193 @@
+package main_test
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/amelia-sandbox/amelia/internal/benchtest"
+	"github.com/amelia-sandbox/amelia/internal/dockertest"
+	"github.com/amelia-sandbox/amelia/internal/llmtest"
+	"github.com/amelia-sandbox/amelia/internal/sshtest"
+)
+
+// Side-by-side benchmarks of amelia sandbox cp: a 1 GiB file and a
+// 20,000-file tree, each way, against docker cp on docker and scp /
+// tar | ssh on ssh, in the same sandbox. Each round removes what the
+// last one copied first (not timed). Figures: docs/performance.md.
+
+const (
+	benchFileSize  = 1 << 30
+	benchTreeFiles = 20_000
+	benchTreeDirs  = 200
+	benchTreeFile  = 4 << 10
+)
+
+// benchData makes, once per benchmark, the 1 GiB file (incompressible
+// blocks) and the tree of benchTreeFiles files, and returns their paths
+// and the tree's byte count.
+func benchData(b *testing.B) (file, tree string, treeBytes int64) {
+	b.Helper()
+	dir := b.TempDir()
+	file = filepath.Join(dir, "big.bin")
+	f, err := os.Create(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.NewChaCha8([32]byte{1})
+	block := make([]byte, 1<<20)
+	for range benchFileSize / len(block) {
+		rng.Read(block)
+		if _, err := f.Write(block); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+	tree = filepath.Join(dir, "tree")
+	body := make([]byte, benchTreeFile)
+	for i := range benchTreeFiles {
+		d := filepath.Join(tree, fmt.Sprintf("d%03d", i%benchTreeDirs))
+		if i < benchTreeDirs {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		rng.Read(body)
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%05d", i)), body, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return file, tree, benchTreeFiles * benchTreeFile
+}
+
+// copyCase is one direction of one payload: ours and the baseline's
+// command for round i, and what to remove before each.
+type copyCase struct {
+	name       string
+	bytes      int64
+	ours, base func(i int) *exec.Cmd
+	clean      func()
+}
+
+// runCopyCases times each case's ours and base once per round of b.Loop
+// and reports their throughputs and ratio as benchtest.Throughput does.
+func runCopyCases(b *testing.B, baseName string, cases []copyCase) {
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			var ours, base time.Duration
+			i := 0
+			for b.Loop() {
+				b.StopTimer()
+				c.clean()
+				b.StartTimer()
+				ours += timeCmd(b, c.ours(i))
+				b.StopTimer()
+				c.clean()
+				b.StartTimer()
+				base += timeCmd(b, c.base(i))
+				i++
+			}
+			benchtest.Throughput(b, c.bytes, ours, base, "amelia", baseName)
+		})
+	}
+}
+
+func timeCmd(b *testing.B, cmd *exec.Cmd) time.Duration {
+	b.Helper()
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, errb.String())
+	}
+	return time.Since(start)
+}
+
+// mustShell runs a shell command on this host.
+func mustShell(b *testing.B, script string) {
+	b.Helper()
+	if out, err := exec.Command("sh", "-c", script).CombinedOutput(); err != nil {
+		b.Fatalf("%s: %v\n%s", script, err, out)
+	}
+}
+
+func BenchmarkFilesOnDocker(b *testing.B) {
+	cli := dockertest.Engine(b)
+	h := newHostWith(b, dockerSandbox("open"), "", llmtest.Options{})
+	label := "amelia.config=" + h.configPath()
+	dockertest.RemoveContainers(b, cli, label)
+	h.mustAmelia(b, "sandbox", "up")
+	list, err := cli.ContainerList(b.Context(), client.ContainerListOptions{Filters: make(client.Filters).Add("label", label)})
+	if err != nil || len(list.Items) != 1 {
+		b.Fatalf("find the sandbox's container: %v", err)
+	}
+	ctr := list.Items[0].ID
+	file, tree, treeBytes := benchData(b)
+	out := b.TempDir()
+	docker := func(args ...string) *exec.Cmd { return exec.Command("docker", args...) }
+	// docker cp writes as root, which nothing in the sandbox may remove
+	// (its root has no capabilities): each round copies in to new names.
+	cleanIn := func() {}
+	cleanOut := func() { mustShell(b, "rm -rf "+out+"/*") }
+	// The copies to bring out are made in the sandbox once.
+	h.mustAmelia(b, "sandbox", "exec", "--", "mkdir", "-p", "/workspace/src")
+	h.mustAmelia(b, "sandbox", "cp", file, ":src/")
+	h.mustAmelia(b, "sandbox", "cp", tree, ":src/")
+	runCopyCases(b, "docker-cp", []copyCase{
+		{"1GiB-in", benchFileSize, func(i int) *exec.Cmd { return h.command("sandbox", "cp", file, fmt.Sprintf(":ours%d.bin", i)) },
+			func(i int) *exec.Cmd { return docker("cp", file, fmt.Sprintf("%s:/workspace/base%d.bin", ctr, i)) }, cleanIn},
+		{"1GiB-out", benchFileSize, func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/big.bin", out) },
+			func(int) *exec.Cmd { return docker("cp", ctr+":/workspace/src/big.bin", out) }, cleanOut},
+		{"20k-files-in", treeBytes, func(i int) *exec.Cmd { return h.command("sandbox", "cp", tree, fmt.Sprintf(":ours%d", i)) },
+			func(i int) *exec.Cmd { return docker("cp", tree, fmt.Sprintf("%s:/workspace/base%d", ctr, i)) }, cleanIn},
+		{"20k-files-out", treeBytes, func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/tree", out) },
+			func(int) *exec.Cmd { return docker("cp", ctr+":/workspace/src/tree", out) }, cleanOut},
+	})
+}
+
+func BenchmarkFilesOnSSH(b *testing.B) {
+	srv := sshtest.Start(b, sshtest.Options{})
+	root := b.TempDir()
+	h := newHostWith(b, sshSandbox(b, srv, root), root, llmtest.Options{})
+	b.Cleanup(func() { h.amelia(b, "sandbox", "down") })
+	workdir := strings.TrimSpace(h.mustAmelia(b, "sandbox", "exec", "--", "pwd").stdout)
+	file, tree, treeBytes := benchData(b)
+	out := b.TempDir()
+	sshOpts := []string{"-i", srv.ClientKey, "-o", "UserKnownHostsFile=" + srv.KnownHosts, "-o", "StrictHostKeyChecking=yes",
+		"-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-c", "aes128-gcm@openssh.com"}
+	scp := func(args ...string) *exec.Cmd {
+		return exec.Command("scp", append(append(append([]string{"-O"}, sshOpts...), "-P", strconv.Itoa(srv.Port)), args...)...) // the test sshd has no sftp subsystem
+	}
+	sshCmd := "ssh " + strings.Join(sshOpts, " ") + " -p " + strconv.Itoa(srv.Port) + " " + srv.User + "@" + srv.Host
+	remote := srv.User + "@" + srv.Host + ":"
+	cleanIn := func() { h.mustAmelia(b, "sandbox", "exec", "--", "sh", "-c", "rm -rf big.bin tree") }
+	cleanOut := func() { mustShell(b, "rm -rf "+out+"/*") }
+	h.mustAmelia(b, "sandbox", "exec", "--", "mkdir", "-p", "src")
+	h.mustAmelia(b, "sandbox", "cp", file, ":src/")
+	h.mustAmelia(b, "sandbox", "cp", tree, ":src/")
+	runCopyCases(b, "openssh", []copyCase{
+		{"1GiB-in", benchFileSize, func(int) *exec.Cmd { return h.command("sandbox", "cp", file, ":") },
+			func(int) *exec.Cmd { return scp(file, remote+workdir+"/") }, cleanIn},
+		{"1GiB-out", benchFileSize, func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/big.bin", out) },
+			func(int) *exec.Cmd { return scp(remote+workdir+"/src/big.bin", out+"/") }, cleanOut},
+		{"20k-files-in", treeBytes, func(int) *exec.Cmd { return h.command("sandbox", "cp", tree, ":") },
+			func(int) *exec.Cmd {
+				return exec.Command("sh", "-c", "tar -C "+filepath.Dir(tree)+" -cf - tree | "+sshCmd+" tar -C "+workdir+" -xf -")
+			}, cleanIn},
+		{"20k-files-out", treeBytes, func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/tree", out) },
+			func(int) *exec.Cmd {
+				return exec.Command("sh", "-c", sshCmd+" tar -C "+workdir+"/src -cf - tree | tar -C "+out+" -xf -")
+			}, cleanOut},
+	})
+}

@@ -1,0 +1,243 @@
+package sandboxfs_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/amelia-sandbox/amelia/core/sandboxfs"
+	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
+	"github.com/amelia-sandbox/amelia/internal/testbin"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+var worker string
+
+// The test binary doubles as the local provider plugin (sandboxtest):
+// the library reaches the sandbox as amelia does, through the plugin and
+// the worker built for the test.
+func TestMain(m *testing.M) {
+	if sandboxtest.ServePlugin() {
+		return
+	}
+	os.Setenv("GORACE", "atexit_sleep_ms=0")
+	os.Exit(testbin.Main(m, func(dir string) (err error) {
+		worker, err = testbin.BuildWorker(dir)
+		return err
+	}))
+}
+
+func newFS(t *testing.T) (*sandboxfs.FS, string) {
+	t.Helper()
+	sb := sandboxtest.New(t, "files")
+	return sandboxfs.New(sb, worker, sb.Workdir), sb.Workdir
+}
+
+// WriteFile streams in, ReadFile streams out, the same bytes; Stat, List
+// and Remove see what is there.
+func TestReadWrite(t *testing.T) {
+	f, root := newFS(t)
+	ctx := t.Context()
+	body := make([]byte, 8<<20+3)
+	rand.Read(body)
+	if p, err := f.WriteFile(ctx, "big", bytes.NewReader(body), 0o640); err != nil || p != "big" {
+		t.Fatalf("WriteFile: %q, %v", p, err)
+	}
+	rc, e, err := f.ReadFile(ctx, filepath.Join(root, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, body) || e.Size != int64(len(body)) || e.Mode != 0o640 {
+		t.Fatalf("ReadFile: %d bytes, entry %+v, %v", len(got), e, err)
+	}
+	// Closing early stops the stream without an error.
+	rc, _, err = f.ReadFile(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.Read(make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Close(); err != nil {
+		t.Fatalf("early Close: %v", err)
+	}
+	ents, err := f.List(ctx, ".")
+	if err != nil || len(ents) != 1 || ents[0].Name != "big" {
+		t.Fatalf("List: %+v, %v", ents, err)
+	}
+	if err := f.Remove(ctx, "big", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Stat(ctx, "big"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Stat after Remove: %v, want fs.ErrNotExist", err)
+	}
+}
+
+// A refused write says why in one line, even with much input still to
+// send, and leaves what was there.
+func TestRefusals(t *testing.T) {
+	f, root := newFS(t)
+	ctx := t.Context()
+	if err := os.Mkdir(filepath.Join(root, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "file"), []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(root, "out")); err != nil {
+		t.Fatal(err)
+	}
+	big := io.LimitReader(zeros{}, 64<<20)
+	tmp := t.TempDir()
+	if err := os.Mkdir(filepath.Join(tmp, "tree"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		do   func() error
+		want string
+	}{
+		{"write onto a directory", func() error { _, err := f.WriteFile(ctx, "d", big, 0); return err }, `cannot write "d": it is a directory`},
+		{"read missing", func() error { _, _, err := f.ReadFile(ctx, "nope"); return err }, `cannot read "nope": it does not exist`},
+		{"dotdot", func() error { _, err := f.Stat(ctx, "../etc"); return err }, `path "../etc" is outside the allowed root`},
+		{"link out", func() error { _, err := f.WriteFile(ctx, "out/x", strings.NewReader("x"), 0); return err }, "leads outside the allowed root"},
+		{"dir onto file", func() error { _, err := f.CopyIn(ctx, filepath.Join(tmp, "tree"), "file"); return err }, `cannot copy a directory onto "file": it is a file`},
+		{"host missing", func() error { _, err := f.CopyIn(ctx, filepath.Join(tmp, "nope"), "x"); return err }, "does not exist on this host"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.do()
+			if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("got %v, want one line with %q", err, tt.want)
+			}
+		})
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "file")); string(b) != "keep" {
+		t.Errorf("file holds %q", b)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Errorf("something was written outside: %v", ents)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// A tree goes in and comes back out the same, as docker cp places it:
+// into an existing directory under its own name, else at the path named.
+// A link the sandbox made that leads out of the destination is written
+// as a link, never followed.
+func TestCopyInOut(t *testing.T) {
+	f, root := newFS(t)
+	ctx := t.Context()
+	src := filepath.Join(t.TempDir(), "tree")
+	for p, mode := range map[string]os.FileMode{"a": 0o600, "sub/b": 0o755, "sub/deep/c": 0o644} {
+		os.MkdirAll(filepath.Dir(filepath.Join(src, p)), 0o755)
+		if err := os.WriteFile(filepath.Join(src, p), []byte(p), mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(filepath.Join(src, p), mode)
+	}
+	os.Symlink("/etc", filepath.Join(src, "abs"))
+	if p, err := f.CopyIn(ctx, src, "."); err != nil || p != "tree" {
+		t.Fatalf("CopyIn into the root: %q, %v", p, err)
+	}
+	if p, err := f.CopyIn(ctx, src, "copy"); err != nil || p != "copy" {
+		t.Fatalf("CopyIn to a new path: %q, %v", p, err)
+	}
+	if p, err := f.CopyIn(ctx, filepath.Join(src, "a"), "tree/sub/"); err != nil || p != "tree/sub/a" {
+		t.Fatalf("CopyIn a file into a directory: %q, %v", p, err)
+	}
+	if fi, err := os.Stat(filepath.Join(root, "copy", "sub", "b")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("copied file: %v, %v", fi, err)
+	}
+	out := t.TempDir()
+	if p, err := f.CopyOut(ctx, "tree", out); err != nil || p != filepath.Join(out, "tree") {
+		t.Fatalf("CopyOut: %q, %v", p, err)
+	}
+	for _, c := range []struct {
+		path, body string
+		mode       os.FileMode
+	}{{"a", "a", 0o600}, {"sub/b", "sub/b", 0o755}, {"sub/deep/c", "sub/deep/c", 0o644}, {"sub/a", "a", 0o600}} {
+		p, mode := c.path, c.mode
+		fi, err := os.Stat(filepath.Join(out, "tree", p))
+		b, _ := os.ReadFile(filepath.Join(out, "tree", p))
+		if err != nil || fi.Mode().Perm() != mode || string(b) != c.body {
+			t.Errorf("%s: %v %v %q", p, fi, err, b)
+		}
+	}
+	if target, err := os.Readlink(filepath.Join(out, "tree", "abs")); err != nil || target != "/etc" {
+		t.Errorf("link: %q %v", target, err)
+	}
+	// A file out, to a new name.
+	if p, err := f.CopyOut(ctx, "tree/sub/b", filepath.Join(out, "b2")); err != nil || p != filepath.Join(out, "b2") {
+		t.Fatalf("CopyOut a file: %q, %v", p, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "b2")); string(b) != "sub/b" {
+		t.Errorf("b2 holds %q", b)
+	}
+	// A sandbox link to a directory, then a file "through" it: the host
+	// writes neither outside the destination.
+	victim := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "evil"), 0o755)
+	os.Symlink(victim, filepath.Join(root, "evil", "esc"))
+	os.WriteFile(filepath.Join(root, "evil", "f"), []byte("x"), 0o644)
+	if _, err := f.CopyOut(ctx, "evil", out); err != nil {
+		t.Fatalf("CopyOut evil: %v", err)
+	}
+	if ents, _ := os.ReadDir(victim); len(ents) != 0 {
+		t.Errorf("CopyOut wrote outside its destination: %v", ents)
+	}
+}
+
+// hostile is a sandbox whose worker answers with what it likes.
+type hostile struct{ answer string }
+
+func (h hostile) Exec(_ context.Context, _ sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	if eio.Stdin != nil {
+		_, _ = io.Copy(io.Discard, eio.Stdin)
+	}
+	_, _ = io.WriteString(eio.Stdout, h.answer)
+	return sdk.ExitStatus{}, nil
+}
+
+func (hostile) SandboxRef() sdk.SandboxRef { return sdk.SandboxRef{Name: "hostile"} }
+
+// A sandbox that names what it sends with a path writes nothing outside
+// the destination, and a short stream is an error, not a short file.
+func TestCopyOutHostileWorker(t *testing.T) {
+	parent := t.TempDir()
+	dst := filepath.Join(parent, "dst")
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, answer, want string }{
+		{"dotdot name", `{"entry":{"name":"../evil","type":"file","mode":420,"size":3}}` + "\nabc", "not a file name"},
+		{"slash name", `{"entry":{"name":"a/b","type":"file","mode":420,"size":3}}` + "\nabc", "not a file name"},
+		{"short", `{"entry":{"name":"f","type":"file","mode":420,"size":10}}` + "\nabc", "3 of 10 bytes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := sandboxfs.New(hostile{c.answer}, "/w", "/root")
+			_, err := f.CopyOut(t.Context(), "x", dst)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("CopyOut: %v, want %q", err, c.want)
+			}
+		})
+	}
+	for _, d := range []string{parent, dst} {
+		if ents, _ := os.ReadDir(d); len(ents) != map[string]int{parent: 1, dst: 0}[d] {
+			t.Errorf("%s holds %v after the hostile copies", d, ents)
+		}
+	}
+}

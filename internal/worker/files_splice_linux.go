@@ -1,0 +1,67 @@
+package worker
+
+import (
+	"errors"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// spliceChunk is the most one splice or sendfile moves.
+const spliceChunk = 1 << 20
+
+// copyFromPipe moves what the pipe src holds, to its end, into the file
+// dst inside the kernel (splice), without copying it through the worker;
+// ok is false, nothing moved, when src is not a pipe, or the kernel
+// cannot splice between them.
+func copyFromPipe(dst, src *os.File) (n int64, ok bool, err error) {
+	if fi, err := src.Stat(); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		return 0, false, nil
+	}
+	in, out := int(src.Fd()), int(dst.Fd())
+	for {
+		m, err := unix.Splice(in, nil, out, nil, spliceChunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_MORE)
+		if m > 0 {
+			n += m
+		}
+		switch {
+		case errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN):
+			continue
+		case n == 0 && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS)):
+			return 0, false, nil
+		case err != nil:
+			return n, true, &os.PathError{Op: "splice", Path: dst.Name(), Err: err}
+		case m == 0:
+			return n, true, nil
+		}
+	}
+}
+
+// copyToOut sends size bytes of the file src to dst (the worker's
+// stdout) inside the kernel (sendfile); ok is false, nothing sent, when
+// dst is not a file or the kernel cannot send to it.
+func copyToOut(dst io.Writer, src *os.File, size int64) (n int64, ok bool, err error) {
+	out, isFile := dst.(*os.File)
+	if !isFile {
+		return 0, false, nil
+	}
+	o, in := int(out.Fd()), int(src.Fd())
+	for n < size {
+		m, err := unix.Sendfile(o, in, nil, int(min(size-n, spliceChunk)))
+		if m > 0 {
+			n += int64(m)
+		}
+		switch {
+		case errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN):
+			continue
+		case n == 0 && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS)):
+			return 0, false, nil
+		case err != nil:
+			return n, true, err
+		case m == 0:
+			return n, true, io.EOF // the file shrank
+		}
+	}
+	return n, true, nil
+}
