@@ -356,7 +356,12 @@ func stopInit() (bool, error) {
 // stopProcesses marks the sandbox stopped, then ends every process that
 // carries this process's AMELIA_SANDBOX_DIR, SIGTERM then SIGKILL.
 func (wd *watchdog) stopProcesses() (bool, error) {
-	entry := "AMELIA_SANDBOX_DIR=" + wd.w.p.Getenv("AMELIA_SANDBOX_DIR")
+	sandboxDir := wd.w.p.Getenv("AMELIA_SANDBOX_DIR")
+	if sandboxDir == "" {
+		// Without it, the sandbox's processes cannot be told from others'.
+		return false, errors.New("end the sandbox's processes: AMELIA_SANDBOX_DIR is not set, so they cannot be told apart; nothing was stopped")
+	}
+	entry := "AMELIA_SANDBOX_DIR=" + sandboxDir
 	if err := atomicwriter.WriteFile(filepath.Join(wd.dir, lifetime.StoppedFile), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
 		return false, err
 	}
