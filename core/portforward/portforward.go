@@ -18,7 +18,6 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -26,6 +25,7 @@ import (
 	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/core/portforward/sandboxend"
 	"github.com/amelia-sandbox/amelia/core/sandboxexec"
+	"github.com/amelia-sandbox/amelia/core/tunnel"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 	"github.com/amelia-sandbox/amelia/plugins/sdk/toolkit/netpipe"
 )
@@ -67,7 +67,7 @@ type Forward struct {
 	log     *slog.Logger
 	session *yamux.Session
 	stdin   *io.PipeWriter
-	out     *drainWriter
+	out     *tunnel.DrainWriter
 	stderr  *execreport.Stderr
 	cancel  context.CancelFunc
 
@@ -94,14 +94,13 @@ func Open(ctx context.Context, ex sandboxexec.Execer, opts Options) (*Forward, e
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	stdinR, stdinW := io.Pipe()
-	stdoutR, stdoutW := io.Pipe()
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	f := &Forward{
 		port:     opts.Port,
 		refused:  opts.Refused,
 		log:      opts.Logger.With("sandbox_port", opts.Port),
 		stdin:    stdinW,
-		out:      &drainWriter{w: stdoutW, r: stdoutR},
+		out:      tunnel.NewDrainWriter(errClosed),
 		stderr:   &execreport.Stderr{},
 		cancel:   cancel,
 		execDone: make(chan struct{}),
@@ -116,12 +115,12 @@ func Open(ctx context.Context, ex sandboxexec.Execer, opts Options) (*Forward, e
 		defer close(f.execDone)
 		f.status, f.execErr = ex.Exec(runCtx, req, sdk.ExecIO{Stdin: stdinR, Stdout: f.out, Stderr: f.stderr})
 		// Whatever the session still reads ends: the exec is over.
-		stdoutW.CloseWithError(io.EOF)
+		f.out.End()
 		stdinR.CloseWithError(errClosed)
 	}()
 
 	hello := make(chan error, 1)
-	go func() { hello <- sandboxend.ReadHello(stdoutR) }()
+	go func() { hello <- sandboxend.ReadHello(f.out.Reader()) }()
 	select {
 	case err := <-hello:
 		if err != nil {
@@ -134,14 +133,14 @@ func Open(ctx context.Context, ex sandboxexec.Execer, opts Options) (*Forward, e
 	}
 	cfg := sandboxend.SessionConfig(opts.Logger)
 	// The session never fails to start on a valid config.
-	f.session, _ = yamux.Client(&execConn{in: stdinW, out: f.out}, cfg)
+	f.session, _ = yamux.Client(&tunnel.ExecConn{In: stdinW, Out: f.out}, cfg)
 	return f, nil
 }
 
 // abort ends the exec at once and waits for it.
 func (f *Forward) abort() {
 	f.stdin.Close()
-	f.out.drain()
+	f.out.Drain()
 	f.cancel()
 	<-f.execDone
 }
@@ -243,7 +242,7 @@ func (f *Forward) Close() error {
 			f.session.Close()
 		}
 		f.stdin.Close()
-		f.out.drain()
+		f.out.Drain()
 		select {
 		case <-f.execDone:
 		case <-time.After(closeWait):
@@ -271,46 +270,4 @@ func Listen(local int) (net.Listener, error) {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	return ln, nil
-}
-
-// execConn is the exec's stdin and stdout as the session's connection.
-type execConn struct {
-	in  *io.PipeWriter
-	out *drainWriter
-}
-
-func (c *execConn) Read(p []byte) (int, error)  { return c.out.r.Read(p) }
-func (c *execConn) Write(p []byte) (int, error) { return c.in.Write(p) }
-
-// Close closes the exec's stdin, which ends the worker, and stops the
-// session's reads; the exec's stdout is discarded from then on.
-func (c *execConn) Close() error {
-	c.in.Close()
-	c.out.drain()
-	return nil
-}
-
-// drainWriter is the exec's stdout: a pipe to the session until the
-// session stops reading, then a sink, so a write never blocks on a session
-// that is gone.
-type drainWriter struct {
-	w       *io.PipeWriter
-	r       *io.PipeReader
-	discard atomic.Bool
-}
-
-func (d *drainWriter) Write(p []byte) (int, error) {
-	if d.discard.Load() {
-		return len(p), nil
-	}
-	n, err := d.w.Write(p)
-	if err != nil && d.discard.Load() {
-		return len(p), nil
-	}
-	return n, err
-}
-
-func (d *drainWriter) drain() {
-	d.discard.Store(true)
-	d.r.CloseWithError(errClosed)
 }

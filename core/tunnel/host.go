@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -84,7 +83,7 @@ type Host struct {
 	log     *slog.Logger
 	session *yamux.Session
 	stdin   *io.PipeReader // the exec's stdin, written by the session
-	out     *drainWriter   // the exec's stdout, read by the session
+	out     *DrainWriter   // the exec's stdout, read by the session
 	stderr  *execreport.Stderr
 	yamuxed *lastError // yamux's last error line: why a session ended
 	ctx     context.Context
@@ -152,7 +151,6 @@ func Open(ctx context.Context, ex sandboxexec.Execer, opts HostOptions) (*Host, 
 	}
 
 	stdinR, stdinW := io.Pipe()
-	stdoutR, stdoutW := io.Pipe()
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h := &Host{
 		target:   opts.Target,
@@ -160,7 +158,7 @@ func Open(ctx context.Context, ex sandboxexec.Execer, opts HostOptions) (*Host, 
 		worker:   opts.Worker,
 		log:      opts.Logger.With("tunnel_target", opts.Target),
 		stdin:    stdinR,
-		out:      &drainWriter{w: stdoutW, r: stdoutR},
+		out:      NewDrainWriter(errTunnelClosed),
 		yamuxed:  &lastError{},
 		ctx:      runCtx,
 		cancel:   cancel,
@@ -173,7 +171,7 @@ func Open(ctx context.Context, ex sandboxexec.Execer, opts HostOptions) (*Host, 
 	cfg := sandboxend.SessionConfig(opts.Logger)
 	cfg.Logger = log.New(io.MultiWriter(h.yamuxed, slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug).Writer()), "", 0)
 	// The session never fails to start on a valid config and a fresh conn.
-	h.session, _ = yamux.Server(&execConn{in: stdinW, out: h.out}, cfg)
+	h.session, _ = yamux.Server(&ExecConn{In: stdinW, Out: h.out}, cfg)
 
 	req := sdk.ExecRequest{
 		Argv:        argv,
@@ -304,7 +302,7 @@ func (h *Host) run(ex sandboxexec.Execer, req sdk.ExecRequest) {
 	// The exec is over: its stdin reader (still read by a provider's stdin
 	// pump, perhaps) fails, and the session sees the end of its stdout.
 	h.stdin.CloseWithError(errTunnelClosed)
-	h.out.w.Close()
+	h.out.End()
 	h.session.Close() // every stream ends, so every pipe does
 	h.cancel()
 	h.tasks.Wait() // acceptLoop, the pipes and supervise
@@ -436,50 +434,6 @@ func checkListen(addr string) error {
 		}
 	}
 	return fmt.Errorf("tunnel listen address %q: the sandbox end listens on loopback only, e.g. 127.0.0.1:0", addr)
-}
-
-// execConn is the session's side of the exec: it reads the exec's stdout and
-// writes its stdin.
-type execConn struct {
-	in  *io.PipeWriter
-	out *drainWriter
-}
-
-func (c *execConn) Read(p []byte) (int, error)  { return c.out.r.Read(p) }
-func (c *execConn) Write(p []byte) (int, error) { return c.in.Write(p) }
-
-// Close closes the exec's stdin, which tells the worker to exit 0, and stops
-// the session's reads; from then on the exec's stdout is discarded, so the
-// exec can finish writing and report how it ended.
-func (c *execConn) Close() error {
-	c.in.Close()
-	c.out.drain()
-	return nil
-}
-
-// drainWriter is the exec's stdout: a pipe to the session until the session
-// stops reading, then a sink. A write never blocks on a session that is gone.
-type drainWriter struct {
-	w       *io.PipeWriter
-	r       *io.PipeReader
-	discard atomic.Bool
-}
-
-func (d *drainWriter) Write(p []byte) (int, error) {
-	if d.discard.Load() {
-		return len(p), nil
-	}
-	n, err := d.w.Write(p)
-	if err != nil && d.discard.Load() {
-		return len(p), nil
-	}
-	return n, err
-}
-
-// drain makes the session's reads fail and every write succeed unread.
-func (d *drainWriter) drain() {
-	d.discard.Store(true)
-	d.r.CloseWithError(errTunnelClosed)
 }
 
 // debugLines logs the worker's stderr, line by line, at debug level.
