@@ -166,3 +166,21 @@ func golden(t *testing.T, name, got string) {
 		t.Errorf("%s differs (run go test -update if the change is intended)\n--- got\n%s--- want\n%s", p, got, want)
 	}
 }
+
+func TestAge(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{-time.Second, "0s"}, // a clock a little behind the provider's
+		{59 * time.Second, "59s"},
+		{time.Minute, "1m"},
+		{59*time.Minute + 59*time.Second, "59m"},
+		{47 * time.Hour, "47h"},
+		{49 * time.Hour, "2d"},
+	} {
+		if got := Age(c.d); got != c.want {
+			t.Errorf("Age(%v) = %q, want %q", c.d, got, c.want)
+		}
+	}
+}

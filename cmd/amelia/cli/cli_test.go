@@ -14,7 +14,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/amelia-sandbox/amelia/cmd/amelia/builtin/linked"
 	"github.com/amelia-sandbox/amelia/core/buildinfo"
@@ -661,23 +660,5 @@ profiles:
 	r = amelia(t, "", "doctor", "--profile", "bad")
 	if want := "✗ Gemini key: " + refusing.URL + " refused it: HTTP 400 Bad Request: API key not valid. Please pass a valid API key. — check the key"; r.code != 1 || !strings.Contains(r.stdout, want) || strings.Contains(r.stdout+r.stderr, "SECRET") {
 		t.Errorf("a refused key: exit %d, want 1 and %q, never the key:\n%s", r.code, want, r.stdout)
-	}
-}
-
-func TestHumanAge(t *testing.T) {
-	for _, c := range []struct {
-		d    time.Duration
-		want string
-	}{
-		{-time.Second, "0s"}, // a clock a little behind the provider's
-		{59 * time.Second, "59s"},
-		{time.Minute, "1m"},
-		{59*time.Minute + 59*time.Second, "59m"},
-		{47 * time.Hour, "47h"},
-		{49 * time.Hour, "2d"},
-	} {
-		if got := humanAge(c.d); got != c.want {
-			t.Errorf("humanAge(%v) = %q, want %q", c.d, got, c.want)
-		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/gc"
 	"github.com/amelia-sandbox/amelia/core/lifetime"
 	"github.com/amelia-sandbox/amelia/core/runstore"
 	"github.com/amelia-sandbox/amelia/core/sandbox"
@@ -487,7 +488,7 @@ func printSandboxRows(w io.Writer, rows []sandboxRow, asJSON bool, now time.Time
 			runs = "-"
 		}
 		if r.Created != nil {
-			age = humanAge(now.Sub(*r.Created))
+			age = gc.Age(now.Sub(*r.Created))
 		}
 		if len(r.Workflows) > 0 {
 			ws := make([]string, len(r.Workflows))
@@ -576,19 +577,6 @@ func agentState(st driver.RunState) string {
 		return "running"
 	}
 	return "lost"
-}
-
-// humanAge is d in its largest whole unit: 45s, 12m, 5h, 3d.
-func humanAge(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", max(0, int(d.Seconds())))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
 // eachSandbox visits the sandboxes this host made from the config file:
