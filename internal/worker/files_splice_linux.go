@@ -20,6 +20,7 @@ func copyFromPipe(dst, src *os.File) (n int64, ok bool, err error) {
 		return 0, false, nil
 	}
 	in, out := int(src.Fd()), int(dst.Fd())
+	growPipe(in)
 	for {
 		m, err := unix.Splice(in, nil, out, nil, spliceChunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_MORE)
 		if m > 0 {
@@ -47,6 +48,9 @@ func copyToOut(dst io.Writer, src *os.File, size int64) (n int64, ok bool, err e
 		return 0, false, nil
 	}
 	o, in := int(out.Fd()), int(src.Fd())
+	if fi, err := out.Stat(); err == nil && fi.Mode()&os.ModeNamedPipe != 0 {
+		growPipe(o)
+	}
 	for n < size {
 		m, err := unix.Sendfile(o, in, nil, int(min(size-n, spliceChunk)))
 		if m > 0 {
@@ -64,4 +68,16 @@ func copyToOut(dst io.Writer, src *os.File, size int64) (n int64, ok bool, err e
 		}
 	}
 	return n, true, nil
+}
+
+// bulkPipe is what growPipe makes a pipe hold: the default 64 KiB has
+// the worker and the process at the other end (the engine's shim, sshd)
+// take turns every 64 KiB; 1 MiB is Linux's pipe-max-size for a user.
+const bulkPipe = 1 << 20
+
+// growPipe enlarges the pipe fd to bulkPipe where it can; it is only an
+// optimisation, so a refusal (a lower pipe-max-size, the user's pipe
+// quota spent) is ignored.
+func growPipe(fd int) {
+	_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, bulkPipe)
 }

@@ -89,7 +89,7 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 	ctl := shexec.NewControl(eio.Stderr, tag)
 	output := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(stdout, ctl, x.conn.Reader)
+		_, err := demuxOutput(stdout, ctl, x.conn.Reader)
 		ctl.Finish()
 		output <- err
 	}()
