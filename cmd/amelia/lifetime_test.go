@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -115,22 +114,6 @@ func lsLifetime(t *testing.T, h *host) (string, *lifetime.Status) {
 	return "", nil
 }
 
-// eventually polls cond until it holds; after 5 minutes (far longer than
-// anything here takes on a loaded machine) the test fails rather than
-// hang.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("gave up waiting for %s", what)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 // An idle sandbox stops by itself with no host process running, keeping
 // the kept work of an interrupted run, which amelia results brings back;
 // a sandbox whose agent runs, its host dead, is not stopped past the idle
@@ -154,13 +137,13 @@ func TestIdleSandboxStopsKeepingWork(t *testing.T) {
 			h.orphan(t, busy, "busy")
 			died := time.Now()
 			sharedtest.Stop(t, h.tmp)
-			eventually(t, "the agent to run past the idle timeout", func() bool {
+			waitUntil(t, func() bool {
 				state, lt := lsLifetime(t, h)
 				if state != "ready" || lt == nil {
 					t.Fatalf("with its agent running the sandbox is %s (lifetime %+v)", state, lt)
 				}
 				return lt.Busy && lt.LastActivity.After(died.Add(testIdle+time.Second))
-			})
+			}, "the agent to run past the idle timeout")
 			if stopped() {
 				t.Fatal("the sandbox stopped while its agent ran")
 			}
@@ -169,7 +152,7 @@ func TestIdleSandboxStopsKeepingWork(t *testing.T) {
 
 			// Now idle, with no host process at all: it stops by itself.
 			sharedtest.Stop(t, h.tmp)
-			eventually(t, "the idle sandbox to stop", stopped)
+			waitUntil(t, stopped, "the idle sandbox to stop")
 			if state, _ := lsLifetime(t, h); state != "stopped" {
 				t.Errorf("sandbox ls says the stopped sandbox is %s", state)
 			}
@@ -201,20 +184,20 @@ func TestMaxLifetimeStopsAfterTheWork(t *testing.T) {
 			h, stopped := c.host(t, "off", life.String(), gatedTurns(busy)...)
 			h.orphan(t, busy, "busy")
 			sharedtest.Stop(t, h.tmp)
-			eventually(t, "the agent to run past the lifetime", func() bool {
+			waitUntil(t, func() bool {
 				state, lt := lsLifetime(t, h)
 				if state != "ready" || lt == nil || lt.Reason != lifetime.ReasonLifetime {
 					t.Fatalf("with its agent running the sandbox is %s (lifetime %+v)", state, lt)
 				}
 				return lt.Busy && lt.LastActivity.After(lt.StopsAt.Add(time.Second))
-			})
+			}, "the agent to run past the lifetime")
 			if stopped() {
 				t.Fatal("the sandbox stopped while its agent ran")
 			}
 			after, _ := h.attach(t, busy, h.repo, "busy")
 			h.deliveredDespite(t, "busy", after)
 			sharedtest.Stop(t, h.tmp)
-			eventually(t, "the sandbox past its lifetime to stop", stopped)
+			waitUntil(t, stopped, "the sandbox past its lifetime to stop")
 			if r := h.amelia(t, "sandbox", "up"); r.code != 0 {
 				t.Fatalf("sandbox up: exit %d: %s", r.code, r.stderr)
 			}
@@ -249,10 +232,10 @@ func TestIdleDaytonaStopsKeepingWork(t *testing.T) {
 		t.Fatalf("sandboxes %+v, want one with autoStopInterval 1 (idle_timeout 1m)", sandboxes)
 	}
 	sharedtest.Stop(t, h.tmp)
-	eventually(t, "Daytona's auto-stop", func() bool {
+	waitUntil(t, func() bool {
 		sbs := f.Sandboxes()
 		return len(sbs) == 1 && sbs[0].State == api.StateStopped
-	})
+	}, "Daytona's auto-stop")
 	if state, _ := lsLifetime(t, h); state != "stopped" {
 		t.Errorf("sandbox ls says the stopped sandbox is %s", state)
 	}
