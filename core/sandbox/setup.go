@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
@@ -181,6 +182,7 @@ func (s *Sandbox) setUp(ctx context.Context, sb sdk.Sandbox) error {
 // lines ("amelia-setup: 2/3") as progress naming the command, the
 // commands' at debug; it keeps the last line of each kind.
 type setupLog struct {
+	mu         sync.Mutex // a provider may write stdout and stderr at once
 	s          *Sandbox
 	cmds       []sdk.SetupCommand
 	part       []byte
@@ -189,6 +191,8 @@ type setupLog struct {
 }
 
 func (w *setupLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.part = append(w.part, p...)
 	for {
 		i := bytes.IndexByte(w.part, '\n')

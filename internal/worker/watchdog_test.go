@@ -73,7 +73,7 @@ func (s sandboxDir) status(t *testing.T) lifetime.Status {
 
 // process starts argv as one of the sandbox's processes (its tag in the
 // environment), in dir, killed at the test's end.
-func (s sandboxDir) process(t *testing.T, dir string, argv ...string) (*exec.Cmd, io.WriteCloser) {
+func (s sandboxDir) process(t *testing.T, dir string, argv ...string) (*proc, io.WriteCloser) {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
@@ -88,11 +88,22 @@ func (s sandboxDir) process(t *testing.T, dir string, argv ...string) (*exec.Cmd
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-done })
-	return cmd, in
+	return &proc{pid: cmd.Process.Pid, done: done}, in
 }
 
-func alive(cmd *exec.Cmd) bool {
-	return cmd.ProcessState == nil && syscall.Kill(cmd.Process.Pid, 0) == nil
+// proc is a process a test started; done is closed once it was reaped.
+type proc struct {
+	pid  int
+	done chan struct{}
+}
+
+func (p *proc) alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return syscall.Kill(p.pid, 0) == nil
+	}
 }
 
 func decided(t *testing.T, s sandboxDir) *lifetime.Decision {
@@ -118,11 +129,7 @@ func TestWatchdogStopsAnIdleSandbox(t *testing.T) {
 	s := newSandboxDir(t)
 	work := writeFile(t, s.workdir, "kept.txt", "the agent's work")
 	idleProc, _ := s.process(t, s.workdir, "sleep", "600")
-	other := exec.Command("sleep", "600")
-	if err := other.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+	other, _ := sandboxDir{}.process(t, s.workdir, "sleep", "600") // no tag: not the sandbox's
 	s.startWatchdog(t, "--stop", "processes", "--idle-timeout", "1s", "--max-lifetime", "0")
 	if st := s.status(t); st.Watchdog != "running" || st.Reason != lifetime.ReasonIdle || st.StopsAt.IsZero() {
 		t.Fatalf("status after start = %+v, want running, stopping when idle", st)
@@ -132,11 +139,11 @@ func TestWatchdogStopsAnIdleSandbox(t *testing.T) {
 	if d.Reason != lifetime.ReasonIdle || d.Stop != lifetime.StopProcesses || d.At.Sub(d.Idle) < time.Second {
 		t.Errorf("decision = %+v, want idle, processes, at least 1s after the last activity", d)
 	}
-	waitFor(t, "the sandbox's process to end", func() bool { return idleProc.ProcessState != nil || syscall.Kill(idleProc.Process.Pid, 0) != nil })
+	waitFor(t, "the sandbox's process to end", func() bool { return !idleProc.alive() })
 	if _, err := os.Stat(filepath.Join(s.lifetime, lifetime.StoppedFile)); err != nil {
 		t.Errorf("no stopped marker: %v", err)
 	}
-	if !alive(other) {
+	if !other.alive() {
 		t.Error("a process that is not the sandbox's was ended")
 	}
 	if got := readFile(t, work); got != "the agent's work" {
@@ -162,7 +169,7 @@ func TestWatchdogWaitsForWork(t *testing.T) {
 	// The watchdog touches the stamp while it finds work: once it is past
 	// the idle timeout, the sandbox was busy that long and still runs.
 	waitFor(t, "activity past the idle timeout", func() bool { return s.status(t).LastActivity.After(start.Add(1500 * time.Millisecond)) })
-	if d := decided(t, s); d != nil || !alive(busy) {
+	if d := decided(t, s); d != nil || !busy.alive() {
 		t.Fatalf("a busy sandbox stopped: %+v", d)
 	}
 	in.Close()
@@ -187,7 +194,7 @@ func TestWatchdogMaxLifetime(t *testing.T) {
 		st := s.status(t)
 		return st.LastActivity.After(st.StopsAt.Add(200 * time.Millisecond))
 	})
-	if d := decided(t, s); d != nil || !alive(busy) {
+	if d := decided(t, s); d != nil || !busy.alive() {
 		t.Fatalf("a busy sandbox stopped: %+v", d)
 	}
 	if got := s.status(t).Describe(time.Now(), time.UTC); got != "after its work (lifetime)" {
@@ -312,12 +319,12 @@ func TestWatchdogEndsPassiveSessionsPastLifetime(t *testing.T) {
 	elsewhere := newSandboxDir(t)
 	outsider, _ := elsewhere.process(t, elsewhere.workdir, workerBin, "mux")
 	s.startWatchdog(t, "--stop", "provider", "--idle-timeout", "0", "--max-lifetime", "1s")
-	gone := func(cmd *exec.Cmd) bool { return syscall.Kill(cmd.Process.Pid, 0) != nil || cmd.ProcessState != nil }
+	gone := func(p *proc) bool { return !p.alive() }
 	waitFor(t, "the passive sessions to end", func() bool { return gone(tunnel) && gone(mux) })
 	if d := decided(t, s); d == nil || d.Reason != lifetime.ReasonLifetime || d.Stop != lifetime.StopByProvider {
 		t.Errorf("decision %+v, want lifetime, by the provider", d)
 	}
-	if !alive(other) || !alive(outsider) {
+	if !other.alive() || !outsider.alive() {
 		t.Error("a process that is no worker session of the sandbox's was ended")
 	}
 	if st := s.status(t); st.Watchdog != "running" {
