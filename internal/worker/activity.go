@@ -2,6 +2,8 @@ package worker
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -126,8 +128,17 @@ func (w *worker) activityCmd() *cobra.Command {
 		RunE: func(_ *cobra.Command, args []string) error {
 			prog, err := exec.LookPath(args[0])
 			if err != nil {
-				w.p.Stderr.Write([]byte("amelia-worker activity: " + err.Error() + "\n"))
-				return exitCode(127)
+				// Said as a shell says it: the wrapper is amelia's, the
+				// command the user's.
+				if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+					fmt.Fprintf(w.p.Stderr, "%s: command not found\n", args[0])
+					return exitCode(127)
+				}
+				if inner := errors.Unwrap(err); inner != nil {
+					err = inner
+				}
+				fmt.Fprintf(w.p.Stderr, "%s: %v\n", args[0], err)
+				return exitCode(126)
 			}
 			if dir := lifetimeDir(w.p.Getenv); dir != "" {
 				if f, err := os.Open(filepath.Join(dir, lifetime.BusyFile)); err == nil {
