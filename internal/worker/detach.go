@@ -155,44 +155,62 @@ func (w *worker) detach(dir, lock string, homes privateDirs, tun runTunnel, grac
 	if err != nil {
 		return fmt.Errorf("detach: find amelia-worker: %w", err)
 	}
-	readyR, readyW, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("detach: %w", err)
-	}
-	defer readyR.Close()
 	argv := append(append([]string{self, "supervise", "--dir", dir, "--grace", grace.String(), "--lock", lock}, tun.args()...), "--")
 	argv = append(argv, args...)
-	null, err := os.Open(os.DevNull)
-	if err != nil {
-		readyW.Close()
-		return fmt.Errorf("detach: %w", err)
-	}
-	defer null.Close()
-	p, err := os.StartProcess(self, argv, &os.ProcAttr{
-		Dir:   dir,
-		Files: []*os.File{null, stderr, stderr, readyW}, // the ready pipe is fd 3
-		Env:   homes.env(),
-		Sys:   &syscall.SysProcAttr{Setsid: true},
-	})
-	readyW.Close()
+	msg, st, err := startDetached(argv, dir, stderr, homes.env())
 	if err != nil {
 		return fmt.Errorf("detach: start the supervisor: %w", err)
 	}
-	word, _ := io.ReadAll(io.LimitReader(readyR, 4096))
-	if string(word) == "ok\n" {
-		p.Release() // it is on its own now: its parent's death reparents it
-		return nil
+	if st == nil {
+		return nil // it is on its own now: its parent's death reparents it
 	}
 	code := exitFailed
-	if st, err := p.Wait(); err == nil && st.ExitCode() == exitBusy {
+	if st.ExitCode() == exitBusy {
 		code = exitBusy
 	}
-	msg := strings.TrimSpace(string(word))
 	if msg == "" {
 		msg = "the supervisor exited before the command started; see " + filepath.Join(dir, runStderr)
 	}
 	fmt.Fprintf(w.p.Stderr, "amelia-worker detach: %s\n", msg)
 	return exitCode(code)
+}
+
+// startDetached starts argv in dir, in a session of its own so that it
+// outlives its parent, with stdin from /dev/null, stdout and stderr on
+// logTo and a ready pipe as fd 3, and waits for its word there. "ok\n"
+// releases it: ended is nil. Any other word (what went wrong, or nothing)
+// means it ends: ended is how, and said what it wrote.
+func startDetached(argv []string, dir string, logTo *os.File, env []string) (said string, ended *os.ProcessState, err error) {
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return "", nil, err
+	}
+	defer readyR.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		readyW.Close()
+		return "", nil, err
+	}
+	defer null.Close()
+	p, err := os.StartProcess(argv[0], argv, &os.ProcAttr{
+		Dir:   dir,
+		Files: []*os.File{null, logTo, logTo, readyW}, // the ready pipe is fd 3
+		Env:   env,
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	readyW.Close()
+	if err != nil {
+		return "", nil, err
+	}
+	word, _ := io.ReadAll(io.LimitReader(readyR, 4096))
+	if string(word) == "ok\n" {
+		return "", nil, p.Release()
+	}
+	ended, err = p.Wait()
+	if err != nil {
+		return "", nil, err
+	}
+	return strings.TrimSpace(string(word)), ended, nil
 }
 
 // errBusy: another process holds the run's lock.

@@ -121,33 +121,13 @@ func (w *worker) watchdogStart(dir string, p lifetime.Policy) error {
 		return fmt.Errorf("watchdog start: %w", err)
 	}
 	defer log.Close()
-	null, err := os.Open(os.DevNull)
+	msg, ended, err := startDetached([]string{self, "watchdog", "run", "--dir", dir}, dir, log, os.Environ())
 	if err != nil {
 		return fmt.Errorf("watchdog start: %w", err)
 	}
-	defer null.Close()
-	readyR, readyW, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("watchdog start: %w", err)
-	}
-	defer readyR.Close()
-	proc, err := os.StartProcess(self, []string{self, "watchdog", "run", "--dir", dir}, &os.ProcAttr{
-		Dir:   dir,
-		Files: []*os.File{null, log, log, readyW}, // the ready pipe is fd 3
-		Env:   os.Environ(),
-		Sys:   &syscall.SysProcAttr{Setsid: true},
-	})
-	readyW.Close()
-	if err != nil {
-		return fmt.Errorf("watchdog start: %w", err)
-	}
-	word, _ := io.ReadAll(io.LimitReader(readyR, 4096))
-	if string(word) == "ok\n" {
-		proc.Release()
+	if ended == nil {
 		return nil
 	}
-	proc.Wait()
-	msg := strings.TrimSpace(string(word))
 	if msg == "" {
 		msg = "the watchdog exited before it ran; see " + filepath.Join(dir, lifetime.LogFile)
 	}
