@@ -195,12 +195,22 @@ func (e *engine) exitCode(id string) (int, error) {
 // run runs a short command of the provider's own and returns its exit
 // code and combined output.
 func (e *engine) run(ctx context.Context, target, user string, argv []string) (int, string, error) {
+	out := &firstBytes{n: 64 << 10}
+	code, err := e.runTo(ctx, target, user, argv, out)
+	if err != nil {
+		return 0, "", fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
+	}
+	return code, strings.TrimSpace(out.b.String()), nil
+}
+
+// runTo runs a command of the provider's own, its stdout and stderr both
+// written to out, and returns its exit code; ctx's end stops reading it.
+func (e *engine) runTo(ctx context.Context, target, user string, argv []string, out io.Writer) (int, error) {
 	x, err := e.startExec(ctx, target, client.ExecCreateOptions{User: user, AttachStdout: true, AttachStderr: true, Cmd: argv})
 	if err != nil {
-		return 0, "", err
+		return 0, err
 	}
 	defer x.conn.Close()
-	out := &firstBytes{n: 64 << 10}
 	done := make(chan error, 1)
 	go func() {
 		_, err := stdcopy.StdCopy(out, out, x.conn.Reader)
@@ -211,13 +221,12 @@ func (e *engine) run(ctx context.Context, target, user string, argv []string) (i
 	case <-ctx.Done():
 		x.conn.Close()
 		<-done
-		return 0, "", fmt.Errorf("%s: %w", strings.Join(argv, " "), ctx.Err())
+		return 0, ctx.Err()
 	}
-	if err != nil {
-		return 0, "", fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, err
 	}
-	code, err := e.exitCode(x.id)
-	return code, strings.TrimSpace(out.b.String()), err
+	return e.exitCode(x.id)
 }
 
 // firstBytes keeps the first n bytes written to it and drops the rest: a

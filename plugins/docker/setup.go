@@ -7,13 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -251,29 +249,12 @@ func created(c container.InspectResponse) time.Time {
 // kept for a failure's message.
 func (p *Provider) runSetupCommand(ctx context.Context, e *engine, id, user string, argv []string) (sdk.ExitStatus, string, error) {
 	cmd := append([]string{"sh", "-c", `cd "${HOME:-/}" 2>/dev/null || cd /; exec "$@"`, "sh"}, argv...)
-	x, err := e.startExec(ctx, id, client.ExecCreateOptions{User: user, AttachStdout: true, AttachStderr: true, Cmd: cmd})
+	out := &tailLog{logWriter: logWriter{log: p.opts.Logger}}
+	code, err := e.runTo(ctx, id, user, cmd, out)
 	if err != nil {
 		return sdk.ExitStatus{}, "", err
 	}
-	defer x.conn.Close()
-	out := &tailLog{logWriter: logWriter{log: p.opts.Logger}}
-	done := make(chan error, 1)
-	go func() {
-		_, err := stdcopy.StdCopy(out, out, x.conn.Reader)
-		done <- err
-	}()
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		x.conn.Close()
-		<-done
-		return sdk.ExitStatus{}, "", ctx.Err()
-	}
-	if err != nil && !errors.Is(err, io.EOF) {
-		return sdk.ExitStatus{}, "", err
-	}
-	code, err := e.exitCode(x.id)
-	return sdk.ExitStatus{Code: code}, out.tail(), err
+	return sdk.ExitStatus{Code: code}, out.tail(), nil
 }
 
 // tailLog logs a command's output lines at debug, and keeps its end.
