@@ -40,23 +40,8 @@ func (c *Conn) Exec(ctx context.Context, cmd shexec.Command, eio sdk.ExecIO, gra
 	defer s.Close()
 	ctl := shexec.NewControl(eio.Stderr, cmd.Tag)
 	s.Stdout, s.Stderr = eio.Stdout, ctl
-	var stdin io.WriteCloser
-	if eio.Stdin != nil {
-		// Copied here, not by the session: its Wait would wait for stdin
-		// too, which may never end when the command does not read it.
-		if stdin, err = s.StdinPipe(); err != nil {
-			return sdk.ExitStatus{}, fmt.Errorf("ssh %s: %w", c.target, err)
-		}
-	}
-	if err := s.Start(cmd.Line()); err != nil {
-		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: start the command: %v", c.target, err)
-	}
-	if stdin != nil {
-		go func() {
-			if _, err := io.Copy(stdin, eio.Stdin); err == nil {
-				stdin.Close()
-			}
-		}()
+	if err := c.start(s, cmd.Line(), eio.Stdin); err != nil {
+		return sdk.ExitStatus{}, err
 	}
 	ended := make(chan error, 1)
 	go func() {
@@ -111,4 +96,28 @@ func (c *Conn) Exec(ctx context.Context, cmd shexec.Command, eio sdk.ExecIO, gra
 var rfc4254Signals = map[string]int{
 	"ABRT": 6, "ALRM": 14, "FPE": 8, "HUP": 1, "ILL": 4, "INT": 2, "KILL": 9,
 	"PIPE": 13, "QUIT": 3, "SEGV": 11, "TERM": 15, "USR1": 10, "USR2": 12,
+}
+
+// start starts line on s, with stdin (nil: none) copied into it.
+func (c *Conn) start(s *ssh.Session, line string, stdin io.Reader) error {
+	var in io.WriteCloser
+	if stdin != nil {
+		// Copied here, not by the session: its Wait would wait for stdin
+		// too, which may never end when the command does not read it.
+		var err error
+		if in, err = s.StdinPipe(); err != nil {
+			return fmt.Errorf("ssh %s: %w", c.target, err)
+		}
+	}
+	if err := s.Start(line); err != nil {
+		return sdk.Errorf(sdk.ErrUnavailable, "ssh %s: start the command: %v", c.target, err)
+	}
+	if in != nil {
+		go func() {
+			if _, err := io.Copy(in, stdin); err == nil {
+				in.Close()
+			}
+		}()
+	}
+	return nil
 }

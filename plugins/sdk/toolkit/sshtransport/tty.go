@@ -3,7 +3,6 @@ package sshtransport
 import (
 	"context"
 	"errors"
-	"io"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -36,21 +35,8 @@ func (c *Conn) ExecTTY(ctx context.Context, cmd shexec.Command, size sdk.TermSiz
 		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnsupported, "ssh %s: the server gives no terminal: %v", c.target, err)
 	}
 	s.Stdout, s.Stderr = eio.Stdout, eio.Stdout
-	var stdin io.WriteCloser
-	if eio.Stdin != nil {
-		if stdin, err = s.StdinPipe(); err != nil {
-			return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: %v", c.target, err)
-		}
-	}
-	if err := s.Start(cmd.TTYLine()); err != nil {
-		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: start the command: %v", c.target, err)
-	}
-	if stdin != nil {
-		go func() {
-			if _, err := io.Copy(stdin, eio.Stdin); err == nil {
-				stdin.Close()
-			}
-		}()
+	if err := c.start(s, cmd.TTYLine(), eio.Stdin); err != nil {
+		return sdk.ExitStatus{}, err
 	}
 	stopResize := make(chan struct{})
 	defer close(stopResize)
