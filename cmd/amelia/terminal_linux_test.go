@@ -5,12 +5,12 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/amelia-sandbox/amelia/core/runview/runviewtest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
@@ -74,25 +74,10 @@ func (h *host) startOnTerminal(t *testing.T, args ...string) *terminal {
 }
 
 // waitFor returns once the terminal's output holds s, failing the test if
-// amelia ends first or it does not come within a minute.
+// amelia ends first (waitForMatch).
 func (tm *terminal) waitFor(t *testing.T, s string) {
 	t.Helper()
-	limit := time.After(60 * time.Second)
-	for {
-		tm.mu.Lock()
-		found, ready := bytes.Contains(tm.out.Bytes(), []byte(s)), tm.ready
-		tm.mu.Unlock()
-		if found {
-			return
-		}
-		select {
-		case <-ready:
-		case <-tm.done:
-			t.Fatalf("amelia ended before drawing %q:\n%s", s, tm.screen(t))
-		case <-limit:
-			t.Fatalf("amelia did not draw %q within 60s:\n%s", s, tm.screen(t))
-		}
-	}
+	tm.waitForMatch(t, regexp.MustCompile(regexp.QuoteMeta(s)))
 }
 
 // ctrlC types Ctrl-C on the terminal: its line discipline sends SIGINT to
@@ -110,8 +95,8 @@ func (tm *terminal) end(t *testing.T, what string) (int, []string) {
 	t.Helper()
 	select {
 	case <-tm.done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("amelia did not end within 60s of %s:\n%s", what, tm.screen(t))
+	case <-t.Context().Done():
+		t.Fatalf("the test ended before amelia did, after %s:\n%s", what, tm.screen(t))
 	}
 	lines, err := runviewtest.Screen(tm.output())
 	if err != nil {
