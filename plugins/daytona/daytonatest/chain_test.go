@@ -510,13 +510,12 @@ func startLines(t *testing.T, s *ssh.Session, cmd string) func() string {
 	}
 }
 
-// eventually polls cond until it holds, failing the test after waitFor.
+// eventually polls cond until it holds, failing the test when it ends.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v", what, waitFor)
+		if t.Context().Err() != nil {
+			t.Fatalf("%s: not when the test ended", what)
 		}
 		time.Sleep(20 * time.Millisecond) // polling interval
 	}

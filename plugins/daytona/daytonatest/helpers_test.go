@@ -17,9 +17,6 @@ import (
 	"github.com/amelia-sandbox/amelia/plugins/daytona/api"
 )
 
-// waitFor bounds every poll of the tests.
-const waitFor = 2 * time.Minute
-
 // forEachBackend runs test against a fake on the host backend, and on the
 // Docker backend when an engine answers (dockertest.Engine skips loudly,
 // or fails under AMELIA_REQUIRE_DOCKER, when none does).
@@ -116,11 +113,10 @@ func (e *testEnv) create(t *testing.T, req api.CreateSandbox) api.Sandbox {
 
 // waitState polls the sandbox until it is in want and returns the states
 // it went through (distinct, in order), failing on a failure state that
-// was not wanted, on started when a failure was, or after waitFor.
+// was not wanted, on started when a failure was, or when the test ends.
 func (e *testEnv) waitState(t *testing.T, id string, want api.State) (api.Sandbox, []api.State) {
 	t.Helper()
 	var seen []api.State
-	deadline := time.Now().Add(waitFor)
 	for {
 		sb, err := e.c.GetSandbox(context.Background(), id)
 		if want == api.StateDestroyed && api.StatusOf(err) == http.StatusNotFound {
@@ -138,19 +134,18 @@ func (e *testEnv) waitState(t *testing.T, id string, want api.State) (api.Sandbo
 		if sb.State.Failed() || want.Failed() && sb.State == api.StateStarted {
 			t.Fatalf("sandbox %s: %s (%s) while waiting for %s; states %v", id, sb.State, sb.ErrorReason, want, seen)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox %s: still %s after %v waiting for %s; states %v", id, sb.State, waitFor, want, seen)
+		if t.Context().Err() != nil {
+			t.Fatalf("sandbox %s: still %s when the test ended, waiting for %s; states %v", id, sb.State, want, seen)
 		}
 		time.Sleep(5 * time.Millisecond) // polling interval
 	}
 }
 
 // listUntil lists the sandboxes carrying labels until ok says the list
-// is what the test waits for (the list lags), failing after waitFor; it
+// is what the test waits for (the list lags), failing when the test ends; it
 // returns that list.
 func (e *testEnv) listUntil(t *testing.T, labels map[string]string, ok func([]api.Sandbox) bool) []api.Sandbox {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
 	for {
 		list, err := e.c.ListSandboxes(context.Background(), labels)
 		if err != nil {
@@ -159,8 +154,8 @@ func (e *testEnv) listUntil(t *testing.T, labels map[string]string, ok func([]ap
 		if ok(list) {
 			return list
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("list %v: still %+v after %v", labels, list, waitFor)
+		if t.Context().Err() != nil {
+			t.Fatalf("list %v: still %+v when the test ended", labels, list)
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval
 	}
