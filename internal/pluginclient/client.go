@@ -83,7 +83,7 @@ func (c *Client) HealthCheck(ctx context.Context, ref sdk.SandboxRef) (sdk.Healt
 	if err != nil {
 		return sdk.Health{}, fromStatus(err)
 	}
-	return sdk.Health{State: sdk.HealthState(r.GetState()), Message: r.GetMessage()}, nil
+	return sdk.Health{State: sdk.HealthState(r.GetState()), Message: r.GetMessage(), NeverStops: r.GetNeverStops()}, nil
 }
 
 // List asks the remote provider for its sandboxes; a provider that cannot

@@ -254,6 +254,14 @@ func (p *Provider) EnsureRunning(ctx context.Context, spec sdk.Spec) (sdk.Sandbo
 		held = APIAgentSandbox
 	}
 	details := map[string]string{"namespace": pod.Namespace, "pod": pod.Name, "node": pod.Spec.NodeName, "api": held}
+	if agent && workspaceOnClaim(pod) {
+		// The watchdog ends tini, PID 1: the pod ends (restartPolicy
+		// Never) and the claim keeps the work; HealthCheck says stopped,
+		// and EnsureRunning replaces the pod alone (ensureSandbox), on
+		// the same claim. Where the workspace is an emptyDir, a pod that
+		// ended has lost it: such a sandbox is not stopped (noStop).
+		details[sdk.DetailStop] = sdk.StopInit
+	}
 	if isolated(spec.Network.Mode) {
 		details[sdk.DetailEgress] = fmt.Sprintf("NetworkPolicy %s/%s denies the pod all traffic; only a network plugin that enforces NetworkPolicies, such as Calico, Cilium, Antrea or kube-router, makes that so: for network %s, use a cluster whose plugin does, or network open",
 			pod.Namespace, objectName(spec.Name), spec.Network.Mode)
@@ -495,6 +503,24 @@ func (p *Provider) Teardown(ctx context.Context, ref sdk.SandboxRef) error {
 	return nil
 }
 
+// workspaceOnClaim says whether the pod's workspace is a
+// PersistentVolumeClaim (kubernetes.workspace_volume), which outlives the
+// pod, rather than an emptyDir, which ends with it.
+func workspaceOnClaim(pod *corev1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == workspaceVolume {
+			return v.PersistentVolumeClaim != nil
+		}
+	}
+	return false
+}
+
+// noStop says why a sandbox whose workspace is an emptyDir never stops
+// by itself (sandbox.idle_timeout, sandbox.max_lifetime): the kubelet
+// removes an emptyDir with its pod's end, and a new pod starts with an
+// empty one, so stopping it would lose its work.
+const noStop = "the workspace is not on a volume (kubernetes.workspace_volume)"
+
 // healthTimeout bounds HealthCheck's exec, inside sdk.HealthCheckTimeout.
 const healthTimeout = 5 * time.Second
 
@@ -520,7 +546,11 @@ func (p *Provider) HealthCheck(ctx context.Context, ref sdk.SandboxRef) (sdk.Hea
 	if err != nil || code != 0 {
 		return sdk.Health{State: sdk.HealthUnhealthy, Message: fmt.Sprintf("pod %s/%s runs, but `true` did not answer: %v (exit %d) %s", pod.Namespace, pod.Name, err, code, strings.TrimSpace(string(out)))}, nil
 	}
-	return sdk.Health{State: sdk.HealthReady, Message: fmt.Sprintf("pod %s/%s on %s", pod.Namespace, pod.Name, pod.Spec.NodeName)}, nil
+	h := sdk.Health{State: sdk.HealthReady, Message: fmt.Sprintf("pod %s/%s on %s", pod.Namespace, pod.Name, pod.Spec.NodeName)}
+	if !workspaceOnClaim(pod) {
+		h.NeverStops = noStop
+	}
+	return h, nil
 }
 
 // podHealth maps a pod's state to a sandbox's.

@@ -145,7 +145,7 @@ func (s *server) HealthCheck(ctx context.Context, r *pb.HealthCheckRequest) (*pb
 		if res.err != nil {
 			return nil, toStatus(res.err)
 		}
-		return &pb.HealthCheckResponse{State: string(res.h.State), Message: res.h.Message}, nil
+		return &pb.HealthCheckResponse{State: string(res.h.State), Message: res.h.Message, NeverStops: res.h.NeverStops}, nil
 	case <-ctx.Done():
 		return nil, status.Errorf(codes.DeadlineExceeded, "health check of sandbox %q took longer than %s", ref.Name, s.healthTimeout)
 	}

@@ -527,6 +527,11 @@ const (
 type Health struct {
 	State   HealthState
 	Message string
+	// NeverStops says why the sandbox never stops by itself, though the
+	// profile has sandbox.idle_timeout or sandbox.max_lifetime (stopping
+	// it would lose its work, say), for `sandbox ls`; "" where it stops,
+	// or the provider does not say.
+	NeverStops string
 }
 
 // HealthCheckTimeout bounds HealthCheck: the SDK answers DeadlineExceeded

@@ -53,6 +53,7 @@ type stubProvider struct {
 	hang    chan struct{}
 	seen    []sdk.ExecRequest
 	running sdk.Sandbox
+	health  sdk.Health // ready when zero
 }
 
 func (s *stubProvider) Info(context.Context) (sdk.Info, error) { return sdk.Info{Name: "stub"}, nil }
@@ -66,6 +67,9 @@ func (s *stubProvider) Exec(_ context.Context, req sdk.ExecRequest, _ sdk.ExecIO
 func (s *stubProvider) Teardown(context.Context, sdk.SandboxRef) error { return nil }
 func (s *stubProvider) HealthCheck(ctx context.Context, _ sdk.SandboxRef) (sdk.Health, error) {
 	<-s.hang // ignores ctx, as a broken provider would
+	if s.health.State != "" {
+		return s.health, nil
+	}
 	return sdk.Health{State: sdk.HealthReady}, nil
 }
 
@@ -107,6 +111,18 @@ func TestHealthCheckIsBoundedEvenWhenTheProviderHangs(t *testing.T) {
 	_, err := c.HealthCheck(t.Context(), sdk.SandboxRef{Name: "a"})
 	if !errors.Is(err, sdk.ErrTimeout) || !strings.Contains(err.Error(), "took longer than 100ms") {
 		t.Errorf("err = %v, want sdk.ErrTimeout saying the bound", err)
+	}
+}
+
+// A health check's answer reaches the host whole: why a sandbox never
+// stops too.
+func TestHealthCrossesTheWire(t *testing.T) {
+	want := sdk.Health{State: sdk.HealthReady, Message: "pod ns/p on n1", NeverStops: "the workspace is not on a volume"}
+	stub := &stubProvider{hang: make(chan struct{}), health: want}
+	close(stub.hang)
+	got, err := serve(t, stub, 0).HealthCheck(t.Context(), sdk.SandboxRef{Name: "a"})
+	if err != nil || got != want {
+		t.Errorf("HealthCheck = %+v, %v; want %+v", got, err, want)
 	}
 }
 

@@ -49,13 +49,16 @@ func lifetimeOf(ctx context.Context, ex interface {
 }
 
 // stopsColumn is sandbox ls's STOPS: when the sandbox stops and why, by
-// its watchdog; "stopped" for a stopped one; "-" where nothing is known.
+// its watchdog; "stopped" for a stopped one; "never: why" where the
+// provider says it never stops by itself; "-" where nothing is known.
 func stopsColumn(r sandboxRow, now time.Time) string {
 	switch {
 	case r.Lifetime != nil:
 		return r.Lifetime.Describe(now, now.Location())
 	case r.State == string(sdk.HealthStopped):
 		return "stopped"
+	case r.NeverStops != "":
+		return "never: " + r.NeverStops
 	}
 	return "-"
 }

@@ -363,6 +363,9 @@ type sandboxRow struct {
 	// Lifetime is what the sandbox's watchdog says of when it stops and
 	// why (sandbox.idle_timeout, sandbox.max_lifetime), where it runs one.
 	Lifetime *lifetime.Status `json:"lifetime,omitempty"`
+	// NeverStops says why the sandbox never stops by itself, where its
+	// provider says it does not (sdk.Health.NeverStops).
+	NeverStops string `json:"never_stops,omitempty"`
 }
 
 // sandboxState asks the provider about the sandbox, within a bound.
@@ -379,7 +382,7 @@ func (a *app) sandboxState(ctx context.Context, sb *sandbox.Sandbox) sandboxRow 
 	case err != nil:
 		row.State, row.Message = "error", oneLine(err.Error())
 	default:
-		row.State, row.Message = string(h.State), h.Message
+		row.State, row.Message, row.NeverStops = string(h.State), h.Message, h.NeverStops
 	}
 	return row
 }

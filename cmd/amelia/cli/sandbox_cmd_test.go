@@ -30,6 +30,9 @@ func TestSandboxLsRuns(t *testing.T) {
 			// box's, named by an older amelia.
 			{Profile: "box", Sandbox: "box", Provider: "docker", State: "ready", Created: &created, Runs: runsMode(true, false), Legacy: true},
 			{Profile: "dev", Sandbox: "dev-5e6f7a8b", Provider: "local", State: "ready", Created: &created, Runs: runsMode(false, false)},
+			// Its provider would lose its work by stopping it.
+			{Profile: "pod", Sandbox: "pod-4b5c6d7e", Provider: "kubernetes", State: "ready", Created: &created, Runs: runsMode(false, false),
+				Message: "pod ns/amelia-pod-4b5c6d7e on node-1", NeverStops: "the workspace is not on a volume (kubernetes.workspace_volume)"},
 			{Profile: "team", Sandbox: "team-9c0d1e2f", Provider: "ssh", State: "absent", Runs: runsMode(false, true)},
 			// Its provider could not start.
 			{Profile: "cloud", Provider: "nosuch", State: "error", Message: "no provider nosuch"},

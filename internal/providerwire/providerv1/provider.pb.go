@@ -1742,8 +1742,12 @@ func (x *HealthCheckRequest) GetRef() *SandboxRef {
 type HealthCheckResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "ready", "stopped" or "unhealthy".
-	State         string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
-	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	State   string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Why the sandbox never stops by itself (sandbox.idle_timeout and
+	// sandbox.max_lifetime do not apply to it); empty where they do, or
+	// where the provider does not say.
+	NeverStops    string `protobuf:"bytes,3,opt,name=never_stops,json=neverStops,proto3" json:"never_stops,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1788,6 +1792,13 @@ func (x *HealthCheckResponse) GetState() string {
 func (x *HealthCheckResponse) GetMessage() string {
 	if x != nil {
 		return x.Message
+	}
+	return ""
+}
+
+func (x *HealthCheckResponse) GetNeverStops() string {
+	if x != nil {
+		return x.NeverStops
 	}
 	return ""
 }
@@ -2336,10 +2347,12 @@ const file_provider_proto_rawDesc = "" +
 	"\x03ref\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\x03ref\"\x12\n" +
 	"\x10TeardownResponse\"F\n" +
 	"\x12HealthCheckRequest\x120\n" +
-	"\x03ref\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\x03ref\"E\n" +
+	"\x03ref\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\x03ref\"f\n" +
 	"\x13HealthCheckResponse\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xa5\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1f\n" +
+	"\vnever_stops\x18\x03 \x01(\tR\n" +
+	"neverStops\"\xa5\x01\n" +
 	"\vListRequest\x12\x16\n" +
 	"\x06config\x18\x01 \x01(\fR\x06config\x12C\n" +
 	"\x06labels\x18\x02 \x03(\v2+.amelia.provider.v1.ListRequest.LabelsEntryR\x06labels\x1a9\n" +
