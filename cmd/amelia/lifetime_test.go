@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/amelia-sandbox/amelia/core/lifetime"
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
+	"github.com/amelia-sandbox/amelia/internal/k8stest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/sharedtest"
 	"github.com/amelia-sandbox/amelia/internal/sshtest"
@@ -245,5 +248,88 @@ func TestIdleDaytonaStopsKeepingWork(t *testing.T) {
 	}
 	if got := h.git(t, "show", "amelia/kept:before.txt"); got != "before the fault" {
 		t.Errorf("before.txt on the brought-back branch: %q", got)
+	}
+}
+
+// On kubernetes, a sandbox whose workspace is on a claim
+// (kubernetes.workspace_volume) stops by itself once idle, with no host
+// process running: its watchdog ends tini, the pod ends and the claim
+// keeps the interrupted run's work; sandbox ls says stopped, and amelia
+// results starts a new pod on the claim and brings the work back.
+func TestIdleKubernetesStopsKeepingWork(t *testing.T) {
+	c := k8stest.Start(t)
+	ns := c.Namespace(t)
+	class := c.StorageClass(t)
+	// Longer than testIdle: each of a run's commands is an exec through
+	// the API server, on a loaded machine.
+	const idle = 15 * time.Second
+	kept := newGate(t)
+	h := newKubernetesHost(t, c, withLifetime(kubernetesSandbox(c, ns, "open", map[string]any{"api": "agent-sandbox",
+		"workspace_volume": map[string]any{"size": "1Gi", "storage_class": class}}), idle.String(), "off"))
+	pods := c.Client(t).CoreV1().Pods(ns)
+	stopped := func() bool {
+		list, err := pods.List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=amelia"})
+		if err != nil {
+			t.Fatalf("the sandbox's pods: %v", err)
+		}
+		if len(list.Items) != 1 {
+			t.Fatalf("the sandbox has %d pods, want its one", len(list.Items))
+		}
+		ph := list.Items[0].Status.Phase
+		return ph == corev1.PodSucceeded || ph == corev1.PodFailed
+	}
+
+	r := h.startUntil(t, kept.path, "run", "--json", "--model", "scripted:"+gatedScript(t, kept), "--workflow", "kept", "keep this")
+	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t, "Ctrl-C"); code != 130 {
+		t.Fatalf("exit %d after Ctrl-C, want 130; stderr: %s", code, r.stderr.String())
+	}
+	if state, lt := lsLifetime(t, h); state != "ready" || lt == nil || lt.Watchdog != "running" {
+		t.Fatalf("after the run the sandbox is %s with lifetime %+v; want it ready, its watchdog running", state, lt)
+	}
+
+	// No host process at all: it stops by itself, and the claim stays.
+	sharedtest.Stop(t, h.tmp)
+	waitUntil(t, stopped, "the idle sandbox's pod to end")
+	claims, err := c.Client(t).CoreV1().PersistentVolumeClaims(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil || len(claims.Items) != 1 {
+		t.Fatalf("the stopped sandbox's claims: %v, %v; want its workspace's", claims, err)
+	}
+	if state, _ := lsLifetime(t, h); state != "stopped" {
+		t.Errorf("sandbox ls says the stopped sandbox is %s", state)
+	}
+	res := h.amelia(t, "results", "kept")
+	if res.code != 0 || !strings.Contains(res.stdout, "branch amelia/kept") {
+		t.Fatalf("amelia results after the stop: exit %d\nstdout: %s\nstderr: %s", res.code, res.stdout, res.stderr)
+	}
+	if got := h.git(t, "show", "amelia/kept:before.txt"); got != "before the fault" {
+		t.Errorf("before.txt on the brought-back branch: %q", got)
+	}
+	state, lt := lsLifetime(t, h)
+	if state != "ready" || lt == nil || lt.Watchdog != "running" || lt.Decided == nil || lt.Decided.Reason != lifetime.ReasonIdle {
+		t.Fatalf("after amelia results the sandbox is %s with lifetime %+v; want it running again, its stop on record as idle", state, lt)
+	}
+	if d := lt.Decided; d.At.Sub(d.Idle) < idle {
+		t.Errorf("stopped at %v, idle since %v: sooner than the idle timeout", d.At, d.Idle)
+	}
+}
+
+// On kubernetes, a sandbox whose workspace is an emptyDir is never
+// stopped (a pod that ended has lost it): it gets no watchdog, and sandbox
+// ls says why in STOPS.
+func TestKubernetesEmptyDirNeverStops(t *testing.T) {
+	c := k8stest.Start(t)
+	h := newKubernetesHost(t, c, withLifetime(kubernetesSandbox(c, c.Namespace(t), "open", map[string]any{"api": "pods"}), "1s", "off"))
+	if r := h.amelia(t, "sandbox", "up"); r.code != 0 {
+		t.Fatalf("sandbox up: exit %d: %s", r.code, r.stderr)
+	}
+	if state, lt := lsLifetime(t, h); state != "ready" || lt != nil {
+		t.Errorf("sandbox ls: %s with lifetime %+v; want ready, no watchdog", state, lt)
+	}
+	ls := h.amelia(t, "sandbox", "ls")
+	if ls.code != 0 || !strings.Contains(ls.stdout, "never: the workspace is not on a volume (kubernetes.workspace_volume)") {
+		t.Errorf("sandbox ls: exit %d; want STOPS to say why it never stops\n%s%s", ls.code, ls.stdout, ls.stderr)
 	}
 }

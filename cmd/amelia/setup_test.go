@@ -10,6 +10,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
+	"github.com/amelia-sandbox/amelia/internal/k8stest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
 	"github.com/amelia-sandbox/amelia/internal/sshtest"
 	"github.com/amelia-sandbox/amelia/plugins/daytona/daytonatest"
@@ -34,6 +35,8 @@ func setupEnv(command string) string {
 // command appends a line: it is there once); changed commands are
 // prepared again; a failing one is a one-line error naming it and its
 // exit code, and keeps nothing (docker: no image; daytona: no snapshot).
+// Where the provider keeps no setup (ssh, kubernetes), the host runs the
+// commands in the sandbox, once.
 func TestSandboxPrepare(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -60,6 +63,12 @@ func TestSandboxPrepare(t *testing.T) {
 		{name: "ssh", sandbox: func(t *testing.T) (string, []string, func() int) {
 			srv := sshtest.Start(t, sshtest.Options{})
 			return sshSandbox(t, srv, t.TempDir()), nil, nil
+		}},
+		// No kept image (the cluster has no registry to push one to): the
+		// host runs the commands once per sandbox, by its marker.
+		{name: "kubernetes", sandbox: func(t *testing.T) (string, []string, func() int) {
+			c := k8stest.Start(t)
+			return kubernetesSandbox(c, c.Namespace(t), "open", nil), []string{"KUBECONFIG=" + c.Kubeconfig()}, nil
 		}},
 	}
 	for _, c := range cases {

@@ -42,6 +42,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -219,6 +220,46 @@ func (c *Cluster) Namespace(tb testing.TB) string {
 		tb.Fatalf("wait for the default ServiceAccount of namespace %s: %v", name, err)
 	}
 	return name
+}
+
+// StorageClass makes a PersistentVolume of a storage class of its own on
+// a directory of the host that uid 1000 can write (both nodes share the
+// host's filesystem), removed when the test ends, and returns the class,
+// for a claim of at most 1Gi (one claim: the PV binds once). The cluster
+// has no provisioner, so the PV is there before the claim that binds it.
+func (c *Cluster) StorageClass(tb testing.TB) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		tb.Fatal(err)
+	}
+	base := strings.Trim(nsUnsafe.ReplaceAllString(strings.ToLower(tb.Name()), "-"), "-")
+	if len(base) > 40 {
+		base = strings.Trim(base[:40], "-")
+	}
+	var b [3]byte
+	rand.Read(b[:])
+	class := "t-" + base + "-" + hex.EncodeToString(b[:])
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: class, Labels: map[string]string{"amelia.k8stest": "1"}},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              class,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
+		},
+	}
+	pvs := c.Client(tb).CoreV1().PersistentVolumes()
+	if _, err := pvs.Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
+		tb.Fatalf("create PersistentVolume %s: %v", class, err)
+	}
+	tb.Cleanup(func() {
+		if err := pvs.Delete(context.Background(), class, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			tb.Errorf("delete PersistentVolume %s: %v", class, err)
+		}
+	})
+	return class
 }
 
 // deleteNamespace deletes the namespace's pods without grace, then the

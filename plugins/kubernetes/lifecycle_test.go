@@ -49,8 +49,13 @@ func TestReuseAndReplace(t *testing.T) {
 		if err != nil || again.Created || again.Ref.ID != first.Ref.ID {
 			t.Fatalf("second EnsureRunning: %+v, %v (want the same sandbox, not created)", again, err)
 		}
-		if h, err := p.HealthCheck(t.Context(), first.Ref); err != nil || h.State != sdk.HealthReady {
-			t.Errorf("health: %+v, %v", h, err)
+		// Its workspace is an emptyDir, which a pod that ended has lost:
+		// it gets no watchdog, and says why it never stops.
+		if stop := first.Details[sdk.DetailStop]; stop != "" {
+			t.Errorf("a sandbox whose workspace is an emptyDir has Details[%q] = %q; want none: stopping it would lose its work", sdk.DetailStop, stop)
+		}
+		if h, err := p.HealthCheck(t.Context(), first.Ref); err != nil || h.State != sdk.HealthReady || !strings.Contains(h.NeverStops, "kubernetes.workspace_volume") {
+			t.Errorf("health: %+v, %v; want ready, never stopping for want of kubernetes.workspace_volume", h, err)
 		}
 
 		// tini, PID 1, runs as the sandbox's user: a TERM ends the pod.

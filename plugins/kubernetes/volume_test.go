@@ -2,55 +2,17 @@ package kubernetes_test
 
 import (
 	"context"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/amelia-sandbox/amelia/internal/k8stest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
-
-// hostPathVolume makes a PersistentVolume of a storage class of its own
-// (named after the test) on a directory of the host (both nodes share
-// it) that uid 1000 can write, removed when the test ends, and returns the
-// class: the test cluster has no provisioner, so the PV is there before
-// the claim that binds it.
-func hostPathVolume(t *testing.T, c *k8stest.Cluster) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	class := strings.ToLower(t.Name())
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: class},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			StorageClassName:              class,
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
-		},
-	}
-	pvs := c.Client(t).CoreV1().PersistentVolumes()
-	if _, err := pvs.Create(t.Context(), pv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := pvs.Delete(context.Background(), class, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete PersistentVolume %s: %v", class, err)
-		}
-	})
-	return class
-}
 
 // With workspace_volume, the work in a sandbox whose host went away
 // outlives its expiry: the TTL passes with nothing renewing it, the
@@ -62,7 +24,7 @@ func TestWorkspaceVolumeOutlivesExpiry(t *testing.T) {
 	if !c.AgentSandbox() {
 		t.Fatal("the test cluster has no Agent Sandbox controller")
 	}
-	class := hostPathVolume(t, c)
+	class := c.StorageClass(t)
 	cfg, ns := settings(t, c, map[string]any{"api": "agent-sandbox", "ttl": "1m",
 		"workspace_volume": map[string]any{"size": "1Gi", "storage_class": class}})
 	s := spec("kept", cfg, sdk.NetworkOpen)
@@ -130,5 +92,62 @@ func TestWorkspaceVolumeOutlivesExpiry(t *testing.T) {
 	}
 	if out, _, err := run(t, next, third.Ref, "cat work.txt"); err != nil || out != "kept\n" {
 		t.Errorf("the work after the pod ended: %q, %v; want it kept", out, err)
+	}
+}
+
+// With workspace_volume, the lifetime watchdog may stop the sandbox
+// (sdk.StopInit): ending its PID 1, as the watchdog does, ends the pod,
+// which HealthCheck and List then call stopped; EnsureRunning starts a
+// new pod on the same claim, with the work as it was, and stopping stays
+// its way. The host that stopped it is gone meanwhile.
+func TestStopKeepsWorkOnVolume(t *testing.T) {
+	c := cluster(t)
+	if !c.AgentSandbox() {
+		t.Fatal("the test cluster has no Agent Sandbox controller")
+	}
+	cfg, ns := settings(t, c, map[string]any{"api": "agent-sandbox",
+		"workspace_volume": map[string]any{"size": "1Gi", "storage_class": c.StorageClass(t)}})
+	s := spec("stops", cfg, sdk.NetworkOpen)
+	t.Cleanup(func() {
+		if err := newProvider(t, nil).Teardown(context.Background(), s.SandboxRef); err != nil {
+			t.Errorf("Teardown: %v", err)
+		}
+	})
+	host := newProvider(t, nil)
+	first, err := host.EnsureRunning(t.Context(), s)
+	if err != nil {
+		t.Fatalf("EnsureRunning: %v", err)
+	}
+	if got := first.Details[sdk.DetailStop]; got != sdk.StopInit {
+		t.Fatalf("Details[%q] = %q, want %q: the workspace is on a claim", sdk.DetailStop, got, sdk.StopInit)
+	}
+	if h, err := host.HealthCheck(t.Context(), first.Ref); err != nil || h.State != sdk.HealthReady || h.NeverStops != "" {
+		t.Fatalf("health: %+v, %v; want ready, and stopping", h, err)
+	}
+	if out, _, err := run(t, host, first.Ref, "echo kept > work.txt && cat work.txt"); err != nil || out != "kept\n" {
+		t.Fatalf("write the work: %q, %v", out, err)
+	}
+	run(t, host, first.Ref, "kill -TERM 1") // the watchdog's stop
+	host.Close()
+	waitPod(t, c.Client(t).CoreV1().Pods(ns), first.Details["pod"], func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
+	})
+
+	other := newProvider(t, nil)
+	if h, err := other.HealthCheck(t.Context(), first.Ref); err != nil || h.State != sdk.HealthStopped {
+		t.Errorf("health of the stopped sandbox: %+v, %v; want stopped", h, err)
+	}
+	if got, err := other.List(t.Context(), sdk.ListRequest{Config: cfg}); err != nil || len(got) != 1 || got[0].State != sdk.HealthStopped {
+		t.Errorf("List of the stopped sandbox: %+v, %v; want it stopped", got, err)
+	}
+	again, err := other.EnsureRunning(t.Context(), s)
+	if err != nil {
+		t.Fatalf("EnsureRunning after the stop: %v", err)
+	}
+	if again.Ref.ID == first.Ref.ID || again.Created || again.Details[sdk.DetailStop] != sdk.StopInit {
+		t.Errorf("EnsureRunning after the stop: %+v; want a new pod of the same sandbox, stopping as before", again)
+	}
+	if out, _, err := run(t, other, again.Ref, "cat work.txt"); err != nil || out != "kept\n" {
+		t.Errorf("the work after the stop: %q, %v; want it kept", out, err)
 	}
 }
