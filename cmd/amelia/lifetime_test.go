@@ -72,6 +72,44 @@ func lifetimeCases() []lifetimeCase {
 				return err == nil && len(sandboxProcesses(dir)) == 0
 			}
 		}},
+		{name: "kubernetes", host: func(t *testing.T, idle, maxLife string, turns ...llmtest.Turn) (*host, func() bool) {
+			c := k8stest.Start(t)
+			ns := c.Namespace(t)
+			h := newKubernetesHost(t, c, withLifetime(kubernetesWithVolume(t, c, ns), idle, maxLife), turns...)
+			return h, podEnded(t, c, ns)
+		}},
+	}
+}
+
+// kubernetesWithVolume is the e2e profile's sandbox block on the
+// cluster, in namespace ns, with its workspace on a claim of a class of
+// the test's: the kind of kubernetes sandbox that stops by itself.
+func kubernetesWithVolume(t *testing.T, c *k8stest.Cluster, ns string) string {
+	return kubernetesSandbox(c, ns, "open", map[string]any{"api": "agent-sandbox",
+		"workspace_volume": map[string]any{"size": "1Gi", "storage_class": c.StorageClass(t)}})
+}
+
+// podEnded says, from the cluster's side, whether the one pod of the
+// sandbox in ns ended (the watchdog's stop); the claim with the workspace
+// must still be there.
+func podEnded(t *testing.T, c *k8stest.Cluster, ns string) func() bool {
+	client := c.Client(t)
+	return func() bool {
+		list, err := client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=amelia"})
+		if err != nil {
+			t.Fatalf("the sandbox's pods: %v", err)
+		}
+		if len(list.Items) != 1 {
+			t.Fatalf("the sandbox has %d pods, want its one", len(list.Items))
+		}
+		if ph := list.Items[0].Status.Phase; ph != corev1.PodSucceeded && ph != corev1.PodFailed {
+			return false
+		}
+		claims, err := client.CoreV1().PersistentVolumeClaims(ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil || len(claims.Items) != 1 {
+			t.Fatalf("the stopped sandbox's claims: %v, %v; want its workspace's", claims, err)
+		}
+		return true
 	}
 }
 
@@ -259,25 +297,12 @@ func TestIdleDaytonaStopsKeepingWork(t *testing.T) {
 func TestIdleKubernetesStopsKeepingWork(t *testing.T) {
 	c := k8stest.Start(t)
 	ns := c.Namespace(t)
-	class := c.StorageClass(t)
 	// Longer than testIdle: each of a run's commands is an exec through
 	// the API server, on a loaded machine.
 	const idle = 15 * time.Second
 	kept := newGate(t)
-	h := newKubernetesHost(t, c, withLifetime(kubernetesSandbox(c, ns, "open", map[string]any{"api": "agent-sandbox",
-		"workspace_volume": map[string]any{"size": "1Gi", "storage_class": class}}), idle.String(), "off"))
-	pods := c.Client(t).CoreV1().Pods(ns)
-	stopped := func() bool {
-		list, err := pods.List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=amelia"})
-		if err != nil {
-			t.Fatalf("the sandbox's pods: %v", err)
-		}
-		if len(list.Items) != 1 {
-			t.Fatalf("the sandbox has %d pods, want its one", len(list.Items))
-		}
-		ph := list.Items[0].Status.Phase
-		return ph == corev1.PodSucceeded || ph == corev1.PodFailed
-	}
+	h := newKubernetesHost(t, c, withLifetime(kubernetesWithVolume(t, c, ns), idle.String(), "off"))
+	stopped := podEnded(t, c, ns)
 
 	r := h.startUntil(t, kept.path, "run", "--json", "--model", "scripted:"+gatedScript(t, kept), "--workflow", "kept", "keep this")
 	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
@@ -293,10 +318,6 @@ func TestIdleKubernetesStopsKeepingWork(t *testing.T) {
 	// No host process at all: it stops by itself, and the claim stays.
 	sharedtest.Stop(t, h.tmp)
 	waitUntil(t, stopped, "the idle sandbox's pod to end")
-	claims, err := c.Client(t).CoreV1().PersistentVolumeClaims(ns).List(t.Context(), metav1.ListOptions{})
-	if err != nil || len(claims.Items) != 1 {
-		t.Fatalf("the stopped sandbox's claims: %v, %v; want its workspace's", claims, err)
-	}
 	if state, _ := lsLifetime(t, h); state != "stopped" {
 		t.Errorf("sandbox ls says the stopped sandbox is %s", state)
 	}
