@@ -71,7 +71,13 @@ func (p *Provider) PruneSetups(ctx context.Context, req sdk.PruneRequest) ([]sdk
 		if hash == "" || keep[hash] {
 			continue
 		}
-		age := now.Sub(time.Unix(img.Created, 0))
+		// Made when its labels say (as a sandbox's age is told), else when
+		// the engine made it.
+		made := time.Unix(img.Created, 0)
+		if t, err := time.Parse(time.RFC3339, img.Labels[labelCreated]); err == nil {
+			made = t
+		}
+		age := now.Sub(made)
 		if age <= req.OlderThan {
 			continue
 		}
