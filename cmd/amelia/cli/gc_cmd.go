@@ -44,10 +44,12 @@ func (a *app) gcCommand() *cobra.Command {
 runs kept in the sandboxes, whose work is exported to a bundle on the host
 first ($XDG_STATE_HOME/amelia/exports; amelia results brings it back), the
 checkouts of delivered and discarded runs, the records of runs whose sandbox
-is gone, run logs and audit logs, orphan sandboxes that hold nothing, and
-worker binaries of other versions in the sandboxes. A run whose agent may
-be running is never touched, and nothing holding work that is on no host is
-removed. One line per item says what was done (with --dry-run: what would
+is gone, run logs and audit logs, orphan sandboxes that hold nothing,
+worker binaries of other versions and parked checkouts in the sandboxes,
+and the setups (images, snapshots) providers kept for a profile that no
+profile starts from any more. A run whose agent may be running is never
+touched, and nothing holding work that is on no host is removed: an orphan
+sandbox that may hold some is said, with what to do. One line per item says what was done (with --dry-run: what would
 be, and nothing changes); a failure does not stop the rest, and the exit
 code is 1 if any failed. --profile tidies that profile's alone.`,
 		Example: `  amelia gc --dry-run
