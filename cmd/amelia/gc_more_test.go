@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
@@ -31,7 +32,7 @@ func TestGCPrunesOldSetupImagesOnDocker(t *testing.T) {
 	scope := make(client.Filters).Add("label", "amelia.setup.profile=e2e").Add("label", "amelia.setup.config="+cfg)
 	t.Cleanup(func() {
 		// The image prepare made, by its labels: this test's config file.
-		list, err := cli.ImageList(t.Context(), client.ImageListOptions{Filters: scope})
+		list, err := cli.ImageList(context.Background(), client.ImageListOptions{Filters: scope})
 		if err != nil {
 			t.Errorf("list the test's setup images: %v", err)
 			return
@@ -65,7 +66,7 @@ func TestGCPrunesOldSetupImagesOnDocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_, _ = cli.ContainerRemove(t.Context(), ctr.ID, client.ContainerRemoveOptions{Force: true})
+		_, _ = cli.ContainerRemove(context.Background(), ctr.ID, client.ContainerRemoveOptions{Force: true})
 	})
 	exists := func(ref string) bool {
 		_, err := cli.ImageInspect(t.Context(), ref)
