@@ -15,7 +15,11 @@
 //   - a sandbox no profile owns is removed only when it is running and
 //     holds no checkout at all; one that may hold work is left alone;
 //   - exported work is never removed by gc: `amelia results` brings it
-//     back (or --discard drops it).
+//     back (or --discard drops it);
+//   - a parked checkout holds no work (only checkouts whose work was
+//     delivered, or had none, are parked): it goes;
+//   - a kept setup goes when its profile no longer starts from it and
+//     no sandbox was made from it.
 package gc
 
 import (
@@ -41,6 +45,12 @@ const (
 	// Worker is an amelia-worker binary in a sandbox that this version
 	// does not use.
 	Worker Kind = "worker"
+	// Parked is a checkout parked in a sandbox for a later workflow to
+	// reuse: its work was delivered, or there was none.
+	Parked Kind = "parked checkout"
+	// Setup is a profile's setup kept by its provider (an image, a
+	// snapshot) that the profile no longer starts from.
+	Setup Kind = "setup"
 )
 
 // Action is what gc does with an Item.
@@ -201,17 +211,17 @@ func PlanOrphan(in OrphanInput) (Item, bool) {
 		Detail: "orphan of profile " + in.Profile + ", provider " + in.Provider}
 	switch {
 	case in.Age == 0:
-		return leave(it, "its provider does not say its age"), true
+		return leave(it, "its provider does not say its age, so gc cannot tell it is stale: see what it holds with amelia sandbox ls, then remove it with amelia stop"), true
 	case in.Age <= in.Retention:
 		return it, false
 	case len(in.Recorded) > 0:
-		return leave(it, "it holds recorded runs ("+strings.Join(in.Recorded, ", ")+"): configure profile "+in.Profile+" again and bring them back with amelia results"), true
+		return leave(it, "it holds work of runs this host recorded ("+strings.Join(in.Recorded, ", ")+"): configure profile "+in.Profile+" again and bring it back with amelia results --profile "+in.Profile+" WORKFLOW (or drop it with amelia results --profile "+in.Profile+" --discard WORKFLOW), then amelia stop removes the sandbox"), true
 	case !in.Up:
-		return leave(it, "it is not running: gc cannot tell whether it holds work (amelia stop removes it)"), true
+		return leave(it, "it is not running, so gc cannot tell whether it holds work: amelia stop removes it unless it does (then --force removes that too)"), true
 	case !in.Listed:
-		return leave(it, "its checkouts could not be listed"), true
+		return leave(it, "its checkouts could not be listed, so it may hold work: see with amelia sandbox ls; amelia stop removes it unless it does"), true
 	case len(in.Workflows) > 0:
-		return leave(it, "it holds checkouts ("+strings.Join(in.Workflows, ", ")+"): amelia stop --force removes them with it"), true
+		return leave(it, "it holds checkouts no run record names ("+strings.Join(in.Workflows, ", ")+"), which may hold work: amelia stop --force removes them with it, once you have what you need of them"), true
 	}
 	it.Action = Remove
 	return it, true
@@ -238,6 +248,47 @@ func PlanWorker(in WorkerInput) (Item, bool) {
 	return it, true
 }
 
+// ParkedInput is a checkout parked in a sandbox for reuse.
+type ParkedInput struct {
+	// Name is its entry in the sandbox's .amelia/parked/.
+	Name, Sandbox string
+	UID           int
+	Age           time.Duration
+	Retention     time.Duration
+}
+
+// PlanParked decides what to do with a parked checkout: past retention,
+// it goes (it holds no work: only a checkout whose work was delivered,
+// or had none, is parked); ok is false otherwise.
+func PlanParked(in ParkedInput) (Item, bool) {
+	it := Item{Kind: Parked, Name: in.Name, Age: in.Age, Where: in.Sandbox, Detail: fmt.Sprintf("uid %d", in.UID)}
+	if in.Age <= in.Retention {
+		return it, false
+	}
+	it.Action, it.Why = Remove, "kept for reuse, with no work in it"
+	return it, true
+}
+
+// SetupInput is a setup a provider kept for a profile that the profile
+// no longer starts from, past retention (as the provider reported it).
+type SetupInput struct {
+	Ref, Profile, Provider string
+	Age                    time.Duration
+	// Left is why the provider keeps it; "" when it removes it.
+	Left string
+}
+
+// PlanSetup says what the provider did (or would do) with a setup.
+func PlanSetup(in SetupInput) Item {
+	it := Item{Kind: Setup, Name: in.Ref, Age: in.Age, Where: in.Provider,
+		Detail: "of profile " + in.Profile + ", provider " + in.Provider}
+	if in.Left != "" {
+		return leave(it, in.Left)
+	}
+	it.Action, it.Why = Remove, "profile "+in.Profile+" no longer starts from it"
+	return it
+}
+
 // Line says what was, or with dry would be, done with it: one line,
 // without its newline. err, when the action failed, is said instead.
 func Line(it Item, dry bool, err error) string {
@@ -250,6 +301,10 @@ func Line(it Item, dry bool, err error) string {
 		what = "sandbox " + it.Name + " (" + it.Detail + ", " + age + " old)"
 	case Worker:
 		what = "worker " + it.Name + " in sandbox " + it.Where + " (" + age + " old)"
+	case Parked:
+		what = "parked checkout " + it.Name + " in sandbox " + it.Where + " (" + it.Detail + ", " + age + " old)"
+	case Setup:
+		what = "setup " + it.Name + " (" + it.Detail + ", " + age + " old)"
 	default:
 		what = string(it.Kind) + " " + it.Name + " (" + age + " old)"
 	}
@@ -274,8 +329,11 @@ func Line(it Item, dry bool, err error) string {
 	case Forget:
 		return v + " " + what + ": " + it.Why
 	case Remove:
-		if it.Kind == Run {
+		switch it.Kind {
+		case Run:
 			return v + " " + what + " from sandbox " + it.Where + ": " + it.Why
+		case Parked, Setup:
+			return v + " " + what + ": " + it.Why
 		}
 	}
 	return v + " " + what

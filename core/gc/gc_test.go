@@ -105,6 +105,24 @@ func TestPlanOrphan(t *testing.T) {
 	}
 }
 
+func TestPlanParked(t *testing.T) {
+	if _, ok := PlanParked(ParkedInput{Age: day, Retention: 14 * day}); ok {
+		t.Error("a young parked checkout is listed")
+	}
+	if it, ok := PlanParked(ParkedInput{Age: 20 * day, Retention: 14 * day}); !ok || it.Action != Remove {
+		t.Errorf("an old parked checkout: listed %v action %s, want removed", ok, it.Action)
+	}
+}
+
+func TestPlanSetup(t *testing.T) {
+	if it := PlanSetup(SetupInput{Ref: "r", Age: 20 * day}); it.Action != Remove {
+		t.Errorf("a setup the provider removed: %s", it.Action)
+	}
+	if it := PlanSetup(SetupInput{Ref: "r", Age: 20 * day, Left: "in use"}); it.Action != Leave || it.Why != "in use" {
+		t.Errorf("a setup the provider kept: %s (%s)", it.Action, it.Why)
+	}
+}
+
 func TestPlanWorker(t *testing.T) {
 	for _, c := range []struct {
 		name   string
@@ -134,7 +152,12 @@ func TestLines(t *testing.T) {
 	orphan, _ := PlanOrphan(OrphanInput{Name: "old-1a2b", Profile: "old", Provider: "docker", Age: 30 * day, Retention: 14 * day, Up: true, Listed: true})
 	busy, _ := PlanOrphan(OrphanInput{Name: "old-3c4d", Profile: "old", Provider: "docker", Age: 30 * day, Retention: 14 * day, Up: true, Listed: true, Workflows: []string{"wf"}})
 	worker, _ := PlanWorker(WorkerInput{Path: "/home/u/.amelia/bin/amelia-worker-0123456789abcdef", Sandbox: "dev-5e6f7a8b", Age: 20 * day, Retention: 14 * day})
-	items := []Item{kept, delivered, gone, running, log, audit, orphan, busy, worker}
+	stopped, _ := PlanOrphan(OrphanInput{Name: "old-5e6f", Profile: "old", Provider: "docker", Age: 30 * day, Retention: 14 * day})
+	recorded, _ := PlanOrphan(OrphanInput{Name: "old-7a8b", Profile: "old", Provider: "docker", Age: 30 * day, Retention: 14 * day, Recorded: []string{"fix-2"}})
+	parked, _ := PlanParked(ParkedInput{Name: ".park-0123abcd", Sandbox: "dev-5e6f7a8b", UID: 2001, Age: 20 * day, Retention: 14 * day})
+	setup := PlanSetup(SetupInput{Ref: "amelia-setup:0123456789abcdef", Profile: "dev", Provider: "docker", Age: 20 * day})
+	inUse := PlanSetup(SetupInput{Ref: "amelia-setup:fedcba9876543210", Profile: "dev", Provider: "docker", Age: 20 * day, Left: "a container was created from it (amelia stop removes a sandbox)"})
+	items := []Item{kept, delivered, gone, running, log, audit, orphan, busy, stopped, recorded, worker, parked, setup, inUse}
 	var b strings.Builder
 	for _, mode := range []string{"dry run", "done", "failed"} {
 		b.WriteString("# " + mode + "\n")

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/amelia-sandbox/amelia/core/workstep"
 )
@@ -215,4 +216,46 @@ func (w *Workspace) retireUnseparated(ctx context.Context, id, runDir string) er
 	}
 	w.log.Info("checkout retired", "workflow", id)
 	return nil
+}
+
+// ParkedCheckout is a checkout parked for reuse (see Retire).
+type ParkedCheckout struct {
+	// Name is its entry in ROOT/.amelia/parked/.
+	Name string
+	UID  int
+	// Age is how long ago it was parked, by the sandbox's clock.
+	Age time.Duration
+}
+
+// PruneParked removes the checkouts parked longer than olderThan ago
+// (with dry, it only lists them): each goes into its uid's trash, which
+// a sweeper of the uid removes, detached, as Retire's. A parked checkout
+// holds no work: only one whose work was delivered, or had none, is
+// parked. It returns those it removed (or would remove).
+func (w *Workspace) PruneParked(ctx context.Context, olderThan time.Duration, dry bool) ([]ParkedCheckout, error) {
+	secs := int64(olderThan / time.Second)
+	if secs <= 0 {
+		return nil, fmt.Errorf("prune the parked checkouts: older than %s: give at least a second", olderThan)
+	}
+	var out bytes.Buffer
+	if err := w.step(ctx, "", "prune the parked checkouts", workstep.PruneParked{Root: w.root, OlderThan: secs, Dry: dry}, nil, &out); err != nil {
+		return nil, err
+	}
+	var parked []ParkedCheckout
+	var sweeps []string
+	for l := range strings.Lines(out.String()) {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 4 && f[0] == "parked" && strings.HasPrefix(f[2], ".park-") && !strings.Contains(f[2], "/"):
+			uid, err1 := strconv.Atoi(f[1])
+			age, err2 := strconv.ParseInt(f[3], 10, 64)
+			if err1 == nil && err2 == nil {
+				parked = append(parked, ParkedCheckout{Name: f[2], UID: uid, Age: time.Duration(age) * time.Second})
+			}
+		case len(f) == 3 && f[0] == "sweep":
+			sweeps = append(sweeps, strings.TrimSpace(l))
+		}
+	}
+	w.sweep(ctx, sweeps)
+	return parked, nil
 }

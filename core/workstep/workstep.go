@@ -263,6 +263,22 @@ type Park struct {
 
 func (Park) Step() string { return "park" }
 
+// PruneParked tidies the parked checkouts of the workspace at Root that
+// were parked more than OlderThan seconds ago (by the sandbox's clock),
+// under the workspace lock: each goes into its uid's trash, as Park puts
+// those over its bound, and its pool record goes; with Dry, nothing
+// changes. A parked checkout holds no work: only one whose work was
+// delivered, or had none, is parked. Its output: a line "parked UID NAME
+// AGE" (AGE in seconds) for each such checkout, then, without Dry, a line
+// "sweep UID NAME" for each trash entry a sweeper is to remove.
+type PruneParked struct {
+	Root      string `json:"root"`
+	OlderThan int64  `json:"older_than"`
+	Dry       bool   `json:"dry,omitempty"`
+}
+
+func (PruneParked) Step() string { return "prune-parked" }
+
 // SharedDirs makes the directories Dirs (relative to Root) where every
 // uid may make an entry and none may list or remove another's: mode 1733.
 type SharedDirs struct {

@@ -55,6 +55,7 @@ var (
 	_ sdk.SettingsValidator = (*Client)(nil)
 	_ sdk.Preflighter       = (*Client)(nil)
 	_ sdk.Preparer          = (*Client)(nil)
+	_ sdk.SetupPruner       = (*Client)(nil)
 )
 
 func (c *Client) Info(ctx context.Context) (sdk.Info, error) {
@@ -125,6 +126,24 @@ func (c *Client) Prepare(ctx context.Context, spec sdk.Spec) (sdk.Prepared, erro
 		return sdk.Prepared{}, fromStatus(err)
 	}
 	return sdk.Prepared{UpToDate: r.GetUpToDate(), Ref: r.GetRef(), Details: r.GetDetails()}, nil
+}
+
+// PruneSetups asks the remote provider to prune the setups it kept; a
+// provider that keeps none gives ErrUnsupported.
+func (c *Client) PruneSetups(ctx context.Context, req sdk.PruneRequest) ([]sdk.PrunedSetup, error) {
+	in := &pb.PruneSetupsRequest{Spec: specToPB(req.Spec), OlderThanMs: req.OlderThan.Milliseconds(), DryRun: req.DryRun}
+	for _, o := range req.Others {
+		in.Others = append(in.Others, specToPB(o))
+	}
+	r, err := c.rpc.PruneSetups(ctx, in)
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	out := make([]sdk.PrunedSetup, 0, len(r.GetSetups()))
+	for _, s := range r.GetSetups() {
+		out = append(out, sdk.PrunedSetup{Ref: s.GetRef(), Age: time.Duration(s.GetAgeMs()) * time.Millisecond, Left: s.GetLeft()})
+	}
+	return out, nil
 }
 
 // Forward runs the provider's Forwarder (ErrUnsupported when it has none).

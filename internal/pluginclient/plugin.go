@@ -236,6 +236,7 @@ var (
 	_ sdk.SettingsValidator = (*Plugin)(nil)
 	_ sdk.Preflighter       = (*Plugin)(nil)
 	_ sdk.Preparer          = (*Plugin)(nil)
+	_ sdk.SetupPruner       = (*Plugin)(nil)
 )
 
 func (p *Plugin) Info(ctx context.Context) (sdk.Info, error) {
@@ -286,6 +287,13 @@ func (p *Plugin) Preflight(ctx context.Context, spec sdk.Spec) error {
 // one gives ErrUnsupported.
 func (p *Plugin) Prepare(ctx context.Context, spec sdk.Spec) (sdk.Prepared, error) {
 	res, err := p.rpc.Prepare(ctx, spec)
+	return res, p.explain(ctx, err)
+}
+
+// PruneSetups has the plugin prune the setups it kept; a plugin that
+// keeps none gives ErrUnsupported.
+func (p *Plugin) PruneSetups(ctx context.Context, req sdk.PruneRequest) ([]sdk.PrunedSetup, error) {
+	res, err := p.rpc.PruneSetups(ctx, req)
 	return res, p.explain(ctx, err)
 }
 

@@ -53,20 +53,21 @@ func typed[R workstep.Request](f func(context.Context, R, stepIO) error) stepFun
 
 // steps are the steps the worker serves, by name.
 var steps = map[string]stepFunc{
-	workstep.Refs{}.Step():       typed(stepRefs),
-	workstep.Receive{}.Step():    typed(stepReceive),
-	workstep.Commit{}.Step():     typed(stepCommit),
-	workstep.HasWork{}.Step():    typed(stepHasWork),
-	workstep.Bundle{}.Step():     typed(stepBundle),
-	workstep.Checkout{}.Step():   typed(stepCheckout),
-	workstep.Place{}.Step():      typed(stepPlace),
-	workstep.EndUID{}.Step():     typed(stepEndUID),
-	workstep.Allocate{}.Step():   typed(stepAllocate),
-	workstep.Park{}.Step():       typed(stepPark),
-	workstep.SharedDirs{}.Step(): typed(stepSharedDirs),
-	workstep.Sweep{}.Step():      typed(stepSweep),
-	workstep.Retire{}.Step():     typed(stepRetire),
-	workstep.WriteFile{}.Step():  typed(stepWriteFile),
+	workstep.Refs{}.Step():        typed(stepRefs),
+	workstep.Receive{}.Step():     typed(stepReceive),
+	workstep.Commit{}.Step():      typed(stepCommit),
+	workstep.HasWork{}.Step():     typed(stepHasWork),
+	workstep.Bundle{}.Step():      typed(stepBundle),
+	workstep.Checkout{}.Step():    typed(stepCheckout),
+	workstep.Place{}.Step():       typed(stepPlace),
+	workstep.EndUID{}.Step():      typed(stepEndUID),
+	workstep.Allocate{}.Step():    typed(stepAllocate),
+	workstep.Park{}.Step():        typed(stepPark),
+	workstep.PruneParked{}.Step(): typed(stepPruneParked),
+	workstep.SharedDirs{}.Step():  typed(stepSharedDirs),
+	workstep.Sweep{}.Step():       typed(stepSweep),
+	workstep.Retire{}.Step():      typed(stepRetire),
+	workstep.WriteFile{}.Step():   typed(stepWriteFile),
 }
 
 // serveStep is the worker's envelope.StepFunc: it runs the step and says

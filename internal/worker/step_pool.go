@@ -398,6 +398,75 @@ func stepPark(ctx context.Context, r workstep.Park, sio stepIO) error {
 	}
 }
 
+func stepPruneParked(ctx context.Context, r workstep.PruneParked, sio stepIO) error {
+	if r.OlderThan <= 0 {
+		return fmt.Errorf("prune the parked checkouts: older than %d seconds: give a positive age", r.OlderThan)
+	}
+	release, err := lockWorkspace(ctx, r.Root)
+	if err != nil {
+		return err
+	}
+	defer release()
+	dot := filepath.Join(r.Root, ".amelia")
+	pk, pool, trashd := filepath.Join(dot, "parked"), filepath.Join(dot, "pool"), filepath.Join(dot, "trash")
+	ents, err := os.ReadDir(pool)
+	if err != nil {
+		return nil // nothing was ever parked
+	}
+	now := time.Now().Unix()
+	type old struct {
+		uid  int
+		name string
+	}
+	var olds []old
+	for _, e := range ents {
+		u, err := strconv.Atoi(e.Name())
+		if err != nil || strconv.Itoa(u) != e.Name() {
+			continue
+		}
+		f := poolRecord(filepath.Join(pool, e.Name()))
+		if len(f) < 4 || f[0] != "park" || !strings.HasPrefix(f[1], ".park-") || strings.ContainsAny(f[1], "/\x00") {
+			continue
+		}
+		t, err := strconv.ParseInt(f[3], 10, 64)
+		if err != nil || now-t <= r.OlderThan {
+			continue
+		}
+		if _, err := fmt.Fprintf(sio.stdout, "parked %d %s %d\n", u, f[1], now-t); err != nil {
+			return err
+		}
+		olds = append(olds, old{u, f[1]})
+	}
+	if r.Dry {
+		return nil
+	}
+	for _, o := range olds {
+		// Renamed within parked/ (moving a directory of another uid's
+		// elsewhere writes its ".."), recorded for the uid's sweeper.
+		if mineOf(filepath.Join(pk, o.name), o.uid) {
+			to := ".trash-" + randomHex(16)
+			if err := os.Rename(filepath.Join(pk, o.name), filepath.Join(pk, to)); err != nil {
+				return fmt.Errorf("put the parked checkout %s into the trash: %w", o.name, err)
+			}
+			rec := filepath.Join(trashd, strconv.Itoa(o.uid))
+			if err := os.MkdirAll(trashd, 0o755); err != nil {
+				return err
+			}
+			if err := appendLine(rec, to); err != nil {
+				return fmt.Errorf("record the trash of %d: %w", o.uid, err)
+			}
+			if err := recordLock(rec); err != nil {
+				return err
+			}
+			if _, err := fmt.Fprintf(sio.stdout, "sweep %d %s\n", o.uid, to); err != nil {
+				return err
+			}
+		}
+		removePoolRecord(pool, o.uid)
+	}
+	return nil
+}
+
 // dropRef deletes ref from the bare repository repo, where both are
 // there.
 func dropRef(ctx context.Context, sio stepIO, repo, ref string) error {

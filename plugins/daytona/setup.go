@@ -92,7 +92,38 @@ func (p *Provider) setupSnapshot(ctx context.Context, r resolved, spec sdk.Spec)
 	}
 	df := setupDockerfile(base, r.set, spec.Setup)
 	sum := sha256.Sum256([]byte(df))
-	return setupSnapshotPrefix + hex.EncodeToString(sum[:])[:16], df, nil
+	return setupSnapshotPrefix + hex.EncodeToString(sum[:])[:16], scoped(df, spec), nil
+}
+
+// Scope lines, comments of a setup's Dockerfile after its FROM, say which
+// profile of which config file made the snapshot (PruneSetups' scope).
+// They are not part of the name: profiles with the same setup share one.
+const (
+	scopeProfile = "# amelia.setup.profile="
+	scopeConfig  = "# amelia.setup.config="
+)
+
+// scoped is dockerfile with spec's scope lines after its first line.
+func scoped(dockerfile string, spec sdk.Spec) string {
+	profile, config := spec.Labels["amelia.profile"], spec.Labels["amelia.config"]
+	if profile == "" || config == "" || strings.ContainsAny(profile+config, "\r\n") {
+		return dockerfile
+	}
+	from, rest, _ := strings.Cut(dockerfile, "\n")
+	return from + "\n" + scopeProfile + profile + "\n" + scopeConfig + config + "\n" + rest
+}
+
+// scopeOf is the profile and config file a setup's Dockerfile names.
+func scopeOf(dockerfile string) (profile, config string) {
+	for l := range strings.Lines(dockerfile) {
+		l = strings.TrimRight(l, "\n")
+		if v, ok := strings.CutPrefix(l, scopeProfile); ok {
+			profile = v
+		} else if v, ok := strings.CutPrefix(l, scopeConfig); ok {
+			config = v
+		}
+	}
+	return profile, config
 }
 
 // Prepare builds the snapshot of spec's setup unless Daytona has it.

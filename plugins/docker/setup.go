@@ -29,6 +29,12 @@ const (
 	// labelSetup is on a prepared image and on the sandboxes made from
 	// it: the setup's hash.
 	labelSetup = "amelia.setup"
+	// labelSetupProfile and labelSetupConfig are on a prepared image:
+	// the profile, and the config file, that prepared it (the scope of
+	// PruneSetups). Not amelia.profile: the container that prepares it
+	// is no sandbox.
+	labelSetupProfile = "amelia.setup.profile"
+	labelSetupConfig  = "amelia.setup.config"
 	// setupPrefix starts the name of the container that prepares a
 	// setup: amelia-setup-<hash>. The engine gives a name to one
 	// container only, so of several processes preparing the same setup,
@@ -37,6 +43,19 @@ const (
 	// setupTail is how much of a failed command's output its error keeps.
 	setupTail = 4 << 10
 )
+
+// setupLabels are the labels of the container that prepares spec's
+// setup hash, which its image keeps.
+func setupLabels(spec sdk.Spec, hash string) map[string]string {
+	l := map[string]string{labelSetup: hash, labelCreated: time.Now().UTC().Format(time.RFC3339)}
+	if v := spec.Labels[labelProfile]; v != "" {
+		l[labelSetupProfile] = v
+	}
+	if v := spec.Labels[labelConfig]; v != "" {
+		l[labelSetupConfig] = v
+	}
+	return l
+}
 
 // setupPlan is the image a setup makes, and what from.
 type setupPlan struct {
@@ -53,6 +72,11 @@ func (p *Provider) planSetup(ctx context.Context, e *engine, set Settings, setup
 	if err != nil {
 		return setupPlan{}, err
 	}
+	return setupHash(ctx, e, pl, set, setup)
+}
+
+// setupHash is the setup's image on the base pl, which the engine has.
+func setupHash(ctx context.Context, e *engine, pl imagePlan, set Settings, setup []sdk.SetupCommand) (setupPlan, error) {
 	img, err := e.cli.ImageInspect(ctx, pl.tag)
 	if err != nil {
 		return setupPlan{}, e.wrap(err, "inspect image "+pl.tag)
@@ -148,7 +172,7 @@ func (p *Provider) runSetup(ctx context.Context, e *engine, set Settings, spec s
 		Image:      sp.base.tag,
 		User:       set.User,
 		Env:        env,
-		Labels:     map[string]string{labelSetup: sp.hash, labelCreated: time.Now().UTC().Format(time.RFC3339)},
+		Labels:     setupLabels(spec, sp.hash),
 		Entrypoint: []string{"sh", "-c", "exec cat >/dev/null"},
 		Cmd:        []string{},
 		OpenStdin:  true,

@@ -271,6 +271,36 @@ func (s *server) Prepare(ctx context.Context, r *pb.EnsureRunningRequest) (*pb.P
 	return &pb.PrepareResponse{UpToDate: res.UpToDate, Ref: res.Ref, Details: res.Details}, nil
 }
 
+// PruneSetups answers from the provider's SetupPruner, or UNIMPLEMENTED
+// when it has none.
+func (s *server) PruneSetups(ctx context.Context, r *pb.PruneSetupsRequest) (*pb.PruneSetupsResponse, error) {
+	p, ok := s.impl.(SetupPruner)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this provider keeps no setups to prune")
+	}
+	spec := specFromPB(r.GetSpec())
+	if err := validateSpec(spec); err != nil {
+		return nil, toStatus(err)
+	}
+	if r.GetOlderThanMs() <= 0 {
+		return nil, toStatus(Errorf(ErrInvalid, "prune setups: older_than must be positive"))
+	}
+	var others []Spec
+	for _, o := range r.GetOthers() {
+		others = append(others, specFromPB(o))
+	}
+	res, err := p.PruneSetups(ctx, PruneRequest{Spec: spec, Others: others,
+		OlderThan: time.Duration(r.GetOlderThanMs()) * time.Millisecond, DryRun: r.GetDryRun()})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.PruneSetupsResponse{}
+	for _, ps := range res {
+		out.Setups = append(out.Setups, &pb.PrunedSetup{Ref: ps.Ref, AgeMs: ps.Age.Milliseconds(), Left: ps.Left})
+	}
+	return out, nil
+}
+
 // Exec runs one exec stream: ExecStart, then stdin, cancel and resize from the
 // host while output flows back; ExitStatus goes last, after the provider has
 // returned, so all output has been sent before it.

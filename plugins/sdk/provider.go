@@ -133,6 +133,44 @@ type Preparer interface {
 	Prepare(ctx context.Context, spec Spec) (Prepared, error)
 }
 
+// SetupPruner is an optional interface of a Preparer that can remove the
+// setups it kept (Prepare's images, snapshots) that a profile no longer
+// starts from: `amelia gc` asks it. Its scope is explicit: it removes
+// only what Prepare made for req.Spec's profile of req.Spec's config file
+// (it marks what it makes with both: a docker image's labels, a Daytona
+// snapshot's Dockerfile), never a setup that is current for req.Spec or
+// one of req.Others, one made less than OlderThan ago, nor one a sandbox
+// (running or stopped) was made from: those past OlderThan it reports,
+// with why they stay.
+type SetupPruner interface {
+	PruneSetups(ctx context.Context, req PruneRequest) ([]PrunedSetup, error)
+}
+
+// PruneRequest is what SetupPruner.PruneSetups tidies.
+type PruneRequest struct {
+	// Spec is the profile's sandbox whose old setups go; its Labels
+	// (the profile, the config file) say whose they are.
+	Spec Spec
+	// Others are the sandboxes of the config's other profiles on this
+	// provider: their current setups stay too.
+	Others []Spec
+	// OlderThan: only a setup made longer ago goes.
+	OlderThan time.Duration
+	// DryRun: say what would go, and remove nothing.
+	DryRun bool
+}
+
+// PrunedSetup is a kept setup past OlderThan that is not current.
+type PrunedSetup struct {
+	// Ref is what sandboxes were created from: an image, a snapshot name.
+	Ref string
+	// Age is how long ago it was made.
+	Age time.Duration
+	// Left says why it stays; "" when it was removed (with DryRun: would
+	// be).
+	Left string
+}
+
 // Prepared is what Prepare kept.
 type Prepared struct {
 	// UpToDate is true when it was there already and nothing ran.

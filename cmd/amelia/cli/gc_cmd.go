@@ -44,10 +44,12 @@ func (a *app) gcCommand() *cobra.Command {
 runs kept in the sandboxes, whose work is exported to a bundle on the host
 first ($XDG_STATE_HOME/amelia/exports; amelia results brings it back), the
 checkouts of delivered and discarded runs, the records of runs whose sandbox
-is gone, run logs and audit logs, orphan sandboxes that hold nothing, and
-worker binaries of other versions in the sandboxes. A run whose agent may
-be running is never touched, and nothing holding work that is on no host is
-removed. One line per item says what was done (with --dry-run: what would
+is gone, run logs and audit logs, orphan sandboxes that hold nothing,
+worker binaries of other versions and parked checkouts in the sandboxes,
+and the setups (images, snapshots) providers kept for a profile that no
+profile starts from any more. A run whose agent may be running is never
+touched, and nothing holding work that is on no host is removed: an orphan
+sandbox that may hold some is said, with what to do. One line per item says what was done (with --dry-run: what would
 be, and nothing changes); a failure does not stop the rest, and the exit
 code is 1 if any failed. --profile tidies that profile's alone.`,
 		Example: `  amelia gc --dry-run
@@ -374,8 +376,10 @@ func subdirNames(dir string) []string {
 	return names
 }
 
-// sandboxes tidies the orphan sandboxes, and the worker binaries of
-// other versions in the others.
+// sandboxes tidies the orphan sandboxes; and, of the configured
+// profiles' own, the setups their providers kept that they no longer
+// start from, the parked checkouts and the worker binaries of other
+// versions in them.
 func (g *collector) sandboxes(ctx context.Context) {
 	err := g.a.eachSandbox(ctx, g.a.profile, func(f sandbox.Found) {
 		if f.Err != nil {
@@ -384,6 +388,10 @@ func (g *collector) sandboxes(ctx context.Context) {
 		if f.Orphan {
 			g.orphan(ctx, f)
 			return
+		}
+		if !f.Elsewhere && !f.Legacy {
+			g.setups(ctx, f)
+			g.parked(ctx, f)
 		}
 		g.workers(ctx, f)
 	})
@@ -422,6 +430,63 @@ func (g *collector) orphan(ctx context.Context, f sandbox.Found) {
 		err = f.Sandbox.Down(ctx)
 	}
 	g.say(it, err)
+}
+
+// setups has the provider of a configured profile remove the setups it
+// kept for it (images, snapshots) that no profile of this config starts
+// from any more, past the profile's retention.
+func (g *collector) setups(ctx context.Context, f sandbox.Found) {
+	var others []*config.Profile
+	for _, name := range g.c.ProfileNames() {
+		others = append(others, g.c.Profiles[name])
+	}
+	res, err := f.Sandbox.PruneSetups(ctx, others, g.retention(f.Profile), g.dry)
+	if errors.Is(err, sandbox.ErrNoPruner) {
+		return
+	}
+	for _, ps := range res {
+		g.say(gc.PlanSetup(gc.SetupInput{Ref: ps.Ref, Profile: f.Profile, Provider: f.Provider, Age: ps.Age, Left: ps.Left}), nil)
+	}
+	if err != nil {
+		g.unlisted(gc.Setup, "profile "+f.Profile, err)
+	}
+}
+
+// parked removes, from a running sandbox of a configured profile whose
+// runs have uids of their own (the only ones that park), the checkouts
+// parked for reuse past the profile's retention. They hold no work.
+func (g *collector) parked(ctx context.Context, f sandbox.Found) {
+	p, ok := g.c.Profiles[f.Profile]
+	if !ok || f.Listed == nil || f.Listed.State != sdk.HealthReady || !f.Sandbox.Info.RunUsers {
+		return // not running: not started to tidy
+	}
+	st, err := stack.Open(ctx, g.a.stackHost(), p, f.Sandbox.Ref.Name)
+	if err != nil {
+		g.unlisted(gc.Parked, "sandbox "+f.Sandbox.Ref.Name, err)
+		return
+	}
+	defer st.Close(context.WithoutCancel(ctx))
+	err = st.Up(ctx)
+	if err == nil {
+		err = st.InstallWorker(ctx)
+	}
+	if err == nil {
+		err = st.OpenWorkspace(workspace.Options{})
+	}
+	var parked []workspace.ParkedCheckout
+	if err == nil {
+		parked, err = st.Workspace.PruneParked(ctx, g.retention(f.Profile), g.dry)
+	}
+	if err != nil {
+		g.unlisted(gc.Parked, "sandbox "+f.Sandbox.Ref.Name, err)
+		return
+	}
+	for _, pc := range parked {
+		it, ok := gc.PlanParked(gc.ParkedInput{Name: pc.Name, Sandbox: f.Sandbox.Ref.Name, UID: pc.UID, Age: pc.Age, Retention: g.retention(f.Profile)})
+		if ok {
+			g.say(it, nil)
+		}
+	}
 }
 
 // listWorkersScript prints the sandbox's time, then the modification

@@ -196,6 +196,182 @@ func (x *SetupCommand) GetArgv() []string {
 	return nil
 }
 
+type PruneSetupsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The profile whose old setups go (its labels say whose they are).
+	Spec *EnsureRunningRequest `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	// The config's other profiles on this provider: their current setups
+	// stay too.
+	Others        []*EnsureRunningRequest `protobuf:"bytes,2,rep,name=others,proto3" json:"others,omitempty"`
+	OlderThanMs   int64                   `protobuf:"varint,3,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"`
+	DryRun        bool                    `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneSetupsRequest) Reset() {
+	*x = PruneSetupsRequest{}
+	mi := &file_provider_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneSetupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneSetupsRequest) ProtoMessage() {}
+
+func (x *PruneSetupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneSetupsRequest.ProtoReflect.Descriptor instead.
+func (*PruneSetupsRequest) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PruneSetupsRequest) GetSpec() *EnsureRunningRequest {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *PruneSetupsRequest) GetOthers() []*EnsureRunningRequest {
+	if x != nil {
+		return x.Others
+	}
+	return nil
+}
+
+func (x *PruneSetupsRequest) GetOlderThanMs() int64 {
+	if x != nil {
+		return x.OlderThanMs
+	}
+	return 0
+}
+
+func (x *PruneSetupsRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type PrunedSetup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   string                 `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	AgeMs int64                  `protobuf:"varint,2,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`
+	// Why it stays; empty when it was (or, dry, would be) removed.
+	Left          string `protobuf:"bytes,3,opt,name=left,proto3" json:"left,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrunedSetup) Reset() {
+	*x = PrunedSetup{}
+	mi := &file_provider_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrunedSetup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrunedSetup) ProtoMessage() {}
+
+func (x *PrunedSetup) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrunedSetup.ProtoReflect.Descriptor instead.
+func (*PrunedSetup) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PrunedSetup) GetRef() string {
+	if x != nil {
+		return x.Ref
+	}
+	return ""
+}
+
+func (x *PrunedSetup) GetAgeMs() int64 {
+	if x != nil {
+		return x.AgeMs
+	}
+	return 0
+}
+
+func (x *PrunedSetup) GetLeft() string {
+	if x != nil {
+		return x.Left
+	}
+	return ""
+}
+
+type PruneSetupsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Setups        []*PrunedSetup         `protobuf:"bytes,1,rep,name=setups,proto3" json:"setups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneSetupsResponse) Reset() {
+	*x = PruneSetupsResponse{}
+	mi := &file_provider_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneSetupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneSetupsResponse) ProtoMessage() {}
+
+func (x *PruneSetupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneSetupsResponse.ProtoReflect.Descriptor instead.
+func (*PruneSetupsResponse) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PruneSetupsResponse) GetSetups() []*PrunedSetup {
+	if x != nil {
+		return x.Setups
+	}
+	return nil
+}
+
 type PrepareResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// True when the prepared result was there already and nothing ran.
@@ -210,7 +386,7 @@ type PrepareResponse struct {
 
 func (x *PrepareResponse) Reset() {
 	*x = PrepareResponse{}
-	mi := &file_provider_proto_msgTypes[1]
+	mi := &file_provider_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -222,7 +398,7 @@ func (x *PrepareResponse) String() string {
 func (*PrepareResponse) ProtoMessage() {}
 
 func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[1]
+	mi := &file_provider_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -235,7 +411,7 @@ func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareResponse.ProtoReflect.Descriptor instead.
 func (*PrepareResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{1}
+	return file_provider_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PrepareResponse) GetUpToDate() bool {
@@ -267,7 +443,7 @@ type PreflightResponse struct {
 
 func (x *PreflightResponse) Reset() {
 	*x = PreflightResponse{}
-	mi := &file_provider_proto_msgTypes[2]
+	mi := &file_provider_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -279,7 +455,7 @@ func (x *PreflightResponse) String() string {
 func (*PreflightResponse) ProtoMessage() {}
 
 func (x *PreflightResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[2]
+	mi := &file_provider_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -292,7 +468,7 @@ func (x *PreflightResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreflightResponse.ProtoReflect.Descriptor instead.
 func (*PreflightResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{2}
+	return file_provider_proto_rawDescGZIP(), []int{5}
 }
 
 type InfoRequest struct {
@@ -303,7 +479,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_provider_proto_msgTypes[3]
+	mi := &file_provider_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -315,7 +491,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[3]
+	mi := &file_provider_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -328,7 +504,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{3}
+	return file_provider_proto_rawDescGZIP(), []int{6}
 }
 
 type InfoResponse struct {
@@ -345,7 +521,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_provider_proto_msgTypes[4]
+	mi := &file_provider_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -357,7 +533,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[4]
+	mi := &file_provider_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -370,7 +546,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{4}
+	return file_provider_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InfoResponse) GetName() string {
@@ -433,7 +609,7 @@ type Capabilities struct {
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_provider_proto_msgTypes[5]
+	mi := &file_provider_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +621,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[5]
+	mi := &file_provider_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +634,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{5}
+	return file_provider_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Capabilities) GetEgressModes() []string {
@@ -518,7 +694,7 @@ type SandboxRef struct {
 
 func (x *SandboxRef) Reset() {
 	*x = SandboxRef{}
-	mi := &file_provider_proto_msgTypes[6]
+	mi := &file_provider_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +706,7 @@ func (x *SandboxRef) String() string {
 func (*SandboxRef) ProtoMessage() {}
 
 func (x *SandboxRef) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[6]
+	mi := &file_provider_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +719,7 @@ func (x *SandboxRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxRef.ProtoReflect.Descriptor instead.
 func (*SandboxRef) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{6}
+	return file_provider_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SandboxRef) GetName() string {
@@ -578,7 +754,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_provider_proto_msgTypes[7]
+	mi := &file_provider_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +766,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[7]
+	mi := &file_provider_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +779,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{7}
+	return file_provider_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NetworkPolicy) GetMode() string {
@@ -639,7 +815,7 @@ type EnsureRunningRequest struct {
 
 func (x *EnsureRunningRequest) Reset() {
 	*x = EnsureRunningRequest{}
-	mi := &file_provider_proto_msgTypes[8]
+	mi := &file_provider_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +827,7 @@ func (x *EnsureRunningRequest) String() string {
 func (*EnsureRunningRequest) ProtoMessage() {}
 
 func (x *EnsureRunningRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[8]
+	mi := &file_provider_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +840,7 @@ func (x *EnsureRunningRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureRunningRequest.ProtoReflect.Descriptor instead.
 func (*EnsureRunningRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{8}
+	return file_provider_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EnsureRunningRequest) GetRef() *SandboxRef {
@@ -728,7 +904,7 @@ type EnsureRunningResponse struct {
 
 func (x *EnsureRunningResponse) Reset() {
 	*x = EnsureRunningResponse{}
-	mi := &file_provider_proto_msgTypes[9]
+	mi := &file_provider_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +916,7 @@ func (x *EnsureRunningResponse) String() string {
 func (*EnsureRunningResponse) ProtoMessage() {}
 
 func (x *EnsureRunningResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[9]
+	mi := &file_provider_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +929,7 @@ func (x *EnsureRunningResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureRunningResponse.ProtoReflect.Descriptor instead.
 func (*EnsureRunningResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{9}
+	return file_provider_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EnsureRunningResponse) GetRef() *SandboxRef {
@@ -814,7 +990,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_provider_proto_msgTypes[10]
+	mi := &file_provider_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +1002,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[10]
+	mi := &file_provider_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +1015,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{10}
+	return file_provider_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExecRequest) GetMsg() isExecRequest_Msg {
@@ -964,7 +1140,7 @@ type ExecStart struct {
 
 func (x *ExecStart) Reset() {
 	*x = ExecStart{}
-	mi := &file_provider_proto_msgTypes[11]
+	mi := &file_provider_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1152,7 @@ func (x *ExecStart) String() string {
 func (*ExecStart) ProtoMessage() {}
 
 func (x *ExecStart) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[11]
+	mi := &file_provider_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1165,7 @@ func (x *ExecStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
 func (*ExecStart) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{11}
+	return file_provider_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExecStart) GetSandbox() *SandboxRef {
@@ -1109,7 +1285,7 @@ type DataStreams struct {
 
 func (x *DataStreams) Reset() {
 	*x = DataStreams{}
-	mi := &file_provider_proto_msgTypes[12]
+	mi := &file_provider_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1297,7 @@ func (x *DataStreams) String() string {
 func (*DataStreams) ProtoMessage() {}
 
 func (x *DataStreams) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[12]
+	mi := &file_provider_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1310,7 @@ func (x *DataStreams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataStreams.ProtoReflect.Descriptor instead.
 func (*DataStreams) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{12}
+	return file_provider_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DataStreams) GetId() uint64 {
@@ -1166,7 +1342,7 @@ type StdinEOF struct {
 
 func (x *StdinEOF) Reset() {
 	*x = StdinEOF{}
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_provider_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1354,7 @@ func (x *StdinEOF) String() string {
 func (*StdinEOF) ProtoMessage() {}
 
 func (x *StdinEOF) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_provider_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1367,7 @@ func (x *StdinEOF) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinEOF.ProtoReflect.Descriptor instead.
 func (*StdinEOF) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{13}
+	return file_provider_proto_rawDescGZIP(), []int{16}
 }
 
 // Cancel asks the server to stop the process tree: SIGTERM, then SIGKILL after
@@ -1204,7 +1380,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1392,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1405,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{14}
+	return file_provider_proto_rawDescGZIP(), []int{17}
 }
 
 type TermSize struct {
@@ -1242,7 +1418,7 @@ type TermSize struct {
 
 func (x *TermSize) Reset() {
 	*x = TermSize{}
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1430,7 @@ func (x *TermSize) String() string {
 func (*TermSize) ProtoMessage() {}
 
 func (x *TermSize) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1443,7 @@ func (x *TermSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TermSize.ProtoReflect.Descriptor instead.
 func (*TermSize) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{15}
+	return file_provider_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TermSize) GetRows() uint32 {
@@ -1298,7 +1474,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1486,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1499,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{16}
+	return file_provider_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExecResponse) GetMsg() isExecResponse_Msg {
@@ -1393,7 +1569,7 @@ type StdinAck struct {
 
 func (x *StdinAck) Reset() {
 	*x = StdinAck{}
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1581,7 @@ func (x *StdinAck) String() string {
 func (*StdinAck) ProtoMessage() {}
 
 func (x *StdinAck) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1594,7 @@ func (x *StdinAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinAck.ProtoReflect.Descriptor instead.
 func (*StdinAck) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{17}
+	return file_provider_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StdinAck) GetBytes() uint64 {
@@ -1438,7 +1614,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1626,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1639,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{18}
+	return file_provider_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Output) GetStream() Stream {
@@ -1500,7 +1676,7 @@ type ExitStatus struct {
 
 func (x *ExitStatus) Reset() {
 	*x = ExitStatus{}
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1688,7 @@ func (x *ExitStatus) String() string {
 func (*ExitStatus) ProtoMessage() {}
 
 func (x *ExitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1701,7 @@ func (x *ExitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitStatus.ProtoReflect.Descriptor instead.
 func (*ExitStatus) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{19}
+	return file_provider_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExitStatus) GetCode() int32 {
@@ -1573,7 +1749,7 @@ type DataSent struct {
 
 func (x *DataSent) Reset() {
 	*x = DataSent{}
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1761,7 @@ func (x *DataSent) String() string {
 func (*DataSent) ProtoMessage() {}
 
 func (x *DataSent) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1774,7 @@ func (x *DataSent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataSent.ProtoReflect.Descriptor instead.
 func (*DataSent) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{20}
+	return file_provider_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DataSent) GetStdout() uint64 {
@@ -1624,7 +1800,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1812,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1825,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{21}
+	return file_provider_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TeardownRequest) GetRef() *SandboxRef {
@@ -1667,7 +1843,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1855,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1868,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{22}
+	return file_provider_proto_rawDescGZIP(), []int{25}
 }
 
 type HealthCheckRequest struct {
@@ -1704,7 +1880,7 @@ type HealthCheckRequest struct {
 
 func (x *HealthCheckRequest) Reset() {
 	*x = HealthCheckRequest{}
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1892,7 @@ func (x *HealthCheckRequest) String() string {
 func (*HealthCheckRequest) ProtoMessage() {}
 
 func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1905,7 @@ func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckRequest.ProtoReflect.Descriptor instead.
 func (*HealthCheckRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{23}
+	return file_provider_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HealthCheckRequest) GetRef() *SandboxRef {
@@ -1754,7 +1930,7 @@ type HealthCheckResponse struct {
 
 func (x *HealthCheckResponse) Reset() {
 	*x = HealthCheckResponse{}
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +1942,7 @@ func (x *HealthCheckResponse) String() string {
 func (*HealthCheckResponse) ProtoMessage() {}
 
 func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +1955,7 @@ func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckResponse.ProtoReflect.Descriptor instead.
 func (*HealthCheckResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{24}
+	return file_provider_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HealthCheckResponse) GetState() string {
@@ -1815,7 +1991,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +2003,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +2016,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{25}
+	return file_provider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListRequest) GetConfig() []byte {
@@ -1866,7 +2042,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +2054,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +2067,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{26}
+	return file_provider_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListResponse) GetSandboxes() []*ListedSandbox {
@@ -1917,7 +2093,7 @@ type ListedSandbox struct {
 
 func (x *ListedSandbox) Reset() {
 	*x = ListedSandbox{}
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2105,7 @@ func (x *ListedSandbox) String() string {
 func (*ListedSandbox) ProtoMessage() {}
 
 func (x *ListedSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2118,7 @@ func (x *ListedSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListedSandbox.ProtoReflect.Descriptor instead.
 func (*ListedSandbox) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{27}
+	return file_provider_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListedSandbox) GetRef() *SandboxRef {
@@ -1984,7 +2160,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2172,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2185,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{28}
+	return file_provider_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ForwardRequest) GetSandbox() *SandboxRef {
@@ -2036,7 +2212,7 @@ type ForwardEvent struct {
 
 func (x *ForwardEvent) Reset() {
 	*x = ForwardEvent{}
-	mi := &file_provider_proto_msgTypes[29]
+	mi := &file_provider_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2224,7 @@ func (x *ForwardEvent) String() string {
 func (*ForwardEvent) ProtoMessage() {}
 
 func (x *ForwardEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[29]
+	mi := &file_provider_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2237,7 @@ func (x *ForwardEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardEvent.ProtoReflect.Descriptor instead.
 func (*ForwardEvent) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{29}
+	return file_provider_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ForwardEvent) GetListening() string {
@@ -2083,7 +2259,7 @@ type ValidateSettingsRequest struct {
 
 func (x *ValidateSettingsRequest) Reset() {
 	*x = ValidateSettingsRequest{}
-	mi := &file_provider_proto_msgTypes[30]
+	mi := &file_provider_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2271,7 @@ func (x *ValidateSettingsRequest) String() string {
 func (*ValidateSettingsRequest) ProtoMessage() {}
 
 func (x *ValidateSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[30]
+	mi := &file_provider_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2284,7 @@ func (x *ValidateSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateSettingsRequest.ProtoReflect.Descriptor instead.
 func (*ValidateSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{30}
+	return file_provider_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ValidateSettingsRequest) GetConfig() []byte {
@@ -2134,7 +2310,7 @@ type ValidateSettingsResponse struct {
 
 func (x *ValidateSettingsResponse) Reset() {
 	*x = ValidateSettingsResponse{}
-	mi := &file_provider_proto_msgTypes[31]
+	mi := &file_provider_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2322,7 @@ func (x *ValidateSettingsResponse) String() string {
 func (*ValidateSettingsResponse) ProtoMessage() {}
 
 func (x *ValidateSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[31]
+	mi := &file_provider_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2335,7 @@ func (x *ValidateSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateSettingsResponse.ProtoReflect.Descriptor instead.
 func (*ValidateSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{31}
+	return file_provider_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ValidateSettingsResponse) GetProblems() []*SettingsProblem {
@@ -2186,7 +2362,7 @@ type SettingsProblem struct {
 
 func (x *SettingsProblem) Reset() {
 	*x = SettingsProblem{}
-	mi := &file_provider_proto_msgTypes[32]
+	mi := &file_provider_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +2374,7 @@ func (x *SettingsProblem) String() string {
 func (*SettingsProblem) ProtoMessage() {}
 
 func (x *SettingsProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[32]
+	mi := &file_provider_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +2387,7 @@ func (x *SettingsProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettingsProblem.ProtoReflect.Descriptor instead.
 func (*SettingsProblem) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{32}
+	return file_provider_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SettingsProblem) GetKey() string {
@@ -2235,7 +2411,18 @@ const file_provider_proto_rawDesc = "" +
 	"\x0eprovider.proto\x12\x12amelia.provider.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"6\n" +
 	"\fSetupCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04argv\x18\x02 \x03(\tR\x04argv\"\xc9\x01\n" +
+	"\x04argv\x18\x02 \x03(\tR\x04argv\"\xd1\x01\n" +
+	"\x12PruneSetupsRequest\x12<\n" +
+	"\x04spec\x18\x01 \x01(\v2(.amelia.provider.v1.EnsureRunningRequestR\x04spec\x12@\n" +
+	"\x06others\x18\x02 \x03(\v2(.amelia.provider.v1.EnsureRunningRequestR\x06others\x12\"\n" +
+	"\rolder_than_ms\x18\x03 \x01(\x03R\volderThanMs\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"J\n" +
+	"\vPrunedSetup\x12\x10\n" +
+	"\x03ref\x18\x01 \x01(\tR\x03ref\x12\x15\n" +
+	"\x06age_ms\x18\x02 \x01(\x03R\x05ageMs\x12\x12\n" +
+	"\x04left\x18\x03 \x01(\tR\x04left\"N\n" +
+	"\x13PruneSetupsResponse\x127\n" +
+	"\x06setups\x18\x01 \x03(\v2\x1f.amelia.provider.v1.PrunedSetupR\x06setups\"\xc9\x01\n" +
 	"\x0fPrepareResponse\x12\x1c\n" +
 	"\n" +
 	"up_to_date\x18\x01 \x01(\bR\bupToDate\x12\x10\n" +
@@ -2389,7 +2576,7 @@ const file_provider_proto_rawDesc = "" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
-	"\rSTREAM_STDERR\x10\x022\x86\a\n" +
+	"\rSTREAM_STDERR\x10\x022\xe6\a\n" +
 	"\bProvider\x12I\n" +
 	"\x04Info\x12\x1f.amelia.provider.v1.InfoRequest\x1a .amelia.provider.v1.InfoResponse\x12d\n" +
 	"\rEnsureRunning\x12(.amelia.provider.v1.EnsureRunningRequest\x1a).amelia.provider.v1.EnsureRunningResponse\x12M\n" +
@@ -2400,7 +2587,8 @@ const file_provider_proto_rawDesc = "" +
 	"\aForward\x12\".amelia.provider.v1.ForwardRequest\x1a .amelia.provider.v1.ForwardEvent0\x01\x12m\n" +
 	"\x10ValidateSettings\x12+.amelia.provider.v1.ValidateSettingsRequest\x1a,.amelia.provider.v1.ValidateSettingsResponse\x12\\\n" +
 	"\tPreflight\x12(.amelia.provider.v1.EnsureRunningRequest\x1a%.amelia.provider.v1.PreflightResponse\x12X\n" +
-	"\aPrepare\x12(.amelia.provider.v1.EnsureRunningRequest\x1a#.amelia.provider.v1.PrepareResponseBNZLgithub.com/amelia-sandbox/amelia/internal/providerwire/providerv1;providerv1b\x06proto3"
+	"\aPrepare\x12(.amelia.provider.v1.EnsureRunningRequest\x1a#.amelia.provider.v1.PrepareResponse\x12^\n" +
+	"\vPruneSetups\x12&.amelia.provider.v1.PruneSetupsRequest\x1a'.amelia.provider.v1.PruneSetupsResponseBNZLgithub.com/amelia-sandbox/amelia/internal/providerwire/providerv1;providerv1b\x06proto3"
 
 var (
 	file_provider_proto_rawDescOnce sync.Once
@@ -2415,112 +2603,120 @@ func file_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_provider_proto_goTypes = []any{
 	(Traffic)(0),                     // 0: amelia.provider.v1.Traffic
 	(Stream)(0),                      // 1: amelia.provider.v1.Stream
 	(*SetupCommand)(nil),             // 2: amelia.provider.v1.SetupCommand
-	(*PrepareResponse)(nil),          // 3: amelia.provider.v1.PrepareResponse
-	(*PreflightResponse)(nil),        // 4: amelia.provider.v1.PreflightResponse
-	(*InfoRequest)(nil),              // 5: amelia.provider.v1.InfoRequest
-	(*InfoResponse)(nil),             // 6: amelia.provider.v1.InfoResponse
-	(*Capabilities)(nil),             // 7: amelia.provider.v1.Capabilities
-	(*SandboxRef)(nil),               // 8: amelia.provider.v1.SandboxRef
-	(*NetworkPolicy)(nil),            // 9: amelia.provider.v1.NetworkPolicy
-	(*EnsureRunningRequest)(nil),     // 10: amelia.provider.v1.EnsureRunningRequest
-	(*EnsureRunningResponse)(nil),    // 11: amelia.provider.v1.EnsureRunningResponse
-	(*ExecRequest)(nil),              // 12: amelia.provider.v1.ExecRequest
-	(*ExecStart)(nil),                // 13: amelia.provider.v1.ExecStart
-	(*DataStreams)(nil),              // 14: amelia.provider.v1.DataStreams
-	(*StdinEOF)(nil),                 // 15: amelia.provider.v1.StdinEOF
-	(*Cancel)(nil),                   // 16: amelia.provider.v1.Cancel
-	(*TermSize)(nil),                 // 17: amelia.provider.v1.TermSize
-	(*ExecResponse)(nil),             // 18: amelia.provider.v1.ExecResponse
-	(*StdinAck)(nil),                 // 19: amelia.provider.v1.StdinAck
-	(*Output)(nil),                   // 20: amelia.provider.v1.Output
-	(*ExitStatus)(nil),               // 21: amelia.provider.v1.ExitStatus
-	(*DataSent)(nil),                 // 22: amelia.provider.v1.DataSent
-	(*TeardownRequest)(nil),          // 23: amelia.provider.v1.TeardownRequest
-	(*TeardownResponse)(nil),         // 24: amelia.provider.v1.TeardownResponse
-	(*HealthCheckRequest)(nil),       // 25: amelia.provider.v1.HealthCheckRequest
-	(*HealthCheckResponse)(nil),      // 26: amelia.provider.v1.HealthCheckResponse
-	(*ListRequest)(nil),              // 27: amelia.provider.v1.ListRequest
-	(*ListResponse)(nil),             // 28: amelia.provider.v1.ListResponse
-	(*ListedSandbox)(nil),            // 29: amelia.provider.v1.ListedSandbox
-	(*ForwardRequest)(nil),           // 30: amelia.provider.v1.ForwardRequest
-	(*ForwardEvent)(nil),             // 31: amelia.provider.v1.ForwardEvent
-	(*ValidateSettingsRequest)(nil),  // 32: amelia.provider.v1.ValidateSettingsRequest
-	(*ValidateSettingsResponse)(nil), // 33: amelia.provider.v1.ValidateSettingsResponse
-	(*SettingsProblem)(nil),          // 34: amelia.provider.v1.SettingsProblem
-	nil,                              // 35: amelia.provider.v1.PrepareResponse.DetailsEntry
-	nil,                              // 36: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	nil,                              // 37: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	nil,                              // 38: amelia.provider.v1.ExecStart.EnvEntry
-	nil,                              // 39: amelia.provider.v1.ListRequest.LabelsEntry
-	nil,                              // 40: amelia.provider.v1.ListedSandbox.LabelsEntry
-	(*durationpb.Duration)(nil),      // 41: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 42: google.protobuf.Timestamp
+	(*PruneSetupsRequest)(nil),       // 3: amelia.provider.v1.PruneSetupsRequest
+	(*PrunedSetup)(nil),              // 4: amelia.provider.v1.PrunedSetup
+	(*PruneSetupsResponse)(nil),      // 5: amelia.provider.v1.PruneSetupsResponse
+	(*PrepareResponse)(nil),          // 6: amelia.provider.v1.PrepareResponse
+	(*PreflightResponse)(nil),        // 7: amelia.provider.v1.PreflightResponse
+	(*InfoRequest)(nil),              // 8: amelia.provider.v1.InfoRequest
+	(*InfoResponse)(nil),             // 9: amelia.provider.v1.InfoResponse
+	(*Capabilities)(nil),             // 10: amelia.provider.v1.Capabilities
+	(*SandboxRef)(nil),               // 11: amelia.provider.v1.SandboxRef
+	(*NetworkPolicy)(nil),            // 12: amelia.provider.v1.NetworkPolicy
+	(*EnsureRunningRequest)(nil),     // 13: amelia.provider.v1.EnsureRunningRequest
+	(*EnsureRunningResponse)(nil),    // 14: amelia.provider.v1.EnsureRunningResponse
+	(*ExecRequest)(nil),              // 15: amelia.provider.v1.ExecRequest
+	(*ExecStart)(nil),                // 16: amelia.provider.v1.ExecStart
+	(*DataStreams)(nil),              // 17: amelia.provider.v1.DataStreams
+	(*StdinEOF)(nil),                 // 18: amelia.provider.v1.StdinEOF
+	(*Cancel)(nil),                   // 19: amelia.provider.v1.Cancel
+	(*TermSize)(nil),                 // 20: amelia.provider.v1.TermSize
+	(*ExecResponse)(nil),             // 21: amelia.provider.v1.ExecResponse
+	(*StdinAck)(nil),                 // 22: amelia.provider.v1.StdinAck
+	(*Output)(nil),                   // 23: amelia.provider.v1.Output
+	(*ExitStatus)(nil),               // 24: amelia.provider.v1.ExitStatus
+	(*DataSent)(nil),                 // 25: amelia.provider.v1.DataSent
+	(*TeardownRequest)(nil),          // 26: amelia.provider.v1.TeardownRequest
+	(*TeardownResponse)(nil),         // 27: amelia.provider.v1.TeardownResponse
+	(*HealthCheckRequest)(nil),       // 28: amelia.provider.v1.HealthCheckRequest
+	(*HealthCheckResponse)(nil),      // 29: amelia.provider.v1.HealthCheckResponse
+	(*ListRequest)(nil),              // 30: amelia.provider.v1.ListRequest
+	(*ListResponse)(nil),             // 31: amelia.provider.v1.ListResponse
+	(*ListedSandbox)(nil),            // 32: amelia.provider.v1.ListedSandbox
+	(*ForwardRequest)(nil),           // 33: amelia.provider.v1.ForwardRequest
+	(*ForwardEvent)(nil),             // 34: amelia.provider.v1.ForwardEvent
+	(*ValidateSettingsRequest)(nil),  // 35: amelia.provider.v1.ValidateSettingsRequest
+	(*ValidateSettingsResponse)(nil), // 36: amelia.provider.v1.ValidateSettingsResponse
+	(*SettingsProblem)(nil),          // 37: amelia.provider.v1.SettingsProblem
+	nil,                              // 38: amelia.provider.v1.PrepareResponse.DetailsEntry
+	nil,                              // 39: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	nil,                              // 40: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	nil,                              // 41: amelia.provider.v1.ExecStart.EnvEntry
+	nil,                              // 42: amelia.provider.v1.ListRequest.LabelsEntry
+	nil,                              // 43: amelia.provider.v1.ListedSandbox.LabelsEntry
+	(*durationpb.Duration)(nil),      // 44: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 45: google.protobuf.Timestamp
 }
 var file_provider_proto_depIdxs = []int32{
-	35, // 0: amelia.provider.v1.PrepareResponse.details:type_name -> amelia.provider.v1.PrepareResponse.DetailsEntry
-	7,  // 1: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
-	8,  // 2: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	9,  // 3: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	36, // 4: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	2,  // 5: amelia.provider.v1.EnsureRunningRequest.setup:type_name -> amelia.provider.v1.SetupCommand
-	8,  // 6: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
-	37, // 7: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	13, // 8: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
-	15, // 9: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
-	16, // 10: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
-	17, // 11: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
-	8,  // 12: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	38, // 13: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
-	17, // 14: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
-	41, // 15: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
-	41, // 16: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
-	14, // 17: amelia.provider.v1.ExecStart.data:type_name -> amelia.provider.v1.DataStreams
-	0,  // 18: amelia.provider.v1.ExecStart.traffic:type_name -> amelia.provider.v1.Traffic
-	20, // 19: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
-	21, // 20: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
-	19, // 21: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
-	1,  // 22: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
-	22, // 23: amelia.provider.v1.ExitStatus.data_sent:type_name -> amelia.provider.v1.DataSent
-	8,  // 24: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	8,  // 25: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	39, // 26: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
-	29, // 27: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
-	8,  // 28: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
-	40, // 29: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
-	42, // 30: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
-	8,  // 31: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	9,  // 32: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	34, // 33: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
-	5,  // 34: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
-	10, // 35: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
-	12, // 36: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
-	23, // 37: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
-	25, // 38: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
-	27, // 39: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
-	30, // 40: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
-	32, // 41: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
-	10, // 42: amelia.provider.v1.Provider.Preflight:input_type -> amelia.provider.v1.EnsureRunningRequest
-	10, // 43: amelia.provider.v1.Provider.Prepare:input_type -> amelia.provider.v1.EnsureRunningRequest
-	6,  // 44: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
-	11, // 45: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
-	18, // 46: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
-	24, // 47: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
-	26, // 48: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
-	28, // 49: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
-	31, // 50: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
-	33, // 51: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
-	4,  // 52: amelia.provider.v1.Provider.Preflight:output_type -> amelia.provider.v1.PreflightResponse
-	3,  // 53: amelia.provider.v1.Provider.Prepare:output_type -> amelia.provider.v1.PrepareResponse
-	44, // [44:54] is the sub-list for method output_type
-	34, // [34:44] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	13, // 0: amelia.provider.v1.PruneSetupsRequest.spec:type_name -> amelia.provider.v1.EnsureRunningRequest
+	13, // 1: amelia.provider.v1.PruneSetupsRequest.others:type_name -> amelia.provider.v1.EnsureRunningRequest
+	4,  // 2: amelia.provider.v1.PruneSetupsResponse.setups:type_name -> amelia.provider.v1.PrunedSetup
+	38, // 3: amelia.provider.v1.PrepareResponse.details:type_name -> amelia.provider.v1.PrepareResponse.DetailsEntry
+	10, // 4: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
+	11, // 5: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	12, // 6: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
+	39, // 7: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	2,  // 8: amelia.provider.v1.EnsureRunningRequest.setup:type_name -> amelia.provider.v1.SetupCommand
+	11, // 9: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
+	40, // 10: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	16, // 11: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
+	18, // 12: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
+	19, // 13: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
+	20, // 14: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
+	11, // 15: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
+	41, // 16: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
+	20, // 17: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
+	44, // 18: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
+	44, // 19: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	17, // 20: amelia.provider.v1.ExecStart.data:type_name -> amelia.provider.v1.DataStreams
+	0,  // 21: amelia.provider.v1.ExecStart.traffic:type_name -> amelia.provider.v1.Traffic
+	23, // 22: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
+	24, // 23: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
+	22, // 24: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
+	1,  // 25: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
+	25, // 26: amelia.provider.v1.ExitStatus.data_sent:type_name -> amelia.provider.v1.DataSent
+	11, // 27: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	11, // 28: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	42, // 29: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
+	32, // 30: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
+	11, // 31: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
+	43, // 32: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
+	45, // 33: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
+	11, // 34: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
+	12, // 35: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
+	37, // 36: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
+	8,  // 37: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
+	13, // 38: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
+	15, // 39: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
+	26, // 40: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
+	28, // 41: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
+	30, // 42: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
+	33, // 43: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
+	35, // 44: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
+	13, // 45: amelia.provider.v1.Provider.Preflight:input_type -> amelia.provider.v1.EnsureRunningRequest
+	13, // 46: amelia.provider.v1.Provider.Prepare:input_type -> amelia.provider.v1.EnsureRunningRequest
+	3,  // 47: amelia.provider.v1.Provider.PruneSetups:input_type -> amelia.provider.v1.PruneSetupsRequest
+	9,  // 48: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
+	14, // 49: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
+	21, // 50: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
+	27, // 51: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
+	29, // 52: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
+	31, // 53: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
+	34, // 54: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
+	36, // 55: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
+	7,  // 56: amelia.provider.v1.Provider.Preflight:output_type -> amelia.provider.v1.PreflightResponse
+	6,  // 57: amelia.provider.v1.Provider.Prepare:output_type -> amelia.provider.v1.PrepareResponse
+	5,  // 58: amelia.provider.v1.Provider.PruneSetups:output_type -> amelia.provider.v1.PruneSetupsResponse
+	48, // [48:59] is the sub-list for method output_type
+	37, // [37:48] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -2528,14 +2724,14 @@ func file_provider_proto_init() {
 	if File_provider_proto != nil {
 		return
 	}
-	file_provider_proto_msgTypes[10].OneofWrappers = []any{
+	file_provider_proto_msgTypes[13].OneofWrappers = []any{
 		(*ExecRequest_Start)(nil),
 		(*ExecRequest_Stdin)(nil),
 		(*ExecRequest_StdinEof)(nil),
 		(*ExecRequest_Cancel)(nil),
 		(*ExecRequest_Resize)(nil),
 	}
-	file_provider_proto_msgTypes[16].OneofWrappers = []any{
+	file_provider_proto_msgTypes[19].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Exit)(nil),
 		(*ExecResponse_StdinAck)(nil),
@@ -2546,7 +2742,7 @@ func file_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   39,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

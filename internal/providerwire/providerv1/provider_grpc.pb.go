@@ -41,6 +41,7 @@ const (
 	Provider_ValidateSettings_FullMethodName = "/amelia.provider.v1.Provider/ValidateSettings"
 	Provider_Preflight_FullMethodName        = "/amelia.provider.v1.Provider/Preflight"
 	Provider_Prepare_FullMethodName          = "/amelia.provider.v1.Provider/Prepare"
+	Provider_PruneSetups_FullMethodName      = "/amelia.provider.v1.Provider/PruneSetups"
 )
 
 // ProviderClient is the client API for Provider service.
@@ -113,6 +114,13 @@ type ProviderClient interface {
 	// it once. Optional: UNIMPLEMENTED when the provider cannot keep a
 	// setup; the host then runs the commands in the sandbox itself.
 	Prepare(ctx context.Context, in *EnsureRunningRequest, opts ...grpc.CallOption) (*PrepareResponse, error)
+	// PruneSetups removes the setups Prepare kept for the request's
+	// profile that it no longer starts from (not its current one, nor one
+	// of the others'), made longer ago than older_than_ms, which no sandbox is
+	// made from; with dry_run it removes nothing. Each setup past
+	// older_than_ms that is not current is answered, with why it stays
+	// when it does. Optional: UNIMPLEMENTED when the provider keeps none.
+	PruneSetups(ctx context.Context, in *PruneSetupsRequest, opts ...grpc.CallOption) (*PruneSetupsResponse, error)
 }
 
 type providerClient struct {
@@ -235,6 +243,16 @@ func (c *providerClient) Prepare(ctx context.Context, in *EnsureRunningRequest, 
 	return out, nil
 }
 
+func (c *providerClient) PruneSetups(ctx context.Context, in *PruneSetupsRequest, opts ...grpc.CallOption) (*PruneSetupsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PruneSetupsResponse)
+	err := c.cc.Invoke(ctx, Provider_PruneSetups_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ProviderServer is the server API for Provider service.
 // All implementations must embed UnimplementedProviderServer
 // for forward compatibility.
@@ -305,6 +323,13 @@ type ProviderServer interface {
 	// it once. Optional: UNIMPLEMENTED when the provider cannot keep a
 	// setup; the host then runs the commands in the sandbox itself.
 	Prepare(context.Context, *EnsureRunningRequest) (*PrepareResponse, error)
+	// PruneSetups removes the setups Prepare kept for the request's
+	// profile that it no longer starts from (not its current one, nor one
+	// of the others'), made longer ago than older_than_ms, which no sandbox is
+	// made from; with dry_run it removes nothing. Each setup past
+	// older_than_ms that is not current is answered, with why it stays
+	// when it does. Optional: UNIMPLEMENTED when the provider keeps none.
+	PruneSetups(context.Context, *PruneSetupsRequest) (*PruneSetupsResponse, error)
 	mustEmbedUnimplementedProviderServer()
 }
 
@@ -344,6 +369,9 @@ func (UnimplementedProviderServer) Preflight(context.Context, *EnsureRunningRequ
 }
 func (UnimplementedProviderServer) Prepare(context.Context, *EnsureRunningRequest) (*PrepareResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Prepare not implemented")
+}
+func (UnimplementedProviderServer) PruneSetups(context.Context, *PruneSetupsRequest) (*PruneSetupsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PruneSetups not implemented")
 }
 func (UnimplementedProviderServer) mustEmbedUnimplementedProviderServer() {}
 func (UnimplementedProviderServer) testEmbeddedByValue()                  {}
@@ -528,6 +556,24 @@ func _Provider_Prepare_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Provider_PruneSetups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PruneSetupsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderServer).PruneSetups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provider_PruneSetups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderServer).PruneSetups(ctx, req.(*PruneSetupsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Provider_ServiceDesc is the grpc.ServiceDesc for Provider service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -566,6 +612,10 @@ var Provider_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Prepare",
 			Handler:    _Provider_Prepare_Handler,
+		},
+		{
+			MethodName: "PruneSetups",
+			Handler:    _Provider_PruneSetups_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

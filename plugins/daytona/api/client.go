@@ -176,6 +176,23 @@ func (c *Client) GetSnapshot(ctx context.Context, idOrName string) (Snapshot, er
 	return s, err
 }
 
+// ListSnapshots returns the organization's snapshots (and Daytona's
+// general ones), following the pages (GET /snapshots: page, limit).
+func (c *Client) ListSnapshots(ctx context.Context) ([]Snapshot, error) {
+	var all []Snapshot
+	for page := 1; ; page++ {
+		var res PaginatedSnapshots
+		q := url.Values{"page": {strconv.Itoa(page)}, "limit": {"100"}}
+		if err := c.do(ctx, http.MethodGet, c.base+"/snapshots", q, nil, &res); err != nil {
+			return nil, err
+		}
+		all = append(all, res.Items...)
+		if len(res.Items) == 0 || page >= res.TotalPages {
+			return all, nil
+		}
+	}
+}
+
 // DeleteSnapshot removes a snapshot, by its id.
 func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, c.base+"/snapshots/"+url.PathEscape(id), nil, nil, nil)

@@ -250,6 +250,14 @@ type CreateSnapshot struct {
 	Disk      int              `json:"disk,omitempty"`
 }
 
+// PaginatedSnapshots is a page of GET /snapshots.
+type PaginatedSnapshots struct {
+	Items      []Snapshot `json:"items"`
+	Total      int        `json:"total"`
+	Page       int        `json:"page"`
+	TotalPages int        `json:"totalPages"`
+}
+
 // Snapshot is a snapshot (SnapshotDto), as far as Amelia reads it.
 type Snapshot struct {
 	ID          string        `json:"id"`

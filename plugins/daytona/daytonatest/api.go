@@ -50,6 +50,7 @@ func (f *Fake) startHTTP() error {
 	mux.HandleFunc("POST /api/sandbox/{id}/last-activity", f.onSandbox(f.updateLastActivity))
 	mux.HandleFunc("GET /api/runners/by-sandbox/{id}", f.onSandbox(f.runnerBySandbox))
 	mux.HandleFunc("POST /api/snapshots", f.createSnapshot)
+	mux.HandleFunc("GET /api/snapshots", f.listSnapshots)
 	mux.HandleFunc("GET /api/snapshots/{id}", f.getSnapshot)
 	mux.HandleFunc("DELETE /api/snapshots/{id}", f.deleteSnapshot)
 	mux.HandleFunc("POST /toolbox/{id}/process/execute", f.execute)

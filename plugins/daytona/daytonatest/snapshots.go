@@ -3,6 +3,7 @@ package daytonatest
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,8 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -187,6 +190,56 @@ func (f *Fake) getSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// listSnapshots is GET /snapshots (getAllSnapshots): the organization's
+// snapshots, oldest first, a page (default 1) of limit (default 10) at a
+// time, as PaginatedSnapshotsDto.
+func (f *Fake) listSnapshots(w http.ResponseWriter, r *http.Request) {
+	num := func(name string, def int) (int, bool) {
+		v := r.URL.Query().Get(name)
+		if v == "" {
+			return def, true
+		}
+		n, err := strconv.Atoi(v)
+		return n, err == nil && n >= 1
+	}
+	page, ok1 := num("page", 1)
+	limit, ok2 := num("limit", 10)
+	if !ok1 || !ok2 {
+		writeError(w, http.StatusBadRequest, "page and limit must be positive numbers")
+		return
+	}
+	f.mu.Lock()
+	var all []snapshotView
+	for _, s := range f.snaps {
+		all = append(all, s.view(f.org))
+	}
+	f.mu.Unlock()
+	slices.SortFunc(all, func(a, b snapshotView) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	pages := (len(all) + limit - 1) / limit
+	items := []snapshotView{}
+	if from := (page - 1) * limit; from < len(all) {
+		items = all[from:min(from+limit, len(all))]
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": items, "total": len(all), "page": page, "totalPages": pages})
+}
+
+// AgeSnapshot makes the snapshot name (one made through the API) as if
+// it was created at t: for tests of what tidies old snapshots, which
+// cannot wait for them to age.
+func (f *Fake) AgeSnapshot(name string, t time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.snaps {
+		if s.name == name {
+			s.createdAt = t
+			return true
+		}
+	}
+	return false
 }
 
 // deleteSnapshot removes a snapshot by its id (ParseUUIDPipe: a name is
