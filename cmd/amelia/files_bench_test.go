@@ -91,8 +91,8 @@ type copyCase struct {
 func cmdStep(cmd func(i int) *exec.Cmd) func(int) error {
 	return func(i int) error {
 		c := cmd(i)
-		var errb bytes.Buffer
-		c.Stderr = &errb
+		var errb bytes.Buffer // kubectl says some of its errors on stdout
+		c.Stdout, c.Stderr = &errb, &errb
 		if err := c.Run(); err != nil {
 			return fmt.Errorf("%s: %w\n%s", strings.Join(c.Args, " "), err, errb.String())
 		}
