@@ -276,7 +276,10 @@ func BenchmarkFilesOnDaytona(b *testing.B) {
 }
 
 // On Kubernetes (the real test cluster), the baseline is kubectl cp
-// (of the cluster's version) to and from the sandbox's pod.
+// (of the cluster's version) to and from the sandbox's pod; out, with
+// --retries, kubectl's own answer to a stream cut short ("unexpected
+// EOF" on the tree, seen at load 12), which resumes the tar where it
+// broke.
 func BenchmarkFilesOnKubernetes(b *testing.B) {
 	c := k8stest.Start(b)
 	ns := c.Namespace(b)
@@ -306,13 +309,13 @@ func BenchmarkFilesOnKubernetes(b *testing.B) {
 			cmdStep(func(int) *exec.Cmd { return kubectl("cp", "-c", "sandbox", file, inPod+workdir+"/big.bin") }), cleanIn},
 		{"1GiB-out", benchFileSize, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/big.bin", out) }),
 			cmdStep(func(int) *exec.Cmd {
-				return kubectl("cp", "-c", "sandbox", inPod+workdir+"/src/big.bin", filepath.Join(out, "big.bin"))
+				return kubectl("cp", "-c", "sandbox", "--retries=3", inPod+workdir+"/src/big.bin", filepath.Join(out, "big.bin"))
 			}), cleanOut},
 		{"20k-files-in", treeBytes, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", tree, ":") }),
 			cmdStep(func(int) *exec.Cmd { return kubectl("cp", "-c", "sandbox", tree, inPod+workdir+"/tree") }), cleanIn},
 		{"20k-files-out", treeBytes, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/tree", out) }),
 			cmdStep(func(int) *exec.Cmd {
-				return kubectl("cp", "-c", "sandbox", inPod+workdir+"/src/tree", filepath.Join(out, "tree"))
+				return kubectl("cp", "-c", "sandbox", "--retries=3", inPod+workdir+"/src/tree", filepath.Join(out, "tree"))
 			}), cleanOut},
 	})
 }
