@@ -149,7 +149,7 @@ bench: base-image agent-binaries
 	$(GO) test -run='^$$' -bench=RunToFirstRequestOnDocker -benchtime=10x ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=OpencodeToFirstRequestOnDocker -benchtime=5x ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=TwentyRunsOnDocker -benchtime=1x -timeout=60m ./cmd/amelia/
-	$(GO) test -run='^$$' -bench='FilesOnDocker|FilesOnSSH' -benchtime=2x -timeout=60m ./cmd/amelia/
+	$(GO) test -run='^$$' -bench='FilesOnDocker|FilesOnSSH|FilesOnDaytona|FilesOnKubernetes' -benchtime=2x -timeout=90m ./cmd/amelia/
 	$(GO) test -run='^$$' -bench=WorkspaceSetup -benchtime=3x ./core/workspace/
 	$(GO) test -timeout 40m -run='^$$' -bench=WorkspaceLarge -benchtime=1x ./core/workspace/
 	$(GO) test -run='^$$' -bench=TenGenerates -benchtime=5x ./core/driver/sessionbench/

@@ -17,6 +17,7 @@ import (
 )
 
 func main() {
+	tuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr, linked.Providers())
 	stop()

@@ -31,7 +31,7 @@ const fiveMiBStderr = `head -c 5242880 /dev/zero | tr '\0' e >&2`
 
 // daytonaSandbox is the e2e profile's sandbox block on the fake f, its
 // host key known; the egress check tries checkTargets.
-func daytonaSandbox(t *testing.T, f *daytonatest.Fake, network string, checkTargets ...string) string {
+func daytonaSandbox(t testing.TB, f *daytonatest.Fake, network string, checkTargets ...string) string {
 	known := filepath.Join(t.TempDir(), "known_hosts")
 	if err := os.WriteFile(known, []byte(f.KnownHostsLine()+"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -54,6 +54,8 @@ func (f *Fake) startHTTP() error {
 	mux.HandleFunc("GET /api/snapshots/{id}", f.getSnapshot)
 	mux.HandleFunc("DELETE /api/snapshots/{id}", f.deleteSnapshot)
 	mux.HandleFunc("POST /toolbox/{id}/process/execute", f.execute)
+	mux.HandleFunc("POST /toolbox/{id}/files/bulk-upload", f.bulkUpload)
+	mux.HandleFunc("POST /toolbox/{id}/files/bulk-download", f.bulkDownload)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("Cannot %s %s", r.Method, r.URL.Path))
 	})
@@ -103,12 +105,16 @@ func throttlerOf(pattern string) string {
 // used where it does not belong, before next.
 func (f *Fake) front(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "cannot read the request body: "+err.Error())
-			return
+		_, pattern := f.mux.Handler(r)
+		var body []byte // not recorded for streamed routes
+		if !streamedRoutes[pattern] {
+			var err error
+			if body, err = io.ReadAll(r.Body); err != nil {
+				writeError(w, http.StatusBadRequest, "cannot read the request body: "+err.Error())
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
 		f.mu.Lock()
 		f.requests = append(f.requests, Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
 		th := f.throttle
@@ -117,7 +123,6 @@ func (f *Fake) front(next http.Handler) http.Handler {
 		}
 		f.mu.Unlock()
 		f.logger.Debug("daytonatest: request", "method", r.Method, "path", r.URL.Path)
-		_, pattern := f.mux.Handler(r)
 
 		if th.n > 0 {
 			// @nestjs/throttler names its headers after the throttler that

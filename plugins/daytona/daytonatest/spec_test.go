@@ -251,11 +251,16 @@ func (c *conformance) check(req *http.Request, body []byte, resp *http.Response,
 		}
 		return nil
 	}
+	// Daytona's file gives the bulk download's multipart answer the
+	// schema gin.H (an object of objects), which its daemon's parts (the
+	// files' bytes, JSON errors) never match: that body is checked by the
+	// test that asks for it, its status and content type here.
+	multipartBody := route.Operation.OperationID == "DownloadFiles" && strings.HasPrefix(resp.Header.Get("Content-Type"), "multipart/form-data")
 	return openapi3filter.ValidateResponse(ctx, &openapi3filter.ResponseValidationInput{
 		RequestValidationInput: in,
 		Status:                 resp.StatusCode,
 		Header:                 resp.Header,
 		Body:                   io.NopCloser(bytes.NewReader(rbody)),
-		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true, ExcludeResponseBody: multipartBody},
 	})
 }
