@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,6 +56,7 @@ var (
 	_ sdk.SettingsValidator = (*Client)(nil)
 	_ sdk.Preflighter       = (*Client)(nil)
 	_ sdk.Preparer          = (*Client)(nil)
+	_ sdk.Archiver          = (*Client)(nil)
 )
 
 func (c *Client) Info(ctx context.Context) (sdk.Info, error) {
@@ -166,6 +168,33 @@ func (c *Client) Forward(ctx context.Context, req sdk.ForwardRequest, listening 
 // read; if it still cannot be sent in time, the stream is cancelled, which
 // stops the process just the same, and the error matches ctx.Err().
 func (c *Client) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	return c.exec(ctx, req, eio, nil)
+}
+
+// PutArchive asks the provider's Archiver to unpack the tar stream r into
+// dir; a provider without one gives ErrUnsupported. It rides an exec
+// stream, so its bytes go over the data channel as an exec's do.
+func (c *Client) PutArchive(ctx context.Context, ref sdk.SandboxRef, dir string, r io.Reader) error {
+	return c.archive(ctx, ref, &pb.Archive{Op: pb.Archive_ARCHIVE_PUT, Path: dir}, sdk.ExecIO{Stdin: r})
+}
+
+// GetArchive asks the provider's Archiver for a tar stream of path,
+// written to w; a provider without one gives ErrUnsupported.
+func (c *Client) GetArchive(ctx context.Context, ref sdk.SandboxRef, path string, w io.Writer) error {
+	return c.archive(ctx, ref, &pb.Archive{Op: pb.Archive_ARCHIVE_GET, Path: path}, sdk.ExecIO{Stdout: w})
+}
+
+func (c *Client) archive(ctx context.Context, ref sdk.SandboxRef, a *pb.Archive, eio sdk.ExecIO) error {
+	label := "archive-" + strings.ToLower(strings.TrimPrefix(a.GetOp().String(), "ARCHIVE_"))
+	st, err := c.exec(ctx, sdk.ExecRequest{Sandbox: ref, Argv: []string{label, a.GetPath()}, Traffic: sdk.TrafficBulk}, eio, a)
+	if err == nil && (st.Code != 0 || st.Canceled || st.TimedOut) {
+		err = fmt.Errorf("%s %s: the provider ended it (exit %d)", label, a.GetPath(), st.Code)
+	}
+	return err
+}
+
+// exec runs an exec stream: a process, or with archive an archive copy.
+func (c *Client) exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO, archive *pb.Archive) (sdk.ExitStatus, error) {
 	if err := ctx.Err(); err != nil {
 		return sdk.ExitStatus{}, err
 	}
@@ -179,6 +208,7 @@ func (c *Client) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) 
 	}
 	s := &execClientSender{stream: stream, lock: make(chan struct{}, 1)}
 	startPB := execStartToPB(req, eio.Stdin != nil)
+	startPB.Archive = archive
 	// The bytes go over the data channel when there is one: the exec's
 	// pipes are passed before ExecStart names them. Failing that, over
 	// gRPC.

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -341,7 +343,12 @@ func (s *server) Exec(stream pb.Provider_ExecServer) error {
 	eio.Resize = resize
 	go receiveExec(stream, stdin, resize, cancel)
 
-	st, err := s.impl.Exec(ctx, req, eio)
+	var st ExitStatus
+	if a := start.GetArchive(); a != nil {
+		err = s.archive(ctx, req.Sandbox, a, eio)
+	} else {
+		st, err = s.impl.Exec(ctx, req, eio)
+	}
 	cause := context.Cause(ctx)
 	if cause == errStdinOverflow {
 		out.close()
@@ -467,4 +474,28 @@ func (w streamWriter) Write(p []byte) (int, error) {
 		p = p[len(chunk):]
 	}
 	return n, nil
+}
+
+// archive serves an exec stream that carries an archive copy (the
+// provider's Archiver) instead of a process: stdin is the tar stream to
+// put, stdout the one got.
+func (s *server) archive(ctx context.Context, ref SandboxRef, a *pb.Archive, eio ExecIO) error {
+	ar, ok := s.impl.(Archiver)
+	if !ok {
+		return Errorf(ErrUnsupported, "this provider cannot copy archives into or out of a sandbox")
+	}
+	p := a.GetPath()
+	if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0) {
+		return Errorf(ErrInvalid, "archive path %q is not a clean absolute path", p)
+	}
+	switch a.GetOp() {
+	case pb.Archive_ARCHIVE_PUT:
+		if eio.Stdin == nil {
+			return Errorf(ErrInvalid, "an archive put needs its tar stream on stdin")
+		}
+		return ar.PutArchive(ctx, ref, p, eio.Stdin)
+	case pb.Archive_ARCHIVE_GET:
+		return ar.GetArchive(ctx, ref, p, eio.Stdout)
+	}
+	return Errorf(ErrInvalid, "unknown archive operation %v", a.GetOp())
 }

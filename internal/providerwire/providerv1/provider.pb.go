@@ -142,6 +142,55 @@ func (Stream) EnumDescriptor() ([]byte, []int) {
 	return file_provider_proto_rawDescGZIP(), []int{1}
 }
 
+type Archive_Op int32
+
+const (
+	Archive_ARCHIVE_UNSPECIFIED Archive_Op = 0
+	Archive_ARCHIVE_PUT         Archive_Op = 1
+	Archive_ARCHIVE_GET         Archive_Op = 2
+)
+
+// Enum value maps for Archive_Op.
+var (
+	Archive_Op_name = map[int32]string{
+		0: "ARCHIVE_UNSPECIFIED",
+		1: "ARCHIVE_PUT",
+		2: "ARCHIVE_GET",
+	}
+	Archive_Op_value = map[string]int32{
+		"ARCHIVE_UNSPECIFIED": 0,
+		"ARCHIVE_PUT":         1,
+		"ARCHIVE_GET":         2,
+	}
+)
+
+func (x Archive_Op) Enum() *Archive_Op {
+	p := new(Archive_Op)
+	*p = x
+	return p
+}
+
+func (x Archive_Op) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Archive_Op) Descriptor() protoreflect.EnumDescriptor {
+	return file_provider_proto_enumTypes[2].Descriptor()
+}
+
+func (Archive_Op) Type() protoreflect.EnumType {
+	return &file_provider_proto_enumTypes[2]
+}
+
+func (x Archive_Op) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Archive_Op.Descriptor instead.
+func (Archive_Op) EnumDescriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{12, 0}
+}
+
 // SetupCommand is one of a sandbox's setup commands (sandbox.setup).
 type SetupCommand struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -957,7 +1006,14 @@ type ExecStart struct {
 	// What the exec's streams carry, so that the provider can run it where
 	// that goes best. Field 12 was a bool, "interactive", before; its true
 	// is TRAFFIC_MESSAGES on the wire.
-	Traffic       Traffic `protobuf:"varint,12,opt,name=traffic,proto3,enum=amelia.provider.v1.Traffic" json:"traffic,omitempty"`
+	Traffic Traffic `protobuf:"varint,12,opt,name=traffic,proto3,enum=amelia.provider.v1.Traffic" json:"traffic,omitempty"`
+	// Set when this is no process but an archive copy (the provider's
+	// Archiver): argv is only a label then. ARCHIVE_PUT unpacks the tar
+	// stream on stdin into path; ARCHIVE_GET writes a tar stream of path on
+	// stdout. A provider without Archiver refuses it with UNIMPLEMENTED. The
+	// exit status is 0 when the copy is done; a failure is the stream's
+	// error.
+	Archive       *Archive `protobuf:"bytes,13,opt,name=archive,proto3" json:"archive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1076,6 +1132,68 @@ func (x *ExecStart) GetTraffic() Traffic {
 	return Traffic_TRAFFIC_UNSPECIFIED
 }
 
+func (x *ExecStart) GetArchive() *Archive {
+	if x != nil {
+		return x.Archive
+	}
+	return nil
+}
+
+// Archive is an archive copy an exec stream carries instead of a process.
+type Archive struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Op    Archive_Op             `protobuf:"varint,1,opt,name=op,proto3,enum=amelia.provider.v1.Archive_Op" json:"op,omitempty"`
+	// Absolute in the sandbox: the directory to unpack into (PUT), or what
+	// to pack (GET).
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Archive) Reset() {
+	*x = Archive{}
+	mi := &file_provider_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Archive) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Archive) ProtoMessage() {}
+
+func (x *Archive) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Archive.ProtoReflect.Descriptor instead.
+func (*Archive) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Archive) GetOp() Archive_Op {
+	if x != nil {
+		return x.Op
+	}
+	return Archive_ARCHIVE_UNSPECIFIED
+}
+
+func (x *Archive) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
 // DataStreams names an exec's streams on the data channel: a unix socket
 // pair that the host makes and hands to the plugin process at start as the
 // file descriptor named by the environment variable
@@ -1109,7 +1227,7 @@ type DataStreams struct {
 
 func (x *DataStreams) Reset() {
 	*x = DataStreams{}
-	mi := &file_provider_proto_msgTypes[12]
+	mi := &file_provider_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1239,7 @@ func (x *DataStreams) String() string {
 func (*DataStreams) ProtoMessage() {}
 
 func (x *DataStreams) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[12]
+	mi := &file_provider_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1252,7 @@ func (x *DataStreams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataStreams.ProtoReflect.Descriptor instead.
 func (*DataStreams) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{12}
+	return file_provider_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DataStreams) GetId() uint64 {
@@ -1166,7 +1284,7 @@ type StdinEOF struct {
 
 func (x *StdinEOF) Reset() {
 	*x = StdinEOF{}
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_provider_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1296,7 @@ func (x *StdinEOF) String() string {
 func (*StdinEOF) ProtoMessage() {}
 
 func (x *StdinEOF) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_provider_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1309,7 @@ func (x *StdinEOF) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinEOF.ProtoReflect.Descriptor instead.
 func (*StdinEOF) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{13}
+	return file_provider_proto_rawDescGZIP(), []int{14}
 }
 
 // Cancel asks the server to stop the process tree: SIGTERM, then SIGKILL after
@@ -1204,7 +1322,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1334,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1347,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{14}
+	return file_provider_proto_rawDescGZIP(), []int{15}
 }
 
 type TermSize struct {
@@ -1242,7 +1360,7 @@ type TermSize struct {
 
 func (x *TermSize) Reset() {
 	*x = TermSize{}
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1372,7 @@ func (x *TermSize) String() string {
 func (*TermSize) ProtoMessage() {}
 
 func (x *TermSize) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1385,7 @@ func (x *TermSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TermSize.ProtoReflect.Descriptor instead.
 func (*TermSize) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{15}
+	return file_provider_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TermSize) GetRows() uint32 {
@@ -1298,7 +1416,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1428,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1441,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{16}
+	return file_provider_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExecResponse) GetMsg() isExecResponse_Msg {
@@ -1393,7 +1511,7 @@ type StdinAck struct {
 
 func (x *StdinAck) Reset() {
 	*x = StdinAck{}
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1523,7 @@ func (x *StdinAck) String() string {
 func (*StdinAck) ProtoMessage() {}
 
 func (x *StdinAck) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1536,7 @@ func (x *StdinAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinAck.ProtoReflect.Descriptor instead.
 func (*StdinAck) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{17}
+	return file_provider_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StdinAck) GetBytes() uint64 {
@@ -1438,7 +1556,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1568,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1581,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{18}
+	return file_provider_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Output) GetStream() Stream {
@@ -1500,7 +1618,7 @@ type ExitStatus struct {
 
 func (x *ExitStatus) Reset() {
 	*x = ExitStatus{}
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1630,7 @@ func (x *ExitStatus) String() string {
 func (*ExitStatus) ProtoMessage() {}
 
 func (x *ExitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1643,7 @@ func (x *ExitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitStatus.ProtoReflect.Descriptor instead.
 func (*ExitStatus) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{19}
+	return file_provider_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExitStatus) GetCode() int32 {
@@ -1573,7 +1691,7 @@ type DataSent struct {
 
 func (x *DataSent) Reset() {
 	*x = DataSent{}
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1703,7 @@ func (x *DataSent) String() string {
 func (*DataSent) ProtoMessage() {}
 
 func (x *DataSent) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1716,7 @@ func (x *DataSent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataSent.ProtoReflect.Descriptor instead.
 func (*DataSent) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{20}
+	return file_provider_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DataSent) GetStdout() uint64 {
@@ -1624,7 +1742,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1754,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1767,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{21}
+	return file_provider_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TeardownRequest) GetRef() *SandboxRef {
@@ -1667,7 +1785,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1797,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1810,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{22}
+	return file_provider_proto_rawDescGZIP(), []int{23}
 }
 
 type HealthCheckRequest struct {
@@ -1704,7 +1822,7 @@ type HealthCheckRequest struct {
 
 func (x *HealthCheckRequest) Reset() {
 	*x = HealthCheckRequest{}
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1834,7 @@ func (x *HealthCheckRequest) String() string {
 func (*HealthCheckRequest) ProtoMessage() {}
 
 func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1847,7 @@ func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckRequest.ProtoReflect.Descriptor instead.
 func (*HealthCheckRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{23}
+	return file_provider_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HealthCheckRequest) GetRef() *SandboxRef {
@@ -1750,7 +1868,7 @@ type HealthCheckResponse struct {
 
 func (x *HealthCheckResponse) Reset() {
 	*x = HealthCheckResponse{}
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +1880,7 @@ func (x *HealthCheckResponse) String() string {
 func (*HealthCheckResponse) ProtoMessage() {}
 
 func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +1893,7 @@ func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckResponse.ProtoReflect.Descriptor instead.
 func (*HealthCheckResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{24}
+	return file_provider_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HealthCheckResponse) GetState() string {
@@ -1804,7 +1922,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +1934,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +1947,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{25}
+	return file_provider_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListRequest) GetConfig() []byte {
@@ -1855,7 +1973,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +1985,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +1998,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{26}
+	return file_provider_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListResponse) GetSandboxes() []*ListedSandbox {
@@ -1906,7 +2024,7 @@ type ListedSandbox struct {
 
 func (x *ListedSandbox) Reset() {
 	*x = ListedSandbox{}
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2036,7 @@ func (x *ListedSandbox) String() string {
 func (*ListedSandbox) ProtoMessage() {}
 
 func (x *ListedSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2049,7 @@ func (x *ListedSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListedSandbox.ProtoReflect.Descriptor instead.
 func (*ListedSandbox) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{27}
+	return file_provider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListedSandbox) GetRef() *SandboxRef {
@@ -1973,7 +2091,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2103,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2116,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{28}
+	return file_provider_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ForwardRequest) GetSandbox() *SandboxRef {
@@ -2025,7 +2143,7 @@ type ForwardEvent struct {
 
 func (x *ForwardEvent) Reset() {
 	*x = ForwardEvent{}
-	mi := &file_provider_proto_msgTypes[29]
+	mi := &file_provider_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2155,7 @@ func (x *ForwardEvent) String() string {
 func (*ForwardEvent) ProtoMessage() {}
 
 func (x *ForwardEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[29]
+	mi := &file_provider_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2168,7 @@ func (x *ForwardEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardEvent.ProtoReflect.Descriptor instead.
 func (*ForwardEvent) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{29}
+	return file_provider_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ForwardEvent) GetListening() string {
@@ -2072,7 +2190,7 @@ type ValidateSettingsRequest struct {
 
 func (x *ValidateSettingsRequest) Reset() {
 	*x = ValidateSettingsRequest{}
-	mi := &file_provider_proto_msgTypes[30]
+	mi := &file_provider_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2202,7 @@ func (x *ValidateSettingsRequest) String() string {
 func (*ValidateSettingsRequest) ProtoMessage() {}
 
 func (x *ValidateSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[30]
+	mi := &file_provider_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2215,7 @@ func (x *ValidateSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateSettingsRequest.ProtoReflect.Descriptor instead.
 func (*ValidateSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{30}
+	return file_provider_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ValidateSettingsRequest) GetConfig() []byte {
@@ -2123,7 +2241,7 @@ type ValidateSettingsResponse struct {
 
 func (x *ValidateSettingsResponse) Reset() {
 	*x = ValidateSettingsResponse{}
-	mi := &file_provider_proto_msgTypes[31]
+	mi := &file_provider_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2253,7 @@ func (x *ValidateSettingsResponse) String() string {
 func (*ValidateSettingsResponse) ProtoMessage() {}
 
 func (x *ValidateSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[31]
+	mi := &file_provider_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2266,7 @@ func (x *ValidateSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateSettingsResponse.ProtoReflect.Descriptor instead.
 func (*ValidateSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{31}
+	return file_provider_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ValidateSettingsResponse) GetProblems() []*SettingsProblem {
@@ -2175,7 +2293,7 @@ type SettingsProblem struct {
 
 func (x *SettingsProblem) Reset() {
 	*x = SettingsProblem{}
-	mi := &file_provider_proto_msgTypes[32]
+	mi := &file_provider_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2305,7 @@ func (x *SettingsProblem) String() string {
 func (*SettingsProblem) ProtoMessage() {}
 
 func (x *SettingsProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[32]
+	mi := &file_provider_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2318,7 @@ func (x *SettingsProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettingsProblem.ProtoReflect.Descriptor instead.
 func (*SettingsProblem) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{32}
+	return file_provider_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SettingsProblem) GetKey() string {
@@ -2284,7 +2402,7 @@ const file_provider_proto_rawDesc = "" +
 	"\tstdin_eof\x18\x03 \x01(\v2\x1c.amelia.provider.v1.StdinEOFH\x00R\bstdinEof\x124\n" +
 	"\x06cancel\x18\x04 \x01(\v2\x1a.amelia.provider.v1.CancelH\x00R\x06cancel\x126\n" +
 	"\x06resize\x18\x05 \x01(\v2\x1c.amelia.provider.v1.TermSizeH\x00R\x06resizeB\x05\n" +
-	"\x03msg\"\xb3\x04\n" +
+	"\x03msg\"\xea\x04\n" +
 	"\tExecStart\x128\n" +
 	"\asandbox\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\asandbox\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x128\n" +
@@ -2298,10 +2416,18 @@ const file_provider_proto_rawDesc = "" +
 	"\atimeout\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\atimeout\x123\n" +
 	"\x04data\x18\v \x01(\v2\x1f.amelia.provider.v1.DataStreamsR\x04data\x125\n" +
-	"\atraffic\x18\f \x01(\x0e2\x1b.amelia.provider.v1.TrafficR\atraffic\x1a6\n" +
+	"\atraffic\x18\f \x01(\x0e2\x1b.amelia.provider.v1.TrafficR\atraffic\x125\n" +
+	"\aarchive\x18\r \x01(\v2\x1b.amelia.provider.v1.ArchiveR\aarchive\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x01\n" +
+	"\aArchive\x12.\n" +
+	"\x02op\x18\x01 \x01(\x0e2\x1e.amelia.provider.v1.Archive.OpR\x02op\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"?\n" +
+	"\x02Op\x12\x17\n" +
+	"\x13ARCHIVE_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vARCHIVE_PUT\x10\x01\x12\x0f\n" +
+	"\vARCHIVE_GET\x10\x02\"M\n" +
 	"\vDataStreams\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06stdout\x18\x02 \x01(\bR\x06stdout\x12\x16\n" +
@@ -2401,113 +2527,117 @@ func file_provider_proto_rawDescGZIP() []byte {
 	return file_provider_proto_rawDescData
 }
 
-var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_provider_proto_goTypes = []any{
 	(Traffic)(0),                     // 0: amelia.provider.v1.Traffic
 	(Stream)(0),                      // 1: amelia.provider.v1.Stream
-	(*SetupCommand)(nil),             // 2: amelia.provider.v1.SetupCommand
-	(*PrepareResponse)(nil),          // 3: amelia.provider.v1.PrepareResponse
-	(*PreflightResponse)(nil),        // 4: amelia.provider.v1.PreflightResponse
-	(*InfoRequest)(nil),              // 5: amelia.provider.v1.InfoRequest
-	(*InfoResponse)(nil),             // 6: amelia.provider.v1.InfoResponse
-	(*Capabilities)(nil),             // 7: amelia.provider.v1.Capabilities
-	(*SandboxRef)(nil),               // 8: amelia.provider.v1.SandboxRef
-	(*NetworkPolicy)(nil),            // 9: amelia.provider.v1.NetworkPolicy
-	(*EnsureRunningRequest)(nil),     // 10: amelia.provider.v1.EnsureRunningRequest
-	(*EnsureRunningResponse)(nil),    // 11: amelia.provider.v1.EnsureRunningResponse
-	(*ExecRequest)(nil),              // 12: amelia.provider.v1.ExecRequest
-	(*ExecStart)(nil),                // 13: amelia.provider.v1.ExecStart
-	(*DataStreams)(nil),              // 14: amelia.provider.v1.DataStreams
-	(*StdinEOF)(nil),                 // 15: amelia.provider.v1.StdinEOF
-	(*Cancel)(nil),                   // 16: amelia.provider.v1.Cancel
-	(*TermSize)(nil),                 // 17: amelia.provider.v1.TermSize
-	(*ExecResponse)(nil),             // 18: amelia.provider.v1.ExecResponse
-	(*StdinAck)(nil),                 // 19: amelia.provider.v1.StdinAck
-	(*Output)(nil),                   // 20: amelia.provider.v1.Output
-	(*ExitStatus)(nil),               // 21: amelia.provider.v1.ExitStatus
-	(*DataSent)(nil),                 // 22: amelia.provider.v1.DataSent
-	(*TeardownRequest)(nil),          // 23: amelia.provider.v1.TeardownRequest
-	(*TeardownResponse)(nil),         // 24: amelia.provider.v1.TeardownResponse
-	(*HealthCheckRequest)(nil),       // 25: amelia.provider.v1.HealthCheckRequest
-	(*HealthCheckResponse)(nil),      // 26: amelia.provider.v1.HealthCheckResponse
-	(*ListRequest)(nil),              // 27: amelia.provider.v1.ListRequest
-	(*ListResponse)(nil),             // 28: amelia.provider.v1.ListResponse
-	(*ListedSandbox)(nil),            // 29: amelia.provider.v1.ListedSandbox
-	(*ForwardRequest)(nil),           // 30: amelia.provider.v1.ForwardRequest
-	(*ForwardEvent)(nil),             // 31: amelia.provider.v1.ForwardEvent
-	(*ValidateSettingsRequest)(nil),  // 32: amelia.provider.v1.ValidateSettingsRequest
-	(*ValidateSettingsResponse)(nil), // 33: amelia.provider.v1.ValidateSettingsResponse
-	(*SettingsProblem)(nil),          // 34: amelia.provider.v1.SettingsProblem
-	nil,                              // 35: amelia.provider.v1.PrepareResponse.DetailsEntry
-	nil,                              // 36: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	nil,                              // 37: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	nil,                              // 38: amelia.provider.v1.ExecStart.EnvEntry
-	nil,                              // 39: amelia.provider.v1.ListRequest.LabelsEntry
-	nil,                              // 40: amelia.provider.v1.ListedSandbox.LabelsEntry
-	(*durationpb.Duration)(nil),      // 41: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 42: google.protobuf.Timestamp
+	(Archive_Op)(0),                  // 2: amelia.provider.v1.Archive.Op
+	(*SetupCommand)(nil),             // 3: amelia.provider.v1.SetupCommand
+	(*PrepareResponse)(nil),          // 4: amelia.provider.v1.PrepareResponse
+	(*PreflightResponse)(nil),        // 5: amelia.provider.v1.PreflightResponse
+	(*InfoRequest)(nil),              // 6: amelia.provider.v1.InfoRequest
+	(*InfoResponse)(nil),             // 7: amelia.provider.v1.InfoResponse
+	(*Capabilities)(nil),             // 8: amelia.provider.v1.Capabilities
+	(*SandboxRef)(nil),               // 9: amelia.provider.v1.SandboxRef
+	(*NetworkPolicy)(nil),            // 10: amelia.provider.v1.NetworkPolicy
+	(*EnsureRunningRequest)(nil),     // 11: amelia.provider.v1.EnsureRunningRequest
+	(*EnsureRunningResponse)(nil),    // 12: amelia.provider.v1.EnsureRunningResponse
+	(*ExecRequest)(nil),              // 13: amelia.provider.v1.ExecRequest
+	(*ExecStart)(nil),                // 14: amelia.provider.v1.ExecStart
+	(*Archive)(nil),                  // 15: amelia.provider.v1.Archive
+	(*DataStreams)(nil),              // 16: amelia.provider.v1.DataStreams
+	(*StdinEOF)(nil),                 // 17: amelia.provider.v1.StdinEOF
+	(*Cancel)(nil),                   // 18: amelia.provider.v1.Cancel
+	(*TermSize)(nil),                 // 19: amelia.provider.v1.TermSize
+	(*ExecResponse)(nil),             // 20: amelia.provider.v1.ExecResponse
+	(*StdinAck)(nil),                 // 21: amelia.provider.v1.StdinAck
+	(*Output)(nil),                   // 22: amelia.provider.v1.Output
+	(*ExitStatus)(nil),               // 23: amelia.provider.v1.ExitStatus
+	(*DataSent)(nil),                 // 24: amelia.provider.v1.DataSent
+	(*TeardownRequest)(nil),          // 25: amelia.provider.v1.TeardownRequest
+	(*TeardownResponse)(nil),         // 26: amelia.provider.v1.TeardownResponse
+	(*HealthCheckRequest)(nil),       // 27: amelia.provider.v1.HealthCheckRequest
+	(*HealthCheckResponse)(nil),      // 28: amelia.provider.v1.HealthCheckResponse
+	(*ListRequest)(nil),              // 29: amelia.provider.v1.ListRequest
+	(*ListResponse)(nil),             // 30: amelia.provider.v1.ListResponse
+	(*ListedSandbox)(nil),            // 31: amelia.provider.v1.ListedSandbox
+	(*ForwardRequest)(nil),           // 32: amelia.provider.v1.ForwardRequest
+	(*ForwardEvent)(nil),             // 33: amelia.provider.v1.ForwardEvent
+	(*ValidateSettingsRequest)(nil),  // 34: amelia.provider.v1.ValidateSettingsRequest
+	(*ValidateSettingsResponse)(nil), // 35: amelia.provider.v1.ValidateSettingsResponse
+	(*SettingsProblem)(nil),          // 36: amelia.provider.v1.SettingsProblem
+	nil,                              // 37: amelia.provider.v1.PrepareResponse.DetailsEntry
+	nil,                              // 38: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	nil,                              // 39: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	nil,                              // 40: amelia.provider.v1.ExecStart.EnvEntry
+	nil,                              // 41: amelia.provider.v1.ListRequest.LabelsEntry
+	nil,                              // 42: amelia.provider.v1.ListedSandbox.LabelsEntry
+	(*durationpb.Duration)(nil),      // 43: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 44: google.protobuf.Timestamp
 }
 var file_provider_proto_depIdxs = []int32{
-	35, // 0: amelia.provider.v1.PrepareResponse.details:type_name -> amelia.provider.v1.PrepareResponse.DetailsEntry
-	7,  // 1: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
-	8,  // 2: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	9,  // 3: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	36, // 4: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	2,  // 5: amelia.provider.v1.EnsureRunningRequest.setup:type_name -> amelia.provider.v1.SetupCommand
-	8,  // 6: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
-	37, // 7: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	13, // 8: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
-	15, // 9: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
-	16, // 10: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
-	17, // 11: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
-	8,  // 12: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	38, // 13: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
-	17, // 14: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
-	41, // 15: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
-	41, // 16: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
-	14, // 17: amelia.provider.v1.ExecStart.data:type_name -> amelia.provider.v1.DataStreams
+	37, // 0: amelia.provider.v1.PrepareResponse.details:type_name -> amelia.provider.v1.PrepareResponse.DetailsEntry
+	8,  // 1: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
+	9,  // 2: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	10, // 3: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
+	38, // 4: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	3,  // 5: amelia.provider.v1.EnsureRunningRequest.setup:type_name -> amelia.provider.v1.SetupCommand
+	9,  // 6: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
+	39, // 7: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	14, // 8: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
+	17, // 9: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
+	18, // 10: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
+	19, // 11: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
+	9,  // 12: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
+	40, // 13: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
+	19, // 14: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
+	43, // 15: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
+	43, // 16: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	16, // 17: amelia.provider.v1.ExecStart.data:type_name -> amelia.provider.v1.DataStreams
 	0,  // 18: amelia.provider.v1.ExecStart.traffic:type_name -> amelia.provider.v1.Traffic
-	20, // 19: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
-	21, // 20: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
-	19, // 21: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
-	1,  // 22: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
-	22, // 23: amelia.provider.v1.ExitStatus.data_sent:type_name -> amelia.provider.v1.DataSent
-	8,  // 24: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	8,  // 25: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	39, // 26: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
-	29, // 27: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
-	8,  // 28: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
-	40, // 29: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
-	42, // 30: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
-	8,  // 31: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	9,  // 32: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	34, // 33: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
-	5,  // 34: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
-	10, // 35: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
-	12, // 36: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
-	23, // 37: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
-	25, // 38: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
-	27, // 39: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
-	30, // 40: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
-	32, // 41: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
-	10, // 42: amelia.provider.v1.Provider.Preflight:input_type -> amelia.provider.v1.EnsureRunningRequest
-	10, // 43: amelia.provider.v1.Provider.Prepare:input_type -> amelia.provider.v1.EnsureRunningRequest
-	6,  // 44: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
-	11, // 45: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
-	18, // 46: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
-	24, // 47: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
-	26, // 48: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
-	28, // 49: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
-	31, // 50: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
-	33, // 51: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
-	4,  // 52: amelia.provider.v1.Provider.Preflight:output_type -> amelia.provider.v1.PreflightResponse
-	3,  // 53: amelia.provider.v1.Provider.Prepare:output_type -> amelia.provider.v1.PrepareResponse
-	44, // [44:54] is the sub-list for method output_type
-	34, // [34:44] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	15, // 19: amelia.provider.v1.ExecStart.archive:type_name -> amelia.provider.v1.Archive
+	2,  // 20: amelia.provider.v1.Archive.op:type_name -> amelia.provider.v1.Archive.Op
+	22, // 21: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
+	23, // 22: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
+	21, // 23: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
+	1,  // 24: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
+	24, // 25: amelia.provider.v1.ExitStatus.data_sent:type_name -> amelia.provider.v1.DataSent
+	9,  // 26: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	9,  // 27: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	41, // 28: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
+	31, // 29: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
+	9,  // 30: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
+	42, // 31: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
+	44, // 32: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
+	9,  // 33: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
+	10, // 34: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
+	36, // 35: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
+	6,  // 36: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
+	11, // 37: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
+	13, // 38: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
+	25, // 39: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
+	27, // 40: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
+	29, // 41: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
+	32, // 42: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
+	34, // 43: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
+	11, // 44: amelia.provider.v1.Provider.Preflight:input_type -> amelia.provider.v1.EnsureRunningRequest
+	11, // 45: amelia.provider.v1.Provider.Prepare:input_type -> amelia.provider.v1.EnsureRunningRequest
+	7,  // 46: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
+	12, // 47: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
+	20, // 48: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
+	26, // 49: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
+	28, // 50: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
+	30, // 51: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
+	33, // 52: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
+	35, // 53: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
+	5,  // 54: amelia.provider.v1.Provider.Preflight:output_type -> amelia.provider.v1.PreflightResponse
+	4,  // 55: amelia.provider.v1.Provider.Prepare:output_type -> amelia.provider.v1.PrepareResponse
+	46, // [46:56] is the sub-list for method output_type
+	36, // [36:46] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -2522,7 +2652,7 @@ func file_provider_proto_init() {
 		(*ExecRequest_Cancel)(nil),
 		(*ExecRequest_Resize)(nil),
 	}
-	file_provider_proto_msgTypes[16].OneofWrappers = []any{
+	file_provider_proto_msgTypes[17].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Exit)(nil),
 		(*ExecResponse_StdinAck)(nil),
@@ -2532,8 +2662,8 @@ func file_provider_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   39,
+			NumEnums:      3,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
