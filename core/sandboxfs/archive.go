@@ -1,0 +1,187 @@
+package sandboxfs
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"time"
+
+	"github.com/amelia-sandbox/amelia/core/sandboxfs/fswire"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
+)
+
+// Big files through the provider's own archive copy (sdk.Archiver), where
+// it has one: docker's archive endpoints move a file at docker cp's
+// speed, with no exec stream and no shim pipe in the way. The worker
+// still decides where the file goes and puts it there through its jail:
+//
+//   - In: the worker checks that the file can be written at the
+//     destination and makes a private staging directory (OpStageIn); the
+//     provider unpacks a one-file archive into it, owned by the uid the
+//     worker runs as; the worker renames it into place (OpPlace).
+//   - Out: the worker opens the file through its jail and hard-links that
+//     very file into a private staging directory (OpPack with Stage); the
+//     provider archives the link; the worker removes the staging
+//     directory (OpUnstage).
+//
+// A provider without Archiver, or a sandbox where staging cannot be done
+// (no staging directory, another file system), streams over the worker
+// as before.
+
+// DefaultArchiveMin is the smallest file moved through the provider's
+// archive copy: below it, the two more execs staging takes cost more
+// than the stream saves.
+const DefaultArchiveMin = 32 << 20
+
+// archiveCleanup bounds removing a staging directory once the copy failed
+// or was cancelled.
+const archiveCleanup = 30 * time.Second
+
+// archiver is the provider's archive copy, when f uses one.
+func (f *FS) archiver() sdk.Archiver {
+	if f.Archive == nil || f.Stage == "" {
+		return nil
+	}
+	return f.Archive
+}
+
+func (f *FS) archiveMin() int64 {
+	if f.ArchiveMin > 0 {
+		return f.ArchiveMin
+	}
+	return DefaultArchiveMin
+}
+
+// unsupported reports whether err says the provider has no archive copy.
+func unsupported(err error) bool { return errors.Is(err, sdk.ErrUnsupported) }
+
+// copyFileInByArchive writes the host file in (fi) to dst, through the
+// provider's archive copy. ok is false, nothing written, when the
+// provider or the sandbox cannot: the caller streams it then.
+func (f *FS) copyFileInByArchive(ctx context.Context, ar sdk.Archiver, in *os.File, fi fs.FileInfo, dst, name string) (where string, ok bool, err error) {
+	mode := uint32(fi.Mode().Perm())
+	resp, err := f.call(ctx, fswire.Request{Op: fswire.OpStageIn, Path: dst, Into: name, Mode: mode, Stage: f.Stage}, nil, false, nil)
+	var answer *fswire.Error
+	switch {
+	case errors.As(err, &answer) && answer.Kind == "":
+		return "", false, nil // no staging here (an older worker, no staging directory)
+	case err != nil:
+		return "", true, err
+	case resp.Staged == nil:
+		return "", false, nil
+	}
+	staged := resp.Staged.Name
+	placed := false
+	defer func() {
+		if !placed {
+			f.unstage(ctx, staged)
+		}
+	}()
+	hdr := &tar.Header{
+		Typeflag: tar.TypeReg,
+		Name:     fswire.StagedFile,
+		Size:     fi.Size(),
+		Mode:     0o600,
+		Uid:      resp.Staged.UID,
+		Gid:      resp.Staged.GID,
+		ModTime:  fi.ModTime(),
+		Format:   tar.FormatPAX,
+	}
+	var head bytes.Buffer
+	if err := tar.NewWriter(&head).WriteHeader(hdr); err != nil {
+		return "", true, fmt.Errorf("copy %s: %w", in.Name(), err)
+	}
+	// The archive is the header, the file as it is (read straight into
+	// the data channel's buffer), its padding and the end: no tar writer
+	// copies the bytes on the way.
+	pad := (512 - fi.Size()%512) % 512
+	body := &sizedReader{r: io.LimitReader(in, fi.Size()), want: fi.Size()}
+	archive := io.MultiReader(&head, body, bytes.NewReader(make([]byte, pad+1024)))
+	if err := ar.PutArchive(ctx, f.Exec.SandboxRef(), path.Join(f.Stage, staged), struct{ io.Reader }{archive}); err != nil {
+		if unsupported(err) {
+			return "", false, nil
+		}
+		return "", true, fmt.Errorf("copy %s into the sandbox: %w", in.Name(), err)
+	}
+	if body.err != nil {
+		return "", true, body.err
+	}
+	resp, err = f.call(ctx, fswire.Request{Op: fswire.OpPlace, Path: resp.Path, Mode: mode, Stage: f.Stage, Staged: staged}, nil, false, nil)
+	placed = true // placed, or given up by the worker, which removes the stage either way
+	return resp.Path, true, err
+}
+
+// sizedReader reads want bytes of r and notes when r had fewer (the file
+// shrank while being copied).
+type sizedReader struct {
+	r    io.Reader
+	want int64
+	got  int64
+	err  error
+}
+
+func (s *sizedReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	s.got += int64(n)
+	if err == io.EOF && s.got < s.want {
+		s.err = fmt.Errorf("the file shrank from %d to %d bytes while being copied; copy it again once nothing writes it", s.want, s.got)
+		return n, s.err
+	}
+	return n, err
+}
+
+// unstage removes a staging directory, also once ctx has ended.
+func (f *FS) unstage(ctx context.Context, staged string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), archiveCleanup)
+	defer cancel()
+	_, _ = f.call(ctx, fswire.Request{Op: fswire.OpUnstage, Stage: f.Stage, Staged: staged}, nil, false, nil)
+}
+
+// getStaged writes the file the worker staged (e, in staging directory
+// staged) to the host path target, whole, through the provider's archive
+// copy: the archive must be that one regular file. The caller removes the
+// staging directory.
+func (f *FS) getStaged(ctx context.Context, ar sdk.Archiver, e Entry, staged, target string) (err error) {
+	pr, pw := io.Pipe()
+	got := make(chan error, 1)
+	go func() {
+		err := ar.GetArchive(ctx, f.Exec.SandboxRef(), path.Join(f.Stage, staged, fswire.StagedFile), pw)
+		pw.CloseWithError(err)
+		got <- err
+	}()
+	defer func() {
+		pr.CloseWithError(errAbandoned)
+		if gerr := <-got; err == nil && gerr != nil {
+			err = fmt.Errorf("copy %s out of the sandbox: %w", e.Name, gerr)
+		}
+	}()
+	tr := tar.NewReader(pr)
+	hdr, err := tr.Next()
+	if err != nil {
+		return fmt.Errorf("copy %s out of the sandbox: the provider's archive: %w", e.Name, err)
+	}
+	if hdr.Typeflag != tar.TypeReg || hdr.Name != fswire.StagedFile {
+		return fmt.Errorf("copy %s out of the sandbox: the provider's archive holds %q (type %c), not the staged file; nothing was copied", e.Name, hdr.Name, hdr.Typeflag)
+	}
+	e.Size = hdr.Size
+	if err := writeFileOnHost(tr, e, target, nil); err != nil {
+		return err
+	}
+	return nil
+}
+
+// tempBeside is a new file's name beside target.
+func tempBeside(target string) string {
+	var nb [8]byte
+	_, _ = rand.Read(nb[:])
+	return fswire.TempName(filepath.Dir(target), filepath.Base(target), binary.LittleEndian.Uint64(nb[:]))
+}
