@@ -2,9 +2,11 @@ package main_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -103,9 +105,24 @@ func TestFilesBigOnDocker(t *testing.T) {
 		t.Fatalf("amelia run: exit %d\nstderr: %s", r.code, r.stderr)
 	}
 	h.mustAmelia(t, "sandbox", "cp", "--workflow", "wf", src, ":host.bin")
-	wfStat := strings.Fields(strings.TrimSpace(h.mustAmelia(t, "sandbox", "exec", "--", "sh", "-c", "stat -c '%u %a %s' worktrees/wf/host.bin worktrees/wf/agent.txt").stdout))
-	if len(wfStat) != 6 || wfStat[0] != wfStat[3] || wfStat[0] == user || wfStat[0] == "0" || wfStat[1] != "640" || wfStat[2] != "41943040" {
-		t.Errorf("host.bin and agent.txt: %v; want host.bin the workflow's uid's, as agent.txt, mode 640", wfStat)
+	var entries []struct {
+		Name string `json:"name"`
+		UID  uint32 `json:"uid"`
+		Mode uint32 `json:"mode"`
+		Size int64  `json:"size"`
+	}
+	if err := json.Unmarshal([]byte(h.mustAmelia(t, "sandbox", "ls", "--json", "--workflow", "wf", ".").stdout), &entries); err != nil {
+		t.Fatal(err)
+	}
+	uids := map[string]string{}
+	for _, e := range entries {
+		uids[e.Name] = strconv.Itoa(int(e.UID))
+		if e.Name == "host.bin" && (e.Mode != 0o640 || e.Size != 40<<20) {
+			t.Errorf("host.bin: mode %o, size %d", e.Mode, e.Size)
+		}
+	}
+	if uids["agent.txt"] == "" || uids["host.bin"] != uids["agent.txt"] || uids["host.bin"] == user || uids["host.bin"] == "0" {
+		t.Errorf("owners: %v, the sandbox's user %s; want host.bin the workflow's uid, as agent.txt", uids, user)
 	}
 	wfOut := t.TempDir()
 	h.mustAmelia(t, "sandbox", "cp", "--workflow", "wf", ":host.bin", wfOut)

@@ -176,6 +176,12 @@ func (f *FS) getStaged(ctx context.Context, ar sdk.Archiver, e Entry, staged, ta
 	if err := writeFileOnHost(tr, e, target, nil); err != nil {
 		return err
 	}
+	// The archive's end (and the engine's padding to a whole record)
+	// is read, so that the provider's copy ends well.
+	if _, err := tr.Next(); err != io.EOF {
+		return fmt.Errorf("copy %s out of the sandbox: the provider's archive holds more than the staged file (%v)", e.Name, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(pr, 1<<20))
 	return nil
 }
 

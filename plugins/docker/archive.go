@@ -27,7 +27,7 @@ func (p *Provider) PutArchive(ctx context.Context, ref sdk.SandboxRef, dir strin
 		return err
 	}
 	target := containerRef(ref)
-	_, err = e.cli.CopyToContainer(ctx, target, client.CopyToContainerOptions{DestinationPath: dir, Content: r})
+	_, err = e.cli.CopyToContainer(ctx, target, client.CopyToContainerOptions{DestinationPath: dir, Content: bigChunks{r}})
 	if err != nil {
 		return sandboxError(e.wrap(err, "copy an archive into "+dir+" in container "+target), ref.Name)
 	}
@@ -50,6 +50,17 @@ func (p *Provider) GetArchive(ctx context.Context, ref sdk.SandboxRef, path stri
 		return e.wrap(err, "copy "+path+" out of container "+target)
 	}
 	return nil
+}
+
+// bigChunks is a request body that net/http copies in stdinBuffer
+// pieces (its WriteTo), each one chunk on the wire, rather than io.Copy's
+// 32 KiB.
+type bigChunks struct{ r io.Reader }
+
+func (b bigChunks) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+func (b bigChunks) WriteTo(w io.Writer) (int64, error) {
+	return io.CopyBuffer(writerOnly{w}, readerOnly{b.r}, make([]byte, stdinBuffer))
 }
 
 // readerOnly hides a reader's WriteTo, which would ignore the buffer
