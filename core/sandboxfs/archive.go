@@ -2,7 +2,6 @@ package sandboxfs
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -86,57 +85,21 @@ func (f *FS) copyFileInByArchive(ctx context.Context, ar sdk.Archiver, in *os.Fi
 			f.unstage(ctx, staged)
 		}
 	}()
-	hdr := &tar.Header{
-		Typeflag: tar.TypeReg,
-		Name:     fswire.StagedFile,
-		Size:     fi.Size(),
-		Mode:     0o600,
-		Uid:      resp.Staged.UID,
-		Gid:      resp.Staged.GID,
-		ModTime:  fi.ModTime(),
-		Format:   tar.FormatPAX,
+	// A one-file archive of the file as it is (no tar writer copies its
+	// bytes); through a plugin, the plugin reads the file itself.
+	archive := &sdk.FileArchive{
+		Name: fswire.StagedFile, Mode: 0o600, UID: resp.Staged.UID, GID: resp.Staged.GID,
+		ModTime: fi.ModTime(), Size: fi.Size(), Body: in,
 	}
-	var head bytes.Buffer
-	if err := tar.NewWriter(&head).WriteHeader(hdr); err != nil {
-		return "", true, fmt.Errorf("copy %s: %w", in.Name(), err)
-	}
-	// The archive is the header, the file as it is (read straight into
-	// the data channel's buffer), its padding and the end: no tar writer
-	// copies the bytes on the way.
-	pad := (512 - fi.Size()%512) % 512
-	body := &sizedReader{r: io.LimitReader(in, fi.Size()), want: fi.Size()}
-	archive := io.MultiReader(&head, body, bytes.NewReader(make([]byte, pad+1024)))
-	if err := ar.PutArchive(ctx, f.Exec.SandboxRef(), path.Join(f.Stage, staged), struct{ io.Reader }{archive}); err != nil {
-		if unsupported(err) {
-			return "", false, nil
+	if err := ar.PutArchive(ctx, f.Exec.SandboxRef(), path.Join(f.Stage, staged), archive); err != nil {
+		if _, serr := in.Seek(0, io.SeekStart); unsupported(err) && serr == nil {
+			return "", false, nil // streamed instead, from the start
 		}
 		return "", true, fmt.Errorf("copy %s into the sandbox: %w", in.Name(), err)
-	}
-	if body.err != nil {
-		return "", true, body.err
 	}
 	resp, err = f.call(ctx, fswire.Request{Op: fswire.OpPlace, Path: resp.Path, Mode: mode, Stage: f.Stage, Staged: staged}, nil, false, nil)
 	placed = true // placed, or given up by the worker, which removes the stage either way
 	return resp.Path, true, err
-}
-
-// sizedReader reads want bytes of r and notes when r had fewer (the file
-// shrank while being copied).
-type sizedReader struct {
-	r    io.Reader
-	want int64
-	got  int64
-	err  error
-}
-
-func (s *sizedReader) Read(p []byte) (int, error) {
-	n, err := s.r.Read(p)
-	s.got += int64(n)
-	if err == io.EOF && s.got < s.want {
-		s.err = fmt.Errorf("the file shrank from %d to %d bytes while being copied; copy it again once nothing writes it", s.want, s.got)
-		return n, s.err
-	}
-	return n, err
 }
 
 // unstage removes a staging directory, also once ctx has ended.

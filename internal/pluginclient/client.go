@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -174,9 +175,26 @@ func (c *Client) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) 
 // PutArchive asks the provider's Archiver to unpack the tar stream r into
 // dir; a provider without one gives ErrUnsupported. It rides an exec
 // stream, so its bytes go over the data channel as an exec's do.
+// An *sdk.FileArchive goes as its file's bytes, and a Body that is a
+// regular *os.File as the file itself, which the plugin reads: its bytes
+// do not pass through this process.
 func (c *Client) PutArchive(ctx context.Context, ref sdk.SandboxRef, dir string, r io.Reader) error {
-	return c.archive(ctx, ref, &pb.Archive{Op: pb.Archive_ARCHIVE_PUT, Path: dir}, sdk.ExecIO{Stdin: r})
+	a := &pb.Archive{Op: pb.Archive_ARCHIVE_PUT, Path: dir}
+	if fa, ok := r.(*sdk.FileArchive); ok && fa.Body != nil {
+		a.File = &pb.ArchiveFile{Name: fa.Name, Mode: uint32(fa.Mode.Perm()), Uid: int64(fa.UID), Gid: int64(fa.GID), MtimeUnixNano: fa.ModTime.UnixNano(), Size: fa.Size}
+		r = io.LimitReader(fa.Body, fa.Size)
+		if f, ok := fa.Body.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+				r = passFile{f}
+			}
+		}
+	}
+	return c.archive(ctx, ref, a, sdk.ExecIO{Stdin: r})
 }
+
+// passFile is an exec's stdin to pass to the plugin as the file it is,
+// over the data channel; failing that, it is read and sent.
+type passFile struct{ *os.File }
 
 // GetArchive asks the provider's Archiver for a tar stream of path,
 // written to w; a provider without one gives ErrUnsupported.
@@ -214,7 +232,11 @@ func (c *Client) exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO, 
 	// gRPC.
 	var data *hostPipes
 	if c.data.Usable() {
-		if data, err = openPipes(c.data, eio, &c.bufs); err == nil {
+		var in *os.File
+		if pf, ok := eio.Stdin.(passFile); ok {
+			in = pf.File
+		}
+		if data, err = openPipesWith(c.data, in, eio, &c.bufs); err == nil {
 			startPB.Data = data.startPB()
 			data.run(eio, abort)
 			defer data.end()

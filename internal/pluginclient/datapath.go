@@ -39,7 +39,20 @@ var outNames = [2]string{"stdout", "stderr"}
 // openPipes makes the pipes an exec with eio needs and passes the
 // plugin's ends to it on h.
 func openPipes(h *datachan.Host, eio sdk.ExecIO, bufs *sync.Pool) (*hostPipes, error) {
-	id, ends, err := h.Open(eio.Stdin != nil, eio.Stdout != nil, eio.Stderr != nil)
+	return openPipesWith(h, nil, eio, bufs)
+}
+
+// openPipesWith is openPipes with the file in, if not nil, passed to the
+// plugin as the exec's stdin itself (eio.Stdin is not read).
+func openPipesWith(h *datachan.Host, in *os.File, eio sdk.ExecIO, bufs *sync.Pool) (*hostPipes, error) {
+	var id uint64
+	var ends datachan.Ends
+	var err error
+	if in != nil {
+		id, ends, err = h.OpenFile(in, eio.Stdout != nil, eio.Stderr != nil)
+	} else {
+		id, ends, err = h.Open(eio.Stdin != nil, eio.Stdout != nil, eio.Stderr != nil)
+	}
 	if err != nil {
 		return nil, err
 	}

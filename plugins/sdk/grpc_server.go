@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/netip"
 	"path"
@@ -492,6 +493,13 @@ func (s *server) archive(ctx context.Context, ref SandboxRef, a *pb.Archive, eio
 	case pb.Archive_ARCHIVE_PUT:
 		if eio.Stdin == nil {
 			return Errorf(ErrInvalid, "an archive put needs its tar stream on stdin")
+		}
+		if f := a.GetFile(); f != nil {
+			// Stdin is the file's bytes: the provider gets its tar stream.
+			return ar.PutArchive(ctx, ref, p, &FileArchive{
+				Name: f.GetName(), Mode: fs.FileMode(f.GetMode()).Perm(), UID: int(f.GetUid()), GID: int(f.GetGid()),
+				ModTime: time.Unix(0, f.GetMtimeUnixNano()), Size: f.GetSize(), Body: eio.Stdin,
+			})
 		}
 		return ar.PutArchive(ctx, ref, p, eio.Stdin)
 	case pb.Archive_ARCHIVE_GET:

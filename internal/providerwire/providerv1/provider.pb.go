@@ -1145,7 +1145,12 @@ type Archive struct {
 	Op    Archive_Op             `protobuf:"varint,1,opt,name=op,proto3,enum=amelia.provider.v1.Archive_Op" json:"op,omitempty"`
 	// Absolute in the sandbox: the directory to unpack into (PUT), or what
 	// to pack (GET).
-	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Set on a PUT of one regular file (sdk.FileArchive): stdin is then that
+	// file's bytes (size of them), not a tar stream, and the plugin's SDK
+	// makes the one-entry tar stream its provider is given. Over the data
+	// channel, the host may pass the file itself as the stdin descriptor.
+	File          *ArchiveFile `protobuf:"bytes,3,opt,name=file,proto3" json:"file,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1194,6 +1199,98 @@ func (x *Archive) GetPath() string {
 	return ""
 }
 
+func (x *Archive) GetFile() *ArchiveFile {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+// ArchiveFile is the tar header of a one-file archive.
+type ArchiveFile struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mode          uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid           int64                  `protobuf:"varint,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid           int64                  `protobuf:"varint,4,opt,name=gid,proto3" json:"gid,omitempty"`
+	MtimeUnixNano int64                  `protobuf:"varint,5,opt,name=mtime_unix_nano,json=mtimeUnixNano,proto3" json:"mtime_unix_nano,omitempty"`
+	Size          int64                  `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchiveFile) Reset() {
+	*x = ArchiveFile{}
+	mi := &file_provider_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchiveFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchiveFile) ProtoMessage() {}
+
+func (x *ArchiveFile) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchiveFile.ProtoReflect.Descriptor instead.
+func (*ArchiveFile) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ArchiveFile) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ArchiveFile) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *ArchiveFile) GetUid() int64 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *ArchiveFile) GetGid() int64 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
+}
+
+func (x *ArchiveFile) GetMtimeUnixNano() int64 {
+	if x != nil {
+		return x.MtimeUnixNano
+	}
+	return 0
+}
+
+func (x *ArchiveFile) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 // DataStreams names an exec's streams on the data channel: a unix socket
 // pair that the host makes and hands to the plugin process at start as the
 // file descriptor named by the environment variable
@@ -1227,7 +1324,7 @@ type DataStreams struct {
 
 func (x *DataStreams) Reset() {
 	*x = DataStreams{}
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_provider_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1336,7 @@ func (x *DataStreams) String() string {
 func (*DataStreams) ProtoMessage() {}
 
 func (x *DataStreams) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_provider_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1349,7 @@ func (x *DataStreams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataStreams.ProtoReflect.Descriptor instead.
 func (*DataStreams) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{13}
+	return file_provider_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DataStreams) GetId() uint64 {
@@ -1284,7 +1381,7 @@ type StdinEOF struct {
 
 func (x *StdinEOF) Reset() {
 	*x = StdinEOF{}
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1393,7 @@ func (x *StdinEOF) String() string {
 func (*StdinEOF) ProtoMessage() {}
 
 func (x *StdinEOF) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1406,7 @@ func (x *StdinEOF) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinEOF.ProtoReflect.Descriptor instead.
 func (*StdinEOF) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{14}
+	return file_provider_proto_rawDescGZIP(), []int{15}
 }
 
 // Cancel asks the server to stop the process tree: SIGTERM, then SIGKILL after
@@ -1322,7 +1419,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1431,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1444,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{15}
+	return file_provider_proto_rawDescGZIP(), []int{16}
 }
 
 type TermSize struct {
@@ -1360,7 +1457,7 @@ type TermSize struct {
 
 func (x *TermSize) Reset() {
 	*x = TermSize{}
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +1469,7 @@ func (x *TermSize) String() string {
 func (*TermSize) ProtoMessage() {}
 
 func (x *TermSize) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1482,7 @@ func (x *TermSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TermSize.ProtoReflect.Descriptor instead.
 func (*TermSize) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{16}
+	return file_provider_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TermSize) GetRows() uint32 {
@@ -1416,7 +1513,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1525,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1538,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{17}
+	return file_provider_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExecResponse) GetMsg() isExecResponse_Msg {
@@ -1511,7 +1608,7 @@ type StdinAck struct {
 
 func (x *StdinAck) Reset() {
 	*x = StdinAck{}
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1620,7 @@ func (x *StdinAck) String() string {
 func (*StdinAck) ProtoMessage() {}
 
 func (x *StdinAck) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1633,7 @@ func (x *StdinAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinAck.ProtoReflect.Descriptor instead.
 func (*StdinAck) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{18}
+	return file_provider_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StdinAck) GetBytes() uint64 {
@@ -1556,7 +1653,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1665,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1678,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{19}
+	return file_provider_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Output) GetStream() Stream {
@@ -1618,7 +1715,7 @@ type ExitStatus struct {
 
 func (x *ExitStatus) Reset() {
 	*x = ExitStatus{}
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1727,7 @@ func (x *ExitStatus) String() string {
 func (*ExitStatus) ProtoMessage() {}
 
 func (x *ExitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1740,7 @@ func (x *ExitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitStatus.ProtoReflect.Descriptor instead.
 func (*ExitStatus) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{20}
+	return file_provider_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExitStatus) GetCode() int32 {
@@ -1691,7 +1788,7 @@ type DataSent struct {
 
 func (x *DataSent) Reset() {
 	*x = DataSent{}
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +1800,7 @@ func (x *DataSent) String() string {
 func (*DataSent) ProtoMessage() {}
 
 func (x *DataSent) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +1813,7 @@ func (x *DataSent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataSent.ProtoReflect.Descriptor instead.
 func (*DataSent) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{21}
+	return file_provider_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DataSent) GetStdout() uint64 {
@@ -1742,7 +1839,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +1851,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +1864,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{22}
+	return file_provider_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TeardownRequest) GetRef() *SandboxRef {
@@ -1785,7 +1882,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1894,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +1907,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{23}
+	return file_provider_proto_rawDescGZIP(), []int{24}
 }
 
 type HealthCheckRequest struct {
@@ -1822,7 +1919,7 @@ type HealthCheckRequest struct {
 
 func (x *HealthCheckRequest) Reset() {
 	*x = HealthCheckRequest{}
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1931,7 @@ func (x *HealthCheckRequest) String() string {
 func (*HealthCheckRequest) ProtoMessage() {}
 
 func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +1944,7 @@ func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckRequest.ProtoReflect.Descriptor instead.
 func (*HealthCheckRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{24}
+	return file_provider_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HealthCheckRequest) GetRef() *SandboxRef {
@@ -1868,7 +1965,7 @@ type HealthCheckResponse struct {
 
 func (x *HealthCheckResponse) Reset() {
 	*x = HealthCheckResponse{}
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +1977,7 @@ func (x *HealthCheckResponse) String() string {
 func (*HealthCheckResponse) ProtoMessage() {}
 
 func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +1990,7 @@ func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckResponse.ProtoReflect.Descriptor instead.
 func (*HealthCheckResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{25}
+	return file_provider_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HealthCheckResponse) GetState() string {
@@ -1922,7 +2019,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2031,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2044,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{26}
+	return file_provider_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListRequest) GetConfig() []byte {
@@ -1973,7 +2070,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2082,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2095,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{27}
+	return file_provider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListResponse) GetSandboxes() []*ListedSandbox {
@@ -2024,7 +2121,7 @@ type ListedSandbox struct {
 
 func (x *ListedSandbox) Reset() {
 	*x = ListedSandbox{}
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2133,7 @@ func (x *ListedSandbox) String() string {
 func (*ListedSandbox) ProtoMessage() {}
 
 func (x *ListedSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2146,7 @@ func (x *ListedSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListedSandbox.ProtoReflect.Descriptor instead.
 func (*ListedSandbox) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{28}
+	return file_provider_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListedSandbox) GetRef() *SandboxRef {
@@ -2091,7 +2188,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_provider_proto_msgTypes[29]
+	mi := &file_provider_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2200,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[29]
+	mi := &file_provider_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2213,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{29}
+	return file_provider_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ForwardRequest) GetSandbox() *SandboxRef {
@@ -2143,7 +2240,7 @@ type ForwardEvent struct {
 
 func (x *ForwardEvent) Reset() {
 	*x = ForwardEvent{}
-	mi := &file_provider_proto_msgTypes[30]
+	mi := &file_provider_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2252,7 @@ func (x *ForwardEvent) String() string {
 func (*ForwardEvent) ProtoMessage() {}
 
 func (x *ForwardEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[30]
+	mi := &file_provider_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2265,7 @@ func (x *ForwardEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardEvent.ProtoReflect.Descriptor instead.
 func (*ForwardEvent) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{30}
+	return file_provider_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ForwardEvent) GetListening() string {
@@ -2190,7 +2287,7 @@ type ValidateSettingsRequest struct {
 
 func (x *ValidateSettingsRequest) Reset() {
 	*x = ValidateSettingsRequest{}
-	mi := &file_provider_proto_msgTypes[31]
+	mi := &file_provider_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2202,7 +2299,7 @@ func (x *ValidateSettingsRequest) String() string {
 func (*ValidateSettingsRequest) ProtoMessage() {}
 
 func (x *ValidateSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[31]
+	mi := &file_provider_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2215,7 +2312,7 @@ func (x *ValidateSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateSettingsRequest.ProtoReflect.Descriptor instead.
 func (*ValidateSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{31}
+	return file_provider_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ValidateSettingsRequest) GetConfig() []byte {
@@ -2241,7 +2338,7 @@ type ValidateSettingsResponse struct {
 
 func (x *ValidateSettingsResponse) Reset() {
 	*x = ValidateSettingsResponse{}
-	mi := &file_provider_proto_msgTypes[32]
+	mi := &file_provider_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2350,7 @@ func (x *ValidateSettingsResponse) String() string {
 func (*ValidateSettingsResponse) ProtoMessage() {}
 
 func (x *ValidateSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[32]
+	mi := &file_provider_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2363,7 @@ func (x *ValidateSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateSettingsResponse.ProtoReflect.Descriptor instead.
 func (*ValidateSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{32}
+	return file_provider_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ValidateSettingsResponse) GetProblems() []*SettingsProblem {
@@ -2293,7 +2390,7 @@ type SettingsProblem struct {
 
 func (x *SettingsProblem) Reset() {
 	*x = SettingsProblem{}
-	mi := &file_provider_proto_msgTypes[33]
+	mi := &file_provider_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2402,7 @@ func (x *SettingsProblem) String() string {
 func (*SettingsProblem) ProtoMessage() {}
 
 func (x *SettingsProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[33]
+	mi := &file_provider_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2415,7 @@ func (x *SettingsProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettingsProblem.ProtoReflect.Descriptor instead.
 func (*SettingsProblem) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{33}
+	return file_provider_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SettingsProblem) GetKey() string {
@@ -2420,14 +2517,22 @@ const file_provider_proto_rawDesc = "" +
 	"\aarchive\x18\r \x01(\v2\x1b.amelia.provider.v1.ArchiveR\aarchive\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc3\x01\n" +
 	"\aArchive\x12.\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x1e.amelia.provider.v1.Archive.OpR\x02op\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"?\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x123\n" +
+	"\x04file\x18\x03 \x01(\v2\x1f.amelia.provider.v1.ArchiveFileR\x04file\"?\n" +
 	"\x02Op\x12\x17\n" +
 	"\x13ARCHIVE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vARCHIVE_PUT\x10\x01\x12\x0f\n" +
-	"\vARCHIVE_GET\x10\x02\"M\n" +
+	"\vARCHIVE_GET\x10\x02\"\x95\x01\n" +
+	"\vArchiveFile\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\x03R\x03uid\x12\x10\n" +
+	"\x03gid\x18\x04 \x01(\x03R\x03gid\x12&\n" +
+	"\x0fmtime_unix_nano\x18\x05 \x01(\x03R\rmtimeUnixNano\x12\x12\n" +
+	"\x04size\x18\x06 \x01(\x03R\x04size\"M\n" +
 	"\vDataStreams\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06stdout\x18\x02 \x01(\bR\x06stdout\x12\x16\n" +
@@ -2528,7 +2633,7 @@ func file_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_provider_proto_goTypes = []any{
 	(Traffic)(0),                     // 0: amelia.provider.v1.Traffic
 	(Stream)(0),                      // 1: amelia.provider.v1.Stream
@@ -2546,98 +2651,100 @@ var file_provider_proto_goTypes = []any{
 	(*ExecRequest)(nil),              // 13: amelia.provider.v1.ExecRequest
 	(*ExecStart)(nil),                // 14: amelia.provider.v1.ExecStart
 	(*Archive)(nil),                  // 15: amelia.provider.v1.Archive
-	(*DataStreams)(nil),              // 16: amelia.provider.v1.DataStreams
-	(*StdinEOF)(nil),                 // 17: amelia.provider.v1.StdinEOF
-	(*Cancel)(nil),                   // 18: amelia.provider.v1.Cancel
-	(*TermSize)(nil),                 // 19: amelia.provider.v1.TermSize
-	(*ExecResponse)(nil),             // 20: amelia.provider.v1.ExecResponse
-	(*StdinAck)(nil),                 // 21: amelia.provider.v1.StdinAck
-	(*Output)(nil),                   // 22: amelia.provider.v1.Output
-	(*ExitStatus)(nil),               // 23: amelia.provider.v1.ExitStatus
-	(*DataSent)(nil),                 // 24: amelia.provider.v1.DataSent
-	(*TeardownRequest)(nil),          // 25: amelia.provider.v1.TeardownRequest
-	(*TeardownResponse)(nil),         // 26: amelia.provider.v1.TeardownResponse
-	(*HealthCheckRequest)(nil),       // 27: amelia.provider.v1.HealthCheckRequest
-	(*HealthCheckResponse)(nil),      // 28: amelia.provider.v1.HealthCheckResponse
-	(*ListRequest)(nil),              // 29: amelia.provider.v1.ListRequest
-	(*ListResponse)(nil),             // 30: amelia.provider.v1.ListResponse
-	(*ListedSandbox)(nil),            // 31: amelia.provider.v1.ListedSandbox
-	(*ForwardRequest)(nil),           // 32: amelia.provider.v1.ForwardRequest
-	(*ForwardEvent)(nil),             // 33: amelia.provider.v1.ForwardEvent
-	(*ValidateSettingsRequest)(nil),  // 34: amelia.provider.v1.ValidateSettingsRequest
-	(*ValidateSettingsResponse)(nil), // 35: amelia.provider.v1.ValidateSettingsResponse
-	(*SettingsProblem)(nil),          // 36: amelia.provider.v1.SettingsProblem
-	nil,                              // 37: amelia.provider.v1.PrepareResponse.DetailsEntry
-	nil,                              // 38: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	nil,                              // 39: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	nil,                              // 40: amelia.provider.v1.ExecStart.EnvEntry
-	nil,                              // 41: amelia.provider.v1.ListRequest.LabelsEntry
-	nil,                              // 42: amelia.provider.v1.ListedSandbox.LabelsEntry
-	(*durationpb.Duration)(nil),      // 43: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 44: google.protobuf.Timestamp
+	(*ArchiveFile)(nil),              // 16: amelia.provider.v1.ArchiveFile
+	(*DataStreams)(nil),              // 17: amelia.provider.v1.DataStreams
+	(*StdinEOF)(nil),                 // 18: amelia.provider.v1.StdinEOF
+	(*Cancel)(nil),                   // 19: amelia.provider.v1.Cancel
+	(*TermSize)(nil),                 // 20: amelia.provider.v1.TermSize
+	(*ExecResponse)(nil),             // 21: amelia.provider.v1.ExecResponse
+	(*StdinAck)(nil),                 // 22: amelia.provider.v1.StdinAck
+	(*Output)(nil),                   // 23: amelia.provider.v1.Output
+	(*ExitStatus)(nil),               // 24: amelia.provider.v1.ExitStatus
+	(*DataSent)(nil),                 // 25: amelia.provider.v1.DataSent
+	(*TeardownRequest)(nil),          // 26: amelia.provider.v1.TeardownRequest
+	(*TeardownResponse)(nil),         // 27: amelia.provider.v1.TeardownResponse
+	(*HealthCheckRequest)(nil),       // 28: amelia.provider.v1.HealthCheckRequest
+	(*HealthCheckResponse)(nil),      // 29: amelia.provider.v1.HealthCheckResponse
+	(*ListRequest)(nil),              // 30: amelia.provider.v1.ListRequest
+	(*ListResponse)(nil),             // 31: amelia.provider.v1.ListResponse
+	(*ListedSandbox)(nil),            // 32: amelia.provider.v1.ListedSandbox
+	(*ForwardRequest)(nil),           // 33: amelia.provider.v1.ForwardRequest
+	(*ForwardEvent)(nil),             // 34: amelia.provider.v1.ForwardEvent
+	(*ValidateSettingsRequest)(nil),  // 35: amelia.provider.v1.ValidateSettingsRequest
+	(*ValidateSettingsResponse)(nil), // 36: amelia.provider.v1.ValidateSettingsResponse
+	(*SettingsProblem)(nil),          // 37: amelia.provider.v1.SettingsProblem
+	nil,                              // 38: amelia.provider.v1.PrepareResponse.DetailsEntry
+	nil,                              // 39: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	nil,                              // 40: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	nil,                              // 41: amelia.provider.v1.ExecStart.EnvEntry
+	nil,                              // 42: amelia.provider.v1.ListRequest.LabelsEntry
+	nil,                              // 43: amelia.provider.v1.ListedSandbox.LabelsEntry
+	(*durationpb.Duration)(nil),      // 44: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 45: google.protobuf.Timestamp
 }
 var file_provider_proto_depIdxs = []int32{
-	37, // 0: amelia.provider.v1.PrepareResponse.details:type_name -> amelia.provider.v1.PrepareResponse.DetailsEntry
+	38, // 0: amelia.provider.v1.PrepareResponse.details:type_name -> amelia.provider.v1.PrepareResponse.DetailsEntry
 	8,  // 1: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
 	9,  // 2: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
 	10, // 3: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	38, // 4: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	39, // 4: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
 	3,  // 5: amelia.provider.v1.EnsureRunningRequest.setup:type_name -> amelia.provider.v1.SetupCommand
 	9,  // 6: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
-	39, // 7: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	40, // 7: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
 	14, // 8: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
-	17, // 9: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
-	18, // 10: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
-	19, // 11: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
+	18, // 9: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
+	19, // 10: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
+	20, // 11: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
 	9,  // 12: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	40, // 13: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
-	19, // 14: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
-	43, // 15: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
-	43, // 16: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
-	16, // 17: amelia.provider.v1.ExecStart.data:type_name -> amelia.provider.v1.DataStreams
+	41, // 13: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
+	20, // 14: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
+	44, // 15: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
+	44, // 16: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	17, // 17: amelia.provider.v1.ExecStart.data:type_name -> amelia.provider.v1.DataStreams
 	0,  // 18: amelia.provider.v1.ExecStart.traffic:type_name -> amelia.provider.v1.Traffic
 	15, // 19: amelia.provider.v1.ExecStart.archive:type_name -> amelia.provider.v1.Archive
 	2,  // 20: amelia.provider.v1.Archive.op:type_name -> amelia.provider.v1.Archive.Op
-	22, // 21: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
-	23, // 22: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
-	21, // 23: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
-	1,  // 24: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
-	24, // 25: amelia.provider.v1.ExitStatus.data_sent:type_name -> amelia.provider.v1.DataSent
-	9,  // 26: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	9,  // 27: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	41, // 28: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
-	31, // 29: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
-	9,  // 30: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
-	42, // 31: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
-	44, // 32: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
-	9,  // 33: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	10, // 34: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	36, // 35: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
-	6,  // 36: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
-	11, // 37: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
-	13, // 38: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
-	25, // 39: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
-	27, // 40: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
-	29, // 41: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
-	32, // 42: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
-	34, // 43: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
-	11, // 44: amelia.provider.v1.Provider.Preflight:input_type -> amelia.provider.v1.EnsureRunningRequest
-	11, // 45: amelia.provider.v1.Provider.Prepare:input_type -> amelia.provider.v1.EnsureRunningRequest
-	7,  // 46: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
-	12, // 47: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
-	20, // 48: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
-	26, // 49: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
-	28, // 50: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
-	30, // 51: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
-	33, // 52: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
-	35, // 53: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
-	5,  // 54: amelia.provider.v1.Provider.Preflight:output_type -> amelia.provider.v1.PreflightResponse
-	4,  // 55: amelia.provider.v1.Provider.Prepare:output_type -> amelia.provider.v1.PrepareResponse
-	46, // [46:56] is the sub-list for method output_type
-	36, // [36:46] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	16, // 21: amelia.provider.v1.Archive.file:type_name -> amelia.provider.v1.ArchiveFile
+	23, // 22: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
+	24, // 23: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
+	22, // 24: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
+	1,  // 25: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
+	25, // 26: amelia.provider.v1.ExitStatus.data_sent:type_name -> amelia.provider.v1.DataSent
+	9,  // 27: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	9,  // 28: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	42, // 29: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
+	32, // 30: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
+	9,  // 31: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
+	43, // 32: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
+	45, // 33: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
+	9,  // 34: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
+	10, // 35: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
+	37, // 36: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
+	6,  // 37: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
+	11, // 38: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
+	13, // 39: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
+	26, // 40: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
+	28, // 41: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
+	30, // 42: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
+	33, // 43: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
+	35, // 44: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
+	11, // 45: amelia.provider.v1.Provider.Preflight:input_type -> amelia.provider.v1.EnsureRunningRequest
+	11, // 46: amelia.provider.v1.Provider.Prepare:input_type -> amelia.provider.v1.EnsureRunningRequest
+	7,  // 47: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
+	12, // 48: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
+	21, // 49: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
+	27, // 50: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
+	29, // 51: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
+	31, // 52: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
+	34, // 53: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
+	36, // 54: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
+	5,  // 55: amelia.provider.v1.Provider.Preflight:output_type -> amelia.provider.v1.PreflightResponse
+	4,  // 56: amelia.provider.v1.Provider.Prepare:output_type -> amelia.provider.v1.PrepareResponse
+	47, // [47:57] is the sub-list for method output_type
+	37, // [37:47] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -2652,7 +2759,7 @@ func file_provider_proto_init() {
 		(*ExecRequest_Cancel)(nil),
 		(*ExecRequest_Resize)(nil),
 	}
-	file_provider_proto_msgTypes[17].OneofWrappers = []any{
+	file_provider_proto_msgTypes[18].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Exit)(nil),
 		(*ExecResponse_StdinAck)(nil),
@@ -2663,7 +2770,7 @@ func file_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
