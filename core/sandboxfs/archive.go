@@ -1,7 +1,6 @@
 package sandboxfs
 
 import (
-	"archive/tar"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -113,39 +112,41 @@ func (f *FS) unstage(ctx context.Context, staged string) {
 // staged) to the host path target, whole, through the provider's archive
 // copy: the archive must be that one regular file. The caller removes the
 // staging directory.
-func (f *FS) getStaged(ctx context.Context, ar sdk.Archiver, e Entry, staged, target string) (err error) {
-	pr, pw := io.Pipe()
-	got := make(chan error, 1)
-	go func() {
-		err := ar.GetArchive(ctx, f.Exec.SandboxRef(), path.Join(f.Stage, staged, fswire.StagedFile), pw)
-		pw.CloseWithError(err)
-		got <- err
-	}()
-	defer func() {
-		pr.CloseWithError(errAbandoned)
-		if gerr := <-got; err == nil && gerr != nil {
-			err = fmt.Errorf("copy %s out of the sandbox: %w", e.Name, gerr)
-		}
-	}()
-	tr := tar.NewReader(pr)
-	hdr, err := tr.Next()
+func (f *FS) getStaged(ctx context.Context, ar sdk.Archiver, e Entry, staged, target string) error {
+	if fi, err := os.Lstat(target); err == nil && fi.IsDir() {
+		return fmt.Errorf("cannot write %s: it is a directory on this host; name a file, or copy into the directory", target)
+	}
+	tmp := tempBeside(target)
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return fmt.Errorf("copy %s out of the sandbox: the provider's archive: %w", e.Name, err)
+		return hostError("write", target, err)
 	}
-	if hdr.Typeflag != tar.TypeReg || hdr.Name != fswire.StagedFile {
-		return fmt.Errorf("copy %s out of the sandbox: the provider's archive holds %q (type %c), not the staged file; nothing was copied", e.Name, hdr.Name, hdr.Typeflag)
+	// Through a plugin, the plugin takes the file out of the archive and
+	// writes it to out itself.
+	x := &sdk.FileFromArchive{Name: fswire.StagedFile, File: out}
+	err = ar.GetArchive(ctx, f.Exec.SandboxRef(), path.Join(f.Stage, staged, fswire.StagedFile), x)
+	if cerr := x.Close(); err == nil && cerr != nil {
+		err = cerr
 	}
-	e.Size = hdr.Size
-	if err := writeFileOnHost(tr, e, target, nil); err != nil {
-		return err
+	if err != nil {
+		err = fmt.Errorf("copy %s out of the sandbox: %w", e.Name, err)
 	}
-	// The archive's end (and the engine's padding to a whole record)
-	// is read, so that the provider's copy ends well.
-	if _, err := tr.Next(); err != io.EOF {
-		return fmt.Errorf("copy %s out of the sandbox: the provider's archive holds more than the staged file (%v)", e.Name, err)
+	if err == nil {
+		err = out.Chmod(e.FileMode().Perm())
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(pr, 1<<20))
-	return nil
+	if cerr := out.Close(); err == nil && cerr != nil {
+		err = hostError("write", target, cerr)
+	}
+	if err == nil {
+		_ = os.Chtimes(tmp, e.MTime, e.MTime)
+		if rerr := os.Rename(tmp, target); rerr != nil {
+			err = hostError("write", target, rerr)
+		}
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }
 
 // tempBeside is a new file's name beside target.

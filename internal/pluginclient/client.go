@@ -1,6 +1,7 @@
 package pluginclient
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
@@ -198,8 +199,29 @@ type passFile struct{ *os.File }
 
 // GetArchive asks the provider's Archiver for a tar stream of path,
 // written to w; a provider without one gives ErrUnsupported.
+// An *sdk.FileFromArchive whose File is a regular *os.File, over the data
+// channel, goes to the plugin as the file itself, which the plugin's SDK
+// writes the one file's bytes to: they do not pass through this process.
 func (c *Client) GetArchive(ctx context.Context, ref sdk.SandboxRef, path string, w io.Writer) error {
-	return c.archive(ctx, ref, &pb.Archive{Op: pb.Archive_ARCHIVE_GET, Path: path}, sdk.ExecIO{Stdout: w})
+	a := &pb.Archive{Op: pb.Archive_ARCHIVE_GET, Path: path}
+	if x, ok := w.(*sdk.FileFromArchive); ok && c.data.Usable() {
+		if f, ok := x.File.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+				start, serr := f.Seek(0, io.SeekCurrent)
+				a.File = &pb.ArchiveFile{Name: x.Name}
+				if err := c.archive(ctx, ref, a, sdk.ExecIO{Stdout: passFile{f}}); err != nil {
+					return err
+				}
+				end, eerr := f.Seek(0, io.SeekCurrent)
+				if serr != nil || eerr != nil {
+					return fmt.Errorf("archive get %s: cannot tell how much was written to %s", path, f.Name())
+				}
+				x.Passed(&tar.Header{Typeflag: tar.TypeReg, Name: x.Name, Size: end - start})
+				return nil
+			}
+		}
+	}
+	return c.archive(ctx, ref, a, sdk.ExecIO{Stdout: w})
 }
 
 func (c *Client) archive(ctx context.Context, ref sdk.SandboxRef, a *pb.Archive, eio sdk.ExecIO) error {
@@ -232,11 +254,14 @@ func (c *Client) exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO, 
 	// gRPC.
 	var data *hostPipes
 	if c.data.Usable() {
-		var in *os.File
+		var in, out *os.File
 		if pf, ok := eio.Stdin.(passFile); ok {
 			in = pf.File
 		}
-		if data, err = openPipesWith(c.data, in, eio, &c.bufs); err == nil {
+		if pf, ok := eio.Stdout.(passFile); ok {
+			out = pf.File
+		}
+		if data, err = openPipesWith(c.data, in, out, eio, &c.bufs); err == nil {
 			startPB.Data = data.startPB()
 			data.run(eio, abort)
 			defer data.end()

@@ -3,6 +3,7 @@ package sdk
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -81,4 +82,86 @@ func (s *sizedBody) Read(p []byte) (int, error) {
 		return n, s.a.err
 	}
 	return n, err
+}
+
+// FileFromArchive is what a host gives Archiver.GetArchive to take one
+// regular file out of the tar stream the provider writes: it takes the
+// stream, which must hold exactly that file, named Name, and writes only
+// the file's bytes to File. Close waits for the stream's end and says
+// whether it was such an archive; Header is then the file's. Through a
+// plugin, the plugin's SDK takes the file out of the stream, and a File
+// that is an *os.File goes to the plugin process as it is, over the data
+// channel, which writes there: the bytes do not pass through the host.
+type FileFromArchive struct {
+	Name string
+	File io.Writer
+	// Header is the file's, once Close returned nil.
+	Header *tar.Header
+
+	pw     *io.PipeWriter
+	done   chan error
+	passed bool
+}
+
+// Passed records that a transport had the file written without this
+// writer (a plugin took it out of the stream and wrote File itself):
+// Close then returns nil at once, and Header is h.
+func (x *FileFromArchive) Passed(h *tar.Header) {
+	x.passed, x.Header = true, h
+}
+
+func (x *FileFromArchive) start() {
+	if x.pw != nil {
+		return
+	}
+	pr, pw := io.Pipe()
+	x.pw, x.done = pw, make(chan error, 1)
+	go func() {
+		err := x.extract(pr)
+		pr.CloseWithError(errNotTheFile)
+		x.done <- err
+	}()
+}
+
+var errNotTheFile = errors.New("the archive holds more than the one file")
+
+func (x *FileFromArchive) extract(r io.Reader) error {
+	tr := tar.NewReader(r)
+	h, err := tr.Next()
+	if err != nil {
+		return fmt.Errorf("the provider's archive: %w", err)
+	}
+	if h.Typeflag != tar.TypeReg || h.Name != x.Name {
+		return fmt.Errorf("the provider's archive holds %q (type %c), not the regular file %q", h.Name, h.Typeflag, x.Name)
+	}
+	buf := make([]byte, pipeCopyBuffer*4)
+	n, err := io.CopyBuffer(writerOnly{x.File}, readerOnly{tr}, buf)
+	if err != nil {
+		return fmt.Errorf("write the file %s: %w", x.Name, err)
+	}
+	if n != h.Size {
+		return fmt.Errorf("the provider's archive held %d of the %d bytes of %s", n, h.Size, x.Name)
+	}
+	if _, err := tr.Next(); err != io.EOF {
+		return fmt.Errorf("the provider's archive: %w", errNotTheFile)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(r, 1<<20)) // the engine's padding
+	x.Header = h
+	return nil
+}
+
+// Write takes the next bytes of the tar stream.
+func (x *FileFromArchive) Write(p []byte) (int, error) {
+	x.start()
+	return x.pw.Write(p)
+}
+
+// Close ends the stream and waits for the file to be written.
+func (x *FileFromArchive) Close() error {
+	if x.passed {
+		return nil
+	}
+	x.start()
+	x.pw.Close()
+	return <-x.done
 }

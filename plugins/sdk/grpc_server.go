@@ -503,6 +503,15 @@ func (s *server) archive(ctx context.Context, ref SandboxRef, a *pb.Archive, eio
 		}
 		return ar.PutArchive(ctx, ref, p, eio.Stdin)
 	case pb.Archive_ARCHIVE_GET:
+		if f := a.GetFile(); f != nil {
+			// Stdout is to be the one file's bytes, not a tar stream.
+			x := &FileFromArchive{Name: f.GetName(), File: eio.Stdout}
+			err := ar.GetArchive(ctx, ref, p, x)
+			if cerr := x.Close(); err == nil && cerr != nil {
+				err = Errorf(ErrInvalid, "archive get %s: %v", p, cerr)
+			}
+			return err
+		}
 		return ar.GetArchive(ctx, ref, p, eio.Stdout)
 	}
 	return Errorf(ErrInvalid, "unknown archive operation %v", a.GetOp())

@@ -223,9 +223,9 @@ func recv(conn *net.UnixConn) (uint64, Files, error) {
 		}
 		var st unix.Stat_t
 		err := unix.Fstat(fds[0], &st)
-		if err == nil && k == Stdin && st.Mode&unix.S_IFMT == unix.S_IFREG {
-			// A file of the host's as it is (Host.OpenFile): read to
-			// its end, never waited on.
+		if err == nil && (k == Stdin || k == Stdout) && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			// A file of the host's as it is (Host.OpenFile,
+			// OpenOutFile): never waited on.
 			fs[k] = os.NewFile(uintptr(fds[0]), fmt.Sprintf("amelia-exec-%d-%s", id, k))
 			fds = fds[1:]
 			continue
