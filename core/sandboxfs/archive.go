@@ -125,8 +125,8 @@ func (f *FS) getStaged(ctx context.Context, ar sdk.Archiver, e Entry, staged, ta
 	// writes it to out itself.
 	x := &sdk.FileFromArchive{Name: fswire.StagedFile, File: out}
 	err = ar.GetArchive(ctx, f.Exec.SandboxRef(), path.Join(f.Stage, staged, fswire.StagedFile), x)
-	if cerr := x.Close(); err == nil && cerr != nil {
-		err = cerr
+	if cerr := x.Close(); cerr != nil {
+		err = cerr // the better reason: the archive was not the file
 	}
 	if err != nil {
 		err = fmt.Errorf("copy %s out of the sandbox: %w", e.Name, err)

@@ -47,3 +47,45 @@ func TestFileArchive(t *testing.T) {
 		}
 	}
 }
+
+// A FileFromArchive writes the one file of the archive written to it, and
+// refuses an archive with another name, another type or more entries.
+func TestFileFromArchive(t *testing.T) {
+	tarOf := func(entries ...*tar.Header) []byte {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		for _, h := range entries {
+			if err := tw.WriteHeader(h); err != nil {
+				t.Fatal(err)
+			}
+			if h.Size > 0 {
+				_, _ = tw.Write(bytes.Repeat([]byte("y"), int(h.Size)))
+			}
+		}
+		tw.Close()
+		return b.Bytes()
+	}
+	var out bytes.Buffer
+	x := &sdk.FileFromArchive{Name: "file", File: &out}
+	if _, err := x.Write(tarOf(&tar.Header{Typeflag: tar.TypeReg, Name: "file", Size: 3000, Mode: 0o600})); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Close(); err != nil || out.String() != strings.Repeat("y", 3000) || x.Header.Size != 3000 {
+		t.Fatalf("%v, %d bytes", err, out.Len())
+	}
+	for _, c := range []struct {
+		name    string
+		archive []byte
+		want    string
+	}{
+		{"another name", tarOf(&tar.Header{Typeflag: tar.TypeReg, Name: "other", Size: 1}), `holds "other"`},
+		{"a link", tarOf(&tar.Header{Typeflag: tar.TypeSymlink, Name: "file", Linkname: "/etc/passwd"}), "not the regular file"},
+		{"two files", tarOf(&tar.Header{Typeflag: tar.TypeReg, Name: "file", Size: 1}, &tar.Header{Typeflag: tar.TypeReg, Name: "more", Size: 1}), "more than the one file"},
+	} {
+		x := &sdk.FileFromArchive{Name: "file", File: io.Discard}
+		_, _ = x.Write(c.archive)
+		if err := x.Close(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+}

@@ -507,7 +507,7 @@ func (s *server) archive(ctx context.Context, ref SandboxRef, a *pb.Archive, eio
 			// Stdout is to be the one file's bytes, not a tar stream.
 			x := &FileFromArchive{Name: f.GetName(), File: eio.Stdout}
 			err := ar.GetArchive(ctx, ref, p, x)
-			if cerr := x.Close(); err == nil && cerr != nil {
+			if cerr := x.Close(); cerr != nil { // the better reason
 				err = Errorf(ErrInvalid, "archive get %s: %v", p, cerr)
 			}
 			return err
