@@ -38,13 +38,8 @@ type hostPipes struct {
 
 var outNames = [2]string{"stdout", "stderr"}
 
-// openPipes makes the pipes an exec with eio needs and passes the
-// plugin's ends to it on h.
-func openPipes(h *datachan.Host, eio sdk.ExecIO, bufs *sync.Pool) (*hostPipes, error) {
-	return openPipesWith(h, nil, nil, eio, bufs)
-}
-
-// openPipesWith is openPipes with the file in, if not nil, passed to the
+// openPipesWith makes the pipes an exec with eio needs and passes the
+// plugin's ends to it on h; with the file in, if not nil, passed to the
 // plugin as the exec's stdin itself (eio.Stdin is not read), or out as
 // its stdout (eio.Stdout is not written; not both).
 func openPipesWith(h *datachan.Host, in, out *os.File, eio sdk.ExecIO, bufs *sync.Pool) (*hostPipes, error) {
