@@ -137,6 +137,12 @@ func (f *FS) CopyOut(ctx context.Context, src, dst string) (string, error) {
 	}
 	if staged := s.resp.Staged; staged != nil {
 		if err := f.getStaged(ctx, ar, *e, staged.Name, target); err != nil {
+			if unsupported(err) {
+				// The provider cannot after all: streamed instead.
+				g := *f
+				g.Archive = nil
+				return g.CopyOut(ctx, src, dst)
+			}
 			return "", err
 		}
 		return target, nil

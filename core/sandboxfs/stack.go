@@ -21,7 +21,10 @@ func ForStack(ctx context.Context, st *stack.Stack, workflow string) (*FS, error
 	if st.Running == nil || st.Worker == "" {
 		return nil, errors.New("files of a sandbox: no worker in it yet (Up and InstallWorker first)")
 	}
-	archive, _ := st.Sandbox().Provider.(sdk.Archiver)
+	var archive sdk.Archiver
+	if sb := st.Sandbox(); sb.Info.Capabilities.Archive {
+		archive, _ = sb.Provider.(sdk.Archiver)
+	}
 	if workflow == "" {
 		f := New(st, st.Worker, st.Running.Workdir)
 		if archive != nil {

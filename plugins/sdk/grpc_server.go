@@ -93,6 +93,9 @@ func (s *server) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse,
 		return nil, toStatus(err)
 	}
 	info.APIVersions = []int{APIVersion}
+	if _, ok := s.impl.(Archiver); ok {
+		info.Capabilities.Archive = true
+	}
 	return infoToPB(info), nil
 }
 

@@ -312,6 +312,9 @@ type Capabilities struct {
 	// The host then separates the runs sharing a sandbox by giving each a
 	// uid of its own.
 	RunUsers bool
+	// Archive reports that the provider implements Archiver; through a
+	// plugin, the SDK sets it for a provider that does.
+	Archive bool
 }
 
 // Supports reports whether the provider can enforce network mode m.

@@ -475,7 +475,10 @@ type Capabilities struct {
 	// including uids no user of the sandbox has, each running with no
 	// privilege over another's processes and files: the host then gives
 	// every run in a sandbox a uid of its own.
-	RunUsers      bool `protobuf:"varint,7,opt,name=run_users,json=runUsers,proto3" json:"run_users,omitempty"`
+	RunUsers bool `protobuf:"varint,7,opt,name=run_users,json=runUsers,proto3" json:"run_users,omitempty"`
+	// The provider implements Archiver (ExecStart.archive is served): the
+	// SDK fills it in.
+	Archive       bool `protobuf:"varint,8,opt,name=archive,proto3" json:"archive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -548,6 +551,13 @@ func (x *Capabilities) GetTty() bool {
 func (x *Capabilities) GetRunUsers() bool {
 	if x != nil {
 		return x.RunUsers
+	}
+	return false
+}
+
+func (x *Capabilities) GetArchive() bool {
+	if x != nil {
+		return x.Archive
 	}
 	return false
 }
@@ -2455,7 +2465,7 @@ const file_provider_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12!\n" +
 	"\fapi_versions\x18\x03 \x03(\rR\vapiVersions\x12 \n" +
 	"\vdescription\x18\x04 \x01(\tR\vdescription\x12D\n" +
-	"\fcapabilities\x18\x05 \x01(\v2 .amelia.provider.v1.CapabilitiesR\fcapabilities\"\xd8\x01\n" +
+	"\fcapabilities\x18\x05 \x01(\v2 .amelia.provider.v1.CapabilitiesR\fcapabilities\"\xf2\x01\n" +
 	"\fCapabilities\x12!\n" +
 	"\fegress_modes\x18\x01 \x03(\tR\vegressModes\x12\x1a\n" +
 	"\bisolated\x18\x02 \x01(\bR\bisolated\x12 \n" +
@@ -2463,7 +2473,8 @@ const file_provider_proto_rawDesc = "" +
 	"execAsRoot\x12'\n" +
 	"\x0fresource_limits\x18\x04 \x01(\bR\x0eresourceLimits\x12\x10\n" +
 	"\x03tty\x18\x06 \x01(\bR\x03tty\x12\x1b\n" +
-	"\trun_users\x18\a \x01(\bR\brunUsersJ\x04\b\x05\x10\x06R\tsnapshots\"H\n" +
+	"\trun_users\x18\a \x01(\bR\brunUsers\x12\x18\n" +
+	"\aarchive\x18\b \x01(\bR\aarchiveJ\x04\b\x05\x10\x06R\tsnapshots\"H\n" +
 	"\n" +
 	"SandboxRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
