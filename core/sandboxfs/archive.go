@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/sandboxfs/fswire"
@@ -94,10 +95,17 @@ func (f *FS) copyFileInByArchive(ctx context.Context, ar sdk.Archiver, in *os.Fi
 		if _, serr := in.Seek(0, io.SeekStart); unsupported(err) && serr == nil {
 			return "", false, nil // streamed instead, from the start
 		}
+		if strings.Contains(err.Error(), "no space left on device") || strings.Contains(err.Error(), "disk quota exceeded") {
+			// The engine's words: the staging directory's disk is full.
+			return "", true, &fswire.Error{Kind: fswire.KindNoSpace, Msg: fmt.Sprintf("cannot write %s: the sandbox's disk is full; free space in the sandbox (or give it a bigger disk) and try again", fswire.Name(resp.Path))}
+		}
 		return "", true, fmt.Errorf("copy %s into the sandbox: %w", in.Name(), err)
 	}
 	resp, err = f.call(ctx, fswire.Request{Op: fswire.OpPlace, Path: resp.Path, Mode: mode, Stage: f.Stage, Staged: staged}, nil, false, nil)
-	placed = true // placed, or given up by the worker, which removes the stage either way
+	var answered *fswire.Error
+	// Placed, or refused by the worker, which removes the staging
+	// directory either way; an exec that failed leaves it to unstage.
+	placed = err == nil || errors.As(err, &answered)
 	return resp.Path, true, err
 }
 
