@@ -87,7 +87,7 @@ func (s *sizedBody) Read(p []byte) (int, error) {
 // FileFromArchive is what a host gives Archiver.GetArchive to take one
 // regular file out of the tar stream the provider writes: it takes the
 // stream, which must hold exactly that file, named Name, and writes only
-// the file's bytes to File. Close waits for the stream's end and says
+// the file's bytes to File, as they come (no copy in between). Close says
 // whether it was such an archive; Header is then the file's. Through a
 // plugin, the plugin's SDK takes the file out of the stream, and a File
 // that is an *os.File goes to the plugin process as it is, over the data
@@ -98,10 +98,26 @@ type FileFromArchive struct {
 	// Header is the file's, once Close returned nil.
 	Header *tar.Header
 
-	pw     *io.PipeWriter
-	done   chan error
+	state  int // fileHeader, fileBody, fileEnd
+	head   []byte
+	h      *tar.Header
+	left   int64
+	ended  int64 // bytes after the file (its padding and the archive's end)
+	err    error
 	passed bool
 }
+
+const (
+	fileHeader = iota
+	fileBody
+	fileEnd
+)
+
+// maxArchiveHead bounds a header (with its PAX records), and what may
+// follow the file (padding, the end, an engine's record padding).
+const maxArchiveHead = 1 << 20
+
+var errNotTheFile = errors.New("the archive holds more than the one file")
 
 // Passed records that a transport had the file written without this
 // writer (a plugin took it out of the stream and wrote File itself):
@@ -110,58 +126,79 @@ func (x *FileFromArchive) Passed(h *tar.Header) {
 	x.passed, x.Header = true, h
 }
 
-func (x *FileFromArchive) start() {
-	if x.pw != nil {
-		return
-	}
-	pr, pw := io.Pipe()
-	x.pw, x.done = pw, make(chan error, 1)
-	go func() {
-		err := x.extract(pr)
-		pr.CloseWithError(errNotTheFile)
-		x.done <- err
-	}()
+// countingReader counts what is read of it.
+type countingReader struct {
+	r io.Reader
+	n int
 }
 
-var errNotTheFile = errors.New("the archive holds more than the one file")
-
-func (x *FileFromArchive) extract(r io.Reader) error {
-	tr := tar.NewReader(r)
-	h, err := tr.Next()
-	if err != nil {
-		return fmt.Errorf("the provider's archive: %w", err)
-	}
-	if h.Typeflag != tar.TypeReg || h.Name != x.Name {
-		return fmt.Errorf("the provider's archive holds %q (type %c), not the regular file %q", h.Name, h.Typeflag, x.Name)
-	}
-	buf := make([]byte, pipeCopyBuffer*4)
-	n, err := io.CopyBuffer(writerOnly{x.File}, readerOnly{tr}, buf)
-	if err != nil {
-		return fmt.Errorf("write the file %s: %w", x.Name, err)
-	}
-	if n != h.Size {
-		return fmt.Errorf("the provider's archive held %d of the %d bytes of %s", n, h.Size, x.Name)
-	}
-	if _, err := tr.Next(); err != io.EOF {
-		return fmt.Errorf("the provider's archive: %w", errNotTheFile)
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(r, 1<<20)) // the engine's padding
-	x.Header = h
-	return nil
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }
 
 // Write takes the next bytes of the tar stream.
 func (x *FileFromArchive) Write(p []byte) (int, error) {
-	x.start()
-	return x.pw.Write(p)
+	if x.err != nil {
+		return 0, x.err
+	}
+	n := len(p)
+	if x.state == fileHeader {
+		x.head = append(x.head, p...)
+		cr := &countingReader{r: bytes.NewReader(x.head)}
+		h, err := tar.NewReader(cr).Next()
+		switch {
+		case (err == io.EOF || err == io.ErrUnexpectedEOF) && len(x.head) < maxArchiveHead:
+			return n, nil // the header is still to come
+		case err != nil:
+			x.err = fmt.Errorf("the provider's archive: %w", err)
+			return 0, x.err
+		case h.Typeflag != tar.TypeReg || h.Name != x.Name:
+			x.err = fmt.Errorf("the provider's archive holds %q (type %c), not the regular file %q", h.Name, h.Typeflag, x.Name)
+			return 0, x.err
+		}
+		x.h, x.left, x.state = h, h.Size, fileBody
+		p = x.head[cr.n:]
+		x.head = nil
+	}
+	if x.state == fileBody {
+		k := int(min(x.left, int64(len(p))))
+		if k > 0 {
+			if _, err := x.File.Write(p[:k]); err != nil {
+				x.err = fmt.Errorf("write the file %s: %w", x.Name, err)
+				return 0, x.err
+			}
+		}
+		x.left -= int64(k)
+		p = p[k:]
+		if x.left == 0 {
+			x.state = fileEnd
+		}
+	}
+	if x.state == fileEnd {
+		// The padding and the end are zeros; a second entry is not.
+		x.ended += int64(len(p))
+		if x.ended > maxArchiveHead || bytes.ContainsFunc(p, func(r rune) bool { return r != 0 }) {
+			x.err = fmt.Errorf("the provider's archive: %w", errNotTheFile)
+			return 0, x.err
+		}
+	}
+	return n, nil
 }
 
-// Close ends the stream and waits for the file to be written.
+// Close checks that the stream held the whole file.
 func (x *FileFromArchive) Close() error {
-	if x.passed {
+	switch {
+	case x.passed:
 		return nil
+	case x.err != nil:
+		return x.err
+	case x.state == fileHeader:
+		return errors.New("the provider's archive held no file")
+	case x.state == fileBody:
+		return fmt.Errorf("the provider's archive held %d of the %d bytes of %s", x.h.Size-x.left, x.h.Size, x.Name)
 	}
-	x.start()
-	x.pw.Close()
-	return <-x.done
+	x.Header = x.h
+	return nil
 }

@@ -73,6 +73,26 @@ func TestFileFromArchive(t *testing.T) {
 	if err := x.Close(); err != nil || out.String() != strings.Repeat("y", 3000) || x.Header.Size != 3000 {
 		t.Fatalf("%v, %d bytes", err, out.Len())
 	}
+	// The same, in pieces that split the header, the file and the end.
+	out.Reset()
+	x = &sdk.FileFromArchive{Name: "file", File: &out}
+	whole := tarOf(&tar.Header{Typeflag: tar.TypeReg, Name: "file", Size: 3000, Mode: 0o600, PAXRecords: map[string]string{"comment": strings.Repeat("c", 700)}})
+	for len(whole) > 0 {
+		k := min(len(whole), 77)
+		if _, err := x.Write(whole[:k]); err != nil {
+			t.Fatal(err)
+		}
+		whole = whole[k:]
+	}
+	if err := x.Close(); err != nil || out.String() != strings.Repeat("y", 3000) {
+		t.Fatalf("in pieces: %v, %d bytes", err, out.Len())
+	}
+	// Cut short: an error.
+	x = &sdk.FileFromArchive{Name: "file", File: io.Discard}
+	_, _ = x.Write(tarOf(&tar.Header{Typeflag: tar.TypeReg, Name: "file", Size: 3000})[:2000])
+	if err := x.Close(); err == nil || !strings.Contains(err.Error(), "of the 3000 bytes") {
+		t.Errorf("cut short: %v", err)
+	}
 	for _, c := range []struct {
 		name    string
 		archive []byte
