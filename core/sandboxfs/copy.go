@@ -2,8 +2,6 @@ package sandboxfs
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -47,6 +45,11 @@ func (f *FS) CopyIn(ctx context.Context, src, dst string) (string, error) {
 			return "", hostError("copy", src, err)
 		}
 		defer in.Close()
+		if ar := f.archiver(); ar != nil && fi.Size() >= f.archiveMin() {
+			if where, ok, err := f.copyFileInByArchive(ctx, ar, in, fi, dst, name); ok {
+				return where, err
+			}
+		}
 		resp, err := f.call(ctx, fswire.Request{Op: fswire.OpWrite, Path: dst, Into: name, Mode: uint32(fi.Mode().Perm())}, struct{ io.Reader }{in}, true, nil)
 		return resp.Path, err
 	case fi.IsDir():
@@ -90,11 +93,29 @@ func hostError(what, p string, err error) error {
 // followed on the host (the tree is written through os.Root). It returns
 // the host path written.
 func (f *FS) CopyOut(ctx context.Context, src, dst string) (string, error) {
-	s, err := f.start(ctx, fswire.Request{Op: fswire.OpPack, Path: src}, nil, true)
+	req := fswire.Request{Op: fswire.OpPack, Path: src}
+	ar := f.archiver()
+	if ar != nil {
+		req.Stage, req.StageMin = f.Stage, f.archiveMin()
+	}
+	s, err := f.start(ctx, req, nil, true)
 	if err != nil {
 		return "", err
 	}
 	e := s.resp.Entry
+	if staged := s.resp.Staged; staged != nil {
+		// The worker staged the file, and ends: the provider copies it,
+		// and the staging directory goes however that ends.
+		err := s.finish(nil)
+		if err == nil && e == nil {
+			err = errors.New("the worker's answer has no entry")
+		}
+		if err != nil {
+			f.unstage(ctx, staged.Name)
+			return "", err
+		}
+		defer f.unstage(ctx, staged.Name)
+	}
 	if e == nil {
 		return "", s.finish(errors.New("the worker's answer has no entry"))
 	}
@@ -113,6 +134,18 @@ func (f *FS) CopyOut(ctx context.Context, src, dst string) (string, error) {
 		return "", s.finish(fmt.Errorf("cannot copy into %s: it does not exist on this host; make the directory first", dst))
 	case !errors.Is(err, fs.ErrNotExist):
 		return "", s.finish(hostError("copy into", dst, err))
+	}
+	if staged := s.resp.Staged; staged != nil {
+		if err := f.getStaged(ctx, ar, *e, staged.Name, target); err != nil {
+			if unsupported(err) {
+				// The provider cannot after all: streamed instead.
+				g := *f
+				g.Archive = nil
+				return g.CopyOut(ctx, src, dst)
+			}
+			return "", err
+		}
+		return target, nil
 	}
 	if e.Type == fswire.TypeDir {
 		err = unpackOnHost(s, *e, target)
@@ -157,19 +190,26 @@ func unpackOnHost(s *session, e Entry, target string) error {
 // writeOnHost writes the file s streams to the host path target, whole,
 // through a new file renamed into place.
 func writeOnHost(s *session, e Entry, target string) error {
+	return writeFileOnHost(s.br, e, target, func() error { return s.finish(nil) })
+}
+
+// writeFileOnHost writes e.Size bytes of r to the host path target,
+// whole, through a new file renamed into place, with e's mode and time.
+// short, if any, explains an r that ended early.
+func writeFileOnHost(r io.Reader, e Entry, target string, short func() error) error {
 	if fi, err := os.Lstat(target); err == nil && fi.IsDir() {
 		return fmt.Errorf("cannot write %s: it is a directory on this host; name a file, or copy into the directory", target)
 	}
-	var nb [8]byte
-	_, _ = rand.Read(nb[:])
-	tmp := fswire.TempName(filepath.Dir(target), filepath.Base(target), binary.LittleEndian.Uint64(nb[:]))
+	tmp := tempBeside(target)
 	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return hostError("write", target, err)
 	}
-	n, err := fswire.Copy(out, io.LimitReader(s.br, e.Size))
+	n, err := fswire.Copy(out, io.LimitReader(r, e.Size))
 	if err == nil && n < e.Size {
-		err = s.finish(nil)
+		if short != nil {
+			err = short()
+		}
 		if err == nil {
 			err = fmt.Errorf("the sandbox sent %d of %d bytes", n, e.Size)
 		}

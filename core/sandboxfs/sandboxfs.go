@@ -53,6 +53,14 @@ type FS struct {
 	// Root is the absolute sandbox directory every path is inside;
 	// relative paths are relative to it.
 	Root string
+	// Archive, if set, is the provider's own archive copy, through which
+	// files of ArchiveMin bytes or more (0: DefaultArchiveMin) move, by
+	// way of staging directories in Stage, the workspace's
+	// .amelia/stage (absolute, on the file system of Root); without both,
+	// every byte streams over the worker. See archive.go.
+	Archive    sdk.Archiver
+	Stage      string
+	ArchiveMin int64
 }
 
 // New is the files under root in the sandbox ex runs in, through the

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 
 	"github.com/amelia-sandbox/amelia/core/stack"
 	"github.com/amelia-sandbox/amelia/core/workspace"
+	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
 
 // ForStack is the files of st's sandbox: under its workdir, as the
@@ -19,8 +21,18 @@ func ForStack(ctx context.Context, st *stack.Stack, workflow string) (*FS, error
 	if st.Running == nil || st.Worker == "" {
 		return nil, errors.New("files of a sandbox: no worker in it yet (Up and InstallWorker first)")
 	}
+	var archive sdk.Archiver
+	if sb := st.Sandbox(); sb.Info.Capabilities.Archive {
+		archive, _ = sb.Provider.(sdk.Archiver)
+	}
 	if workflow == "" {
-		return New(st, st.Worker, st.Running.Workdir), nil
+		f := New(st, st.Worker, st.Running.Workdir)
+		if archive != nil {
+			// The worker, as the sandbox's user, makes it when it is
+			// not there.
+			f.Archive, f.Stage = archive, path.Join(st.Running.Workdir, ".amelia", "stage")
+		}
+		return f, nil
 	}
 	if err := workspace.ValidateWorkflowID(workflow); err != nil {
 		return nil, err
@@ -38,5 +50,15 @@ func ForStack(ctx context.Context, st *stack.Stack, workflow string) (*FS, error
 	if err := st.As(ctx, workflow, nil); err != nil {
 		return nil, err
 	}
-	return New(workspace.RunAs(st, st.UID), st.Worker, st.Workspace.WorktreeDir(workflow)), nil
+	f := New(workspace.RunAs(st, st.UID), st.Worker, st.Workspace.WorktreeDir(workflow))
+	if archive != nil && st.UID != "" {
+		// The workflow's uid cannot make it: the sandbox's user does.
+		// Failing that, files stream over the worker.
+		if stage, err := st.Workspace.StageDir(ctx); err == nil {
+			f.Archive, f.Stage = archive, stage
+		}
+	} else if archive != nil {
+		f.Archive, f.Stage = archive, path.Join(st.Running.Workdir, ".amelia", "stage")
+	}
+	return f, nil
 }

@@ -1,10 +1,13 @@
 package pluginclient
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,6 +59,7 @@ var (
 	_ sdk.Preflighter       = (*Client)(nil)
 	_ sdk.Preparer          = (*Client)(nil)
 	_ sdk.SetupPruner       = (*Client)(nil)
+	_ sdk.Archiver          = (*Client)(nil)
 )
 
 func (c *Client) Info(ctx context.Context) (sdk.Info, error) {
@@ -185,6 +189,71 @@ func (c *Client) Forward(ctx context.Context, req sdk.ForwardRequest, listening 
 // read; if it still cannot be sent in time, the stream is cancelled, which
 // stops the process just the same, and the error matches ctx.Err().
 func (c *Client) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) (sdk.ExitStatus, error) {
+	return c.exec(ctx, req, eio, nil)
+}
+
+// PutArchive asks the provider's Archiver to unpack the tar stream r into
+// dir; a provider without one gives ErrUnsupported. It rides an exec
+// stream, so its bytes go over the data channel as an exec's do.
+// An *sdk.FileArchive goes as its file's bytes, and a Body that is a
+// regular *os.File as the file itself, which the plugin reads: its bytes
+// do not pass through this process.
+func (c *Client) PutArchive(ctx context.Context, ref sdk.SandboxRef, dir string, r io.Reader) error {
+	a := &pb.Archive{Op: pb.Archive_ARCHIVE_PUT, Path: dir}
+	if fa, ok := r.(*sdk.FileArchive); ok && fa.Body != nil {
+		a.File = &pb.ArchiveFile{Name: fa.Name, Mode: uint32(fa.Mode.Perm()), Uid: int64(fa.UID), Gid: int64(fa.GID), MtimeUnixNano: fa.ModTime.UnixNano(), Size: fa.Size}
+		r = io.LimitReader(fa.Body, fa.Size)
+		if f, ok := fa.Body.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+				r = passFile{f}
+			}
+		}
+	}
+	return c.archive(ctx, ref, a, sdk.ExecIO{Stdin: r})
+}
+
+// passFile is an exec's stdin to pass to the plugin as the file it is,
+// over the data channel; failing that, it is read and sent.
+type passFile struct{ *os.File }
+
+// GetArchive asks the provider's Archiver for a tar stream of path,
+// written to w; a provider without one gives ErrUnsupported.
+// An *sdk.FileFromArchive whose File is a regular *os.File, over the data
+// channel, goes to the plugin as the file itself, which the plugin's SDK
+// writes the one file's bytes to: they do not pass through this process.
+func (c *Client) GetArchive(ctx context.Context, ref sdk.SandboxRef, path string, w io.Writer) error {
+	a := &pb.Archive{Op: pb.Archive_ARCHIVE_GET, Path: path}
+	if x, ok := w.(*sdk.FileFromArchive); ok && c.data.Usable() {
+		if f, ok := x.File.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+				start, serr := f.Seek(0, io.SeekCurrent)
+				a.File = &pb.ArchiveFile{Name: x.Name}
+				if err := c.archive(ctx, ref, a, sdk.ExecIO{Stdout: passFile{f}}); err != nil {
+					return err
+				}
+				end, eerr := f.Seek(0, io.SeekCurrent)
+				if serr != nil || eerr != nil {
+					return fmt.Errorf("archive get %s: cannot tell how much was written to %s", path, f.Name())
+				}
+				x.Passed(&tar.Header{Typeflag: tar.TypeReg, Name: x.Name, Size: end - start})
+				return nil
+			}
+		}
+	}
+	return c.archive(ctx, ref, a, sdk.ExecIO{Stdout: w})
+}
+
+func (c *Client) archive(ctx context.Context, ref sdk.SandboxRef, a *pb.Archive, eio sdk.ExecIO) error {
+	label := "archive-" + strings.ToLower(strings.TrimPrefix(a.GetOp().String(), "ARCHIVE_"))
+	st, err := c.exec(ctx, sdk.ExecRequest{Sandbox: ref, Argv: []string{label, a.GetPath()}, Traffic: sdk.TrafficBulk}, eio, a)
+	if err == nil && (st.Code != 0 || st.Canceled || st.TimedOut) {
+		err = fmt.Errorf("%s %s: the provider ended it (exit %d)", label, a.GetPath(), st.Code)
+	}
+	return err
+}
+
+// exec runs an exec stream: a process, or with archive an archive copy.
+func (c *Client) exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO, archive *pb.Archive) (sdk.ExitStatus, error) {
 	if err := ctx.Err(); err != nil {
 		return sdk.ExitStatus{}, err
 	}
@@ -198,12 +267,20 @@ func (c *Client) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO) 
 	}
 	s := &execClientSender{stream: stream, lock: make(chan struct{}, 1)}
 	startPB := execStartToPB(req, eio.Stdin != nil)
+	startPB.Archive = archive
 	// The bytes go over the data channel when there is one: the exec's
 	// pipes are passed before ExecStart names them. Failing that, over
 	// gRPC.
 	var data *hostPipes
 	if c.data.Usable() {
-		if data, err = openPipes(c.data, eio, &c.bufs); err == nil {
+		var in, out *os.File
+		if pf, ok := eio.Stdin.(passFile); ok {
+			in = pf.File
+		}
+		if pf, ok := eio.Stdout.(passFile); ok {
+			out = pf.File
+		}
+		if data, err = openPipesWith(c.data, in, out, eio, &c.bufs); err == nil {
 			startPB.Data = data.startPB()
 			data.run(eio, abort)
 			defer data.end()

@@ -35,6 +35,7 @@ func infoFromPB(in *pb.InfoResponse) sdk.Info {
 			ResourceLimits: c.GetResourceLimits(),
 			TTY:            c.GetTty(),
 			RunUsers:       c.GetRunUsers(),
+			Archive:        c.GetArchive(),
 		},
 	}
 	for _, v := range in.GetApiVersions() {

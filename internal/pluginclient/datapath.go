@@ -22,8 +22,10 @@ const dataCopyBuffer = 256 << 10
 type hostPipes struct {
 	id   uint64
 	ends datachan.Ends
-	out  [2]*os.File // stdout, stderr; nil when not wanted
-	got  [2]uint64   // bytes copied from each; read after copies.Wait
+	out  [2]*os.File // stdout, stderr; nil when not wanted (or passed)
+	// passedOut: stdout is a file of the host's the plugin writes itself.
+	passedOut bool
+	got       [2]uint64 // bytes copied from each; read after copies.Wait
 
 	bufs   *sync.Pool
 	writes sync.Mutex // one write to sdk.ExecIO's writers at a time
@@ -36,19 +38,31 @@ type hostPipes struct {
 
 var outNames = [2]string{"stdout", "stderr"}
 
-// openPipes makes the pipes an exec with eio needs and passes the
-// plugin's ends to it on h.
-func openPipes(h *datachan.Host, eio sdk.ExecIO, bufs *sync.Pool) (*hostPipes, error) {
-	id, ends, err := h.Open(eio.Stdin != nil, eio.Stdout != nil, eio.Stderr != nil)
+// openPipesWith makes the pipes an exec with eio needs and passes the
+// plugin's ends to it on h; with the file in, if not nil, passed to the
+// plugin as the exec's stdin itself (eio.Stdin is not read), or out as
+// its stdout (eio.Stdout is not written; not both).
+func openPipesWith(h *datachan.Host, in, out *os.File, eio sdk.ExecIO, bufs *sync.Pool) (*hostPipes, error) {
+	var id uint64
+	var ends datachan.Ends
+	var err error
+	switch {
+	case in != nil:
+		id, ends, err = h.OpenFile(in, eio.Stdout != nil, eio.Stderr != nil)
+	case out != nil:
+		id, ends, err = h.OpenOutFile(out, eio.Stdin != nil, eio.Stderr != nil)
+	default:
+		id, ends, err = h.Open(eio.Stdin != nil, eio.Stdout != nil, eio.Stderr != nil)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return &hostPipes{id: id, ends: ends, out: [2]*os.File{ends.Stdout, ends.Stderr}, bufs: bufs}, nil
+	return &hostPipes{id: id, ends: ends, out: [2]*os.File{ends.Stdout, ends.Stderr}, passedOut: out != nil, bufs: bufs}, nil
 }
 
 // startPB is the DataStreams of ExecStart.
 func (hp *hostPipes) startPB() *pb.DataStreams {
-	return &pb.DataStreams{Id: hp.id, Stdout: hp.out[0] != nil, Stderr: hp.out[1] != nil}
+	return &pb.DataStreams{Id: hp.id, Stdout: hp.out[0] != nil || hp.passedOut, Stderr: hp.out[1] != nil}
 }
 
 // run copies the exec's streams: stdin from eio.Stdin until it ends (then

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -237,6 +238,7 @@ var (
 	_ sdk.Preflighter       = (*Plugin)(nil)
 	_ sdk.Preparer          = (*Plugin)(nil)
 	_ sdk.SetupPruner       = (*Plugin)(nil)
+	_ sdk.Archiver          = (*Plugin)(nil)
 )
 
 func (p *Plugin) Info(ctx context.Context) (sdk.Info, error) {
@@ -285,6 +287,18 @@ func (p *Plugin) Preflight(ctx context.Context, spec sdk.Spec) error {
 
 // Prepare has the plugin prepare spec's setup; a plugin that cannot keep
 // one gives ErrUnsupported.
+// PutArchive runs the provider's Archiver; a provider without one gives
+// ErrUnsupported.
+func (p *Plugin) PutArchive(ctx context.Context, ref sdk.SandboxRef, dir string, r io.Reader) error {
+	return p.explain(ctx, p.rpc.PutArchive(ctx, ref, dir, r))
+}
+
+// GetArchive runs the provider's Archiver; a provider without one gives
+// ErrUnsupported.
+func (p *Plugin) GetArchive(ctx context.Context, ref sdk.SandboxRef, path string, w io.Writer) error {
+	return p.explain(ctx, p.rpc.GetArchive(ctx, ref, path, w))
+}
+
 func (p *Plugin) Prepare(ctx context.Context, spec sdk.Spec) (sdk.Prepared, error) {
 	res, err := p.rpc.Prepare(ctx, spec)
 	return res, p.explain(ctx, err)

@@ -113,9 +113,21 @@ func serveFiles(root string, in io.Reader, out, errOut io.Writer) int {
 	case fswire.OpRead:
 		err, streamErr = s.read(out, rel, false)
 	case fswire.OpPack:
-		err, streamErr = s.read(out, rel, true)
+		staged := false
+		if req.Stage != "" {
+			staged, err = s.stageOut(out, rel, req)
+		}
+		if !staged {
+			err, streamErr = s.read(out, rel, true)
+		}
+	case fswire.OpStageIn:
+		err = s.stageIn(out, rel, req)
+	case fswire.OpPlace:
+		err = s.place(out, rel, req)
+	case fswire.OpUnstage:
+		err = s.unstageReq(out, req)
 	default:
-		err = fmt.Errorf("unknown file operation %q; use one of stat, list, read, write, remove, pack, unpack", req.Op)
+		err = fmt.Errorf("unknown file operation %q; use one of stat, list, read, write, remove, pack, unpack, stage-in, place, unstage", req.Op)
 	}
 	if err != nil {
 		return fail(err)

@@ -34,6 +34,7 @@ func infoToPB(in Info) *pb.InfoResponse {
 			ResourceLimits: in.ResourceLimits,
 			Tty:            in.TTY,
 			RunUsers:       in.RunUsers,
+			Archive:        in.Archive,
 		},
 	}
 	for _, v := range in.APIVersions {

@@ -39,9 +39,11 @@
 // settings before anything starts; every provider should), Lister (find
 // its sandboxes by label, so orphans can be removed), Preflighter (say why
 // EnsureRunning would fail, changing nothing), Forwarder (carry
-// connections from the sandbox back to the host itself) and Preparer
+// connections from the sandbox back to the host itself), Preparer
 // (keep the result of a sandbox's setup commands, Spec.Setup, as an image
-// or snapshot its sandboxes start from); the host is told
+// or snapshot its sandboxes start from) and Archiver (move a tar stream
+// into and out of the sandbox's file system without an exec, for big
+// files); the host is told
 // ErrUnsupported for one it lacks. Implementing io.Closer cleans up when
 // the plugin stops.
 //

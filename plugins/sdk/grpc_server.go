@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/netip"
+	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -90,6 +93,9 @@ func (s *server) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse,
 		return nil, toStatus(err)
 	}
 	info.APIVersions = []int{APIVersion}
+	if _, ok := s.impl.(Archiver); ok {
+		info.Capabilities.Archive = true
+	}
 	return infoToPB(info), nil
 }
 
@@ -371,7 +377,12 @@ func (s *server) Exec(stream pb.Provider_ExecServer) error {
 	eio.Resize = resize
 	go receiveExec(stream, stdin, resize, cancel)
 
-	st, err := s.impl.Exec(ctx, req, eio)
+	var st ExitStatus
+	if a := start.GetArchive(); a != nil {
+		err = s.archive(ctx, req.Sandbox, a, eio)
+	} else {
+		st, err = s.impl.Exec(ctx, req, eio)
+	}
 	cause := context.Cause(ctx)
 	if cause == errStdinOverflow {
 		out.close()
@@ -497,4 +508,44 @@ func (w streamWriter) Write(p []byte) (int, error) {
 		p = p[len(chunk):]
 	}
 	return n, nil
+}
+
+// archive serves an exec stream that carries an archive copy (the
+// provider's Archiver) instead of a process: stdin is the tar stream to
+// put, stdout the one got.
+func (s *server) archive(ctx context.Context, ref SandboxRef, a *pb.Archive, eio ExecIO) error {
+	ar, ok := s.impl.(Archiver)
+	if !ok {
+		return Errorf(ErrUnsupported, "this provider cannot copy archives into or out of a sandbox")
+	}
+	p := a.GetPath()
+	if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0) {
+		return Errorf(ErrInvalid, "archive path %q is not a clean absolute path", p)
+	}
+	switch a.GetOp() {
+	case pb.Archive_ARCHIVE_PUT:
+		if eio.Stdin == nil {
+			return Errorf(ErrInvalid, "an archive put needs its tar stream on stdin")
+		}
+		if f := a.GetFile(); f != nil {
+			// Stdin is the file's bytes: the provider gets its tar stream.
+			return ar.PutArchive(ctx, ref, p, &FileArchive{
+				Name: f.GetName(), Mode: fs.FileMode(f.GetMode()).Perm(), UID: int(f.GetUid()), GID: int(f.GetGid()),
+				ModTime: time.Unix(0, f.GetMtimeUnixNano()), Size: f.GetSize(), Body: eio.Stdin,
+			})
+		}
+		return ar.PutArchive(ctx, ref, p, eio.Stdin)
+	case pb.Archive_ARCHIVE_GET:
+		if f := a.GetFile(); f != nil {
+			// Stdout is to be the one file's bytes, not a tar stream.
+			x := &FileFromArchive{Name: f.GetName(), File: eio.Stdout}
+			err := ar.GetArchive(ctx, ref, p, x)
+			if cerr := x.Close(); cerr != nil { // the better reason
+				err = Errorf(ErrInvalid, "archive get %s: %v", p, cerr)
+			}
+			return err
+		}
+		return ar.GetArchive(ctx, ref, p, eio.Stdout)
+	}
+	return Errorf(ErrInvalid, "unknown archive operation %v", a.GetOp())
 }

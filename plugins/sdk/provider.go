@@ -241,6 +241,29 @@ type ValidateRequest struct {
 	Network NetworkPolicy
 }
 
+// Archiver is an optional interface of a Provider that can move a tar
+// stream into and out of a sandbox's file system itself, without running
+// a process in the sandbox (Docker's archive endpoints, which docker cp
+// uses). The host moves big files with it (core/sandboxfs): the worker in
+// the sandbox still decides where they go, checks them and puts them in
+// place, so the provider only ever writes into, and reads from, a private
+// staging directory the worker made. A provider without it is asked
+// nothing; through a plugin, the host's call fails with ErrUnsupported and
+// the host streams the bytes over Exec instead.
+type Archiver interface {
+	// PutArchive unpacks the tar stream r into the directory dir (an
+	// absolute path in the sandbox, which exists), keeping each entry's
+	// mode, time and numeric owner as its header says, never following a
+	// symbolic link out of the sandbox, and never replacing a directory
+	// with a file. It returns once all of r is written.
+	PutArchive(ctx context.Context, ref SandboxRef, dir string, r io.Reader) error
+	// GetArchive writes to w a tar stream of path (absolute in the
+	// sandbox): a file as one entry named for its last element, a
+	// directory with all in it. A path that does not exist gives
+	// ErrNotFound.
+	GetArchive(ctx context.Context, ref SandboxRef, path string, w io.Writer) error
+}
+
 // Forwarder is an optional interface of a Provider whose transport can
 // carry connections from the sandbox back to the host by itself (SSH's
 // remote port forwarding). The host reaches its proxy through it; without
@@ -327,6 +350,9 @@ type Capabilities struct {
 	// The host then separates the runs sharing a sandbox by giving each a
 	// uid of its own.
 	RunUsers bool
+	// Archive reports that the provider implements Archiver; through a
+	// plugin, the SDK sets it for a provider that does.
+	Archive bool
 }
 
 // Supports reports whether the provider can enforce network mode m.

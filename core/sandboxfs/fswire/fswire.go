@@ -29,7 +29,23 @@ const (
 	OpRemove = "remove" // a file, symbolic link or empty directory; Recursive: a tree
 	OpPack   = "pack"   // Response.Entry, then a file's bytes, or a directory's tar stream
 	OpUnpack = "unpack" // a tar stream on stdin, into a directory
+	// Staging, for a provider that copies archives itself (sdk.Archiver):
+	// OpStageIn makes a private directory in Request.Stage for the
+	// provider to put a file in (Response.Staged, with the uid and gid to
+	// give it), after checking that a write to Path could go there;
+	// OpPlace moves the file StagedFile of it to Path (a rename, no copy)
+	// and removes the staging directory. OpPack with Stage set stages a
+	// regular file of StageMin bytes or more instead of streaming it: a
+	// hard link to the file it opened, in a private directory, for the
+	// provider to get (Response.Staged). OpUnstage removes a staging
+	// directory.
+	OpStageIn = "stage-in"
+	OpPlace   = "place"
+	OpUnstage = "unstage"
 )
+
+// StagedFile is the name of the file in a staging directory.
+const StagedFile = "file"
 
 // MaxRequest bounds a request line.
 const MaxRequest = 64 << 10
@@ -48,6 +64,23 @@ type Request struct {
 	Into string `json:"into,omitempty"`
 	// Recursive lets OpRemove remove a directory and all in it.
 	Recursive bool `json:"recursive,omitempty"`
+	// Stage is the absolute directory the staging directories are made
+	// in (the workspace's .amelia/stage), for OpStageIn, OpPlace,
+	// OpUnstage and a staging OpPack.
+	Stage string `json:"stage,omitempty"`
+	// Staged names a staging directory in Stage (OpPlace, OpUnstage).
+	Staged string `json:"staged,omitempty"`
+	// StageMin is the smallest file a staging OpPack stages.
+	StageMin int64 `json:"stage_min,omitempty"`
+}
+
+// Staged is a staging directory the worker made.
+type Staged struct {
+	// Name is its name in Request.Stage.
+	Name string `json:"name"`
+	// UID and GID are who the file put there must belong to.
+	UID int `json:"uid"`
+	GID int `json:"gid"`
 }
 
 // Entry types.
@@ -127,6 +160,9 @@ type Response struct {
 	Entries []Entry `json:"entries,omitempty"`
 	// Path is where OpWrite or OpUnpack put it, relative to the root.
 	Path string `json:"path,omitempty"`
+	// Staged is the staging directory OpStageIn, or a staging OpPack,
+	// made.
+	Staged *Staged `json:"staged,omitempty"`
 }
 
 // Line is v as one JSON line.

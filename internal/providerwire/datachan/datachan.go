@@ -133,6 +133,27 @@ func (h *Host) Usable() bool {
 // passes the plugin's ends to it and returns the exec's id and the host's
 // ends, which the caller closes.
 func (h *Host) Open(stdin, stdout, stderr bool) (uint64, Ends, error) {
+	return h.open(nil, nil, stdin, stdout, stderr)
+}
+
+// OpenFile is Open with in, a file of the host's, as the exec's stdin
+// instead of a pipe: the plugin gets a descriptor of in itself (sharing
+// its offset), reads it to its end, and the host has no stdin end to
+// write (Ends.Stdin is nil). The caller keeps in, and must not read it
+// until the exec ends.
+func (h *Host) OpenFile(in *os.File, stdout, stderr bool) (uint64, Ends, error) {
+	return h.open(in, nil, true, stdout, stderr)
+}
+
+// OpenOutFile is Open with out, a file of the host's, as the exec's
+// stdout instead of a pipe: the plugin gets a descriptor of out itself
+// and writes there, and the host has no stdout end to read (Ends.Stdout
+// is nil). The caller keeps out.
+func (h *Host) OpenOutFile(out *os.File, stdin, stderr bool) (uint64, Ends, error) {
+	return h.open(nil, out, stdin, true, stderr)
+}
+
+func (h *Host) open(in, out *os.File, stdin, stdout, stderr bool) (uint64, Ends, error) {
 	var ends Ends
 	var theirs []*os.File
 	defer func() {
@@ -147,6 +168,16 @@ func (h *Host) Open(stdin, stdout, stderr bool) (uint64, Ends, error) {
 		mine **os.File
 	}{{Stdin, stdin, &ends.Stdin}, {Stdout, stdout, &ends.Stdout}, {Stderr, stderr, &ends.Stderr}} {
 		if !s.want {
+			continue
+		}
+		if pass := map[Kind]*os.File{Stdin: in, Stdout: out}[s.k]; pass != nil {
+			dup, err := dupFile(pass)
+			if err != nil {
+				ends.Close()
+				return 0, Ends{}, fmt.Errorf("pass the %s file of an exec: %w", s.k, err)
+			}
+			theirs = append(theirs, dup)
+			rec[8] |= s.k.bit()
 			continue
 		}
 		r, w, err := os.Pipe()

@@ -153,3 +153,41 @@ func TestConnectDeclinesAnotherVersion(t *testing.T) {
 		child.Close()
 	}
 }
+
+// OpenFile passes a file of the host's as an exec's stdin: the plugin
+// reads it from the host's offset, the host keeps its own, and has no
+// stdin end to write.
+func TestOpenFilePassesTheFile(t *testing.T) {
+	h, p := pair(t)
+	in, err := os.CreateTemp(t.TempDir(), "in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if _, err := in.WriteString("the file's bytes"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Seek(4, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	id, ends, err := h.OpenFile(in, true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ends.Close()
+	if ends.Stdin != nil || ends.Stdout == nil {
+		t.Fatalf("host ends %+v: want no stdin end, a stdout pipe", ends)
+	}
+	fs, err := p.Claim(t.Context(), id, Stdin, Stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.close()
+	got, err := io.ReadAll(fs[Stdin])
+	if err != nil || string(got) != "file's bytes" {
+		t.Fatalf("the plugin read %q, %v", got, err)
+	}
+	if _, err := in.Stat(); err != nil {
+		t.Errorf("the host's file was closed: %v", err)
+	}
+}

@@ -222,7 +222,15 @@ func recv(conn *net.UnixConn) (uint64, Files, error) {
 			return 0, nil, fmt.Errorf("exec %d: the record names more pipes than came with it", id)
 		}
 		var st unix.Stat_t
-		if err := unix.Fstat(fds[0], &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		err := unix.Fstat(fds[0], &st)
+		if err == nil && (k == Stdin || k == Stdout) && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			// A file of the host's as it is (Host.OpenFile,
+			// OpenOutFile): never waited on.
+			fs[k] = os.NewFile(uintptr(fds[0]), fmt.Sprintf("amelia-exec-%d-%s", id, k))
+			fds = fds[1:]
+			continue
+		}
+		if err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
 			fs.close()
 			closeFDs(fds)
 			return 0, nil, fmt.Errorf("exec %d: its %s is not a pipe", id, k)
@@ -249,4 +257,21 @@ func closeFDs(fds []int) {
 	for _, fd := range fds {
 		_ = unix.Close(fd)
 	}
+}
+
+// dupFile is a new descriptor of f's open file.
+func dupFile(f *os.File) (*os.File, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var fd int
+	var derr error
+	if err := rc.Control(func(u uintptr) { fd, derr = unix.FcntlInt(u, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
 }

@@ -142,6 +142,55 @@ func (Stream) EnumDescriptor() ([]byte, []int) {
 	return file_provider_proto_rawDescGZIP(), []int{1}
 }
 
+type Archive_Op int32
+
+const (
+	Archive_ARCHIVE_UNSPECIFIED Archive_Op = 0
+	Archive_ARCHIVE_PUT         Archive_Op = 1
+	Archive_ARCHIVE_GET         Archive_Op = 2
+)
+
+// Enum value maps for Archive_Op.
+var (
+	Archive_Op_name = map[int32]string{
+		0: "ARCHIVE_UNSPECIFIED",
+		1: "ARCHIVE_PUT",
+		2: "ARCHIVE_GET",
+	}
+	Archive_Op_value = map[string]int32{
+		"ARCHIVE_UNSPECIFIED": 0,
+		"ARCHIVE_PUT":         1,
+		"ARCHIVE_GET":         2,
+	}
+)
+
+func (x Archive_Op) Enum() *Archive_Op {
+	p := new(Archive_Op)
+	*p = x
+	return p
+}
+
+func (x Archive_Op) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Archive_Op) Descriptor() protoreflect.EnumDescriptor {
+	return file_provider_proto_enumTypes[2].Descriptor()
+}
+
+func (Archive_Op) Type() protoreflect.EnumType {
+	return &file_provider_proto_enumTypes[2]
+}
+
+func (x Archive_Op) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Archive_Op.Descriptor instead.
+func (Archive_Op) EnumDescriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{15, 0}
+}
+
 // SetupCommand is one of a sandbox's setup commands (sandbox.setup).
 type SetupCommand struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -602,7 +651,10 @@ type Capabilities struct {
 	// including uids no user of the sandbox has, each running with no
 	// privilege over another's processes and files: the host then gives
 	// every run in a sandbox a uid of its own.
-	RunUsers      bool `protobuf:"varint,7,opt,name=run_users,json=runUsers,proto3" json:"run_users,omitempty"`
+	RunUsers bool `protobuf:"varint,7,opt,name=run_users,json=runUsers,proto3" json:"run_users,omitempty"`
+	// The provider implements Archiver (ExecStart.archive is served): the
+	// SDK fills it in.
+	Archive       bool `protobuf:"varint,8,opt,name=archive,proto3" json:"archive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -675,6 +727,13 @@ func (x *Capabilities) GetTty() bool {
 func (x *Capabilities) GetRunUsers() bool {
 	if x != nil {
 		return x.RunUsers
+	}
+	return false
+}
+
+func (x *Capabilities) GetArchive() bool {
+	if x != nil {
+		return x.Archive
 	}
 	return false
 }
@@ -1133,7 +1192,14 @@ type ExecStart struct {
 	// What the exec's streams carry, so that the provider can run it where
 	// that goes best. Field 12 was a bool, "interactive", before; its true
 	// is TRAFFIC_MESSAGES on the wire.
-	Traffic       Traffic `protobuf:"varint,12,opt,name=traffic,proto3,enum=amelia.provider.v1.Traffic" json:"traffic,omitempty"`
+	Traffic Traffic `protobuf:"varint,12,opt,name=traffic,proto3,enum=amelia.provider.v1.Traffic" json:"traffic,omitempty"`
+	// Set when this is no process but an archive copy (the provider's
+	// Archiver): argv is only a label then. ARCHIVE_PUT unpacks the tar
+	// stream on stdin into path; ARCHIVE_GET writes a tar stream of path on
+	// stdout. A provider without Archiver refuses it with UNIMPLEMENTED. The
+	// exit status is 0 when the copy is done; a failure is the stream's
+	// error.
+	Archive       *Archive `protobuf:"bytes,13,opt,name=archive,proto3" json:"archive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1252,6 +1318,165 @@ func (x *ExecStart) GetTraffic() Traffic {
 	return Traffic_TRAFFIC_UNSPECIFIED
 }
 
+func (x *ExecStart) GetArchive() *Archive {
+	if x != nil {
+		return x.Archive
+	}
+	return nil
+}
+
+// Archive is an archive copy an exec stream carries instead of a process.
+type Archive struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Op    Archive_Op             `protobuf:"varint,1,opt,name=op,proto3,enum=amelia.provider.v1.Archive_Op" json:"op,omitempty"`
+	// Absolute in the sandbox: the directory to unpack into (PUT), or what
+	// to pack (GET).
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Set on a PUT of one regular file (sdk.FileArchive): stdin is then that
+	// file's bytes (size of them), not a tar stream, and the plugin's SDK
+	// makes the one-entry tar stream its provider is given. Over the data
+	// channel, the host may pass the file itself as the stdin descriptor.
+	File          *ArchiveFile `protobuf:"bytes,3,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Archive) Reset() {
+	*x = Archive{}
+	mi := &file_provider_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Archive) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Archive) ProtoMessage() {}
+
+func (x *Archive) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Archive.ProtoReflect.Descriptor instead.
+func (*Archive) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Archive) GetOp() Archive_Op {
+	if x != nil {
+		return x.Op
+	}
+	return Archive_ARCHIVE_UNSPECIFIED
+}
+
+func (x *Archive) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Archive) GetFile() *ArchiveFile {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+// ArchiveFile is the tar header of a one-file archive.
+type ArchiveFile struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mode          uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid           int64                  `protobuf:"varint,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid           int64                  `protobuf:"varint,4,opt,name=gid,proto3" json:"gid,omitempty"`
+	MtimeUnixNano int64                  `protobuf:"varint,5,opt,name=mtime_unix_nano,json=mtimeUnixNano,proto3" json:"mtime_unix_nano,omitempty"`
+	Size          int64                  `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchiveFile) Reset() {
+	*x = ArchiveFile{}
+	mi := &file_provider_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchiveFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchiveFile) ProtoMessage() {}
+
+func (x *ArchiveFile) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchiveFile.ProtoReflect.Descriptor instead.
+func (*ArchiveFile) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ArchiveFile) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ArchiveFile) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *ArchiveFile) GetUid() int64 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *ArchiveFile) GetGid() int64 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
+}
+
+func (x *ArchiveFile) GetMtimeUnixNano() int64 {
+	if x != nil {
+		return x.MtimeUnixNano
+	}
+	return 0
+}
+
+func (x *ArchiveFile) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 // DataStreams names an exec's streams on the data channel: a unix socket
 // pair that the host makes and hands to the plugin process at start as the
 // file descriptor named by the environment variable
@@ -1285,7 +1510,7 @@ type DataStreams struct {
 
 func (x *DataStreams) Reset() {
 	*x = DataStreams{}
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1522,7 @@ func (x *DataStreams) String() string {
 func (*DataStreams) ProtoMessage() {}
 
 func (x *DataStreams) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1535,7 @@ func (x *DataStreams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataStreams.ProtoReflect.Descriptor instead.
 func (*DataStreams) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{15}
+	return file_provider_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DataStreams) GetId() uint64 {
@@ -1342,7 +1567,7 @@ type StdinEOF struct {
 
 func (x *StdinEOF) Reset() {
 	*x = StdinEOF{}
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1579,7 @@ func (x *StdinEOF) String() string {
 func (*StdinEOF) ProtoMessage() {}
 
 func (x *StdinEOF) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1592,7 @@ func (x *StdinEOF) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinEOF.ProtoReflect.Descriptor instead.
 func (*StdinEOF) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{16}
+	return file_provider_proto_rawDescGZIP(), []int{18}
 }
 
 // Cancel asks the server to stop the process tree: SIGTERM, then SIGKILL after
@@ -1380,7 +1605,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1617,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1630,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{17}
+	return file_provider_proto_rawDescGZIP(), []int{19}
 }
 
 type TermSize struct {
@@ -1418,7 +1643,7 @@ type TermSize struct {
 
 func (x *TermSize) Reset() {
 	*x = TermSize{}
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1655,7 @@ func (x *TermSize) String() string {
 func (*TermSize) ProtoMessage() {}
 
 func (x *TermSize) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1668,7 @@ func (x *TermSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TermSize.ProtoReflect.Descriptor instead.
 func (*TermSize) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{18}
+	return file_provider_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TermSize) GetRows() uint32 {
@@ -1474,7 +1699,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1711,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1724,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{19}
+	return file_provider_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExecResponse) GetMsg() isExecResponse_Msg {
@@ -1569,7 +1794,7 @@ type StdinAck struct {
 
 func (x *StdinAck) Reset() {
 	*x = StdinAck{}
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1806,7 @@ func (x *StdinAck) String() string {
 func (*StdinAck) ProtoMessage() {}
 
 func (x *StdinAck) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1819,7 @@ func (x *StdinAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinAck.ProtoReflect.Descriptor instead.
 func (*StdinAck) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{20}
+	return file_provider_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StdinAck) GetBytes() uint64 {
@@ -1614,7 +1839,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1851,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1864,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{21}
+	return file_provider_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Output) GetStream() Stream {
@@ -1676,7 +1901,7 @@ type ExitStatus struct {
 
 func (x *ExitStatus) Reset() {
 	*x = ExitStatus{}
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1913,7 @@ func (x *ExitStatus) String() string {
 func (*ExitStatus) ProtoMessage() {}
 
 func (x *ExitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1926,7 @@ func (x *ExitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitStatus.ProtoReflect.Descriptor instead.
 func (*ExitStatus) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{22}
+	return file_provider_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExitStatus) GetCode() int32 {
@@ -1749,7 +1974,7 @@ type DataSent struct {
 
 func (x *DataSent) Reset() {
 	*x = DataSent{}
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1986,7 @@ func (x *DataSent) String() string {
 func (*DataSent) ProtoMessage() {}
 
 func (x *DataSent) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1999,7 @@ func (x *DataSent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataSent.ProtoReflect.Descriptor instead.
 func (*DataSent) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{23}
+	return file_provider_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DataSent) GetStdout() uint64 {
@@ -1800,7 +2025,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +2037,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +2050,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{24}
+	return file_provider_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TeardownRequest) GetRef() *SandboxRef {
@@ -1843,7 +2068,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +2080,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +2093,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{25}
+	return file_provider_proto_rawDescGZIP(), []int{27}
 }
 
 type HealthCheckRequest struct {
@@ -1880,7 +2105,7 @@ type HealthCheckRequest struct {
 
 func (x *HealthCheckRequest) Reset() {
 	*x = HealthCheckRequest{}
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2117,7 @@ func (x *HealthCheckRequest) String() string {
 func (*HealthCheckRequest) ProtoMessage() {}
 
 func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2130,7 @@ func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckRequest.ProtoReflect.Descriptor instead.
 func (*HealthCheckRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{26}
+	return file_provider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HealthCheckRequest) GetRef() *SandboxRef {
@@ -1930,7 +2155,7 @@ type HealthCheckResponse struct {
 
 func (x *HealthCheckResponse) Reset() {
 	*x = HealthCheckResponse{}
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2167,7 @@ func (x *HealthCheckResponse) String() string {
 func (*HealthCheckResponse) ProtoMessage() {}
 
 func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2180,7 @@ func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckResponse.ProtoReflect.Descriptor instead.
 func (*HealthCheckResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{27}
+	return file_provider_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HealthCheckResponse) GetState() string {
@@ -1991,7 +2216,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +2228,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +2241,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{28}
+	return file_provider_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListRequest) GetConfig() []byte {
@@ -2042,7 +2267,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_provider_proto_msgTypes[29]
+	mi := &file_provider_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2279,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[29]
+	mi := &file_provider_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,7 +2292,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{29}
+	return file_provider_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListResponse) GetSandboxes() []*ListedSandbox {
@@ -2093,7 +2318,7 @@ type ListedSandbox struct {
 
 func (x *ListedSandbox) Reset() {
 	*x = ListedSandbox{}
-	mi := &file_provider_proto_msgTypes[30]
+	mi := &file_provider_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2330,7 @@ func (x *ListedSandbox) String() string {
 func (*ListedSandbox) ProtoMessage() {}
 
 func (x *ListedSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[30]
+	mi := &file_provider_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2343,7 @@ func (x *ListedSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListedSandbox.ProtoReflect.Descriptor instead.
 func (*ListedSandbox) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{30}
+	return file_provider_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListedSandbox) GetRef() *SandboxRef {
@@ -2160,7 +2385,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_provider_proto_msgTypes[31]
+	mi := &file_provider_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2397,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[31]
+	mi := &file_provider_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2410,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{31}
+	return file_provider_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ForwardRequest) GetSandbox() *SandboxRef {
@@ -2212,7 +2437,7 @@ type ForwardEvent struct {
 
 func (x *ForwardEvent) Reset() {
 	*x = ForwardEvent{}
-	mi := &file_provider_proto_msgTypes[32]
+	mi := &file_provider_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2224,7 +2449,7 @@ func (x *ForwardEvent) String() string {
 func (*ForwardEvent) ProtoMessage() {}
 
 func (x *ForwardEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[32]
+	mi := &file_provider_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2237,7 +2462,7 @@ func (x *ForwardEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardEvent.ProtoReflect.Descriptor instead.
 func (*ForwardEvent) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{32}
+	return file_provider_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ForwardEvent) GetListening() string {
@@ -2259,7 +2484,7 @@ type ValidateSettingsRequest struct {
 
 func (x *ValidateSettingsRequest) Reset() {
 	*x = ValidateSettingsRequest{}
-	mi := &file_provider_proto_msgTypes[33]
+	mi := &file_provider_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2496,7 @@ func (x *ValidateSettingsRequest) String() string {
 func (*ValidateSettingsRequest) ProtoMessage() {}
 
 func (x *ValidateSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[33]
+	mi := &file_provider_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2509,7 @@ func (x *ValidateSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateSettingsRequest.ProtoReflect.Descriptor instead.
 func (*ValidateSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{33}
+	return file_provider_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ValidateSettingsRequest) GetConfig() []byte {
@@ -2310,7 +2535,7 @@ type ValidateSettingsResponse struct {
 
 func (x *ValidateSettingsResponse) Reset() {
 	*x = ValidateSettingsResponse{}
-	mi := &file_provider_proto_msgTypes[34]
+	mi := &file_provider_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2547,7 @@ func (x *ValidateSettingsResponse) String() string {
 func (*ValidateSettingsResponse) ProtoMessage() {}
 
 func (x *ValidateSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[34]
+	mi := &file_provider_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2560,7 @@ func (x *ValidateSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateSettingsResponse.ProtoReflect.Descriptor instead.
 func (*ValidateSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{34}
+	return file_provider_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ValidateSettingsResponse) GetProblems() []*SettingsProblem {
@@ -2362,7 +2587,7 @@ type SettingsProblem struct {
 
 func (x *SettingsProblem) Reset() {
 	*x = SettingsProblem{}
-	mi := &file_provider_proto_msgTypes[35]
+	mi := &file_provider_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2374,7 +2599,7 @@ func (x *SettingsProblem) String() string {
 func (*SettingsProblem) ProtoMessage() {}
 
 func (x *SettingsProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[35]
+	mi := &file_provider_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2387,7 +2612,7 @@ func (x *SettingsProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettingsProblem.ProtoReflect.Descriptor instead.
 func (*SettingsProblem) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{35}
+	return file_provider_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SettingsProblem) GetKey() string {
@@ -2438,7 +2663,7 @@ const file_provider_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12!\n" +
 	"\fapi_versions\x18\x03 \x03(\rR\vapiVersions\x12 \n" +
 	"\vdescription\x18\x04 \x01(\tR\vdescription\x12D\n" +
-	"\fcapabilities\x18\x05 \x01(\v2 .amelia.provider.v1.CapabilitiesR\fcapabilities\"\xd8\x01\n" +
+	"\fcapabilities\x18\x05 \x01(\v2 .amelia.provider.v1.CapabilitiesR\fcapabilities\"\xf2\x01\n" +
 	"\fCapabilities\x12!\n" +
 	"\fegress_modes\x18\x01 \x03(\tR\vegressModes\x12\x1a\n" +
 	"\bisolated\x18\x02 \x01(\bR\bisolated\x12 \n" +
@@ -2446,7 +2671,8 @@ const file_provider_proto_rawDesc = "" +
 	"execAsRoot\x12'\n" +
 	"\x0fresource_limits\x18\x04 \x01(\bR\x0eresourceLimits\x12\x10\n" +
 	"\x03tty\x18\x06 \x01(\bR\x03tty\x12\x1b\n" +
-	"\trun_users\x18\a \x01(\bR\brunUsersJ\x04\b\x05\x10\x06R\tsnapshots\"H\n" +
+	"\trun_users\x18\a \x01(\bR\brunUsers\x12\x18\n" +
+	"\aarchive\x18\b \x01(\bR\aarchiveJ\x04\b\x05\x10\x06R\tsnapshots\"H\n" +
 	"\n" +
 	"SandboxRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
@@ -2482,7 +2708,7 @@ const file_provider_proto_rawDesc = "" +
 	"\tstdin_eof\x18\x03 \x01(\v2\x1c.amelia.provider.v1.StdinEOFH\x00R\bstdinEof\x124\n" +
 	"\x06cancel\x18\x04 \x01(\v2\x1a.amelia.provider.v1.CancelH\x00R\x06cancel\x126\n" +
 	"\x06resize\x18\x05 \x01(\v2\x1c.amelia.provider.v1.TermSizeH\x00R\x06resizeB\x05\n" +
-	"\x03msg\"\xb3\x04\n" +
+	"\x03msg\"\xea\x04\n" +
 	"\tExecStart\x128\n" +
 	"\asandbox\x18\x01 \x01(\v2\x1e.amelia.provider.v1.SandboxRefR\asandbox\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x128\n" +
@@ -2496,10 +2722,26 @@ const file_provider_proto_rawDesc = "" +
 	"\atimeout\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\atimeout\x123\n" +
 	"\x04data\x18\v \x01(\v2\x1f.amelia.provider.v1.DataStreamsR\x04data\x125\n" +
-	"\atraffic\x18\f \x01(\x0e2\x1b.amelia.provider.v1.TrafficR\atraffic\x1a6\n" +
+	"\atraffic\x18\f \x01(\x0e2\x1b.amelia.provider.v1.TrafficR\atraffic\x125\n" +
+	"\aarchive\x18\r \x01(\v2\x1b.amelia.provider.v1.ArchiveR\aarchive\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc3\x01\n" +
+	"\aArchive\x12.\n" +
+	"\x02op\x18\x01 \x01(\x0e2\x1e.amelia.provider.v1.Archive.OpR\x02op\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x123\n" +
+	"\x04file\x18\x03 \x01(\v2\x1f.amelia.provider.v1.ArchiveFileR\x04file\"?\n" +
+	"\x02Op\x12\x17\n" +
+	"\x13ARCHIVE_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vARCHIVE_PUT\x10\x01\x12\x0f\n" +
+	"\vARCHIVE_GET\x10\x02\"\x95\x01\n" +
+	"\vArchiveFile\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\x03R\x03uid\x12\x10\n" +
+	"\x03gid\x18\x04 \x01(\x03R\x03gid\x12&\n" +
+	"\x0fmtime_unix_nano\x18\x05 \x01(\x03R\rmtimeUnixNano\x12\x12\n" +
+	"\x04size\x18\x06 \x01(\x03R\x04size\"M\n" +
 	"\vDataStreams\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06stdout\x18\x02 \x01(\bR\x06stdout\x12\x16\n" +
@@ -2602,121 +2844,127 @@ func file_provider_proto_rawDescGZIP() []byte {
 	return file_provider_proto_rawDescData
 }
 
-var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_provider_proto_goTypes = []any{
 	(Traffic)(0),                     // 0: amelia.provider.v1.Traffic
 	(Stream)(0),                      // 1: amelia.provider.v1.Stream
-	(*SetupCommand)(nil),             // 2: amelia.provider.v1.SetupCommand
-	(*PruneSetupsRequest)(nil),       // 3: amelia.provider.v1.PruneSetupsRequest
-	(*PrunedSetup)(nil),              // 4: amelia.provider.v1.PrunedSetup
-	(*PruneSetupsResponse)(nil),      // 5: amelia.provider.v1.PruneSetupsResponse
-	(*PrepareResponse)(nil),          // 6: amelia.provider.v1.PrepareResponse
-	(*PreflightResponse)(nil),        // 7: amelia.provider.v1.PreflightResponse
-	(*InfoRequest)(nil),              // 8: amelia.provider.v1.InfoRequest
-	(*InfoResponse)(nil),             // 9: amelia.provider.v1.InfoResponse
-	(*Capabilities)(nil),             // 10: amelia.provider.v1.Capabilities
-	(*SandboxRef)(nil),               // 11: amelia.provider.v1.SandboxRef
-	(*NetworkPolicy)(nil),            // 12: amelia.provider.v1.NetworkPolicy
-	(*EnsureRunningRequest)(nil),     // 13: amelia.provider.v1.EnsureRunningRequest
-	(*EnsureRunningResponse)(nil),    // 14: amelia.provider.v1.EnsureRunningResponse
-	(*ExecRequest)(nil),              // 15: amelia.provider.v1.ExecRequest
-	(*ExecStart)(nil),                // 16: amelia.provider.v1.ExecStart
-	(*DataStreams)(nil),              // 17: amelia.provider.v1.DataStreams
-	(*StdinEOF)(nil),                 // 18: amelia.provider.v1.StdinEOF
-	(*Cancel)(nil),                   // 19: amelia.provider.v1.Cancel
-	(*TermSize)(nil),                 // 20: amelia.provider.v1.TermSize
-	(*ExecResponse)(nil),             // 21: amelia.provider.v1.ExecResponse
-	(*StdinAck)(nil),                 // 22: amelia.provider.v1.StdinAck
-	(*Output)(nil),                   // 23: amelia.provider.v1.Output
-	(*ExitStatus)(nil),               // 24: amelia.provider.v1.ExitStatus
-	(*DataSent)(nil),                 // 25: amelia.provider.v1.DataSent
-	(*TeardownRequest)(nil),          // 26: amelia.provider.v1.TeardownRequest
-	(*TeardownResponse)(nil),         // 27: amelia.provider.v1.TeardownResponse
-	(*HealthCheckRequest)(nil),       // 28: amelia.provider.v1.HealthCheckRequest
-	(*HealthCheckResponse)(nil),      // 29: amelia.provider.v1.HealthCheckResponse
-	(*ListRequest)(nil),              // 30: amelia.provider.v1.ListRequest
-	(*ListResponse)(nil),             // 31: amelia.provider.v1.ListResponse
-	(*ListedSandbox)(nil),            // 32: amelia.provider.v1.ListedSandbox
-	(*ForwardRequest)(nil),           // 33: amelia.provider.v1.ForwardRequest
-	(*ForwardEvent)(nil),             // 34: amelia.provider.v1.ForwardEvent
-	(*ValidateSettingsRequest)(nil),  // 35: amelia.provider.v1.ValidateSettingsRequest
-	(*ValidateSettingsResponse)(nil), // 36: amelia.provider.v1.ValidateSettingsResponse
-	(*SettingsProblem)(nil),          // 37: amelia.provider.v1.SettingsProblem
-	nil,                              // 38: amelia.provider.v1.PrepareResponse.DetailsEntry
-	nil,                              // 39: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	nil,                              // 40: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	nil,                              // 41: amelia.provider.v1.ExecStart.EnvEntry
-	nil,                              // 42: amelia.provider.v1.ListRequest.LabelsEntry
-	nil,                              // 43: amelia.provider.v1.ListedSandbox.LabelsEntry
-	(*durationpb.Duration)(nil),      // 44: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 45: google.protobuf.Timestamp
+	(Archive_Op)(0),                  // 2: amelia.provider.v1.Archive.Op
+	(*SetupCommand)(nil),             // 3: amelia.provider.v1.SetupCommand
+	(*PruneSetupsRequest)(nil),       // 4: amelia.provider.v1.PruneSetupsRequest
+	(*PrunedSetup)(nil),              // 5: amelia.provider.v1.PrunedSetup
+	(*PruneSetupsResponse)(nil),      // 6: amelia.provider.v1.PruneSetupsResponse
+	(*PrepareResponse)(nil),          // 7: amelia.provider.v1.PrepareResponse
+	(*PreflightResponse)(nil),        // 8: amelia.provider.v1.PreflightResponse
+	(*InfoRequest)(nil),              // 9: amelia.provider.v1.InfoRequest
+	(*InfoResponse)(nil),             // 10: amelia.provider.v1.InfoResponse
+	(*Capabilities)(nil),             // 11: amelia.provider.v1.Capabilities
+	(*SandboxRef)(nil),               // 12: amelia.provider.v1.SandboxRef
+	(*NetworkPolicy)(nil),            // 13: amelia.provider.v1.NetworkPolicy
+	(*EnsureRunningRequest)(nil),     // 14: amelia.provider.v1.EnsureRunningRequest
+	(*EnsureRunningResponse)(nil),    // 15: amelia.provider.v1.EnsureRunningResponse
+	(*ExecRequest)(nil),              // 16: amelia.provider.v1.ExecRequest
+	(*ExecStart)(nil),                // 17: amelia.provider.v1.ExecStart
+	(*Archive)(nil),                  // 18: amelia.provider.v1.Archive
+	(*ArchiveFile)(nil),              // 19: amelia.provider.v1.ArchiveFile
+	(*DataStreams)(nil),              // 20: amelia.provider.v1.DataStreams
+	(*StdinEOF)(nil),                 // 21: amelia.provider.v1.StdinEOF
+	(*Cancel)(nil),                   // 22: amelia.provider.v1.Cancel
+	(*TermSize)(nil),                 // 23: amelia.provider.v1.TermSize
+	(*ExecResponse)(nil),             // 24: amelia.provider.v1.ExecResponse
+	(*StdinAck)(nil),                 // 25: amelia.provider.v1.StdinAck
+	(*Output)(nil),                   // 26: amelia.provider.v1.Output
+	(*ExitStatus)(nil),               // 27: amelia.provider.v1.ExitStatus
+	(*DataSent)(nil),                 // 28: amelia.provider.v1.DataSent
+	(*TeardownRequest)(nil),          // 29: amelia.provider.v1.TeardownRequest
+	(*TeardownResponse)(nil),         // 30: amelia.provider.v1.TeardownResponse
+	(*HealthCheckRequest)(nil),       // 31: amelia.provider.v1.HealthCheckRequest
+	(*HealthCheckResponse)(nil),      // 32: amelia.provider.v1.HealthCheckResponse
+	(*ListRequest)(nil),              // 33: amelia.provider.v1.ListRequest
+	(*ListResponse)(nil),             // 34: amelia.provider.v1.ListResponse
+	(*ListedSandbox)(nil),            // 35: amelia.provider.v1.ListedSandbox
+	(*ForwardRequest)(nil),           // 36: amelia.provider.v1.ForwardRequest
+	(*ForwardEvent)(nil),             // 37: amelia.provider.v1.ForwardEvent
+	(*ValidateSettingsRequest)(nil),  // 38: amelia.provider.v1.ValidateSettingsRequest
+	(*ValidateSettingsResponse)(nil), // 39: amelia.provider.v1.ValidateSettingsResponse
+	(*SettingsProblem)(nil),          // 40: amelia.provider.v1.SettingsProblem
+	nil,                              // 41: amelia.provider.v1.PrepareResponse.DetailsEntry
+	nil,                              // 42: amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	nil,                              // 43: amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	nil,                              // 44: amelia.provider.v1.ExecStart.EnvEntry
+	nil,                              // 45: amelia.provider.v1.ListRequest.LabelsEntry
+	nil,                              // 46: amelia.provider.v1.ListedSandbox.LabelsEntry
+	(*durationpb.Duration)(nil),      // 47: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 48: google.protobuf.Timestamp
 }
 var file_provider_proto_depIdxs = []int32{
-	13, // 0: amelia.provider.v1.PruneSetupsRequest.spec:type_name -> amelia.provider.v1.EnsureRunningRequest
-	13, // 1: amelia.provider.v1.PruneSetupsRequest.others:type_name -> amelia.provider.v1.EnsureRunningRequest
-	4,  // 2: amelia.provider.v1.PruneSetupsResponse.setups:type_name -> amelia.provider.v1.PrunedSetup
-	38, // 3: amelia.provider.v1.PrepareResponse.details:type_name -> amelia.provider.v1.PrepareResponse.DetailsEntry
-	10, // 4: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
-	11, // 5: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	12, // 6: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	39, // 7: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
-	2,  // 8: amelia.provider.v1.EnsureRunningRequest.setup:type_name -> amelia.provider.v1.SetupCommand
-	11, // 9: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
-	40, // 10: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
-	16, // 11: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
-	18, // 12: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
-	19, // 13: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
-	20, // 14: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
-	11, // 15: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	41, // 16: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
-	20, // 17: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
-	44, // 18: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
-	44, // 19: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
-	17, // 20: amelia.provider.v1.ExecStart.data:type_name -> amelia.provider.v1.DataStreams
+	14, // 0: amelia.provider.v1.PruneSetupsRequest.spec:type_name -> amelia.provider.v1.EnsureRunningRequest
+	14, // 1: amelia.provider.v1.PruneSetupsRequest.others:type_name -> amelia.provider.v1.EnsureRunningRequest
+	5,  // 2: amelia.provider.v1.PruneSetupsResponse.setups:type_name -> amelia.provider.v1.PrunedSetup
+	41, // 3: amelia.provider.v1.PrepareResponse.details:type_name -> amelia.provider.v1.PrepareResponse.DetailsEntry
+	11, // 4: amelia.provider.v1.InfoResponse.capabilities:type_name -> amelia.provider.v1.Capabilities
+	12, // 5: amelia.provider.v1.EnsureRunningRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	13, // 6: amelia.provider.v1.EnsureRunningRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
+	42, // 7: amelia.provider.v1.EnsureRunningRequest.labels:type_name -> amelia.provider.v1.EnsureRunningRequest.LabelsEntry
+	3,  // 8: amelia.provider.v1.EnsureRunningRequest.setup:type_name -> amelia.provider.v1.SetupCommand
+	12, // 9: amelia.provider.v1.EnsureRunningResponse.ref:type_name -> amelia.provider.v1.SandboxRef
+	43, // 10: amelia.provider.v1.EnsureRunningResponse.details:type_name -> amelia.provider.v1.EnsureRunningResponse.DetailsEntry
+	17, // 11: amelia.provider.v1.ExecRequest.start:type_name -> amelia.provider.v1.ExecStart
+	21, // 12: amelia.provider.v1.ExecRequest.stdin_eof:type_name -> amelia.provider.v1.StdinEOF
+	22, // 13: amelia.provider.v1.ExecRequest.cancel:type_name -> amelia.provider.v1.Cancel
+	23, // 14: amelia.provider.v1.ExecRequest.resize:type_name -> amelia.provider.v1.TermSize
+	12, // 15: amelia.provider.v1.ExecStart.sandbox:type_name -> amelia.provider.v1.SandboxRef
+	44, // 16: amelia.provider.v1.ExecStart.env:type_name -> amelia.provider.v1.ExecStart.EnvEntry
+	23, // 17: amelia.provider.v1.ExecStart.term_size:type_name -> amelia.provider.v1.TermSize
+	47, // 18: amelia.provider.v1.ExecStart.cancel_grace:type_name -> google.protobuf.Duration
+	47, // 19: amelia.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	20, // 20: amelia.provider.v1.ExecStart.data:type_name -> amelia.provider.v1.DataStreams
 	0,  // 21: amelia.provider.v1.ExecStart.traffic:type_name -> amelia.provider.v1.Traffic
-	23, // 22: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
-	24, // 23: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
-	22, // 24: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
-	1,  // 25: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
-	25, // 26: amelia.provider.v1.ExitStatus.data_sent:type_name -> amelia.provider.v1.DataSent
-	11, // 27: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	11, // 28: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
-	42, // 29: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
-	32, // 30: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
-	11, // 31: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
-	43, // 32: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
-	45, // 33: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
-	11, // 34: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
-	12, // 35: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
-	37, // 36: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
-	8,  // 37: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
-	13, // 38: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
-	15, // 39: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
-	26, // 40: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
-	28, // 41: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
-	30, // 42: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
-	33, // 43: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
-	35, // 44: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
-	13, // 45: amelia.provider.v1.Provider.Preflight:input_type -> amelia.provider.v1.EnsureRunningRequest
-	13, // 46: amelia.provider.v1.Provider.Prepare:input_type -> amelia.provider.v1.EnsureRunningRequest
-	3,  // 47: amelia.provider.v1.Provider.PruneSetups:input_type -> amelia.provider.v1.PruneSetupsRequest
-	9,  // 48: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
-	14, // 49: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
-	21, // 50: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
-	27, // 51: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
-	29, // 52: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
-	31, // 53: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
-	34, // 54: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
-	36, // 55: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
-	7,  // 56: amelia.provider.v1.Provider.Preflight:output_type -> amelia.provider.v1.PreflightResponse
-	6,  // 57: amelia.provider.v1.Provider.Prepare:output_type -> amelia.provider.v1.PrepareResponse
-	5,  // 58: amelia.provider.v1.Provider.PruneSetups:output_type -> amelia.provider.v1.PruneSetupsResponse
-	48, // [48:59] is the sub-list for method output_type
-	37, // [37:48] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	18, // 22: amelia.provider.v1.ExecStart.archive:type_name -> amelia.provider.v1.Archive
+	2,  // 23: amelia.provider.v1.Archive.op:type_name -> amelia.provider.v1.Archive.Op
+	19, // 24: amelia.provider.v1.Archive.file:type_name -> amelia.provider.v1.ArchiveFile
+	26, // 25: amelia.provider.v1.ExecResponse.output:type_name -> amelia.provider.v1.Output
+	27, // 26: amelia.provider.v1.ExecResponse.exit:type_name -> amelia.provider.v1.ExitStatus
+	25, // 27: amelia.provider.v1.ExecResponse.stdin_ack:type_name -> amelia.provider.v1.StdinAck
+	1,  // 28: amelia.provider.v1.Output.stream:type_name -> amelia.provider.v1.Stream
+	28, // 29: amelia.provider.v1.ExitStatus.data_sent:type_name -> amelia.provider.v1.DataSent
+	12, // 30: amelia.provider.v1.TeardownRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	12, // 31: amelia.provider.v1.HealthCheckRequest.ref:type_name -> amelia.provider.v1.SandboxRef
+	45, // 32: amelia.provider.v1.ListRequest.labels:type_name -> amelia.provider.v1.ListRequest.LabelsEntry
+	35, // 33: amelia.provider.v1.ListResponse.sandboxes:type_name -> amelia.provider.v1.ListedSandbox
+	12, // 34: amelia.provider.v1.ListedSandbox.ref:type_name -> amelia.provider.v1.SandboxRef
+	46, // 35: amelia.provider.v1.ListedSandbox.labels:type_name -> amelia.provider.v1.ListedSandbox.LabelsEntry
+	48, // 36: amelia.provider.v1.ListedSandbox.created:type_name -> google.protobuf.Timestamp
+	12, // 37: amelia.provider.v1.ForwardRequest.sandbox:type_name -> amelia.provider.v1.SandboxRef
+	13, // 38: amelia.provider.v1.ValidateSettingsRequest.network:type_name -> amelia.provider.v1.NetworkPolicy
+	40, // 39: amelia.provider.v1.ValidateSettingsResponse.problems:type_name -> amelia.provider.v1.SettingsProblem
+	9,  // 40: amelia.provider.v1.Provider.Info:input_type -> amelia.provider.v1.InfoRequest
+	14, // 41: amelia.provider.v1.Provider.EnsureRunning:input_type -> amelia.provider.v1.EnsureRunningRequest
+	16, // 42: amelia.provider.v1.Provider.Exec:input_type -> amelia.provider.v1.ExecRequest
+	29, // 43: amelia.provider.v1.Provider.Teardown:input_type -> amelia.provider.v1.TeardownRequest
+	31, // 44: amelia.provider.v1.Provider.HealthCheck:input_type -> amelia.provider.v1.HealthCheckRequest
+	33, // 45: amelia.provider.v1.Provider.List:input_type -> amelia.provider.v1.ListRequest
+	36, // 46: amelia.provider.v1.Provider.Forward:input_type -> amelia.provider.v1.ForwardRequest
+	38, // 47: amelia.provider.v1.Provider.ValidateSettings:input_type -> amelia.provider.v1.ValidateSettingsRequest
+	14, // 48: amelia.provider.v1.Provider.Preflight:input_type -> amelia.provider.v1.EnsureRunningRequest
+	14, // 49: amelia.provider.v1.Provider.Prepare:input_type -> amelia.provider.v1.EnsureRunningRequest
+	4,  // 50: amelia.provider.v1.Provider.PruneSetups:input_type -> amelia.provider.v1.PruneSetupsRequest
+	10, // 51: amelia.provider.v1.Provider.Info:output_type -> amelia.provider.v1.InfoResponse
+	15, // 52: amelia.provider.v1.Provider.EnsureRunning:output_type -> amelia.provider.v1.EnsureRunningResponse
+	24, // 53: amelia.provider.v1.Provider.Exec:output_type -> amelia.provider.v1.ExecResponse
+	30, // 54: amelia.provider.v1.Provider.Teardown:output_type -> amelia.provider.v1.TeardownResponse
+	32, // 55: amelia.provider.v1.Provider.HealthCheck:output_type -> amelia.provider.v1.HealthCheckResponse
+	34, // 56: amelia.provider.v1.Provider.List:output_type -> amelia.provider.v1.ListResponse
+	37, // 57: amelia.provider.v1.Provider.Forward:output_type -> amelia.provider.v1.ForwardEvent
+	39, // 58: amelia.provider.v1.Provider.ValidateSettings:output_type -> amelia.provider.v1.ValidateSettingsResponse
+	8,  // 59: amelia.provider.v1.Provider.Preflight:output_type -> amelia.provider.v1.PreflightResponse
+	7,  // 60: amelia.provider.v1.Provider.Prepare:output_type -> amelia.provider.v1.PrepareResponse
+	6,  // 61: amelia.provider.v1.Provider.PruneSetups:output_type -> amelia.provider.v1.PruneSetupsResponse
+	51, // [51:62] is the sub-list for method output_type
+	40, // [40:51] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -2731,7 +2979,7 @@ func file_provider_proto_init() {
 		(*ExecRequest_Cancel)(nil),
 		(*ExecRequest_Resize)(nil),
 	}
-	file_provider_proto_msgTypes[19].OneofWrappers = []any{
+	file_provider_proto_msgTypes[21].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Exit)(nil),
 		(*ExecResponse_StdinAck)(nil),
@@ -2741,8 +2989,8 @@ func file_provider_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   42,
+			NumEnums:      3,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
