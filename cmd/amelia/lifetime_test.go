@@ -43,12 +43,15 @@ func withLifetime(block, idle, maxLife string) string {
 // and kept its files.
 type lifetimeCase struct {
 	name string
+	// idle is the case's idle_timeout: testIdle unless its commands take
+	// longer to come.
+	idle time.Duration
 	host func(t *testing.T, idle, maxLife string, turns ...llmtest.Turn) (h *host, stopped func() bool)
 }
 
 func lifetimeCases() []lifetimeCase {
 	return []lifetimeCase{
-		{name: "docker", host: func(t *testing.T, idle, maxLife string, turns ...llmtest.Turn) (*host, func() bool) {
+		{name: "docker", idle: testIdle, host: func(t *testing.T, idle, maxLife string, turns ...llmtest.Turn) (*host, func() bool) {
 			cli := dockertest.Engine(t)
 			h := newDockerHost(t, cli, withLifetime(dockerSandbox("open"), idle, maxLife), turns...)
 			name := "amelia-sandbox-" + h.sandboxName(t, "e2e")
@@ -61,7 +64,7 @@ func lifetimeCases() []lifetimeCase {
 				return res.Container.State.Status == "exited"
 			}
 		}},
-		{name: "ssh", host: func(t *testing.T, idle, maxLife string, turns ...llmtest.Turn) (*host, func() bool) {
+		{name: "ssh", idle: testIdle, host: func(t *testing.T, idle, maxLife string, turns ...llmtest.Turn) (*host, func() bool) {
 			srv := sshtest.Start(t, sshtest.Options{})
 			root := t.TempDir()
 			h := newHostWith(t, withLifetime(sshSandbox(t, srv, root), idle, maxLife), root, llmtest.Options{}, turns...)
@@ -72,7 +75,9 @@ func lifetimeCases() []lifetimeCase {
 				return err == nil && len(sandboxProcesses(dir)) == 0
 			}
 		}},
-		{name: "kubernetes", host: func(t *testing.T, idle, maxLife string, turns ...llmtest.Turn) (*host, func() bool) {
+		// Longer than testIdle: each of a run's commands is an exec
+		// through the API server, on a loaded machine.
+		{name: "kubernetes", idle: 15 * time.Second, host: func(t *testing.T, idle, maxLife string, turns ...llmtest.Turn) (*host, func() bool) {
 			c := k8stest.Start(t)
 			ns := c.Namespace(t)
 			h := newKubernetesHost(t, c, withLifetime(kubernetesWithVolume(t, c, ns), idle, maxLife), turns...)
@@ -163,7 +168,7 @@ func TestIdleSandboxStopsKeepingWork(t *testing.T) {
 	for _, c := range lifetimeCases() {
 		t.Run(c.name, func(t *testing.T) {
 			kept, busy := newGate(t), newGate(t)
-			h, stopped := c.host(t, testIdle.String(), "off", gatedTurns(busy)...)
+			h, stopped := c.host(t, c.idle.String(), "off", gatedTurns(busy)...)
 
 			// Kept work: a run interrupted while its agent waits.
 			r := h.startUntil(t, kept.path, "run", "--json", "--model", "scripted:"+gatedScript(t, kept), "--workflow", "kept", "keep this")
@@ -183,7 +188,7 @@ func TestIdleSandboxStopsKeepingWork(t *testing.T) {
 				if state != "ready" || lt == nil {
 					t.Fatalf("with its agent running the sandbox is %s (lifetime %+v)", state, lt)
 				}
-				return lt.Busy && lt.LastActivity.After(died.Add(testIdle+time.Second))
+				return lt.Busy && lt.LastActivity.After(died.Add(c.idle+time.Second))
 			}, "the agent to run past the idle timeout")
 			if stopped() {
 				t.Fatal("the sandbox stopped while its agent ran")
@@ -208,7 +213,7 @@ func TestIdleSandboxStopsKeepingWork(t *testing.T) {
 			if state != "ready" || lt == nil || lt.Watchdog != "running" || lt.Decided == nil || lt.Decided.Reason != lifetime.ReasonIdle {
 				t.Fatalf("after amelia results the sandbox is %s with lifetime %+v; want it running again, its stop on record as idle", state, lt)
 			}
-			if d := lt.Decided; d.At.Sub(d.Idle) < testIdle {
+			if d := lt.Decided; d.At.Sub(d.Idle) < c.idle {
 				t.Errorf("stopped at %v, idle since %v: sooner than the idle timeout", d.At, d.Idle)
 			}
 		})
@@ -286,54 +291,6 @@ func TestIdleDaytonaStopsKeepingWork(t *testing.T) {
 	}
 	if got := h.git(t, "show", "amelia/kept:before.txt"); got != "before the fault" {
 		t.Errorf("before.txt on the brought-back branch: %q", got)
-	}
-}
-
-// On kubernetes, a sandbox whose workspace is on a claim
-// (kubernetes.workspace_volume) stops by itself once idle, with no host
-// process running: its watchdog ends tini, the pod ends and the claim
-// keeps the interrupted run's work; sandbox ls says stopped, and amelia
-// results starts a new pod on the claim and brings the work back.
-func TestIdleKubernetesStopsKeepingWork(t *testing.T) {
-	c := k8stest.Start(t)
-	ns := c.Namespace(t)
-	// Longer than testIdle: each of a run's commands is an exec through
-	// the API server, on a loaded machine.
-	const idle = 15 * time.Second
-	kept := newGate(t)
-	h := newKubernetesHost(t, c, withLifetime(kubernetesWithVolume(t, c, ns), idle.String(), "off"))
-	stopped := podEnded(t, c, ns)
-
-	r := h.startUntil(t, kept.path, "run", "--json", "--model", "scripted:"+gatedScript(t, kept), "--workflow", "kept", "keep this")
-	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	if code := r.wait(t, "Ctrl-C"); code != 130 {
-		t.Fatalf("exit %d after Ctrl-C, want 130; stderr: %s", code, r.stderr.String())
-	}
-	if state, lt := lsLifetime(t, h); state != "ready" || lt == nil || lt.Watchdog != "running" {
-		t.Fatalf("after the run the sandbox is %s with lifetime %+v; want it ready, its watchdog running", state, lt)
-	}
-
-	// No host process at all: it stops by itself, and the claim stays.
-	sharedtest.Stop(t, h.tmp)
-	waitUntil(t, stopped, "the idle sandbox's pod to end")
-	if state, _ := lsLifetime(t, h); state != "stopped" {
-		t.Errorf("sandbox ls says the stopped sandbox is %s", state)
-	}
-	res := h.amelia(t, "results", "kept")
-	if res.code != 0 || !strings.Contains(res.stdout, "branch amelia/kept") {
-		t.Fatalf("amelia results after the stop: exit %d\nstdout: %s\nstderr: %s", res.code, res.stdout, res.stderr)
-	}
-	if got := h.git(t, "show", "amelia/kept:before.txt"); got != "before the fault" {
-		t.Errorf("before.txt on the brought-back branch: %q", got)
-	}
-	state, lt := lsLifetime(t, h)
-	if state != "ready" || lt == nil || lt.Watchdog != "running" || lt.Decided == nil || lt.Decided.Reason != lifetime.ReasonIdle {
-		t.Fatalf("after amelia results the sandbox is %s with lifetime %+v; want it running again, its stop on record as idle", state, lt)
-	}
-	if d := lt.Decided; d.At.Sub(d.Idle) < idle {
-		t.Errorf("stopped at %v, idle since %v: sooner than the idle timeout", d.At, d.Idle)
 	}
 }
 
