@@ -121,40 +121,19 @@ func (f *FS) unstage(ctx context.Context, staged string) {
 // copy: the archive must be that one regular file. The caller removes the
 // staging directory.
 func (f *FS) getStaged(ctx context.Context, ar sdk.Archiver, e Entry, staged, target string) error {
-	if fi, err := os.Lstat(target); err == nil && fi.IsDir() {
-		return fmt.Errorf("cannot write %s: it is a directory on this host; name a file, or copy into the directory", target)
-	}
-	tmp := tempBeside(target)
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return hostError("write", target, err)
-	}
-	// Through a plugin, the plugin takes the file out of the archive and
-	// writes it to out itself.
-	x := &sdk.FileFromArchive{Name: fswire.StagedFile, File: out}
-	err = ar.GetArchive(ctx, f.Exec.SandboxRef(), path.Join(f.Stage, staged, fswire.StagedFile), x)
-	if cerr := x.Close(); cerr != nil {
-		err = cerr // the better reason: the archive was not the file
-	}
-	if err != nil {
-		err = fmt.Errorf("copy %s out of the sandbox: %w", e.Name, err)
-	}
-	if err == nil {
-		err = out.Chmod(e.FileMode().Perm())
-	}
-	if cerr := out.Close(); err == nil && cerr != nil {
-		err = hostError("write", target, cerr)
-	}
-	if err == nil {
-		_ = os.Chtimes(tmp, e.MTime, e.MTime)
-		if rerr := os.Rename(tmp, target); rerr != nil {
-			err = hostError("write", target, rerr)
+	return replaceOnHost(e, target, func(out *os.File) error {
+		// Through a plugin, the plugin takes the file out of the archive
+		// and writes it to out itself.
+		x := &sdk.FileFromArchive{Name: fswire.StagedFile, File: out}
+		err := ar.GetArchive(ctx, f.Exec.SandboxRef(), path.Join(f.Stage, staged, fswire.StagedFile), x)
+		if cerr := x.Close(); cerr != nil {
+			err = cerr // the better reason: the archive was not the file
 		}
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
+		if err != nil {
+			return fmt.Errorf("copy %s out of the sandbox: %w", e.Name, err)
+		}
+		return nil
+	})
 }
 
 // tempBeside is a new file's name beside target.

@@ -197,6 +197,28 @@ func writeOnHost(s *session, e Entry, target string) error {
 // whole, through a new file renamed into place, with e's mode and time.
 // short, if any, explains an r that ended early.
 func writeFileOnHost(r io.Reader, e Entry, target string, short func() error) error {
+	return replaceOnHost(e, target, func(out *os.File) error {
+		n, err := fswire.Copy(out, io.LimitReader(r, e.Size))
+		if err == nil && n < e.Size {
+			if short != nil {
+				err = short()
+			}
+			if err == nil {
+				err = fmt.Errorf("the sandbox sent %d of %d bytes", n, e.Size)
+			}
+		}
+		if err != nil {
+			return hostError("write", target, err)
+		}
+		return nil
+	})
+}
+
+// replaceOnHost writes the host file target whole: fill writes a new
+// file beside it, which then gets e's mode and time and is renamed into
+// place; on any failure the new file goes and target is as it was.
+// fill's error is returned as it is.
+func replaceOnHost(e Entry, target string, fill func(*os.File) error) error {
 	if fi, err := os.Lstat(target); err == nil && fi.IsDir() {
 		return fmt.Errorf("cannot write %s: it is a directory on this host; name a file, or copy into the directory", target)
 	}
@@ -205,28 +227,23 @@ func writeFileOnHost(r io.Reader, e Entry, target string, short func() error) er
 	if err != nil {
 		return hostError("write", target, err)
 	}
-	n, err := fswire.Copy(out, io.LimitReader(r, e.Size))
-	if err == nil && n < e.Size {
-		if short != nil {
-			err = short()
-		}
-		if err == nil {
-			err = fmt.Errorf("the sandbox sent %d of %d bytes", n, e.Size)
-		}
-	}
+	err = fill(out)
 	if err == nil {
-		err = out.Chmod(e.FileMode().Perm())
+		if cerr := out.Chmod(e.FileMode().Perm()); cerr != nil {
+			err = hostError("write", target, cerr)
+		}
 	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
+	if cerr := out.Close(); err == nil && cerr != nil {
+		err = hostError("write", target, cerr)
 	}
 	if err == nil {
 		_ = os.Chtimes(tmp, e.MTime, e.MTime)
-		err = os.Rename(tmp, target)
+		if rerr := os.Rename(tmp, target); rerr != nil {
+			err = hostError("write", target, rerr)
+		}
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return hostError("write", target, err)
 	}
-	return nil
+	return err
 }
