@@ -198,13 +198,7 @@ var nsUnsafe = regexp.MustCompile(`[^a-z0-9]+`)
 func (c *Cluster) Namespace(tb testing.TB) string {
 	tb.Helper()
 	cs := c.Client(tb)
-	base := strings.Trim(nsUnsafe.ReplaceAllString(strings.ToLower(tb.Name()), "-"), "-")
-	if len(base) > 40 {
-		base = strings.Trim(base[:40], "-")
-	}
-	var b [3]byte
-	rand.Read(b[:])
-	name := "t-" + base + "-" + hex.EncodeToString(b[:])
+	name := testObjectName(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"amelia.k8stest": "1"}}}
@@ -222,6 +216,19 @@ func (c *Cluster) Namespace(tb testing.TB) string {
 	return name
 }
 
+// testObjectName is a new name for a cluster object of the test: "t-",
+// the test's name made safe (at most 40 characters), and 6 random hex
+// digits.
+func testObjectName(tb testing.TB) string {
+	base := strings.Trim(nsUnsafe.ReplaceAllString(strings.ToLower(tb.Name()), "-"), "-")
+	if len(base) > 40 {
+		base = strings.Trim(base[:40], "-")
+	}
+	var b [3]byte
+	rand.Read(b[:])
+	return "t-" + base + "-" + hex.EncodeToString(b[:])
+}
+
 // StorageClass makes a PersistentVolume of a storage class of its own on
 // a directory of the host that uid 1000 can write (both nodes share the
 // host's filesystem), removed when the test ends, and returns the class,
@@ -233,13 +240,7 @@ func (c *Cluster) StorageClass(tb testing.TB) string {
 	if err := os.Chmod(dir, 0o777); err != nil {
 		tb.Fatal(err)
 	}
-	base := strings.Trim(nsUnsafe.ReplaceAllString(strings.ToLower(tb.Name()), "-"), "-")
-	if len(base) > 40 {
-		base = strings.Trim(base[:40], "-")
-	}
-	var b [3]byte
-	rand.Read(b[:])
-	class := "t-" + base + "-" + hex.EncodeToString(b[:])
+	class := testObjectName(tb)
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: class, Labels: map[string]string{"amelia.k8stest": "1"}},
 		Spec: corev1.PersistentVolumeSpec{
