@@ -140,6 +140,58 @@ func mustShell(b *testing.B, script string) {
 	}
 }
 
+// copyBench is a sandbox's side of a copy benchmark: the data on the
+// host and, for the copies out, in the sandbox's src/ (put there once,
+// untimed), and the host directory copies out go to.
+type copyBench struct {
+	h                   *host
+	workdir, file, tree string
+	out                 string
+	treeBytes           int64
+	// fresh: copies in go to new names each round (ours0.bin, ours0...),
+	// as what the baseline wrote may not be removable; else into the
+	// workdir under the data's names, removed between rounds.
+	fresh bool
+}
+
+// newCopyBench makes the data and puts it in the sandbox's src/.
+func newCopyBench(b *testing.B, h *host) *copyBench {
+	b.Helper()
+	cb := &copyBench{h: h, workdir: strings.TrimSpace(h.mustAmelia(b, "sandbox", "exec", "--", "pwd").stdout), out: b.TempDir()}
+	cb.file, cb.tree, cb.treeBytes = benchData(b)
+	h.mustAmelia(b, "sandbox", "exec", "--", "mkdir", "-p", "src")
+	h.mustAmelia(b, "sandbox", "cp", cb.file, ":src/")
+	h.mustAmelia(b, "sandbox", "cp", cb.tree, ":src/")
+	return cb
+}
+
+// run runs the four cases, amelia sandbox cp against the baseline's
+// copies: the file in and out, the tree in and out.
+func (cb *copyBench) run(b *testing.B, baseName string, fileIn, fileOut, treeIn, treeOut func(i int) error) {
+	into := func(i int, name string) string {
+		if cb.fresh {
+			return fmt.Sprintf(":ours%d%s", i, path.Ext(name))
+		}
+		return ":"
+	}
+	cleanIn := func() {
+		if !cb.fresh {
+			cb.h.mustAmelia(b, "sandbox", "exec", "--", "sh", "-c", "rm -rf big.bin tree")
+		}
+	}
+	cleanOut := func() { mustShell(b, "rm -rf "+cb.out+"/*") }
+	cp := func(src func(i int) string, dst func(i int) string) func(int) error {
+		return cmdStep(func(i int) *exec.Cmd { return cb.h.command("sandbox", "cp", src(i), dst(i)) })
+	}
+	is := func(s string) func(int) string { return func(int) string { return s } }
+	runCopyCases(b, baseName, []copyCase{
+		{"1GiB-in", benchFileSize, cp(is(cb.file), func(i int) string { return into(i, cb.file) }), fileIn, cleanIn},
+		{"1GiB-out", benchFileSize, cp(is(":src/big.bin"), is(cb.out)), fileOut, cleanOut},
+		{"20k-files-in", cb.treeBytes, cp(is(cb.tree), func(i int) string { return into(i, cb.tree) }), treeIn, cleanIn},
+		{"20k-files-out", cb.treeBytes, cp(is(":src/tree"), is(cb.out)), treeOut, cleanOut},
+	})
+}
+
 func BenchmarkFilesOnDocker(b *testing.B) {
 	cli := dockertest.Engine(b)
 	h := newHostWith(b, dockerSandbox("open"), "", llmtest.Options{})
@@ -151,27 +203,18 @@ func BenchmarkFilesOnDocker(b *testing.B) {
 		b.Fatalf("find the sandbox's container: %v", err)
 	}
 	ctr := list.Items[0].ID
-	file, tree, treeBytes := benchData(b)
-	out := b.TempDir()
-	docker := func(args ...string) *exec.Cmd { return exec.Command("docker", args...) }
+	cb := newCopyBench(b, h)
 	// docker cp writes as root, which nothing in the sandbox may remove
 	// (its root has no capabilities): each round copies in to new names.
-	cleanIn := func() {}
-	cleanOut := func() { mustShell(b, "rm -rf "+out+"/*") }
-	// The copies to bring out are made in the sandbox once.
-	h.mustAmelia(b, "sandbox", "exec", "--", "mkdir", "-p", "/workspace/src")
-	h.mustAmelia(b, "sandbox", "cp", file, ":src/")
-	h.mustAmelia(b, "sandbox", "cp", tree, ":src/")
-	runCopyCases(b, "docker-cp", []copyCase{
-		{"1GiB-in", benchFileSize, cmdStep(func(i int) *exec.Cmd { return h.command("sandbox", "cp", file, fmt.Sprintf(":ours%d.bin", i)) }),
-			cmdStep(func(i int) *exec.Cmd { return docker("cp", file, fmt.Sprintf("%s:/workspace/base%d.bin", ctr, i)) }), cleanIn},
-		{"1GiB-out", benchFileSize, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/big.bin", out) }),
-			cmdStep(func(int) *exec.Cmd { return docker("cp", ctr+":/workspace/src/big.bin", out) }), cleanOut},
-		{"20k-files-in", treeBytes, cmdStep(func(i int) *exec.Cmd { return h.command("sandbox", "cp", tree, fmt.Sprintf(":ours%d", i)) }),
-			cmdStep(func(i int) *exec.Cmd { return docker("cp", tree, fmt.Sprintf("%s:/workspace/base%d", ctr, i)) }), cleanIn},
-		{"20k-files-out", treeBytes, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/tree", out) }),
-			cmdStep(func(int) *exec.Cmd { return docker("cp", ctr+":/workspace/src/tree", out) }), cleanOut},
-	})
+	cb.fresh = true
+	docker := func(args ...string) func(int) error {
+		return cmdStep(func(int) *exec.Cmd { return exec.Command("docker", args...) })
+	}
+	cb.run(b, "docker-cp",
+		func(i int) error { return docker("cp", cb.file, fmt.Sprintf("%s:/workspace/base%d.bin", ctr, i))(i) },
+		docker("cp", ctr+":/workspace/src/big.bin", cb.out),
+		func(i int) error { return docker("cp", cb.tree, fmt.Sprintf("%s:/workspace/base%d", ctr, i))(i) },
+		docker("cp", ctr+":/workspace/src/tree", cb.out))
 }
 
 func BenchmarkFilesOnSSH(b *testing.B) {
@@ -179,35 +222,24 @@ func BenchmarkFilesOnSSH(b *testing.B) {
 	root := b.TempDir()
 	h := newHostWith(b, sshSandbox(b, srv, root), root, llmtest.Options{})
 	b.Cleanup(func() { h.amelia(b, "sandbox", "down") })
-	workdir := strings.TrimSpace(h.mustAmelia(b, "sandbox", "exec", "--", "pwd").stdout)
-	file, tree, treeBytes := benchData(b)
-	out := b.TempDir()
+	cb := newCopyBench(b, h)
 	sshOpts := []string{"-i", srv.ClientKey, "-o", "UserKnownHostsFile=" + srv.KnownHosts, "-o", "StrictHostKeyChecking=yes",
 		"-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-c", "aes128-gcm@openssh.com"}
-	scp := func(args ...string) *exec.Cmd {
-		return exec.Command("scp", append(append(append([]string{"-O"}, sshOpts...), "-P", strconv.Itoa(srv.Port)), args...)...) // the test sshd has no sftp subsystem
+	scp := func(args ...string) func(int) error {
+		return cmdStep(func(int) *exec.Cmd {
+			return exec.Command("scp", append(append(append([]string{"-O"}, sshOpts...), "-P", strconv.Itoa(srv.Port)), args...)...) // the test sshd has no sftp subsystem
+		})
+	}
+	shell := func(script string) func(int) error {
+		return cmdStep(func(int) *exec.Cmd { return exec.Command("sh", "-c", script) })
 	}
 	sshCmd := "ssh " + strings.Join(sshOpts, " ") + " -p " + strconv.Itoa(srv.Port) + " " + srv.User + "@" + srv.Host
 	remote := srv.User + "@" + srv.Host + ":"
-	cleanIn := func() { h.mustAmelia(b, "sandbox", "exec", "--", "sh", "-c", "rm -rf big.bin tree") }
-	cleanOut := func() { mustShell(b, "rm -rf "+out+"/*") }
-	h.mustAmelia(b, "sandbox", "exec", "--", "mkdir", "-p", "src")
-	h.mustAmelia(b, "sandbox", "cp", file, ":src/")
-	h.mustAmelia(b, "sandbox", "cp", tree, ":src/")
-	runCopyCases(b, "openssh", []copyCase{
-		{"1GiB-in", benchFileSize, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", file, ":") }),
-			cmdStep(func(int) *exec.Cmd { return scp(file, remote+workdir+"/") }), cleanIn},
-		{"1GiB-out", benchFileSize, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/big.bin", out) }),
-			cmdStep(func(int) *exec.Cmd { return scp(remote+workdir+"/src/big.bin", out+"/") }), cleanOut},
-		{"20k-files-in", treeBytes, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", tree, ":") }),
-			cmdStep(func(int) *exec.Cmd {
-				return exec.Command("sh", "-c", "tar -C "+filepath.Dir(tree)+" -cf - tree | "+sshCmd+" tar -C "+workdir+" -xf -")
-			}), cleanIn},
-		{"20k-files-out", treeBytes, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/tree", out) }),
-			cmdStep(func(int) *exec.Cmd {
-				return exec.Command("sh", "-c", sshCmd+" tar -C "+workdir+"/src -cf - tree | tar -C "+out+" -xf -")
-			}), cleanOut},
-	})
+	cb.run(b, "openssh",
+		scp(cb.file, remote+cb.workdir+"/"),
+		scp(remote+cb.workdir+"/src/big.bin", cb.out+"/"),
+		shell("tar -C "+filepath.Dir(cb.tree)+" -cf - tree | "+sshCmd+" tar -C "+cb.workdir+" -xf -"),
+		shell(sshCmd+" tar -C "+cb.workdir+"/src -cf - tree | tar -C "+cb.out+" -xf -"))
 }
 
 // treeTransfers pairs each file of the tree at local with its path
@@ -244,35 +276,23 @@ func BenchmarkFilesOnDaytona(b *testing.B) {
 		b.Fatalf("the fake has %d sandboxes; want the one amelia made", len(boxes))
 	}
 	toolbox := f.Toolbox(boxes[0].ID)
-	workdir := strings.TrimSpace(h.mustAmelia(b, "sandbox", "exec", "--", "pwd").stdout)
-	file, tree, treeBytes := benchData(b)
-	out := b.TempDir()
-	cleanIn := func() { h.mustAmelia(b, "sandbox", "exec", "--", "sh", "-c", "rm -rf big.bin tree") }
-	cleanOut := func() { mustShell(b, "rm -rf "+out+"/*") }
-	h.mustAmelia(b, "sandbox", "exec", "--", "mkdir", "-p", "src")
-	h.mustAmelia(b, "sandbox", "cp", file, ":src/")
-	h.mustAmelia(b, "sandbox", "cp", tree, ":src/")
-	treeIn := treeTransfers(b, tree, workdir+"/tree")
-	treeOut := treeTransfers(b, tree, workdir+"/src/tree")
+	cb := newCopyBench(b, h)
+	treeIn := treeTransfers(b, cb.tree, cb.workdir+"/tree")
+	treeOut := treeTransfers(b, cb.tree, cb.workdir+"/src/tree")
 	for i := range treeOut { // the same names, brought out under out
-		rel, _ := filepath.Rel(tree, treeOut[i].Local)
-		treeOut[i].Local = filepath.Join(out, "tree", rel)
+		rel, _ := filepath.Rel(cb.tree, treeOut[i].Local)
+		treeOut[i].Local = filepath.Join(cb.out, "tree", rel)
 	}
 	ctx := b.Context()
-	runCopyCases(b, "daytona-sdk", []copyCase{
-		{"1GiB-in", benchFileSize, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", file, ":") }),
-			func(int) error {
-				return toolbox.Upload(ctx, []daytonatest.Transfer{{Local: file, Remote: workdir + "/big.bin"}})
-			}, cleanIn},
-		{"1GiB-out", benchFileSize, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/big.bin", out) }),
-			func(int) error {
-				return toolbox.Download(ctx, []daytonatest.Transfer{{Local: filepath.Join(out, "big.bin"), Remote: workdir + "/src/big.bin"}})
-			}, cleanOut},
-		{"20k-files-in", treeBytes, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", tree, ":") }),
-			func(int) error { return toolbox.Upload(ctx, treeIn) }, cleanIn},
-		{"20k-files-out", treeBytes, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/tree", out) }),
-			func(int) error { return toolbox.Download(ctx, treeOut) }, cleanOut},
-	})
+	cb.run(b, "daytona-sdk",
+		func(int) error {
+			return toolbox.Upload(ctx, []daytonatest.Transfer{{Local: cb.file, Remote: cb.workdir + "/big.bin"}})
+		},
+		func(int) error {
+			return toolbox.Download(ctx, []daytonatest.Transfer{{Local: filepath.Join(cb.out, "big.bin"), Remote: cb.workdir + "/src/big.bin"}})
+		},
+		func(int) error { return toolbox.Upload(ctx, treeIn) },
+		func(int) error { return toolbox.Download(ctx, treeOut) })
 }
 
 // On Kubernetes (the real test cluster), the baseline is kubectl cp
@@ -292,30 +312,16 @@ func BenchmarkFilesOnKubernetes(b *testing.B) {
 		b.Fatalf("the sandbox's pod: %v, %v", pods, err)
 	}
 	pod := pods.Items[0].Name
-	workdir := strings.TrimSpace(h.mustAmelia(b, "sandbox", "exec", "--", "pwd").stdout)
-	file, tree, treeBytes := benchData(b)
-	out := b.TempDir()
-	kubectl := func(args ...string) *exec.Cmd {
-		return exec.CommandContext(b.Context(), c.Kubectl(), append([]string{"--kubeconfig", c.Kubeconfig(), "--namespace", ns}, args...)...)
+	cb := newCopyBench(b, h)
+	kubectl := func(args ...string) func(int) error {
+		return cmdStep(func(int) *exec.Cmd {
+			return exec.CommandContext(b.Context(), c.Kubectl(), append([]string{"--kubeconfig", c.Kubeconfig(), "--namespace", ns, "cp", "-c", "sandbox"}, args...)...)
+		})
 	}
-	inPod := ns + "/" + pod + ":"
-	cleanIn := func() { h.mustAmelia(b, "sandbox", "exec", "--", "sh", "-c", "rm -rf big.bin tree") }
-	cleanOut := func() { mustShell(b, "rm -rf "+out+"/*") }
-	h.mustAmelia(b, "sandbox", "exec", "--", "mkdir", "-p", "src")
-	h.mustAmelia(b, "sandbox", "cp", file, ":src/")
-	h.mustAmelia(b, "sandbox", "cp", tree, ":src/")
-	runCopyCases(b, "kubectl-cp", []copyCase{
-		{"1GiB-in", benchFileSize, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", file, ":") }),
-			cmdStep(func(int) *exec.Cmd { return kubectl("cp", "-c", "sandbox", file, inPod+workdir+"/big.bin") }), cleanIn},
-		{"1GiB-out", benchFileSize, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/big.bin", out) }),
-			cmdStep(func(int) *exec.Cmd {
-				return kubectl("cp", "-c", "sandbox", "--retries=3", inPod+workdir+"/src/big.bin", filepath.Join(out, "big.bin"))
-			}), cleanOut},
-		{"20k-files-in", treeBytes, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", tree, ":") }),
-			cmdStep(func(int) *exec.Cmd { return kubectl("cp", "-c", "sandbox", tree, inPod+workdir+"/tree") }), cleanIn},
-		{"20k-files-out", treeBytes, cmdStep(func(int) *exec.Cmd { return h.command("sandbox", "cp", ":src/tree", out) }),
-			cmdStep(func(int) *exec.Cmd {
-				return kubectl("cp", "-c", "sandbox", "--retries=3", inPod+workdir+"/src/tree", filepath.Join(out, "tree"))
-			}), cleanOut},
-	})
+	inPod := ns + "/" + pod + ":" + cb.workdir
+	cb.run(b, "kubectl-cp",
+		kubectl(cb.file, inPod+"/big.bin"),
+		kubectl("--retries=3", inPod+"/src/big.bin", filepath.Join(cb.out, "big.bin")),
+		kubectl(cb.tree, inPod+"/tree"),
+		kubectl("--retries=3", inPod+"/src/tree", filepath.Join(cb.out, "tree")))
 }
