@@ -2,6 +2,7 @@ package kubernetes_test
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -11,8 +12,32 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/amelia-sandbox/amelia/internal/k8stest"
 	"github.com/amelia-sandbox/amelia/plugins/sdk"
 )
+
+// volumeSandbox is the spec of sandbox name (Agent Sandbox API) whose
+// workspace is on a claim of a storage class of the test's own, with
+// more settings, in a namespace of the test's; it is torn down when the
+// test ends.
+func volumeSandbox(t *testing.T, name string, more map[string]any) (*k8stest.Cluster, string, sdk.Spec) {
+	t.Helper()
+	c := cluster(t)
+	if !c.AgentSandbox() {
+		t.Fatal("the test cluster has no Agent Sandbox controller")
+	}
+	set := map[string]any{"api": "agent-sandbox",
+		"workspace_volume": map[string]any{"size": "1Gi", "storage_class": c.StorageClass(t)}}
+	maps.Copy(set, more)
+	cfg, ns := settings(t, c, set)
+	s := spec(name, cfg, sdk.NetworkOpen)
+	t.Cleanup(func() {
+		if err := newProvider(t, nil).Teardown(context.Background(), s.SandboxRef); err != nil {
+			t.Errorf("Teardown: %v", err)
+		}
+	})
+	return c, ns, s
+}
 
 // With workspace_volume, the work in a sandbox whose host went away
 // outlives its expiry: the TTL passes with nothing renewing it, the
@@ -20,19 +45,7 @@ import (
 // use the sandbox gets a new pod with the workspace as it was. So it
 // outlives a pod that ended.
 func TestWorkspaceVolumeOutlivesExpiry(t *testing.T) {
-	c := cluster(t)
-	if !c.AgentSandbox() {
-		t.Fatal("the test cluster has no Agent Sandbox controller")
-	}
-	class := c.StorageClass(t)
-	cfg, ns := settings(t, c, map[string]any{"api": "agent-sandbox", "ttl": "1m",
-		"workspace_volume": map[string]any{"size": "1Gi", "storage_class": class}})
-	s := spec("kept", cfg, sdk.NetworkOpen)
-	t.Cleanup(func() {
-		if err := newProvider(t, nil).Teardown(context.Background(), s.SandboxRef); err != nil {
-			t.Errorf("Teardown: %v", err)
-		}
-	})
+	c, ns, s := volumeSandbox(t, "kept", map[string]any{"ttl": "1m"})
 
 	host := newProvider(t, nil)
 	first, err := host.EnsureRunning(t.Context(), s)
@@ -101,18 +114,7 @@ func TestWorkspaceVolumeOutlivesExpiry(t *testing.T) {
 // new pod on the same claim, with the work as it was, and stopping stays
 // its way. The host that stopped it is gone meanwhile.
 func TestStopKeepsWorkOnVolume(t *testing.T) {
-	c := cluster(t)
-	if !c.AgentSandbox() {
-		t.Fatal("the test cluster has no Agent Sandbox controller")
-	}
-	cfg, ns := settings(t, c, map[string]any{"api": "agent-sandbox",
-		"workspace_volume": map[string]any{"size": "1Gi", "storage_class": c.StorageClass(t)}})
-	s := spec("stops", cfg, sdk.NetworkOpen)
-	t.Cleanup(func() {
-		if err := newProvider(t, nil).Teardown(context.Background(), s.SandboxRef); err != nil {
-			t.Errorf("Teardown: %v", err)
-		}
-	})
+	c, ns, s := volumeSandbox(t, "stops", nil)
 	host := newProvider(t, nil)
 	first, err := host.EnsureRunning(t.Context(), s)
 	if err != nil {
@@ -137,7 +139,7 @@ func TestStopKeepsWorkOnVolume(t *testing.T) {
 	if h, err := other.HealthCheck(t.Context(), first.Ref); err != nil || h.State != sdk.HealthStopped {
 		t.Errorf("health of the stopped sandbox: %+v, %v; want stopped", h, err)
 	}
-	if got, err := other.List(t.Context(), sdk.ListRequest{Config: cfg}); err != nil || len(got) != 1 || got[0].State != sdk.HealthStopped {
+	if got, err := other.List(t.Context(), sdk.ListRequest{Config: s.Config}); err != nil || len(got) != 1 || got[0].State != sdk.HealthStopped {
 		t.Errorf("List of the stopped sandbox: %+v, %v; want it stopped", got, err)
 	}
 	again, err := other.EnsureRunning(t.Context(), s)
