@@ -26,11 +26,15 @@ import (
 //   - In: the worker checks that the file can be written at the
 //     destination and makes a private staging directory (OpStageIn); the
 //     provider unpacks a one-file archive into it, owned by the uid the
-//     worker runs as; the worker renames it into place (OpPlace).
+//     worker runs as; the same worker, asked next, renames it into place
+//     (OpPlace).
 //   - Out: the worker opens the file through its jail and hard-links that
 //     very file into a private staging directory (OpPack with Stage); the
-//     provider archives the link; the worker removes the staging
-//     directory (OpUnstage).
+//     provider archives the link.
+//
+// The worker holds the staging directory for one exec (Request.Holds) and
+// removes it when its stdin ends: a copy that fails, is cancelled, or
+// whose host dies leaves nothing behind.
 //
 // A provider without Archiver, or a sandbox where staging cannot be done
 // (no staging directory, another file system), streams over the worker
@@ -41,8 +45,8 @@ import (
 // than the stream saves.
 const DefaultArchiveMin = 32 << 20
 
-// archiveCleanup bounds removing a staging directory once the copy failed
-// or was cancelled.
+// archiveCleanup bounds how long a worker holding a staging directory is
+// waited for, once let go, to remove it and end.
 const archiveCleanup = 30 * time.Second
 
 // archiver is the provider's archive copy, when f uses one.
@@ -67,53 +71,36 @@ func unsupported(err error) bool { return errors.Is(err, sdk.ErrUnsupported) }
 // provider's archive copy. ok is false, nothing written, when the
 // provider or the sandbox cannot: the caller streams it then.
 func (f *FS) copyFileInByArchive(ctx context.Context, ar sdk.Archiver, in *os.File, fi fs.FileInfo, dst, name string) (where string, ok bool, err error) {
-	mode := uint32(fi.Mode().Perm())
-	resp, err := f.call(ctx, fswire.Request{Op: fswire.OpStageIn, Path: dst, Into: name, Mode: mode, Stage: f.Stage}, nil, false, nil)
+	s, err := f.start(ctx, fswire.Request{Op: fswire.OpStageIn, Path: dst, Into: name, Mode: uint32(fi.Mode().Perm()), Stage: f.Stage}, nil, false)
 	var answer *fswire.Error
 	switch {
 	case errors.As(err, &answer) && answer.Kind == "":
 		return "", false, nil // no staging here (an older worker, no staging directory)
 	case err != nil:
 		return "", true, err
-	case resp.Staged == nil:
-		return "", false, nil
+	case s.resp.Staged == nil:
+		return "", false, s.finish(nil)
 	}
-	staged := resp.Staged.Name
-	placed := false
-	defer func() {
-		if !placed {
-			f.unstage(ctx, staged)
-		}
-	}()
+	staged := s.resp.Staged
 	// A one-file archive of the file as it is (no tar writer copies its
 	// bytes); through a plugin, the plugin reads the file itself.
 	archive := &sdk.FileArchive{
-		Name: fswire.StagedFile, Mode: 0o600, UID: resp.Staged.UID, GID: resp.Staged.GID,
+		Name: fswire.StagedFile, Mode: 0o600, UID: staged.UID, GID: staged.GID,
 		ModTime: fi.ModTime(), Size: fi.Size(), Body: in,
 	}
-	if err := ar.PutArchive(ctx, f.Exec.SandboxRef(), path.Join(f.Stage, staged), archive); err != nil {
+	if err := ar.PutArchive(ctx, f.Exec.SandboxRef(), path.Join(f.Stage, staged.Name), archive); err != nil {
+		_ = s.finish(nil) // the staging directory goes
 		if _, serr := in.Seek(0, io.SeekStart); unsupported(err) && serr == nil {
 			return "", false, nil // streamed instead, from the start
 		}
 		if strings.Contains(err.Error(), "no space left on device") || strings.Contains(err.Error(), "disk quota exceeded") {
 			// The engine's words: the staging directory's disk is full.
-			return "", true, &fswire.Error{Kind: fswire.KindNoSpace, Msg: fmt.Sprintf("cannot write %s: the sandbox's disk is full; free space in the sandbox (or give it a bigger disk) and try again", fswire.Name(resp.Path))}
+			return "", true, &fswire.Error{Kind: fswire.KindNoSpace, Msg: fmt.Sprintf("cannot write %s: the sandbox's disk is full; free space in the sandbox (or give it a bigger disk) and try again", fswire.Name(s.resp.Path))}
 		}
 		return "", true, fmt.Errorf("copy %s into the sandbox: %w", in.Name(), err)
 	}
-	resp, err = f.call(ctx, fswire.Request{Op: fswire.OpPlace, Path: resp.Path, Mode: mode, Stage: f.Stage, Staged: staged}, nil, false, nil)
-	var answered *fswire.Error
-	// Placed, or refused by the worker, which removes the staging
-	// directory either way; an exec that failed leaves it to unstage.
-	placed = err == nil || errors.As(err, &answered)
+	resp, err := s.then(fswire.Request{Op: fswire.OpPlace})
 	return resp.Path, true, err
-}
-
-// unstage removes a staging directory, also once ctx has ended.
-func (f *FS) unstage(ctx context.Context, staged string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), archiveCleanup)
-	defer cancel()
-	_, _ = f.call(ctx, fswire.Request{Op: fswire.OpUnstage, Stage: f.Stage, Staged: staged}, nil, false, nil)
 }
 
 // getStaged writes the file the worker staged (e, in staging directory

@@ -63,7 +63,7 @@ func (f *FS) CopyIn(ctx context.Context, src, dst string) (string, error) {
 			pw.CloseWithError(fswire.Pack(pw, root, fswire.Jail{Dir: src, Where: "the directory " + src}, "."))
 		}()
 		resp, err := f.call(ctx, fswire.Request{Op: fswire.OpUnpack, Path: dst, Into: name}, pr, true, nil)
-		pr.CloseWithError(errAbandoned)
+		pr.CloseWithError(errors.New("the copy ended")) // a pack still writing stops
 		return resp.Path, err
 	}
 	return "", fmt.Errorf("cannot copy %s: it is not a regular file or a directory (%v)", src, fi.Mode().Type())
@@ -96,6 +96,9 @@ func (f *FS) CopyOut(ctx context.Context, src, dst string) (string, error) {
 	req := fswire.Request{Op: fswire.OpPack, Path: src}
 	ar := f.archiver()
 	if ar != nil {
+		// A big file is staged, for the provider to copy; the worker
+		// removes the staging directory once the session ends, however
+		// it does.
 		req.Stage, req.StageMin = f.Stage, f.archiveMin()
 	}
 	s, err := f.start(ctx, req, nil, true)
@@ -103,19 +106,6 @@ func (f *FS) CopyOut(ctx context.Context, src, dst string) (string, error) {
 		return "", err
 	}
 	e := s.resp.Entry
-	if staged := s.resp.Staged; staged != nil {
-		// The worker staged the file, and ends: the provider copies it,
-		// and the staging directory goes however that ends.
-		err := s.finish(nil)
-		if err == nil && e == nil {
-			err = errors.New("the worker's answer has no entry")
-		}
-		if err != nil {
-			f.unstage(ctx, staged.Name)
-			return "", err
-		}
-		defer f.unstage(ctx, staged.Name)
-	}
 	if e == nil {
 		return "", s.finish(errors.New("the worker's answer has no entry"))
 	}
@@ -136,16 +126,18 @@ func (f *FS) CopyOut(ctx context.Context, src, dst string) (string, error) {
 		return "", s.finish(hostError("copy into", dst, err))
 	}
 	if staged := s.resp.Staged; staged != nil {
-		if err := f.getStaged(ctx, ar, *e, staged.Name, target); err != nil {
-			if unsupported(err) {
-				// The provider cannot after all: streamed instead.
-				g := *f
-				g.Archive = nil
-				return g.CopyOut(ctx, src, dst)
-			}
+		err := f.getStaged(ctx, ar, *e, staged.Name, target)
+		ferr := s.finish(nil) // the staging directory goes
+		switch {
+		case unsupported(err):
+			// The provider cannot after all: streamed instead.
+			g := *f
+			g.Archive = nil
+			return g.CopyOut(ctx, src, dst)
+		case err != nil:
 			return "", err
 		}
-		return target, nil
+		return target, ferr
 	}
 	if e.Type == fswire.TypeDir {
 		err = unpackOnHost(s, *e, target)
@@ -188,22 +180,15 @@ func unpackOnHost(s *session, e Entry, target string) error {
 }
 
 // writeOnHost writes the file s streams to the host path target, whole,
-// through a new file renamed into place.
+// through a new file renamed into place, with e's mode and time; it ends
+// s.
 func writeOnHost(s *session, e Entry, target string) error {
-	return writeFileOnHost(s.br, e, target, func() error { return s.finish(nil) })
-}
-
-// writeFileOnHost writes e.Size bytes of r to the host path target,
-// whole, through a new file renamed into place, with e's mode and time.
-// short, if any, explains an r that ended early.
-func writeFileOnHost(r io.Reader, e Entry, target string, short func() error) error {
 	return replaceOnHost(e, target, func(out *os.File) error {
-		n, err := fswire.Copy(out, io.LimitReader(r, e.Size))
-		if err == nil && n < e.Size {
-			if short != nil {
-				err = short()
-			}
-			if err == nil {
+		n, err := s.copyFile(out, e.Size)
+		if err == nil {
+			// The file is in place only once the worker has ended well:
+			// its reason, else a short count, fails it.
+			if err = s.finish(nil); err == nil && n < e.Size {
 				err = fmt.Errorf("the sandbox sent %d of %d bytes", n, e.Size)
 			}
 		}

@@ -27,8 +27,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/sandboxfs/fswire"
@@ -74,12 +76,19 @@ type session struct {
 	req    fswire.Request
 	resp   fswire.Response
 	br     *bufio.Reader // what follows the answer
-	pr     *io.PipeReader
+	pr     *os.File      // the worker's stdout, a pipe
 	cancel context.CancelFunc
 	done   chan execResult
 	stderr *tail
-	ended  bool
-	err    error
+	// For a request that Holds: hold is the rest of the worker's stdin
+	// (closed, it ends), holding says the worker holds a staging
+	// directory until then, and unfollow stops ending the exec with the
+	// caller's ctx.
+	hold     *io.PipeWriter
+	holding  bool
+	unfollow func() bool
+	ended    bool
+	err      error
 }
 
 type execResult struct {
@@ -91,9 +100,32 @@ type execResult struct {
 // stdin, and reads its answer. An answer with an error ends the session
 // with it.
 func (f *FS) start(ctx context.Context, req fswire.Request, body io.Reader, bulk bool) (*session, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	pr, pw := io.Pipe()
+	// The worker's output comes through a pipe of this process's, which
+	// a provider in a plugin writes to itself (sdk.OutputFile): a file's
+	// bytes then go from it into the host file in the kernel.
+	pr, pw, err := fswire.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("%s %s in the sandbox: %w", req.Op, req.Path, err)
+	}
+	execCtx := ctx
+	var hold *io.PipeWriter
+	if req.Holds() {
+		// What the worker stages it keeps until its stdin ends, so
+		// stdin stays open; and the exec does not end with ctx, which
+		// would leave the staging directory, but is let go (finish).
+		var hr *io.PipeReader
+		hr, hold = io.Pipe()
+		body = hr
+		execCtx = context.WithoutCancel(ctx)
+	}
+	execCtx, cancel := context.WithCancel(execCtx)
 	s := &session{req: req, pr: pr, cancel: cancel, done: make(chan execResult, 1), stderr: &tail{}}
+	if hold != nil {
+		s.hold = hold
+		// Unless the worker says it staged, it streams, and stops with
+		// ctx.
+		s.unfollow = context.AfterFunc(ctx, cancel)
+	}
 	in := io.Reader(bytes.NewReader(fswire.Line(req)))
 	if body != nil {
 		// Without its WriterTo, the exec's copy reads it in its own big
@@ -105,8 +137,8 @@ func (f *FS) start(ctx context.Context, req fswire.Request, body io.Reader, bulk
 		ereq.Traffic = sdk.TrafficBulk
 	}
 	go func() {
-		st, err := f.Exec.Exec(ctx, ereq, sdk.ExecIO{Stdin: in, Stdout: pw, Stderr: s.stderr})
-		pw.Close()
+		st, err := f.Exec.Exec(execCtx, ereq, sdk.ExecIO{Stdin: in, Stdout: sdk.OutputFile{File: pw}, Stderr: s.stderr})
+		pw.Close() // the pipe ends once the provider's copy of it is closed too
 		s.done <- execResult{st, err}
 	}()
 	s.br = bufio.NewReaderSize(pr, 256<<10)
@@ -120,7 +152,53 @@ func (f *FS) start(ctx context.Context, req fswire.Request, body io.Reader, bulk
 	if s.resp.Error != "" {
 		return nil, s.finish(&fswire.Error{Kind: s.resp.Kind, Msg: s.resp.Error})
 	}
+	switch {
+	case hold == nil:
+	case s.resp.Staged != nil:
+		s.holding = true
+		s.unfollow()
+	default:
+		s.hold.Close() // nothing staged: its stdin may end
+	}
 	return s, nil
+}
+
+// then sends the worker, holding a staging directory, its next request,
+// reads its answer and ends the session.
+func (s *session) then(req fswire.Request) (fswire.Response, error) {
+	var resp fswire.Response
+	_, err := s.hold.Write(fswire.Line(req))
+	s.hold.Close()
+	if err == nil {
+		var line []byte
+		if line, err = s.br.ReadSlice('\n'); err == nil {
+			err = json.Unmarshal(line, &resp)
+		}
+	}
+	switch {
+	case err != nil:
+		return resp, s.finish(fmt.Errorf("the worker gave no answer to %s (%v)", req.Op, err))
+	case resp.Error != "":
+		return resp, s.finish(&fswire.Error{Kind: resp.Kind, Msg: resp.Error})
+	}
+	return resp, s.finish(nil)
+}
+
+// copyFile copies the next n bytes the worker streams (a file's) into
+// out: those read with the answer, then the rest from the pipe into out
+// in the kernel where it can, else through this process. It stops early
+// at the stream's end.
+func (s *session) copyFile(out *os.File, n int64) (int64, error) {
+	head, _ := s.br.Peek(int(min(int64(s.br.Buffered()), n)))
+	if _, err := out.Write(head); err != nil {
+		return 0, err
+	}
+	done, _ := s.br.Discard(len(head))
+	m, spliced, err := fswire.FromPipe(out, s.pr, n-int64(done))
+	if !spliced {
+		m, err = fswire.Copy(out, io.LimitReader(s.br, n-int64(done)))
+	}
+	return int64(done) + m, err
 }
 
 // finish ends the session: what the worker still writes is dropped, and
@@ -135,18 +213,42 @@ func (s *session) finish(failed error) error {
 		return s.err
 	}
 	s.ended = true
-	s.pr.CloseWithError(errAbandoned)
 	var answer *fswire.Error
 	errors.As(failed, &answer)
-	if failed != nil {
+	if s.hold != nil {
+		s.unfollow()
+		s.hold.Close()
+	}
+	switch {
+	case s.holding:
+		// The worker removes its staging directory and ends by itself;
+		// one that does not is stopped in the end.
+		t := time.AfterFunc(archiveCleanup, s.cancel)
+		defer t.Stop()
+	case failed != nil:
 		s.cancel() // the worker answered no, or the caller gave up: it need not go on
 	}
+	// All that was asked for is read, and an honest worker has no more
+	// to say: what it writes even so is drained, and ends the exec.
+	extra := make(chan int64, 1)
+	go func() {
+		n, _ := io.Copy(io.Discard, s.pr)
+		if n > 0 {
+			s.cancel()
+		}
+		extra <- n
+	}()
 	res := <-s.done
 	s.cancel()
+	// Every end the provider wrote to is closed once it has returned.
+	more := <-extra + int64(s.br.Buffered())
+	s.pr.Close()
 	var err error
 	switch {
 	case answer != nil:
 		err = answer
+	case failed == nil && more > 0:
+		err = fmt.Errorf("%s %s in the sandbox: the worker wrote %d bytes more than it announced", s.req.Op, s.req.Path, more)
 	case res.err != nil && failed == nil:
 		err = fmt.Errorf("%s %s in the sandbox: %w", s.req.Op, s.req.Path, res.err)
 	case res.st.Code != 0 && s.stderr.line() != "":
@@ -172,8 +274,6 @@ func (f *FS) call(ctx context.Context, req fswire.Request, body io.Reader, bulk 
 	}
 	return s.resp, s.finish(err)
 }
-
-var errAbandoned = errors.New("the host stopped reading")
 
 // tail keeps the last line written to it (a worker's stderr).
 type tail struct {

@@ -1,6 +1,7 @@
 package sandboxfs_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -226,6 +227,7 @@ func TestCopyOutHostileWorker(t *testing.T) {
 		{"dotdot name", `{"entry":{"name":"../evil","type":"file","mode":420,"size":3}}` + "\nabc", "not a file name"},
 		{"slash name", `{"entry":{"name":"a/b","type":"file","mode":420,"size":3}}` + "\nabc", "not a file name"},
 		{"short", `{"entry":{"name":"f","type":"file","mode":420,"size":10}}` + "\nabc", "3 of 10 bytes"},
+		{"long", `{"entry":{"name":"f","type":"file","mode":420,"size":3}}` + "\nabcdef", "3 bytes more than it announced"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := sandboxfs.New(hostile{c.answer}, "/w", "/root")
@@ -239,5 +241,127 @@ func TestCopyOutHostileWorker(t *testing.T) {
 		if ents, _ := os.ReadDir(d); len(ents) != map[string]int{parent: 1, dst: 0}[d] {
 			t.Errorf("%s holds %v after the hostile copies", d, ents)
 		}
+	}
+}
+
+// hostArchiver is an sdk.Archiver for the local test sandbox, whose
+// paths are this host's: it puts and gets one-file archives as docker's
+// archive endpoints do. fail, if set, is what a copy meets instead.
+type hostArchiver struct {
+	fail func(ctx context.Context) error
+}
+
+func (a hostArchiver) PutArchive(ctx context.Context, _ sdk.SandboxRef, dir string, r io.Reader) error {
+	if a.fail != nil {
+		return a.fail(ctx)
+	}
+	tr := tar.NewReader(r)
+	h, err := tr.Next()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(filepath.Join(dir, h.Name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, h.FileInfo().Mode().Perm())
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, tr)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (a hostArchiver) GetArchive(ctx context.Context, _ sdk.SandboxRef, path string, w io.Writer) error {
+	if a.fail != nil {
+		return a.fail(ctx)
+	}
+	in, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(w)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: filepath.Base(path), Mode: 0o600, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
+		return err
+	}
+	if _, err := io.Copy(tw, in); err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// Big files go through the provider's archive copy by way of a staging
+// directory the worker holds for the copy: it is gone once the copy
+// returns, whether it worked, failed, or was cancelled, and a failed
+// copy writes nothing at its destination.
+func TestCopyByArchiveLeavesNoStage(t *testing.T) {
+	f, root := newFS(t)
+	ctx := t.Context()
+	f.Stage, f.ArchiveMin = filepath.Join(root, ".amelia", "stage"), 1
+	if err := os.Mkdir(filepath.Join(root, ".amelia"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	host := t.TempDir()
+	src := filepath.Join(host, "big.bin")
+	body := make([]byte, 3<<20+5)
+	rand.Read(body)
+	if err := os.WriteFile(src, body, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	stageEmpty := func(when string) {
+		t.Helper()
+		if des, err := os.ReadDir(f.Stage); err != nil || len(des) != 0 {
+			t.Errorf("%s: the stage holds %d entries (%v)", when, len(des), err)
+		}
+	}
+	f.Archive = hostArchiver{}
+	if p, err := f.CopyIn(ctx, src, "in.bin"); err != nil || p != "in.bin" {
+		t.Fatalf("CopyIn: %q, %v", p, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "in.bin")); !bytes.Equal(b, body) {
+		t.Fatalf("CopyIn wrote %d bytes, want the %d of the file", len(b), len(body))
+	}
+	stageEmpty("after CopyIn")
+	if p, err := f.CopyOut(ctx, "in.bin", filepath.Join(host, "out.bin")); err != nil {
+		t.Fatalf("CopyOut: %q, %v", p, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(host, "out.bin")); !bytes.Equal(b, body) {
+		t.Fatalf("CopyOut wrote %d bytes, want the %d of the file", len(b), len(body))
+	}
+	stageEmpty("after CopyOut")
+
+	for _, c := range []struct {
+		name string
+		fail func(ctx context.Context) error
+	}{
+		{"failed", func(context.Context) error { return errors.New("the engine said no") }},
+		{"cancelled", func(ctx context.Context) error {
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			<-cctx.Done()
+			return cctx.Err()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f.Archive = hostArchiver{fail: c.fail}
+			if _, err := f.CopyIn(ctx, src, "in2.bin"); err == nil {
+				t.Error("CopyIn worked with a failing archive copy")
+			}
+			if _, err := os.Lstat(filepath.Join(root, "in2.bin")); !os.IsNotExist(err) {
+				t.Errorf("a failed CopyIn wrote in2.bin: %v", err)
+			}
+			stageEmpty("after a failed CopyIn")
+			if _, err := f.CopyOut(ctx, "in.bin", filepath.Join(host, "out2.bin")); err == nil {
+				t.Error("CopyOut worked with a failing archive copy")
+			}
+			if ents, _ := os.ReadDir(host); len(ents) != 2 {
+				t.Errorf("a failed CopyOut left %d entries on the host, want big.bin and out.bin", len(ents))
+			}
+			stageEmpty("after a failed CopyOut")
+		})
 	}
 }

@@ -213,7 +213,8 @@ func (c *Client) PutArchive(ctx context.Context, ref sdk.SandboxRef, dir string,
 }
 
 // passFile is an exec's stdin to pass to the plugin as the file it is,
-// over the data channel; failing that, it is read and sent.
+// over the data channel; failing that, it is read and sent. (An exec's
+// Stdout is passed so when it is an sdk.OutputFile.)
 type passFile struct{ *os.File }
 
 // GetArchive asks the provider's Archiver for a tar stream of path,
@@ -228,7 +229,7 @@ func (c *Client) GetArchive(ctx context.Context, ref sdk.SandboxRef, path string
 			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
 				start, serr := f.Seek(0, io.SeekCurrent)
 				a.File = &pb.ArchiveFile{Name: x.Name}
-				if err := c.archive(ctx, ref, a, sdk.ExecIO{Stdout: passFile{f}}); err != nil {
+				if err := c.archive(ctx, ref, a, sdk.ExecIO{Stdout: sdk.OutputFile{File: f}}); err != nil {
 					return err
 				}
 				end, eerr := f.Seek(0, io.SeekCurrent)
@@ -277,8 +278,8 @@ func (c *Client) exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO, 
 		if pf, ok := eio.Stdin.(passFile); ok {
 			in = pf.File
 		}
-		if pf, ok := eio.Stdout.(passFile); ok {
-			out = pf.File
+		if of, ok := eio.Stdout.(sdk.OutputFile); ok {
+			out = of.File
 		}
 		if data, err = openPipesWith(c.data, in, out, eio, &c.bufs); err == nil {
 			startPB.Data = data.startPB()

@@ -113,21 +113,24 @@ func serveFiles(root string, in io.Reader, out, errOut io.Writer) int {
 	case fswire.OpRead:
 		err, streamErr = s.read(out, rel, false)
 	case fswire.OpPack:
-		staged := false
+		staged := ""
 		if req.Stage != "" {
 			staged, err = s.stageOut(out, rel, req)
 		}
-		if !staged {
+		switch {
+		case staged == "":
 			err, streamErr = s.read(out, rel, true)
+		case err == nil:
+			streamErr = holdStaged(br, req.Stage, staged)
 		}
 	case fswire.OpStageIn:
-		err = s.stageIn(out, rel, req)
-	case fswire.OpPlace:
-		err = s.place(out, rel, req)
-	case fswire.OpUnstage:
-		err = s.unstageReq(out, req)
+		var staged string
+		staged, rel, err = s.stageIn(out, rel, req)
+		if err == nil {
+			err = s.placeWhenAsked(br, out, rel, req, staged)
+		}
 	default:
-		err = fmt.Errorf("unknown file operation %q; use one of stat, list, read, write, remove, pack, unpack, stage-in, place, unstage", req.Op)
+		err = fmt.Errorf("unknown file operation %q; use one of stat, list, read, write, remove, pack, unpack, stage-in", req.Op)
 	}
 	if err != nil {
 		return fail(err)

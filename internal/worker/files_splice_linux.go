@@ -6,6 +6,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/amelia-sandbox/amelia/core/sandboxfs/fswire"
 )
 
 // spliceChunk is the most one splice or sendfile moves.
@@ -16,27 +18,8 @@ const spliceChunk = 1 << 20
 // ok is false, nothing moved, when src is not a pipe, or the kernel
 // cannot splice between them.
 func copyFromPipe(dst, src *os.File) (n int64, ok bool, err error) {
-	if fi, err := src.Stat(); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
-		return 0, false, nil
-	}
-	in, out := int(src.Fd()), int(dst.Fd())
-	growPipe(in)
-	for {
-		m, err := unix.Splice(in, nil, out, nil, spliceChunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_MORE)
-		if m > 0 {
-			n += m
-		}
-		switch {
-		case errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN):
-			continue
-		case n == 0 && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS)):
-			return 0, false, nil
-		case err != nil:
-			return n, true, &os.PathError{Op: "splice", Path: dst.Name(), Err: err}
-		case m == 0:
-			return n, true, nil
-		}
-	}
+	growPipe(int(src.Fd()))
+	return fswire.FromPipe(dst, src, -1)
 }
 
 // copyToOut sends size bytes of the file src to dst (the worker's

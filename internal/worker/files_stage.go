@@ -1,8 +1,11 @@
 package worker
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -141,41 +144,66 @@ func (s *fileServer) checkWritable(rel string, reqMode uint32) (fs.FileMode, err
 	return mode, nil
 }
 
-// stageIn checks that the file can be written where req says, and makes
-// a staging directory for the provider to put it in.
-func (s *fileServer) stageIn(out io.Writer, rel string, req fswire.Request) error {
+// stageIn checks that the file can be written where req says, makes a
+// staging directory for the provider to put it in, and returns its name
+// and where the file is to go.
+func (s *fileServer) stageIn(out io.Writer, rel string, req fswire.Request) (staged, dst string, err error) {
 	rel = s.into(rel, req.Into)
 	if _, err := s.checkWritable(rel, req.Mode); err != nil {
-		return err
+		return "", "", err
 	}
 	stage, err := openStage(req.Stage, true)
 	if err != nil {
-		return err
+		return "", "", err
 	}
 	defer stage.Close()
 	name, d, err := makeStaged(stage)
 	if err != nil {
-		return err
+		return "", "", err
 	}
 	d.Close()
-	return s.answer(out, fswire.Response{Path: filepath.ToSlash(rel), Staged: &fswire.Staged{Name: name, UID: os.Geteuid(), GID: os.Getegid()}})
+	if err := s.answer(out, fswire.Response{Path: filepath.ToSlash(rel), Staged: &fswire.Staged{Name: name, UID: os.Geteuid(), GID: os.Getegid()}}); err != nil {
+		_ = unstage(stage, name)
+		return "", "", err
+	}
+	return name, rel, nil
 }
 
-// place moves the staged file to rel, whole (a rename: readers never see
-// half of it), with the mode write would give it, and removes the
-// staging directory whatever happens.
-func (s *fileServer) place(out io.Writer, rel string, req fswire.Request) error {
-	stage, err := openStage(req.Stage, false)
+// placeWhenAsked waits, once stage-in has answered, for the
+// host's next request on in: OpPlace places the staged file at rel as
+// stage-in's req says (answering as OpPlace does); the end of in (the
+// host failed, or is gone) removes the staging directory.
+func (s *fileServer) placeWhenAsked(in *bufio.Reader, out io.Writer, rel string, req fswire.Request, staged string) error {
+	line, err := in.ReadSlice('\n')
+	if err != nil {
+		return holdStaged(in, req.Stage, staged) // ended: nothing to answer
+	}
+	var next fswire.Request
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&next); err != nil || next.Op != fswire.OpPlace {
+		_ = dropStaged(req.Stage, staged)
+		return &fswire.Error{Kind: fswire.KindBadInput, Msg: fmt.Sprintf("after stage-in, the worker takes only a place request, not %q", bytes.TrimSpace(line))}
+	}
+	return s.place(out, rel, req.Mode, req.Stage, staged)
+}
+
+// place moves the file in the staging directory staged of stageDir to
+// rel, whole (a rename: readers never see half of it), with the mode
+// write would give it (reqMode as a write's), and removes the staging
+// directory whatever happens.
+func (s *fileServer) place(out io.Writer, rel string, reqMode uint32, stageDir, staged string) error {
+	stage, err := openStage(stageDir, false)
 	if err != nil {
 		return err
 	}
 	defer stage.Close()
-	defer func() { _ = unstage(stage, req.Staged) }()
-	mode, err := s.checkWritable(rel, req.Mode)
+	defer func() { _ = unstage(stage, staged) }()
+	mode, err := s.checkWritable(rel, reqMode)
 	if err != nil {
 		return err
 	}
-	d, err := openStaged(stage, req.Staged)
+	d, err := openStaged(stage, staged)
 	if err != nil {
 		return err
 	}
@@ -235,52 +263,39 @@ func (s *fileServer) copyPlace(f *os.File, rel string, mode fs.FileMode) error {
 	return err
 }
 
-// unstageReq removes the staging directory req names.
-func (s *fileServer) unstageReq(out io.Writer, req fswire.Request) error {
-	stage, err := openStage(req.Stage, false)
-	if err != nil {
-		return err
-	}
-	defer stage.Close()
-	if err := unstage(stage, req.Staged); err != nil {
-		return err
-	}
-	return s.answer(out, fswire.Response{})
-}
-
 // stageOut stages the regular file rel, when it has req.StageMin bytes
 // or more, for the provider to get: a hard link, in a new staging
 // directory, to the very file opened through the jail (by its
 // /proc/self/fd link, so no link swapped in meanwhile is followed). It
-// answers with the file's entry and the staging directory. staged is
-// false, nothing answered, when the file is to be streamed instead (a
-// directory, a small file, no staging possible here).
-func (s *fileServer) stageOut(out io.Writer, rel string, req fswire.Request) (staged bool, err error) {
+// answers with the file's entry and the staging directory, and returns
+// its name; "", nothing answered, when the file is to be streamed
+// instead (a directory, a small file, no staging possible here).
+func (s *fileServer) stageOut(out io.Writer, rel string, req fswire.Request) (staged string, err error) {
 	fi, err := s.root.Stat(rel)
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() < req.StageMin {
-		return false, nil
+		return "", nil
 	}
 	f, err := s.root.OpenFile(rel, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return false, nil
+		return "", nil
 	}
 	defer f.Close()
 	if fi, err = f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return false, nil
+		return "", nil
 	}
 	stage, err := openStage(req.Stage, true)
 	if err != nil {
-		return false, nil
+		return "", nil
 	}
 	defer stage.Close()
 	name, d, err := makeStaged(stage)
 	if err != nil {
-		return false, nil
+		return "", nil
 	}
 	defer d.Close()
 	if err := unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), int(d.Fd()), fswire.StagedFile, unix.AT_SYMLINK_FOLLOW); err != nil {
 		_ = unstage(stage, name)
-		return false, nil // another file system, no /proc: streamed
+		return "", nil // another file system, no /proc: streamed
 	}
 	n := filepath.Base(rel)
 	if rel == "." {
@@ -289,7 +304,24 @@ func (s *fileServer) stageOut(out io.Writer, rel string, req fswire.Request) (st
 	e := fswire.EntryOf(n, fi)
 	if err := s.answer(out, fswire.Response{Entry: &e, Staged: &fswire.Staged{Name: name, UID: os.Geteuid(), GID: os.Getegid()}}); err != nil {
 		_ = unstage(stage, name)
-		return true, err
+		return name, err
 	}
-	return true, nil
+	return name, nil
+}
+
+// holdStaged waits for the end of in, the host done with the staged file
+// (or gone), and removes the staging directory name of stage.
+func holdStaged(in io.Reader, stage, name string) error {
+	_, _ = io.Copy(io.Discard, in)
+	return dropStaged(stage, name)
+}
+
+// dropStaged removes the staging directory name of stage.
+func dropStaged(stage, name string) error {
+	d, err := openStage(stage, false)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return unstage(d, name)
 }

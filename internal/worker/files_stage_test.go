@@ -1,6 +1,9 @@
 package worker
 
 import (
+	"bufio"
+	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +23,45 @@ func stageDir(t *testing.T) string {
 	return filepath.Join(ws, ".amelia", "stage")
 }
 
+// heldCall serves req, a staging request, whose worker holds what it
+// stages while its stdin is open: it returns the answer, and then, which
+// sends next on stdin (none: stdin just ends) and returns the exit code
+// and the answer to next.
+func heldCall(t *testing.T, root string, req fswire.Request) (fswire.Response, func(next *fswire.Request) (int, fswire.Response)) {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	code := make(chan int, 1)
+	go func() {
+		code <- serveFiles(root, inR, outW, io.Discard)
+		outW.Close()
+	}()
+	go func() { _, _ = inW.Write(fswire.Line(req)) }()
+	out := bufio.NewReader(outR)
+	answer := func() fswire.Response {
+		var resp fswire.Response
+		if line, err := out.ReadBytes('\n'); err == nil {
+			if err := json.Unmarshal(line, &resp); err != nil {
+				t.Fatalf("answer %q: %v", line, err)
+			}
+		}
+		return resp
+	}
+	first := answer()
+	return first, func(next *fswire.Request) (int, fswire.Response) {
+		if next != nil {
+			go func() { _, _ = inW.Write(fswire.Line(*next)); inW.Close() }()
+		} else {
+			inW.Close()
+		}
+		resp := answer()
+		go func() { _, _ = io.Copy(io.Discard, outR) }()
+		return <-code, resp
+	}
+}
+
+var place = &fswire.Request{Op: fswire.OpPlace}
+
 // In: stage-in checks the destination and makes a private staging
 // directory (the stage made 1733 on first use); what a provider puts
 // there is renamed into place with the mode asked, and the staging
@@ -27,9 +69,9 @@ func stageDir(t *testing.T) string {
 func TestFilesStageIn(t *testing.T) {
 	root, _ := fileTree(t)
 	stage := stageDir(t)
-	code, resp, _, errOut := fileCall(t, root, fswire.Request{Op: fswire.OpStageIn, Path: "dir", Into: "new.bin", Mode: 0o640, Stage: stage}, nil)
-	if code != 0 || resp.Staged == nil || resp.Path != "dir/new.bin" {
-		t.Fatalf("stage-in: exit %d, %+v, %s", code, resp, errOut)
+	resp, then := heldCall(t, root, fswire.Request{Op: fswire.OpStageIn, Path: "dir", Into: "new.bin", Mode: 0o640, Stage: stage})
+	if resp.Staged == nil || resp.Path != "dir/new.bin" {
+		t.Fatalf("stage-in: %+v", resp)
 	}
 	if fi, err := os.Lstat(stage); err != nil || fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o733 {
 		t.Fatalf("the stage: %v, %v; want a 1733 directory", fi.Mode(), err)
@@ -42,9 +84,9 @@ func TestFilesStageIn(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(staged, fswire.StagedFile), []byte("staged bytes"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, resp2, _, errOut := fileCall(t, root, fswire.Request{Op: fswire.OpPlace, Path: resp.Path, Mode: 0o640, Stage: stage, Staged: resp.Staged.Name}, nil)
+	code, resp2 := then(place)
 	if code != 0 || resp2.Path != "dir/new.bin" {
-		t.Fatalf("place: exit %d, %+v, %s", code, resp2, errOut)
+		t.Fatalf("place: exit %d, %+v", code, resp2)
 	}
 	b, err := os.ReadFile(filepath.Join(root, "dir", "new.bin"))
 	fi, _ := os.Stat(filepath.Join(root, "dir", "new.bin"))
@@ -84,12 +126,12 @@ func TestFilesPlaceRefusals(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			root, _ := fileTree(t)
 			stage := stageDir(t)
-			_, resp, _, _ := fileCall(t, root, fswire.Request{Op: fswire.OpStageIn, Path: "new", Stage: stage}, nil)
+			resp, then := heldCall(t, root, fswire.Request{Op: fswire.OpStageIn, Path: "new", Stage: stage})
 			if resp.Staged == nil {
 				t.Fatalf("stage-in: %+v", resp)
 			}
 			c.put(t, root, filepath.Join(stage, resp.Staged.Name, fswire.StagedFile))
-			code, resp2, _, _ := fileCall(t, root, fswire.Request{Op: fswire.OpPlace, Path: "new", Stage: stage, Staged: resp.Staged.Name}, nil)
+			code, resp2 := then(place)
 			if code == 0 || !strings.Contains(resp2.Error, c.want) {
 				t.Errorf("place: exit %d, %+v; want a refusal with %q", code, resp2, c.want)
 			}
@@ -117,8 +159,7 @@ func TestFilesPlaceRefusals(t *testing.T) {
 		{"through a link", fswire.Request{Op: fswire.OpStageIn, Path: "out/x", Stage: stage}, "leads outside the allowed root"},
 		{"onto a directory", fswire.Request{Op: fswire.OpStageIn, Path: "dir", Stage: stage}, "it is a directory"},
 		{"not a stage", fswire.Request{Op: fswire.OpStageIn, Path: "x", Stage: "/etc"}, "is not a workspace's .amelia/stage"},
-		{"bad staged name", fswire.Request{Op: fswire.OpPlace, Path: "x", Stage: stage, Staged: "../../etc"}, "not one the worker makes"},
-		{"unstage bad name", fswire.Request{Op: fswire.OpUnstage, Stage: stage, Staged: ".."}, "not one the worker makes"},
+		{"place alone", fswire.Request{Op: fswire.OpPlace, Path: "x", Stage: stage}, "unknown file operation"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, resp, _, _ := fileCall(t, root, c.req, nil)
@@ -135,9 +176,9 @@ func TestFilesPlaceRefusals(t *testing.T) {
 func TestFilesStageOut(t *testing.T) {
 	root, _ := fileTree(t)
 	stage := stageDir(t)
-	code, resp, rest, errOut := fileCall(t, root, fswire.Request{Op: fswire.OpPack, Path: "dir/link", Stage: stage, StageMin: 4}, nil)
-	if code != 0 || resp.Staged == nil || resp.Entry == nil || resp.Entry.Name != "link" || resp.Entry.Size != 5 || len(rest) != 0 {
-		t.Fatalf("pack: exit %d, %+v, %q, %s", code, resp, rest, errOut)
+	resp, then := heldCall(t, root, fswire.Request{Op: fswire.OpPack, Path: "dir/link", Stage: stage, StageMin: 4})
+	if resp.Staged == nil || resp.Entry == nil || resp.Entry.Name != "link" || resp.Entry.Size != 5 {
+		t.Fatalf("pack: %+v", resp)
 	}
 	staged := filepath.Join(stage, resp.Staged.Name, fswire.StagedFile)
 	var a, s syscall.Stat_t
@@ -145,14 +186,16 @@ func TestFilesStageOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := syscall.Lstat(staged, &s); err != nil || s.Ino != a.Ino {
-		t.Fatalf("staged: %v, inode %d; want a hard link to dir/a (%d)", err, s.Ino, a.Ino)
+		t.Fatalf("staged while stdin is open: %v, inode %d; want a hard link to dir/a (%d)", err, s.Ino, a.Ino)
 	}
-	code, _, _, errOut = fileCall(t, root, fswire.Request{Op: fswire.OpUnstage, Stage: stage, Staged: resp.Staged.Name}, nil)
+	// The host is done (or gone): stdin ends, and the staging directory
+	// goes.
+	code, _ := then(nil)
 	if _, err := os.Lstat(filepath.Dir(staged)); code != 0 || !os.IsNotExist(err) {
-		t.Errorf("unstage: exit %d, %s; staging directory: %v", code, errOut, err)
+		t.Errorf("once stdin ended: exit %d; staging directory: %v", code, err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(root, "dir", "a")); string(b) != "alpha" {
-		t.Errorf("dir/a after unstage: %q", b)
+		t.Errorf("dir/a after the staging: %q", b)
 	}
 	for _, c := range []struct {
 		name string
@@ -172,5 +215,44 @@ func TestFilesStageOut(t *testing.T) {
 	}
 	if des, _ := os.ReadDir(stage); len(des) != 0 {
 		t.Errorf("the stage holds %d entries", len(des))
+	}
+}
+
+// A stage-in whose host ends stdin without asking to place (its copy
+// failed, or it died), or asks for anything else, places nothing and
+// removes the staging directory.
+func TestFilesStageInLetGo(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		next *fswire.Request
+		want string // in the answer to next
+	}{
+		{"stdin ends", nil, ""},
+		{"not place", &fswire.Request{Op: fswire.OpRemove, Path: "file"}, "takes only a place request"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root, _ := fileTree(t)
+			stage := stageDir(t)
+			resp, then := heldCall(t, root, fswire.Request{Op: fswire.OpStageIn, Path: "new", Stage: stage})
+			if resp.Staged == nil {
+				t.Fatalf("stage-in: %+v", resp)
+			}
+			if err := os.WriteFile(filepath.Join(stage, resp.Staged.Name, fswire.StagedFile), []byte("half"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, resp2 := then(c.next)
+			if !strings.Contains(resp2.Error, c.want) || (c.want == "") != (resp2.Error == "") {
+				t.Errorf("answer %+v; want %q", resp2, c.want)
+			}
+			if _, err := os.Lstat(filepath.Join(root, "new")); !os.IsNotExist(err) {
+				t.Errorf("new was written: %v", err)
+			}
+			if b, _ := os.ReadFile(filepath.Join(root, "file")); string(b) != "plain" {
+				t.Errorf("file now holds %q", b)
+			}
+			if des, _ := os.ReadDir(stage); len(des) != 0 {
+				t.Errorf("the stage holds %d entries", len(des))
+			}
+		})
 	}
 }

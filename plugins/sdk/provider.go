@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 )
@@ -564,6 +565,14 @@ type ExecIO struct {
 	// Resize delivers terminal size changes for TTY execs; may be nil.
 	Resize <-chan TermSize
 }
+
+// OutputFile is an exec's Stdout that is a file of the caller's, a pipe
+// or a regular file, which a provider in another process may write to
+// itself: through a plugin, the file is passed to the plugin, and the
+// output does not pass through the caller's process. A provider in the
+// caller's process writes to it as to any writer. The caller keeps the
+// file and closes it once the exec has returned.
+type OutputFile struct{ *os.File }
 
 // ExitStatus is how a process ended.
 type ExitStatus struct {

@@ -29,20 +29,28 @@ const (
 	OpRemove = "remove" // a file, symbolic link or empty directory; Recursive: a tree
 	OpPack   = "pack"   // Response.Entry, then a file's bytes, or a directory's tar stream
 	OpUnpack = "unpack" // a tar stream on stdin, into a directory
-	// Staging, for a provider that copies archives itself (sdk.Archiver):
-	// OpStageIn makes a private directory in Request.Stage for the
-	// provider to put a file in (Response.Staged, with the uid and gid to
-	// give it), after checking that a write to Path could go there;
-	// OpPlace moves the file StagedFile of it to Path (a rename, no copy)
-	// and removes the staging directory. OpPack with Stage set stages a
-	// regular file of StageMin bytes or more instead of streaming it: a
-	// hard link to the file it opened, in a private directory, for the
-	// provider to get (Response.Staged). OpUnstage removes a staging
-	// directory.
+	// Staging, for a provider that copies archives itself (sdk.Archiver).
+	// The worker holds a staging directory while its stdin is open (see
+	// Holds), and removes it when stdin ends, so that nothing is left
+	// behind by a copy that failed or a host that is gone:
+	//
+	//   - OpStageIn checks that a write to Path could go there, and makes
+	//     a private directory in Request.Stage for the provider to put the
+	//     file StagedFile in (Response.Staged, with the uid and gid to give
+	//     it). A second request line on stdin, OpPlace, then moves that
+	//     file to Path (a rename, no copy) and answers as OpWrite does.
+	//   - OpPack with Stage stages a regular file of StageMin bytes or more
+	//     instead of streaming it: a hard link to the file it opened, in a
+	//     private directory, for the provider to get (Response.Staged).
 	OpStageIn = "stage-in"
 	OpPlace   = "place"
-	OpUnstage = "unstage"
 )
+
+// Holds reports whether the worker, serving req, keeps its stdin open
+// for as long as it holds what it may stage.
+func (req Request) Holds() bool {
+	return req.Op == OpStageIn || req.Op == OpPack && req.Stage != ""
+}
 
 // StagedFile is the name of the file in a staging directory.
 const StagedFile = "file"
@@ -65,11 +73,9 @@ type Request struct {
 	// Recursive lets OpRemove remove a directory and all in it.
 	Recursive bool `json:"recursive,omitempty"`
 	// Stage is the absolute directory the staging directories are made
-	// in (the workspace's .amelia/stage), for OpStageIn, OpPlace,
-	// OpUnstage and a staging OpPack.
+	// in (the workspace's .amelia/stage), for OpStageIn and a staging
+	// OpPack.
 	Stage string `json:"stage,omitempty"`
-	// Staged names a staging directory in Stage (OpPlace, OpUnstage).
-	Staged string `json:"staged,omitempty"`
 	// StageMin is the smallest file a staging OpPack stages.
 	StageMin int64 `json:"stage_min,omitempty"`
 }
