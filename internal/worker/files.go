@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -41,7 +42,9 @@ as, into a new file renamed into place. See core/sandboxfs/fswire.`,
 			pipe := make(chan os.Signal, 1)
 			signal.Notify(pipe, syscall.SIGPIPE)
 			defer signal.Stop(pipe)
-			if code := serveFiles(root, w.p.Stdin, w.p.Stdout, w.p.Stderr); code != exitOK {
+			stops, end := guardStops()
+			defer end()
+			if code := serveFiles(root, w.p.Stdin, w.p.Stdout, w.p.Stderr, stops); code != exitOK {
 				return exitCode(code)
 			}
 			return nil
@@ -54,13 +57,15 @@ as, into a new file renamed into place. See core/sandboxfs/fswire.`,
 
 // fileServer serves file requests inside one root.
 type fileServer struct {
-	root *os.Root
-	jail fswire.Jail
+	root  *os.Root
+	jail  fswire.Jail
+	stops *stopGuard
 }
 
 // serveFiles serves the request on in, answering on out (errors met
-// while streaming go to errOut), and returns the exit code.
-func serveFiles(root string, in io.Reader, out, errOut io.Writer) int {
+// while streaming go to errOut), and returns the exit code. stops, if
+// not nil, is told what to clean up should the worker be stopped.
+func serveFiles(root string, in io.Reader, out, errOut io.Writer, stops *stopGuard) int {
 	fail := func(err error) int {
 		var e *fswire.Error
 		if !errors.As(err, &e) {
@@ -90,7 +95,7 @@ func serveFiles(root string, in io.Reader, out, errOut io.Writer) int {
 		return fail(fmt.Errorf("cannot open the root %s: %v", root, errors.Unwrap(err)))
 	}
 	defer r.Close()
-	s := &fileServer{root: r, jail: fswire.Jail{Dir: filepath.Clean(root), Where: "the allowed root " + root}}
+	s := &fileServer{root: r, jail: fswire.Jail{Dir: filepath.Clean(root), Where: "the allowed root " + root}, stops: stops}
 	rel, err := s.jail.Resolve(req.Path)
 	if err != nil {
 		return fail(err)
@@ -170,6 +175,54 @@ func copyIn(f *os.File, b body) error {
 	}
 	_, err := fswire.Copy(f, b.stdin)
 	return err
+}
+
+// stopGuard exits the worker when it is told to stop (SIGTERM, SIGINT or
+// SIGHUP: the host cancelled), first running the cleanup set, if any:
+// what a request made and would leave behind. It listens from the start
+// of the request, so that no stop is missed while one is being set.
+type stopGuard struct {
+	mu      sync.Mutex
+	cleanup func()
+}
+
+// guardStops starts a stopGuard; end stops it.
+func guardStops() (g *stopGuard, end func()) {
+	g = &stopGuard{}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	ended := make(chan struct{})
+	go func() {
+		select {
+		case <-stop:
+			g.mu.Lock() // kept: no cleanup is unset meanwhile
+			if g.cleanup != nil {
+				g.cleanup()
+			}
+			os.Exit(exitInterrupted)
+		case <-ended:
+		}
+	}()
+	return g, func() {
+		signal.Stop(stop)
+		close(ended)
+	}
+}
+
+// onStop sets cleanup to run if the worker is told to stop before the
+// returned func is called. A nil guard (no signals: in tests) runs none.
+func (g *stopGuard) onStop(cleanup func()) (unset func()) {
+	if g == nil {
+		return func() {}
+	}
+	g.mu.Lock()
+	g.cleanup = cleanup
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		g.cleanup = nil
+		g.mu.Unlock()
+	}
 }
 
 func oneLineMsg(err error) string {
@@ -285,25 +338,13 @@ func (s *fileServer) write(out io.Writer, in body, rel string, req fswire.Reques
 	var nb [8]byte
 	_, _ = rand.Read(nb[:])
 	tmp := fswire.TempName(dir, filepath.Base(rel), binary.LittleEndian.Uint64(nb[:]))
+	// Stopped half way (the host cancelled), the temporary file goes;
+	// the file it would have replaced stays as it was.
+	defer s.stops.onStop(func() { _ = s.root.Remove(tmp) })()
 	f, err := s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return s.jail.FSError("write", rel, err)
 	}
-	// Stopped half way (the host cancelled), the temporary file goes;
-	// the file it would have replaced stays as it was.
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	copied := make(chan struct{})
-	defer close(copied)
-	defer signal.Stop(stop)
-	go func() {
-		select {
-		case <-stop:
-			_ = s.root.Remove(tmp)
-			os.Exit(exitInterrupted)
-		case <-copied:
-		}
-	}()
 	err = copyIn(f, in)
 	if err == nil {
 		err = f.Chmod(mode)

@@ -61,11 +61,13 @@ func openStage(stage string, create bool) (*os.File, error) {
 	return os.NewFile(uintptr(fd), stage), nil
 }
 
-// makeStaged makes a new staging directory in stage and opens it.
-func makeStaged(stage *os.File) (string, *os.File, error) {
+// makeStaged makes a new staging directory in stage and opens it. From
+// then on, a stop of the worker removes it (see stopGuard).
+func (s *fileServer) makeStaged(stage *os.File) (string, *os.File, error) {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	name := hex.EncodeToString(b[:])
+	s.stops.onStop(func() { _ = dropStaged(stage.Name(), name) })
 	if err := unix.Mkdirat(int(stage.Fd()), name, 0o700); err != nil {
 		return "", nil, fmt.Errorf("cannot make a staging directory in %s: %v", stage.Name(), err)
 	}
@@ -157,7 +159,7 @@ func (s *fileServer) stageIn(out io.Writer, rel string, req fswire.Request) (sta
 		return "", "", err
 	}
 	defer stage.Close()
-	name, d, err := makeStaged(stage)
+	name, d, err := s.makeStaged(stage)
 	if err != nil {
 		return "", "", err
 	}
@@ -172,7 +174,8 @@ func (s *fileServer) stageIn(out io.Writer, rel string, req fswire.Request) (sta
 // placeWhenAsked waits, once stage-in has answered, for the
 // host's next request on in: OpPlace places the staged file at rel as
 // stage-in's req says (answering as OpPlace does); the end of in (the
-// host failed, or is gone) removes the staging directory.
+// host failed, or is gone), or a stop (the host cancelled), removes the
+// staging directory.
 func (s *fileServer) placeWhenAsked(in *bufio.Reader, out io.Writer, rel string, req fswire.Request, staged string) error {
 	line, err := in.ReadSlice('\n')
 	if err != nil {
@@ -288,7 +291,7 @@ func (s *fileServer) stageOut(out io.Writer, rel string, req fswire.Request) (st
 		return "", nil
 	}
 	defer stage.Close()
-	name, d, err := makeStaged(stage)
+	name, d, err := s.makeStaged(stage)
 	if err != nil {
 		return "", nil
 	}
@@ -310,7 +313,8 @@ func (s *fileServer) stageOut(out io.Writer, rel string, req fswire.Request) (st
 }
 
 // holdStaged waits for the end of in, the host done with the staged file
-// (or gone), and removes the staging directory name of stage.
+// (or gone), or for the worker to be told to stop (the host cancelled),
+// and removes the staging directory name of stage.
 func holdStaged(in io.Reader, stage, name string) error {
 	_, _ = io.Copy(io.Discard, in)
 	return dropStaged(stage, name)

@@ -33,7 +33,7 @@ func heldCall(t *testing.T, root string, req fswire.Request) (fswire.Response, f
 	outR, outW := io.Pipe()
 	code := make(chan int, 1)
 	go func() {
-		code <- serveFiles(root, inR, outW, io.Discard)
+		code <- serveFiles(root, inR, outW, io.Discard, nil)
 		outW.Close()
 	}()
 	go func() { _, _ = inW.Write(fswire.Line(req)) }()

@@ -19,7 +19,7 @@ func fileCall(t *testing.T, root string, req fswire.Request, body []byte) (int, 
 	t.Helper()
 	in := append(fswire.Line(req), body...)
 	var out, errOut bytes.Buffer
-	code := serveFiles(root, bytes.NewReader(in), &out, &errOut)
+	code := serveFiles(root, bytes.NewReader(in), &out, &errOut, nil)
 	br := bufio.NewReader(&out)
 	line, err := br.ReadBytes('\n')
 	var resp fswire.Response
