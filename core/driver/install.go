@@ -102,6 +102,16 @@ type hostWorker struct {
 // architecture and hashes the copies the host's workers (one per
 // architecture) and the provider's would be, at once.
 func (in *Installer) EnsureWorker(ctx context.Context, ex sandboxexec.Execer, place sdk.WorkerPlace) (string, error) {
+	return in.findWorker(ctx, ex, place, true)
+}
+
+// FindWorker is EnsureWorker that installs nothing: "" when the sandbox
+// has no copy of this host's worker.
+func (in *Installer) FindWorker(ctx context.Context, ex sandboxexec.Execer, place sdk.WorkerPlace) (string, error) {
+	return in.findWorker(ctx, ex, place, false)
+}
+
+func (in *Installer) findWorker(ctx context.Context, ex sandboxexec.Execer, place sdk.WorkerPlace, install bool) (string, error) {
 	start := time.Now()
 	workers := in.hostWorkers()
 	args := []string{place.Dir}
@@ -134,7 +144,7 @@ func (in *Installer) EnsureWorker(ctx context.Context, ex sandboxexec.Execer, pl
 		}
 	}
 	log := in.logger().With("provider", in.Provider, "arch", arch)
-	if found != "" {
+	if found != "" || !install {
 		log.Debug("amelia-worker present", "path", found, "duration", time.Since(start))
 		return found, nil
 	}

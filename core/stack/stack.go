@@ -169,6 +169,22 @@ func (s *Stack) InstallWorker(ctx context.Context) error {
 	return nil
 }
 
+// FindWorker sets Worker to this host's amelia-worker in the sandbox,
+// where Up said, if it is there, installing nothing and starting no
+// watchdog (what only looks, as amelia gc --dry-run, uses it); found is
+// false when it is not there.
+func (s *Stack) FindWorker(ctx context.Context) (found bool, err error) {
+	if s.Running == nil {
+		return false, errors.New("find the worker: the sandbox is not up yet (Up first)")
+	}
+	worker, err := s.host.Workers.FindWorker(ctx, s, s.Running.Worker)
+	if err != nil || worker == "" {
+		return false, err
+	}
+	s.Worker = worker
+	return true, nil
+}
+
 // InstallTool puts the host executable bin (a CLI agent) into the
 // sandbox beside the worker, unless a copy is there already, and
 // returns its path there.

@@ -467,7 +467,16 @@ func (g *collector) parked(ctx context.Context, f sandbox.Found) {
 	}
 	defer st.Close(context.WithoutCancel(ctx))
 	err = st.Up(ctx)
-	if err == nil {
+	switch {
+	case err != nil:
+	case g.dry:
+		// Looking changes nothing in the sandbox: no worker installed,
+		// no watchdog started.
+		var found bool
+		if found, err = st.FindWorker(ctx); err == nil && !found {
+			err = errors.New("it has no amelia-worker of this version, which amelia gc without --dry-run puts in")
+		}
+	default:
 		err = st.InstallWorker(ctx)
 	}
 	if err == nil {
