@@ -142,15 +142,11 @@ func (f *FS) start(ctx context.Context, req fswire.Request, body io.Reader, bulk
 		s.done <- execResult{st, err}
 	}()
 	s.br = bufio.NewReaderSize(pr, 256<<10)
-	line, err := s.br.ReadSlice('\n')
-	if err == nil {
-		err = json.Unmarshal(line, &s.resp)
-	}
-	if err != nil {
+	if s.resp, err = s.answer(); err != nil {
 		return nil, s.finish(fmt.Errorf("the worker gave no answer (%v); check that the amelia-worker in the sandbox is this version", err))
 	}
-	if s.resp.Error != "" {
-		return nil, s.finish(&fswire.Error{Kind: s.resp.Kind, Msg: s.resp.Error})
+	if err := refused(s.resp); err != nil {
+		return nil, s.finish(err)
 	}
 	switch {
 	case hold == nil:
@@ -170,18 +166,30 @@ func (s *session) then(req fswire.Request) (fswire.Response, error) {
 	_, err := s.hold.Write(fswire.Line(req))
 	s.hold.Close()
 	if err == nil {
-		var line []byte
-		if line, err = s.br.ReadSlice('\n'); err == nil {
-			err = json.Unmarshal(line, &resp)
-		}
+		resp, err = s.answer()
 	}
-	switch {
-	case err != nil:
+	if err != nil {
 		return resp, s.finish(fmt.Errorf("the worker gave no answer to %s (%v)", req.Op, err))
-	case resp.Error != "":
-		return resp, s.finish(&fswire.Error{Kind: resp.Kind, Msg: resp.Error})
 	}
-	return resp, s.finish(nil)
+	return resp, s.finish(refused(resp))
+}
+
+// answer reads the worker's next answer line.
+func (s *session) answer() (fswire.Response, error) {
+	var resp fswire.Response
+	line, err := s.br.ReadSlice('\n')
+	if err == nil {
+		err = json.Unmarshal(line, &resp)
+	}
+	return resp, err
+}
+
+// refused is the error an answer says, if any.
+func refused(resp fswire.Response) error {
+	if resp.Error == "" {
+		return nil
+	}
+	return &fswire.Error{Kind: resp.Kind, Msg: resp.Error}
 }
 
 // copyFile copies the next n bytes the worker streams (a file's) into
