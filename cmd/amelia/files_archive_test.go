@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
 	"github.com/amelia-sandbox/amelia/internal/llmtest"
@@ -133,5 +134,47 @@ func TestFilesBigOnDocker(t *testing.T) {
 	// Nothing staged is left behind.
 	if ls := strings.TrimSpace(h.mustAmelia(t, "sandbox", "exec", "--", "ls", "-A", ".amelia/stage").stdout); ls != "" {
 		t.Errorf(".amelia/stage holds after the copies:\n%s", ls)
+	}
+}
+
+// A host killed in the middle of a big file's copy leaves no staging
+// directory in the sandbox: the worker holds it for the length of its
+// exec, which ends with the host (the plugin's stream breaks, and the
+// exec is stopped or its stdin ends).
+func TestFilesBigCopyHostKilledOnDocker(t *testing.T) {
+	cli := dockertest.Engine(t)
+	h := newDockerHost(t, cli, dockerSandbox("open"))
+	t.Cleanup(func() { h.amelia(t, "sandbox", "down", "--force") })
+	// 8 GiB of holes: a copy long enough to be caught in its middle.
+	h.mustAmelia(t, "sandbox", "exec", "--", "truncate", "-s", "8G", "sparse.bin")
+	ctr := "amelia-sandbox-" + h.sandboxName(t, "e2e")
+	staged := func() string {
+		return strings.TrimSpace(dockerExec(t, cli, ctr, "sh", "-c", "ls -A /workspace/.amelia/stage 2>/dev/null"))
+	}
+	cp := h.command("sandbox", "cp", ":sparse.bin", t.TempDir())
+	if err := cp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- cp.Wait() }()
+	for staged() == "" {
+		select {
+		case err := <-ended:
+			t.Fatalf("the copy ended (%v) before its staging directory was seen", err)
+		default:
+		}
+	}
+	if err := cp.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-ended
+	for staged() != "" {
+		if t.Context().Err() != nil {
+			t.Fatal("the staging directory stayed after the host was killed")
+		}
+		time.Sleep(50 * time.Millisecond) // a poll on the condition, not a deadline
+	}
+	if r := h.amelia(t, "sandbox", "exec", "--", "stat", "-c", "%s", "sparse.bin"); strings.TrimSpace(r.stdout) != "8589934592" {
+		t.Errorf("sparse.bin after the killed copy: %q %s", r.stdout, r.stderr)
 	}
 }
