@@ -105,8 +105,8 @@ func (f *FS) copyFileInByArchive(ctx context.Context, ar sdk.Archiver, in *os.Fi
 
 // getStaged writes the file the worker staged (e, in staging directory
 // staged) to the host path target, whole, through the provider's archive
-// copy: the archive must be that one regular file. The caller removes the
-// staging directory.
+// copy: the archive must be that one regular file. The worker holding
+// the staging directory removes it once the caller ends its session.
 func (f *FS) getStaged(ctx context.Context, ar sdk.Archiver, e Entry, staged, target string) error {
 	return replaceOnHost(e, target, func(out *os.File) error {
 		// Through a plugin, the plugin takes the file out of the archive
