@@ -10,22 +10,24 @@ import (
 )
 
 // Auto-stop as Daytona's: an idle sandbox stops after autoStopInterval
-// minutes (here a minute lasts 5 s), keeping its files, whatever runs
+// minutes (here a minute lasts 10 s), keeping its files, whatever runs
 // inside; an open gateway channel is activity, which keeps another
-// started until it closes.
+// started until it closes. Each sandbox is used as soon as it has
+// started, before the next is made: a minute is all a busy machine has
+// to log in to it.
 func TestAutoStop(t *testing.T) {
-	forEachBackend(t, Options{Minute: 5 * time.Second}, func(t *testing.T, f *Fake) {
+	const minute = 10 * time.Second
+	forEachBackend(t, Options{Minute: minute}, func(t *testing.T, f *Fake) {
 		e := newEnv(t, f)
 		one := 1
 		idle, _ := e.started(t, api.CreateSandbox{Name: "idle", AutoStopInterval: &one})
-		held, _ := e.started(t, api.CreateSandbox{Name: "held", AutoStopInterval: &one})
-		never, _ := e.started(t, api.CreateSandbox{Name: "never", AutoStopInterval: new(int)})
 		c := e.login(t, idle.ID)
 		// A process inside is no activity.
 		if r := run(t, c, "echo kept > kept.txt; (sleep 600 </dev/null >/dev/null 2>&1 &) ; echo ok", ""); r.code != 0 {
 			t.Fatalf("write a file: %+v", r)
 		}
 		c.Close()
+		held, _ := e.started(t, api.CreateSandbox{Name: "held", AutoStopInterval: &one})
 		h := e.login(t, held.ID)
 		s, err := h.NewSession()
 		if err != nil {
@@ -35,6 +37,8 @@ func TestAutoStop(t *testing.T) {
 		if err := s.Start("cat"); err != nil {
 			t.Fatal(err)
 		}
+
+		never, _ := e.started(t, api.CreateSandbox{Name: "never", AutoStopInterval: new(int)})
 
 		stopped, _ := e.waitState(t, idle.ID, api.StateStopped)
 		if stopped.AutoStopInterval == nil || *stopped.AutoStopInterval != 1 {
@@ -52,7 +56,7 @@ func TestAutoStop(t *testing.T) {
 			if sb.State != api.StateStarted {
 				t.Fatalf("a sandbox with an open channel is %s", sb.State)
 			}
-			if last.After(created.Add(8 * time.Second)) {
+			if last.After(created.Add(minute + minute/2)) {
 				break
 			}
 			if t.Context().Err() != nil {
