@@ -335,27 +335,33 @@ func TestCopyByArchiveLeavesNoStage(t *testing.T) {
 	stageEmpty("after CopyOut")
 
 	for _, c := range []struct {
-		name string
-		fail func(ctx context.Context) error
-	}{
-		{"failed", func(context.Context) error { return errors.New("the engine said no") }},
-		{"cancelled", func(ctx context.Context) error {
-			cctx, cancel := context.WithCancel(ctx)
-			cancel()
-			<-cctx.Done()
-			return cctx.Err()
-		}},
-	} {
+		name   string
+		cancel bool // the caller's ctx ends in the middle of the archive copy
+	}{{"failed", false}, {"cancelled", true}} {
 		t.Run(c.name, func(t *testing.T) {
-			f.Archive = hostArchiver{fail: c.fail}
-			if _, err := f.CopyIn(ctx, src, "in2.bin"); err == nil {
+			// A copy whose provider's archive copy fails, or whose
+			// caller cancels while it runs.
+			failing := func() context.Context {
+				cctx, cancel := context.WithCancel(ctx)
+				t.Cleanup(cancel)
+				f.Archive = hostArchiver{fail: func(actx context.Context) error {
+					if !c.cancel {
+						return errors.New("the engine said no")
+					}
+					cancel()
+					<-actx.Done() // the caller's own ctx reaches the provider
+					return actx.Err()
+				}}
+				return cctx
+			}
+			if _, err := f.CopyIn(failing(), src, "in2.bin"); err == nil {
 				t.Error("CopyIn worked with a failing archive copy")
 			}
 			if _, err := os.Lstat(filepath.Join(root, "in2.bin")); !os.IsNotExist(err) {
 				t.Errorf("a failed CopyIn wrote in2.bin: %v", err)
 			}
 			stageEmpty("after a failed CopyIn")
-			if _, err := f.CopyOut(ctx, "in.bin", filepath.Join(host, "out2.bin")); err == nil {
+			if _, err := f.CopyOut(failing(), "in.bin", filepath.Join(host, "out2.bin")); err == nil {
 				t.Error("CopyOut worked with a failing archive copy")
 			}
 			if ents, _ := os.ReadDir(host); len(ents) != 2 {
