@@ -100,28 +100,38 @@ func TestFilesStageIn(t *testing.T) {
 
 // Place refuses what is not a regular file of this uid's alone (a link
 // put there, a hard link to another file), writes nothing, and removes
-// the staging directory all the same; stage-in refuses what write would.
+// the staging directory all the same; so does a stage-in whose host ends
+// stdin without asking to place (its copy failed, or it died), or asks
+// for anything else. Stage-in refuses what write would.
 func TestFilesPlaceRefusals(t *testing.T) {
+	half := func(t *testing.T, _, file string) {
+		if err := os.WriteFile(file, []byte("half"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, c := range []struct {
 		name string
 		put  func(t *testing.T, root, file string)
-		want string
+		next *fswire.Request // after stage-in (nil: stdin ends)
+		want string          // in the answer to next ("": none)
 	}{
 		{"symlink", func(t *testing.T, root, file string) {
 			if err := os.Symlink(filepath.Join(root, "file"), file); err != nil {
 				t.Fatal(err)
 			}
-		}, "no file to place"},
+		}, place, "no file to place"},
 		{"hard link", func(t *testing.T, root, file string) {
 			if err := os.Link(filepath.Join(root, "file"), file); err != nil {
 				t.Fatal(err)
 			}
-		}, "not a regular file of this uid's alone"},
+		}, place, "not a regular file of this uid's alone"},
 		{"directory", func(t *testing.T, root, file string) {
 			if err := os.Mkdir(file, 0o700); err != nil {
 				t.Fatal(err)
 			}
-		}, "not a regular file"},
+		}, place, "not a regular file"},
+		{"stdin ends", half, nil, ""},
+		{"not place", half, &fswire.Request{Op: fswire.OpRemove, Path: "file"}, "takes only a place request"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			root, _ := fileTree(t)
@@ -131,9 +141,9 @@ func TestFilesPlaceRefusals(t *testing.T) {
 				t.Fatalf("stage-in: %+v", resp)
 			}
 			c.put(t, root, filepath.Join(stage, resp.Staged.Name, fswire.StagedFile))
-			code, resp2 := then(place)
-			if code == 0 || !strings.Contains(resp2.Error, c.want) {
-				t.Errorf("place: exit %d, %+v; want a refusal with %q", code, resp2, c.want)
+			code, resp2 := then(c.next)
+			if (code == 0) != (c.want == "") || !strings.Contains(resp2.Error, c.want) || (c.want == "") != (resp2.Error == "") {
+				t.Errorf("exit %d, %+v; want a refusal with %q", code, resp2, c.want)
 			}
 			if _, err := os.Lstat(filepath.Join(root, "new")); !os.IsNotExist(err) {
 				t.Errorf("new was written: %v", err)
@@ -215,44 +225,5 @@ func TestFilesStageOut(t *testing.T) {
 	}
 	if des, _ := os.ReadDir(stage); len(des) != 0 {
 		t.Errorf("the stage holds %d entries", len(des))
-	}
-}
-
-// A stage-in whose host ends stdin without asking to place (its copy
-// failed, or it died), or asks for anything else, places nothing and
-// removes the staging directory.
-func TestFilesStageInLetGo(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		next *fswire.Request
-		want string // in the answer to next
-	}{
-		{"stdin ends", nil, ""},
-		{"not place", &fswire.Request{Op: fswire.OpRemove, Path: "file"}, "takes only a place request"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			root, _ := fileTree(t)
-			stage := stageDir(t)
-			resp, then := heldCall(t, root, fswire.Request{Op: fswire.OpStageIn, Path: "new", Stage: stage})
-			if resp.Staged == nil {
-				t.Fatalf("stage-in: %+v", resp)
-			}
-			if err := os.WriteFile(filepath.Join(stage, resp.Staged.Name, fswire.StagedFile), []byte("half"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			_, resp2 := then(c.next)
-			if !strings.Contains(resp2.Error, c.want) || (c.want == "") != (resp2.Error == "") {
-				t.Errorf("answer %+v; want %q", resp2, c.want)
-			}
-			if _, err := os.Lstat(filepath.Join(root, "new")); !os.IsNotExist(err) {
-				t.Errorf("new was written: %v", err)
-			}
-			if b, _ := os.ReadFile(filepath.Join(root, "file")); string(b) != "plain" {
-				t.Errorf("file now holds %q", b)
-			}
-			if des, _ := os.ReadDir(stage); len(des) != 0 {
-				t.Errorf("the stage holds %d entries", len(des))
-			}
-		})
 	}
 }
