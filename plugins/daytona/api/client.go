@@ -227,6 +227,12 @@ func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, c.sandboxURL(id, ""), nil, nil, nil)
 }
 
+// SetAutoStopInterval sets how many idle minutes stop the sandbox (0
+// never does).
+func (c *Client) SetAutoStopInterval(ctx context.Context, id string, minutes int) error {
+	return c.do(ctx, http.MethodPost, c.sandboxURL(id, "/autostop/"+strconv.Itoa(minutes)), nil, nil, nil)
+}
+
 // CreateSSHAccess mints an SSH gateway token for a sandbox, valid for
 // minutes. Daytona revokes every other token of the sandbox as it does
 // (sandbox.service.ts createSshAccess).

@@ -48,6 +48,7 @@ func (f *Fake) startHTTP() error {
 	mux.HandleFunc("POST /api/sandbox/{id}/ssh-access", f.onSandbox(f.createSSHAccess))
 	mux.HandleFunc("DELETE /api/sandbox/{id}/ssh-access", f.onSandbox(f.revokeSSHAccess))
 	mux.HandleFunc("POST /api/sandbox/{id}/last-activity", f.onSandbox(f.updateLastActivity))
+	mux.HandleFunc("POST /api/sandbox/{id}/autostop/{interval}", f.onSandbox(f.setAutoStopInterval))
 	mux.HandleFunc("GET /api/runners/by-sandbox/{id}", f.onSandbox(f.runnerBySandbox))
 	mux.HandleFunc("POST /api/snapshots", f.createSnapshot)
 	mux.HandleFunc("GET /api/snapshots", f.listSnapshots)
@@ -604,6 +605,20 @@ func (f *Fake) updateLastActivity(r *http.Request, s *sandbox) answer {
 	s.lastActivity = f.activityLocked()
 	f.changedLocked(s)
 	return answer{status: http.StatusCreated}
+}
+
+// setAutoStopInterval answers POST /sandbox/{id}/autostop/{interval}:
+// the sandbox's autoStopInterval becomes interval minutes (0 never stops
+// it), whatever its state, and its activity is left as it was
+// (sandbox.service.ts setAutostopInterval, resolveAutoStopInterval).
+func (f *Fake) setAutoStopInterval(r *http.Request, s *sandbox) answer {
+	minutes, err := strconv.ParseFloat(r.PathValue("interval"), 64)
+	if err != nil || minutes < 0 {
+		return refusal(http.StatusBadRequest, "Auto-stop interval must be a non-negative number of minutes")
+	}
+	s.autoStop = minutes
+	f.changedLocked(s)
+	return answer{status: http.StatusOK, body: s.view()}
 }
 
 // runnerBySandbox answers GET /runners/by-sandbox/{sandboxId}: the
