@@ -613,8 +613,8 @@ func (f *Fake) updateLastActivity(r *http.Request, s *sandbox) answer {
 // (sandbox.service.ts setAutostopInterval, resolveAutoStopInterval).
 func (f *Fake) setAutoStopInterval(r *http.Request, s *sandbox) answer {
 	minutes, err := strconv.ParseFloat(r.PathValue("interval"), 64)
-	if err != nil || minutes < 0 {
-		return refusal(http.StatusBadRequest, "Auto-stop interval must be a non-negative number of minutes")
+	if err != nil || !(minutes >= 0) { // NaN too
+		return refusal(http.StatusBadRequest, "Auto-stop interval must be non-negative")
 	}
 	s.autoStop = minutes
 	f.changedLocked(s)

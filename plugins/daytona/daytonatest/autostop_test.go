@@ -12,23 +12,39 @@ import (
 // Auto-stop as Daytona's: an idle sandbox stops after autoStopInterval
 // minutes (here a minute lasts 10 s), keeping its files, whatever runs
 // inside; an open gateway channel is activity, which keeps another
-// started until it closes. Each sandbox is used as soon as it has
-// started, before the next is made: a minute is all a busy machine has
-// to log in to it. Its commands need their exit statuses: the gateway's
-// loss is off.
+// started until it closes. The sandboxes start with an interval of an
+// hour and get their minute (POST /sandbox/{id}/autostop/1) only once
+// they are in use, so that however long a busy machine takes to log in,
+// nothing stops under it. Its commands need their exit statuses: the
+// gateway's loss is off.
 func TestAutoStop(t *testing.T) {
 	const minute = 10 * time.Second
 	forEachBackend(t, Options{Minute: minute, ExitStatusLoss: -1}, func(t *testing.T, f *Fake) {
 		e := newEnv(t, f)
-		one := 1
-		idle, _ := e.started(t, api.CreateSandbox{Name: "idle", AutoStopInterval: &one})
+		hour := 60
+		idle, _ := e.started(t, api.CreateSandbox{Name: "idle", AutoStopInterval: &hour})
+		if idle.AutoStopInterval == nil || *idle.AutoStopInterval != 60 {
+			t.Errorf("created with autoStopInterval 60, the sandbox has %v", idle.AutoStopInterval)
+		}
+		held, _ := e.started(t, api.CreateSandbox{Name: "held", AutoStopInterval: &hour})
+		never, _ := e.started(t, api.CreateSandbox{Name: "never", AutoStopInterval: new(int)})
+		if err := e.c.SetAutoStopInterval(context.Background(), never.ID, -1); err == nil || !strings.Contains(err.Error(), "must be non-negative") {
+			t.Errorf("a negative auto-stop interval: %v", err)
+		}
+		stopAfterAMinute := func(id string) {
+			t.Helper()
+			if err := e.c.SetAutoStopInterval(context.Background(), id, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+
 		c := e.login(t, idle.ID)
 		// A process inside is no activity.
 		if r := run(t, c, "echo kept > kept.txt; (sleep 600 </dev/null >/dev/null 2>&1 &) ; echo ok", ""); r.code != 0 {
 			t.Fatalf("write a file: %+v", r)
 		}
 		c.Close()
-		held, _ := e.started(t, api.CreateSandbox{Name: "held", AutoStopInterval: &one})
+		stopAfterAMinute(idle.ID)
 		h := e.login(t, held.ID)
 		s, err := h.NewSession()
 		if err != nil {
@@ -38,8 +54,8 @@ func TestAutoStop(t *testing.T) {
 		if err := s.Start("cat"); err != nil {
 			t.Fatal(err)
 		}
-
-		never, _ := e.started(t, api.CreateSandbox{Name: "never", AutoStopInterval: new(int)})
+		stopAfterAMinute(held.ID)
+		heldFrom := time.Now()
 
 		stopped, _ := e.waitState(t, idle.ID, api.StateStopped)
 		if stopped.AutoStopInterval == nil || *stopped.AutoStopInterval != 1 {
@@ -53,11 +69,10 @@ func TestAutoStop(t *testing.T) {
 				t.Fatal(err)
 			}
 			last, _ := time.Parse(time.RFC3339Nano, sb.LastActivityAt)
-			created, _ := time.Parse(time.RFC3339Nano, held.CreatedAt)
 			if sb.State != api.StateStarted {
 				t.Fatalf("a sandbox with an open channel is %s", sb.State)
 			}
-			if last.After(created.Add(minute + minute/2)) {
+			if last.After(heldFrom.Add(minute + minute/2)) {
 				break
 			}
 			if t.Context().Err() != nil {
