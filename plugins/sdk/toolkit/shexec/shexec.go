@@ -42,6 +42,27 @@ echo "amelia-exec:$t:pid=$$" >&2
 command -v "$1" >/dev/null 2>&1 || { echo "$1: command not found" >&2; exit 127; }
 exec "$@"`
 
+// reportingWrapper is wrapper for Command.ReportExit: it stays the group's
+// leader and reports the command's exit code in a last control line once
+// the command ended, after a newline of its own, so that the line starts
+// a line whatever the command wrote last (NewExitControl takes both off). It ignores the signals a cancel sends (trap runs its
+// action only after the foreground command ends, and a caught signal is
+// reset in the command), so the line comes after a TERM too; a KILL ends
+// it without one. Its own stderr is /dev/null meanwhile: sh would say
+// there that a signal killed the command ("Terminated"); the command
+// gets the real one in the subshell it becomes.
+const reportingWrapper = `t=$1 d=$2
+shift 2
+if [ -n "$d" ]; then cd -- "$d" 2>/dev/null || { echo "amelia-exec:$t:nodir" >&2; exit 125; }; fi
+echo "amelia-exec:$t:pid=$$" >&2
+command -v "$1" >/dev/null 2>&1 || { echo "$1: command not found" >&2; exit 127; }
+trap : TERM INT HUP
+exec 3>&2 2>/dev/null
+(exec 2>&3 3>&-; exec "$@")
+s=$?
+printf '\namelia-exec:%s:exit=%d\n' "$t" "$s" >&3
+exit $s`
+
 // KillScript sends signal $1 to the process group $2 (when not 0) and to
 // every process whose environment holds the entry $3. Run as the command's
 // own user, it may signal its processes without any capability.
@@ -86,6 +107,11 @@ type Command struct {
 	// gone (Control.NoSandbox) and runs nothing.
 	Require string
 	Argv    []string
+	// ReportExit keeps the wrapper running until the command ends and has
+	// it report the exit code on stderr (Control.Exit), for a transport
+	// that can lose the code, or tells a killed command from its own
+	// failure no better than by an exit code of 255 (an ssh client).
+	ReportExit bool
 }
 
 // Line is the command line.
@@ -99,7 +125,11 @@ func (c Command) Line() string {
 		words = append(words, Quote(k+"="+c.Env[k]))
 	}
 	words = append(words, Quote(Entry(c.Tag)))
-	for _, a := range Argv(c.Tag, c.Dir, c.Argv) {
+	argv := Argv(c.Tag, c.Dir, c.Argv)
+	if c.ReportExit {
+		argv[2] = reportingWrapper
+	}
+	for _, a := range argv {
 		words = append(words, Quote(a))
 	}
 	return strings.Join(words, " ")
@@ -134,37 +164,57 @@ func Quote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// Control passes an exec's stderr on, less the wrapper's control line,
+// Control passes an exec's stderr on, less the wrapper's control lines,
 // which it reads: the exec's pid, or that the working directory or the
-// sandbox is missing. What comes before it (a login shell's rc files, the
-// transport's own errors) passes unchanged; a stream without one passes
-// whole. Write and Finish belong to the stream's one reader; Known, Pid,
-// NoDir and NoSandbox may be called from elsewhere.
+// sandbox is missing, and, with Command.ReportExit, the command's exit
+// code. What comes before the first (a login shell's rc files, the
+// transport's own errors) passes unchanged; the first counts, and it
+// comes before the command runs, so the command cannot forge it. After
+// it, only exit lines are taken off, the last counting. A stream without
+// control lines passes whole. Write and Finish belong to the stream's one
+// reader; Known, Pid, NoDir and NoSandbox may be called from elsewhere.
 type Control struct {
-	w      io.Writer // nil discards
-	prefix []byte    // "amelia-exec:<tag>:"
-	line   []byte    // the current line, while it may be the control line
-	start  bool      // at the start of a line
-	done   bool
+	w      io.Writer     // nil discards
+	prefix []byte        // "amelia-exec:<tag>:"
+	line   []byte        // the current line, while it may be a control line
+	start  bool          // at the start of a line
+	first  bool          // the first control line was read
+	done   bool          // the stream ended
 	known  chan struct{} // closed once the control line was read (or the stream ended)
 	pid    int
 	nodir  bool
 	gone   bool
+	exit   int // the last exit line's code; -1 when none came
+	// exits: exit lines are read (NewExitControl). nl: a newline that
+	// ended what passed is held back, as it may be the one the wrapper
+	// writes before its exit line.
+	exits, nl bool
 }
 
-// NewControl reads the control line of the exec tagged tag off the stderr
-// it passes to w.
+// maxControlLine bounds a control line; a longer line is the command's.
+const maxControlLine = len("amelia-exec::exit=") + 64 + 20
+
+// NewControl reads the control lines of the exec tagged tag off the
+// stderr it passes to w.
 func NewControl(w io.Writer, tag string) *Control {
-	return &Control{w: w, prefix: []byte("amelia-exec:" + tag + ":"), start: true, known: make(chan struct{})}
+	return &Control{w: w, prefix: []byte("amelia-exec:" + tag + ":"), start: true, known: make(chan struct{}), exit: -1}
+}
+
+// NewExitControl is NewControl for a Command with ReportExit: it reads
+// the exit line too (Exit), with the newline the wrapper writes before it.
+func NewExitControl(w io.Writer, tag string) *Control {
+	c := NewControl(w, tag)
+	c.exits = true
+	return c
 }
 
 func (c *Control) Write(p []byte) (int, error) {
 	n := len(p)
-	for !c.done && len(p) > 0 {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
 		if !c.start {
-			// Inside a line that is not the control line: pass it on up
+			// Inside a line that is not a control line: pass it on up
 			// to its end.
-			i := bytes.IndexByte(p, '\n')
 			if i < 0 {
 				return n, c.pass(p)
 			}
@@ -174,7 +224,6 @@ func (c *Control) Write(p []byte) (int, error) {
 			p, c.start = p[i+1:], true
 			continue
 		}
-		i := bytes.IndexByte(p, '\n')
 		chunk := p
 		if i >= 0 {
 			chunk = p[:i+1]
@@ -182,22 +231,15 @@ func (c *Control) Write(p []byte) (int, error) {
 		c.line = append(c.line, chunk...)
 		p = p[len(chunk):]
 		if i >= 0 && c.parse(c.line[:len(c.line)-1]) {
-			c.line = nil
-			c.done = true
-			close(c.known)
-			break
+			c.line = c.line[:0]
+			continue
 		}
-		if i >= 0 || !bytes.HasPrefix(c.prefix, c.line) && !bytes.HasPrefix(c.line, c.prefix) {
-			// Not the control line: it passes.
+		if i >= 0 || len(c.line) > maxControlLine || !bytes.HasPrefix(c.prefix, c.line) && !bytes.HasPrefix(c.line, c.prefix) {
+			// Not a control line: it passes.
 			if err := c.pass(c.line); err != nil {
 				return 0, err
 			}
-			c.start, c.line = i >= 0, nil
-		}
-	}
-	if len(p) > 0 {
-		if err := c.pass(p); err != nil {
-			return 0, err
+			c.start, c.line = i >= 0, c.line[:0]
 		}
 	}
 	return n, nil
@@ -206,6 +248,18 @@ func (c *Control) Write(p []byte) (int, error) {
 func (c *Control) pass(p []byte) error {
 	if c.w == nil || len(p) == 0 {
 		return nil
+	}
+	if c.nl {
+		c.nl = false
+		if _, err := c.w.Write([]byte{'\n'}); err != nil {
+			return err
+		}
+	}
+	if c.exits && c.first && p[len(p)-1] == '\n' {
+		p, c.nl = p[:len(p)-1], true
+		if len(p) == 0 {
+			return nil
+		}
 	}
 	_, err := c.w.Write(p)
 	return err
@@ -217,7 +271,20 @@ func (c *Control) parse(line []byte) bool {
 	if !ok {
 		return false
 	}
-	switch v := string(rest); {
+	v := string(rest)
+	if c.first {
+		code, ok := strings.CutPrefix(v, "exit=")
+		if !ok || !c.exits {
+			return false
+		}
+		n, err := strconv.Atoi(code)
+		if err != nil || n < 0 || n > 255 {
+			return false
+		}
+		c.exit, c.nl = n, false
+		return true
+	}
+	switch {
 	case v == "nodir":
 		c.nodir = true
 	case v == "nosandbox":
@@ -231,6 +298,8 @@ func (c *Control) parse(line []byte) bool {
 	default:
 		return false
 	}
+	c.first = true
+	close(c.known)
 	return true
 }
 
@@ -240,9 +309,14 @@ func (c *Control) Finish() {
 		return
 	}
 	c.done = true
-	close(c.known)
+	if !c.first {
+		close(c.known)
+	}
 	_ = c.pass(c.line)
 	c.line = nil
+	if c.nl && c.w != nil {
+		_, _ = c.w.Write([]byte{'\n'})
+	}
 }
 
 // Known is closed once the control line was read, or stderr ended.
@@ -259,6 +333,11 @@ func (c *Control) NoDir() bool { return c.nodir }
 // NoSandbox reports that Command.Require did not exist: the command did not
 // run. Read it after the stream ended.
 func (c *Control) NoSandbox() bool { return c.gone }
+
+// Exit is the command's exit code as the wrapper reported it
+// (Command.ReportExit); ok is false when no report came (the wrapper was
+// killed, or the command did not run). Read it after the stream ended.
+func (c *Control) Exit() (code int, ok bool) { return c.exit, c.exit >= 0 }
 
 // pidWait bounds how long a cancel waits for the exec's pid.
 const pidWait = 2 * time.Second

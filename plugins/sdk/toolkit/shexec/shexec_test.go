@@ -80,6 +80,60 @@ func TestCommandLine(t *testing.T) {
 	}
 }
 
+// With ReportExit, the wrapper reports the command's exit code last, a
+// signal's 128+N included, and stays the group's leader through a TERM
+// until the command ends.
+func TestReportExit(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		argv []string
+		term bool
+		exit int
+	}{
+		{"an exit code", []string{"sh", "-c", "echo err >&2; printf more >&2; exit 3"}, false, 3},
+		{"success", []string{"true"}, false, 0},
+		{"killed by TERM", []string{"sh", "-c", "echo ready; exec sleep 613"}, true, 143},
+		{"ends on its own after TERM", []string{"sh", "-c", "trap 'echo bye; exit 7' TERM; echo ready; while :; do :; done"}, true, 7},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := exec.Command("sh", "-c", shexec.Command{Tag: "t6", Argv: c.argv, ReportExit: true}.Line())
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			var errb bytes.Buffer
+			ctl := shexec.NewExitControl(&errb, "t6")
+			cmd.Stderr = ctl
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill() })
+			if c.term {
+				// Signalled once it runs: "ready" on stdout. The pid is
+				// read by then (stderr is copied as it comes).
+				if _, err := io.ReadFull(out, make([]byte, 6)); err != nil {
+					t.Fatal(err)
+				}
+				<-ctl.Known()
+				if err := exec.Command("sh", "-c", shexec.KillLine("TERM", ctl.Pid(), shexec.Entry("t6"))).Run(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			io.Copy(io.Discard, out)
+			err = cmd.Wait()
+			ctl.Finish()
+			code, ok := ctl.Exit()
+			if !ok || code != c.exit || cmd.ProcessState.ExitCode() != c.exit {
+				t.Errorf("reported exit %d %v, the wrapper's %v: want %d", code, ok, err, c.exit)
+			}
+			if want := map[int]string{3: "err\nmore", 7: ""}[c.exit]; errb.String() != want {
+				t.Errorf("stderr %q, want %q", errb.String(), want)
+			}
+		})
+	}
+}
+
 // Control takes the exec's own control line off stderr, wherever it comes
 // among what was written before it (a login shell's rc files), however the
 // writes split it; anything else passes whole, in order.
@@ -89,19 +143,28 @@ func TestControl(t *testing.T) {
 		writes []string
 		pass   string
 		pid    int
+		exit   int // -1: none
 	}{
-		{"alone", []string{"amelia-exec:T:pid=42\n", "err\n"}, "err\n", 42},
-		{"split", []string{"amel", "ia-exec:T:p", "id=42", "\nerr"}, "err", 42},
-		{"after rc noise", []string{"pyenv: cannot rehash\nmore noise", "\namelia-exec:T:pid=7\nerr\n"}, "pyenv: cannot rehash\nmore noise\nerr\n", 7},
-		{"noise like a prefix", []string{"amelia-exec:other:pid=1\n", "amelia-exec:T:pid=9\n"}, "amelia-exec:other:pid=1\n", 9},
-		{"forged after", []string{"amelia-exec:T:pid=5\n", "amelia-exec:T:pid=6\n"}, "amelia-exec:T:pid=6\n", 5},
-		{"engine error, no control line", []string{"OCI runtime exec failed: ", "unable to find user x\n"}, "OCI runtime exec failed: unable to find user x\n", 0},
-		{"unfinished prefix at the end", []string{"amelia-exec:T"}, "amelia-exec:T", 0},
-		{"not a number", []string{"amelia-exec:T:pid=x\n"}, "amelia-exec:T:pid=x\n", 0},
+		{"alone", []string{"amelia-exec:T:pid=42\n", "err\n"}, "err\n", 42, -1},
+		{"split", []string{"amel", "ia-exec:T:p", "id=42", "\nerr"}, "err", 42, -1},
+		{"after rc noise", []string{"pyenv: cannot rehash\nmore noise", "\namelia-exec:T:pid=7\nerr\n"}, "pyenv: cannot rehash\nmore noise\nerr\n", 7, -1},
+		{"noise like a prefix", []string{"amelia-exec:other:pid=1\n", "amelia-exec:T:pid=9\n"}, "amelia-exec:other:pid=1\n", 9, -1},
+		{"forged after", []string{"amelia-exec:T:pid=5\n", "amelia-exec:T:pid=6\n"}, "amelia-exec:T:pid=6\n", 5, -1},
+		{"engine error, no control line", []string{"OCI runtime exec failed: ", "unable to find user x\n"}, "OCI runtime exec failed: unable to find user x\n", 0, -1},
+		{"unfinished prefix at the end", []string{"amelia-exec:T"}, "amelia-exec:T", 0, -1},
+		{"not a number", []string{"amelia-exec:T:pid=x\n"}, "amelia-exec:T:pid=x\n", 0, -1},
+		{"exit", []string{"amelia-exec:T:pid=3\nerr\n", "\namelia-exec:T:ex", "it=4\n"}, "err\n", 3, 4},
+		{"exit after output without a newline", []string{"amelia-exec:T:pid=3\nerr", "\namelia-exec:T:exit=4\n"}, "err", 3, 4},
+		{"exit amid late output", []string{"amelia-exec:T:pid=3\n\namelia-exec:T:exit=0\n", "from a child left behind\n"}, "from a child left behind\n", 3, 0},
+		{"the last exit counts", []string{"amelia-exec:T:pid=3\n\namelia-exec:T:exit=0\n\namelia-exec:T:exit=1\n"}, "", 3, 1},
+		{"exit before the pid line", []string{"amelia-exec:T:exit=0\n"}, "amelia-exec:T:exit=0\n", 0, -1},
+		{"exit out of range", []string{"amelia-exec:T:pid=3\n\namelia-exec:T:exit=256\n"}, "\namelia-exec:T:exit=256\n", 3, -1},
+		{"a long line like a control line", []string{"amelia-exec:T:pid=3\n", "amelia-exec:T:" + strings.Repeat("x", 200), "\n"}, "amelia-exec:T:" + strings.Repeat("x", 200) + "\n", 3, -1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var b bytes.Buffer
-			ctl := shexec.NewControl(&b, "T")
+			// The exit lines of Command.ReportExit are read too.
+			ctl := shexec.NewExitControl(&b, "T")
 			for _, w := range c.writes {
 				if n, err := ctl.Write([]byte(w)); n != len(w) || err != nil {
 					t.Fatalf("Write(%q) = %d, %v", w, n, err)
@@ -111,12 +174,28 @@ func TestControl(t *testing.T) {
 			if b.String() != c.pass || ctl.Pid() != c.pid {
 				t.Errorf("passed %q pid %d, want %q pid %d", b.String(), ctl.Pid(), c.pass, c.pid)
 			}
+			if code, ok := ctl.Exit(); code != c.exit || ok != (c.exit >= 0) {
+				t.Errorf("exit %d %v, want %d", code, ok, c.exit)
+			}
 			select {
 			case <-ctl.Known():
 			default:
 				t.Error("Known is not closed after Finish")
 			}
 		})
+	}
+}
+
+// Only NewExitControl reads exit lines: for any other exec, they are the
+// command's.
+func TestControlWithoutExits(t *testing.T) {
+	var b bytes.Buffer
+	ctl := shexec.NewControl(&b, "T")
+	in := "amelia-exec:T:pid=3\nerr\n\namelia-exec:T:exit=0\n"
+	ctl.Write([]byte(in))
+	ctl.Finish()
+	if code, ok := ctl.Exit(); ok || b.String() != in[len("amelia-exec:T:pid=3\n"):] {
+		t.Errorf("passed %q, exit %d %v", b.String(), code, ok)
 	}
 }
 
