@@ -62,7 +62,7 @@ func openPipesWith(h *datachan.Host, in, out *os.File, eio sdk.ExecIO, bufs *syn
 
 // startPB is the DataStreams of ExecStart.
 func (hp *hostPipes) startPB() *pb.DataStreams {
-	return &pb.DataStreams{Id: hp.id, Stdout: hp.out[0] != nil || hp.passedOut, Stderr: hp.out[1] != nil}
+	return &pb.DataStreams{Id: hp.id, Stdout: hp.out[0] != nil || hp.passedOut, Stderr: hp.out[1] != nil, StdoutOwn: hp.passedOut}
 }
 
 // run copies the exec's streams: stdin from eio.Stdin until it ends (then

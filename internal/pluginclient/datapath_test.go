@@ -113,6 +113,38 @@ func TestExecBytesArriveWhole(t *testing.T) {
 	}
 }
 
+// A plugin may give a process the caller's own output file
+// (sdk.OutputFile) as it is, and only that: a pipe the host reads counts
+// what comes through it, which a process writing it directly would
+// bypass.
+func TestExecOwnOutputFile(t *testing.T) {
+	p := launchPath(t, "ownfile", pluginclient.LaunchOptions{}, true)
+	const size = 8 << 20
+	f, err := os.Create(t.TempDir() + "/out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	in, want := randomInput(size, 3)
+	var errOut strings.Builder
+	st, err := p.Exec(t.Context(), sdk.ExecRequest{Sandbox: ref, Argv: []string{"cat"}}, sdk.ExecIO{Stdin: in, Stdout: sdk.OutputFile{File: f}, Stderr: &errOut})
+	if err != nil || st.Code != 0 || errOut.String() != "own=true\n" {
+		t.Fatalf("exec into a file: %+v %v, stderr %q", st, err, errOut.String())
+	}
+	got := newHashWriter()
+	if _, err := io.Copy(got, io.NewSectionReader(f, 0, size+1)); err != nil || got.n != size || got.sum() != want {
+		t.Errorf("the file holds %d bytes, sha256 %x (%v); want the %d of stdin, %x", got.n, got.sum(), err, size, want)
+	}
+
+	in, want = randomInput(size, 4)
+	out := newHashWriter()
+	errOut.Reset()
+	st, err = p.Exec(t.Context(), sdk.ExecRequest{Sandbox: ref, Argv: []string{"cat"}}, sdk.ExecIO{Stdin: in, Stdout: out, Stderr: &errOut})
+	if err != nil || st.Code != 0 || errOut.String() != "own=false\n" || out.n != size || out.sum() != want {
+		t.Errorf("exec into a writer: %+v %v, stderr %q, %d bytes", st, err, errOut.String(), out.n)
+	}
+}
+
 // An exec without stdin, or with an empty one, sees its end at once; one
 // without output writers still runs.
 func TestExecStdinEnds(t *testing.T) {

@@ -100,6 +100,17 @@ func (p *testProvider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.Ex
 		// certificate spans lines).
 		_, err := io.WriteString(eio.Stdout, strings.Join(os.Environ(), "\x00"))
 		return sdk.ExitStatus{}, err
+	case "ownfile":
+		// Gives the process the host's own output file, where it is one.
+		pw, ok := eio.Stdout.(*sdk.PipeWriter)
+		var f *os.File
+		if ok {
+			f, ok = pw.File()
+		}
+		_, _ = fmt.Fprintf(eio.Stderr, "own=%v\n", ok)
+		if ok {
+			eio.Stdout = f
+		}
 	}
 	return hostproc.Run(ctx, exec.Command(req.Argv[0], req.Argv[1:]...), eio, req.Grace())
 }

@@ -49,7 +49,7 @@ func (s *server) claimPipes(ctx context.Context, start *pb.ExecStart) (*pluginPi
 		pp.stdin = &PipeReader{f: f}
 	}
 	if f := files[datachan.Stdout]; f != nil {
-		pp.stdout = &PipeWriter{f: f}
+		pp.stdout = &PipeWriter{f: f, own: d.GetStdoutOwn()}
 	}
 	if f := files[datachan.Stderr]; f != nil {
 		pp.stderr = &PipeWriter{f: f}

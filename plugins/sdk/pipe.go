@@ -23,6 +23,25 @@ const pipeCopyBuffer = 256 << 10
 type PipeWriter struct {
 	f *os.File
 	n atomic.Uint64
+	// own: f is the host's own file (sdk.OutputFile there), which the
+	// host does not count.
+	own bool
+}
+
+// File is the caller's own output file (an sdk.OutputFile at the host),
+// for a provider to give a process as its output as it is, made
+// blocking, as a process expects. ok is false when the pipe is one the
+// host reads and counts what comes through: then only Write and ReadFrom
+// may write it. The SDK closes the file when the exec ends; the provider
+// must not.
+func (w *PipeWriter) File() (f *os.File, ok bool) {
+	if !w.own {
+		return nil, false
+	}
+	if rc, err := w.f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _ = setBlocking(fd) })
+	}
+	return w.f, true
 }
 
 // Write writes p to the pipe.

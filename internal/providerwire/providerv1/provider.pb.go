@@ -1502,8 +1502,13 @@ type DataStreams struct {
 	// Whether the host passed a stdout and a stderr pipe; when it did not,
 	// the server discards that output. A stdin pipe is passed when
 	// ExecStart.stdin is true.
-	Stdout        bool `protobuf:"varint,2,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr        bool `protobuf:"varint,3,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	Stdout bool `protobuf:"varint,2,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr bool `protobuf:"varint,3,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	// The stdout passed is a file of the host's own (sdk.OutputFile), not a
+	// pipe the host reads: the host counts none of it (DataSent.stdout is
+	// not checked), so the provider may give it to a process as it is.
+	// Hosts before this field never set it.
+	StdoutOwn     bool `protobuf:"varint,4,opt,name=stdout_own,json=stdoutOwn,proto3" json:"stdout_own,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1555,6 +1560,13 @@ func (x *DataStreams) GetStdout() bool {
 func (x *DataStreams) GetStderr() bool {
 	if x != nil {
 		return x.Stderr
+	}
+	return false
+}
+
+func (x *DataStreams) GetStdoutOwn() bool {
+	if x != nil {
+		return x.StdoutOwn
 	}
 	return false
 }
@@ -2741,11 +2753,13 @@ const file_provider_proto_rawDesc = "" +
 	"\x03uid\x18\x03 \x01(\x03R\x03uid\x12\x10\n" +
 	"\x03gid\x18\x04 \x01(\x03R\x03gid\x12&\n" +
 	"\x0fmtime_unix_nano\x18\x05 \x01(\x03R\rmtimeUnixNano\x12\x12\n" +
-	"\x04size\x18\x06 \x01(\x03R\x04size\"M\n" +
+	"\x04size\x18\x06 \x01(\x03R\x04size\"l\n" +
 	"\vDataStreams\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06stdout\x18\x02 \x01(\bR\x06stdout\x12\x16\n" +
-	"\x06stderr\x18\x03 \x01(\bR\x06stderr\"\n" +
+	"\x06stderr\x18\x03 \x01(\bR\x06stderr\x12\x1d\n" +
+	"\n" +
+	"stdout_own\x18\x04 \x01(\bR\tstdoutOwn\"\n" +
 	"\n" +
 	"\bStdinEOF\"\b\n" +
 	"\x06Cancel\"2\n" +
