@@ -57,7 +57,10 @@ type Options struct {
 	// MaxClients is how many connections a Conn opens when the server's
 	// MaxSessions is reached on each. Default 8.
 	MaxClients int
-	Logger     *slog.Logger
+	// OpenSSH is the path of OpenSSH's ssh client; when set, ExecBulk
+	// uses it (see there). Empty: every exec uses x/crypto/ssh.
+	OpenSSH string
+	Logger  *slog.Logger
 }
 
 // Conn is the connection to one target, shared by everything that runs
@@ -78,6 +81,10 @@ type Conn struct {
 	// (a server that closes a login it does not accept); the next login is
 	// told (stale), and Session gives up at maxRefused.
 	refused int
+	// hostKey is the host key the last login verified.
+	hostKey ssh.PublicKey
+
+	bulk bulk
 }
 
 // maxRefused is how many logins in a row may be closed unused by the
@@ -374,13 +381,16 @@ func (c *Conn) dial(ctx context.Context) (*client, error) {
 			return nil, fmt.Errorf("ssh %s: log in: %w", c.target, err)
 		}
 	}
-	sc, err := login(ctx, c.target, user, c.opts.DialTimeout, jump)
+	sc, key, err := login(ctx, c.target, user, c.opts.DialTimeout, jump)
 	if err != nil {
 		if jump != nil {
 			jump.Close()
 		}
 		return nil, err
 	}
+	c.mu.Lock()
+	c.hostKey = key
+	c.mu.Unlock()
 	cl := &client{ssh: sc, jump: jump, done: make(chan struct{})}
 	go func() {
 		err := sc.Wait()
@@ -392,23 +402,27 @@ func (c *Conn) dial(ctx context.Context) (*client, error) {
 }
 
 // login dials target (through jump when not nil) and authenticates as
-// user; messages name the target as target.String() says, never user.
-func login(ctx context.Context, target Target, user string, timeout time.Duration, jump *ssh.Client) (*ssh.Client, error) {
+// user, returning the host key it verified; messages name the target as
+// target.String() says, never user.
+func login(ctx context.Context, target Target, user string, timeout time.Duration, jump *ssh.Client) (*ssh.Client, ssh.PublicKey, error) {
 	if target.HostKeys == nil {
-		return nil, sdk.Errorf(sdk.ErrInvalid, "ssh %s: no known_hosts to verify its host key with", target)
+		return nil, nil, sdk.Errorf(sdk.ErrInvalid, "ssh %s: no known_hosts to verify its host key with", target)
 	}
 	signers, tried, closeAgent, err := target.Auth.signers()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer closeAgent()
 	var hostKeyErr error
+	var verified ssh.PublicKey
 	check := target.HostKeys.Callback()
 	cfg := &ssh.ClientConfig{
 		User: user,
 		Auth: []ssh.AuthMethod{ssh.PublicKeysCallback(signers)},
 		HostKeyCallback: func(host string, remote net.Addr, key ssh.PublicKey) error {
-			hostKeyErr = check(host, remote, key)
+			if hostKeyErr = check(host, remote, key); hostKeyErr == nil {
+				verified = key
+			}
 			return hostKeyErr
 		},
 		HostKeyAlgorithms: target.HostKeys.Algorithms(target.Addr),
@@ -423,14 +437,14 @@ func login(ctx context.Context, target Target, user string, timeout time.Duratio
 		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", target.Addr)
 	}
 	if err != nil {
-		return nil, sdk.Errorf(sdk.ErrUnavailable, "cannot reach %s: %v", target.Addr, err)
+		return nil, nil, sdk.Errorf(sdk.ErrUnavailable, "cannot reach %s: %v", target.Addr, err)
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	cc, chans, reqs, err := ssh.NewClientConn(conn, target.Addr, cfg)
 	interrupted := !stop()
 	switch {
 	case err == nil && !interrupted:
-		return ssh.NewClient(cc, chans, reqs), nil
+		return ssh.NewClient(cc, chans, reqs), verified, nil
 	case err == nil:
 		cc.Close()
 		err = ctx.Err()
@@ -438,17 +452,17 @@ func login(ctx context.Context, target Target, user string, timeout time.Duratio
 	conn.Close()
 	switch {
 	case hostKeyErr != nil:
-		return nil, hostKeyErr
+		return nil, nil, hostKeyErr
 	case strings.Contains(err.Error(), "unable to authenticate"):
 		keys := "no keys: set ssh.identity_files or SSH_AUTH_SOCK"
 		if len(tried) > 0 {
 			keys = "tried " + strings.Join(tried, ", ")
 		}
-		return nil, sdk.Errorf(sdk.ErrPermission, "ssh %s refused the login (%s): %v", target, keys, err)
+		return nil, nil, sdk.Errorf(sdk.ErrPermission, "ssh %s refused the login (%s): %v", target, keys, err)
 	case interrupted || errors.Is(err, context.DeadlineExceeded):
-		return nil, sdk.Errorf(sdk.ErrUnavailable, "cannot reach %s: no SSH handshake within %v", target.Addr, timeout)
+		return nil, nil, sdk.Errorf(sdk.ErrUnavailable, "cannot reach %s: no SSH handshake within %v", target.Addr, timeout)
 	}
-	return nil, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: %v", target, err)
+	return nil, nil, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: %v", target, err)
 }
 
 // keepAlive asks the server for a reply every KeepAlive while the client
@@ -540,5 +554,6 @@ func (c *Conn) Close() error {
 	for _, cl := range clients {
 		c.drop(cl, nil)
 	}
+	c.closeBulk()
 	return nil
 }
