@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path"
 	"strings"
 	"sync"
@@ -53,6 +54,11 @@ const healthTimeout = 5 * time.Second
 type Options struct {
 	Version string
 	Logger  *slog.Logger
+	// OpenSSH is OpenSSH's ssh client, which moves bulk execs' bytes
+	// faster than x/crypto/ssh (sshtransport.Conn.ExecBulk); New looks
+	// for "ssh" on PATH when it is empty. None found: every exec goes
+	// through x/crypto/ssh.
+	OpenSSH string
 }
 
 // Provider is the SSH provider.
@@ -76,6 +82,9 @@ type remote struct {
 func New(opts Options) *Provider {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.OpenSSH == "" {
+		opts.OpenSSH, _ = exec.LookPath("ssh")
 	}
 	return &Provider{opts: opts, remotes: map[string]*remote{}}
 }
@@ -122,7 +131,7 @@ func (p *Provider) remoteFor(set Settings) (*remote, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &remote{conn: sshtransport.New(target, sshtransport.Options{Logger: p.opts.Logger})}
+	r := &remote{conn: sshtransport.New(target, sshtransport.Options{Logger: p.opts.Logger, OpenSSH: p.opts.OpenSSH})}
 	p.remotes[string(key)] = r
 	return r, nil
 }
@@ -261,7 +270,11 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 		// any command.
 		return sb.r.conn.ExecTTY(ctx, cmd, req.Size, eio, req.Grace())
 	}
-	st, err := sb.r.conn.Exec(ctx, cmd, eio, req.Grace())
+	exec := sb.r.conn.Exec
+	if req.Traffic == sdk.TrafficBulk {
+		exec = sb.r.conn.ExecBulk
+	}
+	st, err := exec(ctx, cmd, eio, req.Grace())
 	switch {
 	case errors.Is(err, sshtransport.ErrNoSandbox):
 		return st, sdk.Errorf(sdk.ErrNotFound, "sandbox %s does not exist on %s (no %s): start it with `amelia sandbox up`", sb.name, sb.r.conn.Target(), sb.marker())
