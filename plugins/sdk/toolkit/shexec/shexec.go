@@ -44,23 +44,27 @@ exec "$@"`
 
 // reportingWrapper is wrapper for Command.ReportExit: it stays the group's
 // leader and reports the command's exit code in a last control line once
-// the command ended, after a newline of its own, so that the line starts
-// a line whatever the command wrote last (NewExitControl takes both off). It ignores the signals a cancel sends (trap runs its
-// action only after the foreground command ends, and a caught signal is
-// reset in the command), so the line comes after a TERM too; a KILL ends
-// it without one. Its own stderr is /dev/null meanwhile: sh would say
-// there that a signal killed the command ("Terminated"); the command
-// gets the real one in the subshell it becomes.
+// the command ended. The line begins with a byte of its own (RS, \036),
+// not at a line's start, so it needs none (NewExitControl finds and takes
+// it off wherever it comes). The wrapper lets the signals a cancel sends
+// pass (trap runs its action only after the foreground command ends, and
+// a caught signal is reset in the subshell), so the line comes after a
+// TERM too, and a signal that came before the command started keeps it
+// from starting; a KILL ends the wrapper without the line. Its own stderr
+// is /dev/null meanwhile: sh would say there that a signal killed the
+// command ("Terminated"); the command gets the real one in the subshell
+// it becomes.
 const reportingWrapper = `t=$1 d=$2
 shift 2
 if [ -n "$d" ]; then cd -- "$d" 2>/dev/null || { echo "amelia-exec:$t:nodir" >&2; exit 125; }; fi
 echo "amelia-exec:$t:pid=$$" >&2
 command -v "$1" >/dev/null 2>&1 || { echo "$1: command not found" >&2; exit 127; }
-trap : TERM INT HUP
+s=
+trap 's=129' HUP; trap 's=130' INT; trap 's=143' TERM
 exec 3>&2 2>/dev/null
-(exec 2>&3 3>&-; exec "$@")
+(exec 2>&3 3>&-; [ -z "$s" ] || exit "$s"; exec "$@")
 s=$?
-printf '\namelia-exec:%s:exit=%d\n' "$t" "$s" >&3
+printf '\036amelia-exec:%s:exit=%d\n' "$t" "$s" >&3
 exit $s`
 
 // KillScript sends signal $1 to the process group $2 (when not 0) and to
@@ -166,33 +170,29 @@ func Quote(s string) string {
 
 // Control passes an exec's stderr on, less the wrapper's control lines,
 // which it reads: the exec's pid, or that the working directory or the
-// sandbox is missing, and, with Command.ReportExit, the command's exit
-// code. What comes before the first (a login shell's rc files, the
-// transport's own errors) passes unchanged; the first counts, and it
-// comes before the command runs, so the command cannot forge it. After
-// it, only exit lines are taken off, the last counting. A stream without
-// control lines passes whole. Write and Finish belong to the stream's one
-// reader; Known, Pid, NoDir and NoSandbox may be called from elsewhere.
+// sandbox is missing, and, for NewExitControl, the command's exit code.
+// What comes before the first (a login shell's rc files, the transport's
+// own errors) passes unchanged; the first counts, and it comes before the
+// command runs, so the command cannot forge it. After it, only exit lines
+// are taken off, the last counting. A stream without control lines passes
+// whole. Write and Finish belong to the stream's one reader; Known, Pid,
+// NoDir and NoSandbox may be called from elsewhere.
 type Control struct {
-	w      io.Writer     // nil discards
-	prefix []byte        // "amelia-exec:<tag>:"
-	line   []byte        // the current line, while it may be a control line
-	start  bool          // at the start of a line
-	first  bool          // the first control line was read
-	done   bool          // the stream ended
-	known  chan struct{} // closed once the control line was read (or the stream ended)
-	pid    int
-	nodir  bool
-	gone   bool
-	exit   int // the last exit line's code; -1 when none came
-	// exits: exit lines are read (NewExitControl). nl: a newline that
-	// ended what passed is held back, as it may be the one the wrapper
-	// writes before its exit line.
-	exits, nl bool
+	w      io.Writer // nil discards
+	prefix []byte    // "amelia-exec:<tag>:"
+	mark   []byte    // "\x1eamelia-exec:<tag>:exit=" with NewExitControl
+	// line is held back: the current line while it may be the first
+	// control line, then what may be an exit line.
+	line  []byte
+	start bool          // at the start of a line
+	first bool          // the first control line was read
+	done  bool          // the stream ended
+	known chan struct{} // closed once the control line was read (or the stream ended)
+	pid   int
+	nodir bool
+	gone  bool
+	exit  int // the last exit line's code; -1 when none came
 }
-
-// maxControlLine bounds a control line; a longer line is the command's.
-const maxControlLine = len("amelia-exec::exit=") + 64 + 20
 
 // NewControl reads the control lines of the exec tagged tag off the
 // stderr it passes to w.
@@ -201,20 +201,23 @@ func NewControl(w io.Writer, tag string) *Control {
 }
 
 // NewExitControl is NewControl for a Command with ReportExit: it reads
-// the exit line too (Exit), with the newline the wrapper writes before it.
+// the exit line too (Exit).
 func NewExitControl(w io.Writer, tag string) *Control {
 	c := NewControl(w, tag)
-	c.exits = true
+	c.mark = []byte("\x1eamelia-exec:" + tag + ":exit=")
 	return c
 }
 
 func (c *Control) Write(p []byte) (int, error) {
 	n := len(p)
-	for len(p) > 0 {
+	if c.done {
+		return n, c.pass(p)
+	}
+	for len(p) > 0 && !c.first {
 		i := bytes.IndexByte(p, '\n')
 		if !c.start {
-			// Inside a line that is not a control line: pass it on up
-			// to its end.
+			// Inside a line that is not the control line: pass it on
+			// up to its end.
 			if i < 0 {
 				return n, c.pass(p)
 			}
@@ -232,59 +235,112 @@ func (c *Control) Write(p []byte) (int, error) {
 		p = p[len(chunk):]
 		if i >= 0 && c.parse(c.line[:len(c.line)-1]) {
 			c.line = c.line[:0]
-			continue
+			break
 		}
-		if i >= 0 || len(c.line) > maxControlLine || !bytes.HasPrefix(c.prefix, c.line) && !bytes.HasPrefix(c.line, c.prefix) {
-			// Not a control line: it passes.
+		if i >= 0 || len(c.line) > len(c.prefix)+len("pid=")+20 || !bytes.HasPrefix(c.prefix, c.line) && !bytes.HasPrefix(c.line, c.prefix) {
+			// Not the control line: it passes.
 			if err := c.pass(c.line); err != nil {
 				return 0, err
 			}
 			c.start, c.line = i >= 0, c.line[:0]
 		}
 	}
+	if c.mark == nil {
+		return n, c.pass(p)
+	}
+	if err := c.takeExits(p); err != nil {
+		return 0, err
+	}
 	return n, nil
+}
+
+// takeExits passes p on, less the exit lines, holding back what may
+// begin one.
+func (c *Control) takeExits(p []byte) error {
+	for len(p) > 0 {
+		if len(c.line) == 0 {
+			i := bytes.IndexByte(p, c.mark[0])
+			if i < 0 {
+				return c.pass(p)
+			}
+			if err := c.pass(p[:i]); err != nil {
+				return err
+			}
+			p = p[i:]
+		}
+		// An exit line is the mark, three digits at most and a newline.
+		chunk := p[:min(len(p), len(c.mark)+4-len(c.line))]
+		if i := bytes.IndexByte(chunk, '\n'); i >= 0 {
+			chunk = chunk[:i+1]
+		}
+		c.line = append(c.line, chunk...)
+		p = p[len(chunk):]
+		switch code, state := c.readExit(); state {
+		case exitRead:
+			c.exit, c.line = code, c.line[:0]
+		case exitNot:
+			// Its first byte passes; what follows may begin one.
+			held := append([]byte(nil), c.line[1:]...)
+			if err := c.pass(c.line[:1]); err != nil {
+				return err
+			}
+			c.line = c.line[:0]
+			if err := c.takeExits(held); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+const (
+	exitPartial = iota // what is held may still become an exit line
+	exitRead
+	exitNot
+)
+
+// readExit reads the held line as an exit line.
+func (c *Control) readExit() (code, state int) {
+	l := c.line
+	if len(l) <= len(c.mark) {
+		if bytes.HasPrefix(c.mark, l) {
+			return 0, exitPartial
+		}
+		return 0, exitNot
+	}
+	digits, ok := bytes.CutPrefix(l, c.mark)
+	if !ok {
+		return 0, exitNot
+	}
+	digits, ended := bytes.CutSuffix(digits, []byte{'\n'})
+	if len(digits) > 3 || bytes.ContainsFunc(digits, func(r rune) bool { return r < '0' || r > '9' }) {
+		return 0, exitNot
+	}
+	if !ended {
+		return 0, exitPartial
+	}
+	n, err := strconv.Atoi(string(digits))
+	if err != nil || n > 255 {
+		return 0, exitNot
+	}
+	return n, exitRead
 }
 
 func (c *Control) pass(p []byte) error {
 	if c.w == nil || len(p) == 0 {
 		return nil
 	}
-	if c.nl {
-		c.nl = false
-		if _, err := c.w.Write([]byte{'\n'}); err != nil {
-			return err
-		}
-	}
-	if c.exits && c.first && p[len(p)-1] == '\n' {
-		p, c.nl = p[:len(p)-1], true
-		if len(p) == 0 {
-			return nil
-		}
-	}
 	_, err := c.w.Write(p)
 	return err
 }
 
-// parse reads a control line, reporting whether line was one.
+// parse reads the first control line, reporting whether line was one.
 func (c *Control) parse(line []byte) bool {
 	rest, ok := bytes.CutPrefix(line, c.prefix)
 	if !ok {
 		return false
 	}
-	v := string(rest)
-	if c.first {
-		code, ok := strings.CutPrefix(v, "exit=")
-		if !ok || !c.exits {
-			return false
-		}
-		n, err := strconv.Atoi(code)
-		if err != nil || n < 0 || n > 255 {
-			return false
-		}
-		c.exit, c.nl = n, false
-		return true
-	}
-	switch {
+	switch v := string(rest); {
 	case v == "nodir":
 		c.nodir = true
 	case v == "nosandbox":
@@ -314,9 +370,6 @@ func (c *Control) Finish() {
 	}
 	_ = c.pass(c.line)
 	c.line = nil
-	if c.nl && c.w != nil {
-		_, _ = c.w.Write([]byte{'\n'})
-	}
 }
 
 // Known is closed once the control line was read, or stderr ended.

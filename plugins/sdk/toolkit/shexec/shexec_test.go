@@ -153,12 +153,16 @@ func TestControl(t *testing.T) {
 		{"engine error, no control line", []string{"OCI runtime exec failed: ", "unable to find user x\n"}, "OCI runtime exec failed: unable to find user x\n", 0, -1},
 		{"unfinished prefix at the end", []string{"amelia-exec:T"}, "amelia-exec:T", 0, -1},
 		{"not a number", []string{"amelia-exec:T:pid=x\n"}, "amelia-exec:T:pid=x\n", 0, -1},
-		{"exit", []string{"amelia-exec:T:pid=3\nerr\n", "\namelia-exec:T:ex", "it=4\n"}, "err\n", 3, 4},
-		{"exit after output without a newline", []string{"amelia-exec:T:pid=3\nerr", "\namelia-exec:T:exit=4\n"}, "err", 3, 4},
-		{"exit amid late output", []string{"amelia-exec:T:pid=3\n\namelia-exec:T:exit=0\n", "from a child left behind\n"}, "from a child left behind\n", 3, 0},
-		{"the last exit counts", []string{"amelia-exec:T:pid=3\n\namelia-exec:T:exit=0\n\namelia-exec:T:exit=1\n"}, "", 3, 1},
-		{"exit before the pid line", []string{"amelia-exec:T:exit=0\n"}, "amelia-exec:T:exit=0\n", 0, -1},
-		{"exit out of range", []string{"amelia-exec:T:pid=3\n\namelia-exec:T:exit=256\n"}, "\namelia-exec:T:exit=256\n", 3, -1},
+		{"exit", []string{"amelia-exec:T:pid=3\nerr\n", "\x1eamelia-exec:T:ex", "it=4\n"}, "err\n", 3, 4},
+		{"exit after output without a newline", []string{"amelia-exec:T:pid=3\nerr", "\x1eamelia-exec:T:exit=4\n"}, "err", 3, 4},
+		{"exit amid late output", []string{"amelia-exec:T:pid=3\npartial \x1eamelia-exec:T:exit=0\n", "line\n"}, "partial line\n", 3, 0},
+		{"the last exit counts", []string{"amelia-exec:T:pid=3\n\x1eamelia-exec:T:exit=0\n\x1eamelia-exec:T:exit=1\n"}, "", 3, 1},
+		{"exit before the pid line", []string{"\x1eamelia-exec:T:exit=0\n"}, "\x1eamelia-exec:T:exit=0\n", 0, -1},
+		{"exit out of range", []string{"amelia-exec:T:pid=3\n\x1eamelia-exec:T:exit=256\n"}, "\x1eamelia-exec:T:exit=256\n", 3, -1},
+		{"exit of another tag", []string{"amelia-exec:T:pid=3\n\x1eamelia-exec:U:exit=1\n"}, "\x1eamelia-exec:U:exit=1\n", 3, -1},
+		{"a mark byte before the mark", []string{"amelia-exec:T:pid=3\n\x1e\x1eamelia-exec:T:exit=2\n"}, "\x1e", 3, 2},
+		{"the mark's start at the end", []string{"amelia-exec:T:pid=3\nerr\x1eamelia-ex"}, "err\x1eamelia-ex", 3, -1},
+		{"many mark bytes", []string{"amelia-exec:T:pid=3\n" + strings.Repeat("\x1e", 1<<20)}, strings.Repeat("\x1e", 1<<20), 3, -1},
 		{"a long line like a control line", []string{"amelia-exec:T:pid=3\n", "amelia-exec:T:" + strings.Repeat("x", 200), "\n"}, "amelia-exec:T:" + strings.Repeat("x", 200) + "\n", 3, -1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -186,12 +190,33 @@ func TestControl(t *testing.T) {
 	}
 }
 
+// An exit control holds back only what may begin the exit line: a line
+// of stderr is passed on as soon as it comes.
+func TestExitControlHoldsOnlyTheMark(t *testing.T) {
+	var b bytes.Buffer
+	ctl := shexec.NewExitControl(&b, "T")
+	for _, step := range []struct{ write, passed string }{
+		{"amelia-exec:T:pid=3\nready\n", "ready\n"},
+		{"x\x1eamel", "ready\nx"},
+		{"ia-exec:T:exit=0\n", "ready\nx"},
+		{"late\n", "ready\nxlate\n"},
+	} {
+		ctl.Write([]byte(step.write))
+		if b.String() != step.passed {
+			t.Fatalf("after %q, passed %q, want %q", step.write, b.String(), step.passed)
+		}
+	}
+	if code, ok := ctl.Exit(); !ok || code != 0 {
+		t.Errorf("exit %d %v, want 0", code, ok)
+	}
+}
+
 // Only NewExitControl reads exit lines: for any other exec, they are the
 // command's.
 func TestControlWithoutExits(t *testing.T) {
 	var b bytes.Buffer
 	ctl := shexec.NewControl(&b, "T")
-	in := "amelia-exec:T:pid=3\nerr\n\namelia-exec:T:exit=0\n"
+	in := "amelia-exec:T:pid=3\nerr\n\x1eamelia-exec:T:exit=0\n"
 	ctl.Write([]byte(in))
 	ctl.Finish()
 	if code, ok := ctl.Exit(); ok || b.String() != in[len("amelia-exec:T:pid=3\n"):] {
