@@ -84,7 +84,9 @@ func New(opts Options) *Provider {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.OpenSSH == "" {
-		opts.OpenSSH, _ = exec.LookPath("ssh")
+		if bin, err := exec.LookPath("ssh"); err == nil {
+			opts.OpenSSH = bin
+		}
 	}
 	return &Provider{opts: opts, remotes: map[string]*remote{}}
 }
@@ -271,7 +273,10 @@ func (p *Provider) Exec(ctx context.Context, req sdk.ExecRequest, eio sdk.ExecIO
 		return sb.r.conn.ExecTTY(ctx, cmd, req.Size, eio, req.Grace())
 	}
 	exec := sb.r.conn.Exec
-	if req.Traffic == sdk.TrafficBulk {
+	if req.Traffic == sdk.TrafficBulk && len(req.Env) == 0 {
+		// Through OpenSSH, where the command line is a local process's
+		// argument: only without the caller's environment, which may
+		// hold secrets.
 		exec = sb.r.conn.ExecBulk
 	}
 	st, err := exec(ctx, cmd, eio, req.Grace())

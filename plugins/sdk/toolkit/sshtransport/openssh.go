@@ -69,9 +69,16 @@ type master struct {
 // (sdk.OutputFile, or a sdk.PipeWriter whose File is the host's own).
 // Otherwise, and when OpenSSH cannot log in (the reason is logged once),
 // it is Exec.
+//
+// The command line is an argument of a local ssh process, as with `ssh
+// host command`: any local user may read it (ps). Keep secrets out of a
+// bulk exec's environment and arguments.
 func (c *Conn) ExecBulk(ctx context.Context, cmd shexec.Command, eio sdk.ExecIO, grace time.Duration) (sdk.ExitStatus, error) {
+	if c.opts.OpenSSH == "" || c.target.Jump != nil || c.target.Login != nil {
+		return c.Exec(ctx, cmd, eio, grace)
+	}
 	out, ok := ownFile(eio.Stdout)
-	if !ok || c.opts.OpenSSH == "" || c.target.Jump != nil || c.target.Login != nil {
+	if !ok {
 		return c.Exec(ctx, cmd, eio, grace)
 	}
 	m, err := c.bulkMaster(ctx)
@@ -87,8 +94,18 @@ func (c *Conn) ExecBulk(ctx context.Context, cmd shexec.Command, eio sdk.ExecIO,
 	default:
 		return c.Exec(ctx, cmd, eio, grace)
 	}
-	return c.execOpenSSH(ctx, m, cmd, out, eio, grace)
+	st, err := c.execOpenSSH(ctx, m, cmd, out, eio, grace)
+	if errors.Is(err, errNotStarted) {
+		// Nothing ran, nothing was read (a command line too long for
+		// an argument, say).
+		c.opts.Logger.Debug("a bulk exec goes through x/crypto/ssh", "target", c.target.String(), "reason", err)
+		return c.Exec(ctx, cmd, eio, grace)
+	}
+	return st, err
 }
+
+// errNotStarted: OpenSSH's ssh did not start.
+var errNotStarted = errors.New("OpenSSH's ssh did not start")
 
 // ownFile is w as a file a process may be given as its output.
 func ownFile(w io.Writer) (*os.File, bool) {
@@ -264,9 +281,16 @@ func (c *Conn) execOpenSSH(ctx context.Context, m *master, cmd shexec.Command, o
 	p.Env = opensshEnv()
 	p.SysProcAttr = childAttr()
 	p.Stdout = out
-	ctl := shexec.NewExitControl(eio.Stderr, cmd.Tag)
-	p.Stderr = ctl
-	var stdin io.Reader
+	// stderr is a pipe of its own, not exec's: the master holds the
+	// client's copy of it too, so only closing the read end (Cut) ends
+	// the copy while the remote command runs on.
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return sdk.ExitStatus{}, fmt.Errorf("make the stderr pipe of an exec: %w", err)
+	}
+	defer errR.Close()
+	p.Stderr = errW
+	var stdinW *os.File
 	switch in := eio.Stdin.(type) {
 	case nil:
 	case *sdk.PipeReader:
@@ -276,41 +300,63 @@ func (c *Conn) execOpenSSH(ctx context.Context, m *master, cmd shexec.Command, o
 		// stdin the command may never read to its end.
 		r, w, err := os.Pipe()
 		if err != nil {
+			errW.Close()
 			return sdk.ExitStatus{}, fmt.Errorf("make the stdin pipe of an exec: %w", err)
 		}
 		defer r.Close()
-		p.Stdin, stdin = r, in
+		p.Stdin, stdinW = r, w
+	}
+	err = p.Start()
+	errW.Close()
+	if err != nil {
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		return sdk.ExitStatus{}, fmt.Errorf("%w: %v", errNotStarted, err)
+	}
+	if stdinW != nil {
 		go func() {
-			_, _ = io.CopyBuffer(w, stdin, make([]byte, 256<<10))
-			w.Close()
+			_, _ = io.CopyBuffer(stdinW, eio.Stdin, make([]byte, 256<<10))
+			stdinW.Close()
 		}()
 	}
-	if err := p.Start(); err != nil {
-		return sdk.ExitStatus{}, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: start OpenSSH's ssh: %v", c.target, err)
-	}
+	ctl := shexec.NewExitControl(eio.Stderr, cmd.Tag)
 	ended := make(chan error, 1)
 	go func() {
+		if _, err := io.Copy(ctl, errR); err != nil {
+			// A failed write to the caller's stderr: the rest is
+			// dropped, not left to block the command.
+			_, _ = io.Copy(io.Discard, errR)
+		}
 		err := p.Wait()
 		ctl.Finish()
 		ended <- err
 	}()
 	var st sdk.ExitStatus
-	var sent string
+	var delivered string // the last signal the command was sent
+	cut := false
 	var waitErr error
 	select {
 	case waitErr = <-ended:
 	case <-ctx.Done():
 		st.Canceled = true
-		sent, waitErr = shexec.Stopper{
+		_, waitErr = shexec.Stopper{
 			Control: ctl,
 			Ended:   ended,
 			Signal: func(sig string, pgid int) error {
 				kctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 				defer cancel()
 				_, err := c.Output(kctx, shexec.KillLine(sig, pgid, shexec.Entry(cmd.Tag)), nil)
+				if err == nil {
+					delivered = sig
+				}
 				return err
 			},
-			Cut: func() { _ = p.Process.Kill() },
+			Cut: func() {
+				cut = true
+				_ = p.Process.Kill()
+				errR.Close()
+			},
 		}.Stop(grace, func(sig string, err error) {
 			c.opts.Logger.Warn("cancel a command", "target", c.target.String(), "signal", sig, "error", err)
 		})
@@ -322,8 +368,11 @@ func (c *Conn) execOpenSSH(ctx context.Context, m *master, cmd shexec.Command, o
 		return st, ErrNoDir
 	}
 	if code, ok := ctl.Exit(); ok {
-		st.Code, st.Signal = code, shexec.Signal(sent, code)
+		st.Code, st.Signal = code, shexec.Signal(delivered, code)
 		return st, nil
+	}
+	if cut {
+		return st, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: the cancelled command's output did not end; it may still run", c.target)
 	}
 	code := -1
 	if exit, ok := errors.AsType[*exec.ExitError](waitErr); ok {
@@ -335,9 +384,9 @@ func (c *Conn) execOpenSSH(ctx context.Context, m *master, cmd shexec.Command, o
 		st.Code = code
 		return st, nil
 	}
-	if n, ok := map[string]int{"TERM": 15, "KILL": 9}[sent]; ok {
+	if n, ok := map[string]int{"TERM": 15, "KILL": 9}[delivered]; ok {
 		// Killed, the wrapper with it, by the signal sent.
-		st.Code, st.Signal = 128+n, sent
+		st.Code, st.Signal = 128+n, delivered
 		return st, nil
 	}
 	why := failure(logFile, waitErr)

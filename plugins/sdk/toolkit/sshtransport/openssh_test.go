@@ -150,16 +150,18 @@ func TestExecBulk(t *testing.T) {
 }
 
 // Cancelling a bulk exec stops the command as Exec does: TERM, then KILL
-// after the grace period, each reported as the signal that ended it.
+// after the grace period, each reported as the signal that ended it. A
+// line of stderr reaches the caller while the command runs.
 func TestExecBulkCancel(t *testing.T) {
 	srv := sshtest.Start(t, sshtest.Options{})
 	c, _ := bulkConn(t, srv, "")
+	sleep := "sleep 614." + strconv.Itoa(os.Getpid()) // this test's own
 	for _, tc := range []struct {
 		name, script, signal string
 		code                 int
 	}{
-		{"TERM", "exec sleep 614", "TERM", 143},
-		{"KILL once TERM is ignored", "trap '' TERM; while :; do sleep 0.1; done", "KILL", 137},
+		{"TERM", "exec " + sleep, "TERM", 143},
+		{"KILL once TERM is ignored", "trap '' TERM; while :; do " + sleep + "; done", "KILL", 137},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, w, err := os.Pipe()
@@ -175,8 +177,15 @@ func TestExecBulkCancel(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			go func() {
-				st, err := c.ExecBulk(ctx, shexec.Command{Tag: shexec.NewTag(), Argv: []string{"sh", "-c", "echo ready; " + tc.script}},
-					sdk.ExecIO{Stdout: sdk.OutputFile{File: w}, Stderr: io.Discard}, 300*time.Millisecond)
+				out, err := os.CreateTemp(t.TempDir(), "out")
+				if err != nil {
+					done <- result{err: err}
+					w.Close()
+					return
+				}
+				defer out.Close()
+				st, err := c.ExecBulk(ctx, shexec.Command{Tag: shexec.NewTag(), Argv: []string{"sh", "-c", "echo ready >&2; " + tc.script}},
+					sdk.ExecIO{Stdout: sdk.OutputFile{File: out}, Stderr: w}, 300*time.Millisecond)
 				w.Close()
 				done <- result{st, err}
 			}()
@@ -190,7 +199,7 @@ func TestExecBulkCancel(t *testing.T) {
 			}
 		})
 	}
-	if out, _ := exec.Command("pgrep", "-f", "sleep 614").Output(); len(out) > 0 {
+	if out, _ := exec.Command("pgrep", "-f", sleep).Output(); len(out) > 0 {
 		t.Errorf("the cancelled command still runs: %s", out)
 	}
 }
@@ -296,11 +305,14 @@ func relay(conn net.Conn, addr string) {
 func TestExecBulkMaxSessions(t *testing.T) {
 	srv := sshtest.Start(t, sshtest.Options{MaxSessions: 2})
 	c, _ := bulkConn(t, srv, "")
+	// Each waits until all have started: six sessions at once.
+	started := t.TempDir()
 	var wg sync.WaitGroup
 	errs := make([]error, 6)
 	for i := range errs {
 		wg.Go(func() {
-			out, errs2, st, err := bulk(t.Context(), t, c, shexec.Command{Argv: []string{"sh", "-c", "sleep 1; echo " + strconv.Itoa(i)}}, nil)
+			script := fmt.Sprintf(`touch %s/%d; until [ "$(ls %[1]s | wc -l)" -eq 6 ]; do sleep 0.05; done; echo %[2]d`, started, i)
+			out, errs2, st, err := bulk(t.Context(), t, c, shexec.Command{Argv: []string{"sh", "-c", script}}, nil)
 			if err == nil && (st.Code != 0 || out != strconv.Itoa(i)+"\n") {
 				err = fmt.Errorf("exit %+v, output %q, stderr %q", st, out, errs2)
 			}
