@@ -59,16 +59,9 @@ func (c *Conn) Exec(ctx context.Context, cmd shexec.Command, eio sdk.ExecIO, gra
 		_, waitErr = shexec.Stopper{
 			Control: ctl,
 			Ended:   ended,
-			Signal: func(sig string, pgid int) error {
-				kctx, cancel := context.WithTimeout(context.Background(), killTimeout)
-				defer cancel()
-				_, err := c.Output(kctx, shexec.KillLine(sig, pgid, shexec.Entry(cmd.Tag)), nil)
-				return err
-			},
-			Cut: func() { s.Close() },
-		}.Stop(grace, func(sig string, err error) {
-			c.opts.Logger.Warn("cancel a command", "target", c.target.String(), "signal", sig, "error", err)
-		})
+			Signal:  func(sig string, pgid int) error { return c.sendSignal(sig, pgid, cmd.Tag) },
+			Cut:     func() { s.Close() },
+		}.Stop(grace, c.warnSignal)
 	}
 	switch {
 	case ctl.NoSandbox():
@@ -88,6 +81,20 @@ func (c *Conn) Exec(ctx context.Context, cmd shexec.Command, eio sdk.ExecIO, gra
 		return st, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: the connection dropped while the command ran (%v); the next command connects again", c.target, waitErr)
 	}
 	return st, nil
+}
+
+// sendSignal sends sig to a cancelled command's process group (pgid, 0 for
+// none) and tagged processes, from a session of its own.
+func (c *Conn) sendSignal(sig string, pgid int, tag string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+	defer cancel()
+	_, err := c.Output(ctx, shexec.KillLine(sig, pgid, shexec.Entry(tag)), nil)
+	return err
+}
+
+// warnSignal logs a signal a cancel could not send.
+func (c *Conn) warnSignal(sig string, err error) {
+	c.opts.Logger.Warn("cancel a command", "target", c.target.String(), "signal", sig, "error", err)
 }
 
 // rfc4254Signals are the signals an SSH exit-signal message names (RFC

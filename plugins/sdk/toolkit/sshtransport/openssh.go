@@ -344,9 +344,7 @@ func (c *Conn) execOpenSSH(ctx context.Context, m *master, cmd shexec.Command, o
 			Control: ctl,
 			Ended:   ended,
 			Signal: func(sig string, pgid int) error {
-				kctx, cancel := context.WithTimeout(context.Background(), killTimeout)
-				defer cancel()
-				_, err := c.Output(kctx, shexec.KillLine(sig, pgid, shexec.Entry(cmd.Tag)), nil)
+				err := c.sendSignal(sig, pgid, cmd.Tag)
 				if err == nil {
 					delivered = sig
 				}
@@ -357,9 +355,7 @@ func (c *Conn) execOpenSSH(ctx context.Context, m *master, cmd shexec.Command, o
 				_ = p.Process.Kill()
 				errR.Close()
 			},
-		}.Stop(grace, func(sig string, err error) {
-			c.opts.Logger.Warn("cancel a command", "target", c.target.String(), "signal", sig, "error", err)
-		})
+		}.Stop(grace, c.warnSignal)
 	}
 	switch {
 	case ctl.NoSandbox():

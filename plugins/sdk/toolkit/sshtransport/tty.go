@@ -87,11 +87,9 @@ func (c *Conn) ExecTTY(ctx context.Context, cmd shexec.Command, size sdk.TermSiz
 // the session ended.
 func (c *Conn) stopTagged(tag string, grace time.Duration, ended <-chan error, cut func()) error {
 	for _, sig := range []string{"TERM", "KILL"} {
-		kctx, cancel := context.WithTimeout(context.Background(), killTimeout)
-		if _, err := c.Output(kctx, shexec.KillLine(sig, 0, shexec.Entry(tag)), nil); err != nil {
-			c.opts.Logger.Warn("cancel a command", "target", c.target.String(), "signal", sig, "error", err)
+		if err := c.sendSignal(sig, 0, tag); err != nil {
+			c.warnSignal(sig, err)
 		}
-		cancel()
 		select {
 		case err := <-ended:
 			return err
