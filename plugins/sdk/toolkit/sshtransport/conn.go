@@ -2,7 +2,9 @@
 // providers: dialling (through a jump host), verified host keys, agent and
 // key-file authentication, keepalives and reconnection, sessions within
 // the server's MaxSessions, commands with streamed I/O and cancellation
-// (Exec), short commands (Output), and remote port forwards (Listen).
+// (Exec), short commands (Output), remote port forwards (Listen), and
+// commands that move much data through OpenSSH's client where it can
+// (ExecBulk).
 // The SSH provider and the Daytona provider (whose exec goes through its
 // SSH gateway) build on it.
 //
