@@ -50,24 +50,9 @@ func (c *Conn) Exec(ctx context.Context, cmd shexec.Command, eio sdk.ExecIO, gra
 		ended <- err
 	}()
 
-	var st sdk.ExitStatus
-	var waitErr error
-	select {
-	case waitErr = <-ended:
-	case <-ctx.Done():
-		st.Canceled = true
-		_, waitErr = shexec.Stopper{
-			Control: ctl,
-			Ended:   ended,
-			Signal:  func(sig string, pgid int) error { return c.sendSignal(sig, pgid, cmd.Tag) },
-			Cut:     func() { s.Close() },
-		}.Stop(grace, c.warnSignal)
-	}
-	switch {
-	case ctl.NoSandbox():
-		return st, ErrNoSandbox
-	case ctl.NoDir():
-		return st, ErrNoDir
+	st, _, waitErr := c.await(ctx, ctl, ended, cmd.Tag, grace, func() { s.Close() })
+	if err := notRun(ctl); err != nil {
+		return st, err
 	}
 	var exit *ssh.ExitError
 	switch {
@@ -81,6 +66,42 @@ func (c *Conn) Exec(ctx context.Context, cmd shexec.Command, eio sdk.ExecIO, gra
 		return st, sdk.Errorf(sdk.ErrUnavailable, "ssh %s: the connection dropped while the command ran (%v); the next command connects again", c.target, waitErr)
 	}
 	return st, nil
+}
+
+// await waits for the end of an exec's output (ended), and stops the
+// exec when ctx ends first (shexec.Stopper, cut its Cut). It returns the
+// status so far (Canceled), the last signal that reached the command, and
+// how the output ended.
+func (c *Conn) await(ctx context.Context, ctl *shexec.Control, ended <-chan error, tag string, grace time.Duration, cut func()) (st sdk.ExitStatus, delivered string, waitErr error) {
+	select {
+	case waitErr = <-ended:
+	case <-ctx.Done():
+		st.Canceled = true
+		_, waitErr = shexec.Stopper{
+			Control: ctl,
+			Ended:   ended,
+			Signal: func(sig string, pgid int) error {
+				err := c.sendSignal(sig, pgid, tag)
+				if err == nil {
+					delivered = sig
+				}
+				return err
+			},
+			Cut: cut,
+		}.Stop(grace, c.warnSignal)
+	}
+	return st, delivered, waitErr
+}
+
+// notRun is why an exec's command did not run, from its control line.
+func notRun(ctl *shexec.Control) error {
+	switch {
+	case ctl.NoSandbox():
+		return ErrNoSandbox
+	case ctl.NoDir():
+		return ErrNoDir
+	}
+	return nil
 }
 
 // sendSignal sends sig to a cancelled command's process group (pgid, 0 for

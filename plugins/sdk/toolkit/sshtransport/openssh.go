@@ -332,36 +332,14 @@ func (c *Conn) execOpenSSH(ctx context.Context, m *master, cmd shexec.Command, o
 		ctl.Finish()
 		ended <- err
 	}()
-	var st sdk.ExitStatus
-	var delivered string // the last signal the command was sent
 	cut := false
-	var waitErr error
-	select {
-	case waitErr = <-ended:
-	case <-ctx.Done():
-		st.Canceled = true
-		_, waitErr = shexec.Stopper{
-			Control: ctl,
-			Ended:   ended,
-			Signal: func(sig string, pgid int) error {
-				err := c.sendSignal(sig, pgid, cmd.Tag)
-				if err == nil {
-					delivered = sig
-				}
-				return err
-			},
-			Cut: func() {
-				cut = true
-				_ = p.Process.Kill()
-				errR.Close()
-			},
-		}.Stop(grace, c.warnSignal)
-	}
-	switch {
-	case ctl.NoSandbox():
-		return st, ErrNoSandbox
-	case ctl.NoDir():
-		return st, ErrNoDir
+	st, delivered, waitErr := c.await(ctx, ctl, ended, cmd.Tag, grace, func() {
+		cut = true
+		_ = p.Process.Kill()
+		errR.Close()
+	})
+	if err := notRun(ctl); err != nil {
+		return st, err
 	}
 	if code, ok := ctl.Exit(); ok {
 		st.Code, st.Signal = code, shexec.Signal(delivered, code)
@@ -380,7 +358,7 @@ func (c *Conn) execOpenSSH(ctx context.Context, m *master, cmd shexec.Command, o
 		st.Code = code
 		return st, nil
 	}
-	if n, ok := map[string]int{"TERM": 15, "KILL": 9}[delivered]; ok {
+	if n, ok := rfc4254Signals[delivered]; ok {
 		// Killed, the wrapper with it, by the signal sent.
 		st.Code, st.Signal = 128+n, delivered
 		return st, nil
