@@ -1,12 +1,12 @@
 package workspace
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"sync"
+
+	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 )
 
 // ErrBusy: another run holds the workspace (see Hold).
@@ -45,54 +45,14 @@ cat >/dev/null
 // cancellation, so the cleanups of an interrupted run still hold it;
 // release ends it, within its own ctx.
 func (w *Workspace) Hold(ctx context.Context, owner string) (release func(context.Context) error, err error) {
-	stdinR, stdinW := io.Pipe()
-	held := &signalOn{want: []byte("held\n"), ch: make(chan struct{})}
-	done := make(chan error, 1)
-	go func() {
-		done <- w.script(context.WithoutCancel(ctx), "hold the sandbox", nil, stdinR, held, holdScript, owner)
-	}()
-	select {
-	case <-held.ch:
-	case err := <-done:
-		stdinW.Close()
-		if msg, ok := refused(err); ok {
-			return nil, fmt.Errorf("%w (%s)", ErrBusy, msg)
-		}
+	h, err := sandboxexec.Hold(ctx, "held\n", func(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
+		return w.script(ctx, "hold the sandbox", nil, stdin, stdout, holdScript, owner)
+	})
+	if msg, ok := refused(err); ok {
+		return nil, fmt.Errorf("%w (%s)", ErrBusy, msg)
+	}
+	if err != nil {
 		return nil, err
-	case <-ctx.Done():
-		stdinW.Close()
-		<-done
-		return nil, ctx.Err()
 	}
-	return func(ctx context.Context) error {
-		stdinW.Close()
-		select {
-		case err := <-done:
-			return err
-		case <-ctx.Done():
-			return fmt.Errorf("release the sandbox: %w", ctx.Err())
-		}
-	}, nil
-}
-
-// signalOn closes ch once what was written holds want.
-type signalOn struct {
-	mu   sync.Mutex
-	want []byte
-	seen []byte
-	ch   chan struct{}
-	done bool
-}
-
-func (s *signalOn) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.done {
-		s.seen = append(s.seen, p...)
-		if bytes.Contains(s.seen, s.want) {
-			s.done = true
-			close(s.ch)
-		}
-	}
-	return len(p), nil
+	return h.Release, nil
 }
