@@ -181,8 +181,12 @@ func (r *runner) sandboxName() string {
 	return sandbox.Name(r.req.Profile, sandbox.Owner())
 }
 
-// openSandbox starts the profile's provider plugin and its sandbox, and
-// puts the worker inside.
+// openSandbox starts the profile's provider plugin and its sandbox, puts
+// the worker inside, and keeps the sandbox awake until the run's cleanups
+// end (Stack.KeepAwake): neither a pause between the run's steps nor the
+// one between its agent's end and the delivery of its work is taken for
+// the end of the work by the sandbox's watchdog, however long the host
+// takes.
 func (r *runner) openSandbox(ctx context.Context) error {
 	if err := r.phase(PhasePlugin, func() error {
 		_, err := r.openProvider(ctx)
@@ -202,7 +206,17 @@ func (r *runner) openSandbox(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	return r.phase(PhaseWorker, func() error { return r.st.InstallWorker(ctx) })
+	return r.phase(PhaseWorker, func() error {
+		if err := r.st.InstallWorker(ctx); err != nil {
+			return err
+		}
+		release, err := r.st.KeepAwake(ctx)
+		if err != nil {
+			return err
+		}
+		r.onEnd("let the sandbox's watchdog stop it once idle", "", release)
+		return nil
+	})
 }
 
 // openLive makes the run's way into its sandbox, which reaches the proxy

@@ -82,6 +82,12 @@ bundle on this host comes back from that bundle, which then goes.`,
 				return fmt.Errorf("the run of %s left no work to bring back (it is %s): remove what is left of it with %s --discard", rec.Workflow, rec.State, run.RecoverCommand(rec))
 			}
 			return a.withRecordedRun(cmd.Context(), rec, func(st *stack.Stack) error {
+				// Its steps are one piece of work to the sandbox's watchdog.
+				release, err := st.KeepAwake(cmd.Context())
+				if err != nil {
+					return err
+				}
+				defer release(context.WithoutCancel(cmd.Context()))
 				if err := settleRunning(cmd.Context(), st, rec, discard); err != nil {
 					return err
 				}
