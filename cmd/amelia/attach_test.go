@@ -1,12 +1,14 @@
 package main_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/amelia-sandbox/amelia/internal/dockertest"
@@ -39,17 +41,49 @@ func gatedScript(t *testing.T, g gate) string {
 // once it has ended well.
 func (h *host) attach(t *testing.T, g gate, dir, wf string) (after, stderr string) {
 	t.Helper()
+	return h.attachPausing(t, g, dir, wf, nil)
+}
+
+// attachPausing is attach with the host held up: with paused, attach is
+// stopped (SIGSTOP) once it has shown the agent's last words ("done
+// despite the fault") until paused returns, wherever it is then in
+// following the agent's end and bringing the work back.
+func (h *host) attachPausing(t *testing.T, g gate, dir, wf string, paused func()) (after, stderr string) {
+	t.Helper()
 	at := h.command("attach", "--json", wf)
 	at.Dir = dir
-	var out, errb bytes.Buffer
-	at.Stdout, at.Stderr = &out, &errb
+	stdout, err := at.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	at.Stderr = &errb
 	if err := at.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { at.Process.Kill() })
 	g.open(t, h)
+	var out strings.Builder
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if paused != nil && strings.Contains(sc.Text(), "done despite the fault") {
+			if err := at.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			paused()
+			if err := at.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			paused = nil
+		}
+	}
 	if err := at.Wait(); err != nil {
 		t.Fatalf("attach: %v; stderr: %s", err, errb.String())
+	}
+	if paused != nil {
+		t.Errorf("attach never showed the agent's last words:\n%s", out.String())
 	}
 	if n := strings.Count(out.String(), `"type":"tool_call"`); n != 3 {
 		t.Errorf("attach showed %d tool calls, want the run's 3 from its start:\n%s", n, out.String())

@@ -137,27 +137,35 @@ func sandboxProcesses(dir string) []string {
 	return out
 }
 
-// lsLifetime is what sandbox ls --json says of the e2e profile's
-// sandbox: its state and its watchdog's status.
-func lsLifetime(t *testing.T, h *host) (string, *lifetime.Status) {
+// e2eRow is what sandbox ls --json says of the e2e profile's sandbox.
+type e2eRow struct {
+	Profile        string            `json:"profile"`
+	State          string            `json:"state"`
+	Lifetime       *lifetime.Status  `json:"lifetime"`
+	WorkflowStates map[string]string `json:"workflow_states"`
+}
+
+func lsE2E(t *testing.T, h *host) e2eRow {
 	t.Helper()
 	r := h.amelia(t, "sandbox", "ls", "--json")
-	var rows []struct {
-		Profile  string           `json:"profile"`
-		State    string           `json:"state"`
-		Lifetime *lifetime.Status `json:"lifetime"`
-		Message  string           `json:"message"`
-	}
+	var rows []e2eRow
 	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
 		t.Fatalf("sandbox ls --json: %v\n%s%s", err, r.stdout, r.stderr)
 	}
 	for _, row := range rows {
 		if row.Profile == "e2e" {
-			return row.State, row.Lifetime
+			return row
 		}
 	}
 	t.Fatalf("sandbox ls --json shows no e2e sandbox:\n%s", r.stdout)
-	return "", nil
+	return e2eRow{}
+}
+
+// lsLifetime is the e2e sandbox's state and its watchdog's status.
+func lsLifetime(t *testing.T, h *host) (string, *lifetime.Status) {
+	t.Helper()
+	row := lsE2E(t, h)
+	return row.State, row.Lifetime
 }
 
 // An idle sandbox stops by itself with no host process running, keeping
@@ -221,7 +229,8 @@ func TestIdleSandboxStopsKeepingWork(t *testing.T) {
 }
 
 // Past max_lifetime a sandbox whose agent runs goes on until the agent
-// ends, then stops, however recent its activity; idle_timeout is off.
+// ends and its host has brought the work back, then stops, however
+// recent its activity; idle_timeout is off.
 func TestMaxLifetimeStopsAfterTheWork(t *testing.T) {
 	const life = 8 * time.Second
 	for _, c := range lifetimeCases() {
@@ -240,7 +249,20 @@ func TestMaxLifetimeStopsAfterTheWork(t *testing.T) {
 			if stopped() {
 				t.Fatal("the sandbox stopped while its agent ran")
 			}
-			after, _ := h.attach(t, busy, h.repo, "busy")
+			// The host that brings the work back is held up (SIGSTOP)
+			// from the agent's last words on: the sandbox, past its
+			// lifetime, waits for it, however long the pause.
+			after, _ := h.attachPausing(t, busy, h.repo, "busy", func() {
+				waitUntil(t, func() bool { return lsE2E(t, h).WorkflowStates["busy"] != "running" }, "the agent to end")
+				ended := time.Now()
+				waitUntil(t, func() bool {
+					state, lt := lsLifetime(t, h)
+					if state != "ready" || lt == nil {
+						t.Fatalf("with its host about to bring the work back the sandbox is %s (lifetime %+v)", state, lt)
+					}
+					return lt.Busy && lt.LastActivity.After(ended.Add(life/4+time.Second))
+				}, "the watchdog to find the sandbox busy past the quiet spell after the agent's end")
+			})
 			h.deliveredDespite(t, "busy", after)
 			sharedtest.Stop(t, h.tmp)
 			waitUntil(t, stopped, "the sandbox past its lifetime to stop")

@@ -737,6 +737,11 @@ func (h *host) survivesFault(t *testing.T, g gate, wf, want string, fault func(r
 	if !strings.Contains(r.stderr.String(), want) {
 		t.Errorf("stderr does not say %q: %s", want, r.stderr.String())
 	}
+	// What the fault cut (the exec that keeps the sandbox awake among
+	// them) was made whole again: the cleanups find nothing broken.
+	if strings.Contains(r.stderr.String(), "cleanup failed") {
+		t.Errorf("a cleanup failed after the fault: %s", r.stderr.String())
+	}
 	h.deliveredDespite(t, wf, string(rest))
 }
 
