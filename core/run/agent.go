@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/agents"
+	"github.com/amelia-sandbox/amelia/core/backoff"
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
 	"github.com/amelia-sandbox/amelia/core/protocol"
@@ -168,7 +169,7 @@ func (r *runner) followAgent(ctx context.Context, a *agentRun) error {
 	d := r.st.Driver
 	var failed error
 	var lost time.Time // when the sandbox was lost, or zero
-	wait := retryFirst
+	b := backoff.Reconnect()
 	for {
 		var ferr error
 		for m, err := range d.FollowAgentic(ctx, a.det) {
@@ -176,7 +177,8 @@ func (r *runner) followAgent(ctx context.Context, a *agentRun) error {
 				ferr = err
 				break
 			}
-			lost, wait = time.Time{}, retryFirst
+			lost = time.Time{}
+			b.Reset()
 			r.message(&m)
 			if m.Type == protocol.Result && m.IsError {
 				// The worker's own account of a failed run: nothing to
@@ -204,14 +206,9 @@ func (r *runner) followAgent(ctx context.Context, a *agentRun) error {
 			return fmt.Errorf("%w; gave up after %s: the agent may still be running there; follow it with %s",
 				ferr, reconnectWindow, attachCommand(r.req.Profile.Name, a.src.workflow))
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !b.Wait(ctx) {
 			return r.stopAgent(ctx, a, ctx.Err())
-		case <-t.C:
 		}
-		wait = min(wait*2, retryMost)
 		if err := r.lv.repair(ctx); err != nil {
 			r.host.Logger.Warn("could not get the sandbox back yet", "err", err)
 		}

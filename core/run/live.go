@@ -7,22 +7,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/core/backoff"
 	"github.com/amelia-sandbox/amelia/core/sandboxexec"
 	"github.com/amelia-sandbox/amelia/core/tunnel"
 )
 
-// Bounds of reconnection.
-const (
-	// reconnectWindow is how long a run tries to get its sandbox back
-	// after losing it (an SSH drop, an expired gateway token, a crashed
-	// plugin) before it gives up following; the agent goes on meanwhile.
-	// The worker's LLM calls wait out about as long for the tunnel.
-	reconnectWindow = 2 * time.Minute
-	// retryFirst and retryMost are the first and the longest wait
-	// between two attempts.
-	retryFirst = 200 * time.Millisecond
-	retryMost  = 5 * time.Second
-)
+// reconnectWindow is how long a run tries to get its sandbox back after
+// losing it (an SSH drop, an expired gateway token, a crashed plugin)
+// before it gives up following; the agent goes on meanwhile. The
+// worker's LLM calls wait out about as long for the tunnel. The tries
+// are paced by backoff.Reconnect.
+const reconnectWindow = 2 * time.Minute
 
 // live keeps the run's tunnels to the proxy open. They, the workspace and
 // the driver all reach the sandbox through the run's stack, so that when
@@ -206,22 +201,17 @@ func (l *live) closeTunnels() (bool, error) {
 // passed since the first failure, waiting longer after each.
 func retry(ctx context.Context, fn func(context.Context) error) error {
 	deadline := time.Now().Add(reconnectWindow)
-	wait := retryFirst
+	b := backoff.Reconnect()
 	for {
 		err := fn(ctx)
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		if time.Now().Add(wait).After(deadline) {
+		if time.Now().Add(b.Next()).After(deadline) {
 			return fmt.Errorf("gave up after %s: %w", reconnectWindow, err)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !b.Wait(ctx) {
 			return errors.Join(err, ctx.Err())
-		case <-t.C:
 		}
-		wait = min(wait*2, retryMost)
 	}
 }
