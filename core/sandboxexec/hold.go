@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 )
 
@@ -29,6 +30,9 @@ func Hold(ctx context.Context, word string, run func(ctx context.Context, stdin 
 	h := &Held{stdin: stdinW, done: make(chan struct{})}
 	go func() {
 		h.err = run(context.WithoutCancel(ctx), stdinR, said)
+		// A command that ended by itself is not read from again: what
+		// copies into its stdin must not wait for Release.
+		stdinR.Close()
 		close(h.done)
 	}()
 	select {
@@ -37,7 +41,7 @@ func Hold(ctx context.Context, word string, run func(ctx context.Context, stdin 
 	case <-h.done:
 		stdinW.Close()
 		if h.err == nil {
-			return nil, fmt.Errorf("it ended without saying %q", word)
+			return nil, fmt.Errorf("the holding command ended without saying %q", strings.TrimSpace(word))
 		}
 		return nil, h.err
 	case <-ctx.Done():

@@ -28,7 +28,7 @@ func TestHold(t *testing.T) {
 			return err
 		}},
 		{name: "ends before its word", want: "taken", run: func(context.Context, io.Reader, io.Writer) error { return failed }},
-		{name: "ends well before its word", want: `without saying "held\n"`, run: func(context.Context, io.Reader, io.Writer) error { return nil }},
+		{name: "ends well before its word", want: `without saying "held"`, run: func(context.Context, io.Reader, io.Writer) error { return nil }},
 		{name: "its ctx ends first", want: context.Canceled.Error(), ctx: func() context.Context {
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()

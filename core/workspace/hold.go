@@ -52,7 +52,12 @@ func (w *Workspace) Hold(ctx context.Context, owner string) (release func(contex
 		return nil, fmt.Errorf("%w (%s)", ErrBusy, msg)
 	}
 	if err != nil {
-		return nil, err
+		return nil, err // w.script says what it was doing
 	}
-	return h.Release, nil
+	return func(ctx context.Context) error {
+		if err := h.Release(ctx); err != nil {
+			return fmt.Errorf("release the sandbox: %w", err)
+		}
+		return nil
+	}, nil
 }
