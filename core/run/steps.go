@@ -210,11 +210,7 @@ func (r *runner) openSandbox(ctx context.Context) error {
 		if err := r.st.InstallWorker(ctx); err != nil {
 			return err
 		}
-		release, err := r.st.KeepAwake(ctx)
-		if err != nil {
-			return err
-		}
-		r.onEnd("let the sandbox's watchdog stop it once idle", "", release)
+		r.onEnd("let the sandbox's watchdog stop it once idle", "", r.st.KeepAwake(ctx))
 		return nil
 	})
 }

@@ -7,8 +7,10 @@ import (
 	"maps"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/amelia-sandbox/amelia/core/backoff"
 	"github.com/amelia-sandbox/amelia/core/execreport"
 	"github.com/amelia-sandbox/amelia/core/lifetime"
 	"github.com/amelia-sandbox/amelia/core/sandboxexec"
@@ -80,81 +82,99 @@ func (s *Stack) asActivity(req sdk.ExecRequest) sdk.ExecRequest {
 // its stdin to end.
 const keepAwakeScript = `echo awake; exec cat >/dev/null`
 
-// Waits between two tries to take the hold again (KeepAwake).
-const (
-	awakeRetryFirst = 200 * time.Millisecond
-	awakeRetryMost  = 5 * time.Second
-)
-
 // KeepAwake holds the sandbox busy (core/lifetime) until release is
 // called, so that its watchdog does not take the pause between two of the
-// host's commands for the end of the work: a run holds it from when it
-// reaches the sandbox until its work is back, past its agent's end. It is
-// one exec that waits for its stdin to end, which it does however the
-// host goes (released, killed, its connection gone); when the exec is
-// lost while the host goes on (a dropped connection, a plugin that died),
-// it is taken again. The hold outlives ctx's cancellation, for the
-// cleanups of an interrupted command. Where the stack started no
-// watchdog, it does nothing.
-func (s *Stack) KeepAwake(ctx context.Context) (release func(context.Context) error, err error) {
+// host's commands for the end of the work: a run holds it from when its
+// worker is in until its cleanups end, past its agent's end. It is one
+// exec that waits for its stdin to end, which it does when the host
+// goes, however it goes (released, killed, its connection closed). When
+// the exec is lost while the host goes on (a dropped connection, a plugin
+// that died), it is taken again. KeepAwake returns once the first try
+// took the hold or failed; a failure is a warning, as a watchdog that
+// does not start is, and the tries go on. The hold outlives ctx's
+// cancellation, for the cleanups of an interrupted command; release may
+// be called more than once. Where the stack starts no watchdog, it does
+// nothing.
+func (s *Stack) KeepAwake(ctx context.Context) (release func(context.Context) error) {
 	if s.activity.Load() == nil {
-		return func(context.Context) error { return nil }, nil
-	}
-	h, err := s.holdAwake(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("keep the sandbox awake: %w", err)
+		return func(context.Context) error { return nil }
 	}
 	kept, stop := context.WithCancel(context.WithoutCancel(ctx))
+	first := make(chan struct{})
 	last := make(chan *sandboxexec.Held, 1)
-	go func() { last <- s.keepHeld(kept, h) }()
+	go func() { last <- s.keepAwake(kept, first) }()
+	select {
+	case <-first:
+	case <-ctx.Done():
+	}
+	var (
+		mu  sync.Mutex // one release at a time
+		h   *sandboxexec.Held
+		got bool // h is the last hold
+	)
 	return func(ctx context.Context) error {
 		stop()
-		var h *sandboxexec.Held
-		select {
-		case h = <-last:
-		case <-ctx.Done():
-			return ctx.Err()
+		mu.Lock()
+		defer mu.Unlock()
+		if !got {
+			select {
+			case h = <-last:
+				got = true
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if h == nil {
+			return nil
 		}
 		select {
 		case <-h.Done():
-			return nil // lost, and not taken again: nothing to let go
+			return nil // lost, not taken again, or released before
 		default:
 			return h.Release(ctx)
 		}
-	}, nil
+	}
 }
 
-// keepHeld takes the hold again whenever h ends, until ctx is done, and
-// returns the last hold.
-func (s *Stack) keepHeld(ctx context.Context, h *sandboxexec.Held) *sandboxexec.Held {
+// keepAwake takes the hold, and again whenever it is lost, until ctx is
+// done; first is closed once the first try is over. It returns the last
+// hold (nil: none was taken).
+func (s *Stack) keepAwake(ctx context.Context, first chan<- struct{}) *sandboxexec.Held {
 	log := s.host.Logger
+	b := backoff.Reconnect() // started over by a hold that lasted longer than its longest wait
+	var h *sandboxexec.Held
+	warned := false
 	for {
-		select {
-		case <-ctx.Done():
-			return h
-		case <-h.Done():
+		again, err := s.holdAwake(ctx)
+		if first != nil {
+			close(first)
+			first = nil
 		}
-		log.Debug("the exec that keeps the sandbox awake ended; taking it again", "err", h.Err())
-		for wait, warned := awakeRetryFirst, false; ; wait = min(2*wait, awakeRetryMost) {
-			again, err := s.holdAwake(ctx)
-			if err == nil {
-				h = again
-				break
-			}
-			if ctx.Err() != nil {
-				return h
-			}
-			if !warned {
-				log.Warn("the sandbox may stop between this host's commands once idle: it could not be kept awake; trying again", "err", err)
-				warned = true
-			}
-			t := time.NewTimer(wait)
+		switch {
+		case err == nil:
+			h, warned = again, false
+			took := time.Now()
 			select {
 			case <-ctx.Done():
-				t.Stop()
 				return h
-			case <-t.C:
+			case <-h.Done():
 			}
+			if time.Since(took) > b.Most {
+				b.Reset()
+			}
+			log.Debug("the exec that keeps the sandbox awake ended; taking it again", "err", h.Err())
+		case ctx.Err() != nil:
+			return h
+		case !warned:
+			log.Warn("the sandbox may stop between this host's commands once past its lifetime: it could not be kept awake; trying again", "err", err)
+			warned = true
+		}
+		if !b.Wait(ctx) {
+			return h
+		}
+		// A plugin that died is started again (nothing when it lives).
+		if _, err := s.Repair(ctx); err != nil {
+			log.Debug("start the provider plugin again", "err", err)
 		}
 	}
 }

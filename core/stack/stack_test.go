@@ -3,12 +3,18 @@ package stack_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/amelia-sandbox/amelia/core/config"
 	"github.com/amelia-sandbox/amelia/core/driver"
+	"github.com/amelia-sandbox/amelia/core/lifetime"
 	"github.com/amelia-sandbox/amelia/core/stack"
 	"github.com/amelia-sandbox/amelia/core/workspace"
 	"github.com/amelia-sandbox/amelia/internal/sandboxtest"
@@ -185,4 +191,92 @@ func TestRecordedDriver(t *testing.T) {
 	if _, err := over.RecordedDriver(filepath.Join(st.Running.Workdir, "no-worker"), "").AgenticState(t.Context(), dir); err == nil {
 		t.Error("a worker the sandbox does not have answered")
 	}
+}
+
+// KeepAwake holds the sandbox's busy lock through one exec for as long
+// as it is not released; an exec that is lost is taken again; release
+// ends it, and the lock with it.
+func TestKeepAwake(t *testing.T) {
+	f := newFixture(t)
+	st, err := stack.OpenWorkflow(t.Context(), f.host, f.profile, "", "wf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(t.Context())
+	dir := t.TempDir()
+	busy := filepath.Join(dir, lifetime.BusyFile)
+	if err := os.WriteFile(busy, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stack.Watched(st, dir)
+	release := st.KeepAwake(t.Context())
+	defer release(t.Context())
+
+	first := holders(t, st.Running.Workdir, 1)[0]
+	if !locked(t, busy) {
+		t.Fatal("the sandbox is not busy while kept awake")
+	}
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if pids := holders(t, st.Running.Workdir, 1); pids[0] != first {
+			break
+		}
+	}
+	if !locked(t, busy) {
+		t.Fatal("the sandbox is not busy once the lost hold was taken again")
+	}
+	if err := release(t.Context()); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if err := release(t.Context()); err != nil {
+		t.Errorf("a second release: %v", err)
+	}
+	if locked(t, busy) {
+		t.Error("the sandbox is busy after release")
+	}
+	holders(t, st.Running.Workdir, 0)
+}
+
+// holders waits until n processes hold the sandbox awake (the cat of the
+// exec KeepAwake runs, in the sandbox's workdir) and returns them.
+func holders(t *testing.T, workdir string, n int) []int {
+	t.Helper()
+	for {
+		var pids []int
+		comms, _ := filepath.Glob("/proc/[0-9]*/comm")
+		for _, c := range comms {
+			comm, err := os.ReadFile(c)
+			if err != nil || strings.TrimSpace(string(comm)) != "cat" {
+				continue
+			}
+			if cwd, err := os.Readlink(filepath.Join(filepath.Dir(c), "cwd")); err != nil || cwd != workdir {
+				continue
+			}
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(c)))
+			pids = append(pids, pid)
+		}
+		if len(pids) == n {
+			return pids
+		}
+		if t.Context().Err() != nil {
+			t.Fatalf("%d processes hold the sandbox awake, want %d", len(pids), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// locked says whether a command holds the busy file's lock.
+func locked(t *testing.T, busy string) bool {
+	t.Helper()
+	fd, err := os.Open(busy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	if err := unix.Flock(int(fd.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return true
+	}
+	return false
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -83,11 +84,14 @@ bundle on this host comes back from that bundle, which then goes.`,
 			}
 			return a.withRecordedRun(cmd.Context(), rec, func(st *stack.Stack) error {
 				// Its steps are one piece of work to the sandbox's watchdog.
-				release, err := st.KeepAwake(cmd.Context())
-				if err != nil {
-					return err
-				}
-				defer release(context.WithoutCancel(cmd.Context()))
+				release := st.KeepAwake(cmd.Context())
+				defer func() {
+					ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), releaseTimeout)
+					defer cancel()
+					if err := release(ctx); err != nil {
+						a.logger.Warn("could not let the sandbox stop once idle", "err", err)
+					}
+				}()
 				if err := settleRunning(cmd.Context(), st, rec, discard); err != nil {
 					return err
 				}
@@ -219,6 +223,11 @@ func (a *app) recordedProfile(rec runstore.Record) (*config.Profile, error) {
 	p.Sandbox.Provider = rec.Provider
 	return p, nil
 }
+
+// releaseTimeout bounds the end of results' hold on the sandbox (its
+// exec ends once its stdin does), so a stuck connection cannot keep the
+// command from ending once its work is done.
+const releaseTimeout = 30 * time.Second
 
 // withRecordedRun starts the sandbox that holds rec's work (with the
 // provider the run used), puts the worker in, and gives fn the lot: its
