@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -79,8 +80,15 @@ func (h *host) attachPausing(t *testing.T, g gate, dir, wf string, paused func()
 			paused = nil
 		}
 	}
+	if err := sc.Err(); err != nil {
+		io.Copy(io.Discard, stdout)
+		t.Errorf("read attach's output: %v", err)
+	}
 	if err := at.Wait(); err != nil {
 		t.Fatalf("attach: %v; stderr: %s", err, errb.String())
+	}
+	if strings.Contains(errb.String(), "cleanup failed") {
+		t.Errorf("a cleanup of attach failed: %s", errb.String())
 	}
 	if paused != nil {
 		t.Errorf("attach never showed the agent's last words:\n%s", out.String())
