@@ -11,7 +11,8 @@ import (
 )
 
 // TestDockerRunEngineExecs: a run on a warm docker sandbox asks the
-// engine for three execs of its own — the session as the run's uid, the
+// engine for four execs of its own — the hold that keeps the sandbox
+// awake until its work is back, the session as the run's uid, the
 // agent's tunnel, and the step that ends the uid's processes — and, as
 // its run directory holds a handful of entries, no sweeper: end-uid
 // removes that directory itself (from inside .amelia/runs, which the uid
@@ -40,8 +41,8 @@ func TestDockerRunEngineExecs(t *testing.T) {
 		select {
 		case ev := <-events.Messages:
 			if ev.Actor.Attributes["execID"] == marker.ID {
-				if len(execs) > 3 || strings.Contains(strings.Join(execs, "\n"), "step sweep") {
-					t.Errorf("the run made %d engine execs, want 3 and no sweeper:\n%s", len(execs), strings.Join(execs, "\n"))
+				if len(execs) > 4 || strings.Contains(strings.Join(execs, "\n"), "step sweep") {
+					t.Errorf("the run made %d engine execs, want 4 and no sweeper:\n%s", len(execs), strings.Join(execs, "\n"))
 				}
 				return
 			}
