@@ -212,18 +212,14 @@ func TestKeepAwake(t *testing.T) {
 	release := st.KeepAwake(t.Context())
 	defer release(t.Context())
 
-	first := holders(t, st.Running.Workdir, 1)[0]
+	first := holders(t, st.Running.Workdir, func(pids []int) bool { return len(pids) == 1 })[0]
 	if !locked(t, busy) {
 		t.Fatal("the sandbox is not busy while kept awake")
 	}
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if pids := holders(t, st.Running.Workdir, 1); pids[0] != first {
-			break
-		}
-	}
+	holders(t, st.Running.Workdir, func(pids []int) bool { return len(pids) == 1 && pids[0] != first })
 	if !locked(t, busy) {
 		t.Fatal("the sandbox is not busy once the lost hold was taken again")
 	}
@@ -236,12 +232,13 @@ func TestKeepAwake(t *testing.T) {
 	if locked(t, busy) {
 		t.Error("the sandbox is busy after release")
 	}
-	holders(t, st.Running.Workdir, 0)
+	holders(t, st.Running.Workdir, func(pids []int) bool { return len(pids) == 0 })
 }
 
-// holders waits until n processes hold the sandbox awake (the cat of the
-// exec KeepAwake runs, in the sandbox's workdir) and returns them.
-func holders(t *testing.T, workdir string, n int) []int {
+// holders waits until the processes that hold the sandbox awake (the cat
+// of the exec KeepAwake runs, in the sandbox's workdir) are as want says,
+// and returns them.
+func holders(t *testing.T, workdir string, want func(pids []int) bool) []int {
 	t.Helper()
 	for {
 		var pids []int
@@ -257,11 +254,11 @@ func holders(t *testing.T, workdir string, n int) []int {
 			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(c)))
 			pids = append(pids, pid)
 		}
-		if len(pids) == n {
+		if want(pids) {
 			return pids
 		}
 		if t.Context().Err() != nil {
-			t.Fatalf("%d processes hold the sandbox awake, want %d", len(pids), n)
+			t.Fatalf("the processes holding the sandbox awake are %v, not as wanted", pids)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
