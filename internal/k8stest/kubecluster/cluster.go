@@ -269,7 +269,7 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 		if err != nil {
 			return c, err
 		}
-		if err := c.start(fmt.Sprintf("kubelet-%d", i+1), o.Binaries.Bin("kubelet"), "--config="+cfg,
+		if err := c.startKubelet(ctx, i+1, o.Binaries.Bin("kubelet"), "--config="+cfg,
 			fmt.Sprintf("--kubeconfig=%s/node%d.kubeconfig", dir, i+1), fmt.Sprintf("--root-dir=%s/node%d/kubelet", dir, i+1),
 			"--hostname-override="+n); err != nil {
 			return c, err
@@ -344,6 +344,43 @@ func (c *Cluster) start(name, bin string, args ...string) error {
 		return err
 	}
 	return nil
+}
+
+// Every kubelet serves its device-plugin registry on the same socket,
+// whatever its --root-dir: at start it removes the files in the socket's
+// directory and then listens, so two kubelets starting together (the two
+// nodes of a cluster, or clusters of tests running side by side) can both
+// remove and then both listen, and the second fails "address already in
+// use" and exits.
+const (
+	devicePluginSocket = "/var/lib/kubelet/device-plugins/kubelet.sock"
+	kubeletStartLock   = "/var/lib/kubelet/amelia-kubelet-start.lock"
+)
+
+// startKubelet starts node n's kubelet alone on this machine: under a
+// machine-wide lock, from removing the shared device-plugin socket until
+// the new kubelet has made it again (or exited). A running kubelet whose
+// socket a later one replaces goes on; nothing here uses device plugins.
+func (c *Cluster) startKubelet(ctx context.Context, n int, bin string, args ...string) error {
+	if err := os.MkdirAll(filepath.Dir(kubeletStartLock), 0o755); err != nil {
+		return err
+	}
+	unlock, err := gobuildcache.Lock(ctx, kubeletStartLock)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := os.Remove(devicePluginSocket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove the device-plugin socket a kubelet left: %w", err)
+	}
+	name := fmt.Sprintf("kubelet-%d", n)
+	if err := c.start(name, bin, args...); err != nil {
+		return err
+	}
+	return c.poll(ctx, name+"'s device-plugin socket", 3*time.Minute, func(context.Context) error {
+		_, err := os.Stat(devicePluginSocket)
+		return err
+	})
 }
 
 // exited returns an error naming a process of the cluster that exited,
