@@ -204,9 +204,11 @@ func TestIdleSandboxStopsKeepingWork(t *testing.T) {
 			after, _ := h.attach(t, busy, h.repo, "busy")
 			h.deliveredDespite(t, "busy", after)
 
-			// Now idle, with no host process at all: it stops by itself.
+			// Now idle, with no host process at all, sandbox ls asking
+			// all along (through the shared plugin it starts again): it
+			// stops by itself.
 			sharedtest.Stop(t, h.tmp)
-			waitUntil(t, stopped, "the idle sandbox to stop")
+			waitUntil(t, func() bool { lsE2E(t, h); return stopped() }, "the idle sandbox to stop, sandbox ls asking all along")
 			if state, _ := lsLifetime(t, h); state != "stopped" {
 				t.Errorf("sandbox ls says the stopped sandbox is %s", state)
 			}

@@ -65,12 +65,11 @@ func (c *streamConn) Close() error {
 // command it ran has ended: those still running get killed, as Serve does
 // for a client gone.
 func ServeMux(in io.Reader, out io.Writer, environ []string) error {
-	return serveMux(in, out, environ, nil, nil)
+	return serveMux(in, out, environ, nil)
 }
 
-// serveMux is ServeMux; each, when not nil, is called as a stream's
-// command starts, and what it returns when the command has ended.
-func serveMux(in io.Reader, out io.Writer, environ []string, steps StepFunc, each func() (done func())) error {
+// serveMux is ServeMux, serving the Steps in commands with steps.
+func serveMux(in io.Reader, out io.Writer, environ []string, steps StepFunc) error {
 	if f, ok := out.(*os.File); ok {
 		growPipe(f) // the session's frames leave in fewer, larger pieces
 	}
@@ -89,9 +88,6 @@ func serveMux(in io.Reader, out io.Writer, environ []string, steps StepFunc, eac
 		}
 		wg.Go(func() {
 			defer st.Close()
-			if each != nil {
-				defer each()()
-			}
 			_ = serve(st, st, environ, steps)
 		})
 	}

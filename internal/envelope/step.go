@@ -32,14 +32,7 @@ type StepFunc func(ctx context.Context, step Step, stdin io.Reader, stdout, stde
 
 // ServeMuxSteps is ServeMux, serving the Steps in commands with steps.
 func ServeMuxSteps(in io.Reader, out io.Writer, environ []string, steps StepFunc) error {
-	return serveMux(in, out, environ, steps, nil)
-}
-
-// ServeMuxStepsEach is ServeMuxSteps, calling each as every stream's
-// command or step starts and what it returns once it has ended (the
-// worker counts each as the sandbox's activity, not the session).
-func ServeMuxStepsEach(in io.Reader, out io.Writer, environ []string, steps StepFunc, each func() (done func())) error {
-	return serveMux(in, out, environ, steps, each)
+	return serveMux(in, out, environ, steps)
 }
 
 // exitNoStep is the exit code of a step the worker does not serve, as a

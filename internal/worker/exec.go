@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -42,8 +43,18 @@ typed request of the workspace (see step) in the worker itself. When the
 session ends, commands still running are killed, and the worker exits once
 they are gone.`,
 	}, func(in io.Reader, out io.Writer, environ []string) error {
-		return envelope.ServeMuxStepsEach(in, out, environ, serveStep, w.busy)
+		return envelope.ServeMuxSteps(in, out, environ, w.activeStep)
 	})
+}
+
+// activeStep serves a step on a session as the sandbox's activity, as the
+// step command is. A command on the session is activity only as it would
+// be alone (a worker command that counts itself, or one the host runs
+// through activity): a shell asking the watchdog (sandbox ls) is none,
+// nor is a host's own session nested in this one, which counts its steps.
+func (w *worker) activeStep(ctx context.Context, s envelope.Step, stdin io.Reader, stdout, stderr io.Writer) int {
+	defer w.busy()()
+	return serveStep(ctx, s, stdin, stdout, stderr)
 }
 
 // envelopeCmd makes cmd serve the envelope with serve on stdin and stdout.

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/amelia-sandbox/amelia/core/lifetime"
+	"github.com/amelia-sandbox/amelia/core/workstep"
 	"github.com/amelia-sandbox/amelia/internal/envelope"
 )
 
@@ -226,8 +228,10 @@ func TestWatchdogStartIsIdempotent(t *testing.T) {
 	}
 }
 
-// Passive commands are not activity; a mux session is activity only while
-// it runs a command, not while it waits for one.
+// Passive commands are not activity; nor is a mux session, nor a plain
+// command on it (sandbox ls's shell asking the watchdog): on a session,
+// a step is activity while it runs, and so is a command the host runs
+// through activity.
 func TestActivityCounting(t *testing.T) {
 	s := newSandboxDir(t)
 	s.startWatchdog(t, "--stop", "provider", "--idle-timeout", "1h")
@@ -252,25 +256,63 @@ func TestActivityCounting(t *testing.T) {
 			t.Errorf("%v touched the activity stamp", args)
 		}
 	}
-	// A command on the session is activity while it runs.
+	run := func(cmd envelope.Command, stdin io.Reader) (envelope.Result, error) {
+		var stderr strings.Builder
+		res, err := m.Run(t.Context(), cmd, envelope.IO{Stdin: stdin, Stdout: io.Discard, Stderr: &stderr}, time.Second)
+		if err == nil && res.Code != 0 {
+			t.Logf("%v: exit %d: %s", cmd.Argv, res.Code, stderr.String())
+		}
+		return res, err
+	}
+
+	// A plain command on the session finds the busy file free to lock.
 	before := stamp()
-	inR, inW := io.Pipe()
-	ran := make(chan error, 1)
-	go func() {
-		_, err := m.Run(t.Context(), envelope.Command{Argv: []string{"sh", "-c", "read x"}}, envelope.IO{Stdin: inR, Stdout: io.Discard, Stderr: io.Discard}, time.Second)
-		ran <- err
-	}()
-	waitFor(t, "busy with the session's command", func() bool { return s.status(t).Busy })
-	inW.Write([]byte("x\n"))
-	inW.Close()
-	if err := <-ran; err != nil {
+	res, err := run(envelope.Command{Argv: []string{"flock", "-xn", filepath.Join(s.lifetime, lifetime.BusyFile), "true"}}, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "idle again", func() bool { return !s.status(t).Busy })
-	if !stamp().After(before) {
-		t.Error("the session's command did not touch the activity stamp")
+	if res.Code != 0 {
+		t.Errorf("a plain command on the session held the sandbox busy (flock -xn: exit %d)", res.Code)
 	}
-	// A worker command that does work (a step) is activity too.
+	if !stamp().Equal(before) {
+		t.Error("a plain command on the session touched the activity stamp")
+	}
+
+	// A step, and a command through activity, are activity while they run.
+	dir := t.TempDir()
+	args, err := json.Marshal(workstep.WriteFile{Dir: dir, Path: filepath.Join(dir, "f")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what string
+		cmd  envelope.Command
+	}{
+		{"a step", envelope.Command{Step: &envelope.Step{Name: workstep.WriteFile{}.Step(), Args: args}}},
+		{"a command through activity", envelope.Command{Argv: []string{workerBin, "activity", "--", "sh", "-c", "read x"}}},
+	} {
+		before := stamp()
+		inR, inW := io.Pipe()
+		ran := make(chan error, 1)
+		go func() {
+			res, err := run(c.cmd, inR)
+			if err == nil && res.Code != 0 {
+				err = fmt.Errorf("exit %d", res.Code)
+			}
+			ran <- err
+		}()
+		waitFor(t, "busy with "+c.what+" on the session", func() bool { return s.status(t).Busy })
+		inW.Write([]byte("x\n"))
+		inW.Close()
+		if err := <-ran; err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		waitFor(t, "idle again after "+c.what, func() bool { return !s.status(t).Busy })
+		if !stamp().After(before) {
+			t.Errorf("%s on the session did not touch the activity stamp", c.what)
+		}
+	}
+	// A worker command that does work is activity too.
 	before = stamp()
 	cmd := exec.Command(workerBin, "egress-check", "--timeout", "1s", "127.0.0.1:1")
 	cmd.Dir = s.workdir
