@@ -256,23 +256,21 @@ func TestActivityCounting(t *testing.T) {
 			t.Errorf("%v touched the activity stamp", args)
 		}
 	}
-	run := func(cmd envelope.Command, stdin io.Reader) (envelope.Result, error) {
+	// run runs cmd on the session; a failure or an exit other than 0 is
+	// an error, with what the command said.
+	run := func(cmd envelope.Command, stdin io.Reader) error {
 		var stderr strings.Builder
 		res, err := m.Run(t.Context(), cmd, envelope.IO{Stdin: stdin, Stdout: io.Discard, Stderr: &stderr}, time.Second)
 		if err == nil && res.Code != 0 {
-			t.Logf("%v: exit %d: %s", cmd.Argv, res.Code, stderr.String())
+			err = fmt.Errorf("exit %d: %s", res.Code, stderr.String())
 		}
-		return res, err
+		return err
 	}
 
 	// A plain command on the session finds the busy file free to lock.
 	before := stamp()
-	res, err := run(envelope.Command{Argv: []string{"flock", "-xn", filepath.Join(s.lifetime, lifetime.BusyFile), "true"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Code != 0 {
-		t.Errorf("a plain command on the session held the sandbox busy (flock -xn: exit %d)", res.Code)
+	if err := run(envelope.Command{Argv: []string{"flock", "-xn", filepath.Join(s.lifetime, lifetime.BusyFile), "true"}}, nil); err != nil {
+		t.Errorf("a plain command on the session held the sandbox busy (flock -xn: %v)", err)
 	}
 	if !stamp().Equal(before) {
 		t.Error("a plain command on the session touched the activity stamp")
@@ -294,13 +292,7 @@ func TestActivityCounting(t *testing.T) {
 		before := stamp()
 		inR, inW := io.Pipe()
 		ran := make(chan error, 1)
-		go func() {
-			res, err := run(c.cmd, inR)
-			if err == nil && res.Code != 0 {
-				err = fmt.Errorf("exit %d", res.Code)
-			}
-			ran <- err
-		}()
+		go func() { ran <- run(c.cmd, inR) }()
 		waitFor(t, "busy with "+c.what+" on the session", func() bool { return s.status(t).Busy })
 		inW.Write([]byte("x\n"))
 		inW.Close()
