@@ -228,10 +228,9 @@ func TestWatchdogStartIsIdempotent(t *testing.T) {
 	}
 }
 
-// Passive commands are not activity; nor is a mux session, nor a plain
-// command on it (sandbox ls's shell asking the watchdog): on a session,
+// Passive commands are not activity, nor is a mux session; on a session,
 // a step is activity while it runs, and so is a command the host runs
-// through activity.
+// through activity (a plain one is not: TestSessionCommandIsNoActivity).
 func TestActivityCounting(t *testing.T) {
 	s := newSandboxDir(t)
 	s.startWatchdog(t, "--stop", "provider", "--idle-timeout", "1h")
@@ -256,26 +255,6 @@ func TestActivityCounting(t *testing.T) {
 			t.Errorf("%v touched the activity stamp", args)
 		}
 	}
-	// run runs cmd on the session; a failure or an exit other than 0 is
-	// an error, with what the command said.
-	run := func(cmd envelope.Command, stdin io.Reader) error {
-		var stderr strings.Builder
-		res, err := m.Run(t.Context(), cmd, envelope.IO{Stdin: stdin, Stdout: io.Discard, Stderr: &stderr}, time.Second)
-		if err == nil && res.Code != 0 {
-			err = fmt.Errorf("exit %d: %s", res.Code, stderr.String())
-		}
-		return err
-	}
-
-	// A plain command on the session finds the busy file free to lock.
-	before := stamp()
-	if err := run(envelope.Command{Argv: []string{"flock", "-xn", filepath.Join(s.lifetime, lifetime.BusyFile), "true"}}, nil); err != nil {
-		t.Errorf("a plain command on the session held the sandbox busy (flock -xn: %v)", err)
-	}
-	if !stamp().Equal(before) {
-		t.Error("a plain command on the session touched the activity stamp")
-	}
-
 	// A step, and a command through activity, are activity while they run.
 	dir := t.TempDir()
 	args, err := json.Marshal(workstep.WriteFile{Dir: dir, Path: filepath.Join(dir, "f")})
@@ -292,7 +271,7 @@ func TestActivityCounting(t *testing.T) {
 		before := stamp()
 		inR, inW := io.Pipe()
 		ran := make(chan error, 1)
-		go func() { ran <- run(c.cmd, inR) }()
+		go func() { ran <- runOnSession(t, m, c.cmd, inR) }()
 		waitFor(t, "busy with "+c.what+" on the session", func() bool { return s.status(t).Busy })
 		inW.Write([]byte("x\n"))
 		inW.Close()
@@ -305,13 +284,55 @@ func TestActivityCounting(t *testing.T) {
 		}
 	}
 	// A worker command that does work is activity too.
-	before = stamp()
+	before := stamp()
 	cmd := exec.Command(workerBin, "egress-check", "--timeout", "1s", "127.0.0.1:1")
 	cmd.Dir = s.workdir
 	cmd.Run()
 	if !stamp().After(before) {
 		t.Error("a worker command doing work did not touch the activity stamp")
 	}
+}
+
+// A plain command on a mux session is no activity (sandbox ls's shell
+// asking the watchdog is one): it finds the busy file free to lock, and
+// leaves the stamp alone. The lifetime files are there but no watchdog
+// runs, so nothing else tries the lock meanwhile (a watchdog finding it
+// taken, by this very check, would count that as activity).
+func TestSessionCommandIsNoActivity(t *testing.T) {
+	s := newSandboxDir(t)
+	if err := os.MkdirAll(s.lifetime, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	busy, stamp := filepath.Join(s.lifetime, lifetime.BusyFile), filepath.Join(s.lifetime, lifetime.StampFile)
+	long := time.Unix(1_000_000_000, 0)
+	for _, f := range []string{busy, stamp} {
+		if err := os.WriteFile(f, nil, 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chtimes(stamp, long, long); err != nil {
+		t.Fatal(err)
+	}
+	m := muxSession(t, s)
+	if err := runOnSession(t, m, envelope.Command{Argv: []string{"flock", "-xn", busy, "true"}}, nil); err != nil {
+		t.Errorf("a plain command on the session held the sandbox busy (flock -xn: %v)", err)
+	}
+	if st, err := os.Stat(stamp); err != nil {
+		t.Fatal(err)
+	} else if !st.ModTime().Equal(long) {
+		t.Errorf("a plain command on the session touched the activity stamp (now %v)", st.ModTime())
+	}
+}
+
+// runOnSession runs cmd on m; a failure or an exit other than 0 is an
+// error, with what the command said.
+func runOnSession(t *testing.T, m *envelope.Mux, cmd envelope.Command, stdin io.Reader) error {
+	var stderr strings.Builder
+	res, err := m.Run(t.Context(), cmd, envelope.IO{Stdin: stdin, Stdout: io.Discard, Stderr: &stderr}, time.Second)
+	if err == nil && res.Code != 0 {
+		err = fmt.Errorf("exit %d: %s", res.Code, stderr.String())
+	}
+	return err
 }
 
 // muxSession starts `amelia-worker mux` in s's workdir and returns the
